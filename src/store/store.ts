@@ -1,0 +1,117 @@
+/**
+ * The reservation store interface (house style 1), the TypeScript counterpart of host-local's
+ * `backend/store.go`. Implementations: `store/file` (host-local compatible, on disk),
+ * `store/memory` (the fake for unit tests of pure logic). Each implementation is checked with
+ * `satisfies Store` / `implements Store` and by the one contract suite in `test/unit/store-contract.ts`.
+ *
+ * A Store holds the reservations of **one network** (host-local: `DIR = <dataDir>/<name>`).
+ * IPs cross this interface as canonical text (`10.0.0.2`, `fd00::2`): exactly the reservation's
+ * file name on disk.
+ *
+ * Locking: every method except `lock`, `unlock` and `close` must be called while the caller holds
+ * the lock (`lock()` resolved, `unlock()` not yet called). Implementations do not lock implicitly;
+ * the command handlers own the lock for the whole of ADD, DEL, CHECK, GC and reclaim
+ * (ARCHITECTURE.md "The on-disk contract").
+ */
+
+/**
+ * Who holds a reservation. host-local writes `<containerID>\r\n<ifname>`; files from host-local
+ * before v0.8.0 hold only `<containerID>`, read here as `ifname: null` (owned by that container on
+ * any interface) (anchors §2.2).
+ */
+export interface Owner {
+  readonly containerId: string;
+  /** The interface name, or null for a legacy ID-only record. */
+  readonly ifname: string | null;
+}
+
+/** One reservation as found in the store. */
+export interface Reservation {
+  /** Canonical text of the reserved IP (the file name). */
+  readonly ip: string;
+  /**
+   * The owner, or null when the record is corrupt (empty, or content that is not
+   * `<id>[\r\n<ifname>]` with a valid container ID). Corrupt records are garbage once seen under
+   * the lock: nobody is writing them (every writer holds the same lock while writing).
+   */
+  readonly owner: Owner | null;
+  /** Last modification time of the record, milliseconds since the Unix epoch. */
+  readonly mtimeMs: number;
+}
+
+/**
+ * Does `owner` match a request for (containerId, ifname) by host-local's rules?
+ * Exact match on both, or a legacy record (`ifname === null`) with the same container ID.
+ * Container IDs compare after trimming surrounding whitespace, as host-local does.
+ */
+export function ownerMatches(owner: Owner | null, containerId: string, ifname: string): boolean {
+  if (owner === null) return false;
+  if (owner.containerId !== containerId.trim()) return false;
+  return owner.ifname === null || owner.ifname === ifname;
+}
+
+/** Same owner, field by field (used to re-check an entry under the lock before releasing it). */
+export function sameOwner(a: Owner | null, b: Owner | null): boolean {
+  if (a === null || b === null) return a === b;
+  return a.containerId === b.containerId && a.ifname === b.ifname;
+}
+
+/** The per-network reservation store. See the module comment for the locking rule. */
+export interface Store {
+  /** Network name (host-local: the config's top-level `name`). */
+  readonly network: string;
+
+  /**
+   * Take the network's exclusive lock, waiting at most `timeoutSeconds` (seconds, may be
+   * fractional). Throws `AppError('STORE_LOCK_TIMEOUT')` (CNI code 11) when it cannot be had in
+   * time and `AppError('STORE_IO')` when the lock file cannot be opened. Never ignores a failure.
+   */
+  lock(timeoutSeconds: number): Promise<void>;
+
+  /** Release the lock taken by `lock()`. Safe to call when not locked. */
+  unlock(): Promise<void>;
+
+  /**
+   * Every reservation of the network, in no particular order, including corrupt ones
+   * (`owner: null`). Entries whose name is not an IP (`lock`, `last_reserved_ip.N`, temporary
+   * files, sub-directories) are not reservations and are not returned.
+   */
+  list(): Promise<Reservation[]>;
+
+  /**
+   * Reserve `ip` for `owner` atomically and record it as the last reserved IP of range set
+   * `rangeSetIndex` (host-local `last_reserved_ip.<N>`, rewritten on every successful reserve).
+   * A record is never visible half-written. Returns false when `ip` is already reserved (by
+   * anyone); throws `AppError('STORE_IO')` on I/O failure, leaving no record behind.
+   */
+  reserve(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number): Promise<boolean>;
+
+  /**
+   * The last IP reserved in range set `rangeSetIndex`, or null when unknown (no record, or an
+   * unreadable one: that only loses round robin once, as in host-local).
+   */
+  lastReservedIP(rangeSetIndex: number): Promise<string | null>;
+
+  /**
+   * Remove the reservation of `ip` only if its current owner is `expected` (compared with
+   * `sameOwner`; `expected === null` removes it only if it is corrupt). Returns true if removed,
+   * false if it was absent or owned by someone else. Throws `AppError('STORE_IO')` on I/O failure.
+   */
+  release(ip: string, expected: Owner | null): Promise<boolean>;
+
+  /**
+   * Release by owner, never by IP (host-local `ReleaseByID`): remove every reservation owned by
+   * exactly (containerId, ifname); when there is none, remove those of legacy records holding
+   * only `containerId`. Returns the released IPs (possibly empty: DEL is idempotent).
+   */
+  releaseByOwner(containerId: string, ifname: string): Promise<string[]>;
+
+  /**
+   * True when a reservation could be written now (the network directory exists and is
+   * writable). Used by STATUS.
+   */
+  writable(): Promise<boolean>;
+
+  /** Release the lock if held and free resources. Idempotent. Further use throws `ClosedError`. */
+  close(): Promise<void>;
+}
