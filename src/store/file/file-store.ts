@@ -1,0 +1,556 @@
+/**
+ * The host-local compatible, on-disk reservation store (ARCHITECTURE.md "The on-disk contract";
+ * anchors §2.5–2.6). Same directory, file names, contents and lock as upstream
+ * plugins/ipam/host-local/backend/disk/backend.go, so ipwarden and the upstream binary can share
+ * one `DIR = <dataDir>/<network>` on a node.
+ *
+ * Differences from upstream, all on the safe side:
+ * - A reservation file is written to a temporary name in DIR, fsynced, then `link(2)`ed to the
+ *   IP's name, so it is never visible empty or half-written (upstream `O_EXCL`-creates the IP file
+ *   and writes into it; a crash in between leaves an empty file no ID ever matches).
+ * - `last_reserved_ip.<N>` is replaced atomically (temp + rename) instead of truncated in place.
+ * - A failed `last_reserved_ip` write removes the just-made reservation (upstream leaves it).
+ * - Failures to remove a file in `releaseByOwner` are reported, not swallowed.
+ *
+ * All file-system calls are synchronous: the plugin is a short-lived process and the work happens
+ * under an exclusive lock anyway.
+ */
+import {
+  closeSync,
+  constants as fsConstants,
+  fstatSync,
+  fsyncSync,
+  linkSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
+import { isUtf8 } from 'node:buffer';
+import { isIP } from 'node:net';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { AppError, ClosedError, errnoCode } from '../../common/errors.ts';
+import { sameOwner, type Owner, type Reservation, type Store } from '../store.ts';
+import { lockExclusive, type HeldLock, type LockClock } from './flock.ts';
+
+/** Name of the lock file inside DIR (host-local backend/disk/lock.go: `path.Join(dir, "lock")`). */
+export const LOCK_FILE_NAME = 'lock';
+/** Prefix of the round-robin files (host-local backend.go `lastIPFilePrefix`). */
+export const LAST_RESERVED_IP_PREFIX = 'last_reserved_ip.';
+/** Line break between container ID and ifname (host-local backend.go `LineBreak`). */
+export const LINE_BREAK = '\r\n';
+/** Mode of a reservation file (host-local v1.4.0+, commit 33ccedc; anchors §2.5). */
+export const RESERVATION_FILE_MODE = 0o600;
+/** Mode of `last_reserved_ip.<N>` (host-local backend.go `os.WriteFile(..., 0644)`). */
+export const LAST_RESERVED_IP_FILE_MODE = 0o644;
+/** Mode DIR is created with (host-local backend.go `New`: `os.MkdirAll(dir, 0755)`). */
+export const DIR_MODE = 0o755;
+/** Largest record accepted as a reservation, bytes; longer content is corrupt. */
+export const MAX_RECORD_BYTES = 4096;
+/**
+ * Temporary files are named `.ipwarden-<pid>-<random hex>.tmp`: never an IP, never a name
+ * host-local uses. Any such file seen while holding the lock was left by a killed writer.
+ */
+export const TEMP_PREFIX = '.ipwarden-';
+export const TEMP_SUFFIX = '.tmp';
+
+/** Container IDs as the CNI spec allows them (SPEC.md "Parameters": CNI_CONTAINERID). */
+const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+
+/**
+ * Go's `strings.TrimSpace` set (unicode.IsSpace): differs from JS `trim()` by including U+0085
+ * and excluding U+FEFF. Used so that matching trims exactly what host-local trims.
+ */
+const GO_SPACE = '\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
+const GO_TRIM_RE = new RegExp(`^[${GO_SPACE}]+|[${GO_SPACE}]+$`, 'g');
+
+/** `strings.TrimSpace` of Go (host-local trims IDs and file contents with it). */
+export function goTrimSpace(s: string): string {
+  if (s.length === 0) return s;
+  const first = s.charCodeAt(0);
+  const last = s.charCodeAt(s.length - 1);
+  // Fast path: both ends printable ASCII other than space → nothing to trim.
+  if (first > 0x20 && first < 0x7f && last > 0x20 && last < 0x7f) return s;
+  return s.replace(GO_TRIM_RE, '');
+}
+
+/**
+ * True when `name` is the canonical text of an IP address, i.e. a name a reservation file can
+ * have. IPv4: dotted decimal without leading zeros (what `node:net` `isIP` accepts). IPv6: the
+ * RFC 5952 form (lower case, longest run of two or more zero groups compressed), no zone.
+ */
+export function isCanonicalIPName(name: string): boolean {
+  const c = name.charCodeAt(0);
+  // Canonical IP text starts with a digit, a lower-case hex letter or ':'.
+  if (!((c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66) || c === 0x3a)) return false;
+  const family = isIP(name);
+  if (family === 4) return true;
+  if (family !== 6) return false;
+  return canonicalIPv6(name) === name;
+}
+
+/**
+ * The canonical text of an IP given as text, or null when `text` is not an IP address.
+ * Used for `last_reserved_ip.<N>` contents.
+ */
+export function canonicalIP(text: string): string | null {
+  const family = isIP(text);
+  if (family === 4) return text;
+  if (family === 6) return canonicalIPv6(text);
+  return null;
+}
+
+/** RFC 5952 text of a valid IPv6 address via the WHATWG URL serializer; null for zoned addresses. */
+function canonicalIPv6(text: string): string | null {
+  if (text.includes('%')) return null;
+  try {
+    const host = new URL(`http://[${text}]/`).hostname;
+    return host.slice(1, -1);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Parse a record's content (already trimmed with {@link goTrimSpace}) into its owner.
+ * First line = container ID (a trailing `\r` of it dropped), the rest = ifname; no line break =
+ * legacy ID-only record (`ifname: null`). Returns null (corrupt) when empty, when the container ID
+ * does not match the CNI spec's pattern, or when the ifname contains a line break.
+ */
+export function parseTrimmedRecord(trimmed: string): Owner | null {
+  if (trimmed.length === 0) return null;
+  const nl = trimmed.indexOf('\n');
+  if (nl < 0) return CONTAINER_ID_RE.test(trimmed) ? { containerId: trimmed, ifname: null } : null;
+  const containerId = trimmed.charCodeAt(nl - 1) === 0x0d ? trimmed.slice(0, nl - 1) : trimmed.slice(0, nl);
+  const ifname = trimmed.slice(nl + 1);
+  if (!CONTAINER_ID_RE.test(containerId)) return null;
+  if (ifname.length === 0 || ifname.includes('\n') || ifname.includes('\r')) return null;
+  return { containerId, ifname };
+}
+
+/**
+ * Parse raw record bytes: corrupt (null) when empty, longer than {@link MAX_RECORD_BYTES} or not
+ * UTF-8; else {@link parseTrimmedRecord} of the Go-trimmed text.
+ */
+export function parseRecord(bytes: Uint8Array): Owner | null {
+  const text = decodeRecord(bytes);
+  return text === null ? null : parseTrimmedRecord(goTrimSpace(text));
+}
+
+function decodeRecord(bytes: Uint8Array): string | null {
+  if (bytes.length === 0 || bytes.length > MAX_RECORD_BYTES || !isUtf8(bytes)) return null;
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('utf8');
+}
+
+/** The exact content host-local writes for (containerId, ifname): `TrimSpace(id) + "\r\n" + ifname`. */
+export function formatRecord(containerId: string, ifname: string): string {
+  return goTrimSpace(containerId) + LINE_BREAK + ifname;
+}
+
+/** Options of {@link openFileStore}. The caller has validated both values. */
+export interface FileStoreOptions {
+  /** host-local `dataDir` (default `/var/lib/cni/networks` is the caller's business). */
+  readonly dataDir: string;
+  /** Network name (config top-level `name`): DIR = `<dataDir>/<network>`. */
+  readonly network: string;
+  /** Clock for lock polling (tests). */
+  readonly lockClock?: LockClock;
+}
+
+/** One directory entry as read by `scan`. */
+interface ScannedRecord {
+  readonly ip: string;
+  readonly path: string;
+  /** Go-trimmed content, or null when not decodable (empty, too long, not UTF-8). */
+  readonly trimmed: string | null;
+  readonly mtimeMs: number;
+}
+
+/**
+ * Open (creating if needed) the store of one network: `mkdir -p <dataDir>/<network>` with mode
+ * 0755, as host-local does on every ADD/DEL/CHECK (backend.go `New`). Does not lock.
+ * Throws `AppError('STORE_IO')` when the directory cannot be created.
+ */
+export async function openFileStore(opts: FileStoreOptions): Promise<FileStore> {
+  const dir = join(opts.dataDir, opts.network);
+  try {
+    mkdirSync(dir, { recursive: true, mode: DIR_MODE });
+  } catch (e) {
+    throw new AppError('STORE_IO', `cannot create network directory ${dir}: ${describe(e)}`, { cause: e });
+  }
+  return new FileStore(opts.network, dir, opts.lockClock);
+}
+
+/**
+ * host-local compatible store of one network in directory `dir`. Create with {@link openFileStore}.
+ * See {@link Store} for the contract of each method; file-specific behaviour is noted per method.
+ */
+export class FileStore implements Store {
+  readonly network: string;
+  /** The network directory, `<dataDir>/<network>`. */
+  readonly dir: string;
+  /** `<dir>/lock`. */
+  readonly lockPath: string;
+  readonly #lockClock: LockClock | undefined;
+  #held: HeldLock | null = null;
+  #closed = false;
+  /** Reused read buffer: one byte more than the limit, to detect over-long records. */
+  readonly #buf = Buffer.allocUnsafe(MAX_RECORD_BYTES + 1);
+
+  /** Prefer {@link openFileStore}, which also creates `dir`. */
+  constructor(network: string, dir: string, lockClock?: LockClock) {
+    this.network = network;
+    this.dir = dir;
+    this.lockPath = join(dir, LOCK_FILE_NAME);
+    this.#lockClock = lockClock;
+  }
+
+  /**
+   * flock(LOCK_EX) on `<dir>/lock`, the file host-local locks. Throws `AppError('INTERNAL')` if
+   * this store already holds it, plus the errors of {@link lockExclusive}.
+   */
+  async lock(timeoutSeconds: number): Promise<void> {
+    this.#assertOpen();
+    if (this.#held !== null) throw new AppError('INTERNAL', `the lock on ${this.lockPath} is already held by this store`);
+    this.#held = await lockExclusive(this.lockPath, timeoutSeconds, this.#lockClock);
+    if (this.#closed) {
+      // close() ran while we were waiting: do not keep a lock nobody will release.
+      this.#held.release();
+      this.#held = null;
+      throw new ClosedError(this.#what());
+    }
+  }
+
+  async unlock(): Promise<void> {
+    this.#assertOpen();
+    this.#releaseLock();
+  }
+
+  /**
+   * Reads every IP-named regular file in DIR once (one open/read/fstat/close each). Also removes
+   * leftover temporary files of killed writers, but only while this store holds the lock (without
+   * it they could belong to a live writer). A missing DIR gives [].
+   */
+  async list(): Promise<Reservation[]> {
+    this.#assertOpen();
+    const out: Reservation[] = [];
+    for (const r of this.#scan()) {
+      out.push({ ip: r.ip, owner: r.trimmed === null ? null : parseTrimmedRecord(r.trimmed), mtimeMs: r.mtimeMs });
+    }
+    return out;
+  }
+
+  /**
+   * Temp file + fsync + link(2) to the IP's name (EEXIST → false) + fsync DIR; then
+   * `last_reserved_ip.<N>` via temp + rename. Throws `AppError('INTERNAL')` when `ip` is not
+   * canonical IP text, `rangeSetIndex` not a non-negative integer, or the owner would not read back
+   * as itself (invalid container ID, ifname with a line break); `AppError('STORE_IO')` on I/O
+   * failure, after removing whatever it created.
+   */
+  async reserve(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number): Promise<boolean> {
+    this.#assertOpen();
+    assertIPName(ip);
+    if (!Number.isSafeInteger(rangeSetIndex) || rangeSetIndex < 0) {
+      throw new AppError('INTERNAL', `invalid range set index ${String(rangeSetIndex)}`);
+    }
+    const content = formatRecord(owner.containerId, owner.ifname);
+    const back = parseTrimmedRecord(goTrimSpace(content));
+    if (back === null || back.containerId !== goTrimSpace(owner.containerId) || back.ifname !== owner.ifname) {
+      throw new AppError(
+        'INTERNAL',
+        `refusing to write a record that would not read back: container ID ${JSON.stringify(owner.containerId)}, ifname ${JSON.stringify(owner.ifname)}`,
+      );
+    }
+    const target = join(this.dir, ip);
+    const tmp = this.#writeTemp(content, RESERVATION_FILE_MODE);
+    let linked = false;
+    try {
+      try {
+        linkSync(tmp, target);
+        linked = true;
+      } catch (e) {
+        if (errnoCode(e) === 'EEXIST') return false;
+        throw e;
+      }
+      unlinkQuietly(tmp);
+      const lastTmp = this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE);
+      try {
+        renameSync(lastTmp, join(this.dir, LAST_RESERVED_IP_PREFIX + String(rangeSetIndex)));
+      } catch (e) {
+        unlinkQuietly(lastTmp);
+        throw e;
+      }
+      this.#fsyncDir();
+      return true;
+    } catch (e) {
+      if (linked) unlinkQuietly(target);
+      throw ioError(`cannot reserve ${ip} in ${this.dir}`, e);
+    } finally {
+      unlinkQuietly(tmp);
+    }
+  }
+
+  /** Reads `last_reserved_ip.<N>`; any problem (missing, unreadable, not an IP) gives null. */
+  async lastReservedIP(rangeSetIndex: number): Promise<string | null> {
+    this.#assertOpen();
+    try {
+      const text = readFileSync(join(this.dir, LAST_RESERVED_IP_PREFIX + String(rangeSetIndex)), 'utf8');
+      return canonicalIP(goTrimSpace(text));
+    } catch {
+      return null;
+    }
+  }
+
+  /** Re-reads `<dir>/<ip>` and unlinks it only when its owner is still `expected`. */
+  async release(ip: string, expected: Owner | null): Promise<boolean> {
+    this.#assertOpen();
+    assertIPName(ip);
+    const path = join(this.dir, ip);
+    const rec = this.#readRecord(path, true);
+    if (rec === null) return false;
+    const owner = rec.trimmed === null ? null : parseTrimmedRecord(rec.trimmed);
+    if (!sameOwner(owner, expected)) return false;
+    try {
+      unlinkSync(path);
+    } catch (e) {
+      if (errnoCode(e) === 'ENOENT') return false;
+      throw ioError(`cannot release ${ip} in ${this.dir}`, e);
+    }
+    this.#fsyncDirQuietly();
+    return true;
+  }
+
+  /**
+   * host-local `ReleaseByID` over the IP-named files of DIR: the files whose Go-trimmed content is
+   * exactly `TrimSpace(id) + "\r\n" + ifname`; if there are none, those whose content is exactly
+   * `TrimSpace(id)` (legacy). Content comparison, as upstream: an LF-only record is listed with its
+   * owner but not released here, because upstream DEL would not release it either. Tries every
+   * matching file and then throws `AppError('STORE_IO')` if any could not be removed.
+   */
+  async releaseByOwner(containerId: string, ifname: string): Promise<string[]> {
+    this.#assertOpen();
+    const id = goTrimSpace(containerId);
+    const exact = id + LINE_BREAK + ifname;
+    const exactHits: ScannedRecord[] = [];
+    const legacyHits: ScannedRecord[] = [];
+    for (const r of this.#scan(false)) {
+      if (r.trimmed === exact) exactHits.push(r);
+      else if (r.trimmed === id) legacyHits.push(r);
+    }
+    const hits = exactHits.length > 0 ? exactHits : legacyHits;
+    const released: string[] = [];
+    const failures: string[] = [];
+    for (const r of hits) {
+      try {
+        unlinkSync(r.path);
+        released.push(r.ip);
+      } catch (e) {
+        if (errnoCode(e) !== 'ENOENT') failures.push(`${r.ip}: ${describe(e)}`);
+      }
+    }
+    if (released.length > 0) this.#fsyncDirQuietly();
+    if (failures.length > 0) {
+      throw new AppError('STORE_IO', `cannot release the reservations of ${id} ${ifname} in ${this.dir}: ${failures.join('; ')}`);
+    }
+    return released;
+  }
+
+  /** DIR exists and a file can be created in it now (probes with a temporary file). */
+  async writable(): Promise<boolean> {
+    this.#assertOpen();
+    let tmp: string;
+    try {
+      if (!statSync(this.dir).isDirectory()) return false;
+      tmp = this.#tempPath();
+      closeSync(openSync(tmp, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL, RESERVATION_FILE_MODE));
+    } catch {
+      return false;
+    }
+    unlinkQuietly(tmp);
+    return true;
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#releaseLock();
+  }
+
+  /** True while this store holds the lock. */
+  get locked(): boolean {
+    return this.#held !== null;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  #what(): string {
+    return `file store ${this.dir}`;
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new ClosedError(this.#what());
+  }
+
+  #releaseLock(): void {
+    const h = this.#held;
+    this.#held = null;
+    h?.release();
+  }
+
+  /**
+   * Every IP-named regular file of DIR with its trimmed content. Skips other names and non-regular
+   * files; removes temp leftovers when the lock is held. Files that vanish are skipped; other read
+   * errors throw STORE_IO (an unreadable record must not be mistaken for garbage).
+   */
+  #scan(withMtime = true): ScannedRecord[] {
+    let names: string[];
+    try {
+      names = readdirSync(this.dir);
+    } catch (e) {
+      if (errnoCode(e) === 'ENOENT') return [];
+      throw ioError(`cannot list ${this.dir}`, e);
+    }
+    const out: ScannedRecord[] = [];
+    const cleanTemps = this.#held !== null;
+    const prefix = this.dir.endsWith('/') ? this.dir : `${this.dir}/`; // join() is measurably slower here
+    for (const name of names) {
+      if (!isCanonicalIPName(name)) {
+        if (cleanTemps && name.startsWith(TEMP_PREFIX) && name.endsWith(TEMP_SUFFIX)) unlinkQuietly(prefix + name);
+        continue;
+      }
+      const path = prefix + name;
+      const rec = this.#readRecord(path, withMtime);
+      if (rec !== null) out.push({ ip: name, path, trimmed: rec.trimmed, mtimeMs: rec.mtimeMs });
+    }
+    return out;
+  }
+
+  /**
+   * Read one record with one open/read(/fstat)/close into the reused buffer. Null when the file
+   * is absent or not a regular file. `trimmed` is null when the content is not decodable.
+   * `mtimeMs` is NaN unless `withMtime`.
+   */
+  #readRecord(path: string, withMtime: boolean): { trimmed: string | null; mtimeMs: number } | null {
+    let fd: number;
+    try {
+      // O_NONBLOCK: a FIFO under an IP name must not hang the plugin.
+      fd = openSync(path, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
+    } catch (e) {
+      if (errnoCode(e) === 'ENOENT') return null;
+      throw ioError(`cannot read ${path}`, e);
+    }
+    try {
+      let mtimeMs = Number.NaN;
+      if (withMtime) {
+        const st = fstatSync(fd);
+        if (!st.isFile()) return null;
+        mtimeMs = st.mtimeMs;
+      }
+      const buf = this.#buf;
+      let n = 0;
+      for (;;) {
+        const got = readSync(fd, buf, n, buf.length - n, null);
+        if (got === 0) break;
+        n += got;
+        if (n === buf.length) break;
+      }
+      const text = decodeRecord(buf.subarray(0, n));
+      return { trimmed: text === null ? null : goTrimSpace(text), mtimeMs };
+    } catch (e) {
+      const code = errnoCode(e);
+      if (code === 'EISDIR' || code === 'EAGAIN' || code === 'EINVAL') return null;
+      throw ioError(`cannot read ${path}`, e);
+    } finally {
+      try {
+        closeSync(fd);
+      } catch {
+        // read-only descriptor: nothing is lost
+      }
+    }
+  }
+
+  #tempPath(): string {
+    return join(this.dir, `${TEMP_PREFIX}${process.pid}-${randomBytes(6).toString('hex')}${TEMP_SUFFIX}`);
+  }
+
+  /** Write `content` to a new temp file in DIR with `mode`, fsync and close it; returns its path. */
+  #writeTemp(content: string, mode: number): string {
+    const tmp = this.#tempPath();
+    let fd: number;
+    try {
+      fd = openSync(tmp, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL, mode);
+    } catch (e) {
+      throw ioError(`cannot create a temporary file in ${this.dir}`, e);
+    }
+    try {
+      const data = Buffer.from(content, 'utf8');
+      let off = 0;
+      while (off < data.length) off += writeSync(fd, data, off, data.length - off);
+      fsyncSync(fd);
+    } catch (e) {
+      closeQuietly(fd);
+      unlinkQuietly(tmp);
+      throw ioError(`cannot write ${tmp}`, e);
+    }
+    try {
+      closeSync(fd);
+    } catch (e) {
+      unlinkQuietly(tmp);
+      throw ioError(`cannot write ${tmp}`, e);
+    }
+    return tmp;
+  }
+
+  #fsyncDir(): void {
+    const fd = openSync(this.dir, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
+    try {
+      fsyncSync(fd);
+    } finally {
+      closeQuietly(fd);
+    }
+  }
+
+  /** After a removal: durability of an unlink is not required (a lost one is a leak the reconciler frees). */
+  #fsyncDirQuietly(): void {
+    try {
+      this.#fsyncDir();
+    } catch {
+      // see above
+    }
+  }
+}
+
+function assertIPName(ip: string): void {
+  if (!isCanonicalIPName(ip)) throw new AppError('INTERNAL', `not the canonical text of an IP address: ${JSON.stringify(ip)}`);
+}
+
+function ioError(what: string, e: unknown): AppError {
+  if (e instanceof AppError) return e;
+  return new AppError('STORE_IO', `${what}: ${describe(e)}`, { cause: e });
+}
+
+function unlinkQuietly(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // already gone, or will be cleaned up as a temp leftover
+  }
+}
+
+function closeQuietly(fd: number): void {
+  try {
+    closeSync(fd);
+  } catch {
+    // nothing to do
+  }
+}
+
+function describe(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
