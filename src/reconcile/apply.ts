@@ -1,0 +1,169 @@
+/**
+ * Applying a reconcile plan (ARCHITECTURE.md "Reconciler safety rules"). The runtime snapshot
+ * was taken before the plan (and so before any lock); here, for each network with something to
+ * release:
+ * 1. take the network's store lock;
+ * 2. re-read its reservations under the lock;
+ * 3. for each planned release, require the same owner as planned and re-classify the fresh record
+ *    with the SAME snapshot ({@link classify}): a file rewritten since (younger mtime) becomes
+ *    `grace` and is kept;
+ * 4. release with `Store.release(ip, expectedOwner)`, which re-reads the file once more and
+ *    removes it only if the owner is unchanged;
+ * 5. append one audit record per removed file.
+ */
+import { AppError } from '../common/errors.ts';
+import { sameOwner, type Reservation, type Store } from '../store/store.ts';
+import type { AuditRecord, AuditSink } from './audit.ts';
+import { DEFAULT_LOCK_TIMEOUT_SECONDS, type StoreOpener } from './networks.ts';
+import { classify, isReleasable, type Plan, type PlanEntry } from './plan.ts';
+
+/** Options of {@link applyPlan}. */
+export interface ApplyOptions {
+  /** Opens the store of a network (closed by applyPlan). */
+  readonly openStore: StoreOpener;
+  /** Receives one record per removed file, right after the removal. */
+  readonly audit: AuditSink;
+  /** Clock for audit times, milliseconds since the Unix epoch. */
+  readonly now: () => number;
+  /** Seconds to wait for each network's lock (default {@link DEFAULT_LOCK_TIMEOUT_SECONDS}). */
+  readonly lockTimeoutSeconds?: number;
+}
+
+/** A planned release that was not done, and why (a short sentence). */
+export interface SkippedRelease {
+  readonly entry: PlanEntry;
+  readonly why: string;
+}
+
+/** A failure while applying: one network (lock, list) or one IP (release, audit). */
+export interface ApplyError {
+  readonly network: string;
+  readonly ip: string | null;
+  readonly error: unknown;
+  readonly message: string;
+}
+
+/** What {@link applyPlan} did. */
+export interface ApplyResult {
+  /** Removed entries, as re-classified under the lock, in plan order. */
+  readonly released: PlanEntry[];
+  readonly skipped: SkippedRelease[];
+  readonly errors: ApplyError[];
+}
+
+/** Why-texts of {@link SkippedRelease} (stable). */
+export const SKIP_REASONS = {
+  gone: 'file no longer exists under the lock',
+  ownerChanged: 'owner changed since the plan',
+  releaseRefused: 'file changed while releasing',
+  auditBroken: 'not attempted: the audit log cannot be written',
+} as const;
+
+/**
+ * Release `plan.release` following the steps in the module comment. Never throws for store or
+ * audit failures: a network whose lock or list fails is reported in `errors` and the others are
+ * still processed; if an audit record cannot be written, that release is reported in `errors` and
+ * nothing further is released (every release must be recorded). Each store is closed (unlocking
+ * it) before the next network is processed.
+ */
+export async function applyPlan(p: Plan, opts: ApplyOptions): Promise<ApplyResult> {
+  const released: PlanEntry[] = [];
+  const skipped: SkippedRelease[] = [];
+  const errors: ApplyError[] = [];
+  const byNetwork = new Map<string, PlanEntry[]>();
+  for (const e of p.release) {
+    const list = byNetwork.get(e.network);
+    if (list === undefined) byNetwork.set(e.network, [e]);
+    else list.push(e);
+  }
+  let auditBroken = false;
+  for (const [network, planned] of byNetwork) {
+    if (auditBroken) {
+      for (const entry of planned) skipped.push({ entry, why: SKIP_REASONS.auditBroken });
+      continue;
+    }
+    let store: Store;
+    try {
+      store = await opts.openStore(network);
+    } catch (error) {
+      errors.push({ network, ip: null, error, message: describe(error) });
+      continue;
+    }
+    try {
+      await store.lock(opts.lockTimeoutSeconds ?? DEFAULT_LOCK_TIMEOUT_SECONDS);
+      const current = new Map<string, Reservation>();
+      for (const r of await store.list()) current.set(r.ip, r);
+      for (const entry of planned) {
+        if (auditBroken) {
+          skipped.push({ entry, why: SKIP_REASONS.auditBroken });
+          continue;
+        }
+        const cur = current.get(entry.ip);
+        if (cur === undefined) {
+          skipped.push({ entry, why: SKIP_REASONS.gone });
+          continue;
+        }
+        if (!sameOwner(cur.owner, entry.owner)) {
+          skipped.push({ entry, why: SKIP_REASONS.ownerChanged });
+          continue;
+        }
+        const fresh = classify(
+          { network, dir: entry.dir, ip: cur.ip, owner: cur.owner, mtimeMs: cur.mtimeMs },
+          p.sandboxes,
+          p.snapshotAtMs,
+          p.graceSeconds,
+        );
+        if (!isReleasable(fresh.verdict)) {
+          skipped.push({ entry, why: `now ${fresh.verdict}: ${fresh.reason}` });
+          continue;
+        }
+        let ok: boolean;
+        try {
+          ok = await store.release(cur.ip, cur.owner);
+        } catch (error) {
+          errors.push({ network, ip: cur.ip, error, message: describe(error) });
+          continue;
+        }
+        if (!ok) {
+          skipped.push({ entry, why: SKIP_REASONS.releaseRefused });
+          continue;
+        }
+        released.push(fresh);
+        try {
+          opts.audit.append(auditRecord(fresh, opts.now()));
+        } catch (error) {
+          auditBroken = true;
+          errors.push({ network, ip: cur.ip, error, message: `released ${cur.ip} but ${describe(error)}` });
+        }
+      }
+    } catch (error) {
+      errors.push({ network, ip: null, error, message: describe(error) });
+    } finally {
+      try {
+        await store.close();
+      } catch (error) {
+        errors.push({ network, ip: null, error, message: describe(error) });
+      }
+    }
+  }
+  return { released, skipped, errors };
+}
+
+/** The audit record of a released entry at time `nowMs`. */
+export function auditRecord(e: PlanEntry, nowMs: number): AuditRecord {
+  return {
+    time: new Date(nowMs).toISOString(),
+    network: e.network,
+    ip: e.ip,
+    containerId: e.containerId,
+    ifname: e.ifname,
+    ageSeconds: e.ageSeconds,
+    verdict: e.verdict,
+    reason: e.reason,
+  };
+}
+
+function describe(e: unknown): string {
+  if (e instanceof AppError) return e.details === undefined ? e.message : `${e.message} (${e.details})`;
+  return e instanceof Error ? e.message : String(e);
+}

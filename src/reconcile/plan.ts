@@ -1,0 +1,272 @@
+/**
+ * The reconciler's pure diff (house style 11; ARCHITECTURE.md "Reconciler safety rules"): from
+ * the reservations found on disk, the pod sandboxes the container runtime lists, the time the
+ * runtime was asked and a grace period, decide for every reservation whether it is `live`,
+ * `grace`, `leaked`, `corrupt` or `unknown`, and which ones may be released.
+ *
+ * No I/O here: the caller takes the runtime snapshot, reads the stores and applies the plan
+ * (`apply.ts`), which re-classifies every entry under the store lock with {@link classify}.
+ *
+ * Rules, each from a real duplicate-IP incident (field reports BR-13, BR-22):
+ * - live: the owner's container ID is a sandbox ID the runtime lists, in ANY state (ready or not
+ *   ready). Matching is on the full ID only, never by pod name or IP. Legacy ID-only records
+ *   (`ifname: null`) match by ID too.
+ * - grace: not listed, but the file is not older than `snapshotAt − grace` (an ADD in flight is
+ *   not listed by the runtime until RunPodSandbox returns).
+ * - leaked: not listed, and the file's mtime is strictly before `snapshotAt − grace`.
+ * - corrupt: the record is empty or unparseable (`owner === null`). Released whatever its age:
+ *   every writer holds the network lock while writing, and apply re-reads under that lock.
+ * - unknown: the runtime could not be asked (`sandboxes === null`); kept. Only corrupt records
+ *   are released then.
+ */
+import type { Owner } from '../store/store.ts';
+
+/** Verdict of one reservation. `unknown` only occurs when the runtime could not be asked. */
+export type Verdict = 'live' | 'grace' | 'leaked' | 'corrupt' | 'unknown';
+
+/** The verdicts in report order (summary lines, counts). */
+export const VERDICTS: readonly Verdict[] = ['live', 'grace', 'leaked', 'corrupt', 'unknown'];
+
+/** State of a pod sandbox as the runtime reports it (CRI `PodSandboxState`). */
+export type SandboxState = 'ready' | 'notready';
+
+/**
+ * The sandboxes the runtime lists, by full sandbox ID. A Map also gives each one's state, used
+ * only in the reason text; a Set is enough for the verdicts. null = the runtime could not be
+ * asked.
+ */
+export type SandboxIndex = ReadonlySet<string> | ReadonlyMap<string, SandboxState>;
+
+/** One reservation as read from a store, tagged with its network. */
+export interface ReservationInput {
+  /** Network name (`<dataDir>/<network>`). */
+  readonly network: string;
+  /** The network directory, for reports. */
+  readonly dir: string;
+  /** Canonical IP text (the file name). */
+  readonly ip: string;
+  /** The owner, or null for a corrupt record. */
+  readonly owner: Owner | null;
+  /** File mtime, milliseconds since the Unix epoch. */
+  readonly mtimeMs: number;
+}
+
+/** Input of {@link plan}. */
+export interface PlanInput {
+  readonly reservations: readonly ReservationInput[];
+  /** Sandbox IDs the runtime lists (any state), or null when it could not be asked. */
+  readonly sandboxes: SandboxIndex | null;
+  /**
+   * When the runtime snapshot was taken (just BEFORE ListPodSandbox was sent), milliseconds since
+   * the Unix epoch. Ages are measured from it.
+   */
+  readonly snapshotAtMs: number;
+  /** Grace period, seconds (≥ 0, may be fractional). */
+  readonly graceSeconds: number;
+}
+
+/** One classified reservation. */
+export interface PlanEntry {
+  readonly network: string;
+  readonly dir: string;
+  readonly ip: string;
+  /** The owner as read (null when corrupt); apply releases only if it is unchanged. */
+  readonly owner: Owner | null;
+  /** Owner's container ID, or null for a corrupt record. */
+  readonly containerId: string | null;
+  /** Owner's interface, or null for a corrupt or legacy ID-only record. */
+  readonly ifname: string | null;
+  readonly mtimeMs: number;
+  /** (snapshotAt − mtime) in seconds, rounded to the millisecond; negative when mtime is later. */
+  readonly ageSeconds: number;
+  readonly verdict: Verdict;
+  /** A short human sentence explaining the verdict. */
+  readonly reason: string;
+}
+
+/** Counts of a plan, for summaries and metrics. */
+export interface PlanCounts {
+  /** Number of reservations considered. */
+  readonly allocated: number;
+  readonly live: number;
+  readonly grace: number;
+  readonly leaked: number;
+  readonly corrupt: number;
+  readonly unknown: number;
+  /** Reservations that nobody owns and are released: leaked + corrupt. */
+  readonly orphaned: number;
+}
+
+/** Result of {@link plan}. Every array is sorted by network, then IP numerically. */
+export interface Plan {
+  /** Every reservation with its verdict. */
+  readonly entries: readonly PlanEntry[];
+  /** Entries to release: verdict `leaked` or `corrupt`. */
+  readonly release: readonly PlanEntry[];
+  /** Entries to keep: `live`, `grace`, `unknown`. */
+  readonly keep: readonly PlanEntry[];
+  /**
+   * Listed sandbox IDs that own none of the given reservations, sorted. Informational only: a
+   * host-network pod or a pod on another network has none (BR-13 reports this case; the plan
+   * never acts on it). Empty when the runtime could not be asked.
+   */
+  readonly orphans: readonly string[];
+  readonly counts: PlanCounts;
+  /** The inputs apply needs to re-classify under the lock. */
+  readonly sandboxes: SandboxIndex | null;
+  readonly snapshotAtMs: number;
+  readonly graceSeconds: number;
+}
+
+/** Reason texts (stable: tests and docs quote them). */
+export const REASONS = {
+  live: 'sandbox is listed by the runtime',
+  liveReady: 'sandbox is listed by the runtime (ready)',
+  liveNotReady: 'sandbox is listed by the runtime (not ready)',
+  legacySuffix: '; legacy ID-only record',
+  grace: 'sandbox not listed by the runtime, but the file is within the grace period (ADD may be in flight)',
+  leaked: 'sandbox not listed by the runtime and the file is older than the grace period',
+  corrupt: 'empty or unparseable reservation file',
+  unknown: 'runtime not reachable; kept',
+} as const;
+
+/**
+ * Classify one reservation against a snapshot. Pure; used by {@link plan} and again by apply
+ * under the lock with the same snapshot.
+ *
+ * Grace boundary: with `boundary = snapshotAtMs − graceSeconds·1000`, the record is `leaked` only
+ * when `mtimeMs < boundary` (strictly older); `mtimeMs === boundary` (age exactly equal to the
+ * grace) is still `grace`. A non-finite mtime is never leaked.
+ */
+export function classify(
+  r: ReservationInput,
+  sandboxes: SandboxIndex | null,
+  snapshotAtMs: number,
+  graceSeconds: number,
+): PlanEntry {
+  const base = {
+    network: r.network,
+    dir: r.dir,
+    ip: r.ip,
+    owner: r.owner,
+    containerId: r.owner?.containerId ?? null,
+    ifname: r.owner?.ifname ?? null,
+    mtimeMs: r.mtimeMs,
+    ageSeconds: Math.round(snapshotAtMs - r.mtimeMs) / 1000,
+  };
+  if (r.owner === null) return { ...base, verdict: 'corrupt', reason: REASONS.corrupt };
+  if (sandboxes === null) return { ...base, verdict: 'unknown', reason: REASONS.unknown };
+  const legacy = r.owner.ifname === null ? REASONS.legacySuffix : '';
+  if (sandboxes.has(r.owner.containerId)) {
+    const state = sandboxes instanceof Map ? (sandboxes.get(r.owner.containerId) as SandboxState | undefined) : undefined;
+    const text = state === 'ready' ? REASONS.liveReady : state === 'notready' ? REASONS.liveNotReady : REASONS.live;
+    return { ...base, verdict: 'live', reason: text + legacy };
+  }
+  const boundary = snapshotAtMs - graceSeconds * 1000;
+  if (r.mtimeMs < boundary) return { ...base, verdict: 'leaked', reason: REASONS.leaked + legacy };
+  return { ...base, verdict: 'grace', reason: REASONS.grace + legacy };
+}
+
+/** True for verdicts the reconciler releases. */
+export function isReleasable(v: Verdict): boolean {
+  return v === 'leaked' || v === 'corrupt';
+}
+
+/**
+ * Classify every reservation (see the module comment for the rules) and split them into
+ * `release` and `keep`. Throws `RangeError` when `graceSeconds` is negative or not finite, or
+ * `snapshotAtMs` is not finite (programming errors: the CLI validates `--grace`).
+ */
+export function plan(input: PlanInput): Plan {
+  if (!Number.isFinite(input.graceSeconds) || input.graceSeconds < 0) {
+    throw new RangeError(`grace must be a finite number of seconds >= 0, got ${String(input.graceSeconds)}`);
+  }
+  if (!Number.isFinite(input.snapshotAtMs)) throw new RangeError(`snapshotAtMs must be finite, got ${String(input.snapshotAtMs)}`);
+  const entries = input.reservations
+    .map((r) => classify(r, input.sandboxes, input.snapshotAtMs, input.graceSeconds))
+    .sort(compareEntries);
+  const release: PlanEntry[] = [];
+  const keep: PlanEntry[] = [];
+  const counts = { allocated: entries.length, live: 0, grace: 0, leaked: 0, corrupt: 0, unknown: 0, orphaned: 0 };
+  const owners = new Set<string>();
+  for (const e of entries) {
+    counts[e.verdict]++;
+    if (e.containerId !== null) owners.add(e.containerId);
+    if (isReleasable(e.verdict)) release.push(e);
+    else keep.push(e);
+  }
+  counts.orphaned = counts.leaked + counts.corrupt;
+  const orphans = input.sandboxes === null ? [] : [...input.sandboxes.keys()].filter((id) => !owners.has(id)).sort();
+  return {
+    entries,
+    release,
+    keep,
+    orphans,
+    counts,
+    sandboxes: input.sandboxes,
+    snapshotAtMs: input.snapshotAtMs,
+    graceSeconds: input.graceSeconds,
+  };
+}
+
+/** Order by network name (code unit order), then IP numerically (IPv4 before IPv6). */
+export function compareEntries(a: { network: string; ip: string }, b: { network: string; ip: string }): number {
+  if (a.network !== b.network) return a.network < b.network ? -1 : 1;
+  return compareIPText(a.ip, b.ip);
+}
+
+/** Numeric order of two IP texts: IPv4 before IPv6; unparseable text last, by code units. */
+export function compareIPText(a: string, b: string): number {
+  const ka = ipKey(a);
+  const kb = ipKey(b);
+  if (ka === null || kb === null) {
+    if (ka !== kb) return ka === null ? 1 : -1;
+    return a < b ? -1 : a > b ? 1 : 0;
+  }
+  if (ka.family !== kb.family) return ka.family - kb.family;
+  return ka.value < kb.value ? -1 : ka.value > kb.value ? 1 : 0;
+}
+
+function ipKey(s: string): { family: number; value: bigint } | null {
+  if (!s.includes(':')) {
+    const parts = s.split('.');
+    if (parts.length !== 4) return null;
+    let v = 0n;
+    for (const p of parts) {
+      if (!/^\d{1,3}$/.test(p) || Number(p) > 255) return null;
+      v = (v << 8n) | BigInt(p);
+    }
+    return { family: 4, value: v };
+  }
+  const halves = s.split('::');
+  if (halves.length > 2) return null;
+  const head = halves[0] === '' || halves[0] === undefined ? [] : halves[0].split(':');
+  const tail = halves.length === 2 && halves[1] !== '' && halves[1] !== undefined ? halves[1].split(':') : [];
+  // An embedded IPv4 tail (::ffff:1.2.3.4) counts as two groups.
+  const last = tail.length > 0 ? tail[tail.length - 1] : head[head.length - 1];
+  const groups: string[] = [];
+  const expand = (list: string[]): boolean => {
+    for (const g of list) {
+      if (g.includes('.')) {
+        const k = ipKey(g);
+        if (k === null || g !== last) return false;
+        groups.push((k.value >> 16n).toString(16), (k.value & 0xffffn).toString(16));
+      } else groups.push(g);
+    }
+    return true;
+  };
+  const headGroups: string[] = [];
+  if (!expand(head)) return null;
+  headGroups.push(...groups.splice(0));
+  if (!expand(tail)) return null;
+  const tailGroups = groups;
+  const missing = 8 - headGroups.length - tailGroups.length;
+  if (halves.length === 1 ? missing !== 0 : missing < 1) return null;
+  const all = [...headGroups, ...Array<string>(halves.length === 1 ? 0 : missing).fill('0'), ...tailGroups];
+  let v = 0n;
+  for (const g of all) {
+    if (!/^[0-9a-fA-F]{1,4}$/.test(g)) return null;
+    v = (v << 16n) | BigInt(`0x${g}`);
+  }
+  return { family: 6, value: v };
+}

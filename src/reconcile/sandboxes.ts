@@ -1,0 +1,36 @@
+/**
+ * The reconciler's narrow view of the container runtime: who the sandboxes are. Kept separate
+ * from the CRI client (`src/runtime/`) so the reconciler and its tests depend only on this shape;
+ * the CLI adapts the real client to it (`src/cli/leaks.ts`).
+ */
+import type { SandboxIndex, SandboxState } from './plan.ts';
+
+/** One pod sandbox as the runtime lists it. */
+export interface SandboxInfo {
+  /** Full sandbox ID (the CNI container ID of its network setup). */
+  readonly id: string;
+  readonly state: SandboxState;
+}
+
+/**
+ * A source of the runtime's sandbox list (CRI `ListPodSandbox` with no filter).
+ * `list()` throws an `AppError` (`RUNTIME_*`) when the runtime cannot be asked.
+ */
+export interface SandboxSource {
+  /** Where the runtime is asked (`unix:///run/containerd/containerd.sock`), for reports. */
+  readonly endpoint: string;
+  /** Every sandbox the runtime knows, in any state. */
+  list(): Promise<SandboxInfo[]>;
+  /** Free the connection. Idempotent. Optional for fakes. */
+  close?(): Promise<void> | void;
+}
+
+/** Builds a {@link SandboxSource} for a resolved endpoint URL (`unix:///path`). */
+export type SandboxSourceFactory = (endpoint: string) => SandboxSource;
+
+/** The sandbox list as an index by full ID (with states, for reasons). */
+export function indexSandboxes(list: readonly SandboxInfo[]): SandboxIndex {
+  const m = new Map<string, SandboxState>();
+  for (const s of list) m.set(s.id, s.state);
+  return m;
+}
