@@ -1,0 +1,99 @@
+/**
+ * Crash safety of the installed plugin: SIGKILL it at random moments of ADD and DEL (seeded),
+ * 240 times. After every kill:
+ *  - no IP-named file is empty or partial (content is exactly `<id>\r\neth0`);
+ *  - the lock is not stuck (the next invocation, with a short lockTimeout, succeeds);
+ *  - a killed ADD left either no reservation for its container or one complete one, and a later
+ *    DEL of that container leaves none.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { installedPlugin, runCni, tempDir } from '../helpers/cni.ts';
+
+const KILLS = 240;
+const NET = 'crash';
+
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Start the plugin and SIGKILL it after `delayMs`; resolves when it is gone. */
+function runAndKill(bin: string, env: Record<string, string>, input: string, delayMs: number): Promise<string> {
+  return new Promise((resolve) => {
+    const p = spawn(bin, [], { env });
+    let out = '';
+    p.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    const timer = setTimeout(() => p.kill('SIGKILL'), delayMs);
+    p.on('close', (_code, signal) => {
+      clearTimeout(timer);
+      resolve(signal === 'SIGKILL' ? 'killed' : out);
+    });
+    p.stdin.on('error', () => undefined);
+    p.stdin.end(input);
+  });
+}
+
+describe('crash safety: SIGKILL during ADD and DEL', () => {
+  let bin = '';
+  const t = tempDir('ipw-crash-');
+  before(() => {
+    bin = installedPlugin();
+  });
+  after(() => t.cleanup());
+
+  it(`${KILLS} kills at random moments never leave a partial file or a stuck lock`, async () => {
+    const dir = join(t.dir, NET);
+    mkdirSync(dir, { recursive: true });
+    // Some reservations so every ADD/DEL has real work (list + walk) to be killed in.
+    for (let i = 10; i < 250; i++) writeFileSync(join(dir, `10.66.0.${i}`), `bg${i}\r\neth0`);
+    const conf = JSON.stringify({ cniVersion: '1.0.0', name: NET, ipam: { type: 'ipwarden', dataDir: t.dir, lockTimeout: '5s', ranges: [[{ subnet: '10.66.0.0/24' }]] } });
+    const env = (cmd: string, id: string) => ({ PATH: '/usr/bin:/bin', CNI_COMMAND: cmd, CNI_CONTAINERID: id, CNI_IFNAME: 'eth0', CNI_NETNS: '/x', CNI_PATH: '/usr/lib/cni' });
+    const rand = rng(42);
+    const problems: string[] = [];
+    let killed = 0;
+    let kills = 0;
+    for (let i = 0; i < KILLS; i++) {
+      const id = `k${i}`;
+      const isAdd = i % 3 !== 2;
+      if (!isAdd) {
+        // Give the DEL something to release.
+        const pre = runCni(bin, { command: 'ADD', containerId: id, ifname: 'eth0', stdin: conf });
+        if (pre.exitCode !== 0) problems.push(`setup ADD ${id}: ${pre.stdout}`);
+      }
+      // Node start-up is ~40 ms here; spread kills over the whole lifetime of the process.
+      const delay = 5 + Math.floor(rand() * 120);
+      const res = await runAndKill(bin, env(isAdd ? 'ADD' : 'DEL', id), conf, delay);
+      kills++;
+      if (res === 'killed') killed++;
+      for (const name of readdirSync(dir)) {
+        if (!/^\d+\.\d+\.\d+\.\d+$/.test(name)) continue;
+        const c = readFileSync(join(dir, name), 'utf8');
+        if (!/^[a-z]+\d+\r\neth0$/.test(c)) problems.push(`after kill ${i}: ${name} holds ${JSON.stringify(c)}`);
+      }
+      const mine = readdirSync(dir).filter((n) => /^\d/.test(n) && readFileSync(join(dir, n), 'utf8') === `${id}\r\neth0`);
+      if (mine.length > 1) problems.push(`after kill ${i}: ${id} holds ${mine.length} files`);
+      // Not stuck: DEL (cleanup) must get the lock within lockTimeout and release everything of id.
+      const d = runCni(bin, { command: 'DEL', containerId: id, ifname: 'eth0', stdin: conf });
+      if (d.exitCode !== 0) problems.push(`DEL after kill ${i}: ${d.stdout}`);
+      const left = readdirSync(dir).filter((n) => /^\d/.test(n) && readFileSync(join(dir, n), 'utf8') === `${id}\r\neth0`);
+      if (left.length > 0) problems.push(`after kill ${i}: DEL left ${left.join(',')}`);
+    }
+    assert.deepEqual(problems, []);
+    assert.equal(kills, KILLS);
+    // The kills must actually land while the plugin runs, not only after it exited.
+    assert.ok(killed >= KILLS / 2, `only ${killed} of ${KILLS} runs were killed before finishing`);
+    const r = runCni(bin, { command: 'ADD', containerId: 'final', ifname: 'eth0', stdin: conf });
+    assert.equal(r.exitCode, 0, r.stdout);
+    assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith('.')), [], 'leftover temporary files are removed under the lock');
+  });
+});

@@ -1,0 +1,134 @@
+/**
+ * Black-box helpers: run a CNI plugin executable (the installed ipwarden or upstream host-local)
+ * the way a runtime does — `CNI_*` env, config on stdin — and capture {exitCode, stdout, stderr}.
+ */
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+/** Upstream host-local from Debian's containernetworking-plugins. */
+export const HOST_LOCAL = '/usr/lib/cni/host-local';
+
+/** Repository root. */
+export const ROOT = resolve(import.meta.dirname, '../..');
+
+/** One plugin invocation. */
+export interface Invocation {
+  command: string;
+  containerId?: string;
+  ifname?: string;
+  netns?: string;
+  args?: string;
+  path?: string;
+  /** The config (object is JSON-encoded). */
+  stdin: string | object;
+  /** Extra env (replaces the defaults above). */
+  env?: Record<string, string>;
+}
+
+/** What came back. `json` is stdout parsed, or null when stdout was empty. */
+export interface Outcome {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  json: Record<string, unknown> | null;
+}
+
+function envFor(inv: Invocation): Record<string, string> {
+  const env: Record<string, string> = { PATH: '/usr/bin:/bin', CNI_COMMAND: inv.command };
+  if (inv.containerId !== undefined) env['CNI_CONTAINERID'] = inv.containerId;
+  if (inv.ifname !== undefined) env['CNI_IFNAME'] = inv.ifname;
+  env['CNI_NETNS'] = inv.netns ?? (inv.command === 'ADD' || inv.command === 'CHECK' ? '/var/run/netns/ipwarden-test' : '');
+  if (inv.args !== undefined) env['CNI_ARGS'] = inv.args;
+  env['CNI_PATH'] = inv.path ?? '/usr/lib/cni';
+  return { ...env, ...(inv.env ?? {}) };
+}
+
+function outcome(status: number | null, stdout: string, stderr: string): Outcome {
+  let json: Record<string, unknown> | null = null;
+  if (stdout.trim() !== '') {
+    try {
+      json = JSON.parse(stdout) as Record<string, unknown>;
+    } catch {
+      json = null;
+    }
+  }
+  return { exitCode: status ?? -1, stdout, stderr, json };
+}
+
+/** Run `bin` synchronously. */
+export function runCni(bin: string, inv: Invocation): Outcome {
+  const input = typeof inv.stdin === 'string' ? inv.stdin : JSON.stringify(inv.stdin);
+  const r = spawnSync(bin, [], { input, env: envFor(inv), encoding: 'utf8', timeout: 60_000 });
+  if (r.error) throw r.error;
+  return outcome(r.status, r.stdout, r.stderr);
+}
+
+/** Run `bin` asynchronously (for concurrency tests). */
+export function runCniAsync(bin: string, inv: Invocation): Promise<Outcome> {
+  const input = typeof inv.stdin === 'string' ? inv.stdin : JSON.stringify(inv.stdin);
+  return new Promise((res, rej) => {
+    const p = spawn(bin, [], { env: envFor(inv) });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    p.stderr.on('data', (c: Buffer) => (err += c.toString('utf8')));
+    p.on('error', rej);
+    p.on('close', (code) => res(outcome(code, out, err)));
+    p.stdin.end(input);
+  });
+}
+
+/** A temp directory removed by the returned cleanup function. */
+export function tempDir(prefix = 'ipwarden-test-'): { dir: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+let installed: string | null = null;
+
+/**
+ * Install the built plugin (dist/) with `ipwarden install-cni` into a temp bin dir, once per
+ * process, and return the executable's path. Requires `npm run build` to have run.
+ */
+export function installedPlugin(): string {
+  if (installed !== null && existsSync(installed)) return installed;
+  const bundle = join(ROOT, 'dist/ipwarden.cjs');
+  if (!existsSync(bundle)) throw new Error(`no ${bundle}: run "npm run build" first`);
+  const { dir } = tempDir('ipwarden-bin-');
+  execFileSync(process.execPath, [bundle, 'install-cni', '--dest', dir], { stdio: 'pipe' });
+  installed = join(dir, 'ipwarden');
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return installed;
+}
+
+/**
+ * The raw state of a network directory: file name → content (utf8), plus modes for reservation
+ * files. Sub-directories are listed as `name/` → '<dir>'.
+ */
+export function snapshotDir(dir: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (!existsSync(dir)) return out;
+  for (const name of readdirSync(dir).sort()) {
+    const p = join(dir, name);
+    const st = statSync(p);
+    out[st.isDirectory() ? `${name}/` : name] = st.isDirectory() ? '<dir>' : readFileSync(p, 'utf8');
+  }
+  return out;
+}
+
+/** True when upstream host-local is installed. */
+export function haveHostLocal(): boolean {
+  return existsSync(HOST_LOCAL);
+}
+
+/**
+ * Skip reason for suites that need `what`: in CI a missing prerequisite is a failure (the suite
+ * throws), locally it is a skip with the reason.
+ */
+export function requireOrSkip(ok: boolean, what: string): string | false {
+  if (ok) return false;
+  if (process.env['CI'] === 'true') throw new Error(`CI is missing a test prerequisite: ${what}`);
+  return `needs ${what}`;
+}

@@ -1,0 +1,209 @@
+/**
+ * Differential tests against the real upstream host-local (Debian containernetworking-plugins,
+ * /usr/lib/cni/host-local). Each case starts two copies of one directory state, runs the same
+ * invocations through host-local on one copy and through the installed ipwarden executable on the
+ * other, and compares exit status, stdout JSON and the resulting files byte for byte.
+ *
+ * Only the deliberate differences documented in docs/compatibility.md are allowed, each named
+ * per case (`allow`):
+ *  - `errorCode`: ipwarden reports config/CNI_ARGS errors with the spec's code (7/4) where
+ *    host-local reports 999; messages stay identical.
+ *  - `reAdd`: a repeated ADD for a container ID + ifname that already holds a reservation returns
+ *    it instead of failing with "duplicate allocation is not allowed".
+ *  - `checkMsg`: CHECK's not-found message names ipwarden instead of host-local.
+ *  - `delNoDir`: DEL on a network without a directory creates nothing.
+ * Always tolerated: the error object's extra `cniVersion` key (newer libcni prints it too), file
+ * modes (0600 is upstream behaviour since v1.4.0; Debian's v1.1.1 writes 0644) and the VERSION
+ * list's extra 1.1.0.
+ */
+import assert from 'node:assert/strict';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import {
+  haveHostLocal,
+  HOST_LOCAL,
+  installedPlugin,
+  requireOrSkip,
+  runCni,
+  snapshotDir,
+  tempDir,
+  type Invocation,
+  type Outcome,
+} from '../helpers/cni.ts';
+
+type Allow = 'errorCode' | 'reAdd' | 'checkMsg' | 'delNoDir';
+
+interface Case {
+  name: string;
+  /** The ipam section (type and dataDir are filled in). */
+  ipam: Record<string, unknown>;
+  cniVersion?: string;
+  /** Extra top-level config keys (args, runtimeConfig). */
+  extra?: Record<string, unknown>;
+  /** Files in DIR before the run; `c1|eth0` means `c1\r\neth0`. */
+  disk?: Record<string, string>;
+  /** Invocations; `stdin` defaults to the case's config. */
+  steps: Array<Omit<Invocation, 'stdin'> & { stdin?: string | object }>;
+  allow?: Allow[];
+  /** Expected values asserted on ipwarden's side in addition to parity (optional). */
+  expectIPs?: string[];
+}
+
+const NET = 'difftest';
+const v4 = (subnet: string, more: Record<string, unknown> = {}) => ({ ranges: [[{ subnet, ...more }]] });
+const add = (containerId: string, ifname = 'eth0', more: Partial<Invocation> = {}) => ({ command: 'ADD', containerId, ifname, ...more });
+const del = (containerId: string, ifname = 'eth0', more: Partial<Invocation> = {}) => ({ command: 'DEL', containerId, ifname, ...more });
+
+const VERSIONS = ['0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.4.0', '1.0.0'];
+
+const cases: Case[] = [
+  ...VERSIONS.map((v): Case => ({ name: `fresh ADD, cniVersion ${v}`, cniVersion: v, ipam: v4('10.1.0.0/24'), steps: [add('c1')], expectIPs: ['10.1.0.2'] })),
+  { name: 'dual stack 1.0.0', ipam: { ranges: [[{ subnet: '10.1.0.0/24' }], [{ subnet: 'fd00:1::/64' }]] }, steps: [add('c1'), add('c2')] },
+  { name: 'dual stack 0.2.0 (ip4/ip6 form)', cniVersion: '0.2.0', ipam: { ranges: [[{ subnet: '10.1.0.0/24' }], [{ subnet: 'fd00:1::/120' }]] }, steps: [add('c1')] },
+  {
+    name: 'routes copied, split by family in 0.2.0',
+    cniVersion: '0.2.0',
+    ipam: { ...v4('10.1.0.0/24'), routes: [{ dst: '0.0.0.0/0' }, { dst: '192.168.0.0/16', gw: '10.1.0.254' }] },
+    steps: [add('c1')],
+  },
+  { name: 'routes 1.0.0', ipam: { ...v4('10.1.0.0/24'), routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }] }, steps: [add('c1')] },
+  { name: 'round robin continues after last_reserved_ip.0', ipam: v4('10.1.0.0/24'), disk: { 'last_reserved_ip.0': '10.1.0.5' }, steps: [add('c1'), add('c2')], expectIPs: ['10.1.0.6', '10.1.0.7'] },
+  { name: 'round robin wraps at rangeEnd, skipping the gateway', ipam: v4('10.1.0.0/29'), disk: { 'last_reserved_ip.0': '10.1.0.6' }, steps: [add('c1')], expectIPs: ['10.1.0.2'] },
+  { name: 'last_reserved_ip outside the set restarts at rangeStart', ipam: v4('10.1.0.0/24'), disk: { 'last_reserved_ip.0': '192.168.1.1' }, steps: [add('c1')], expectIPs: ['10.1.0.2'] },
+  { name: 'garbage last_reserved_ip is ignored', ipam: v4('10.1.0.0/24'), disk: { 'last_reserved_ip.0': 'not-an-ip' }, steps: [add('c1')] },
+  { name: 'gateway in the middle is skipped', ipam: v4('10.1.0.0/24', { gateway: '10.1.0.10' }), disk: { 'last_reserved_ip.0': '10.1.0.9' }, steps: [add('c1')], expectIPs: ['10.1.0.11'] },
+  { name: 'rangeStart/rangeEnd bounds', ipam: v4('10.1.0.0/24', { rangeStart: '10.1.0.100', rangeEnd: '10.1.0.102' }), steps: [add('c1'), add('c2'), add('c3'), add('c4')] },
+  {
+    name: 'one set of two ranges: moves to the next range',
+    ipam: { ranges: [[{ subnet: '10.10.10.0/24', rangeStart: '10.10.10.20', rangeEnd: '10.10.10.22' }, { subnet: '10.20.20.0/24', rangeStart: '10.20.20.20', rangeEnd: '10.20.20.21' }]] },
+    steps: [add('c1'), add('c2'), add('c3'), add('c4'), add('c5'), add('c6')],
+  },
+  {
+    name: 'BR-16 A: two range sets, the second exhausts and the first is rolled back',
+    ipam: { ranges: [[{ subnet: '10.10.10.0/24', rangeStart: '10.10.10.20', rangeEnd: '10.10.10.22' }], [{ subnet: '10.20.20.0/24', rangeStart: '10.20.20.20', rangeEnd: '10.20.20.21' }]] },
+    steps: [add('c1'), add('c2'), add('c3')],
+  },
+  { name: 'exhausted /29', ipam: v4('10.22.0.0/29'), disk: { '10.22.0.2': 'a|eth0', '10.22.0.3': 'b|eth0', '10.22.0.4': 'c|eth0', '10.22.0.5': 'd|eth0', '10.22.0.6': 'e|eth0' }, steps: [add('c6')] },
+  { name: 'exhausted /30 (only .2 allocatable)', ipam: v4('10.1.0.0/30'), steps: [add('c1'), add('c2')] },
+  { name: 'BR-24 A: /16 range across an octet boundary', ipam: v4('10.1.0.0/16', { rangeStart: '10.1.2.254', rangeEnd: '10.1.3.1' }), steps: [add('c1'), add('c2'), add('c3'), add('c4'), add('c5')] },
+  { name: 'static IP via CNI_ARGS', ipam: v4('10.1.0.0/24'), steps: [add('c1', 'eth0', { args: 'IP=10.1.0.77' })], expectIPs: ['10.1.0.77'] },
+  { name: 'static IP with prefix via CNI_ARGS', ipam: v4('10.1.0.0/24'), steps: [add('c1', 'eth0', { args: 'IgnoreUnknown=1;K8S_POD_NAME=p;IP=10.1.0.78/24' })] },
+  { name: 'static IP via args.cni.ips', ipam: v4('10.1.0.0/24'), extra: { args: { cni: { ips: ['10.1.0.79'] } } }, steps: [add('c1')] },
+  { name: 'static IP via runtimeConfig.ips', ipam: v4('10.1.0.0/24'), extra: { runtimeConfig: { ips: ['10.1.0.80/24'] } }, steps: [add('c1')] },
+  { name: 'static IP already taken', ipam: v4('10.1.0.0/24'), disk: { '10.1.0.77': 'other|eth0' }, steps: [add('c1', 'eth0', { args: 'IP=10.1.0.77' })] },
+  { name: 'static IP is the gateway', ipam: v4('10.1.0.0/24'), steps: [add('c1', 'eth0', { args: 'IP=10.1.0.1' })] },
+  { name: 'static IP outside every range set', ipam: v4('10.1.0.0/24'), steps: [add('c1', 'eth0', { args: 'IP=10.9.0.5' })] },
+  { name: 'CNI_ARGS unknown key without IgnoreUnknown', ipam: v4('10.1.0.0/24'), steps: [add('c1', 'eth0', { args: 'K8S_POD_NAME=x' })], allow: ['errorCode'] },
+  { name: 'Kubernetes CNI_ARGS with IgnoreUnknown', ipam: v4('10.1.0.0/24'), steps: [add('c1', 'eth0', { args: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=p;K8S_POD_INFRA_CONTAINER_ID=c1;K8S_POD_UID=u' })] },
+  { name: 'legacy top-level subnet form', ipam: { subnet: '10.3.0.0/24', rangeStart: '10.3.0.50' }, steps: [add('c1')] },
+  { name: 'legacy top-level range is prepended to ranges', ipam: { subnet: '10.3.0.0/24', ranges: [[{ subnet: '10.4.0.0/24' }]] }, steps: [add('c1')] },
+  { name: 'runtimeConfig.ipRanges is prepended', ipam: v4('10.1.0.0/24'), extra: { runtimeConfig: { ipRanges: [[{ subnet: '10.5.0.0/24' }]] } }, steps: [add('c1')] },
+  { name: '/31 refused', ipam: v4('10.1.0.0/31'), steps: [add('c1')], allow: ['errorCode'] },
+  { name: '/32 refused', ipam: v4('10.1.0.1/32'), steps: [add('c1')], allow: ['errorCode'] },
+  { name: 'host bits set', ipam: v4('10.1.0.5/24'), steps: [add('c1')], allow: ['errorCode'] },
+  { name: 'rangeStart outside the subnet', ipam: v4('10.1.0.0/24', { rangeStart: '10.2.0.5' }), steps: [add('c1')], allow: ['errorCode'] },
+  { name: 'overlapping range sets', ipam: { ranges: [[{ subnet: '10.10.10.0/24' }], [{ subnet: '10.10.10.0/24' }]] }, steps: [add('c1')], allow: ['errorCode'] },
+  { name: 'mixed families in one set', ipam: { ranges: [[{ subnet: '10.10.10.0/24' }, { subnet: 'fd00::/64' }]] }, steps: [add('c1')], allow: ['errorCode'] },
+  { name: 'no ranges', ipam: { ranges: [] }, steps: [add('c1')], allow: ['errorCode'] },
+  { name: '0.2.0 refuses two IPv4 range sets', cniVersion: '0.2.0', ipam: { ranges: [[{ subnet: '10.1.0.0/24' }], [{ subnet: '10.2.0.0/24' }]] }, steps: [add('c1')], allow: ['errorCode'] },
+  { name: 'DEL releases the owner (id + ifname)', ipam: v4('10.1.0.0/24'), disk: { '10.1.0.2': 'c1|eth0', '10.1.0.3': 'c2|eth0', 'last_reserved_ip.0': '10.1.0.3' }, steps: [del('c1')] },
+  { name: 'DEL of a legacy ID-only record', ipam: v4('10.1.0.0/24'), disk: { '10.1.0.4': 'c9' }, steps: [del('c9')] },
+  { name: 'DEL keeps the other interface of the same container', ipam: v4('10.1.0.0/24'), disk: { '10.1.0.2': 'c1|eth0', '10.1.0.3': 'c1|eth1' }, steps: [del('c1', 'eth1')] },
+  { name: 'DEL of an unknown container is a no-op', ipam: v4('10.1.0.0/24'), disk: { '10.1.0.2': 'c1|eth0' }, steps: [del('nobody'), del('nobody')] },
+  { name: 'DEL then ADD continues round robin (BR-08 d)', ipam: v4('10.4.0.0/24'), disk: { '10.4.0.2': 'default-c1|eth0', '10.4.0.4': 'default-c9', 'last_reserved_ip.0': '10.4.0.2' }, steps: [del('default-c1'), add('default-c1')] },
+  { name: 'BR-08 b: a second ifname of the same container gets a new address', ipam: v4('10.4.0.0/24'), disk: { '10.4.0.2': 'default-c1|eth0', 'last_reserved_ip.0': '10.4.0.2' }, steps: [add('default-c1', 'eth1')] },
+  { name: 'CHECK finds the reservation (0.4.0)', cniVersion: '0.4.0', ipam: v4('10.1.0.0/24'), disk: { '10.1.0.2': 'c1|eth0' }, steps: [{ command: 'CHECK', containerId: 'c1', ifname: 'eth0' }] },
+  { name: 'CHECK of a container without reservation', cniVersion: '0.4.0', ipam: v4('10.1.0.0/24'), steps: [{ command: 'CHECK', containerId: 'c1', ifname: 'eth0' }], allow: ['checkMsg'] },
+  { name: 'CHECK refused below 0.4.0', cniVersion: '0.3.1', ipam: v4('10.1.0.0/24'), steps: [{ command: 'CHECK', containerId: 'c1', ifname: 'eth0' }] },
+  { name: 'IPv6 /64 defaults', ipam: v4('fd00:20::/64'), steps: [add('c1')], expectIPs: ['fd00:20::2'] },
+  { name: 'IPv6 wraps at the last address of a /120', ipam: v4('fd00:20::/120'), disk: { 'last_reserved_ip.0': 'fd00:20::ff' }, steps: [add('c1')], expectIPs: ['fd00:20::2'] },
+  { name: 'BR-08 a: repeated ADD for the same ID and ifname', ipam: v4('10.4.0.0/24'), disk: { '10.4.0.2': 'default-c1|eth0', 'last_reserved_ip.0': '10.4.0.2' }, steps: [add('default-c1')], allow: ['reAdd'] },
+  { name: 'BR-08 c: legacy record matches by ID alone on re-ADD', ipam: v4('10.4.0.0/24'), disk: { '10.4.0.4': 'default-c9', 'last_reserved_ip.0': '10.4.0.4' }, steps: [add('default-c9')], allow: ['reAdd'] },
+  { name: 'invalid JSON on stdin', ipam: v4('10.1.0.0/24'), steps: [{ ...add('c1'), stdin: '{bad' }] },
+  { name: 'missing CNI_NETNS and CNI_PATH', ipam: v4('10.1.0.0/24'), steps: [add('c1', 'eth0', { netns: '', path: '' })] },
+  { name: 'invalid container ID', ipam: v4('10.1.0.0/24'), steps: [add('-bad')] },
+  { name: 'ifname with a slash', ipam: v4('10.1.0.0/24'), steps: [add('c1', 'eth0/x')] },
+  { name: 'ifname too long', ipam: v4('10.1.0.0/24'), steps: [add('c1', 'abcdefghijklmnop')] },
+  { name: 'unknown CNI_COMMAND', ipam: v4('10.1.0.0/24'), steps: [{ command: 'FOO', containerId: 'c1', ifname: 'eth0' }] },
+  { name: 'unsupported cniVersion', cniVersion: '9.9.9', ipam: v4('10.1.0.0/24'), steps: [add('c1')] },
+  { name: 'network name with a slash', ipam: v4('10.1.0.0/24'), extra: { name: 'bad/name' }, steps: [add('c1')] },
+];
+
+function writeDisk(dir: string, disk: Record<string, string> | undefined): void {
+  if (disk === undefined) return;
+  mkdirSync(dir, { recursive: true });
+  for (const [name, v] of Object.entries(disk)) {
+    const content = name.startsWith('last_reserved_ip') ? v : v.replace('|', '\r\n');
+    writeFileSync(join(dir, name), content);
+  }
+}
+
+/** Normalise one outcome for comparison under the case's allowances. */
+function normalise(o: Outcome, allow: readonly Allow[], who: 'up' | 'ours', command: string): unknown {
+  const j = o.json === null ? null : { ...o.json };
+  if (j !== null && 'code' in j) {
+    delete j['cniVersion'];
+    if (allow.includes('errorCode')) delete j['code'];
+    if (allow.includes('checkMsg') && command === 'CHECK') j['msg'] = String(j['msg']).replace(/^(host-local|ipwarden): /, '');
+  }
+  if (j !== null && Array.isArray(j['supportedVersions'])) {
+    j['supportedVersions'] = (j['supportedVersions'] as string[]).filter((v) => v !== '1.1.0');
+    delete j['cniVersion'];
+  }
+  void who;
+  return { exitCode: o.exitCode, json: j };
+}
+
+describe('differential: ipwarden vs upstream host-local', () => {
+  const skip = requireOrSkip(haveHostLocal(), `upstream host-local at ${HOST_LOCAL}`);
+  let ours = '';
+  const temps: Array<() => void> = [];
+  before(() => {
+    if (!skip) ours = installedPlugin();
+  });
+  after(() => temps.forEach((c) => c()));
+
+  it(`has at least 40 cases (${cases.length})`, () => assert.ok(cases.length >= 40));
+
+  for (const c of cases) {
+    it(c.name, { skip }, () => {
+      const allow = c.allow ?? [];
+      const tUp = tempDir('ipw-diff-up-');
+      const tOurs = tempDir('ipw-diff-ours-');
+      temps.push(tUp.cleanup, tOurs.cleanup);
+      const name = typeof c.extra?.['name'] === 'string' ? (c.extra['name'] as string) : NET;
+      const config = (dataDir: string, type: string) => ({
+        cniVersion: c.cniVersion ?? '1.0.0',
+        name,
+        ...(c.extra ?? {}),
+        ipam: { type, dataDir, ...c.ipam },
+      });
+      writeDisk(join(tUp.dir, NET), c.disk);
+      writeDisk(join(tOurs.dir, NET), c.disk);
+      const gotIPs: string[] = [];
+      for (const step of c.steps) {
+        const up = runCni(HOST_LOCAL, { ...step, stdin: step.stdin ?? config(tUp.dir, 'host-local') });
+        const mine = runCni(ours, { ...step, stdin: step.stdin ?? config(tOurs.dir, 'ipwarden') });
+        assert.equal(mine.stderr.includes('internal error'), false, mine.stderr);
+        if (allow.includes('reAdd') && step.command === 'ADD') {
+          // Documented difference: host-local refuses, ipwarden returns the existing reservation.
+          assert.equal(up.exitCode, 1);
+          assert.match(String(up.json?.['msg']), /duplicate allocation is not allowed$/);
+          assert.equal(mine.exitCode, 0, mine.stdout);
+          continue;
+        }
+        assert.deepEqual(normalise(mine, allow, 'ours', step.command), normalise(up, allow, 'up', step.command), `step ${step.command} ${step.containerId ?? ''}`);
+        const ips = (mine.json?.['ips'] as Array<{ address: string }> | undefined) ?? [];
+        for (const ip of ips) gotIPs.push(ip.address.split('/')[0] ?? '');
+        const ip4 = mine.json?.['ip4'] as { ip: string } | undefined;
+        if (ip4 !== undefined) gotIPs.push(ip4.ip.split('/')[0] ?? '');
+      }
+      const upFiles = snapshotDir(join(tUp.dir, NET));
+      const ourFiles = snapshotDir(join(tOurs.dir, NET));
+      if (allow.includes('delNoDir') && Object.keys(ourFiles).length === 0) return;
+      assert.deepEqual(ourFiles, upFiles);
+      if (c.expectIPs !== undefined) assert.deepEqual(gotIPs.slice(0, c.expectIPs.length), c.expectIPs);
+    });
+  }
+});
