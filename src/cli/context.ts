@@ -1,0 +1,32 @@
+/**
+ * The dependencies every CLI command receives (house style 13): output streams and the
+ * environment, injected so tests run commands in-process with `runMain(argv, ctx)`.
+ */
+import type { SandboxSourceFactory } from '../reconcile/sandboxes.ts';
+
+/** Injected CLI I/O and environment. */
+export interface CliContext {
+  /** Write to standard output (tables, JSON). */
+  stdout(text: string): void;
+  /** Write to standard error (diagnostics, usage errors). */
+  stderr(text: string): void;
+  /** Environment variables (e.g. CONTAINER_RUNTIME_ENDPOINT). */
+  readonly env: Readonly<Record<string, string | undefined>>;
+  /** Current time, milliseconds since the Unix epoch (injected so tests control ages). */
+  now(): number;
+  /**
+   * Builds the runtime's sandbox list source for `leaks` and `gc` from the resolved endpoint URL
+   * (`unix:///path`). Tests inject a fake; when absent the commands use the CRI client.
+   */
+  readonly sandboxSource?: SandboxSourceFactory;
+}
+
+/** The real process context. */
+export function processContext(): CliContext {
+  return {
+    stdout: (t) => void process.stdout.write(t),
+    stderr: (t) => void process.stderr.write(t),
+    env: process.env,
+    now: () => Date.now(),
+  };
+}

@@ -1,0 +1,97 @@
+/**
+ * The operator CLI (ARCHITECTURE.md "CLI contract"). One file per command under `src/cli/`,
+ * loaded lazily by its action; `runMain(argv, ctx)` is exported for tests.
+ * User mistakes raise {@link UsageError}, printed without a stack, exit status 2.
+ */
+import { Command, CommanderError } from 'commander';
+import { AppError, UsageError } from '../common/errors.ts';
+import { processContext, type CliContext } from './context.ts';
+import type { ReconcileCommandOptions } from './leaks.ts';
+
+/** ipwarden's version (package.json). */
+export const VERSION = '0.1.0';
+
+function build(ctx: CliContext, setCode: (c: number) => void): Command {
+  const program = new Command('ipwarden')
+    .description('Leak-proof pod IP address management (CNI IPAM plugin and leak reconciler)')
+    .exitOverride()
+    .configureOutput({ writeOut: (s) => ctx.stdout(s), writeErr: (s) => ctx.stderr(s) })
+    .showHelpAfterError();
+
+  program
+    .command('version')
+    .description('print the ipwarden version and the CNI spec versions it speaks')
+    .action(async () => {
+      const { SUPPORTED_VERSIONS } = await import('../cni/version.ts');
+      ctx.stdout(`ipwarden ${VERSION}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`);
+      setCode(0);
+    });
+
+  program
+    .command('install-cni')
+    .description('write DIR/ipwarden, a self-contained CNI plugin executable')
+    .requiredOption('--dest <DIR>', 'CNI bin directory, e.g. /opt/cni/bin')
+    .addHelpText('after', '\nExample:\n  ipwarden install-cni --dest /opt/cni/bin\n')
+    .action(async (opts: { dest: string }) => {
+      const m = await import('./install-cni.ts');
+      setCode(m.run(opts, ctx));
+    });
+
+  // leaks / gc (issue 3): same flags; gc adds --dry-run and --audit-log. Engine in ./leaks.ts.
+  const reconcileCommand = (name: string, description: string, example: string): Command =>
+    program
+      .command(name)
+      .description(description)
+      .option('--data-dir <DIR>', 'host-local data dir holding one directory per network', '/var/lib/cni/networks')
+      .option('--network <NAME>', 'only this network (default: every network directory)')
+      .option('--runtime-endpoint <URL>', 'CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, else containerd, else CRI-O)')
+      .option('--grace <DUR>', 'keep unowned files younger than this (Go duration)', '5m')
+      .option('--json', 'print the documented JSON report')
+      .addHelpText('after', `\nExample:\n  ${example}\n`);
+  reconcileCommand('leaks', 'list every reservation with its verdict: live, grace, leaked, corrupt', 'ipwarden leaks --network cbr0 --json')
+    .action(async (opts: ReconcileCommandOptions) => {
+      const m = await import('./leaks.ts');
+      setCode(await m.run(opts, ctx));
+    });
+  reconcileCommand('gc', 'release leaked and corrupt reservations (each recorded in the audit log)', 'ipwarden gc --dry-run')
+    .option('--dry-run', 'release nothing; list what would be released')
+    .option('--audit-log <FILE>', 'audit log (default: <data-dir>/ipwarden-audit.log)')
+    .action(async (opts: ReconcileCommandOptions) => {
+      const m = await import('./gc.ts');
+      setCode(await m.run(opts, ctx));
+    });
+
+  return program;
+}
+
+/**
+ * Run the CLI with `argv` (arguments only, no node/script). Resolves to the exit status:
+ * 0 success, 1 failure, 2 usage error. Never calls process.exit.
+ */
+export async function runMain(argv: readonly string[], ctx: CliContext = processContext()): Promise<number> {
+  let code = 0;
+  const program = build(ctx, (c) => {
+    code = c;
+  });
+  try {
+    if (argv.length === 0) {
+      ctx.stdout(program.helpInformation());
+      return 0;
+    }
+    await program.parseAsync([...argv], { from: 'user' });
+    return code;
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      return e.exitCode === 0 ? 0 : 2;
+    }
+    if (e instanceof UsageError) {
+      ctx.stderr(`ipwarden: ${e.message}\n`);
+      return 2;
+    }
+    if (e instanceof AppError) {
+      ctx.stderr(`ipwarden: ${e.message}${e.details !== undefined ? ` (${e.details})` : ''}\n`);
+      return 1;
+    }
+    throw e;
+  }
+}

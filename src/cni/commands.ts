@@ -1,0 +1,254 @@
+/**
+ * The plugin's command handlers (house style 8: handlers own cleanup), following host-local's
+ * `cmdAdd`, `cmdDel`, `cmdCheck` (containernetworking/plugins plugins/ipam/host-local/main.go)
+ * plus GC and STATUS of CNI 1.1.0.
+ *
+ * Every handler takes the network's lock for its whole duration and releases it in `finally`.
+ * I/O is injected through {@link PluginDeps} so the same handlers run against the file store in
+ * production and the memory store in unit tests.
+ */
+import { AppError, errnoCode } from '../common/errors.ts';
+import { allocate } from '../ipam/allocator.ts';
+import { loadIPAMConfig, loadNetworkIdentity } from '../ipam/config.ts';
+import { parseResolvConf } from '../ipam/dns.ts';
+import { formatIP, parseIP } from '../ipam/ip.ts';
+import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
+import type { DNS, IPAMConfig } from '../ipam/types.ts';
+import { ownerMatches, type Owner, type Store } from '../store/store.ts';
+import type { IPAMResult } from './result.ts';
+import type { CmdArgs, PluginHandlers } from './skel.ts';
+
+/** What the handlers need from the outside world. */
+export interface PluginDeps {
+  /**
+   * Open (creating `<dataDir>/<network>` when `create` is true) the store of one network.
+   * Resolves to null when `create` is false and the network has no directory.
+   */
+  openStore(opts: { dataDir: string; network: string; create: boolean }): Promise<Store | null>;
+  /** Read a text file (resolvConf). Throws the fs error. */
+  readTextFile(path: string): string;
+  /**
+   * Called when a range set is exhausted during ADD, with the lock still held. Resolves to the
+   * number of reservations it released (0 = nothing to gain from a retry). Optional: without it,
+   * exhaustion fails at once (issue 4 plugs the CRI-backed reclaim in here).
+   */
+  reclaim?(store: Store, conf: IPAMConfig): Promise<number>;
+}
+
+/** Build the five handlers over `deps`. */
+export function makeHandlers(deps: PluginDeps): PluginHandlers {
+  return {
+    add: (a) => cmdAdd(deps, a),
+    del: (a) => cmdDel(deps, a),
+    check: (a) => cmdCheck(deps, a),
+    gc: (a) => cmdGC(deps, a),
+    status: (a) => cmdStatus(deps, a),
+  };
+}
+
+async function withLockedStore<T>(store: Store, timeoutSeconds: number, fn: (s: Store) => Promise<T>): Promise<T> {
+  try {
+    await store.lock(timeoutSeconds);
+    return await fn(store);
+  } finally {
+    await store.close();
+  }
+}
+
+function readDNS(deps: PluginDeps, conf: IPAMConfig): DNS {
+  if (conf.resolvConf === null) return {};
+  let text: string;
+  try {
+    text = deps.readTextFile(conf.resolvConf);
+  } catch (e) {
+    const why = errnoCode(e) === 'ENOENT' ? 'no such file or directory' : e instanceof Error ? e.message : String(e);
+    throw new AppError('IPAM_IO', `open ${conf.resolvConf}: ${why}`);
+  }
+  return parseResolvConf(text);
+}
+
+/**
+ * ADD: allocate one address per range set (host-local order and round robin). When a range set is
+ * exhausted and a reclaim hook is present, reclaim leaked reservations under the same lock and
+ * retry once. On any failure nothing of this ADD stays on disk (the allocator rolls back).
+ */
+async function cmdAdd(deps: PluginDeps, a: CmdArgs): Promise<IPAMResult> {
+  const conf = loadIPAMConfig(a.stdinData, a.args);
+  const dns = readDNS(deps, conf);
+  const store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: true });
+  if (store === null) throw new AppError('INTERNAL', 'store could not be opened');
+  const allocs = await withLockedStore(store, conf.lockTimeoutSeconds, async (s) => {
+    const req = {
+      containerId: a.containerId,
+      ifname: a.ifname,
+      rangeSets: conf.rangeSets,
+      requestedIPs: conf.requestedIPs,
+    };
+    try {
+      return await allocate(s, req);
+    } catch (e) {
+      if (!(e instanceof AppError) || e.code !== 'IPAM_RANGE_EXHAUSTED' || !conf.reclaimOnExhaustion || deps.reclaim === undefined) {
+        throw e;
+      }
+      const released = await deps.reclaim(s, conf);
+      if (released === 0) throw e;
+      return await allocate(s, req);
+    }
+  });
+  return {
+    ips: allocs.map((x) => ({
+      family: x.ip.family,
+      address: `${formatIP(x.ip)}/${x.range.subnet.prefix}`,
+      gateway: formatIP(x.range.gateway),
+    })),
+    routes: conf.routes,
+    dns,
+  };
+}
+
+/**
+ * DEL: release by owner (container ID + ifname, else legacy ID), never by IP. Succeeds when the
+ * network directory is missing (nothing to release; nothing is created) and when the config's
+ * ranges no longer parse: only the network identity is needed. CNI_ARGS is not interpreted.
+ */
+async function cmdDel(deps: PluginDeps, a: CmdArgs): Promise<void> {
+  const id = loadNetworkIdentity(a.stdinData);
+  const store = await deps.openStore({ dataDir: id.dataDir, network: id.name, create: false });
+  if (store === null) return;
+  await withLockedStore(store, id.lockTimeoutSeconds, (s) => s.releaseByOwner(a.containerId, a.ifname));
+}
+
+/** The IPs (without prefix) listed in a CHECK request's prevResult, for any spec version. */
+function prevResultIPs(stdin: Uint8Array): string[] {
+  const o = JSON.parse(Buffer.from(stdin).toString('utf8')) as Record<string, unknown>;
+  const prev = o['prevResult'];
+  if (typeof prev !== 'object' || prev === null) return [];
+  const out: string[] = [];
+  const ips = (prev as Record<string, unknown>)['ips'];
+  if (Array.isArray(ips)) {
+    for (const x of ips) {
+      const addr = typeof x === 'object' && x !== null ? (x as Record<string, unknown>)['address'] : undefined;
+      if (typeof addr !== 'string') throw new AppError('IPAM_DECODE', 'prevResult: every ips[] entry needs an "address" string');
+      const ip = parseIP(addr.split('/')[0] ?? '');
+      if (ip === null) throw new AppError('IPAM_DECODE', `prevResult: invalid address "${addr}"`);
+      out.push(formatIP(ip));
+    }
+  }
+  return out;
+}
+
+/**
+ * CHECK: the container must own at least one reservation (host-local `FindByID`), and every
+ * address of prevResult must be reserved by it (SPEC.md §CHECK: "error if an IP reservation is
+ * missing").
+ */
+async function cmdCheck(deps: PluginDeps, a: CmdArgs): Promise<void> {
+  const conf = loadIPAMConfig(a.stdinData, a.args);
+  const wanted = prevResultIPs(a.stdinData);
+  const notFound = new AppError('IPAM_NOT_FOUND', `ipwarden: Failed to find address added by container ${a.containerId}`);
+  const store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: false });
+  if (store === null) throw notFound;
+  await withLockedStore(store, conf.lockTimeoutSeconds, async (s) => {
+    const mine = (await s.list()).filter((r) => ownerMatches(r.owner, a.containerId, a.ifname)).map((r) => r.ip);
+    if (mine.length === 0) throw notFound;
+    const missing = wanted.filter((ip) => !mine.includes(ip));
+    if (missing.length > 0) {
+      throw new AppError('IPAM_NOT_FOUND', `ipwarden: address ${missing.join(', ')} of container ${a.containerId} is not reserved for it`);
+    }
+  });
+}
+
+interface Attachment {
+  containerId: string;
+  ifname: string;
+}
+
+/**
+ * The valid attachments of a GC request: `cni.dev/valid-attachments`, falling back to
+ * `cni.dev/attachments` (the spec-v1.1.0 text; libcni injects both — anchors §1.4).
+ * A missing key is an error (releasing everything must be asked for explicitly, with `[]`).
+ */
+export function validAttachments(stdin: Uint8Array): Attachment[] {
+  const o = JSON.parse(Buffer.from(stdin).toString('utf8')) as Record<string, unknown>;
+  const key = o['cni.dev/valid-attachments'] !== undefined ? 'cni.dev/valid-attachments' : 'cni.dev/attachments';
+  const list = o[key];
+  if (list === undefined) {
+    throw new AppError('IPAM_INVALID_CONFIG', 'GC request carries no "cni.dev/valid-attachments" list');
+  }
+  if (!Array.isArray(list)) throw new AppError('IPAM_INVALID_CONFIG', `"${key}" must be an array`);
+  return list.map((x, i) => {
+    const rec = typeof x === 'object' && x !== null ? (x as Record<string, unknown>) : {};
+    const containerId = rec['containerID'];
+    const ifname = rec['ifname'];
+    if (typeof containerId !== 'string' || typeof ifname !== 'string') {
+      throw new AppError('IPAM_INVALID_CONFIG', `"${key}"[${i}] must be {"containerID": string, "ifname": string}`);
+    }
+    return { containerId, ifname };
+  });
+}
+
+/** Is the reservation owner among the valid attachments? Legacy records match on ID alone. */
+function ownerIsValid(owner: Owner, valid: readonly Attachment[]): boolean {
+  return valid.some((v) => v.containerId === owner.containerId && (owner.ifname === null || owner.ifname === v.ifname));
+}
+
+/**
+ * GC (CNI 1.1.0 §GC): release every reservation of the network whose owner is not a valid
+ * attachment, and every corrupt record. Never touches `lock` or `last_reserved_ip.*` (they are not
+ * reservations). Continues past errors and reports them all at the end.
+ */
+async function cmdGC(deps: PluginDeps, a: CmdArgs): Promise<void> {
+  const id = loadNetworkIdentity(a.stdinData);
+  const valid = validAttachments(a.stdinData);
+  const store = await deps.openStore({ dataDir: id.dataDir, network: id.name, create: false });
+  if (store === null) return;
+  const errors: string[] = [];
+  await withLockedStore(store, id.lockTimeoutSeconds, async (s) => {
+    for (const r of await s.list()) {
+      if (r.owner !== null && ownerIsValid(r.owner, valid)) continue;
+      try {
+        await s.release(r.ip, r.owner);
+      } catch (e) {
+        errors.push(`${r.ip}: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
+  });
+  if (errors.length > 0) throw new AppError('STORE_IO', `GC failed to release some reservations: ${errors.join('; ')}`);
+}
+
+/**
+ * STATUS (CNI 1.1.0 §STATUS): success when an ADD could be served now; code 50 when the data
+ * directory is not writable or some range set has no free address (corrupt records count as
+ * free: ADD reuses them).
+ */
+async function cmdStatus(deps: PluginDeps, a: CmdArgs): Promise<void> {
+  const conf = loadIPAMConfig(a.stdinData, a.args);
+  let store: Store | null;
+  try {
+    store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: true });
+  } catch (e) {
+    throw new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`, {
+      details: e instanceof Error ? e.message : String(e),
+    });
+  }
+  if (store === null) throw new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`);
+  await withLockedStore(store, conf.lockTimeoutSeconds, async (s) => {
+    if (!(await s.writable())) {
+      throw new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`);
+    }
+    const reservations = await s.list();
+    conf.rangeSets.forEach((rs, i) => {
+      let used = 0n;
+      for (const r of reservations) {
+        if (r.owner === null) continue;
+        const ip = parseIP(r.ip);
+        if (ip !== null && rangeFor(rs, ip) >= 0) used++;
+      }
+      if (used >= rangeSetSize(rs)) {
+        throw new AppError('IPAM_NOT_AVAILABLE', `no IP addresses available in range set: ${rangeSetString(rs)}`, {
+          details: `range set ${i}: ${used} of ${rangeSetSize(rs)} addresses reserved`,
+        });
+      }
+    });
+  });
+}

@@ -1,0 +1,219 @@
+/**
+ * The CNI protocol edge (house style 5), modelled on libcni's `pkg/skel` dispatcher:
+ * environment + stdin in, exactly one JSON document (result, version info or error) on stdout,
+ * exit status 0 or 1. All I/O is injected through {@link PluginIO} so tests drive it in-process.
+ *
+ * Facts (containernetworking/cni pkg/skel/skel.go, pkg/utils/utils.go; SPEC.md @spec-v1.1.0 §2):
+ * - required env per command: CNI_COMMAND always; CNI_CONTAINERID and CNI_IFNAME for
+ *   ADD/CHECK/DEL; CNI_NETNS for ADD/CHECK; CNI_PATH for ADD/CHECK/DEL/GC/STATUS. Missing ones
+ *   → code 4 `required env variables [A,B] missing`.
+ * - the config must decode (code 6 `error unmarshall network config: ...`) and carry a valid
+ *   `name` (code 7); the container ID and ifname are validated (codes 3/4) before any handler.
+ * - `cniVersion` must be supported (code 1 `incompatible CNI versions`); CHECK needs ≥ 0.4.0,
+ *   GC and STATUS need ≥ 1.1.0 (code 1 `config version does not allow <CMD>`).
+ * - every error is printed once as `{cniVersion, code, msg, details?}`; anything that is not an
+ *   {@link AppError} becomes code 999.
+ */
+import { AppError, errnoCode } from '../common/errors.ts';
+import { validateContainerId, validateIfname, validateNetworkName } from '../ipam/config.ts';
+import { encodeResult, formatJSON, type IPAMResult } from './result.ts';
+import { compareVersions, CURRENT_VERSION, isSupported, SUPPORTED_VERSIONS } from './version.ts';
+
+/** Injected process I/O. */
+export interface PluginIO {
+  readonly env: Readonly<Record<string, string | undefined>>;
+  /** Read all of stdin (bytes). */
+  readStdin(): Promise<Uint8Array>;
+  /** Write to stdout (the protocol channel: one JSON document per invocation). */
+  stdout(text: string): void;
+  /** Write to stderr (free-form diagnostics). */
+  stderr(text: string): void;
+}
+
+/** The CNI commands ipwarden implements. */
+export type CniCommand = 'ADD' | 'DEL' | 'CHECK' | 'GC' | 'STATUS' | 'VERSION';
+
+/** Arguments of one invocation, after env validation. Empty strings for absent optional vars. */
+export interface CmdArgs {
+  readonly command: CniCommand;
+  readonly containerId: string;
+  readonly netns: string;
+  readonly ifname: string;
+  /** Raw `CNI_ARGS`. */
+  readonly args: string;
+  readonly path: string;
+  readonly stdinData: Uint8Array;
+  /** The config's `cniVersion` (`0.1.0` when absent, as libcni's decoder does). */
+  readonly cniVersion: string;
+}
+
+/** Command handlers: return a result or throw. */
+export interface PluginHandlers {
+  add(a: CmdArgs): Promise<IPAMResult>;
+  del(a: CmdArgs): Promise<void>;
+  check(a: CmdArgs): Promise<void>;
+  gc(a: CmdArgs): Promise<void>;
+  status(a: CmdArgs): Promise<void>;
+}
+
+const COMMANDS: readonly CniCommand[] = ['ADD', 'DEL', 'CHECK', 'GC', 'STATUS', 'VERSION'];
+
+/** Which env vars each command requires (libcni skel `getCmdArgsFromEnv`, plus GC/STATUS of 1.1.0). */
+const REQUIRED_ENV: ReadonlyArray<readonly [string, readonly CniCommand[]]> = [
+  ['CNI_COMMAND', COMMANDS],
+  ['CNI_CONTAINERID', ['ADD', 'CHECK', 'DEL']],
+  ['CNI_NETNS', ['ADD', 'CHECK']],
+  ['CNI_IFNAME', ['ADD', 'CHECK', 'DEL']],
+  ['CNI_ARGS', []],
+  ['CNI_PATH', ['ADD', 'CHECK', 'DEL', 'GC', 'STATUS']],
+];
+
+/** Minimum config version per command (skel: CHECK ≥ 0.4.0, GC/STATUS ≥ 1.1.0). */
+const MIN_VERSION: Partial<Record<CniCommand, string>> = { CHECK: '0.4.0', GC: '1.1.0', STATUS: '1.1.0' };
+
+/**
+ * Run one plugin invocation. Returns the exit status (0 success, 1 error); never throws and never
+ * calls `process.exit`. Prints exactly one JSON document on stdout, except for successful
+ * DEL/CHECK/GC/STATUS, which print nothing (SPEC.md).
+ */
+export async function pluginMain(h: PluginHandlers, io: PluginIO): Promise<number> {
+  let cniVersion = CURRENT_VERSION;
+  try {
+    const env = (name: string): string => io.env[name] ?? '';
+    const cmd = env('CNI_COMMAND');
+    const missing = REQUIRED_ENV.filter(
+      ([name, cmds]) => env(name) === '' && (name === 'CNI_COMMAND' || (cmds as readonly string[]).includes(cmd)),
+    ).map(([name]) => name);
+    if (missing.length > 0) {
+      throw new AppError('IPAM_INVALID_ENV', `required env variables [${missing.join(',')}] missing`);
+    }
+    if (!(COMMANDS as readonly string[]).includes(cmd)) {
+      throw new AppError('IPAM_INVALID_ENV', `unknown CNI_COMMAND: ${cmd}`);
+    }
+    const command = cmd as CniCommand;
+    const stdinData = await readStdin(io);
+
+    if (command === 'VERSION') {
+      // SPEC.md §VERSION: the answer carries the input's cniVersion when we speak it.
+      const asked = peekVersion(stdinData);
+      io.stdout(
+        JSON.stringify({
+          cniVersion: asked !== null && isSupported(asked) ? asked : CURRENT_VERSION,
+          supportedVersions: SUPPORTED_VERSIONS,
+        }),
+      );
+      return 0;
+    }
+
+    cniVersion = decodeConfigHeader(stdinData);
+    const a: CmdArgs = {
+      command,
+      containerId: env('CNI_CONTAINERID'),
+      netns: env('CNI_NETNS'),
+      ifname: env('CNI_IFNAME'),
+      args: env('CNI_ARGS'),
+      path: env('CNI_PATH'),
+      stdinData,
+      cniVersion,
+    };
+    if (command === 'ADD' || command === 'DEL' || command === 'CHECK') {
+      validateContainerId(a.containerId);
+      validateIfname(a.ifname);
+    }
+    if (!isSupported(cniVersion)) {
+      throw new AppError(
+        'IPAM_INCOMPATIBLE_VERSION',
+        'incompatible CNI versions',
+        { details: `config is "${cniVersion}", plugin supports [${SUPPORTED_VERSIONS.map((v) => `"${v}"`).join(' ')}]` },
+      );
+    }
+    const min = MIN_VERSION[command];
+    if (min !== undefined && compareVersions(cniVersion, min) < 0) {
+      throw new AppError('IPAM_INCOMPATIBLE_VERSION', `config version does not allow ${command}`);
+    }
+
+    switch (command) {
+      case 'ADD': {
+        const result = await h.add(a);
+        io.stdout(formatJSON(encodeResult(result, cniVersion)));
+        return 0;
+      }
+      case 'DEL':
+        await h.del(a);
+        return 0;
+      case 'CHECK':
+        await h.check(a);
+        return 0;
+      case 'GC':
+        await h.gc(a);
+        return 0;
+      case 'STATUS':
+        await h.status(a);
+        return 0;
+    }
+  } catch (e) {
+    io.stdout(formatJSON(toCniError(e, cniVersion)));
+    if (!(e instanceof AppError)) io.stderr(`ipwarden: internal error: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    return 1;
+  }
+}
+
+async function readStdin(io: PluginIO): Promise<Uint8Array> {
+  try {
+    return await io.readStdin();
+  } catch (e) {
+    throw new AppError('IPAM_IO', `error reading from stdin: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+/** `cniVersion` of a VERSION request, or null when absent/undecodable (VERSION never fails on it). */
+function peekVersion(stdin: Uint8Array): string | null {
+  try {
+    const o: unknown = JSON.parse(Buffer.from(stdin).toString('utf8'));
+    if (typeof o === 'object' && o !== null && typeof (o as { cniVersion?: unknown }).cniVersion === 'string') {
+      return (o as { cniVersion: string }).cniVersion;
+    }
+  } catch {
+    // fall through
+  }
+  return null;
+}
+
+/**
+ * skel's `validateConfig` + version decode: the stdin must be a JSON object with a valid `name`;
+ * returns its `cniVersion` (`0.1.0` when absent, libcni `ConfigDecoder`).
+ */
+function decodeConfigHeader(stdin: Uint8Array): string {
+  let o: unknown;
+  try {
+    o = JSON.parse(Buffer.from(stdin).toString('utf8'));
+  } catch (e) {
+    throw new AppError('IPAM_DECODE', `error unmarshall network config: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (typeof o !== 'object' || o === null || Array.isArray(o)) {
+    throw new AppError('IPAM_DECODE', 'error unmarshall network config: not a JSON object');
+  }
+  const rec = o as Record<string, unknown>;
+  if (rec['name'] !== undefined && typeof rec['name'] !== 'string') {
+    throw new AppError('IPAM_DECODE', 'error unmarshall network config: "name" must be a string');
+  }
+  const name = (rec['name'] as string | undefined) ?? '';
+  if (name === '') throw new AppError('IPAM_INVALID_CONFIG', 'missing network name');
+  validateNetworkName(name);
+  const v = rec['cniVersion'];
+  if (v === undefined || v === '') return '0.1.0';
+  if (typeof v !== 'string') throw new AppError('IPAM_DECODE', 'error unmarshall network config: "cniVersion" must be a string');
+  return v;
+}
+
+/** The spec error object for any thrown value; AppErrors keep their code, others become 999. */
+export function toCniError(e: unknown, cniVersion: string): Record<string, unknown> {
+  if (e instanceof AppError) {
+    const o: Record<string, unknown> = { cniVersion, code: e.cniCode, msg: e.message };
+    if (e.details !== undefined && e.details !== '') o['details'] = e.details;
+    return o;
+  }
+  const code = errnoCode(e);
+  const msg = e instanceof Error ? e.message : String(e);
+  return { cniVersion, code: code === 'EIO' ? 5 : 999, msg };
+}

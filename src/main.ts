@@ -1,0 +1,25 @@
+/**
+ * Program entry shared by `bin/ipwarden` and the installed CNI executable: plugin mode when
+ * `CNI_COMMAND` is set (the CNI spec's invocation), the operator CLI otherwise. Each side is
+ * loaded lazily so the plugin's hot path does not evaluate the CLI or the CRI client.
+ */
+
+/** Run ipwarden with `argv` (without node and script); resolves to the exit status. */
+export async function main(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): Promise<number> {
+  if ((env['CNI_COMMAND'] ?? '') !== '') {
+    const { runPlugin } = await import('./cni/plugin.ts');
+    return runPlugin();
+  }
+  const { runMain } = await import('./cli/main.ts');
+  return runMain(argv);
+}
+
+void main(process.argv.slice(2), process.env).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (e: unknown) => {
+    process.stderr.write(`ipwarden: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.exitCode = 1;
+  },
+);
