@@ -1,0 +1,285 @@
+/**
+ * The allocator: logic that takes a store (house style 2), the counterpart of host-local
+ * `backend/allocator/allocator.go` `IPAllocator.Get` plus the per-range-set loop and rollback of
+ * `main.go` `cmdAdd` (containernetworking/plugins). No I/O of its own: everything goes through the
+ * injected {@link Store}, which the caller must have locked for the whole call.
+ *
+ * Deliberate differences from host-local (documented in docs and guarded by tests):
+ * 1. Idempotent re-ADD: when (containerId, ifname) — or a legacy ID-only record of containerId —
+ *    already holds an address in a range set, that address is returned (`existing: true`) instead
+ *    of host-local's `<ip> has been allocated to <id>, duplicate allocation is not allowed`. A
+ *    static request for a *different* address in that set still fails with host-local's text, so
+ *    one (id, ifname) never gets two reservations in one range set.
+ * 2. Rollback releases exactly the reservations this call created, re-checking the owner;
+ *    host-local releases by ID, which also drops that container's pre-existing reservations.
+ * 3. Requested IPs are matched to range sets in request order (host-local iterates a Go map).
+ * 4. A corrupt record (owner null: empty or unparseable file) is garbage under the lock — nobody
+ *    is writing it, since every writer holds the same lock — so it is released and its address
+ *    reused. host-local treats the file as taken forever.
+ */
+
+import { AppError, isAppError } from '../common/errors.ts';
+import type { Owner, Store } from '../store/store.ts';
+import { ownerMatches } from '../store/store.ts';
+import { compareIP, formatIP, ipEquals, parseIP } from './ip.ts';
+import { RangeSetIterator } from './iterator.ts';
+import { rangeFor, rangeSetContains, rangeSetSize, rangeSetString } from './range.ts';
+import type { IP, Range, RangeSet } from './types.ts';
+
+/** One ADD's allocation request. */
+export interface AllocateRequest {
+  /** `CNI_CONTAINERID` (validated by the caller). */
+  readonly containerId: string;
+  /** `CNI_IFNAME` (validated by the caller). */
+  readonly ifname: string;
+  /** The config's range sets; one address is allocated per set, in order. */
+  readonly rangeSets: readonly RangeSet[];
+  /** Static requests (config `requestedIPs`), in request order. */
+  readonly requestedIPs: readonly IP[];
+}
+
+/** The address allocated in one range set. */
+export interface Allocation {
+  /** Index of the range set (also the `last_reserved_ip.<N>` suffix). */
+  readonly rangeSetIndex: number;
+  readonly ip: IP;
+  /** The range of the set that contains `ip` (its subnet gives the prefix, its gateway the result's gateway). */
+  readonly range: Range;
+  /** True when the reservation existed before this call (idempotent re-ADD). */
+  readonly existing: boolean;
+}
+
+/** Fields of a {@link RangeExhaustedError}. */
+export interface RangeExhaustion {
+  /** Index of the exhausted range set. */
+  readonly rangeSetIndex: number;
+  /** The set as host-local prints it (`start-end[,start-end...]`). */
+  readonly rangeSet: string;
+  /** Allocatable addresses in the set (gateways excluded). */
+  readonly size: bigint;
+  /** Reservations found inside the set when allocation failed. */
+  readonly reserved: number;
+}
+
+/**
+ * A range set has no free address. The message is host-local's, byte for byte:
+ * `failed to allocate for range <i>: no IP addresses available in range set: <set>`; the fields
+ * let the caller reclaim leaked reservations of that set and retry.
+ */
+export class RangeExhaustedError extends AppError implements RangeExhaustion {
+  readonly rangeSetIndex: number;
+  readonly rangeSet: string;
+  readonly size: bigint;
+  readonly reserved: number;
+
+  constructor(x: RangeExhaustion, opts: { details?: string } = {}) {
+    super(
+      'IPAM_RANGE_EXHAUSTED',
+      `failed to allocate for range ${x.rangeSetIndex}: no IP addresses available in range set: ${x.rangeSet}`,
+      {
+        details:
+          opts.details ??
+          `range set ${x.rangeSetIndex} has ${x.size} allocatable addresses and ${x.reserved} reservations`,
+      },
+    );
+    this.name = 'RangeExhaustedError';
+    this.rangeSetIndex = x.rangeSetIndex;
+    this.rangeSet = x.rangeSet;
+    this.size = x.size;
+    this.reserved = x.reserved;
+  }
+}
+
+interface Known {
+  readonly ip: IP;
+  /** The store's name for it (what release() needs). */
+  readonly name: string;
+  owner: Owner | null;
+}
+
+/**
+ * Allocate one address per range set for (containerId, ifname). The caller holds the store lock.
+ *
+ * Per range set `i`, in order (host-local `cmdAdd` + `IPAllocator.Get`):
+ * - the first pending requested IP inside the set is taken off the pending list; if there is one:
+ *   it must not be its range's gateway (`requested ip <ip> is subnet's gateway`); if the
+ *   container already holds exactly that address it is returned as existing; if it holds another
+ *   address of the set: `<ip> has been allocated to <id>, duplicate allocation is not allowed`;
+ *   otherwise it is reserved or the call fails with
+ *   `requested IP address <ip> is not available in range set <set>`;
+ * - without a request: an address the container already holds in the set is returned
+ *   (`existing: true`, deliberate difference 1); otherwise candidates come from host-local's
+ *   round-robin ({@link RangeSetIterator}, starting after `store.lastReservedIP(i)`), and the
+ *   first one not reserved (per one `store.list()` taken at the start) for which `store.reserve`
+ *   succeeds is used — `reserve` returning false (a writer we did not see) just moves on;
+ * - no candidate left: {@link RangeExhaustedError}.
+ * Errors of a set are prefixed `failed to allocate for range <i>: ` (codes kept). After the last
+ * set, requested IPs that fit no set fail the call:
+ * `failed to allocate all requested IPs: <ip> <ip>...`.
+ *
+ * On any failure every reservation created by this call is released again (owner re-checked)
+ * before the error is thrown; pre-existing ones are untouched.
+ *
+ * Store traffic: one `list()`, one `lastReservedIP()` per set that needs a new address, one
+ * `reserve()` per attempted address (plus one `release()` per corrupt record met), so the work is
+ * bounded by the number of reservations, not by the size of the range (an IPv6 /64 is fine).
+ *
+ * @returns one allocation per range set, in range set order
+ * @throws RangeExhaustedError; AppError IPAM_REQUESTED_IP_UNAVAILABLE, IPAM_DUPLICATE_ALLOCATION;
+ *   store errors (STORE_IO, CLOSED, ...) prefixed as above
+ */
+export async function allocate(store: Store, req: AllocateRequest): Promise<Allocation[]> {
+  const containerId = req.containerId.trim();
+  const owner = { containerId, ifname: req.ifname };
+
+  // One listing per ADD: the set of taken addresses, keyed by canonical text.
+  const known = new Map<string, Known>();
+  for (const r of await store.list()) {
+    const ip = parseIP(r.ip);
+    if (ip === null) continue;
+    known.set(formatIP(ip), { ip, name: r.ip, owner: r.owner });
+  }
+
+  const pending: IP[] = [...req.requestedIPs];
+  const created: string[] = [];
+  const results: Allocation[] = [];
+
+  try {
+    for (let i = 0; i < req.rangeSets.length; i++) {
+      const set = req.rangeSets[i] as RangeSet;
+      try {
+        results.push(await allocateInSet(store, set, i, owner, known, pending, created));
+      } catch (e) {
+        if (e instanceof RangeExhaustedError || !isAppError(e)) throw e;
+        throw new AppError(e.code, `failed to allocate for range ${i}: ${e.message}`, {
+          details: e.details,
+          retryable: e.isRetryable,
+          cause: e,
+        });
+      }
+    }
+    if (pending.length > 0) {
+      throw new AppError(
+        'IPAM_REQUESTED_IP_UNAVAILABLE',
+        `failed to allocate all requested IPs: ${pending.map(formatIP).join(' ')}`,
+      );
+    }
+    return results;
+  } catch (e) {
+    throw await rollback(store, owner, created, e);
+  }
+}
+
+async function allocateInSet(
+  store: Store,
+  set: RangeSet,
+  i: number,
+  owner: { containerId: string; ifname: string },
+  known: Map<string, Known>,
+  pending: IP[],
+  created: string[],
+): Promise<Allocation> {
+  const setText = (): string => rangeSetString(set);
+
+  // What this container already holds in the set: exact (id, ifname) first, then legacy ID-only.
+  const mine: Known[] = [];
+  for (const k of known.values()) {
+    if (ownerMatches(k.owner, owner.containerId, owner.ifname) && rangeSetContains(set, k.ip)) mine.push(k);
+  }
+  mine.sort((a, b) => {
+    const la = a.owner?.ifname === null ? 1 : 0;
+    const lb = b.owner?.ifname === null ? 1 : 0;
+    return la - lb || compareIP(a.ip, b.ip);
+  });
+
+  const existing = (k: Known): Allocation => ({
+    rangeSetIndex: i,
+    ip: k.ip,
+    range: set[rangeFor(set, k.ip)] as Range,
+    existing: true,
+  });
+
+  /** Reserve `ip` for the owner; a corrupt record in the way is released first. */
+  const tryReserve = async (ip: IP): Promise<boolean> => {
+    const text = formatIP(ip);
+    const k = known.get(text);
+    if (k !== undefined) {
+      if (k.owner !== null) return false;
+      // Corrupt record seen under the lock: garbage (see module comment, difference 4).
+      await store.release(k.name, null);
+      known.delete(text);
+    }
+    const ok = await store.reserve(text, owner, i);
+    if (ok) {
+      created.push(text);
+      known.set(text, { ip, name: text, owner: { containerId: owner.containerId, ifname: owner.ifname } });
+    }
+    return ok;
+  };
+
+  // Static request: the first pending IP that lies in this set.
+  const reqIdx = pending.findIndex((ip) => rangeSetContains(set, ip));
+  if (reqIdx >= 0) {
+    const requested = pending.splice(reqIdx, 1)[0] as IP;
+    const ri = rangeFor(set, requested);
+    if (ri < 0) throw new AppError('IPAM_REQUESTED_IP_UNAVAILABLE', `${formatIP(requested)} not in range set ${setText()}`);
+    const range = set[ri] as Range;
+    if (ipEquals(requested, range.gateway)) {
+      throw new AppError('IPAM_REQUESTED_IP_UNAVAILABLE', `requested ip ${formatIP(requested)} is subnet's gateway`);
+    }
+    const same = mine.find((k) => ipEquals(k.ip, requested));
+    if (same !== undefined) return existing(same);
+    if (mine.length > 0) throw duplicate(mine[0] as Known, owner.containerId);
+    if (!(await tryReserve(requested))) {
+      throw new AppError(
+        'IPAM_REQUESTED_IP_UNAVAILABLE',
+        `requested IP address ${formatIP(requested)} is not available in range set ${setText()}`,
+      );
+    }
+    return { rangeSetIndex: i, ip: requested, range, existing: false };
+  }
+
+  // Idempotent re-ADD (difference 1).
+  if (mine.length > 0) return existing(mine[0] as Known);
+
+  // Round robin after last_reserved_ip.<i>.
+  const lastText = await store.lastReservedIP(i);
+  const last = lastText === null ? null : parseIP(lastText);
+  const iter = new RangeSetIterator(set, last);
+  for (let c = iter.next(); c !== null; c = iter.next()) {
+    if (await tryReserve(c.ip)) return { rangeSetIndex: i, ip: c.ip, range: c.range, existing: false };
+  }
+
+  let reserved = 0;
+  for (const k of known.values()) if (rangeSetContains(set, k.ip)) reserved++;
+  throw new RangeExhaustedError({ rangeSetIndex: i, rangeSet: setText(), size: rangeSetSize(set), reserved });
+}
+
+function duplicate(k: Known, containerId: string): AppError {
+  return new AppError(
+    'IPAM_DUPLICATE_ALLOCATION',
+    `${formatIP(k.ip)} has been allocated to ${containerId}, duplicate allocation is not allowed`,
+  );
+}
+
+/** Release what this call created; return the error to throw (original, noting rollback failures). */
+async function rollback(
+  store: Store,
+  owner: { containerId: string; ifname: string },
+  created: readonly string[],
+  err: unknown,
+): Promise<unknown> {
+  const failures: string[] = [];
+  for (const ip of [...created].reverse()) {
+    try {
+      await store.release(ip, owner);
+    } catch (e) {
+      failures.push(`${ip}: ${(e as Error).message}`);
+    }
+  }
+  if (failures.length === 0 || !isAppError(err)) return err;
+  const note = `rollback could not release ${failures.join('; ')}`;
+  const details = err.details ? `${err.details}; ${note}` : note;
+  if (err instanceof RangeExhaustedError) return new RangeExhaustedError(err, { details });
+  return new AppError(err.code, err.message, { details, retryable: err.isRetryable, cause: err });
+}
