@@ -1,0 +1,193 @@
+/**
+ * applyPlan's re-checks under the lock (ARCHITECTURE.md "Reconciler safety rules"), the audit
+ * log, and network discovery — on a real FileStore in a temporary data dir.
+ */
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AppError, isAppError } from '../../src/common/errors.ts';
+import { applyPlan, SKIP_REASONS } from '../../src/reconcile/apply.ts';
+import { defaultAuditLogPath, memoryAuditSink, openAuditLog, type AuditSink } from '../../src/reconcile/audit.ts';
+import { discoverNetworks, namedNetwork, readReservations } from '../../src/reconcile/networks.ts';
+import { plan, type Plan } from '../../src/reconcile/plan.ts';
+import { openFileStore } from '../../src/store/file/file-store.ts';
+
+const SNAP = Date.UTC(2025, 0, 1);
+const OLD_MS = SNAP - 3600_000;
+
+let dataDir: string;
+beforeEach(() => {
+  dataDir = mkdtempSync(join(tmpdir(), 'ipwarden-apply-'));
+});
+afterEach(() => {
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+function write(network: string, name: string, content: string, mtimeMs = OLD_MS): void {
+  const dir = join(dataDir, network);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, name), content);
+  utimesSync(join(dir, name), mtimeMs / 1000, mtimeMs / 1000);
+}
+const openStore = (network: string) => openFileStore({ dataDir, network });
+
+async function planNow(): Promise<Plan> {
+  const reservations = await readReservations(discoverNetworks(dataDir), openStore);
+  return plan({ reservations, sandboxes: new Map([['alive', 'ready']]), snapshotAtMs: SNAP, graceSeconds: 300 });
+}
+
+describe('applyPlan re-checks each entry under the lock', () => {
+  it('skips a file whose owner changed, one rewritten since the snapshot, and one already gone', async () => {
+    write('n', '10.0.0.2', 'gone1\r\neth0');
+    write('n', '10.0.0.3', 'gone2\r\neth0');
+    write('n', '10.0.0.4', 'gone3\r\neth0');
+    write('n', '10.0.0.5', 'gone4\r\neth0');
+    const p = await planNow();
+    assert.deepEqual(p.release.map((e) => e.ip), ['10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5']);
+    // Between plan and apply: .2 released and re-taken by a new sandbox, .3 re-written by its owner
+    // (an ADD after the snapshot), .4 released by a DEL.
+    write('n', '10.0.0.2', 'alive\r\neth0');
+    write('n', '10.0.0.3', 'gone2\r\neth0', SNAP + 5000);
+    rmSync(join(dataDir, 'n', '10.0.0.4'));
+    const audit = memoryAuditSink();
+    const r = await applyPlan(p, { openStore, audit, now: () => SNAP });
+    assert.deepEqual(r.released.map((e) => e.ip), ['10.0.0.5']);
+    assert.deepEqual(
+      r.skipped.map((s) => [s.entry.ip, s.why]),
+      [
+        ['10.0.0.2', SKIP_REASONS.ownerChanged],
+        [
+          '10.0.0.3',
+          'now grace: sandbox not listed by the runtime, but the file is within the grace period (ADD may be in flight)',
+        ],
+        ['10.0.0.4', SKIP_REASONS.gone],
+      ],
+    );
+    assert.deepEqual(r.errors, []);
+    assert.deepEqual(readdirSync(join(dataDir, 'n')).sort(), ['10.0.0.2', '10.0.0.3', 'lock']);
+    assert.deepEqual(audit.records.map((a) => a.ip), ['10.0.0.5']);
+  });
+
+  it('a corrupt file that got a valid owner before the lock is kept', async () => {
+    write('n', '10.0.0.2', '');
+    const p = await planNow();
+    write('n', '10.0.0.2', 'new\r\neth0', SNAP - 3_600_000);
+    const r = await applyPlan(p, { openStore, audit: memoryAuditSink(), now: () => SNAP });
+    assert.deepEqual(r.released, []);
+    assert.deepEqual(
+      r.skipped.map((s) => s.why),
+      [SKIP_REASONS.ownerChanged],
+    );
+  });
+
+  it('a network whose lock cannot be had is reported and the others are still processed', async () => {
+    write('a', '10.0.0.2', 'x\r\neth0');
+    write('b', '10.0.0.2', 'y\r\neth0');
+    const p = await planNow();
+    const holder = await openStore('a');
+    await holder.lock(1);
+    try {
+      const r = await applyPlan(p, { openStore, audit: memoryAuditSink(), now: () => SNAP, lockTimeoutSeconds: 0 });
+      assert.deepEqual(r.released.map((e) => `${e.network}/${e.ip}`), ['b/10.0.0.2']);
+      assert.equal(r.errors.length, 1);
+      assert.equal(r.errors[0]?.network, 'a');
+      assert.ok(isAppError(r.errors[0]?.error, 'STORE_LOCK_TIMEOUT'));
+    } finally {
+      await holder.close();
+    }
+  });
+
+  it('stops releasing once an audit record cannot be written', async () => {
+    write('a', '10.0.0.2', 'x\r\neth0');
+    write('a', '10.0.0.3', 'x\r\neth0');
+    write('b', '10.0.0.2', 'y\r\neth0');
+    const p = await planNow();
+    const broken: AuditSink = {
+      append: () => {
+        throw new AppError('STORE_IO', 'cannot write the audit log /x: disk full');
+      },
+      close: () => undefined,
+    };
+    const r = await applyPlan(p, { openStore, audit: broken, now: () => SNAP });
+    assert.deepEqual(r.released.map((e) => `${e.network}/${e.ip}`), ['a/10.0.0.2']);
+    assert.deepEqual(
+      r.errors.map((e) => e.message),
+      ['released 10.0.0.2 but cannot write the audit log /x: disk full'],
+    );
+    assert.deepEqual(
+      r.skipped.map((s) => [`${s.entry.network}/${s.entry.ip}`, s.why]),
+      [
+        ['a/10.0.0.3', SKIP_REASONS.auditBroken],
+        ['b/10.0.0.2', SKIP_REASONS.auditBroken],
+      ],
+    );
+  });
+});
+
+describe('audit log file', () => {
+  it('appends one JSON line per release to the log in the data dir root', async () => {
+    write('n', '10.0.0.2', 'gone\r\neth0');
+    write('n', '10.0.0.3', 'gone\r\neth0');
+    const path = defaultAuditLogPath(dataDir);
+    assert.equal(path, join(dataDir, 'ipwarden-audit.log'));
+    writeFileSync(path, '{"earlier":true}\n', { mode: 0o600 });
+    const audit = openAuditLog(path);
+    try {
+      await applyPlan(await planNow(), { openStore, audit, now: () => SNAP + 1500 });
+    } finally {
+      audit.close();
+      audit.close(); // idempotent
+    }
+    const reason = 'sandbox not listed by the runtime and the file is older than the grace period';
+    assert.equal(
+      readFileSync(path, 'utf8'),
+      '{"earlier":true}\n' +
+        `{"time":"2025-01-01T00:00:01.500Z","network":"n","ip":"10.0.0.2","containerId":"gone","ifname":"eth0","ageSeconds":3600,"verdict":"leaked","reason":"${reason}"}\n` +
+        `{"time":"2025-01-01T00:00:01.500Z","network":"n","ip":"10.0.0.3","containerId":"gone","ifname":"eth0","ageSeconds":3600,"verdict":"leaked","reason":"${reason}"}\n`,
+    );
+    // The audit log is a file in the data dir root: never taken for a network.
+    assert.deepEqual(discoverNetworks(dataDir).map((n) => n.name), ['n']);
+  });
+
+  it('is created with mode 0600; append after close throws ClosedError; an unopenable path throws STORE_IO at open', () => {
+    const a = openAuditLog(join(dataDir, 'x.log'));
+    assert.equal(statSync(join(dataDir, 'x.log')).mode & 0o777, 0o600);
+    a.close();
+    assert.throws(() => a.append({ time: '', network: 'n', ip: '1.2.3.4', containerId: null, ifname: null, ageSeconds: 0, verdict: 'corrupt', reason: '' }), {
+      name: 'ClosedError',
+      message: `audit log ${join(dataDir, 'x.log')} is closed`,
+    });
+    assert.throws(() => openAuditLog(join(dataDir, 'missing-dir', 'x.log')), (e: unknown) => {
+      assert.ok(isAppError(e, 'STORE_IO'));
+      assert.match(e.message, /^cannot open the audit log .*missing-dir\/x\.log: ENOENT/);
+      return true;
+    });
+  });
+});
+
+describe('network discovery', () => {
+  it('lists sub-directories with valid network names, sorted; skips files and odd names; follows symlinks', () => {
+    mkdirSync(join(dataDir, 'zeta'));
+    mkdirSync(join(dataDir, 'alpha'));
+    mkdirSync(join(dataDir, '.hidden'));
+    mkdirSync(join(dataDir, 'real'));
+    symlinkSync(join(dataDir, 'real'), join(dataDir, 'linked'));
+    symlinkSync(join(dataDir, 'nowhere'), join(dataDir, 'dangling'));
+    writeFileSync(join(dataDir, 'ipwarden-audit.log'), '');
+    assert.deepEqual(
+      discoverNetworks(dataDir).map((n) => [n.name, n.dir]),
+      ['alpha', 'linked', 'real', 'zeta'].map((n) => [n, join(dataDir, n)]),
+    );
+  });
+  it('a missing data dir has no networks', () => {
+    assert.deepEqual(discoverNetworks(join(dataDir, 'nope')), []);
+  });
+  it('namedNetwork checks the name and the directory', () => {
+    mkdirSync(join(dataDir, 'cbr0'));
+    assert.deepEqual(namedNetwork(dataDir, 'cbr0'), { name: 'cbr0', dir: join(dataDir, 'cbr0') });
+    assert.throws(() => namedNetwork(dataDir, '../etc'), { name: 'UsageError', message: 'invalid network name "../etc"' });
+    assert.throws(() => namedNetwork(dataDir, 'nope'), { message: `no network directory ${join(dataDir, 'nope')}` });
+  });
+});

@@ -1,0 +1,306 @@
+/**
+ * The reconcile parts of field reports BR-02 (variant b), BR-03, BR-04, BR-05, BR-06, BR-10,
+ * BR-19, BR-20, BR-22, BR-23 (../shared/reference/field-reports.md), each on a real FileStore in
+ * a temporary data dir: the raw files are written exactly as the fixture's `disk:` says, their
+ * mtimes set older than the grace period, and the runtime's sandbox list is the fixture's `live:`.
+ * The plugin ADD steps that follow a reconcile in some fixtures are covered by the plugin's own
+ * tests (not driven from here).
+ */
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { isAppError } from '../../src/common/errors.ts';
+import { applyPlan, type ApplyResult } from '../../src/reconcile/apply.ts';
+import { memoryAuditSink, type AuditRecord } from '../../src/reconcile/audit.ts';
+import { discoverNetworks, readReservations } from '../../src/reconcile/networks.ts';
+import { plan, type Plan, type SandboxState } from '../../src/reconcile/plan.ts';
+import { openFileStore } from '../../src/store/file/file-store.ts';
+
+/** The runtime snapshot time of every test: 2025-01-01T00:00:00Z. */
+const SNAP = Date.UTC(2025, 0, 1);
+const GRACE = 300; // 5m, the CLI default
+/** Files written before the reboot / failure: one hour before the snapshot. */
+const OLD_MS = SNAP - 3600_000;
+
+let dataDir: string;
+beforeEach(() => {
+  dataDir = mkdtempSync(join(tmpdir(), 'ipwarden-br-'));
+});
+afterEach(() => {
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+/** Write DIR exactly as a fixture's `disk:`; every file gets mtime `mtimeMs`. */
+function disk(network: string, files: Record<string, string>, mtimeMs = OLD_MS): string {
+  const dir = join(dataDir, network);
+  mkdirSync(dir, { recursive: true });
+  for (const [name, content] of Object.entries(files)) {
+    const p = join(dir, name);
+    writeFileSync(p, content, { mode: name === 'lock' || name.startsWith('last_') ? 0o644 : 0o600 });
+    utimesSync(p, mtimeMs / 1000, mtimeMs / 1000);
+  }
+  return dir;
+}
+
+/** Every file of DIR with its exact content. */
+function filesOf(network: string): Record<string, string> {
+  const dir = join(dataDir, network);
+  const out: Record<string, string> = {};
+  for (const name of readdirSync(dir).sort()) out[name] = readFileSync(join(dir, name), 'latin1');
+  return out;
+}
+
+/** `live:` as the runtime's list; every sandbox ready unless stated. */
+function live(...ids: Array<string | [string, SandboxState]>): Map<string, SandboxState> {
+  return new Map(ids.map((x) => (typeof x === 'string' ? [x, 'ready'] : x)));
+}
+
+/** One reconcile pass over the whole data dir (snapshot given, then locks), as `ipwarden gc` does. */
+async function reconcile(
+  sandboxes: Map<string, SandboxState> | null,
+  opts: { lockTimeoutSeconds?: number } = {},
+): Promise<{ plan: Plan; applied: ApplyResult; audit: AuditRecord[] }> {
+  const openStore = (network: string) => openFileStore({ dataDir, network });
+  const networks = discoverNetworks(dataDir);
+  const reservations = await readReservations(networks, openStore, opts.lockTimeoutSeconds);
+  const p = plan({ reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: GRACE });
+  const audit = memoryAuditSink();
+  const applied = await applyPlan(p, { openStore, audit, now: () => SNAP + 1000, ...opts });
+  return { plan: p, applied, audit: audit.records };
+}
+
+const releasedIPs = (a: ApplyResult): string[] => a.released.map((e) => e.ip);
+
+describe('field reports: reconcile on a real FileStore', () => {
+  it('BR-02 variant b: no DEL ever; reconcile removes 10.88.0.2, keeps lock and last_reserved_ip.0', async () => {
+    disk('containerd-net', { '10.88.0.2': 'c-old\r\neth0', 'last_reserved_ip.0': '10.88.0.2', lock: '' });
+    const { applied, audit } = await reconcile(live());
+    assert.deepEqual(releasedIPs(applied), ['10.88.0.2']);
+    assert.deepEqual(filesOf('containerd-net'), { 'last_reserved_ip.0': '10.88.0.2', lock: '' });
+    assert.deepEqual(audit, [
+      {
+        time: '2025-01-01T00:00:01.000Z',
+        network: 'containerd-net',
+        ip: '10.88.0.2',
+        containerId: 'c-old',
+        ifname: 'eth0',
+        ageSeconds: 3600,
+        verdict: 'leaked',
+        reason: 'sandbox not listed by the runtime and the file is older than the grace period',
+      },
+    ]);
+    assert.deepEqual(applied.errors, []);
+  });
+
+  it('BR-03: after reboot, live = [c4, c5] (+ c6 in flight) frees .2 .3 .4 by runtime truth, not by age', async () => {
+    // All five files are equally old: age alone cannot tell the boots apart, the runtime can.
+    disk('cbr0', {
+      '10.244.1.2': 'c1\r\neth0',
+      '10.244.1.3': 'c2\r\neth0',
+      '10.244.1.4': 'c3\r\neth0',
+      '10.244.1.5': 'c4\r\neth0',
+      '10.244.1.6': 'c5\r\neth0',
+      'last_reserved_ip.0': '10.244.1.6',
+      lock: '',
+    });
+    const { applied, plan: p } = await reconcile(live('c4', 'c5', ['c6', 'notready']));
+    assert.deepEqual(releasedIPs(applied), ['10.244.1.2', '10.244.1.3', '10.244.1.4']);
+    assert.deepEqual(filesOf('cbr0'), {
+      '10.244.1.5': 'c4\r\neth0',
+      '10.244.1.6': 'c5\r\neth0',
+      'last_reserved_ip.0': '10.244.1.6',
+      lock: '',
+    });
+    assert.deepEqual(p.orphans, ['c6']);
+  });
+
+  // BR-04: owner parsing is the first line (CRLF), also LF-only and legacy single-line content;
+  // a whole-content comparison against "c3" would wrongly free the live .4.
+  const br04: Array<{ name: string; content: string }> = [
+    { name: 'CRLF record', content: 'c3\r\neth0' },
+    { name: 'LF-only record', content: 'c3\neth0' },
+    { name: 'legacy ID-only record', content: 'c3' },
+    { name: 'CRLF record with trailing whitespace', content: 'c3\r\neth0\r\n' },
+  ];
+  br04.forEach((c) =>
+    it(`BR-04: live = [c3] frees .2 and .3, keeps .4 (${c.name}), lock, last_reserved_ip.0`, async () => {
+      disk('kubenet', {
+        '10.244.1.2': 'c1\r\neth0',
+        '10.244.1.3': 'c2\r\neth0',
+        '10.244.1.4': c.content,
+        'last_reserved_ip.0': '10.244.1.4',
+        lock: '',
+      });
+      const { applied } = await reconcile(live('c3'));
+      assert.deepEqual(releasedIPs(applied), ['10.244.1.2', '10.244.1.3']);
+      assert.deepEqual(filesOf('kubenet'), { '10.244.1.4': c.content, 'last_reserved_ip.0': '10.244.1.4', lock: '' });
+    }),
+  );
+
+  it('BR-05: five sandboxes removed without DEL; reconcile frees c1..c5 (c6 in flight)', async () => {
+    disk('cbr0', {
+      '10.244.1.2': 'c1\r\neth0',
+      '10.244.1.3': 'c2\r\neth0',
+      '10.244.1.4': 'c3\r\neth0',
+      '10.244.1.5': 'c4\r\neth0',
+      '10.244.1.6': 'c5\r\neth0',
+      'last_reserved_ip.0': '10.244.1.6',
+      lock: '',
+    });
+    const { applied } = await reconcile(live(['c6', 'notready']));
+    assert.deepEqual(releasedIPs(applied), ['10.244.1.2', '10.244.1.3', '10.244.1.4', '10.244.1.5', '10.244.1.6']);
+    assert.deepEqual(filesOf('cbr0'), { 'last_reserved_ip.0': '10.244.1.6', lock: '' });
+  });
+
+  it('BR-05: an ADD in flight (file younger than the grace, sandbox not listed yet) keeps its reservation', async () => {
+    disk('cbr0', { '10.244.1.2': 'c1\r\neth0', lock: '' });
+    disk('cbr0', { '10.244.1.3': 'c6\r\neth0' }, SNAP - 10_000); // written 10 s before the snapshot
+    const { applied, plan: p } = await reconcile(live());
+    assert.deepEqual(releasedIPs(applied), ['10.244.1.2']);
+    assert.deepEqual(
+      p.entries.map((e) => [e.ip, e.verdict, e.ageSeconds]),
+      [
+        ['10.244.1.2', 'leaked', 3600],
+        ['10.244.1.3', 'grace', 10],
+      ],
+    );
+    assert.deepEqual(filesOf('cbr0'), { '10.244.1.3': 'c6\r\neth0', lock: '' });
+  });
+
+  it('BR-06: ADD completed on disk, runtime forgot c1: reconcile frees 10.22.0.2', async () => {
+    disk('k8s-pod-network', { '10.22.0.2': 'c1\r\neth0', 'last_reserved_ip.0': '10.22.0.2', lock: '' });
+    const { applied } = await reconcile(live());
+    assert.deepEqual(releasedIPs(applied), ['10.22.0.2']);
+    assert.deepEqual(filesOf('k8s-pod-network'), { 'last_reserved_ip.0': '10.22.0.2', lock: '' });
+  });
+
+  it('BR-06: an upstream ADD killed between create and write leaves an empty file: freed as corrupt', async () => {
+    disk('k8s-pod-network', { '10.22.0.2': '', 'last_reserved_ip.0': '10.22.0.2', lock: '' }, SNAP - 1000);
+    const { applied } = await reconcile(live());
+    assert.deepEqual(
+      applied.released.map((e) => [e.ip, e.verdict, e.containerId]),
+      [['10.22.0.2', 'corrupt', null]],
+    );
+    assert.deepEqual(filesOf('k8s-pod-network'), { 'last_reserved_ip.0': '10.22.0.2', lock: '' });
+  });
+
+  it('BR-10: live = [cB]: reconcile frees .2 only, under DIR/lock; late DEL cA is a no-op; DEL cB frees .3', async () => {
+    disk('antrea', { '10.22.0.2': 'cA\r\neth0', '10.22.0.3': 'cB\r\neth0', lock: '' });
+
+    // It holds DIR/lock: while another holder has the lock, nothing is released.
+    const holder = await openFileStore({ dataDir, network: 'antrea' });
+    await holder.lock(1);
+    try {
+      const blocked = await reconcile(live('cB'), { lockTimeoutSeconds: 0 }).catch((e: unknown) => e);
+      // readReservations itself waits for the lock first.
+      assert.ok(isAppError(blocked, 'STORE_LOCK_TIMEOUT'), String(blocked));
+      assert.ok(existsSync(join(dataDir, 'antrea', '10.22.0.2')));
+    } finally {
+      await holder.close();
+    }
+
+    const { applied } = await reconcile(live('cB'));
+    assert.deepEqual(releasedIPs(applied), ['10.22.0.2']);
+    assert.deepEqual(filesOf('antrea'), { '10.22.0.3': 'cB\r\neth0', lock: '' });
+
+    // The DELs that follow, with DEL's semantics (release by owner) on the same store.
+    const store = await openFileStore({ dataDir, network: 'antrea' });
+    await store.lock(1);
+    try {
+      assert.deepEqual(await store.releaseByOwner('cA', 'eth0'), []);
+      assert.deepEqual(await store.releaseByOwner('cB', 'eth0'), ['10.22.0.3']);
+    } finally {
+      await store.close();
+    }
+    assert.deepEqual(filesOf('antrea'), { lock: '' });
+  });
+
+  it('BR-19: DEL never reached the IPAM; reconcile frees 10.1.0.2; last_reserved_ip.0 kept', async () => {
+    disk('net-hd', { '10.1.0.2': 'c1\r\nnet1', 'last_reserved_ip.0': '10.1.0.2', lock: '' });
+    const { applied } = await reconcile(live());
+    assert.deepEqual(
+      applied.released.map((e) => [e.ip, e.containerId, e.ifname]),
+      [['10.1.0.2', 'c1', 'net1']],
+    );
+    assert.deepEqual(filesOf('net-hd'), { 'last_reserved_ip.0': '10.1.0.2', lock: '' });
+  });
+
+  it('BR-20: whole /28 allocated, live = [l5, l9, l12]: frees 10 files, .5 .9 .12 untouched', async () => {
+    const files: Record<string, string> = { 'last_reserved_ip.0': '10.42.1.14', lock: '' };
+    for (let i = 2; i <= 14; i++) files[`10.42.1.${i}`] = [5, 9, 12].includes(i) ? `l${i}\r\neth0` : `d${i}\r\neth0`;
+    disk('cbr0', files);
+    const before = ['5', '9', '12'].map((i) => statSync(join(dataDir, 'cbr0', `10.42.1.${i}`)));
+    const { applied } = await reconcile(live('l5', 'l9', 'l12'));
+    assert.deepEqual(releasedIPs(applied), [2, 3, 4, 6, 7, 8, 10, 11, 13, 14].map((i) => `10.42.1.${i}`));
+    assert.deepEqual(filesOf('cbr0'), {
+      '10.42.1.12': 'l12\r\neth0',
+      '10.42.1.5': 'l5\r\neth0',
+      '10.42.1.9': 'l9\r\neth0',
+      'last_reserved_ip.0': '10.42.1.14',
+      lock: '',
+    });
+    const after = ['5', '9', '12'].map((i) => statSync(join(dataDir, 'cbr0', `10.42.1.${i}`)));
+    assert.deepEqual(
+      after.map((s) => [s.ino, s.mtimeMs]),
+      before.map((s) => [s.ino, s.mtimeMs]),
+    );
+  });
+
+  it('BR-22: conservative policy keeps both: c1 NOT READY (netns removed) and c2 READY', async () => {
+    disk('gs22', { '10.22.0.2': 'c1\r\neth0', '10.22.0.3': 'c2\r\neth0', lock: '' });
+    const { applied, plan: p } = await reconcile(live(['c1', 'notready'], ['c2', 'ready']));
+    assert.deepEqual(releasedIPs(applied), []);
+    assert.deepEqual(
+      p.entries.map((e) => [e.ip, e.verdict, e.reason]),
+      [
+        ['10.22.0.2', 'live', 'sandbox is listed by the runtime (not ready)'],
+        ['10.22.0.3', 'live', 'sandbox is listed by the runtime (ready)'],
+      ],
+    );
+    assert.deepEqual(filesOf('gs22'), { '10.22.0.2': 'c1\r\neth0', '10.22.0.3': 'c2\r\neth0', lock: '' });
+  });
+
+  describe('BR-23: genuine exhaustion versus leak', () => {
+    const full = {
+      '10.244.1.2': 'c1\r\neth0',
+      '10.244.1.3': 'c2\r\neth0',
+      '10.244.1.4': 'c3\r\neth0',
+      '10.244.1.5': 'c4\r\neth0',
+      '10.244.1.6': 'c5\r\neth0',
+    };
+    it('first: live [c1..c5]: frees nothing; allocated=5, owned-by-live=5, orphaned=0', async () => {
+      disk('kubenet', full);
+      const { applied, plan: p } = await reconcile(live('c1', 'c2', 'c3', 'c4', 'c5'));
+      assert.deepEqual(releasedIPs(applied), []);
+      assert.equal(p.counts.allocated, 5);
+      assert.equal(p.counts.live, 5);
+      assert.equal(p.counts.orphaned, 0);
+      // Taking the lock creates DIR/lock, as host-local does.
+      assert.deepEqual(filesOf('kubenet'), { ...full, lock: '' });
+    });
+    it('second: live [c3..c5]: frees exactly .2 .3', async () => {
+      disk('kubenet', full);
+      const { applied, plan: p } = await reconcile(live('c3', 'c4', 'c5'));
+      assert.deepEqual(releasedIPs(applied), ['10.244.1.2', '10.244.1.3']);
+      assert.deepEqual(
+        { allocated: p.counts.allocated, live: p.counts.live, orphaned: p.counts.orphaned },
+        { allocated: 5, live: 3, orphaned: 2 },
+      );
+      assert.deepEqual(filesOf('kubenet'), {
+        '10.244.1.4': 'c3\r\neth0',
+        '10.244.1.5': 'c4\r\neth0',
+        '10.244.1.6': 'c5\r\neth0',
+        lock: '',
+      });
+    });
+  });
+
+  it('runtime not reachable: only corrupt files go, whatever their age', async () => {
+    disk('cbr0', { '10.244.1.2': 'c1\r\neth0', '10.244.1.3': '', lock: '' });
+    const { applied } = await reconcile(null);
+    assert.deepEqual(releasedIPs(applied), ['10.244.1.3']);
+    assert.deepEqual(filesOf('cbr0'), { '10.244.1.2': 'c1\r\neth0', lock: '' });
+  });
+});
