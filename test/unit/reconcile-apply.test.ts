@@ -11,7 +11,7 @@ import { AppError, isAppError } from '../../src/common/errors.ts';
 import { applyPlan, SKIP_REASONS } from '../../src/reconcile/apply.ts';
 import { defaultAuditLogPath, memoryAuditSink, openAuditLog, type AuditSink } from '../../src/reconcile/audit.ts';
 import { discoverNetworks, namedNetwork, readReservations } from '../../src/reconcile/networks.ts';
-import { plan, type Plan } from '../../src/reconcile/plan.ts';
+import { plan, type Plan, type SandboxState } from '../../src/reconcile/plan.ts';
 import { openFileStore } from '../../src/store/file/file-store.ts';
 
 const SNAP = Date.UTC(2025, 0, 1);
@@ -35,7 +35,7 @@ const openStore = (network: string) => openFileStore({ dataDir, network });
 
 async function planNow(): Promise<Plan> {
   const reservations = await readReservations(discoverNetworks(dataDir), openStore);
-  return plan({ reservations, sandboxes: new Map([['alive', 'ready']]), snapshotAtMs: SNAP, graceSeconds: 300 });
+  return plan({ reservations, sandboxes: new Map<string, SandboxState>([['alive', 'ready']]), snapshotAtMs: SNAP, graceSeconds: 300 });
 }
 
 describe('applyPlan re-checks each entry under the lock', () => {

@@ -1,7 +1,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { classify, compareIPText, plan, REASONS, type ReservationInput, type SandboxIndex, type Verdict } from '../../src/reconcile/plan.ts';
+import { classify, compareIPText, plan, REASONS, type ReservationInput, type SandboxIndex, type SandboxState, type Verdict } from '../../src/reconcile/plan.ts';
 import type { Owner } from '../../src/store/store.ts';
+
+const sb = (entries: Array<[string, SandboxState]>): Map<string, SandboxState> => new Map(entries);
 
 const SNAP = 1_700_000_000_000; // ms
 const GRACE = 300; // s
@@ -18,14 +20,14 @@ describe('reconcile plan: verdicts', () => {
     {
       name: 'ready sandbox is live',
       r: res('10.0.0.2', own(ID_A), 3600),
-      sandboxes: new Map([[ID_A, 'ready']]),
+      sandboxes: sb([[ID_A, 'ready']]),
       verdict: 'live',
       reason: REASONS.liveReady,
     },
     {
       name: 'NOT READY sandbox is live (BR-22: stopped but not removed keeps its IP)',
       r: res('10.0.0.2', own(ID_A), 3600),
-      sandboxes: new Map([[ID_A, 'notready']]),
+      sandboxes: sb([[ID_A, 'notready']]),
       verdict: 'live',
       reason: REASONS.liveNotReady,
     },
@@ -39,35 +41,35 @@ describe('reconcile plan: verdicts', () => {
     {
       name: 'legacy ID-only record matches by ID',
       r: res('10.0.0.2', own(ID_A, null), 3600),
-      sandboxes: new Map([[ID_A, 'ready']]),
+      sandboxes: sb([[ID_A, 'ready']]),
       verdict: 'live',
       reason: REASONS.liveReady + REASONS.legacySuffix,
     },
     {
       name: 'legacy ID-only record of an unlisted sandbox is leaked',
       r: res('10.0.0.2', own(ID_A, null), 3600),
-      sandboxes: new Map([[ID_B, 'ready']]),
+      sandboxes: sb([[ID_B, 'ready']]),
       verdict: 'leaked',
       reason: REASONS.leaked + REASONS.legacySuffix,
     },
     {
       name: 'match is on the full ID: a listed ID that is a prefix of the owner does not count',
       r: res('10.0.0.2', own(ID_A), 3600),
-      sandboxes: new Map([[ID_A.slice(0, 13), 'ready']]),
+      sandboxes: sb([[ID_A.slice(0, 13), 'ready']]),
       verdict: 'leaked',
       reason: REASONS.leaked,
     },
     {
       name: 'match is on the full ID: an owner that is a prefix of a listed ID does not count',
       r: res('10.0.0.2', own(ID_A.slice(0, 12)), 3600),
-      sandboxes: new Map([[ID_A, 'ready']]),
+      sandboxes: sb([[ID_A, 'ready']]),
       verdict: 'leaked',
       reason: REASONS.leaked,
     },
     {
       name: 'corrupt record (owner null) is corrupt whatever its age',
       r: res('10.0.0.2', null, 1),
-      sandboxes: new Map([[ID_A, 'ready']]),
+      sandboxes: sb([[ID_A, 'ready']]),
       verdict: 'corrupt',
       reason: REASONS.corrupt,
     },
@@ -88,21 +90,21 @@ describe('reconcile plan: verdicts', () => {
     {
       name: 'empty sandbox list (runtime asked, nothing running): old files are leaked',
       r: res('10.0.0.2', own(ID_A), 3600),
-      sandboxes: new Map(),
+      sandboxes: sb([]),
       verdict: 'leaked',
       reason: REASONS.leaked,
     },
     {
       name: 'mtime after the snapshot (clock skew / ADD right after): grace',
       r: res('10.0.0.2', own(ID_A), -5),
-      sandboxes: new Map(),
+      sandboxes: sb([]),
       verdict: 'grace',
       reason: REASONS.grace,
     },
     {
       name: 'unreadable mtime (NaN) is never leaked',
       r: { network: 'net', dir: '/data/net', ip: '10.0.0.2', owner: own(ID_A), mtimeMs: Number.NaN },
-      sandboxes: new Map(),
+      sandboxes: sb([]),
       verdict: 'grace',
       reason: REASONS.grace,
     },
@@ -160,7 +162,7 @@ describe('reconcile plan: whole plans', () => {
         res('10.0.0.100', own('fresh'), 10, 'a-net'),
         res('10.0.0.3', own(ID_B, null), 3600, 'a-net'),
       ],
-      sandboxes: new Map([
+      sandboxes: sb([
         [ID_A, 'ready'],
         [ID_B, 'notready'],
         ['hostnet-pod', 'ready'],
