@@ -34,6 +34,7 @@ import {
   type FileStore,
 } from '../../src/store/file/file-store.ts';
 import { lockExclusive, type LockClock } from '../../src/store/file/flock.ts';
+import { MemoryStore } from '../../src/store/memory/memory-store.ts';
 import { runStoreContract } from './store-contract.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -92,6 +93,17 @@ runStoreContract('FileStore', async () => {
   return {
     store,
     plant: async (ip, owner) => writeFileSync(join(store.dir, ip), recordText(owner), { mode: 0o600 }),
+  };
+});
+
+// The in-memory fake must behave the same (run here until memory-store.test.ts takes it over).
+runStoreContract('MemoryStore', async () => {
+  const store = new MemoryStore('net1');
+  return {
+    store,
+    plant: async (ip, owner) => {
+      store.seed(ip, owner);
+    },
   };
 });
 
@@ -691,11 +703,12 @@ describe('crash safety', () => {
     });
     let tempLeftovers = 0;
     let reservationsSeen = 0;
+    let stop = false;
 
     async function lane(laneNo: number): Promise<void> {
       const dataDir = tempDataDir();
       const dir = join(dataDir, 'churn');
-      for (let k = 0; k < KILLS_PER_LANE; k++) {
+      for (let k = 0; k < KILLS_PER_LANE && !stop; k++) {
         const delayMs = Math.floor(rand() * rand() * 40);
         const child = spawn(process.execPath, [bundle, dataDir, 'churn', String(SEED + laneNo * 1000 + k)], {
           stdio: ['ignore', 'pipe', 'pipe'],
@@ -738,7 +751,16 @@ describe('crash safety', () => {
       }
     }
 
-    await Promise.all(Array.from({ length: LANES }, (_, i) => lane(i)));
+    // Let every lane finish (a failing lane stops the others) so that nothing runs after cleanup.
+    const results = await Promise.allSettled(
+      Array.from({ length: LANES }, (_, i) =>
+        lane(i).catch((e: unknown) => {
+          stop = true;
+          throw e;
+        }),
+      ),
+    );
+    for (const r of results) if (r.status === 'rejected') throw r.reason;
     t.diagnostic(`kills: ${LANES * KILLS_PER_LANE}, temp leftovers seen after kills: ${tempLeftovers}, reservation files checked: ${reservationsSeen}`);
     assert.ok(reservationsSeen > 0);
   });

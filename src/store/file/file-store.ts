@@ -58,6 +58,7 @@ export const MAX_RECORD_BYTES = 4096;
  * host-local uses. Any such file seen while holding the lock was left by a killed writer.
  */
 export const TEMP_PREFIX = '.ipwarden-';
+/** Suffix of temporary files; see {@link TEMP_PREFIX}. */
 export const TEMP_SUFFIX = '.tmp';
 
 /** Container IDs as the CNI spec allows them (SPEC.md "Parameters": CNI_CONTAINERID). */

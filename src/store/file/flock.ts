@@ -15,8 +15,9 @@ import { flockSync } from './fs-ext.ts';
  */
 export const LOCK_FILE_MODE = 0o750;
 
-/** First and largest pause between two non-blocking attempts, milliseconds. */
+/** First pause between two non-blocking attempts, milliseconds (doubles after each attempt). */
 export const LOCK_POLL_START_MS = 1;
+/** Largest pause between two non-blocking attempts, milliseconds. */
 export const LOCK_POLL_MAX_MS = 20;
 
 /** A held lock. `release()` is idempotent and never throws (closing the fd drops the lock anyway). */
