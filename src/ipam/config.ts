@@ -170,7 +170,11 @@ function decode(stdin: string | Uint8Array): JsonObject {
   try {
     doc = JSON.parse(text);
   } catch (e) {
-    throw new AppError('IPAM_DECODE', `error unmarshall network config: ${(e as Error).message}`, { cause: e });
+    // The engine's text varies between Node versions: keep the message stable, the text in details.
+    throw new AppError('IPAM_DECODE', 'error unmarshall network config: not valid JSON', {
+      details: (e as Error).message,
+      cause: e,
+    });
   }
   if (!isObject(doc)) {
     throw new AppError(
