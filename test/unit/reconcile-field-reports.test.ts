@@ -3,8 +3,8 @@
  * BR-19, BR-20, BR-22, BR-23 (../shared/reference/field-reports.md), each on a real FileStore in
  * a temporary data dir: the raw files are written exactly as the fixture's `disk:` says, their
  * mtimes set older than the grace period, and the runtime's sandbox list is the fixture's `live:`.
- * The plugin ADD steps that follow a reconcile in some fixtures are covered by the plugin's own
- * tests (not driven from here).
+ * The plugin steps around a reconcile (ADD after it, late DELs) drive the real plugin handlers
+ * in-process (`makeHandlers(fileDeps)` + `pluginMain`) on the same data dir.
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,6 +17,9 @@ import { memoryAuditSink, type AuditRecord } from '../../src/reconcile/audit.ts'
 import { discoverNetworks, readReservations } from '../../src/reconcile/networks.ts';
 import { plan, type Plan, type SandboxState } from '../../src/reconcile/plan.ts';
 import { openFileStore } from '../../src/store/file/file-store.ts';
+import { makeHandlers } from '../../src/cni/commands.ts';
+import { fileDeps } from '../../src/cni/plugin.ts';
+import { pluginMain } from '../../src/cni/skel.ts';
 
 /** The runtime snapshot time of every test: 2025-01-01T00:00:00Z. */
 const SNAP = Date.UTC(2025, 0, 1);
@@ -73,6 +76,38 @@ async function reconcile(
 
 const releasedIPs = (a: ApplyResult): string[] => a.released.map((e) => e.ip);
 
+/** The fixture's `config:` with `ipam.dataDir` pointed at the test's data dir. */
+function config(name: string, subnet: string, cniVersion = '1.0.0'): object {
+  return { cniVersion, name, ipam: { type: 'host-local', dataDir, ranges: [[{ subnet }]] } };
+}
+
+/** One plugin invocation in-process; `json` is stdout parsed. */
+async function cni(
+  command: 'ADD' | 'DEL',
+  containerId: string,
+  ifname: string,
+  conf: object,
+): Promise<{ code: number; json: Record<string, unknown> | null }> {
+  let out = '';
+  const code = await pluginMain(makeHandlers(fileDeps), {
+    env: { CNI_COMMAND: command, CNI_CONTAINERID: containerId, CNI_IFNAME: ifname, CNI_NETNS: command === 'ADD' ? '/var/run/netns/test' : '', CNI_PATH: '/opt/cni/bin' },
+    readStdin: async () => Buffer.from(JSON.stringify(conf)),
+    stdout: (t: string) => {
+      out += t;
+      return true;
+    },
+    stderr: () => true,
+  });
+  return { code, json: out === '' ? null : (JSON.parse(out) as Record<string, unknown>) };
+}
+
+/** The address of a successful ADD result (`ips[0].address`). */
+function addedAddress(r: { code: number; json: Record<string, unknown> | null }): string {
+  assert.equal(r.code, 0, JSON.stringify(r.json));
+  const ips = r.json?.['ips'] as Array<{ address: string }> | undefined;
+  return ips?.[0]?.address ?? '';
+}
+
 describe('field reports: reconcile on a real FileStore', () => {
   it('BR-02 variant b: no DEL ever; reconcile removes 10.88.0.2, keeps lock and last_reserved_ip.0', async () => {
     disk('containerd-net', { '10.88.0.2': 'c-old\r\neth0', 'last_reserved_ip.0': '10.88.0.2', lock: '' });
@@ -92,6 +127,8 @@ describe('field reports: reconcile on a real FileStore', () => {
       },
     ]);
     assert.deepEqual(applied.errors, []);
+    // ADD c-new -> 10.88.0.3 (round robin continues after last_reserved_ip.0).
+    assert.equal(addedAddress(await cni('ADD', 'c-new', 'eth0', config('containerd-net', '10.88.0.0/29'))), '10.88.0.3/29');
   });
 
   it('BR-03: after reboot, live = [c4, c5] (+ c6 in flight) frees .2 .3 .4 by runtime truth, not by age', async () => {
@@ -114,6 +151,8 @@ describe('field reports: reconcile on a real FileStore', () => {
       lock: '',
     });
     assert.deepEqual(p.orphans, ['c6']);
+    // ADD c6 -> 10.244.1.2 (wraps after .6, skips gateway .1).
+    assert.equal(addedAddress(await cni('ADD', 'c6', 'eth0', config('cbr0', '10.244.1.0/29'))), '10.244.1.2/29');
   });
 
   // BR-04: owner parsing is the first line (CRLF), also LF-only and legacy single-line content;
@@ -152,6 +191,8 @@ describe('field reports: reconcile on a real FileStore', () => {
     const { applied } = await reconcile(live(['c6', 'notready']));
     assert.deepEqual(releasedIPs(applied), ['10.244.1.2', '10.244.1.3', '10.244.1.4', '10.244.1.5', '10.244.1.6']);
     assert.deepEqual(filesOf('cbr0'), { 'last_reserved_ip.0': '10.244.1.6', lock: '' });
+    // ADD c6 succeeds.
+    assert.equal(addedAddress(await cni('ADD', 'c6', 'eth0', config('cbr0', '10.244.1.0/29'))), '10.244.1.2/29');
   });
 
   it('BR-05: an ADD in flight (file younger than the grace, sandbox not listed yet) keeps its reservation', async () => {
@@ -205,15 +246,11 @@ describe('field reports: reconcile on a real FileStore', () => {
     assert.deepEqual(releasedIPs(applied), ['10.22.0.2']);
     assert.deepEqual(filesOf('antrea'), { '10.22.0.3': 'cB\r\neth0', lock: '' });
 
-    // The DELs that follow, with DEL's semantics (release by owner) on the same store.
-    const store = await openFileStore({ dataDir, network: 'antrea' });
-    await store.lock(1);
-    try {
-      assert.deepEqual(await store.releaseByOwner('cA', 'eth0'), []);
-      assert.deepEqual(await store.releaseByOwner('cB', 'eth0'), ['10.22.0.3']);
-    } finally {
-      await store.close();
-    }
+    // Late DEL cA is a successful no-op; DEL cB (agent cache empty) frees .3.
+    const conf = config('antrea', '10.22.0.0/29');
+    assert.deepEqual(await cni('DEL', 'cA', 'eth0', conf), { code: 0, json: null });
+    assert.deepEqual(filesOf('antrea'), { '10.22.0.3': 'cB\r\neth0', lock: '' });
+    assert.deepEqual(await cni('DEL', 'cB', 'eth0', conf), { code: 0, json: null });
     assert.deepEqual(filesOf('antrea'), { lock: '' });
   });
 
@@ -231,6 +268,10 @@ describe('field reports: reconcile on a real FileStore', () => {
     const files: Record<string, string> = { 'last_reserved_ip.0': '10.42.1.14', lock: '' };
     for (let i = 2; i <= 14; i++) files[`10.42.1.${i}`] = [5, 9, 12].includes(i) ? `l${i}\r\neth0` : `d${i}\r\neth0`;
     disk('cbr0', files);
+    const conf = config('cbr0', '10.42.1.0/28');
+    const full = await cni('ADD', 'n1', 'eth0', conf);
+    assert.equal(full.code, 1);
+    assert.equal(full.json?.['msg'], 'failed to allocate for range 0: no IP addresses available in range set: 10.42.1.1-10.42.1.14');
     const before = ['5', '9', '12'].map((i) => statSync(join(dataDir, 'cbr0', `10.42.1.${i}`)));
     const { applied } = await reconcile(live('l5', 'l9', 'l12'));
     assert.deepEqual(releasedIPs(applied), [2, 3, 4, 6, 7, 8, 10, 11, 13, 14].map((i) => `10.42.1.${i}`));
@@ -246,6 +287,7 @@ describe('field reports: reconcile on a real FileStore', () => {
       after.map((s) => [s.ino, s.mtimeMs]),
       before.map((s) => [s.ino, s.mtimeMs]),
     );
+    assert.equal(addedAddress(await cni('ADD', 'n1', 'eth0', conf)), '10.42.1.2/28');
   });
 
   it('BR-22: conservative policy keeps both: c1 NOT READY (netns removed) and c2 READY', async () => {
@@ -270,8 +312,11 @@ describe('field reports: reconcile on a real FileStore', () => {
       '10.244.1.5': 'c4\r\neth0',
       '10.244.1.6': 'c5\r\neth0',
     };
-    it('first: live [c1..c5]: frees nothing; allocated=5, owned-by-live=5, orphaned=0', async () => {
+    it('first: live [c1..c5]: ADD c6 fails with the exact upstream error; reconcile frees nothing; allocated=5, owned-by-live=5, orphaned=0', async () => {
       disk('kubenet', full);
+      const add = await cni('ADD', 'c6', 'eth0', config('kubenet', '10.244.1.0/29'));
+      assert.equal(add.code, 1);
+      assert.equal(add.json?.['msg'], 'failed to allocate for range 0: no IP addresses available in range set: 10.244.1.1-10.244.1.6');
       const { applied, plan: p } = await reconcile(live('c1', 'c2', 'c3', 'c4', 'c5'));
       assert.deepEqual(releasedIPs(applied), []);
       assert.equal(p.counts.allocated, 5);
@@ -280,7 +325,7 @@ describe('field reports: reconcile on a real FileStore', () => {
       // Taking the lock creates DIR/lock, as host-local does.
       assert.deepEqual(filesOf('kubenet'), { ...full, lock: '' });
     });
-    it('second: live [c3..c5]: frees exactly .2 .3', async () => {
+    it('second: live [c3..c5]: frees exactly .2 .3; ADD c6 gets one of them', async () => {
       disk('kubenet', full);
       const { applied, plan: p } = await reconcile(live('c3', 'c4', 'c5'));
       assert.deepEqual(releasedIPs(applied), ['10.244.1.2', '10.244.1.3']);
@@ -294,6 +339,8 @@ describe('field reports: reconcile on a real FileStore', () => {
         '10.244.1.6': 'c5\r\neth0',
         lock: '',
       });
+      const got = addedAddress(await cni('ADD', 'c6', 'eth0', config('kubenet', '10.244.1.0/29')));
+      assert.ok(['10.244.1.2/29', '10.244.1.3/29'].includes(got), got);
     });
   });
 
