@@ -90,6 +90,12 @@ export class RangeExhaustedError extends AppError implements RangeExhaustion {
   }
 }
 
+/** Map key of an address: its value, tagged above bit 128 for IPv4 so families never collide. */
+const V4_TAG = 1n << 128n;
+function keyOf(ip: IP): bigint {
+  return ip.family === 4 ? ip.value | V4_TAG : ip.value;
+}
+
 interface Known {
   readonly ip: IP;
   /** The store's name for it (what release() needs). */
@@ -132,12 +138,12 @@ export async function allocate(store: Store, req: AllocateRequest): Promise<Allo
   const containerId = req.containerId.trim();
   const owner = { containerId, ifname: req.ifname };
 
-  // One listing per ADD: the set of taken addresses, keyed by canonical text.
-  const known = new Map<string, Known>();
+  // One listing per ADD: the taken addresses, keyed by value (no text work per candidate).
+  const known = new Map<bigint, Known>();
   for (const r of await store.list()) {
     const ip = parseIP(r.ip);
     if (ip === null) continue;
-    known.set(formatIP(ip), { ip, name: r.ip, owner: r.owner });
+    known.set(keyOf(ip), { ip, name: r.ip, owner: r.owner });
   }
 
   const pending: IP[] = [...req.requestedIPs];
@@ -175,7 +181,7 @@ async function allocateInSet(
   set: RangeSet,
   i: number,
   owner: { containerId: string; ifname: string },
-  known: Map<string, Known>,
+  known: Map<bigint, Known>,
   pending: IP[],
   created: string[],
 ): Promise<Allocation> {
@@ -201,18 +207,19 @@ async function allocateInSet(
 
   /** Reserve `ip` for the owner; a corrupt record in the way is released first. */
   const tryReserve = async (ip: IP): Promise<boolean> => {
-    const text = formatIP(ip);
-    const k = known.get(text);
+    const key = keyOf(ip);
+    const k = known.get(key);
     if (k !== undefined) {
       if (k.owner !== null) return false;
       // Corrupt record seen under the lock: garbage (see module comment, difference 4).
       await store.release(k.name, null);
-      known.delete(text);
+      known.delete(key);
     }
+    const text = formatIP(ip);
     const ok = await store.reserve(text, owner, i);
     if (ok) {
       created.push(text);
-      known.set(text, { ip, name: text, owner: { containerId: owner.containerId, ifname: owner.ifname } });
+      known.set(key, { ip, name: text, owner: { containerId: owner.containerId, ifname: owner.ifname } });
     }
     return ok;
   };

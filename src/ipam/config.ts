@@ -42,8 +42,9 @@ import type { IP, IPAMConfig, NetworkIdentity, RangeSet, Route } from './types.t
 export const DEFAULT_DATA_DIR = '/var/lib/cni/networks';
 /** The version libcni assumes, and answers in, when a config has no `cniVersion`. */
 export const DEFAULT_CNI_VERSION = '0.1.0';
-/** ipwarden defaults (Go duration strings). */
+/** Default of `ipam.leakGracePeriod` (Go duration string). */
 export const DEFAULT_LEAK_GRACE_PERIOD = '5m';
+/** Default of `ipam.lockTimeout` (Go duration string). */
 export const DEFAULT_LOCK_TIMEOUT = '30s';
 
 type JsonObject = Record<string, unknown>;
