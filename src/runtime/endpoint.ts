@@ -1,0 +1,80 @@
+/**
+ * Where the CRI runtime listens.
+ *
+ * Resolution order follows crictl and the kubelet: an explicit flag, then the
+ * `CONTAINER_RUNTIME_ENDPOINT` environment variable, then the first socket that exists of
+ * {@link DEFAULT_RUNTIME_ENDPOINTS} (containerd's, then CRI-O's default path).
+ */
+import { existsSync } from 'node:fs';
+import { AppError } from '../common/errors.ts';
+
+/** Default sockets probed in order when no endpoint is configured (containerd, CRI-O). */
+export const DEFAULT_RUNTIME_ENDPOINTS: readonly string[] = [
+  '/run/containerd/containerd.sock',
+  '/var/run/crio/crio.sock',
+];
+
+/** A resolved CRI endpoint: `url` is `unix://` + `path`, the form gRPC and error messages use. */
+export interface RuntimeEndpoint {
+  /** `unix:///abs/path`. */
+  readonly url: string;
+  /** Absolute filesystem path of the unix socket. */
+  readonly path: string;
+}
+
+/**
+ * Parses `unix:///path` or a bare absolute `/path` into a {@link RuntimeEndpoint}.
+ *
+ * @throws AppError `USAGE` for an empty value, another scheme (`tcp://`, `npipe://`) or a
+ *   relative path — ipwarden only talks to local unix sockets.
+ */
+export function parseRuntimeEndpoint(value: string): RuntimeEndpoint {
+  const v = value.trim();
+  let path: string;
+  if (v.startsWith('unix://')) path = v.slice('unix://'.length);
+  else if (v.startsWith('/')) path = v;
+  else if (v === '') throw new AppError('USAGE', 'runtime endpoint is empty');
+  else {
+    throw new AppError(
+      'USAGE',
+      `unsupported runtime endpoint ${JSON.stringify(value)}: want unix:///path/to/socket or /path/to/socket`,
+    );
+  }
+  if (!path.startsWith('/')) {
+    throw new AppError(
+      'USAGE',
+      `unsupported runtime endpoint ${JSON.stringify(value)}: the socket path must be absolute`,
+    );
+  }
+  return { url: `unix://${path}`, path };
+}
+
+/**
+ * Picks the CRI endpoint: `flag` if given (non-empty), else `env.CONTAINER_RUNTIME_ENDPOINT`
+ * if non-empty, else the first of {@link DEFAULT_RUNTIME_ENDPOINTS} for which `exists` is true.
+ * A configured endpoint is returned even when its socket is missing (the client then reports
+ * `RUNTIME_UNAVAILABLE` with the path), so a typo is never silently replaced by a default.
+ *
+ * @param flag    value of `--runtime-endpoint`, if any
+ * @param env     environment to read (injected for tests)
+ * @param exists  path probe (injected for tests)
+ * @throws AppError `USAGE` for a malformed endpoint; `RUNTIME_UNAVAILABLE` (retryable) when
+ *   nothing is configured and no default socket exists.
+ */
+export function resolveRuntimeEndpoint(
+  flag?: string,
+  env: NodeJS.ProcessEnv = process.env,
+  exists: (path: string) => boolean = existsSync,
+): RuntimeEndpoint {
+  if (flag !== undefined && flag !== '') return parseRuntimeEndpoint(flag);
+  const fromEnv = env['CONTAINER_RUNTIME_ENDPOINT'];
+  if (fromEnv !== undefined && fromEnv !== '') return parseRuntimeEndpoint(fromEnv);
+  for (const p of DEFAULT_RUNTIME_ENDPOINTS) {
+    if (exists(p)) return { url: `unix://${p}`, path: p };
+  }
+  throw new AppError(
+    'RUNTIME_UNAVAILABLE',
+    `no CRI runtime found: none of ${DEFAULT_RUNTIME_ENDPOINTS.join(', ')} exists; set --runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT`,
+    { retryable: true },
+  );
+}
