@@ -80,7 +80,7 @@ const table: BadCase[] = [
   { name: 'ranges is a string', stdin: (dd) => good(dd, { ranges: 'x' }), code: 7 },
   { name: 'subnet garbage', stdin: (dd) => good(dd, { ranges: [[{ subnet: 'nope' }]] }), code: 7 },
   { name: 'subnet IPv4 with leading zeros', stdin: (dd) => good(dd, { ranges: [[{ subnet: '010.1.0.0/24' }]] }), code: 7 },
-  { name: 'gateway outside the subnet', stdin: (dd) => good(dd, { ranges: [[{ subnet: '10.1.0.0/24', gateway: '10.2.0.1' }]] }), code: 7 },
+  { name: 'gateway is not an IP', stdin: (dd) => good(dd, { ranges: [[{ subnet: '10.1.0.0/24', gateway: 'router' }]] }), code: 7 },
   { name: 'lockTimeout garbage', stdin: (dd) => good(dd, { lockTimeout: 'soon' }), code: 7 },
   { name: 'routes not an array', stdin: (dd) => good(dd, { routes: { dst: '0.0.0.0/0' } }), code: 7 },
   { name: 'container ID with a slash', env: { ...baseEnv(), CNI_CONTAINERID: '../../etc/passwd' }, stdin: (dd) => good(dd), code: 4, msg: 'invalid characters in containerID' },
@@ -172,7 +172,8 @@ describe('seeded fuzz', () => {
       } else {
         assert.equal(r.code, 0);
       }
-      for (const p of walk(dd)) assert.ok(p === 'net' || p.startsWith('net/'), `${label}: wrote ${p}`);
+      const net = typeof top['name'] === 'string' && top['name'] !== '' ? top['name'] : 'net';
+      for (const p of walk(dd)) assert.ok(p === net || p.startsWith(`${net}/`), `${label}: wrote ${p}`);
     }
   });
 });

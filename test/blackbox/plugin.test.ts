@@ -240,7 +240,12 @@ describe('field reports (plugin)', () => {
     assert.deepEqual(ips('c1'), ['10.10.10.20/24', '10.20.20.20/24']);
     assert.deepEqual(ips('c2'), ['10.10.10.21/24', '10.20.20.21/24']);
     const r = run({ command: 'ADD', containerId: 'c3', ifname: 'eth0', stdin: conf });
-    assert.deepEqual(r.json, { cniVersion: '1.0.0', code: 999, msg: 'failed to allocate for range 1: no IP addresses available in range set: 10.20.20.20-10.20.20.21' });
+    assert.deepEqual(r.json, {
+      cniVersion: '1.0.0',
+      code: 999,
+      msg: 'failed to allocate for range 1: no IP addresses available in range set: 10.20.20.20-10.20.20.21',
+      details: 'range set 1 has 2 allocatable addresses and 2 reservations',
+    });
     const files = snapshotDir(join(dd, 'rs16'));
     assert.equal(files['10.10.10.22'], undefined, 'c3 reservation in range set 0 was released');
     assert.deepEqual(Object.keys(files).filter((f) => f.startsWith('last_reserved_ip')), ['last_reserved_ip.0', 'last_reserved_ip.1']);
