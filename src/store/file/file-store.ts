@@ -338,13 +338,19 @@ export class FileStore implements Store {
     this.#assertOpen();
     const id = goTrimSpace(containerId);
     const exact = id + LINE_BREAK + ifname;
+    // Deliberate difference: a record written with a bare LF (`id\nifname`) is read as owned by
+    // (id, ifname) everywhere else (ADD, CHECK, GC), so DEL releases it too; host-local skips it.
+    // It does not change host-local's choice between exact and legacy records.
+    const exactLF = id + '\n' + ifname;
     const exactHits: ScannedRecord[] = [];
     const legacyHits: ScannedRecord[] = [];
+    const lfHits: ScannedRecord[] = [];
     for (const r of this.#scan(false)) {
       if (r.trimmed === exact) exactHits.push(r);
+      else if (r.trimmed === exactLF) lfHits.push(r);
       else if (r.trimmed === id) legacyHits.push(r);
     }
-    const hits = exactHits.length > 0 ? exactHits : legacyHits;
+    const hits = [...(exactHits.length > 0 ? exactHits : legacyHits), ...lfHits];
     const released: string[] = [];
     const failures: string[] = [];
     for (const r of hits) {
