@@ -34,7 +34,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AppError } from '../common/errors.ts';
+import { ClosedError } from '../common/errors.ts';
 import { CriClient, type Sandbox } from '../runtime/cri-client.ts';
 import { withRetry } from '../runtime/retry.ts';
 import { CHAIN_PLUGIN_TYPE, chainModeText, writeChainPlugin, type ChainedMode } from './chain-plugin.ts';
@@ -140,12 +140,14 @@ const SHIM_SOCKET_DIR = '/run/containerd/s';
 const CGROUP_ROOT = '/sys/fs/cgroup';
 const K8S_NAMESPACE = 'k8s.io';
 const REQUIRED_BINARIES = ['containerd', 'ctr', 'runc'];
+/** Not installed by `installPackages` (build-essential, tar, iproute2, mount are on any Debian runner). */
+const TOOLS = ['gcc', 'tar', 'ip', 'umount'];
 
 /** Why the lab cannot run here, or undefined when it can (root, Linux, binaries present). */
 export function labUnavailableReason(): string | undefined {
   if (process.platform !== 'linux') return 'the containerd lab needs Linux';
   if (process.getuid?.() !== 0) return 'the containerd lab needs root';
-  const missing = missingPrerequisites();
+  const missing = [...missingPrerequisites(), ...TOOLS.filter((t) => !onPath(t))];
   if (missing.length > 0) return `the containerd lab needs ${missing.join(', ')} (Debian: apt-get install -y containerd runc containernetworking-plugins)`;
   return undefined;
 }
@@ -370,7 +372,7 @@ class LabImpl implements Lab {
   }
 
   get cri(): CriClient {
-    if (this.#cri === undefined) throw new AppError('CLOSED', 'lab CRI client is not connected');
+    if (this.#cri === undefined) throw new ClosedError('lab CRI client');
     return this.#cri;
   }
 
