@@ -10,7 +10,7 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
     const { runPlugin } = await import('./cni/plugin.ts');
     return runPlugin();
   }
-  const { runMain } = await import('./cli/main.ts');
+  const { runMain } = await import('./cold.ts');
   return runMain(argv);
 }
 

@@ -89,21 +89,18 @@ export interface ReconcileRun {
   readonly applied: ApplyResult | null;
 }
 
-/**
- * The CRI-backed sandbox source, loaded only when no fake is injected.
- * TODO(issue 3): adapt `src/runtime/cri-client.ts` (CriClient.listPodSandboxes) here once it has
- * landed; until then the runtime is reported as not reachable, which is the safe side (only
- * corrupt files are released).
- */
-const criSandboxSource: SandboxSourceFactory = (endpoint) => ({
-  endpoint,
-  list: () =>
-    Promise.reject(
-      new AppError('RUNTIME_UNAVAILABLE', `cannot ask the runtime at ${endpoint}: this build has no CRI client yet`, {
-        retryable: true,
-      }),
-    ),
-});
+/** The CRI-backed sandbox source (the CRI client is loaded only when no fake is injected). */
+const criSandboxSource: SandboxSourceFactory = (endpoint) => {
+  let real: SandboxSource | null = null;
+  const load = async (): Promise<SandboxSource> => (real ??= (await import('../reconcile/cri-source.ts')).criSandboxSource(endpoint));
+  return {
+    endpoint,
+    list: async () => (await load()).list(),
+    close: async () => {
+      await real?.close?.();
+    },
+  };
+};
 
 function parseGrace(text: string): number {
   let s: number;

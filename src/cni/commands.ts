@@ -8,7 +8,7 @@
  * production and the memory store in unit tests.
  */
 import { AppError, errnoCode } from '../common/errors.ts';
-import { allocate } from '../ipam/allocator.ts';
+import { allocate, RangeExhaustedError } from '../ipam/allocator.ts';
 import { loadIPAMConfig, loadNetworkIdentity } from '../ipam/config.ts';
 import { parseResolvConf } from '../ipam/dns.ts';
 import { formatIP, parseIP } from '../ipam/ip.ts';
@@ -28,11 +28,25 @@ export interface PluginDeps {
   /** Read a text file (resolvConf). Throws the fs error. */
   readTextFile(path: string): string;
   /**
-   * Called when a range set is exhausted during ADD, with the lock still held. Resolves to the
-   * number of reservations it released (0 = nothing to gain from a retry). Optional: without it,
-   * exhaustion fails at once (issue 4 plugs the CRI-backed reclaim in here).
+   * Self-healing (issue 4), both called by ADD with the lock held. Optional: without it ADD
+   * behaves as host-local (exhaustion fails at once, an empty directory is trusted).
    */
-  reclaim?(store: Store, conf: IPAMConfig): Promise<number>;
+  heal?: HealHooks;
+}
+
+/** The plugin's self-healing hooks (implemented over CRI in `src/cni/heal.ts`). */
+export interface HealHooks {
+  /**
+   * A range set is exhausted: release leaked reservations (only count them when `release` is
+   * false). Resolves to the number released and the `details` breakdown to attach if the ADD
+   * still fails.
+   */
+  reclaim(store: Store, conf: IPAMConfig, release: boolean): Promise<{ released: number; details: string }>;
+  /**
+   * The network holds no reservation: recreate those of running sandboxes whose pod IPs lie in
+   * its ranges. Resolves to the number recreated.
+   */
+  recover(store: Store, conf: IPAMConfig): Promise<number>;
 }
 
 /** Build the five handlers over `deps`. */
@@ -84,15 +98,26 @@ async function cmdAdd(deps: PluginDeps, a: CmdArgs): Promise<IPAMResult> {
       rangeSets: conf.rangeSets,
       requestedIPs: conf.requestedIPs,
     };
+    let listed = await s.list();
+    // A network without any reservation and without round-robin state is a new or wiped data
+    // directory (a reboot on tmpfs, `rm -r`), possibly under running pods: recreate their
+    // reservations before handing out anything (issue 4). A directory merely emptied by DELs
+    // keeps its last_reserved_ip files and is trusted, so ADD/DEL churn never asks the runtime.
+    if (listed.length === 0 && deps.heal !== undefined && (await hasNoRoundRobinState(s, conf)) && (await deps.heal.recover(s, conf)) > 0) {
+      listed = await s.list();
+    }
     try {
-      return await allocate(s, req);
+      return await allocate(s, req, listed);
     } catch (e) {
-      if (!(e instanceof AppError) || e.code !== 'IPAM_RANGE_EXHAUSTED' || !conf.reclaimOnExhaustion || deps.reclaim === undefined) {
-        throw e;
+      if (!(e instanceof RangeExhaustedError) || deps.heal === undefined) throw e;
+      const r = await deps.heal.reclaim(s, conf, conf.reclaimOnExhaustion);
+      if (r.released === 0) throw withDetails(e, e.details, r.details);
+      try {
+        return await allocate(s, req);
+      } catch (e2) {
+        if (e2 instanceof RangeExhaustedError) throw withDetails(e2, e2.details, r.details);
+        throw e2;
       }
-      const released = await deps.reclaim(s, conf);
-      if (released === 0) throw e;
-      return await allocate(s, req);
     }
   });
   return {
@@ -104,6 +129,16 @@ async function cmdAdd(deps: PluginDeps, a: CmdArgs): Promise<IPAMResult> {
     routes: conf.routes,
     dns,
   };
+}
+
+async function hasNoRoundRobinState(s: Store, conf: IPAMConfig): Promise<boolean> {
+  for (let i = 0; i < conf.rangeSets.length; i++) if ((await s.lastReservedIP(i)) !== null) return false;
+  return true;
+}
+
+/** The same error with `extra` appended to its details (message and code unchanged). */
+function withDetails(e: AppError, details: string | undefined, extra: string): AppError {
+  return new AppError(e.code, e.message, { details: details === undefined || details === '' ? extra : `${details}; ${extra}`, cause: e });
 }
 
 /**

@@ -15,6 +15,11 @@ export const fileDeps: PluginDeps = {
     // DEL/GC/CHECK on a network that has no directory have nothing to do: create nothing.
     !create && !existsSync(join(dataDir, network)) ? null : openFileStore({ dataDir, network }),
   readTextFile: (path) => readFileSync(path, 'utf8'),
+  // Self-healing over CRI; the gRPC client (in the cold part) is loaded only when a hook fires.
+  heal: {
+    reclaim: async (store, conf, release) => (await import('../cold.ts')).criHeal(process.env).reclaim(store, conf, release),
+    recover: async (store, conf) => (await import('../cold.ts')).criHeal(process.env).recover(store, conf),
+  },
 };
 
 /**

@@ -19,7 +19,7 @@
  */
 
 import { AppError, isAppError } from '../common/errors.ts';
-import type { Owner, Store } from '../store/store.ts';
+import type { Owner, Reservation, Store } from '../store/store.ts';
 import { ownerMatches } from '../store/store.ts';
 import { compareIP, formatIP, ipEquals, parseIP } from './ip.ts';
 import { RangeSetIterator } from './iterator.ts';
@@ -130,17 +130,21 @@ interface Known {
  * `reserve()` per attempted address (plus one `release()` per corrupt record met), so the work is
  * bounded by the number of reservations, not by the size of the range (an IPv6 /64 is fine).
  *
+ * @param listed optional result of `store.list()` taken by the caller under the same lock; when
+ *   absent the allocator lists the store itself
  * @returns one allocation per range set, in range set order
  * @throws RangeExhaustedError; AppError IPAM_REQUESTED_IP_UNAVAILABLE, IPAM_DUPLICATE_ALLOCATION;
  *   store errors (STORE_IO, CLOSED, ...) prefixed as above
  */
-export async function allocate(store: Store, req: AllocateRequest): Promise<Allocation[]> {
+export async function allocate(store: Store, req: AllocateRequest, listed?: readonly Reservation[]): Promise<Allocation[]> {
   const containerId = req.containerId.trim();
   const owner = { containerId, ifname: req.ifname };
 
   // One listing per ADD: the taken addresses, keyed by value (no text work per candidate).
+  // `listed`, when given, is a `store.list()` the caller took under the same lock (saves a
+  // second read of every file).
   const known = new Map<bigint, Known>();
-  for (const r of await store.list()) {
+  for (const r of listed ?? (await store.list())) {
     const ip = parseIP(r.ip);
     if (ip === null) continue;
     known.set(keyOf(ip), { ip, name: r.ip, owner: r.owner });
@@ -254,6 +258,8 @@ async function allocateInSet(
   const last = lastText === null ? null : parseIP(lastText);
   const iter = new RangeSetIterator(set, last);
   for (let c = iter.next(); c !== null; c = iter.next()) {
+    // Skip addresses known to be owned without a round trip through the store (hot on full ranges).
+    if ((known.get(keyOf(c.ip))?.owner ?? null) !== null) continue;
     if (await tryReserve(c.ip)) return { rangeSetIndex: i, ip: c.ip, range: c.range, existing: false };
   }
 

@@ -239,12 +239,13 @@ describe('field reports (plugin)', () => {
     const ips = (id: string) => (run({ command: 'ADD', containerId: id, ifname: 'eth0', stdin: conf }).json?.['ips'] as Array<{ address: string }>).map((x) => x.address);
     assert.deepEqual(ips('c1'), ['10.10.10.20/24', '10.20.20.20/24']);
     assert.deepEqual(ips('c2'), ['10.10.10.21/24', '10.20.20.21/24']);
-    const r = run({ command: 'ADD', containerId: 'c3', ifname: 'eth0', stdin: conf });
+    const r = run({ command: 'ADD', containerId: 'c3', ifname: 'eth0', stdin: conf, env: { CONTAINER_RUNTIME_ENDPOINT: '/nonexistent/cri.sock' } });
     assert.deepEqual(r.json, {
       cniVersion: '1.0.0',
       code: 999,
       msg: 'failed to allocate for range 1: no IP addresses available in range set: 10.20.20.20-10.20.20.21',
-      details: 'range set 1 has 2 allocatable addresses and 2 reservations',
+      details:
+        'range set 1 has 2 allocatable addresses and 2 reservations; nothing reclaimed: the runtime could not be asked (no CRI runtime at unix:///nonexistent/cri.sock: socket does not exist); run "ipwarden leaks --network rs16 --runtime-endpoint URL"',
     });
     const files = snapshotDir(join(dd, 'rs16'));
     assert.equal(files['10.10.10.22'], undefined, 'c3 reservation in range set 0 was released');

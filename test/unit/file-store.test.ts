@@ -389,7 +389,7 @@ describe('FileStore on disk', () => {
       rmSync(store.dir, { recursive: true });
       await assert.rejects(store.reserve('10.0.0.2', { containerId: 'c1', ifname: 'eth0' }, 0), (e: unknown) => {
         assert.ok(isAppError(e, 'STORE_IO'));
-        assert.match(e.message, /^cannot create a temporary file in .*: ENOENT: no such file or directory, open '.*\.ipwarden-\d+-[0-9a-f]{12}\.tmp'$/);
+        assert.match(e.message, /^cannot create a temporary file in .*: ENOENT: no such file or directory, open '.*\.ipwarden-\d+-[0-9a-z]+\.tmp'$/);
         return true;
       });
     }));

@@ -32,12 +32,14 @@ import {
   writeSync,
 } from 'node:fs';
 import { isUtf8 } from 'node:buffer';
-import { isIP } from 'node:net';
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { AppError, ClosedError, errnoCode } from '../../common/errors.ts';
+import { formatIP, parseIP } from '../../ipam/ip.ts';
 import { sameOwner, type Owner, type Reservation, type Store } from '../store.ts';
 import { lockExclusive, type HeldLock, type LockClock } from './flock.ts';
+
+/** Per-process counter making temporary file names unique. */
+let tempCounter = 0;
 
 /** Name of the lock file inside DIR (host-local backend/disk/lock.go: `path.Join(dir, "lock")`). */
 export const LOCK_FILE_NAME = 'lock';
@@ -83,17 +85,15 @@ export function goTrimSpace(s: string): string {
 
 /**
  * True when `name` is the canonical text of an IP address, i.e. a name a reservation file can
- * have. IPv4: dotted decimal without leading zeros (what `node:net` `isIP` accepts). IPv6: the
- * RFC 5952 form (lower case, longest run of two or more zero groups compressed), no zone.
+ * have (Go `net.IP.String()`: IPv4 dotted decimal; IPv6 RFC 5952, lower case, no zone).
+ * Uses the IPAM IP helpers (no `node:net`, whose stream machinery costs the plugin milliseconds).
  */
 export function isCanonicalIPName(name: string): boolean {
   const c = name.charCodeAt(0);
   // Canonical IP text starts with a digit, a lower-case hex letter or ':'.
   if (!((c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66) || c === 0x3a)) return false;
-  const family = isIP(name);
-  if (family === 4) return true;
-  if (family !== 6) return false;
-  return canonicalIPv6(name) === name;
+  const ip = parseIP(name);
+  return ip !== null && formatIP(ip) === name;
 }
 
 /**
@@ -101,21 +101,8 @@ export function isCanonicalIPName(name: string): boolean {
  * Used for `last_reserved_ip.<N>` contents.
  */
 export function canonicalIP(text: string): string | null {
-  const family = isIP(text);
-  if (family === 4) return text;
-  if (family === 6) return canonicalIPv6(text);
-  return null;
-}
-
-/** RFC 5952 text of a valid IPv6 address via the WHATWG URL serializer; null for zoned addresses. */
-function canonicalIPv6(text: string): string | null {
-  if (text.includes('%')) return null;
-  try {
-    const host = new URL(`http://[${text}]/`).hostname;
-    return host.slice(1, -1);
-  } catch {
-    return null;
-  }
+  const ip = parseIP(text);
+  return ip === null ? null : formatIP(ip);
 }
 
 /**
@@ -483,17 +470,27 @@ export class FileStore implements Store {
   }
 
   #tempPath(): string {
-    return join(this.dir, `${TEMP_PREFIX}${process.pid}-${randomBytes(6).toString('hex')}${TEMP_SUFFIX}`);
+    // Unique among live writers (pid) and within this process (counter); a leftover of a dead
+    // process with a reused pid is caught by O_EXCL in #writeTemp, which then tries another name.
+    tempCounter += 1;
+    return join(this.dir, `${TEMP_PREFIX}${process.pid}-${Date.now().toString(36)}${tempCounter.toString(36)}${TEMP_SUFFIX}`);
   }
 
   /** Write `content` to a new temp file in DIR with `mode`, fsync and close it; returns its path. */
   #writeTemp(content: string, mode: number): string {
-    const tmp = this.#tempPath();
+    let tmp = this.#tempPath();
     let fd: number;
-    try {
-      fd = openSync(tmp, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL, mode);
-    } catch (e) {
-      throw ioError(`cannot create a temporary file in ${this.dir}`, e);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        fd = openSync(tmp, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL, mode);
+        break;
+      } catch (e) {
+        if (errnoCode(e) === 'EEXIST' && attempt < 100) {
+          tmp = this.#tempPath();
+          continue;
+        }
+        throw ioError(`cannot create a temporary file in ${this.dir}`, e);
+      }
     }
     try {
       const data = Buffer.from(content, 'utf8');

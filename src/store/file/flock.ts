@@ -39,7 +39,7 @@ export interface LockClock {
 }
 
 const realClock: LockClock = {
-  now: () => performance.now(),
+  now: () => Date.now(),
   sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
 };
 

@@ -1,0 +1,136 @@
+/**
+ * Self-healing inside the plugin (issue 4), both run by ADD while it holds the network's lock:
+ *
+ * - {@link reclaimLocked}: a range set is exhausted — ask the runtime for its sandboxes, release
+ *   the reservations the reconciler would call leaked or corrupt (same `plan()`, same grace
+ *   period), record each in the audit log, and report the breakdown.
+ * - {@link recoverLocked}: the network holds no reservation at all (a wiped data directory) while
+ *   the runtime runs sandboxes whose pod IPs lie in this network's ranges — recreate those
+ *   reservations (owner = the sandbox ID, ifname `eth0`) before any address is handed out, so a
+ *   new pod never receives a running pod's address.
+ *
+ * The lock is already held by the caller (ADD), so no other ADD or DEL can be in flight on this
+ * network; an ADD whose CRI RunPodSandbox has not returned yet is not listed, and the grace
+ * period protects its reservation (containerd-lab.md §3 "Race the reconciler must handle").
+ */
+import { formatIP, parseIP } from '../ipam/ip.ts';
+import { rangeFor } from '../ipam/range.ts';
+import type { IPAMConfig } from '../ipam/types.ts';
+import type { Store } from '../store/store.ts';
+import { auditRecord } from './apply.ts';
+import type { AuditSink } from './audit.ts';
+import { plan, type PlanCounts } from './plan.ts';
+import { indexSandboxes, type SandboxSource } from './sandboxes.ts';
+import type { PodIPSource } from './cri-source.ts';
+
+/** What reclaim did and saw. `runtimeError` is set (and nothing released) when the runtime could not be asked. */
+export interface ReclaimOutcome {
+  readonly released: string[];
+  readonly counts: PlanCounts | null;
+  readonly runtimeError: string | null;
+  readonly endpoint: string | null;
+}
+
+/** Injected parts of reclaim. */
+export interface ReclaimDeps {
+  /** The runtime, or an error message when no endpoint could be resolved. */
+  readonly source: SandboxSource | string;
+  readonly audit: AuditSink;
+  /** Now, milliseconds since the Unix epoch. */
+  now(): number;
+}
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+/**
+ * Release leaked and corrupt reservations of `store`'s network (lock held by the caller); with
+ * `release` false only count them (for the breakdown when automatic reclaim is off).
+ * Never throws for runtime problems (they are reported in the outcome); store errors propagate.
+ */
+export async function reclaimLocked(store: Store, conf: IPAMConfig, deps: ReclaimDeps, release = true): Promise<ReclaimOutcome> {
+  if (typeof deps.source === 'string') return { released: [], counts: null, runtimeError: deps.source, endpoint: null };
+  const snapshotAtMs = deps.now();
+  let index;
+  try {
+    index = indexSandboxes(await deps.source.list());
+  } catch (e) {
+    return { released: [], counts: null, runtimeError: message(e), endpoint: deps.source.endpoint };
+  }
+  const reservations = (await store.list()).map((r) => ({ network: conf.name, dir: '', ...r }));
+  const p = plan({ reservations, sandboxes: index, snapshotAtMs, graceSeconds: conf.leakGracePeriodSeconds });
+  const released: string[] = [];
+  for (const e of release ? p.release : []) {
+    // Store.release re-checks the owner: the list above was read under this same lock.
+    if (await store.release(e.ip, e.owner)) {
+      released.push(e.ip);
+      deps.audit.append({ ...auditRecord(e, deps.now()), reason: `reclaimed on exhaustion: ${e.reason}` });
+    }
+  }
+  return { released, counts: p.counts, runtimeError: null, endpoint: deps.source.endpoint };
+}
+
+/**
+ * The `details` breakdown of an exhaustion that reclaim could not cure: how many reservations are
+ * live, within the grace period, leaked, corrupt, and what to run next.
+ */
+export function exhaustionDetails(conf: IPAMConfig, o: ReclaimOutcome, graceText: string, released = true): string {
+  if (!released && o.counts !== null) {
+    const c = o.counts;
+    return `${c.allocated} reservations: ${c.live} live, ${c.grace} in grace (younger than ${graceText}), ${c.leaked} leaked, ${c.corrupt} corrupt; automatic reclaim is off (reclaimOnExhaustion: false)${c.orphaned > 0 ? `: run "ipwarden gc --network ${conf.name}"` : ''}`;
+  }
+  if (o.runtimeError !== null || o.counts === null) {
+    return `nothing reclaimed: the runtime could not be asked (${o.runtimeError ?? 'unknown error'}); run "ipwarden leaks --network ${conf.name} --runtime-endpoint URL"`;
+  }
+  const c = o.counts;
+  const head = `${c.allocated} reservations: ${c.live} live, ${c.grace} in grace (younger than ${graceText}), ${c.leaked} leaked, ${c.corrupt} corrupt; reclaimed ${o.released.length}`;
+  if (c.grace > 0) return `${head}; the range is full of recent reservations: run "ipwarden gc --network ${conf.name}" after ${graceText} if their pods never started`;
+  return `${head}; every reservation belongs to a sandbox the runtime lists: the range is genuinely full — widen it or run fewer pods on this node`;
+}
+
+/** What recovery did. */
+export interface RecoveryOutcome {
+  readonly recreated: Array<{ ip: string; containerId: string }>;
+  readonly runtimeError: string | null;
+}
+
+/**
+ * Recreate the reservations of running sandboxes after the network lost all of its reservations
+ * (lock held by the caller). Only called when `store.list()` is empty. Never throws for runtime
+ * problems; then nothing is recreated and ADD proceeds as host-local would.
+ */
+export async function recoverLocked(store: Store, conf: IPAMConfig, source: PodIPSource | string, audit: AuditSink, now: () => number): Promise<RecoveryOutcome> {
+  if (typeof source === 'string') return { recreated: [], runtimeError: source };
+  const found: Array<{ ip: string; containerId: string; rangeSetIndex: number }> = [];
+  try {
+    for (const s of await source.list()) {
+      if (s.state !== 'ready') continue; // a NOTREADY sandbox has no pod IP to protect
+      for (const text of await source.podIPs(s.id)) {
+        const ip = parseIP(text);
+        if (ip === null) continue;
+        const i = conf.rangeSets.findIndex((rs) => rangeFor(rs, ip) >= 0);
+        if (i >= 0) found.push({ ip: formatIP(ip), containerId: s.id, rangeSetIndex: i });
+      }
+    }
+  } catch (e) {
+    return { recreated: [], runtimeError: message(e) };
+  }
+  const recreated: Array<{ ip: string; containerId: string }> = [];
+  for (const f of found) {
+    if (await store.reserve(f.ip, { containerId: f.containerId, ifname: 'eth0' }, f.rangeSetIndex)) {
+      recreated.push({ ip: f.ip, containerId: f.containerId });
+      audit.append({
+        time: new Date(now()).toISOString(),
+        network: conf.name,
+        ip: f.ip,
+        containerId: f.containerId,
+        ifname: 'eth0',
+        ageSeconds: 0,
+        verdict: 'live',
+        reason: 'recreated: the data directory had no reservations while this running sandbox uses the address',
+      });
+    }
+  }
+  return { recreated, runtimeError: null };
+}
