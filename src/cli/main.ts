@@ -7,6 +7,8 @@ import { Command, CommanderError } from 'commander';
 import { AppError, UsageError } from '../common/errors.ts';
 import { processContext, type CliContext } from './context.ts';
 import type { ReconcileCommandOptions } from './leaks.ts';
+import type { StatusOptions } from './status.ts';
+import type { DoctorOptions } from './doctor.ts';
 
 /** ipwarden's version (package.json). */
 export const VERSION = '0.1.0';
@@ -61,7 +63,43 @@ function build(ctx: CliContext, setCode: (c: number) => void): Command {
       setCode(await m.run(opts, ctx));
     });
 
+  // status / doctor (issue 4). Engines in ./status.ts and ./doctor.ts.
+  program
+    .command('status')
+    .description('addresses per network and range set: capacity, reserved, live, grace, leaked, corrupt, free')
+    .option('--cni-conf-dir <DIR>', 'CNI configuration directory', '/etc/cni/net.d')
+    .option('--data-dir <DIR>', 'data dir for every network (default: each config\'s ipam.dataDir, plus /var/lib/cni/networks)')
+    .option('--network <NAME>', 'only this network')
+    .option('--runtime-endpoint <URL>', 'CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, else containerd, else CRI-O)')
+    .option('--grace <DUR>', 'unowned files younger than this are "grace", not "leaked" (Go duration)', '5m')
+    .option('--json', 'print the documented JSON report')
+    .option('--html <FILE>', 'also write a self-contained HTML page with an address map of every range set')
+    .addHelpText('after', '\nExamples:\n  ipwarden status\n  ipwarden status --network cbr0 --json\n  ipwarden status --html /tmp/addresses.html\n')
+    .action(async (opts: StatusOptions) => {
+      const m = await import('./status.ts');
+      setCode(await m.run(opts, ctx));
+    });
+  program
+    .command('doctor')
+    .description('inspect the node and print findings (severity, evidence, fix); exit 1 when any is an error')
+    .option('--cni-conf-dir <DIR>', 'CNI configuration directory', '/etc/cni/net.d')
+    .option('--data-dir <DIR>', 'data dir for every network (default: each config\'s ipam.dataDir, plus /var/lib/cni/networks)')
+    .option('--cni-bin-dir <DIRS>', 'CNI plugin directories, colon-separated, repeatable (default: /opt/cni/bin:/usr/lib/cni)', collectDirs)
+    .option('--runtime-endpoint <URL>', 'CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, else containerd, else CRI-O)')
+    .option('--grace <DUR>', 'unowned files younger than this are "grace", not "leaked" (Go duration)', '5m')
+    .option('--json', 'print the findings as JSON')
+    .addHelpText('after', '\nExamples:\n  ipwarden doctor\n  ipwarden doctor --cni-bin-dir /opt/cni/bin --json\n')
+    .action(async (opts: DoctorOptions) => {
+      const m = await import('./doctor.ts');
+      setCode(await m.run(opts, ctx));
+    });
+
   return program;
+}
+
+/** Commander collector for `--cni-bin-dir`: repeatable, each value colon-separated. */
+function collectDirs(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), ...value.split(':').filter((d) => d !== '')];
 }
 
 /**

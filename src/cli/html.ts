@@ -1,0 +1,297 @@
+/**
+ * The page `ipwarden status --html FILE` writes: one self-contained HTML document (inline CSS
+ * and JS, no external URL; a Content-Security-Policy forbids loading anything) with, per
+ * network and range set, the counts and an address map.
+ *
+ * Address map: one cell per address of the range set (every range, in order, from `rangeStart`
+ * to `rangeEnd`, the gateway included and shown as `gateway`); when a range set has more than
+ * {@link MAX_CELLS} addresses, one cell per block of N consecutive addresses (N = ⌈size / MAX_CELLS⌉),
+ * coloured by the worst state in the block ({@link STATE_ORDER}). Work is proportional to the
+ * number of cells plus reservations, never to the range size (an IPv6 /64 is fine).
+ *
+ * Stable hooks for scripts and tests:
+ * - each range set: `<section class="rangeset" id="rs-<network>-<index>" data-network data-range-set>`
+ *   with `<dd data-count="capacity|reserved|live|grace|leaked|corrupt|free">` (`?` when unknown)
+ *   and its cells `.cell[data-state]`, plus `data-block-size` on the map;
+ * - page totals: `#totals [data-count=…]` (reserved, live, grace, leaked, corrupt over every
+ *   network, reservations outside any range set included);
+ * - a cell's `title` is its address (or block), state, and owner container ID + ifname.
+ * Every text from disk (network names, container IDs, interface names, paths) is escaped.
+ */
+import { formatIP, parseIP } from '../ipam/ip.ts';
+import { rangeFor } from '../ipam/range.ts';
+import type { IP, RangeSet } from '../ipam/types.ts';
+import type { PlanEntry } from '../reconcile/plan.ts';
+import { formatAge } from './format.ts';
+import type { NetworkStatus, RangeSetStatus, StatusReport, VerdictCounts } from './status.ts';
+
+/** Most cells drawn for one range set; above, cells stand for blocks of addresses. */
+export const MAX_CELLS = 1024;
+
+/** State of one address (or block) in the map. `unknown` = reserved, runtime not asked. */
+export type CellState = 'free' | 'gateway' | 'live' | 'grace' | 'unknown' | 'leaked' | 'corrupt';
+
+/** States from best to worst: a block shows the worst state among its addresses. */
+export const STATE_ORDER: readonly CellState[] = ['free', 'gateway', 'live', 'grace', 'unknown', 'leaked', 'corrupt'];
+
+/** Cell colours (also the legend). */
+const COLOURS: Readonly<Record<CellState, string>> = {
+  free: '#e3e8ec',
+  gateway: '#1565c0',
+  live: '#2e7d32',
+  grace: '#f9a825',
+  unknown: '#8d8d8d',
+  leaked: '#c62828',
+  corrupt: '#6a1b9a',
+};
+
+/** One cell of an address map. */
+export interface MapCell {
+  /** First and last address covered (equal for a one-address cell). */
+  readonly first: IP;
+  readonly last: IP;
+  /** Number of addresses covered. */
+  readonly size: bigint;
+  /** The worst state among them. */
+  readonly state: CellState;
+  /** The reservations inside, sorted by IP. */
+  readonly entries: readonly PlanEntry[];
+  /** Is the gateway of a range inside? */
+  readonly gateway: boolean;
+}
+
+/** An address map of one range set. */
+export interface AddressMap {
+  /** Addresses per cell (1 up to {@link MAX_CELLS} addresses). */
+  readonly blockSize: bigint;
+  readonly cells: readonly MapCell[];
+}
+
+function rank(s: CellState): number {
+  return STATE_ORDER.indexOf(s);
+}
+
+/**
+ * Build the address map of a range set from its reservations (pure). Reservations whose IP is
+ * in no range of `rangeSet` are ignored (the status report lists them as outside).
+ */
+export function addressMap(rangeSet: RangeSet, entries: readonly PlanEntry[], maxCells: number = MAX_CELLS): AddressMap {
+  const lens = rangeSet.map((r) => r.rangeEnd.value - r.rangeStart.value + 1n);
+  const bases: bigint[] = [];
+  let total = 0n;
+  for (const l of lens) {
+    bases.push(total);
+    total += l;
+  }
+  const max = BigInt(Math.max(1, Math.floor(maxCells)));
+  const blockSize = total <= max ? 1n : (total + max - 1n) / max;
+  const n = Number((total + blockSize - 1n) / blockSize);
+  const states: CellState[] = new Array<CellState>(n).fill('free');
+  const inCell: PlanEntry[][] = Array.from({ length: n }, () => []);
+  const gw: boolean[] = new Array<boolean>(n).fill(false);
+  const mark = (cell: number, s: CellState): void => {
+    if (rank(s) > rank(states[cell] as CellState)) states[cell] = s;
+  };
+  rangeSet.forEach((r, k) => {
+    if (r.gateway.family === r.rangeStart.family && r.gateway.value >= r.rangeStart.value && r.gateway.value <= r.rangeEnd.value) {
+      const cell = Number(((bases[k] as bigint) + r.gateway.value - r.rangeStart.value) / blockSize);
+      gw[cell] = true;
+      mark(cell, 'gateway');
+    }
+  });
+  for (const e of entries) {
+    const ip = parseIP(e.ip);
+    if (ip === null) continue;
+    const k = rangeFor(rangeSet, ip);
+    if (k < 0) continue;
+    const r = rangeSet[k] as RangeSet[number];
+    const cell = Number(((bases[k] as bigint) + ip.value - r.rangeStart.value) / blockSize);
+    (inCell[cell] as PlanEntry[]).push(e);
+    mark(cell, e.verdict);
+  }
+  const at = (off: bigint): IP => {
+    let k = lens.length - 1;
+    while (k > 0 && (bases[k] as bigint) > off) k--;
+    const r = rangeSet[k] as RangeSet[number];
+    return { family: r.rangeStart.family, value: r.rangeStart.value + off - (bases[k] as bigint) };
+  };
+  const cells: MapCell[] = [];
+  for (let c = 0; c < n; c++) {
+    const from = BigInt(c) * blockSize;
+    const to = from + blockSize > total ? total : from + blockSize;
+    cells.push({
+      first: at(from),
+      last: at(to - 1n),
+      size: to - from,
+      state: states[c] as CellState,
+      entries: inCell[c] as PlanEntry[],
+      gateway: gw[c] as boolean,
+    });
+  }
+  return { blockSize, cells };
+}
+
+/** Escape text for HTML content and double-quoted attribute values. */
+export function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+function ownerText(e: PlanEntry): string {
+  if (e.containerId === null) return 'corrupt record';
+  return `${e.containerId} ${e.ifname ?? '(any interface: legacy record)'}`;
+}
+
+/** The `title` (hover text) of a cell. */
+export function cellTitle(c: MapCell, snapshotAtMs: number): string {
+  if (c.size === 1n) {
+    const ip = formatIP(c.first);
+    const e = c.entries[0];
+    if (e === undefined) return `${ip} ${c.state}`;
+    return `${ip} ${e.verdict}: ${ownerText(e)}, age ${formatAge((snapshotAtMs - e.mtimeMs) / 1000)}`;
+  }
+  const by = new Map<string, number>();
+  for (const e of c.entries) by.set(e.verdict, (by.get(e.verdict) ?? 0) + 1);
+  const parts = STATE_ORDER.filter((s) => by.has(s)).map((s) => `${by.get(s) ?? 0} ${s}`);
+  if (c.gateway) parts.push('gateway');
+  let t = `${formatIP(c.first)} - ${formatIP(c.last)} (${c.size} addresses): ${parts.length > 0 ? parts.join(', ') : 'free'}`;
+  const shown = c.entries.slice(0, 16);
+  for (const e of shown) t += `\n${e.ip} ${e.verdict}: ${ownerText(e)}`;
+  if (c.entries.length > shown.length) t += `\n… ${c.entries.length - shown.length} more`;
+  return t;
+}
+
+function countsHtml(c: VerdictCounts, verdicts: boolean, extra: { capacity?: bigint; free?: bigint } = {}): string {
+  const v = (n: number): string => (verdicts ? String(n) : '?');
+  const items: Array<[string, string]> = [];
+  if (extra.capacity !== undefined) items.push(['capacity', extra.capacity.toString()]);
+  items.push(['reserved', String(c.reserved)], ['live', v(c.live)], ['grace', v(c.grace)], ['leaked', v(c.leaked)], ['corrupt', String(c.corrupt)]);
+  if (extra.free !== undefined) items.push(['free', extra.free.toString()]);
+  return `<dl class="counts">${items
+    .map(([k, val]) => `<div class="k-${k}"><dt>${k}</dt><dd data-count="${k}">${escapeHtml(val)}</dd></div>`)
+    .join('')}</dl>`;
+}
+
+function entriesTable(entries: readonly PlanEntry[], snapshotAtMs: number): string {
+  if (entries.length === 0) return '';
+  const rows = entries
+    .map(
+      (e) =>
+        `<tr data-state="${escapeHtml(e.verdict)}"><td>${escapeHtml(e.ip)}</td><td class="id">${escapeHtml(e.containerId ?? '-')}</td>` +
+        `<td>${escapeHtml(e.ifname ?? '-')}</td><td>${escapeHtml(formatAge((snapshotAtMs - e.mtimeMs) / 1000))}</td><td>${escapeHtml(e.verdict)}</td></tr>`,
+    )
+    .join('');
+  return `<table class="entries"><thead><tr><th>IP</th><th>container</th><th>ifname</th><th>age</th><th>verdict</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+function rangeSetHtml(n: NetworkStatus, s: RangeSetStatus, r: StatusReport): string {
+  const map = addressMap(s.rangeSet, s.entries);
+  const cells = map.cells
+    .map((c) => {
+      const ipAttr = c.size === 1n ? ` data-ip="${escapeHtml(formatIP(c.first))}"` : '';
+      return `<i class="cell" data-state="${c.state}"${ipAttr} title="${escapeHtml(cellTitle(c, r.snapshotAtMs))}"></i>`;
+    })
+    .join('');
+  const block = map.blockSize === 1n ? 'one cell per address' : `one cell per block of ${map.blockSize} addresses (worst state shown)`;
+  return (
+    `<section class="rangeset" id="rs-${escapeHtml(n.name)}-${s.index}" data-network="${escapeHtml(n.name)}" data-range-set="${s.index}">` +
+    `<h3>range set ${s.index}: <code>${escapeHtml(s.range)}</code></h3>` +
+    countsHtml(s.counts, r.verdicts, { capacity: s.capacity, free: s.free }) +
+    `<p class="note">${escapeHtml(block)}</p>` +
+    `<div class="map" data-block-size="${map.blockSize}" data-cells="${map.cells.length}">${cells}</div>` +
+    `</section>`
+  );
+}
+
+function networkHtml(n: NetworkStatus, r: StatusReport): string {
+  const source =
+    n.config === null
+      ? 'no CNI configuration names this network (directory only)'
+      : `${n.config.file} (ipam type ${n.config.ipamType ?? '?'})`;
+  let body = `<p class="meta">${escapeHtml(source)} · ${escapeHtml(n.dir)}${n.dirExists ? '' : ' (no directory yet)'}</p>`;
+  if (n.skipped !== null) body += `<p class="warn">not read: ${escapeHtml(n.skipped)}</p>`;
+  for (const s of n.rangeSets) body += rangeSetHtml(n, s, r);
+  if (n.config === null || n.outside.counts.reserved > 0) {
+    body +=
+      `<section class="outside" data-network="${escapeHtml(n.name)}"><h3>${n.config === null ? 'reservations' : 'reservations outside every range set'}</h3>` +
+      countsHtml(n.outside.counts, r.verdicts) +
+      entriesTable(n.outside.entries, r.snapshotAtMs) +
+      `</section>`;
+  }
+  return `<section class="network" id="net-${escapeHtml(n.name)}" data-network="${escapeHtml(n.name)}"><h2>${escapeHtml(n.name)}</h2>${body}</section>`;
+}
+
+const CSS = `
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2327;background:#fff}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:17px;margin:24px 0 4px;border-bottom:1px solid #ccd}
+h3{font-size:14px;margin:12px 0 4px}code,.id{font-family:ui-monospace,monospace}
+.meta,.note{color:#555;margin:2px 0}.warn{color:#b71c1c;font-weight:600}
+dl.counts{display:flex;flex-wrap:wrap;gap:6px;margin:6px 0}dl.counts div{border:1px solid #ccd;border-radius:4px;padding:2px 8px}
+dt{font-size:11px;color:#555;text-transform:uppercase}dd{margin:0;font-weight:600;font-size:16px}
+.k-leaked dd,.k-corrupt dd{color:#b71c1c}
+.map{display:flex;flex-wrap:wrap;gap:2px;max-width:760px;margin:6px 0}
+.cell{display:block;width:14px;height:14px;border-radius:2px;cursor:default}
+.legend{display:flex;gap:8px;flex-wrap:wrap;margin:8px 0}.legend button{border:1px solid #ccd;background:#fff;border-radius:4px;padding:2px 8px;cursor:pointer}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
+#hover{min-height:1.4em;font-family:ui-monospace,monospace;white-space:pre-wrap;color:#333}
+table.entries{border-collapse:collapse;margin:6px 0}table.entries td,table.entries th{border:1px solid #dde;padding:2px 6px;text-align:left}
+${STATE_ORDER.map((s) => `.cell[data-state="${s}"],.legend i.s-${s}{background:${COLOURS[s]}}`).join('\n')}
+${STATE_ORDER.map((s) => `body[data-focus="${s}"] .cell:not([data-state="${s}"]){opacity:.15}`).join('\n')}
+`;
+
+const JS = `
+(function(){
+  var hover=document.getElementById('hover');
+  document.addEventListener('mouseover',function(e){
+    var t=e.target;
+    if(t&&t.classList&&t.classList.contains('cell')){hover.textContent=t.getAttribute('title');}
+  });
+  var buttons=document.querySelectorAll('.legend button');
+  for(var i=0;i<buttons.length;i++){
+    buttons[i].addEventListener('click',function(ev){
+      var s=ev.currentTarget.getAttribute('data-state');
+      var cur=document.body.getAttribute('data-focus');
+      document.body.setAttribute('data-focus',cur===s?'':s);
+    });
+  }
+})();
+`;
+
+/** Options of {@link renderStatusHtml}. */
+export interface HtmlOptions {
+  /** When the page was made, milliseconds since the Unix epoch (shown in the header). */
+  readonly generatedAtMs: number;
+}
+
+/** Render the whole page (pure). See the module comment for its structure and stable hooks. */
+export function renderStatusHtml(r: StatusReport, opts: HtmlOptions): string {
+  const totals: VerdictCounts = { reserved: 0, live: 0, grace: 0, leaked: 0, corrupt: 0, unknown: 0 };
+  for (const n of r.networks) {
+    for (const k of ['reserved', 'live', 'grace', 'leaked', 'corrupt', 'unknown'] as const) totals[k] += n.total[k];
+  }
+  const rt = r.runtime;
+  const runtime =
+    rt.sandboxes === null
+      ? `runtime ${rt.endpoint ?? '-'}: not reachable (${rt.error ?? 'unknown error'}): live, grace and leaked are unknown`
+      : `runtime ${rt.endpoint ?? '-'}: ${rt.sandboxes} sandboxes · grace ${r.graceSeconds}s`;
+  const legend = STATE_ORDER.map(
+    (s) => `<button type="button" data-state="${s}"><i class="s-${s}"></i>${s}</button>`,
+  ).join('');
+  const errors = r.layout.configErrors
+    .map((e) => `<li>${escapeHtml(e.file)}: ${escapeHtml(e.error)}</li>`)
+    .join('');
+  return (
+    `<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">` +
+    `<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'">` +
+    `<meta name="viewport" content="width=device-width, initial-scale=1">` +
+    `<title>ipwarden status</title><style>${CSS}</style></head><body data-focus="">` +
+    `<h1>ipwarden status</h1>` +
+    `<p class="meta" id="runtime" data-verdicts="${r.verdicts}">${escapeHtml(runtime)}</p>` +
+    `<p class="meta">generated ${escapeHtml(new Date(opts.generatedAtMs).toISOString())} · CNI config ${escapeHtml(r.layout.cniConfDir)} · data ${escapeHtml(r.layout.dataDirs.join(', '))}</p>` +
+    `<section id="totals"><h3>all networks</h3>${countsHtml(totals, r.verdicts)}</section>` +
+    `<div class="legend">${legend}</div><div id="hover"></div>` +
+    (errors === '' ? '' : `<ul class="warn" id="config-errors">${errors}</ul>`) +
+    r.networks.map((n) => networkHtml(n, r)).join('') +
+    (r.networks.length === 0 ? '<p>no networks</p>' : '') +
+    `<script>${JS}</script></body></html>\n`
+  );
+}
