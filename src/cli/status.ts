@@ -147,8 +147,9 @@ function parseGrace(text: string): number {
 
 /**
  * Find the networks: read the configuration directory, decide the data directories
- * (`--data-dir`, else every configuration's `dataDir` plus the default `/var/lib/cni/networks`)
- * and list their network directories. Reads no reservation and takes no lock.
+ * (`--data-dir`, else the `dataDir` of every host-local compatible configuration, else — no such
+ * configuration — host-local's default `/var/lib/cni/networks`) and list their network
+ * directories. Reads no reservation and takes no lock.
  * A network name defined by two files: the first file (by name) wins, the other gets a
  * `configErrors` entry. With `network`, only that network (throws `UsageError` for an invalid
  * name, `AppError('IPAM_NOT_FOUND')` when neither a configuration nor a directory has it).
@@ -166,7 +167,7 @@ export function layoutNetworks(opts: Pick<StatusOptions, 'cniConfDir' | 'dataDir
   const configErrors: Array<{ file: string; error: string }> = [];
   const byKey = new Map<string, NetworkLayout>();
   const key = (dataDir: string, name: string): string => `${dataDir}\0${name}`;
-  const dataDirs = new Set<string>(opts.dataDir !== undefined ? [opts.dataDir] : [DEFAULT_DATA_DIR]);
+  const dataDirs = new Set<string>(opts.dataDir !== undefined ? [opts.dataDir] : []);
 
   for (const c of configs) {
     if (c.error !== null) configErrors.push({ file: c.file, error: c.error });
@@ -181,6 +182,8 @@ export function layoutNetworks(opts: Pick<StatusOptions, 'cniConfDir' | 'dataDir
     dataDirs.add(dataDir);
     byKey.set(k, { name: c.name, dataDir, dir: join(dataDir, c.name), config: c });
   }
+  // No --data-dir and no configuration naming one: host-local's default.
+  if (dataDirs.size === 0) dataDirs.add(DEFAULT_DATA_DIR);
   for (const dataDir of dataDirs) {
     for (const n of discoverNetworks(dataDir)) {
       const k = key(dataDir, n.name);

@@ -80,8 +80,8 @@ export function readProcLocks(procDir: string = DEFAULT_PROC_DIR): ProcLock[] {
 
 /** Major and minor numbers of a Linux `dev_t` as `stat(2)` reports it (glibc `gnu_dev_major/minor`). */
 export function devMajorMinor(dev: bigint): { major: number; minor: number } {
-  const major = ((dev >> 8n) & 0xfffn) | ((dev >> 32n) & ~0xfffn);
-  const minor = (dev & 0xffn) | ((dev >> 12n) & ~0xffn);
+  const major = ((dev >> 8n) & 0xfffn) | ((dev >> 32n) & 0xfffff000n);
+  const minor = (dev & 0xffn) | ((dev >> 12n) & 0xffffff00n);
   return { major: Number(major), minor: Number(minor) };
 }
 
