@@ -219,7 +219,7 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
       out.push({
         id: 'range-set-full-of-leaks',
         severity,
-        title: `${head} is ${pct}% reserved, mostly by leaks`,
+        title: `${head} is ${pct}% reserved; ${reclaimable} of the ${c.reserved} are leaked or corrupt`,
         evidence: `${evidence}; releasing the leaked and corrupt ones leaves ${afterGc} reserved`,
         fix: gcCommand(n),
       });
