@@ -34,6 +34,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { ClosedError } from '../common/errors.ts';
 import { CriClient, type Sandbox } from '../runtime/cri-client.ts';
 import { withRetry } from '../runtime/retry.ts';
@@ -50,8 +51,18 @@ export type LabIpam = 'host-local' | 'ipwarden';
 export interface LabOptions {
   /** IPAM `type` of the network. Default `host-local`. */
   ipam?: LabIpam;
-  /** Executable used as the `ipwarden` IPAM plugin (symlinked into the bin dir); required for `ipam: 'ipwarden'`. */
+  /**
+   * Executable used as the `ipwarden` IPAM plugin (symlinked into the bin dir). Default for
+   * `ipam: 'ipwarden'`: the built bundle (`dist/ipwarden.cjs`) installed into the bin dir with
+   * `ipwarden install-cni --dest <binDir>`, exactly as an operator installs it.
+   */
   ipwardenPath?: string;
+  /**
+   * Extra keys merged into the conflist's `ipam` object (e.g. `{ reclaimOnExhaustion: false,
+   * leakGracePeriod: '2s' }`). With `ipam: 'ipwarden'` the lab sets `runtimeEndpoint` to its own
+   * containerd unless given here, so the plugin never asks the host's runtime.
+   */
+  ipamExtra?: Record<string, unknown>;
   /** Pod subnet. Default `10.244.9.0/28` (13 usable addresses, .2–.14). */
   subnet?: string;
   /** Add the chained test plugin after `bridge`, starting in this mode. Default: no chained plugin. */
@@ -135,6 +146,8 @@ export interface Lab {
 }
 
 const CNI_SYSTEM_DIR = '/usr/lib/cni';
+/** The built CLI/plugin bundle of this checkout (`npm run build`). */
+export const IPWARDEN_BUNDLE = join(fileURLToPath(new URL('.', import.meta.url)), '..', '..', 'dist', 'ipwarden.cjs');
 const CNI_RESULTS_DIR = '/var/lib/cni/results';
 const SHIM_SOCKET_DIR = '/run/containerd/s';
 const CGROUP_ROOT = '/sys/fs/cgroup';
@@ -284,8 +297,8 @@ export async function startLab(opts: LabOptions = {}): Promise<Lab> {
   }
   const unavailable = labUnavailableReason();
   if (unavailable !== undefined) throw new Error(unavailable);
-  if (opts.ipam === 'ipwarden' && opts.ipwardenPath === undefined) {
-    throw new Error("startLab: ipam 'ipwarden' needs ipwardenPath");
+  if (opts.ipam === 'ipwarden' && opts.ipwardenPath === undefined && !existsSync(IPWARDEN_BUNDLE)) {
+    throw new Error(`startLab: ipam 'ipwarden' needs a built bundle at ${IPWARDEN_BUNDLE} (run "npm run build") or ipwardenPath`);
   }
 
   const tag = randomBytes(3).toString('hex');
@@ -407,6 +420,9 @@ class LabImpl implements Lab {
     t = performance.now();
     for (const p of ['bridge', 'host-local', 'loopback', 'portmap']) symlinkSync(join(CNI_SYSTEM_DIR, p), join(this.binDir, p));
     if (this.#opts.ipwardenPath !== undefined) symlinkSync(this.#opts.ipwardenPath, join(this.binDir, 'ipwarden'));
+    else if (this.#opts.ipam === 'ipwarden') {
+      await run(process.execPath, [IPWARDEN_BUNDLE, 'install-cni', '--dest', this.binDir]);
+    }
     writeChainPlugin(join(this.binDir, CHAIN_PLUGIN_TYPE), this.#modeFile, this.#chainLogFile);
     this.setChainedMode(this.#opts.chained ?? 'pass', this.#opts.stallSeconds);
     writeFileSync(join(x, 'containerd.toml'), containerdToml(x, this.socketPath, this.binDir, join(x, 'cni', 'net.d')));
@@ -423,7 +439,13 @@ class LabImpl implements Lab {
         bridge: this.bridge,
         isGateway: false,
         ipMasq: false,
-        ipam: { type: this.#opts.ipam ?? 'host-local', ranges: [[{ subnet: this.subnet }]], dataDir: this.dataDir },
+        ipam: {
+          type: this.#opts.ipam ?? 'host-local',
+          ranges: [[{ subnet: this.subnet }]],
+          dataDir: this.dataDir,
+          ...(this.#opts.ipam === 'ipwarden' ? { runtimeEndpoint: this.endpoint } : {}),
+          ...this.#opts.ipamExtra,
+        },
       },
     ];
     if (this.#opts.chained !== undefined) plugins.push({ type: CHAIN_PLUGIN_TYPE });
@@ -693,4 +715,36 @@ class LabImpl implements Lab {
     this.timings['stop'] = since(t0);
     if (problems.length > 0) throw new Error(`lab stop left things behind: ${problems.join('; ')}`);
   }
+}
+
+/**
+ * What of `lab` is still on the host — meant to be called after {@link Lab.stop} and to return
+ * `[]`: its containerd; any process whose argv names its socket or CNI bin dir, or that runs in
+ * its cgroup parent (shims, pause, plugins); mounts under its scratch dir; its bridge; cgroup dirs
+ * named after its cgroup parent in any hierarchy; libcni result cache entries of its network; the
+ * scratch dir. Each entry is one human-readable line.
+ */
+export function labLeftovers(lab: Lab): string[] {
+  const left: string[] = [];
+  if (lab.containerdPid > 0 && isAlive(lab.containerdPid)) left.push(`containerd pid ${lab.containerdPid}`);
+  for (const pid of allPids()) {
+    if (!isAlive(pid)) continue;
+    const argv = argvOf(pid) ?? [];
+    const ours =
+      argv.some((a) => a === lab.socketPath || a.startsWith(`${lab.binDir}/`)) ||
+      cgroupsOf(pid).some((c) => c === lab.cgroupParent || c.startsWith(`${lab.cgroupParent}/`));
+    if (ours) left.push(`process ${pid}: ${argv.join(' ')}`);
+  }
+  for (const m of mountsUnder(lab.scratch)) left.push(`mount ${m}`);
+  if (existsSync(`/sys/class/net/${lab.bridge}`)) left.push(`bridge ${lab.bridge}`);
+  for (const h of cgroupHierarchies()) {
+    if (existsSync(join(h, lab.cgroupParent))) left.push(`cgroup ${join(h, lab.cgroupParent)}`);
+  }
+  try {
+    for (const n of readdirSync(CNI_RESULTS_DIR)) if (n.startsWith(`${lab.networkName}-`)) left.push(`result cache ${n}`);
+  } catch {
+    // no results dir
+  }
+  if (existsSync(lab.scratch)) left.push(`scratch dir ${lab.scratch}`);
+  return left;
 }
