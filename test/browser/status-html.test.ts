@@ -159,8 +159,8 @@ if (missing !== null && process.env['CI'] === 'true') {
       assert.ok(size > 20_000, `screenshot is ${size} bytes`);
       await page.click('.legend button[data-state="leaked"]');
       assert.equal(await page.getAttribute('body', 'data-focus'), 'leaked');
-      assert.equal(await page.$eval('.cell[data-ip="10.42.1.5"]', (el) => getComputedStyle(el).opacity), '0.15');
-      assert.equal(await page.$eval('.cell[data-ip="10.42.1.2"]', (el) => getComputedStyle(el).opacity), '1');
+      assert.equal(await page.evaluate(`getComputedStyle(document.querySelector('.cell[data-ip="10.42.1.5"]')).opacity`), '0.15');
+      assert.equal(await page.evaluate(`getComputedStyle(document.querySelector('.cell[data-ip="10.42.1.2"]')).opacity`), '1');
     });
   });
 }
