@@ -9,11 +9,12 @@
  * 4. `ipwarden leaks` over the /16 against 110 sandboxes vs the raw read floor
  *    (`find DIR -type f -exec cat {} +`), when the reconciler is built. Target: ≤ 1.5 × floor.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { HOST_LOCAL, installedPlugin } from '../test/helpers/cni.ts';
+import { HOST_LOCAL, installedPlugin, ROOT } from '../test/helpers/cni.ts';
+import { startFakeCri } from './fake-cri.ts';
 
 const RUNS = Number(process.env['BENCH_RUNS'] ?? 25);
 const BIG_RUNS = Number(process.env['BENCH_BIG_RUNS'] ?? 5);
@@ -24,6 +25,19 @@ function timeMs(cmd: string, args: string[], env: Record<string, string>, input:
   const t1 = process.hrtime.bigint();
   if (r.error) throw r.error;
   return Number(t1 - t0) / 1e6;
+}
+
+/** Time a command without blocking the event loop (the fake CRI server runs in this process). */
+function timeMsAsync(cmd: string, args: string[]): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const t0 = process.hrtime.bigint();
+    const p = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+    p.on('error', reject);
+    p.on('close', (code) => {
+      if (code !== 0) reject(new Error(`${cmd} ${args.join(' ')} exited ${code}`));
+      else resolve(Number(process.hrtime.bigint() - t0) / 1e6);
+    });
+  });
 }
 
 function median(xs: number[]): number {
@@ -124,6 +138,29 @@ try {
     say(row('host-local DEL', median(delUp), median(delUp), 'host-local'));
     say(row('ipwarden DEL', median(delOurs), median(delUp), 'host-local'));
   } else say(row('ipwarden DEL', median(delOurs), mFloor, 'floor'));
+
+  // 4. `ipwarden leaks` over the /16 against a runtime listing 110 sandboxes, vs the raw floor of
+  // reading every file once.
+  const ids = Array.from({ length: 110 }, (_, i) => (i + 1).toString(16).padStart(64, '0'));
+  const cri = await startFakeCri(join(root, 'cri.sock'), ids);
+  try {
+    const cli = join(ROOT, 'dist/ipwarden.cjs');
+    const leaksJson: number[] = [];
+    const leaksTable: number[] = [];
+    const floorCat: number[] = [];
+    for (let i = 0; i < BIG_RUNS; i++) {
+      floorCat.push(await timeMsAsync('sh', ['-c', `find ${bigOurs} -type f -exec cat {} + > /dev/null`]));
+      leaksJson.push(await timeMsAsync('sh', ['-c', `${process.execPath} ${cli} leaks --data-dir ${join(root, 'big-ours')} --runtime-endpoint ${cri.endpoint} --json > /dev/null`]));
+      leaksTable.push(await timeMsAsync('sh', ['-c', `${process.execPath} ${cli} leaks --data-dir ${join(root, 'big-ours')} --runtime-endpoint ${cri.endpoint} > /dev/null`]));
+    }
+    const mCat = median(floorCat);
+    say(`\n4. leaks over ${N} reservations, runtime listing ${ids.length} sandboxes, median of ${BIG_RUNS} (target ≤ 1.5 × floor)`);
+    say(row('find DIR -type f -exec cat {} + (floor)', mCat, mCat, 'floor'));
+    say(row('ipwarden leaks --json', median(leaksJson), mCat, 'floor'));
+    say(row('ipwarden leaks (table)', median(leaksTable), mCat, 'floor'));
+  } finally {
+    await cri.close();
+  }
 } finally {
   rmSync(root, { recursive: true, force: true });
 }

@@ -11,9 +11,9 @@ import { AppError, errnoCode } from '../common/errors.ts';
 import { allocate, RangeExhaustedError } from '../ipam/allocator.ts';
 import { loadIPAMConfig, loadNetworkIdentity } from '../ipam/config.ts';
 import { parseResolvConf } from '../ipam/dns.ts';
-import { formatIP, parseIP } from '../ipam/ip.ts';
+import { formatIP, ipEquals, parseIP } from '../ipam/ip.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
-import type { DNS, IPAMConfig } from '../ipam/types.ts';
+import type { DNS, IPAMConfig, Range, RangeSet } from '../ipam/types.ts';
 import { ownerMatches, type Owner, type Store } from '../store/store.ts';
 import type { IPAMResult } from './result.ts';
 import type { CmdArgs, PluginHandlers } from './skel.ts';
@@ -34,6 +34,16 @@ export interface PluginDeps {
   heal?: HealHooks;
 }
 
+/** What a reclaim did (or, with `release` false, could do). */
+export interface ReclaimSummary {
+  /** Reservations released. */
+  readonly released: number;
+  /** Reservations the reconciler calls leaked or corrupt (releasable now). */
+  readonly reclaimable: number;
+  /** Human breakdown: live / in grace / leaked / corrupt, and what to run next. */
+  readonly details: string;
+}
+
 /** The plugin's self-healing hooks (implemented over CRI in `src/cni/heal.ts`). */
 export interface HealHooks {
   /**
@@ -41,7 +51,7 @@ export interface HealHooks {
    * false). Resolves to the number released and the `details` breakdown to attach if the ADD
    * still fails.
    */
-  reclaim(store: Store, conf: IPAMConfig, release: boolean): Promise<{ released: number; details: string }>;
+  reclaim(store: Store, conf: IPAMConfig, release: boolean): Promise<ReclaimSummary>;
   /**
    * The network holds no reservation: recreate those of running sandboxes whose pod IPs lie in
    * its ranges. Resolves to the number recreated.
@@ -98,13 +108,13 @@ async function cmdAdd(deps: PluginDeps, a: CmdArgs): Promise<IPAMResult> {
       rangeSets: conf.rangeSets,
       requestedIPs: conf.requestedIPs,
     };
-    let listed = await s.list();
+    let listed = await s.list({ mtime: false });
     // A network without any reservation and without round-robin state is a new or wiped data
     // directory (a reboot on tmpfs, `rm -r`), possibly under running pods: recreate their
     // reservations before handing out anything (issue 4). A directory merely emptied by DELs
     // keeps its last_reserved_ip files and is trusted, so ADD/DEL churn never asks the runtime.
     if (listed.length === 0 && deps.heal !== undefined && (await hasNoRoundRobinState(s, conf)) && (await deps.heal.recover(s, conf)) > 0) {
-      listed = await s.list();
+      listed = await s.list({ mtime: false });
     }
     try {
       return await allocate(s, req, listed);
@@ -253,8 +263,9 @@ async function cmdGC(deps: PluginDeps, a: CmdArgs): Promise<void> {
 
 /**
  * STATUS (CNI 1.1.0 §STATUS): success when an ADD could be served now; code 50 when the data
- * directory is not writable or some range set has no free address (corrupt records count as
- * free: ADD reuses them).
+ * directory is not writable, or when some range set has no free address and nothing in it is
+ * reclaimable (corrupt records count as free: ADD reuses them; leaked ones count as free when
+ * automatic reclaim is on and the runtime confirms them). The message carries the breakdown.
  */
 async function cmdStatus(deps: PluginDeps, a: CmdArgs): Promise<void> {
   const conf = loadIPAMConfig(a.stdinData, a.args);
@@ -271,19 +282,26 @@ async function cmdStatus(deps: PluginDeps, a: CmdArgs): Promise<void> {
     if (!(await s.writable())) {
       throw new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`);
     }
-    const reservations = await s.list();
-    conf.rangeSets.forEach((rs, i) => {
+    const reservations = await s.list({ mtime: false });
+    for (let i = 0; i < conf.rangeSets.length; i++) {
+      const rs = conf.rangeSets[i] as RangeSet;
       let used = 0n;
       for (const r of reservations) {
         if (r.owner === null) continue;
         const ip = parseIP(r.ip);
-        if (ip !== null && rangeFor(rs, ip) >= 0) used++;
+        if (ip === null) continue;
+        const k = rangeFor(rs, ip);
+        if (k >= 0 && !ipEquals(ip, (rs[k] as Range).gateway)) used++;
       }
-      if (used >= rangeSetSize(rs)) {
-        throw new AppError('IPAM_NOT_AVAILABLE', `no IP addresses available in range set: ${rangeSetString(rs)}`, {
-          details: `range set ${i}: ${used} of ${rangeSetSize(rs)} addresses reserved`,
-        });
+      const size = rangeSetSize(rs);
+      if (used < size) continue;
+      let breakdown = `range set ${i}: ${used} of ${size} addresses reserved`;
+      if (deps.heal !== undefined) {
+        const r = await deps.heal.reclaim(s, conf, false);
+        if (conf.reclaimOnExhaustion && r.reclaimable > 0) continue; // the next ADD reclaims them
+        breakdown = `${breakdown}; ${r.details}`;
       }
-    });
+      throw new AppError('IPAM_NOT_AVAILABLE', `no IP addresses available in range set: ${rangeSetString(rs)}; ${breakdown}`);
+    }
   });
 }

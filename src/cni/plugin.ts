@@ -5,6 +5,9 @@
 import { existsSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { errnoCode } from '../common/errors.ts';
+import { formatDuration } from '../common/duration.ts';
+import { exhaustionDetails } from '../reconcile/reclaim.ts';
+import { resolveRuntimeEndpoint } from '../runtime/endpoint.ts';
 import { openFileStore } from '../store/file/file-store.ts';
 import { makeHandlers, type PluginDeps } from './commands.ts';
 import { pluginMain, type PluginIO } from './skel.ts';
@@ -16,11 +19,31 @@ export const fileDeps: PluginDeps = {
     !create && !existsSync(join(dataDir, network)) ? null : openFileStore({ dataDir, network }),
   readTextFile: (path) => readFileSync(path, 'utf8'),
   // Self-healing over CRI; the gRPC client (in the cold part) is loaded only when a hook fires.
+  // Without a runtime endpoint there is nothing to ask, so the gRPC client is not even loaded.
   heal: {
-    reclaim: async (store, conf, release) => (await import('../cold.ts')).criHeal(process.env).reclaim(store, conf, release),
-    recover: async (store, conf) => (await import('../cold.ts')).criHeal(process.env).recover(store, conf),
+    reclaim: async (store, conf, release) => {
+      const err = endpointError(conf.runtimeEndpoint);
+      if (err === null) return (await import('../cold.ts')).criHeal(process.env).reclaim(store, conf, release);
+      const outcome = { released: [], counts: null, runtimeError: err, endpoint: null };
+      return { released: 0, reclaimable: 0, details: exhaustionDetails(conf, outcome, formatDuration(conf.leakGracePeriodSeconds)) };
+    },
+    recover: async (store, conf) =>
+      endpointError(conf.runtimeEndpoint) === null ? (await import('../cold.ts')).criHeal(process.env).recover(store, conf) : 0,
   },
 };
+
+/**
+ * Null when a CRI endpoint is configured or present (ipam `runtimeEndpoint`, then
+ * CONTAINER_RUNTIME_ENDPOINT, then the default sockets), else why not.
+ */
+function endpointError(configured: string | null): string | null {
+  try {
+    resolveRuntimeEndpoint(configured ?? undefined, process.env);
+    return null;
+  } catch (e) {
+    return e instanceof Error ? e.message : String(e);
+  }
+}
 
 /**
  * Read fd 0 to its end with plain read(2) calls. Cheaper than `process.stdin`, whose stream set-up

@@ -22,6 +22,8 @@ import type { AuditSink } from './audit.ts';
 import { plan, type PlanCounts } from './plan.ts';
 import { indexSandboxes, type SandboxSource } from './sandboxes.ts';
 import type { PodIPSource } from './cri-source.ts';
+import type { HealHooks } from '../cni/commands.ts';
+import { formatDuration } from '../common/duration.ts';
 
 /** What reclaim did and saw. `runtimeError` is set (and nothing released) when the runtime could not be asked. */
 export interface ReclaimOutcome {
@@ -73,20 +75,23 @@ export async function reclaimLocked(store: Store, conf: IPAMConfig, deps: Reclai
 
 /**
  * The `details` breakdown of an exhaustion that reclaim could not cure: how many reservations are
- * live, within the grace period, leaked, corrupt, and what to run next.
+ * live, within the grace period, leaked, corrupt, and what to run next. `graceText` is the grace
+ * period as configured (`5m`).
  */
-export function exhaustionDetails(conf: IPAMConfig, o: ReclaimOutcome, graceText: string, released = true): string {
-  if (!released && o.counts !== null) {
-    const c = o.counts;
-    return `${c.allocated} reservations: ${c.live} live, ${c.grace} in grace (younger than ${graceText}), ${c.leaked} leaked, ${c.corrupt} corrupt; automatic reclaim is off (reclaimOnExhaustion: false)${c.orphaned > 0 ? `: run "ipwarden gc --network ${conf.name}"` : ''}`;
-  }
+export function exhaustionDetails(conf: IPAMConfig, o: ReclaimOutcome, graceText: string): string {
   if (o.runtimeError !== null || o.counts === null) {
     return `nothing reclaimed: the runtime could not be asked (${o.runtimeError ?? 'unknown error'}); run "ipwarden leaks --network ${conf.name} --runtime-endpoint URL"`;
   }
   const c = o.counts;
-  const head = `${c.allocated} reservations: ${c.live} live, ${c.grace} in grace (younger than ${graceText}), ${c.leaked} leaked, ${c.corrupt} corrupt; reclaimed ${o.released.length}`;
-  if (c.grace > 0) return `${head}; the range is full of recent reservations: run "ipwarden gc --network ${conf.name}" after ${graceText} if their pods never started`;
-  return `${head}; every reservation belongs to a sandbox the runtime lists: the range is genuinely full — widen it or run fewer pods on this node`;
+  const head = `${c.allocated} reservations: ${c.live} live, ${c.grace} in grace (younger than ${graceText}), ${c.leaked} leaked, ${c.corrupt} corrupt`;
+  if (!conf.reclaimOnExhaustion) {
+    return `${head}; automatic reclaim is off (reclaimOnExhaustion: false)${c.orphaned > 0 ? `: run "ipwarden gc --network ${conf.name}"` : ''}`;
+  }
+  const done = o.released.length > 0 ? `; reclaimed ${o.released.length}` : '';
+  if (c.grace > 0) {
+    return `${head}${done}; the range is full of recent reservations: run "ipwarden gc --network ${conf.name}" after ${graceText} if their pods never started`;
+  }
+  return `${head}${done}; every reservation belongs to a sandbox the runtime lists: the range is genuinely full — widen it or run fewer pods on this node`;
 }
 
 /** What recovery did. */
@@ -133,4 +138,44 @@ export async function recoverLocked(store: Store, conf: IPAMConfig, source: PodI
     }
   }
   return { recreated, runtimeError: null };
+}
+
+/** Where {@link makeHeal} gets the runtime and the audit log for one network's config. */
+export interface HealEnv {
+  /** The runtime for `conf`, or why it cannot be asked. */
+  source(conf: IPAMConfig): PodIPSource | string;
+  /** The audit log for `conf` (opened lazily by the implementation on first append). */
+  audit(conf: IPAMConfig): AuditSink;
+  /** Now, milliseconds since the Unix epoch. */
+  now(): number;
+}
+
+/**
+ * The plugin's self-healing hooks over any {@link HealEnv}: production passes CRI
+ * (`src/cni/heal.ts`), unit tests pass a fake sandbox list. Closes the source and the audit log
+ * after each hook.
+ */
+export function makeHeal(env: HealEnv): HealHooks {
+  async function withRuntime<T>(conf: IPAMConfig, fn: (src: PodIPSource | string, audit: AuditSink) => Promise<T>): Promise<T> {
+    const src = env.source(conf);
+    const audit = env.audit(conf);
+    try {
+      return await fn(src, audit);
+    } finally {
+      audit.close();
+      if (typeof src !== 'string') await src.close?.();
+    }
+  }
+  return {
+    reclaim: (store, conf, release) =>
+      withRuntime(conf, async (src, audit) => {
+        const o = await reclaimLocked(store, conf, { source: src, audit, now: env.now }, release);
+        return {
+          released: o.released.length,
+          reclaimable: o.counts?.orphaned ?? 0,
+          details: exhaustionDetails(conf, o, formatDuration(conf.leakGracePeriodSeconds)),
+        };
+      }),
+    recover: (store, conf) => withRuntime(conf, async (src, audit) => (await recoverLocked(store, conf, src, audit, env.now)).recreated.length),
+  };
 }

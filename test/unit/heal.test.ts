@@ -1,0 +1,203 @@
+/**
+ * Self-healing ADD and STATUS (issue 4) through the real handlers and the real file store, with
+ * the runtime's sandbox list faked (pure input): reclaim on exhaustion, the breakdown when it
+ * cannot, recovery of a wiped directory, and STATUS's verdict. The same `makeHeal` runs in
+ * production over CRI (src/cni/heal.ts); the real-containerd version is test/e2e/heal.test.ts.
+ */
+import assert from 'node:assert/strict';
+import { mkdirSync, readFileSync, utimesSync, writeFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { makeHandlers } from '../../src/cni/commands.ts';
+import { fileDeps } from '../../src/cni/plugin.ts';
+import { pluginMain } from '../../src/cni/skel.ts';
+import { defaultAuditLogPath, openAuditLog } from '../../src/reconcile/audit.ts';
+import type { PodIPSource } from '../../src/reconcile/cri-source.ts';
+import { makeHeal } from '../../src/reconcile/reclaim.ts';
+import type { SandboxState } from '../../src/reconcile/plan.ts';
+import { snapshotDir as rawSnapshot, tempDir } from '../helpers/cni.ts';
+
+/** The network directory's files, without the lock file (created by the first locked command). */
+function snapshotDir(dir: string): Record<string, string> {
+  const s = rawSnapshot(dir);
+  delete s['lock'];
+  return s;
+}
+
+const NOW = Date.parse('2026-11-29T12:00:00Z');
+const OLD = (NOW - 3600_000) / 1000; // an hour ago, seconds (utimes)
+const cleanups: Array<() => void> = [];
+after(() => cleanups.forEach((c) => c()));
+
+interface FakeRuntime {
+  sandboxes: Map<string, { state: SandboxState; ips: string[] }>;
+  calls: number;
+}
+
+function fakeSource(rt: FakeRuntime | string): () => PodIPSource | string {
+  return () =>
+    typeof rt === 'string'
+      ? rt
+      : {
+          endpoint: 'unix:///fake/cri.sock',
+          list: async () => {
+            rt.calls++;
+            return [...rt.sandboxes].map(([id, s]) => ({ id, state: s.state }));
+          },
+          podIPs: async (id) => rt.sandboxes.get(id)?.ips ?? [],
+        };
+}
+
+function setup(files: Record<string, string>, ipam: Record<string, unknown> = {}, subnet = '10.244.1.0/29') {
+  const t = tempDir('ipw-heal-');
+  cleanups.push(t.cleanup);
+  const dir = join(t.dir, 'kubenet');
+  mkdirSync(dir, { recursive: true });
+  for (const [name, content] of Object.entries(files)) {
+    writeFileSync(join(dir, name), content.replace('|', '\r\n'));
+    utimesSync(join(dir, name), OLD, OLD);
+  }
+  const conf = { cniVersion: '1.1.0', name: 'kubenet', ipam: { type: 'ipwarden', dataDir: t.dir, ranges: [[{ subnet }]], ...ipam } };
+  return { dataDir: t.dir, dir, conf };
+}
+
+async function invoke(rt: FakeRuntime | string, command: string, stdin: object, containerId = 'c6') {
+  const deps = {
+    ...fileDeps,
+    heal: makeHeal({ source: fakeSource(rt), audit: (c) => openAuditLog(defaultAuditLogPath(c.dataDir)), now: () => NOW }),
+  };
+  let out = '';
+  const code = await pluginMain(makeHandlers(deps), {
+    env: { CNI_COMMAND: command, CNI_CONTAINERID: containerId, CNI_IFNAME: 'eth0', CNI_NETNS: '/x', CNI_PATH: '/p' },
+    readStdin: async () => Buffer.from(JSON.stringify(stdin)),
+    stdout: (t) => (out += t),
+    stderr: () => undefined,
+  });
+  return { code, json: out === '' ? null : (JSON.parse(out) as Record<string, unknown>) };
+}
+
+const full = { '10.244.1.2': 'c1|eth0', '10.244.1.3': 'c2|eth0', '10.244.1.4': 'c3|eth0', '10.244.1.5': 'c4|eth0', '10.244.1.6': 'c5|eth0', 'last_reserved_ip.0': '10.244.1.6' };
+const runtime = (ids: string[], state: SandboxState = 'ready'): FakeRuntime => ({ sandboxes: new Map(ids.map((id) => [id, { state, ips: [] }])), calls: 0 });
+const EXHAUSTED = 'failed to allocate for range 0: no IP addresses available in range set: 10.244.1.1-10.244.1.6';
+
+describe('reclaim on exhaustion (BR-23 second half, BR-20)', () => {
+  it('releases the leaked reservations under the lock, records them, and the ADD succeeds', async () => {
+    const { dataDir, dir, conf } = setup(full);
+    const r = await invoke(runtime(['c3', 'c4', 'c5']), 'ADD', conf);
+    assert.equal(r.code, 0, JSON.stringify(r.json));
+    assert.deepEqual(r.json?.['ips'], [{ address: '10.244.1.2/29', gateway: '10.244.1.1' }]);
+    const files = snapshotDir(dir);
+    assert.equal(files['10.244.1.2'], 'c6\r\neth0');
+    assert.equal(files['10.244.1.3'], undefined, 'c2 leaked: released');
+    assert.deepEqual([files['10.244.1.4'], files['10.244.1.5'], files['10.244.1.6']], ['c3\r\neth0', 'c4\r\neth0', 'c5\r\neth0']);
+    const audit = readFileSync(defaultAuditLogPath(dataDir), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.deepEqual(
+      audit.map((a) => [a['network'], a['ip'], a['containerId'], a['ifname'], a['verdict'], a['ageSeconds']]),
+      [
+        ['kubenet', '10.244.1.2', 'c1', 'eth0', 'leaked', 3600],
+        ['kubenet', '10.244.1.3', 'c2', 'eth0', 'leaked', 3600],
+      ],
+    );
+    assert.match(String(audit[0]?.['reason']), /^reclaimed on exhaustion: /);
+  });
+
+  it('with reclaimOnExhaustion false: host-local exact message, breakdown in details, nothing released', async () => {
+    const { dir, conf } = setup(full, { reclaimOnExhaustion: false });
+    const before = snapshotDir(dir);
+    const r = await invoke(runtime(['c3', 'c4', 'c5']), 'ADD', conf);
+    assert.deepEqual(r.json, {
+      cniVersion: '1.1.0',
+      code: 999,
+      msg: EXHAUSTED,
+      details:
+        'range set 0 has 5 allocatable addresses and 5 reservations; 5 reservations: 3 live, 0 in grace (younger than 5m0s), 2 leaked, 0 corrupt; automatic reclaim is off (reclaimOnExhaustion: false): run "ipwarden gc --network kubenet"',
+    });
+    assert.deepEqual(snapshotDir(dir), before);
+  });
+
+  it('a genuinely full range (every owner live) fails with the exact text and says so', async () => {
+    const { dir, conf } = setup(full);
+    const before = snapshotDir(dir);
+    const r = await invoke(runtime(['c1', 'c2', 'c3', 'c4', 'c5'], 'notready'), 'ADD', conf);
+    assert.equal(r.json?.['msg'], EXHAUSTED);
+    assert.equal(
+      r.json?.['details'],
+      'range set 0 has 5 allocatable addresses and 5 reservations; 5 reservations: 5 live, 0 in grace (younger than 5m0s), 0 leaked, 0 corrupt; every reservation belongs to a sandbox the runtime lists: the range is genuinely full — widen it or run fewer pods on this node',
+    );
+    assert.deepEqual(snapshotDir(dir), before);
+  });
+
+  it('reservations younger than leakGracePeriod are not reclaimed (an ADD may be in flight)', async () => {
+    const { dir, conf } = setup(full, { leakGracePeriod: '2h' });
+    const r = await invoke(runtime(['c3', 'c4', 'c5']), 'ADD', conf);
+    assert.equal(r.json?.['msg'], EXHAUSTED);
+    assert.match(String(r.json?.['details']), /0 leaked, 0 corrupt; the range is full of recent reservations: run "ipwarden gc --network kubenet" after 2h0m0s/);
+    assert.equal(Object.keys(snapshotDir(dir)).length, 6);
+  });
+
+  it('when the runtime cannot be asked nothing is released and details say why', async () => {
+    const { dir, conf } = setup(full);
+    const before = snapshotDir(dir);
+    const r = await invoke('no CRI runtime at unix:///x: socket does not exist', 'ADD', conf);
+    assert.equal(r.json?.['msg'], EXHAUSTED);
+    assert.match(String(r.json?.['details']), /nothing reclaimed: the runtime could not be asked \(no CRI runtime at unix:\/\/\/x: socket does not exist\)/);
+    assert.deepEqual(snapshotDir(dir), before);
+  });
+});
+
+describe('recovery of a wiped data directory', () => {
+  it('recreates the reservations of running sandboxes before handing out an address', async () => {
+    const { dir, conf } = setup({});
+    const rt: FakeRuntime = {
+      sandboxes: new Map([
+        ['s-a', { state: 'ready', ips: ['10.244.1.2'] }],
+        ['s-b', { state: 'ready', ips: ['10.244.1.3', 'fd00::3'] }],
+        ['s-c', { state: 'notready', ips: [] }],
+        ['s-other', { state: 'ready', ips: ['192.168.7.7'] }],
+      ]),
+      calls: 0,
+    };
+    const r = await invoke(rt, 'ADD', conf, 'new1');
+    assert.equal(r.code, 0, JSON.stringify(r.json));
+    assert.deepEqual(r.json?.['ips'], [{ address: '10.244.1.4/29', gateway: '10.244.1.1' }]);
+    const files = snapshotDir(dir);
+    assert.equal(files['10.244.1.2'], 's-a\r\neth0');
+    assert.equal(files['10.244.1.3'], 's-b\r\neth0');
+    assert.equal(files['10.244.1.4'], 'new1\r\neth0');
+  });
+
+  it('a directory emptied by DELs (last_reserved_ip kept) is trusted: the runtime is not asked', async () => {
+    const { conf } = setup({ 'last_reserved_ip.0': '10.244.1.3' });
+    const rt = runtime(['s-a']);
+    const r = await invoke(rt, 'ADD', conf, 'new1');
+    assert.deepEqual(r.json?.['ips'], [{ address: '10.244.1.4/29', gateway: '10.244.1.1' }]);
+    assert.equal(rt.calls, 0);
+  });
+
+  it('without a reachable runtime ADD proceeds as host-local would', async () => {
+    const { dir, conf } = setup({});
+    const r = await invoke('no CRI runtime found', 'ADD', conf, 'new1');
+    assert.deepEqual(r.json?.['ips'], [{ address: '10.244.1.2/29', gateway: '10.244.1.1' }]);
+    assert.equal(existsSync(join(dir, '10.244.1.2')), true);
+  });
+});
+
+describe('STATUS', () => {
+  it('is ready when the full range holds leaked reservations (the next ADD reclaims them)', async () => {
+    const { dir, conf } = setup(full);
+    const before = snapshotDir(dir);
+    const r = await invoke(runtime(['c3']), 'STATUS', conf);
+    assert.deepEqual([r.code, r.json], [0, null]);
+    assert.deepEqual(snapshotDir(dir), before, 'STATUS releases nothing');
+  });
+
+  it('reports code 50 with the breakdown when nothing is reclaimable', async () => {
+    const { conf } = setup(full);
+    const r = await invoke(runtime(['c1', 'c2', 'c3', 'c4', 'c5']), 'STATUS', conf);
+    assert.deepEqual(r.json, {
+      cniVersion: '1.1.0',
+      code: 50,
+      msg: `no IP addresses available in range set: 10.244.1.1-10.244.1.6; range set 0: 5 of 5 addresses reserved; 5 reservations: 5 live, 0 in grace (younger than 5m0s), 0 leaked, 0 corrupt; every reservation belongs to a sandbox the runtime lists: the range is genuinely full — widen it or run fewer pods on this node`,
+    });
+  });
+});
