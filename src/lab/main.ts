@@ -191,7 +191,7 @@ async function runFlow(run: Run, installPackages: boolean): Promise<string[]> {
       failed.push(`(${run.key}) ${e instanceof Error ? e.message : String(e)}`);
     }
     const left = labLeftovers(lab);
-    step(`lab stopped in ${lab.timings['stop']} ms; left behind: ${left.length === 0 ? 'nothing' : left.join(', ')}`);
+    step(`lab stopped in ${lab.timings["stop"]} ms (containerd SIGTERM→exit ${lab.timings["containerd-stop"]} ms); left behind: ${left.length === 0 ? 'nothing' : left.join(', ')}`);
     if (left.length > 0) failed.push(`(${run.key}) left behind: ${left.join(', ')}`);
   }
   return failed;
