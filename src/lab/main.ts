@@ -191,7 +191,7 @@ async function runFlow(run: Run, installPackages: boolean): Promise<string[]> {
       failed.push(`(${run.key}) ${e instanceof Error ? e.message : String(e)}`);
     }
     const left = labLeftovers(lab);
-    step(`lab stopped in ${lab.timings["stop"]} ms (containerd SIGTERM→exit ${lab.timings["containerd-stop"]} ms); left behind: ${left.length === 0 ? 'nothing' : left.join(', ')}`);
+    step(`lab stopped in ${lab.timings['stop']} ms (containerd SIGTERM→exit ${lab.timings['containerd-stop']} ms); left behind: ${left.length === 0 ? 'nothing' : left.join(', ')}`);
     if (left.length > 0) failed.push(`(${run.key}) left behind: ${left.join(', ')}`);
   }
   return failed;
@@ -243,7 +243,10 @@ async function main(): Promise<void> {
   process.off('SIGTERM', onSignal);
   const secs = ((performance.now() - t0) / 1000).toFixed(1);
   if (failed.length === 0) {
-    say(`\nRESULT: PASS (${secs} s) — runs ${runs.map((r) => r.key).join(',')}: leaks reproduced through a failing chained plugin and a wiped runtime; ${runs.some((r) => !r.heals) ? 'gc released exactly the leaked reservations, live READY and NOTREADY sandboxes kept theirs' : ''}${runs.some((r) => r.heals) ? '; with reclaim on the plugin healed the exhausted range by itself' : ''}`);
+    const parts = ['leaks reproduced through a failing chained plugin and a wiped runtime'];
+    if (runs.some((r) => !r.heals)) parts.push('gc released exactly the leaked reservations, live READY and NOTREADY sandboxes kept theirs');
+    if (runs.some((r) => r.heals)) parts.push('with reclaim on, the plugin healed the exhausted range by itself');
+    say(`\nRESULT: PASS (${secs} s) — runs ${runs.map((r) => r.key).join(',')}: ${parts.join('; ')}`);
     process.exitCode = 0;
   } else {
     say(`\nRESULT: FAIL (${secs} s) — ${failed.length} check(s) failed: ${failed.join(' | ')}`);
