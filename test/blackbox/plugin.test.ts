@@ -146,10 +146,13 @@ describe('CNI 1.1.0 STATUS', () => {
     const dd = dataDir();
     const conf = config(dd, v4('10.1.0.0/29'), '1.1.0');
     for (let i = 0; i < 5; i++) assert.equal(run({ command: 'ADD', containerId: `c${i}`, ifname: 'eth0', stdin: conf }).exitCode, 0);
-    const r = run({ command: 'STATUS', stdin: conf });
+    const r = run({ command: 'STATUS', stdin: conf, env: { CONTAINER_RUNTIME_ENDPOINT: '/nonexistent/cri.sock' } });
     assert.equal(r.exitCode, 1);
     assert.equal(r.json?.['code'], 50);
-    assert.equal(r.json?.['msg'], 'no IP addresses available in range set: 10.1.0.1-10.1.0.6');
+    assert.equal(
+      r.json?.['msg'],
+      'no IP addresses available in range set: 10.1.0.1-10.1.0.6; range set 0: 5 of 5 addresses reserved; nothing reclaimed: the runtime could not be asked (no CRI runtime at unix:///nonexistent/cri.sock: socket does not exist); run "ipwarden leaks --network bbnet --runtime-endpoint URL"',
+    );
   });
 
   it('reports code 50 when the data directory cannot be written', () => {

@@ -132,8 +132,28 @@ export function parseRecord(bytes: Uint8Array): Owner | null {
 }
 
 function decodeRecord(bytes: Uint8Array): string | null {
-  if (bytes.length === 0 || bytes.length > MAX_RECORD_BYTES || !isUtf8(bytes)) return null;
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('utf8');
+  const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+  return decodeBuffer(b, b.length);
+}
+
+/**
+ * The text of the first `n` bytes of `buf`, or null when empty, longer than
+ * {@link MAX_RECORD_BYTES} or not UTF-8. Records are ASCII in practice (container IDs, ifnames):
+ * that case is decoded without validation or an intermediate view (one string per record,
+ * 65,534 of them on a full /16).
+ */
+function decodeBuffer(buf: Buffer, n: number): string | null {
+  if (n === 0 || n > MAX_RECORD_BYTES) return null;
+  let ascii = true;
+  for (let i = 0; i < n; i++) {
+    if ((buf[i] as number) >= 0x80) {
+      ascii = false;
+      break;
+    }
+  }
+  if (ascii) return buf.toString('latin1', 0, n);
+  const view = buf.subarray(0, n);
+  return isUtf8(view) ? view.toString('utf8') : null;
 }
 
 /** The exact content host-local writes for (containerId, ifname): `TrimSpace(id) + "\r\n" + ifname`. */
@@ -153,8 +173,8 @@ export interface FileStoreOptions {
 
 /** One directory entry as read by `scan`. */
 interface ScannedRecord {
+  /** The file name: canonical IP text (the path is `DIR/<ip>`). */
   readonly ip: string;
-  readonly path: string;
   /** Go-trimmed content, or null when not decodable (empty, too long, not UTF-8). */
   readonly trimmed: string | null;
   readonly mtimeMs: number;
@@ -342,7 +362,7 @@ export class FileStore implements Store {
     const failures: string[] = [];
     for (const r of hits) {
       try {
-        unlinkSync(r.path);
+        unlinkSync(join(this.dir, r.ip));
         released.push(r.ip);
       } catch (e) {
         if (errnoCode(e) !== 'ENOENT') failures.push(`${r.ip}: ${describe(e)}`);
@@ -418,9 +438,8 @@ export class FileStore implements Store {
         if (cleanTemps && name.startsWith(TEMP_PREFIX) && name.endsWith(TEMP_SUFFIX)) unlinkQuietly(prefix + name);
         continue;
       }
-      const path = prefix + name;
-      const rec = this.#readRecord(path, withMtime);
-      if (rec !== null) out.push({ ip: name, path, trimmed: rec.trimmed, mtimeMs: rec.mtimeMs });
+      const rec = this.#readRecord(prefix + name, withMtime);
+      if (rec !== null) out.push({ ip: name, trimmed: rec.trimmed, mtimeMs: rec.mtimeMs });
     }
     return out;
   }
@@ -456,7 +475,7 @@ export class FileStore implements Store {
         // (one syscall per reservation, 65,534 of them on a full /16).
         if (got === 0 || got < want || n === buf.length) break;
       }
-      const text = decodeRecord(buf.subarray(0, n));
+      const text = decodeBuffer(buf, n);
       return { trimmed: text === null ? null : goTrimSpace(text), mtimeMs };
     } catch (e) {
       const code = errnoCode(e);
