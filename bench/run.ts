@@ -2,8 +2,8 @@
  * `npm run bench`: whole-process benchmarks, each side by side with its baseline measured in the
  * same run (medians of repeated runs; ratios printed, never asserted). Not part of `npm test`.
  *
- * 1. ipwarden ADD+DEL vs the Node floor (`node -e 0`) vs upstream host-local ADD+DEL.
- *    Target: ipwarden ≤ 1.3 × the Node floor.
+ * 1. ipwarden ADD and DEL (one process each) vs the Node floor (`node -e 0`) vs upstream
+ *    host-local. Target: ipwarden ≤ 1.3 × the Node floor.
  * 2. ADD on a fully reserved /16 (65,534 reservations). Target: ≤ 0.5 × host-local.
  * 3. DEL of one container among 65,534 reservations. Target: ≤ 1.0 × host-local.
  * 4. `ipwarden leaks` over the /16 against 110 sandboxes vs the raw read floor
@@ -69,31 +69,33 @@ const say = (s: string) => {
 say(`machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
 
 try {
-  // 1. ADD+DEL vs the Node floor vs host-local (interleaved so drift hits all three alike).
+  // 1. ADD and DEL vs the Node floor vs host-local (interleaved so drift hits all alike).
   const floor: number[] = [];
-  const ours: number[] = [];
-  const up: number[] = [];
+  const oursAdd: number[] = [];
+  const oursDel: number[] = [];
+  const upAdd: number[] = [];
+  const upDel: number[] = [];
   const haveUp = existsSync(HOST_LOCAL);
   for (let i = 0; i < RUNS; i++) {
     floor.push(timeMs(process.execPath, ['-e', '0'], {}, ''));
     const dOurs = join(root, 'small-ours');
-    ours.push(
-      timeMs(plugin, [], cniEnv('ADD', `c${i}`), conf('ipwarden', dOurs, '10.1.0.0/16')) +
-        timeMs(plugin, [], cniEnv('DEL', `c${i}`), conf('ipwarden', dOurs, '10.1.0.0/16')),
-    );
+    oursAdd.push(timeMs(plugin, [], cniEnv('ADD', `c${i}`), conf('ipwarden', dOurs, '10.1.0.0/16')));
+    oursDel.push(timeMs(plugin, [], cniEnv('DEL', `c${i}`), conf('ipwarden', dOurs, '10.1.0.0/16')));
     if (haveUp) {
       const dUp = join(root, 'small-up');
-      up.push(
-        timeMs(HOST_LOCAL, [], cniEnv('ADD', `c${i}`), conf('host-local', dUp, '10.1.0.0/16')) +
-          timeMs(HOST_LOCAL, [], cniEnv('DEL', `c${i}`), conf('host-local', dUp, '10.1.0.0/16')),
-      );
+      upAdd.push(timeMs(HOST_LOCAL, [], cniEnv('ADD', `c${i}`), conf('host-local', dUp, '10.1.0.0/16')));
+      upDel.push(timeMs(HOST_LOCAL, [], cniEnv('DEL', `c${i}`), conf('host-local', dUp, '10.1.0.0/16')));
     }
   }
   const mFloor = median(floor);
-  say(`\n1. ADD+DEL, median of ${RUNS} (target: ipwarden ADD and DEL each ≤ 1.3 × node floor)`);
+  say(`\n1. one ADD and one DEL per process, median of ${RUNS} (target: ipwarden ≤ 1.3 × node floor)`);
   say(row('node -e 0 (Node floor)', mFloor, mFloor, 'floor'));
-  say(row('ipwarden ADD+DEL (two processes)', median(ours), 2 * mFloor, '2 × floor'));
-  if (haveUp) say(row('host-local ADD+DEL (two processes)', median(up), 2 * mFloor, '2 × floor'));
+  say(row('ipwarden ADD', median(oursAdd), mFloor, 'floor'));
+  say(row('ipwarden DEL', median(oursDel), mFloor, 'floor'));
+  if (haveUp) {
+    say(row('host-local ADD', median(upAdd), mFloor, 'floor'));
+    say(row('host-local DEL', median(upDel), mFloor, 'floor'));
+  }
 
   // 2 + 3. A fully reserved /16.
   const N = 65534;

@@ -4,14 +4,13 @@
 // finds the binding next to itself (__dirname), which is also how the executable written by
 // `ipwarden install-cni` finds it.
 //
-// Two passes keep the plugin's hot path small: src/cold.ts (CLI, CRI client, gRPC) is bundled on
-// its own, gzipped, and embedded in the main bundle as one base64 string literal, inflated and
-// compiled with vm only when the program first imports it. V8 only scans a short escape-free
-// string, so an exec of the plugin does not pay for parsing half a megabyte of gRPC code
-// (measured in docs/benchmarks.md).
+// Two bundles keep the plugin's hot path small: src/cold.ts (CLI, CRI client, gRPC) is bundled on
+// its own into dist/ipwarden-cold.cjs and compiled only when the program first imports it, so an
+// exec of the plugin does not pay for parsing half a megabyte of gRPC code (docs/benchmarks.md).
+// The hot bundle finds the cold source through a hook the installed executable's loader sets
+// (`install-cni` carries it inside the one executable file), else in the file beside itself.
 import { build } from 'esbuild';
 import { copyFileSync, mkdirSync } from 'node:fs';
-import { gzipSync } from 'node:zlib';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 
@@ -35,25 +34,26 @@ const common = {
   platform: 'node',
   target: 'node20',
   format: 'cjs',
-  minify: true,
+  minify: process.env['IPWARDEN_NO_MINIFY'] !== '1', // IPWARDEN_NO_MINIFY=1 for readable profiles
   legalComments: 'none',
   logLevel: 'warning',
   define: { 'import.meta.url': '__ipwardenModuleUrl' },
 };
 const banner = "var __ipwardenModuleUrl = require('node:url').pathToFileURL(__filename).href;";
 
-// Pass 1: the cold part, kept in memory.
-const cold = await build({ ...common, entryPoints: ['src/cold.ts'], write: false, plugins: [flockBinding], banner: { js: banner } });
-const coldB64 = gzipSync(cold.outputFiles[0].contents, { level: 9 }).toString('base64');
+// Pass 1: the cold part.
+mkdirSync('dist', { recursive: true });
+await build({ ...common, entryPoints: ['src/cold.ts'], outfile: 'dist/ipwarden-cold.cjs', plugins: [flockBinding], banner: { js: banner } });
 
-/** Replace `import('./cold.ts')` in the hot bundle by a lazily compiled copy of pass 1. */
-const coldAsString = {
-  name: 'cold-as-string',
+/** Replace `import('./cold.ts')` in the hot bundle by a loader of pass 1's output. */
+const coldLoader = {
+  name: 'cold-loader',
   setup(b) {
-    b.onResolve({ filter: /(^|\/)cold\.ts$/ }, () => ({ path: 'cold', namespace: 'cold-as-string' }));
-    b.onLoad({ filter: /.*/, namespace: 'cold-as-string' }, () => ({
+    b.onResolve({ filter: /(^|\/)cold\.ts$/ }, () => ({ path: 'cold', namespace: 'cold-loader' }));
+    b.onLoad({ filter: /.*/, namespace: 'cold-loader' }, () => ({
       contents: [
-        `const source = require('node:zlib').gunzipSync(Buffer.from(${JSON.stringify(coldB64)}, 'base64')).toString('utf8');`,
+        `const hook = globalThis[Symbol.for('ipwarden.coldSource')];`,
+        `const source = typeof hook === 'function' ? hook() : require('node:fs').readFileSync(require('node:path').join(__dirname, 'ipwarden-cold.cjs'), 'utf8');`,
         `const m = { exports: {} };`,
         `require('node:vm').runInThisContext('(function (exports, require, module, __filename, __dirname) {' + source + '\\n})', { filename: __filename + '#cold' })(m.exports, require, m, __filename, __dirname);`,
         `module.exports = m.exports;`,
@@ -64,7 +64,6 @@ const coldAsString = {
 };
 
 // Pass 2: the hot bundle.
-mkdirSync('dist', { recursive: true });
-await build({ ...common, entryPoints: ['src/main.ts'], outfile: 'dist/ipwarden.cjs', plugins: [flockBinding, coldAsString], banner: { js: banner } });
+await build({ ...common, entryPoints: ['src/main.ts'], outfile: 'dist/ipwarden.cjs', plugins: [flockBinding, coldLoader], banner: { js: banner } });
 const fsExtDir = dirname(require.resolve('fs-ext/package.json'));
 copyFileSync(join(fsExtDir, 'build/Release/fs_ext.node'), join('dist', FLOCK));

@@ -9,8 +9,9 @@
  *
  * The runtime execs the plugin once per pod, so start-up time matters (docs/benchmarks.md).
  * Node 20 has no compile cache (`module.enableCompileCache` is 22+), so the executable carries
- * its own: a small loader, then — inside one comment, base64 — the bundle and a V8 code cache made
- * at install time by the very Node that the first line names, after a warm-up ADD. The loader
+ * its own: a small loader, then — inside one comment, base64 — the hot bundle, a V8 code cache made
+ * at install time by the very Node that the first line names after a warm-up ADD, and the cold
+ * bundle (CLI, gRPC; gzipped), inflated only when a command needs it. The loader
  * compiles the bundle with that cache (`vm.Script` `cachedData`); if V8 rejects it (Node was
  * upgraded) it compiles normally, so the cache only ever saves time.
  */
@@ -18,6 +19,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../common/errors.ts';
 import type { CliContext } from './context.ts';
@@ -39,15 +41,21 @@ export function locateBundle(): string {
 /** Markers of the payload comment of an installed executable. */
 const CODE_MARK = '\n/*IPWARDEN-CODE\n';
 const CACHE_MARK = '\nIPWARDEN-CACHE\n';
+const COLD_MARK = '\nIPWARDEN-COLD\n';
 const END_MARK = '\nIPWARDEN-END*/\n';
+
+/** File name of the cold bundle beside the built hot bundle (dist/). */
+export const COLD_BUNDLE_NAME = 'ipwarden-cold.cjs';
 
 /** The function wrapper the loader compiles the bundle in (the CommonJS module signature). */
 const WRAP_HEAD = '(function (exports, require, module, __filename, __dirname) {';
 const WRAP_TAIL = '\n})';
 
 /**
- * The loader at the top of an installed executable: reads its own file, decodes the bundle and
- * the code cache from the payload comment, compiles and runs the bundle as this module.
+ * The loader at the top of an installed executable: reads its own file, decodes the hot bundle
+ * and its code cache from the payload comment, registers a hook that inflates the cold bundle
+ * (CLI, gRPC) from the same payload only if the program asks for it, then compiles and runs the
+ * hot bundle as this module.
  */
 const LOADER = `'use strict';
 (() => {
@@ -55,7 +63,10 @@ const LOADER = `'use strict';
   const text = fs.readFileSync(__filename, 'latin1');
   const a = text.indexOf(${JSON.stringify(CODE_MARK)});
   const b = text.indexOf(${JSON.stringify(CACHE_MARK)}, a);
-  const c = text.indexOf(${JSON.stringify(END_MARK)}, b);
+  const c = text.indexOf(${JSON.stringify(COLD_MARK)}, b);
+  const d = text.indexOf(${JSON.stringify(END_MARK)}, c);
+  globalThis[Symbol.for('ipwarden.coldSource')] = () =>
+    require('node:zlib').gunzipSync(Buffer.from(text.slice(c + ${COLD_MARK.length}, d), 'base64')).toString('utf8');
   const code = Buffer.from(text.slice(a + ${CODE_MARK.length}, b), 'base64').toString('utf8');
   const cache = Buffer.from(text.slice(b + ${CACHE_MARK.length}, c), 'base64');
   const script = new (require('node:vm').Script)(${JSON.stringify(WRAP_HEAD)} + code + ${JSON.stringify(WRAP_TAIL)}, {
@@ -66,16 +77,24 @@ const LOADER = `'use strict';
 })();
 `;
 
-/** The plain bundle code of `path`: a built bundle, or an installed executable (loader + payload). */
-export function readBundleCode(path: string): string {
-  let text = readFileSync(path, 'utf8');
+/** The hot and cold bundle code behind `path`: a built dist/ bundle, or an installed executable. */
+export function readBundles(path: string): { hot: string; cold: string } {
+  const text = readFileSync(path, 'latin1');
   const a = text.indexOf(CODE_MARK);
   if (a >= 0) {
     const b = text.indexOf(CACHE_MARK, a);
-    return Buffer.from(text.slice(a + CODE_MARK.length, b), 'base64').toString('utf8');
+    const c = text.indexOf(COLD_MARK, b);
+    const d = text.indexOf(END_MARK, c);
+    return {
+      hot: Buffer.from(text.slice(a + CODE_MARK.length, b), 'base64').toString('utf8'),
+      cold: gunzipSync(Buffer.from(text.slice(c + COLD_MARK.length, d), 'base64')).toString('utf8'),
+    };
   }
-  if (text.startsWith('#!')) text = text.slice(text.indexOf('\n') + 1);
-  return text;
+  let hot = readFileSync(path, 'utf8');
+  if (hot.startsWith('#!')) hot = hot.slice(hot.indexOf('\n') + 1);
+  const coldPath = join(dirname(path), COLD_BUNDLE_NAME);
+  if (!existsSync(coldPath)) throw new UsageError(`no ${COLD_BUNDLE_NAME} beside ${path}: run "npm run build" first`);
+  return { hot, cold: readFileSync(coldPath, 'utf8') };
 }
 
 /**
@@ -83,14 +102,16 @@ export function readBundleCode(path: string): string {
  * runs are compiled into it), or an empty buffer when that fails (the plugin then compiles at
  * start-up as before). Uses a scratch data directory, removed afterwards.
  */
-export function makeCodeCache(code: string, nodePath: string, bindingDir: string): Buffer {
+export function makeCodeCache(code: string, cold: string, nodePath: string, bindingDir: string): Buffer {
   const scratch = mkdtempSync(join(tmpdir(), 'ipwarden-install-'));
   try {
     const codeFile = join(scratch, 'bundle.js');
     const cacheFile = join(scratch, 'cache.bin');
     writeFileSync(codeFile, code);
+    writeFileSync(join(scratch, COLD_BUNDLE_NAME), cold);
     const warm = `
       const fs = require('node:fs'), vm = require('node:vm');
+      globalThis[Symbol.for('ipwarden.coldSource')] = () => fs.readFileSync(${JSON.stringify(join(scratch, COLD_BUNDLE_NAME))}, 'utf8');
       const script = new vm.Script(${JSON.stringify(WRAP_HEAD)} + fs.readFileSync(${JSON.stringify(codeFile)}, 'utf8') + ${JSON.stringify(WRAP_TAIL)}, { filename: ${JSON.stringify(join(bindingDir, 'ipwarden'))} });
       process.on('exit', () => fs.writeFileSync(${JSON.stringify(cacheFile)}, script.createCachedData()));
       const m = { exports: {} };
@@ -122,14 +143,22 @@ export function installCni(dest: string, nodePath: string = process.execPath): s
   const binding = join(dirname(bundle), FLOCK_BINDING_NAME);
   if (!existsSync(binding)) throw new UsageError(`no flock binding at ${binding}: run "npm run build" first`);
   mkdirSync(dest, { recursive: true, mode: 0o755 });
-  const code = readBundleCode(bundle);
+  const { hot: code, cold } = readBundles(bundle);
   const target = join(resolve(dest), 'ipwarden');
   const tmpBinding = join(resolve(dest), `${FLOCK_BINDING_NAME}.tmp-${process.pid}`);
   copyFileSync(binding, tmpBinding);
   chmodSync(tmpBinding, 0o755);
   renameSync(tmpBinding, join(resolve(dest), FLOCK_BINDING_NAME));
-  const cache = makeCodeCache(code, nodePath, resolve(dest));
-  const payload = `${CODE_MARK}${Buffer.from(code, 'utf8').toString('base64')}${CACHE_MARK}${cache.toString('base64')}${END_MARK}`;
+  const cache = makeCodeCache(code, cold, nodePath, resolve(dest));
+  const payload = [
+    CODE_MARK,
+    Buffer.from(code, 'utf8').toString('base64'),
+    CACHE_MARK,
+    cache.toString('base64'),
+    COLD_MARK,
+    gzipSync(Buffer.from(cold, 'utf8'), { level: 9 }).toString('base64'),
+    END_MARK,
+  ].join('');
   atomicWrite(target, `#!${nodePath}\n${LOADER}${payload}`, 0o755);
   return target;
 }

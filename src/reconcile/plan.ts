@@ -20,6 +20,8 @@
  *   are released then.
  */
 import type { Owner } from '../store/store.ts';
+import { parseIP } from '../ipam/ip.ts';
+import type { IP } from '../ipam/types.ts';
 
 /** Verdict of one reservation. `unknown` only occurs when the runtime could not be asked. */
 export type Verdict = 'live' | 'grace' | 'leaked' | 'corrupt' | 'unknown';
@@ -144,7 +146,8 @@ export function classify(
   snapshotAtMs: number,
   graceSeconds: number,
 ): PlanEntry {
-  const base = {
+  // One object per entry (no spreads): plan() classifies every reservation of a /16.
+  const mk = (verdict: Verdict, reason: string): PlanEntry => ({
     network: r.network,
     dir: r.dir,
     ip: r.ip,
@@ -153,18 +156,20 @@ export function classify(
     ifname: r.owner?.ifname ?? null,
     mtimeMs: r.mtimeMs,
     ageSeconds: Math.round(snapshotAtMs - r.mtimeMs) / 1000,
-  };
-  if (r.owner === null) return { ...base, verdict: 'corrupt', reason: REASONS.corrupt };
-  if (sandboxes === null) return { ...base, verdict: 'unknown', reason: REASONS.unknown };
+    verdict,
+    reason,
+  });
+  if (r.owner === null) return mk('corrupt', REASONS.corrupt);
+  if (sandboxes === null) return mk('unknown', REASONS.unknown);
   const legacy = r.owner.ifname === null ? REASONS.legacySuffix : '';
   if (sandboxes.has(r.owner.containerId)) {
     const state = sandboxes instanceof Map ? (sandboxes.get(r.owner.containerId) as SandboxState | undefined) : undefined;
     const text = state === 'ready' ? REASONS.liveReady : state === 'notready' ? REASONS.liveNotReady : REASONS.live;
-    return { ...base, verdict: 'live', reason: text + legacy };
+    return mk('live', text + legacy);
   }
   const boundary = snapshotAtMs - graceSeconds * 1000;
-  if (r.mtimeMs < boundary) return { ...base, verdict: 'leaked', reason: REASONS.leaked + legacy };
-  return { ...base, verdict: 'grace', reason: REASONS.grace + legacy };
+  if (r.mtimeMs < boundary) return mk('leaked', REASONS.leaked + legacy);
+  return mk('grace', REASONS.grace + legacy);
 }
 
 /** True for verdicts the reconciler releases. */
@@ -182,9 +187,17 @@ export function plan(input: PlanInput): Plan {
     throw new RangeError(`grace must be a finite number of seconds >= 0, got ${String(input.graceSeconds)}`);
   }
   if (!Number.isFinite(input.snapshotAtMs)) throw new RangeError(`snapshotAtMs must be finite, got ${String(input.snapshotAtMs)}`);
+  // Decorate-sort-undecorate: parse each IP once, not in every comparison (65,534 entries on a /16).
   const entries = input.reservations
-    .map((r) => classify(r, input.sandboxes, input.snapshotAtMs, input.graceSeconds))
-    .sort(compareEntries);
+    .map((r) => {
+      const e = classify(r, input.sandboxes, input.snapshotAtMs, input.graceSeconds);
+      return { e, k: ipKey(e.ip) };
+    })
+    .sort((x, y) => {
+      if (x.e.network !== y.e.network) return x.e.network < y.e.network ? -1 : 1;
+      return compareKeys(x.k, y.k, x.e.ip, y.e.ip);
+    })
+    .map((x) => x.e);
   const release: PlanEntry[] = [];
   const keep: PlanEntry[] = [];
   const counts = { allocated: entries.length, live: 0, grace: 0, leaked: 0, corrupt: 0, unknown: 0, orphaned: 0 };
@@ -217,8 +230,10 @@ export function compareEntries(a: { network: string; ip: string }, b: { network:
 
 /** Numeric order of two IP texts: IPv4 before IPv6; unparseable text last, by code units. */
 export function compareIPText(a: string, b: string): number {
-  const ka = ipKey(a);
-  const kb = ipKey(b);
+  return compareKeys(ipKey(a), ipKey(b), a, b);
+}
+
+function compareKeys(ka: IPKey | null, kb: IPKey | null, a: string, b: string): number {
   if (ka === null || kb === null) {
     if (ka !== kb) return ka === null ? 1 : -1;
     return a < b ? -1 : a > b ? 1 : 0;
@@ -227,46 +242,9 @@ export function compareIPText(a: string, b: string): number {
   return ka.value < kb.value ? -1 : ka.value > kb.value ? 1 : 0;
 }
 
-function ipKey(s: string): { family: number; value: bigint } | null {
-  if (!s.includes(':')) {
-    const parts = s.split('.');
-    if (parts.length !== 4) return null;
-    let v = 0n;
-    for (const p of parts) {
-      if (!/^\d{1,3}$/.test(p) || Number(p) > 255) return null;
-      v = (v << 8n) | BigInt(p);
-    }
-    return { family: 4, value: v };
-  }
-  const halves = s.split('::');
-  if (halves.length > 2) return null;
-  const head = halves[0] === '' || halves[0] === undefined ? [] : halves[0].split(':');
-  const tail = halves.length === 2 && halves[1] !== '' && halves[1] !== undefined ? halves[1].split(':') : [];
-  // An embedded IPv4 tail (::ffff:1.2.3.4) counts as two groups.
-  const last = tail.length > 0 ? tail[tail.length - 1] : head[head.length - 1];
-  const groups: string[] = [];
-  const expand = (list: string[]): boolean => {
-    for (const g of list) {
-      if (g.includes('.')) {
-        const k = ipKey(g);
-        if (k === null || g !== last) return false;
-        groups.push((k.value >> 16n).toString(16), (k.value & 0xffffn).toString(16));
-      } else groups.push(g);
-    }
-    return true;
-  };
-  const headGroups: string[] = [];
-  if (!expand(head)) return null;
-  headGroups.push(...groups.splice(0));
-  if (!expand(tail)) return null;
-  const tailGroups = groups;
-  const missing = 8 - headGroups.length - tailGroups.length;
-  if (halves.length === 1 ? missing !== 0 : missing < 1) return null;
-  const all = [...headGroups, ...Array<string>(halves.length === 1 ? 0 : missing).fill('0'), ...tailGroups];
-  let v = 0n;
-  for (const g of all) {
-    if (!/^[0-9a-fA-F]{1,4}$/.test(g)) return null;
-    v = (v << 16n) | BigInt(`0x${g}`);
-  }
-  return { family: 6, value: v };
+type IPKey = IP;
+
+/** Numeric key of an IP text (ipam/ip.ts, Go-compatible parsing); null when not an IP. */
+function ipKey(s: string): IPKey | null {
+  return parseIP(s);
 }
