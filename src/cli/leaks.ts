@@ -102,7 +102,8 @@ const criSandboxSource: SandboxSourceFactory = (endpoint) => {
   };
 };
 
-function parseGrace(text: string): number {
+/** `--grace` as seconds; UsageError for a malformed or negative Go duration. */
+export function parseGrace(text: string): number {
   let s: number;
   try {
     s = parseDuration(text);

@@ -28,7 +28,6 @@
 import { statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AppError, UsageError } from '../common/errors.ts';
-import { parseDuration } from '../common/duration.ts';
 import { DEFAULT_DATA_DIR } from '../ipam/config.ts';
 import { formatIP, formatSubnet, parseIP } from '../ipam/ip.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
@@ -37,7 +36,7 @@ import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import { discoverNetworks, NETWORK_NAME_RE } from '../reconcile/networks.ts';
 import type { PlanEntry } from '../reconcile/plan.ts';
 import type { CliContext } from './context.ts';
-import { DEFAULT_GRACE, reconcile, type RuntimeJson } from './leaks.ts';
+import { DEFAULT_GRACE, parseGrace, reconcile, type RuntimeJson } from './leaks.ts';
 import { renderTable } from './format.ts';
 
 /** Default `--cni-conf-dir` (libcni, containerd and CRI-O default). */
@@ -133,17 +132,6 @@ export interface StatusReport {
   readonly networks: readonly NetworkStatus[];
 }
 
-function parseGrace(text: string): number {
-  let s: number;
-  try {
-    s = parseDuration(text);
-  } catch (e) {
-    const why = e instanceof AppError && e.details !== undefined ? ` (${e.details})` : '';
-    throw new UsageError(`--grace: invalid duration ${JSON.stringify(text)}${why}`);
-  }
-  if (s < 0) throw new UsageError(`--grace: must not be negative, got ${JSON.stringify(text)}`);
-  return s;
-}
 
 /**
  * Find the networks: read the configuration directory, decide the data directories

@@ -12,6 +12,7 @@ import { fileDeps } from '../../src/cni/plugin.ts';
 import { makeHandlers } from '../../src/cni/commands.ts';
 import { pluginMain } from '../../src/cni/skel.ts';
 import { tempDir } from '../helpers/cni.ts';
+import { rng } from '../helpers/rng.ts';
 
 const SPEC_CODES = new Set([1, 2, 3, 4, 5, 6, 7, 11, 50, 51, 999]);
 
@@ -129,17 +130,6 @@ describe('pre-existing garbage in the network directory', () => {
   });
 });
 
-/** Deterministic PRNG (mulberry32). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe('seeded fuzz', () => {
   it('300 mutated invocations: always one well-formed reply, never a write outside DIR', async () => {

@@ -13,6 +13,7 @@ import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { installedPlugin, runCni, tempDir } from '../helpers/cni.ts';
+import { rng } from '../helpers/rng.ts';
 
 /** Kills that must land while the plugin runs; attempts that finish first do not count. */
 const KILLS = 200;
@@ -20,16 +21,6 @@ const KILLS = 200;
 const MAX_ATTEMPTS = 1000;
 const NET = 'crash';
 
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Start the plugin and SIGKILL it after `delayMs`; resolves when it is gone. */
 function runAndKill(bin: string, env: Record<string, string>, input: string, delayMs: number): Promise<string> {

@@ -11,22 +11,12 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { haveHostLocal, HOST_LOCAL, installedPlugin, requireOrSkip, runCniAsync, tempDir } from '../helpers/cni.ts';
+import { rng } from '../helpers/rng.ts';
 
 const WORKERS = 8;
 const OPS_PER_WORKER = 40; // 8 × 40 = 320 operations, about half ADD and half DEL
 const NET = 'conc';
 
-/** Deterministic PRNG (mulberry32) so a failure can be replayed. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe('interop: ipwarden and upstream host-local on one directory, concurrently', () => {
   const skip = requireOrSkip(haveHostLocal(), `upstream host-local at ${HOST_LOCAL}`);

@@ -36,6 +36,7 @@ import {
 import { lockExclusive, type LockClock } from '../../src/store/file/flock.ts';
 import { MemoryStore } from '../../src/store/memory/memory-store.ts';
 import { runStoreContract } from './store-contract.ts';
+import { rng } from '../helpers/rng.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = join(HERE, '..', '..');
@@ -665,16 +666,6 @@ function waitForLine(child: ChildProcess, line: string): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // Crash safety: SIGKILL a writer at random moments; no IP-named file may ever be empty or partial.
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe('crash safety', () => {
   const LANES = 2;
@@ -699,7 +690,7 @@ describe('crash safety', () => {
   });
 
   it(`leaves only whole records and a free lock after ${LANES * KILLS_PER_LANE} SIGKILLs at random moments`, async (t) => {
-    const rand = mulberry32(SEED);
+    const rand = rng(SEED);
     const children = new Set<ChildProcess>();
     t.after(() => {
       for (const c of children) c.kill('SIGKILL');

@@ -36,7 +36,7 @@ import { join } from 'node:path';
 import { AppError, ClosedError, errnoCode } from '../../common/errors.ts';
 import { formatIP, parseIP } from '../../ipam/ip.ts';
 import { sameOwner, type ListOptions, type Owner, type Reservation, type Store } from '../store.ts';
-import { lockExclusive, type HeldLock, type LockClock } from './flock.ts';
+import { closeQuietly, lockExclusive, type HeldLock, type LockClock } from './flock.ts';
 
 /** Per-process counter making temporary file names unique. */
 let tempCounter = 0;
@@ -568,13 +568,6 @@ function unlinkQuietly(path: string): void {
   }
 }
 
-function closeQuietly(fd: number): void {
-  try {
-    closeSync(fd);
-  } catch {
-    // nothing to do
-  }
-}
 
 function describe(e: unknown): string {
   return e instanceof Error ? e.message : String(e);

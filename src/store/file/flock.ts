@@ -119,7 +119,8 @@ function makeHeld(path: string, fd: number): HeldLock {
   };
 }
 
-function closeQuietly(fd: number): void {
+/** Close `fd`, ignoring errors (the descriptor is gone either way). */
+export function closeQuietly(fd: number): void {
   try {
     closeSync(fd);
   } catch {
