@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { installedPlugin, runCni, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
+import { spawn } from 'node:child_process';
+import { installedPlugin, ROOT, runCni, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
 
 const NET = 'bbnet';
 let bin = '';
@@ -347,6 +348,28 @@ describe('resolvConf, routes and static requests', () => {
     const r = run({ command: 'ADD', containerId: 'c1', ifname: 'eth0', args: 'IP=10.9.9.9', stdin: config(dd, v4('10.1.0.0/24')) });
     assert.deepEqual(r.json, { cniVersion: '1.0.0', code: 999, msg: 'failed to allocate all requested IPs: 10.9.9.9' });
     assert.deepEqual(Object.keys(snapshotDir(join(dd, NET))).filter((f) => /^\d/.test(f)), []);
+  });
+});
+
+describe('lock held by another process', () => {
+  it('ADD and DEL answer code 11 (try again later) after lockTimeout and write nothing', async () => {
+    const dd = dataDir();
+    const dir = join(dd, NET);
+    mkdirSync(dir, { recursive: true });
+    const holder = spawn(process.execPath, [join(ROOT, 'test/fixtures/hold-lock.cjs'), join(dir, 'lock')], { stdio: ['pipe', 'pipe', 'inherit'] });
+    try {
+      await new Promise<void>((res) => holder.stdout.once('data', () => res()));
+      const conf = config(dd, { ...v4('10.1.0.0/24'), lockTimeout: '300ms' });
+      for (const command of ['ADD', 'DEL']) {
+        const r = run({ command, containerId: 'c1', ifname: 'eth0', stdin: conf });
+        assert.deepEqual(r.json, { cniVersion: '1.0.0', code: 11, msg: `timed out after 0.3s waiting for the lock on ${join(dir, 'lock')}` });
+        assert.equal(r.exitCode, 1);
+      }
+      assert.deepEqual(snapshotDir(dir), { lock: '' });
+    } finally {
+      holder.stdin.end();
+      await new Promise((res) => holder.once('close', res));
+    }
   });
 });
 
