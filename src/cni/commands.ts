@@ -38,8 +38,8 @@ export interface PluginDeps {
 export interface ReclaimSummary {
   /** Reservations released. */
   readonly released: number;
-  /** Reservations the reconciler calls leaked or corrupt (releasable now). */
-  readonly reclaimable: number;
+  /** IPs of the reservations the reconciler calls leaked or corrupt (releasable now). */
+  readonly reclaimable: readonly string[];
   /** Human breakdown: live / in grace / leaked / corrupt, and what to run next. */
   readonly details: string;
 }
@@ -298,7 +298,12 @@ async function cmdStatus(deps: PluginDeps, a: CmdArgs): Promise<void> {
       let breakdown = `range set ${i}: ${used} of ${size} addresses reserved`;
       if (deps.heal !== undefined) {
         const r = await deps.heal.reclaim(s, conf, false);
-        if (conf.reclaimOnExhaustion && r.reclaimable > 0) continue; // the next ADD reclaims them
+        // The next ADD reclaims leaked reservations of this very range set.
+        const inThisSet = r.reclaimable.some((t) => {
+          const ip = parseIP(t);
+          return ip !== null && rangeFor(rs, ip) >= 0;
+        });
+        if (conf.reclaimOnExhaustion && inThisSet) continue;
         breakdown = `${breakdown}; ${r.details}`;
       }
       throw new AppError('IPAM_NOT_AVAILABLE', `no IP addresses available in range set: ${rangeSetString(rs)}; ${breakdown}`);

@@ -24,8 +24,8 @@ export const fileDeps: PluginDeps = {
     reclaim: async (store, conf, release) => {
       const err = endpointError(conf.runtimeEndpoint);
       if (err === null) return (await import('../cold.ts')).criHeal(process.env).reclaim(store, conf, release);
-      const outcome = { released: [], counts: null, runtimeError: err, endpoint: null };
-      return { released: 0, reclaimable: 0, details: exhaustionDetails(conf, outcome, formatDuration(conf.leakGracePeriodSeconds)) };
+      const outcome = { released: [], releasable: [], counts: null, runtimeError: err, endpoint: null };
+      return { released: 0, reclaimable: [], details: exhaustionDetails(conf, outcome, formatDuration(conf.leakGracePeriodSeconds)) };
     },
     recover: async (store, conf) =>
       endpointError(conf.runtimeEndpoint) === null ? (await import('../cold.ts')).criHeal(process.env).recover(store, conf) : 0,

@@ -28,6 +28,8 @@ import { formatDuration } from '../common/duration.ts';
 /** What reclaim did and saw. `runtimeError` is set (and nothing released) when the runtime could not be asked. */
 export interface ReclaimOutcome {
   readonly released: string[];
+  /** IPs the plan calls leaked or corrupt (released when `release` was true). */
+  readonly releasable: string[];
   readonly counts: PlanCounts | null;
   readonly runtimeError: string | null;
   readonly endpoint: string | null;
@@ -52,13 +54,13 @@ function message(e: unknown): string {
  * Never throws for runtime problems (they are reported in the outcome); store errors propagate.
  */
 export async function reclaimLocked(store: Store, conf: IPAMConfig, deps: ReclaimDeps, release = true): Promise<ReclaimOutcome> {
-  if (typeof deps.source === 'string') return { released: [], counts: null, runtimeError: deps.source, endpoint: null };
+  if (typeof deps.source === 'string') return { released: [], releasable: [], counts: null, runtimeError: deps.source, endpoint: null };
   const snapshotAtMs = deps.now();
   let index;
   try {
     index = indexSandboxes(await deps.source.list());
   } catch (e) {
-    return { released: [], counts: null, runtimeError: message(e), endpoint: deps.source.endpoint };
+    return { released: [], releasable: [], counts: null, runtimeError: message(e), endpoint: deps.source.endpoint };
   }
   const reservations = (await store.list()).map((r) => ({ network: conf.name, dir: '', ...r }));
   const p = plan({ reservations, sandboxes: index, snapshotAtMs, graceSeconds: conf.leakGracePeriodSeconds });
@@ -70,7 +72,7 @@ export async function reclaimLocked(store: Store, conf: IPAMConfig, deps: Reclai
       deps.audit.append({ ...auditRecord(e, deps.now()), reason: `reclaimed on exhaustion: ${e.reason}` });
     }
   }
-  return { released, counts: p.counts, runtimeError: null, endpoint: deps.source.endpoint };
+  return { released, releasable: p.release.map((e) => e.ip), counts: p.counts, runtimeError: null, endpoint: deps.source.endpoint };
 }
 
 /**
@@ -172,7 +174,7 @@ export function makeHeal(env: HealEnv): HealHooks {
         const o = await reclaimLocked(store, conf, { source: src, audit, now: env.now }, release);
         return {
           released: o.released.length,
-          reclaimable: o.counts?.orphaned ?? 0,
+          reclaimable: o.releasable,
           details: exhaustionDetails(conf, o, formatDuration(conf.leakGracePeriodSeconds)),
         };
       }),
