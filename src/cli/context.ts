@@ -21,8 +21,18 @@ export interface CliContext {
   readonly sandboxSource?: SandboxSourceFactory;
 }
 
-/** The real process context. */
+/**
+ * The real process context. A closed pipe on stdout or stderr (`ipwarden leaks | head`) ends the
+ * output quietly instead of an unhandled EPIPE with a stack trace.
+ */
 export function processContext(): CliContext {
+  for (const stream of [process.stdout, process.stderr]) {
+    if (stream.listenerCount('error') === 0) {
+      stream.on('error', (e: NodeJS.ErrnoException) => {
+        if (e.code !== 'EPIPE') throw e;
+      });
+    }
+  }
   return {
     stdout: (t) => void process.stdout.write(t),
     stderr: (t) => void process.stderr.write(t),

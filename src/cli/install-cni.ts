@@ -142,7 +142,10 @@ export function installCni(dest: string, nodePath: string = process.execPath): s
   const bundle = locateBundle();
   const binding = join(dirname(bundle), FLOCK_BINDING_NAME);
   if (!existsSync(binding)) throw new UsageError(`no flock binding at ${binding}: run "npm run build" first`);
-  mkdirSync(dest, { recursive: true, mode: 0o755 });
+  // DIR itself is created when missing, but not its parents: a typo in --dest must not go unnoticed.
+  const parent = dirname(resolve(dest));
+  if (!existsSync(parent)) throw new UsageError(`install-cni: ${parent} does not exist (--dest ${dest})`);
+  if (!existsSync(dest)) mkdirSync(dest, { mode: 0o755 });
   const { hot: code, cold } = readBundles(bundle);
   const target = join(resolve(dest), 'ipwarden');
   const tmpBinding = join(resolve(dest), `${FLOCK_BINDING_NAME}.tmp-${process.pid}`);

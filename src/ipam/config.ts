@@ -30,6 +30,7 @@
  */
 
 import { parseDuration } from '../common/duration.ts';
+import { parseRuntimeEndpoint } from '../runtime/endpoint.ts';
 import { AppError, isAppError } from '../common/errors.ts';
 import { parseCniArgs, parseIPWithOptionalPrefix } from './cniargs.ts';
 import type { ParsedCIDR } from './ip.ts';
@@ -237,6 +238,19 @@ function decodeRangeSets(list: unknown[], path: string, firstIndex: number): Raw
 }
 
 /**
+ * `ipam.runtimeEndpoint` checked when the config is read (not only when a range runs out and
+ * self-healing needs it): `unix:///path` or `/path`, normalised to `unix:///path`.
+ */
+function decodeRuntimeEndpoint(v: string | null): string | null {
+  if (v === null) return null;
+  try {
+    return parseRuntimeEndpoint(v).url;
+  } catch (e) {
+    throw new AppError('IPAM_INVALID_CONFIG', `ipam.runtimeEndpoint: ${e instanceof Error ? e.message : String(e)}`);
+  }
+}
+
+/**
  * A requested IP (`args.cni.ips[]`, `runtimeConfig.ips[]`, plugins `pkg/ip.IP`):
  * `<ip>[/<prefix>]`, prefix ignored. "" and null decode to null, which the caller rejects later
  * (host-local: `cannot understand ip: IP <nil> not v4 nor v6`, after CNI_ARGS are parsed).
@@ -396,7 +410,7 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
   const resolvConf = optString(ipam, 'resolvConf', 'ipam.resolvConf') || null;
   const reclaimOnExhaustion = decodeBool(ipam, 'reclaimOnExhaustion', true);
   const leakGracePeriodSeconds = decodeDuration(ipam, 'leakGracePeriod', DEFAULT_LEAK_GRACE_PERIOD);
-  const runtimeEndpoint = optString(ipam, 'runtimeEndpoint', 'ipam.runtimeEndpoint') || null;
+  const runtimeEndpoint = decodeRuntimeEndpoint(optString(ipam, 'runtimeEndpoint', 'ipam.runtimeEndpoint') || null);
   const lockTimeoutSeconds = decodeDuration(ipam, 'lockTimeout', DEFAULT_LOCK_TIMEOUT);
 
   // --- requested IPs: CNI_ARGS, args.cni.ips, runtimeConfig.ips; deduplicated ---

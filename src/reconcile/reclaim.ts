@@ -13,6 +13,7 @@
  * network; an ADD whose CRI RunPodSandbox has not returned yet is not listed, and the grace
  * period protects its reservation (containerd-lab.md §3 "Race the reconciler must handle").
  */
+import { DEFAULT_DATA_DIR } from '../ipam/config.ts';
 import { formatIP, parseIP } from '../ipam/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
@@ -75,6 +76,11 @@ export async function reclaimLocked(store: Store, conf: IPAMConfig, deps: Reclai
   return { released, releasable: p.release.map((e) => e.ip), counts: p.counts, runtimeError: null, endpoint: deps.source.endpoint };
 }
 
+/** The CLI command an operator runs for this network (with `--data-dir` when not the default). */
+function cliHint(command: 'leaks' | 'gc', conf: IPAMConfig): string {
+  return `ipwarden ${command} --network ${conf.name}${conf.dataDir === DEFAULT_DATA_DIR ? '' : ` --data-dir ${conf.dataDir}`}`;
+}
+
 /**
  * The `details` breakdown of an exhaustion that reclaim could not cure: how many reservations are
  * live, within the grace period, leaked, corrupt, and what to run next. `graceText` is the grace
@@ -82,16 +88,16 @@ export async function reclaimLocked(store: Store, conf: IPAMConfig, deps: Reclai
  */
 export function exhaustionDetails(conf: IPAMConfig, o: ReclaimOutcome, graceText: string): string {
   if (o.runtimeError !== null || o.counts === null) {
-    return `nothing reclaimed: the runtime could not be asked (${o.runtimeError ?? 'unknown error'}); run "ipwarden leaks --network ${conf.name} --runtime-endpoint URL"`;
+    return `the runtime could not be asked (${o.runtimeError ?? 'unknown error'}), so leaked reservations cannot be told from live ones (set the ipam key "runtimeEndpoint"); run "${cliHint('leaks', conf)} --runtime-endpoint URL"`;
   }
   const c = o.counts;
   const head = `${c.allocated} reservations: ${c.live} live, ${c.grace} in grace (younger than ${graceText}), ${c.leaked} leaked, ${c.corrupt} corrupt`;
   if (!conf.reclaimOnExhaustion) {
-    return `${head}; automatic reclaim is off (reclaimOnExhaustion: false)${c.orphaned > 0 ? `: run "ipwarden gc --network ${conf.name}"` : ''}`;
+    return `${head}; automatic reclaim is off (reclaimOnExhaustion: false)${c.orphaned > 0 ? `: run "${cliHint('gc', conf)}"` : ''}`;
   }
   const done = o.released.length > 0 ? `; reclaimed ${o.released.length}` : '';
   if (c.grace > 0) {
-    return `${head}${done}; the range is full of recent reservations: run "ipwarden gc --network ${conf.name}" after ${graceText} if their pods never started`;
+    return `${head}${done}; the range is full of recent reservations: run "${cliHint('gc', conf)}" after ${graceText} if their pods never started`;
   }
   return `${head}${done}; every reservation belongs to a sandbox the runtime lists: the range is genuinely full — widen it or run fewer pods on this node`;
 }

@@ -82,6 +82,12 @@ const table: BadCase[] = [
   { name: 'subnet garbage', stdin: (dd) => good(dd, { ranges: [[{ subnet: 'nope' }]] }), code: 7 },
   { name: 'subnet IPv4 with leading zeros', stdin: (dd) => good(dd, { ranges: [[{ subnet: '010.1.0.0/24' }]] }), code: 7 },
   { name: 'gateway is not an IP', stdin: (dd) => good(dd, { ranges: [[{ subnet: '10.1.0.0/24', gateway: 'router' }]] }), code: 7 },
+  {
+    name: 'runtimeEndpoint not a unix socket',
+    stdin: (dd) => good(dd, { runtimeEndpoint: 'tcp://1.2.3.4:5' }),
+    code: 7,
+    msg: 'ipam.runtimeEndpoint: unsupported runtime endpoint "tcp://1.2.3.4:5": want unix:///path/to/socket or /path/to/socket',
+  },
   { name: 'lockTimeout garbage', stdin: (dd) => good(dd, { lockTimeout: 'soon' }), code: 7 },
   { name: 'routes not an array', stdin: (dd) => good(dd, { routes: { dst: '0.0.0.0/0' } }), code: 7 },
   { name: 'container ID with a slash', env: { ...baseEnv(), CNI_CONTAINERID: '../../etc/passwd' }, stdin: (dd) => good(dd), code: 4, msg: 'invalid characters in containerID' },

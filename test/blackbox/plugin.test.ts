@@ -152,7 +152,7 @@ describe('CNI 1.1.0 STATUS', () => {
     assert.equal(r.json?.['code'], 50);
     assert.equal(
       r.json?.['msg'],
-      'no IP addresses available in range set: 10.1.0.1-10.1.0.6; range set 0: 5 of 5 addresses reserved; nothing reclaimed: the runtime could not be asked (no CRI runtime at unix:///nonexistent/cri.sock: socket does not exist); run "ipwarden leaks --network bbnet --runtime-endpoint URL"',
+      `no IP addresses available in range set: 10.1.0.1-10.1.0.6; range set 0: 5 of 5 addresses reserved; the runtime could not be asked (no CRI runtime at unix:///nonexistent/cri.sock: socket does not exist), so leaked reservations cannot be told from live ones (set the ipam key "runtimeEndpoint"); run "ipwarden leaks --network bbnet --data-dir ${dd} --runtime-endpoint URL"`,
     );
   });
 
@@ -249,7 +249,7 @@ describe('field reports (plugin)', () => {
       code: 999,
       msg: 'failed to allocate for range 1: no IP addresses available in range set: 10.20.20.20-10.20.20.21',
       details:
-        'range set 1 has 2 allocatable addresses and 2 reservations; nothing reclaimed: the runtime could not be asked (no CRI runtime at unix:///nonexistent/cri.sock: socket does not exist); run "ipwarden leaks --network rs16 --runtime-endpoint URL"',
+        `range set 1 has 2 allocatable addresses and 2 reservations; the runtime could not be asked (no CRI runtime at unix:///nonexistent/cri.sock: socket does not exist), so leaked reservations cannot be told from live ones (set the ipam key "runtimeEndpoint"); run "ipwarden leaks --network rs16 --data-dir ${dd} --runtime-endpoint URL"`,
     });
     const files = snapshotDir(join(dd, 'rs16'));
     assert.equal(files['10.10.10.22'], undefined, 'c3 reservation in range set 0 was released');

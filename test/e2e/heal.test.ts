@@ -113,7 +113,7 @@ describe('reclaimOnExhaustion: false (ipwarden IPAM): the same exhaustion fails 
     assert.equal(
       await runMustFail(l, 'stuck'),
       `CRI RuntimeService/RunPodSandbox at ${l.endpoint} failed: UNKNOWN: failed to setup network for sandbox "<id>": plugin type="bridge" failed (add): ${EXHAUSTED}` +
-        `; range set 0 has 5 allocatable addresses and 5 reservations; 5 reservations: 2 live, 0 in grace (younger than 2s), 3 leaked, 0 corrupt; automatic reclaim is off (reclaimOnExhaustion: false): run "ipwarden gc --network ${l.networkName}"`,
+        `; range set 0 has 5 allocatable addresses and 5 reservations; 5 reservations: 2 live, 0 in grace (younger than 2s), 3 leaked, 0 corrupt; automatic reclaim is off (reclaimOnExhaustion: false): run "ipwarden gc --network ${l.networkName} --data-dir ${l.dataDir}"`,
     );
     assert.deepEqual(l.reservations(), before);
     assert.deepEqual(before.map((r) => r.id), [...leaked, ...live].map((p) => p.id));
