@@ -174,13 +174,16 @@ async function runFlow(run: Run, installPackages: boolean): Promise<string[]> {
     check(sameSet(gc.released.map((r) => r.ip), stillLeaked), run.heals ? 'gc had nothing left to release' : 'gc released exactly the leaked ones');
     const after = reservationContents(lab);
     const untouched = [...liveBefore].every(([ip, c]) => after.get(ip) === c);
-    check(untouched, `live reservations untouched: NOTREADY ${notReady.ip} and ${filled.length} READY (content "<64-hex id>\\r\\neth0")`);
+    check(untouched, `live reservations of before untouched: NOTREADY ${notReady.ip} and ${filled.length} READY (content "<64-hex id>\\r\\neth0")`);
 
     say('  -- 4. new sandboxes start again');
     const next = await tryRunPod(lab, `${run.key}-after-gc`);
     if (next.ok) step(`RunPodSandbox ${p(next.pod)}`);
     else step(`RunPodSandbox ${run.key}-after-gc failed: ${next.error}`);
-    check(next.ok && leaked.includes(next.pod.ip), 'a new sandbox starts on a released address');
+    check(
+      next.ok && leaked.includes(next.pod.ip),
+      run.heals ? 'a new sandbox starts on an address the plugin reclaimed' : 'a new sandbox starts on an address gc released',
+    );
   } catch (e) {
     failed.push(`(${run.key}) ${e instanceof Error ? e.message : String(e)}`);
     say(`${at()} ✗ ${e instanceof Error ? e.message : String(e)}`);
