@@ -96,6 +96,16 @@ export interface Store {
   reserve(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number): Promise<boolean>;
 
   /**
+   * Reserve `ip` for `owner` exactly like {@link reserve} (atomic; false when `ip` is already
+   * reserved by anyone; `AppError('STORE_IO')` on I/O failure, leaving no record behind) but
+   * without recording it as the last reserved IP of any range set: round robin is unchanged.
+   * For re-creating the reservation of an address a running sandbox already uses (the
+   * reconciler, field report BR-13), where moving `last_reserved_ip` would change which address
+   * the next ADD gets.
+   */
+  restore(ip: string, owner: { containerId: string; ifname: string }): Promise<boolean>;
+
+  /**
    * The last IP reserved in range set `rangeSetIndex`, or null when unknown (no record, or an
    * unreadable one: that only loses round robin once, as in host-local).
    */

@@ -133,6 +133,49 @@ export function runStoreContract(name: string, make: MakeStoreFixture): void {
         }));
     });
 
+    describe('restore (reserve without touching last_reserved_ip)', () => {
+      it('reserves a free IP, listed with its owner; lastReservedIP stays null', () =>
+        withStore(make, async ({ store }) => {
+          assert.equal(await store.restore('10.0.0.2', C1E0), true);
+          assert.deepEqual(owners(await store.list()), [{ ip: '10.0.0.2', owner: C1E0 }]);
+          assert.equal(await store.lastReservedIP(0), null);
+        }));
+
+      it('leaves the last reserved IP of every range set as it was', () =>
+        withStore(make, async ({ store }) => {
+          await store.reserve('10.0.0.5', C1E0, 0);
+          await store.reserve('10.1.0.5', C1E0, 1);
+          assert.equal(await store.restore('10.0.0.2', C2E0), true);
+          assert.equal(await store.restore('10.1.0.2', C2E0), true);
+          assert.equal(await store.lastReservedIP(0), '10.0.0.5');
+          assert.equal(await store.lastReservedIP(1), '10.1.0.5');
+        }));
+
+      it('refuses an IP reserved by anyone (another owner, the same owner, legacy, corrupt) and keeps it', () =>
+        withStore(make, async ({ store, plant }) => {
+          await store.reserve('10.0.0.2', C2E0, 0);
+          await plant('10.0.0.3', { containerId: 'c3', ifname: null });
+          await plant('10.0.0.4', null);
+          assert.equal(await store.restore('10.0.0.2', C1E0), false);
+          assert.equal(await store.restore('10.0.0.2', C2E0), false);
+          assert.equal(await store.restore('10.0.0.3', C1E0), false);
+          assert.equal(await store.restore('10.0.0.4', C1E0), false);
+          assert.deepEqual(owners(await store.list()), [
+            { ip: '10.0.0.2', owner: C2E0 },
+            { ip: '10.0.0.3', owner: { containerId: 'c3', ifname: null } },
+            { ip: '10.0.0.4', owner: null },
+          ]);
+          assert.equal(await store.lastReservedIP(0), '10.0.0.2');
+        }));
+
+      it('a restored reservation is released by owner like any other', () =>
+        withStore(make, async ({ store }) => {
+          await store.restore('10.0.0.2', C1E0);
+          assert.deepEqual(await store.releaseByOwner('c1', 'eth0'), ['10.0.0.2']);
+          assert.deepEqual(await store.list(), []);
+        }));
+    });
+
     describe('release', () => {
       it('removes the reservation when the owner is unchanged', () =>
         withStore(make, async ({ store }) => {
@@ -253,6 +296,7 @@ export function runStoreContract(name: string, make: MakeStoreFixture): void {
           ['unlock', () => store.unlock()],
           ['list', () => store.list()],
           ['reserve', () => store.reserve('10.0.0.2', C1E0, 0)],
+          ['restore', () => store.restore('10.0.0.2', C1E0)],
           ['lastReservedIP', () => store.lastReservedIP(0)],
           ['release', () => store.release('10.0.0.2', C1E0)],
           ['releaseByOwner', () => store.releaseByOwner('c1', 'eth0')],

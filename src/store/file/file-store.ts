@@ -267,6 +267,21 @@ export class FileStore implements Store {
     if (!Number.isSafeInteger(rangeSetIndex) || rangeSetIndex < 0) {
       throw new AppError('INTERNAL', `invalid range set index ${String(rangeSetIndex)}`);
     }
+    return this.#reserveFile(ip, owner, rangeSetIndex);
+  }
+
+  /**
+   * As {@link reserve} (temp file + fsync + link(2), EEXIST → false, fsync DIR) but leaves every
+   * `last_reserved_ip.<N>` file untouched. Same errors as `reserve`.
+   */
+  async restore(ip: string, owner: { containerId: string; ifname: string }): Promise<boolean> {
+    this.#assertOpen();
+    assertIPName(ip);
+    return this.#reserveFile(ip, owner, null);
+  }
+
+  /** The work of reserve/restore; `rangeSetIndex` null = do not write `last_reserved_ip`. */
+  #reserveFile(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number | null): boolean {
     const content = formatRecord(owner.containerId, owner.ifname);
     const back = parseTrimmedRecord(goTrimSpace(content));
     if (back === null || back.containerId !== goTrimSpace(owner.containerId) || back.ifname !== owner.ifname) {
@@ -287,12 +302,14 @@ export class FileStore implements Store {
         throw e;
       }
       unlinkQuietly(tmp);
-      const lastTmp = this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE);
-      try {
-        renameSync(lastTmp, join(this.dir, LAST_RESERVED_IP_PREFIX + String(rangeSetIndex)));
-      } catch (e) {
-        unlinkQuietly(lastTmp);
-        throw e;
+      if (rangeSetIndex !== null) {
+        const lastTmp = this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE);
+        try {
+          renameSync(lastTmp, join(this.dir, LAST_RESERVED_IP_PREFIX + String(rangeSetIndex)));
+        } catch (e) {
+          unlinkQuietly(lastTmp);
+          throw e;
+        }
       }
       this.#fsyncDir();
       return true;

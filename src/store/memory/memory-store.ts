@@ -42,7 +42,7 @@ interface Entry {
 
 /** Number of calls per Store method (test aid). */
 export type CallCounts = Record<
-  'lock' | 'unlock' | 'list' | 'reserve' | 'lastReservedIP' | 'release' | 'releaseByOwner' | 'writable' | 'close',
+  'lock' | 'unlock' | 'list' | 'reserve' | 'restore' | 'lastReservedIP' | 'release' | 'releaseByOwner' | 'writable' | 'close',
   number
 >;
 
@@ -55,6 +55,7 @@ export class MemoryStore implements Store {
     unlock: 0,
     list: 0,
     reserve: 0,
+    restore: 0,
     lastReservedIP: 0,
     release: 0,
     releaseByOwner: 0,
@@ -129,6 +130,19 @@ export class MemoryStore implements Store {
 
   async reserve(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number): Promise<boolean> {
     this.calls.reserve++;
+    return this.#reserve(ip, owner, rangeSetIndex, true);
+  }
+
+  /**
+   * As `reserve` without touching `last_reserved_ip`. The `onReserve` hook is called with range
+   * set index -1.
+   */
+  async restore(ip: string, owner: { containerId: string; ifname: string }): Promise<boolean> {
+    this.calls.restore++;
+    return this.#reserve(ip, owner, -1, false);
+  }
+
+  #reserve(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number, recordLast: boolean): boolean {
     this.#guard();
     this.#canonical(ip);
     if (this.#entries.has(ip)) return false;
@@ -140,7 +154,7 @@ export class MemoryStore implements Store {
       return false;
     }
     this.#entries.set(ip, { owner: stored, mtimeMs: this.#now() });
-    this.#lastReserved.set(rangeSetIndex, ip);
+    if (recordLast) this.#lastReserved.set(rangeSetIndex, ip);
     return true;
   }
 
