@@ -1,7 +1,9 @@
 /**
- * A minimal CRI runtime.v1 server for benchmarks: answers Version and ListPodSandbox with a fixed
- * sandbox list over a unix socket, through real gRPC (grpc-js), so `ipwarden leaks` pays the same
- * connection and decoding cost as against containerd. Benchmarks only; tests use a real containerd.
+ * A minimal CRI runtime.v1 server for benchmarks: answers Version, ListPodSandbox and
+ * PodSandboxStatus with a fixed sandbox list over a unix socket, through real gRPC (grpc-js), so
+ * `ipwarden leaks` pays the same connection and decoding cost as against containerd (one
+ * ListPodSandbox, then one PodSandboxStatus per READY sandbox for the pod-IP check).
+ * Benchmarks only; tests use a real containerd.
  */
 import * as grpc from '@grpc/grpc-js';
 import { fromJSON, type ServiceDefinition } from '@grpc/proto-loader';
@@ -14,8 +16,21 @@ export interface FakeCri {
   close(): Promise<void>;
 }
 
-/** Serve `ids` as READY sandboxes on the unix socket `path`. */
-export async function startFakeCri(path: string, ids: readonly string[]): Promise<FakeCri> {
+/**
+ * The default pod IP of the sandbox at `index` of the list: `10.9.<(index+1) >> 8>.<(index+1) & 255>`,
+ * i.e. the address bench/run.ts reserves for container ID `(index+1)` in hex, so every bench
+ * sandbox's address is reserved for it ("fine" in the check).
+ */
+export function benchPodIP(index: number): string {
+  const n = index + 1;
+  return `10.9.${(n >> 8) & 255}.${n & 255}`;
+}
+
+/**
+ * Serve `ids` as READY sandboxes on the unix socket `path`; PodSandboxStatus of `ids[i]` reports
+ * pod IP `podIP(i)` (default {@link benchPodIP}); an unknown ID gets gRPC NOT_FOUND, as containerd.
+ */
+export async function startFakeCri(path: string, ids: readonly string[], podIP: (index: number) => string = benchPodIP): Promise<FakeCri> {
   const root = protobuf.parse(CRI_PROTO, { keepCase: true }).root;
   const pkg = fromJSON(root.toJSON(), { keepCase: true, longs: String, enums: String, defaults: true });
   const service = pkg['runtime.v1.RuntimeService'] as ServiceDefinition;
@@ -29,10 +44,32 @@ export async function startFakeCri(path: string, ids: readonly string[]): Promis
     annotations: {},
     runtime_handler: '',
   }));
+  const byId = new Map(items.map((it, i) => [it.id, { it, ip: podIP(i) }]));
   server.addService(service, {
     Version: (_c: unknown, cb: grpc.sendUnaryData<object>) =>
       cb(null, { version: '0.1.0', runtime_name: 'fake-cri', runtime_version: '0.0.1', runtime_api_version: 'v1' }),
     ListPodSandbox: (_c: unknown, cb: grpc.sendUnaryData<object>) => cb(null, { items }),
+    PodSandboxStatus: (call: grpc.ServerUnaryCall<{ pod_sandbox_id: string }, object>, cb: grpc.sendUnaryData<object>) => {
+      const s = byId.get(call.request.pod_sandbox_id);
+      if (s === undefined) {
+        cb({ code: grpc.status.NOT_FOUND, details: `an error occurred when try to find sandbox: not found` });
+        return;
+      }
+      const { it, ip } = s;
+      cb(null, {
+        status: {
+          id: it.id,
+          metadata: it.metadata,
+          state: it.state,
+          created_at: it.created_at,
+          network: { ip, additional_ips: [] },
+          labels: {},
+          annotations: {},
+          runtime_handler: '',
+        },
+        info: {},
+      });
+    },
   });
   await new Promise<void>((resolve, reject) =>
     server.bindAsync(`unix://${path}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())),

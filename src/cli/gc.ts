@@ -5,18 +5,25 @@
  *
  * Usage:
  *   ipwarden gc [--data-dir DIR] [--network NAME] [--runtime-endpoint URL] [--grace DUR] [--json]
+ *               [--policy conservative|reclaim-notready] [--cni-conf-dir DIR]
  *               [--dry-run] [--audit-log FILE]
  * Examples:
  *   ipwarden gc --dry-run
  *   ipwarden gc --network cbr0 --grace 10m --audit-log /var/log/ipwarden-audit.log
  *
+ * With `--policy reclaim-notready` it also releases the reservations of NOT READY sandboxes older
+ * than the grace period (BR-22). It re-reserves the address of a READY sandbox that has no
+ * reservation (BR-13), and exits 1 when such an address is reserved for another container.
  * When the runtime cannot be asked, only corrupt files are released and the exit status is 1.
  * `--dry-run` releases nothing (and writes no audit record) and lists what it would release.
  */
 import type { CliContext } from './context.ts';
 import { reconcile, report, type ReconcileCommandOptions } from './leaks.ts';
 
-/** CLI action of `ipwarden gc`; resolves to the exit status (0, 1 runtime unreachable or a release failed). */
+/**
+ * CLI action of `ipwarden gc`; resolves to the exit status (0; 1 runtime unreachable, a release or
+ * re-reservation failed, or a live sandbox's address is reserved for another container).
+ */
 export async function run(opts: ReconcileCommandOptions, ctx: CliContext): Promise<number> {
-  return report('gc', opts, await reconcile('gc', opts, ctx), ctx);
+  return report('gc', opts, await reconcile('gc', opts, ctx, { podIPs: true }), ctx);
 }

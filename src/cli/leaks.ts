@@ -1,28 +1,45 @@
 /**
  * `ipwarden leaks` — list every reservation under the data dir with its verdict (live, grace,
- * leaked, corrupt), and the engine `ipwarden gc` shares (`src/cli/gc.ts`).
+ * leaked, corrupt, notready), and the engine `ipwarden gc` shares (`src/cli/gc.ts`).
  *
  * Usage:
- *   ipwarden leaks [--data-dir DIR] [--network NAME] [--runtime-endpoint URL] [--grace DUR] [--json]
+ *   ipwarden leaks [--data-dir DIR] [--network NAME] [--runtime-endpoint URL] [--grace DUR]
+ *                  [--policy conservative|reclaim-notready] [--cni-conf-dir DIR] [--json]
  * Examples:
  *   ipwarden leaks
  *   ipwarden leaks --network cbr0 --grace 2m --json
+ *   ipwarden leaks --policy reclaim-notready
  *
  * Order of work (ARCHITECTURE.md "Reconciler safety rules"): resolve the endpoint, note the
- * snapshot time, ask the runtime for its sandboxes (any state), THEN read each network's
- * reservations under its lock, plan (pure), and for `gc` apply under the lock with re-checks.
- * Exit status: 0; 1 when the runtime could not be asked or a release failed; 2 for usage errors.
+ * snapshot time, ask the runtime for its sandboxes (any state) and the pod IPs of the READY ones
+ * (field report BR-13), THEN read each network's reservations under its lock, plan (pure), check
+ * the live sandboxes' addresses against the reservations (pure), and for `gc` apply under the
+ * lock with re-checks, then re-reserve unreserved live addresses.
+ * Exit status: 0; 1 when the runtime could not be asked, a release failed, or (gc) an address of
+ * a live sandbox is reserved for another container; 2 for usage errors.
  * docs/cli.md documents the JSON schema.
  */
 import { AppError, UsageError } from '../common/errors.ts';
 import { parseDuration } from '../common/duration.ts';
 import { resolveRuntimeEndpoint } from '../runtime/endpoint.ts';
+import { readCniConfigs } from '../node/cni-conf.ts';
 import { openFileStore } from '../store/file/file-store.ts';
-import { applyPlan, type ApplyResult } from '../reconcile/apply.ts';
-import { defaultAuditLogPath, openAuditLog } from '../reconcile/audit.ts';
+import { applyPlan, reReserve, type ApplyResult, type SkippedRelease } from '../reconcile/apply.ts';
+import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../reconcile/audit.ts';
 import { discoverNetworks, namedNetwork, readReservations, type NetworkDir } from '../reconcile/networks.ts';
-import { plan, VERDICTS, type Plan, type PlanEntry, type SandboxIndex } from '../reconcile/plan.ts';
+import {
+  plan,
+  POLICIES,
+  VERDICTS,
+  type AnyVerdict,
+  type Plan,
+  type PlanEntry,
+  type Policy,
+  type SandboxIndex,
+  type Verdict,
+} from '../reconcile/plan.ts';
 import { indexSandboxes, type SandboxSource, type SandboxSourceFactory } from '../reconcile/sandboxes.ts';
+import { checkPodIPs, withheldKey, type NetworkRanges, type PodIPAction, type PodIPFinding, type SandboxPodIPs } from '../reconcile/unreserved.ts';
 import type { CliContext } from './context.ts';
 import { cell, formatAge, renderTable, shortId } from './format.ts';
 
@@ -30,6 +47,12 @@ import { cell, formatAge, renderTable, shortId } from './format.ts';
 export const DEFAULT_DATA_DIR = '/var/lib/cni/networks';
 /** Default `--grace` (Go duration). */
 export const DEFAULT_GRACE = '5m';
+/** Default `--policy`. */
+export const DEFAULT_POLICY: Policy = 'conservative';
+/** Default `--cni-conf-dir` (where the networks' ranges come from, for re-reserving). */
+export const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
+/** PodSandboxStatus calls in flight at once (one per READY sandbox; 110 on a busy node). */
+export const POD_IP_CONCURRENCY = 16;
 
 /** Options of `leaks` and `gc` as commander parses them. */
 export interface ReconcileCommandOptions {
@@ -37,6 +60,10 @@ export interface ReconcileCommandOptions {
   network?: string;
   runtimeEndpoint?: string;
   grace?: string;
+  /** `conservative` (default) or `reclaim-notready` (field report BR-22). */
+  policy?: string;
+  /** CNI configuration directory, read for the networks' ranges only when a live address is unreserved. */
+  cniConfDir?: string;
   json?: boolean;
   /** gc only. */
   dryRun?: boolean;
@@ -59,7 +86,7 @@ export interface ReservationJson {
   containerId: string | null;
   ifname: string | null;
   ageSeconds: number;
-  verdict: PlanEntry['verdict'];
+  verdict: AnyVerdict;
   reason: string;
 }
 
@@ -69,8 +96,18 @@ export interface ReleasedJson {
   ip: string;
   containerId: string | null;
   ifname: string | null;
-  verdict: PlanEntry['verdict'];
+  verdict: AnyVerdict;
   reason: string;
+}
+
+/** One address of a live sandbox not reserved for it (BR-13), in the JSON report. */
+export interface UnreservedJson {
+  sandbox: string;
+  ip: string;
+  network: string | null;
+  action: PodIPAction;
+  reservedFor: string | null;
+  message: string;
 }
 
 /** The `--json` document of `leaks` and `gc` (docs/cli.md). */
@@ -78,15 +115,45 @@ export interface ReportJson {
   runtime: RuntimeJson;
   networks: Array<{ name: string; dir: string; reservations: ReservationJson[] }>;
   released: ReleasedJson[];
+  /** Present only when the pod IPs of the live sandboxes were checked (see {@link PodIPRun}). */
+  unreserved?: UnreservedJson[];
 }
 
-/** What a run found and did, before formatting. */
-export interface ReconcileRun {
+/** The check of live sandboxes' addresses (BR-13) in a run. */
+export interface PodIPRun {
+  /** READY sandboxes whose pod IPs were asked. */
+  readonly readySandboxes: number;
+  /** After gc's re-reservations (their `action` updated); sorted by IP, then sandbox. */
+  readonly findings: readonly PodIPFinding[];
+}
+
+/** Optional parts of a run, chosen by the caller rather than by flags. */
+export interface ReconcileFeatures {
+  /**
+   * Ask the runtime for the pod IPs of READY sandboxes and check them against the reservations
+   * (BR-13; gc re-reserves). Default false: `status` and `doctor` use the engine without it; the
+   * `leaks` and `gc` commands turn it on. Skipped when the sandbox source has no `podIPs`.
+   */
+  readonly podIPs?: boolean;
+}
+
+/** What a run found and did, before formatting. `V` as in {@link Plan}. */
+export interface ReconcileRun<V extends AnyVerdict = AnyVerdict> {
   readonly runtime: RuntimeJson;
   readonly networks: readonly NetworkDir[];
-  readonly plan: Plan;
+  /**
+   * The plan; `release` excludes the reservations withheld because a live sandbox uses their
+   * address (those are in `withheld`, and in `keep`).
+   */
+  readonly plan: Plan<V>;
   /** null for `leaks` and `gc --dry-run`. */
   readonly applied: ApplyResult | null;
+  /** null when the pod IPs were not checked (feature off, source without `podIPs`, runtime not reachable). */
+  readonly podIPs: PodIPRun | null;
+  /** Planned releases not done because the address is a live sandbox's (a conflict). */
+  readonly withheld: readonly SkippedRelease[];
+  /** Diagnostics for stderr (one line each, without the `ipwarden: ` prefix). */
+  readonly warnings: readonly string[];
 }
 
 /** The CRI-backed sandbox source (the CRI client is loaded only when no fake is injected). */
@@ -96,6 +163,11 @@ const criSandboxSource: SandboxSourceFactory = (endpoint) => {
   return {
     endpoint,
     list: async () => (await load()).list(),
+    podIPs: async (id) => {
+      const src = await load();
+      if (src.podIPs === undefined) throw new AppError('INTERNAL', 'the CRI sandbox source cannot tell pod IPs');
+      return src.podIPs(id);
+    },
     close: async () => {
       await real?.close?.();
     },
@@ -115,19 +187,73 @@ export function parseGrace(text: string): number {
   return s;
 }
 
+/** `--policy`; UsageError for anything but `conservative` and `reclaim-notready`. */
+export function parsePolicy(text: string): Policy {
+  const p = POLICIES.find((x) => x === text);
+  if (p === undefined) throw new UsageError(`--policy: must be ${POLICIES.join(' or ')}, got ${JSON.stringify(text)}`);
+  return p;
+}
+
 function describe(e: unknown): string {
   if (e instanceof AppError) return e.details === undefined ? e.message : `${e.message} (${e.details})`;
   return e instanceof Error ? e.message : String(e);
+}
+
+/** The runtime snapshot: sandbox index and, when asked and possible, the READY sandboxes' pod IPs. */
+interface Snapshot {
+  runtime: RuntimeJson;
+  sandboxes: SandboxIndex | null;
+  snapshotAtMs: number;
+  /** null when not checked. */
+  podIPs: SandboxPodIPs[] | null;
+  warnings: string[];
+}
+
+/**
+ * `fn` over `items` with at most `limit` calls in flight; results in input order. Rejects with
+ * the first error only after every started call has settled (nothing is left running).
+ */
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  let failure: { error: unknown } | null = null;
+  const worker = async (): Promise<void> => {
+    while (failure === null && next < items.length) {
+      const i = next++;
+      try {
+        out[i] = await fn(items[i] as T);
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  if (failure !== null) throw (failure as { error: unknown }).error;
+  return out;
+}
+
+/**
+ * The pod IPs of the READY sandboxes, {@link POD_IP_CONCURRENCY} PodSandboxStatus calls at a
+ * time. A sandbox the runtime cannot answer for (removed since the list, say) is skipped with a
+ * warning: its addresses are not checked, and nothing is done for them.
+ */
+async function readyPodIPs(podIPs: (id: string) => Promise<string[]>, ids: readonly string[], warnings: string[]): Promise<SandboxPodIPs[]> {
+  const got = await mapLimit(ids, POD_IP_CONCURRENCY, async (id): Promise<SandboxPodIPs | null> => {
+    try {
+      return { sandbox: id, ips: await podIPs(id) };
+    } catch (e) {
+      warnings.push(`pod IPs of sandbox ${id} not checked: ${describe(e)}`);
+      return null;
+    }
+  });
+  return got.filter((x): x is SandboxPodIPs => x !== null);
 }
 
 /**
  * Take the runtime snapshot. Never throws for runtime problems: they become `runtime.error` and
  * a null index. A malformed `--runtime-endpoint` is a usage error (thrown).
  */
-async function snapshot(
-  opts: ReconcileCommandOptions,
-  ctx: CliContext,
-): Promise<{ runtime: RuntimeJson; sandboxes: SandboxIndex | null; snapshotAtMs: number }> {
+async function snapshot(opts: ReconcileCommandOptions, ctx: CliContext, withPodIPs: boolean): Promise<Snapshot> {
   let endpoint: string;
   try {
     endpoint = resolveRuntimeEndpoint(opts.runtimeEndpoint, ctx.env).url;
@@ -137,6 +263,8 @@ async function snapshot(
       runtime: { endpoint: opts.runtimeEndpoint ?? null, sandboxes: null, error: describe(e) },
       sandboxes: null,
       snapshotAtMs: ctx.now(),
+      podIPs: null,
+      warnings: [],
     };
   }
   // The snapshot time is taken BEFORE the runtime is asked: a file written before this instant
@@ -146,9 +274,16 @@ async function snapshot(
   try {
     source = (ctx.sandboxSource ?? criSandboxSource)(endpoint);
     const list = await source.list();
-    return { runtime: { endpoint: source.endpoint, sandboxes: list.length }, sandboxes: indexSandboxes(list), snapshotAtMs };
+    const warnings: string[] = [];
+    let podIPs: SandboxPodIPs[] | null = null;
+    const src = source;
+    if (withPodIPs && src.podIPs !== undefined) {
+      const ready = list.filter((s) => s.state === 'ready').map((s) => s.id);
+      podIPs = await readyPodIPs((id) => (src.podIPs as (id: string) => Promise<string[]>).call(src, id), ready, warnings);
+    }
+    return { runtime: { endpoint: source.endpoint, sandboxes: list.length }, sandboxes: indexSandboxes(list), snapshotAtMs, podIPs, warnings };
   } catch (e) {
-    return { runtime: { endpoint, sandboxes: null, error: describe(e) }, sandboxes: null, snapshotAtMs };
+    return { runtime: { endpoint, sandboxes: null, error: describe(e) }, sandboxes: null, snapshotAtMs, podIPs: null, warnings: [] };
   } finally {
     try {
       await source?.close?.();
@@ -159,34 +294,117 @@ async function snapshot(
 }
 
 /**
- * Run `leaks` (`mode: 'leaks'`) or `gc`: snapshot, read, plan and (gc without --dry-run) apply.
- * Throws `UsageError` for bad flags, the store's `AppError`s when a network cannot be read, and
- * `AppError('STORE_IO')` when the audit log cannot be opened (then nothing is released).
+ * The configured range sets per network name from the CNI configuration directory (host-local
+ * compatible IPAM sections that parse; the first file naming a network wins, as in `status`).
+ * A directory that cannot be listed gives none and a warning.
  */
-export async function reconcile(mode: 'leaks' | 'gc', opts: ReconcileCommandOptions, ctx: CliContext): Promise<ReconcileRun> {
+function configuredRanges(dir: string, warnings: string[]): NetworkRanges[] {
+  let configs;
+  try {
+    configs = readCniConfigs(dir);
+  } catch (e) {
+    warnings.push(`cannot read the CNI configuration directory ${dir}: ${describe(e)}; addresses are placed by network directory only`);
+    return [];
+  }
+  const out: NetworkRanges[] = [];
+  const seen = new Set<string>();
+  for (const c of configs) {
+    if (c.name === null || c.ipam === null || seen.has(c.name)) continue;
+    seen.add(c.name);
+    out.push({ network: c.name, rangeSets: c.ipam.rangeSets });
+  }
+  return out;
+}
+
+/**
+ * Run `leaks` (`mode: 'leaks'`) or `gc`: snapshot, read, plan, check live addresses (with
+ * `features.podIPs`) and (gc without --dry-run) apply, then re-reserve.
+ * Throws `UsageError` for bad flags, the store's `AppError`s when a network cannot be read, and
+ * `AppError('STORE_IO')` when the audit log cannot be opened (then nothing is released or
+ * re-reserved). Without a policy, or with `conservative`, the plan holds no `notready` entry.
+ */
+export async function reconcile(
+  mode: 'leaks' | 'gc',
+  opts: ReconcileCommandOptions & { readonly policy?: 'conservative' },
+  ctx: CliContext,
+  features?: ReconcileFeatures,
+): Promise<ReconcileRun<Verdict>>;
+export async function reconcile(
+  mode: 'leaks' | 'gc',
+  opts: ReconcileCommandOptions,
+  ctx: CliContext,
+  features?: ReconcileFeatures,
+): Promise<ReconcileRun>;
+export async function reconcile(
+  mode: 'leaks' | 'gc',
+  opts: ReconcileCommandOptions,
+  ctx: CliContext,
+  features: ReconcileFeatures = {},
+): Promise<ReconcileRun> {
   const dataDir = opts.dataDir ?? DEFAULT_DATA_DIR;
   if (dataDir === '') throw new UsageError('--data-dir must not be empty');
   const graceSeconds = parseGrace(opts.grace ?? DEFAULT_GRACE);
+  const policy = parsePolicy(opts.policy ?? DEFAULT_POLICY);
+  const cniConfDir = opts.cniConfDir ?? DEFAULT_CNI_CONF_DIR;
+  if (cniConfDir === '') throw new UsageError('--cni-conf-dir must not be empty');
   const networks = opts.network !== undefined ? [namedNetwork(dataDir, opts.network)] : discoverNetworks(dataDir);
   const openStore = (network: string) => openFileStore({ dataDir, network });
 
-  const snap = await snapshot(opts, ctx); // first the runtime...
+  const snap = await snapshot(opts, ctx, features.podIPs === true); // first the runtime...
   const reservations = await readReservations(networks, openStore); // ...then the locks
-  const p = plan({ reservations, sandboxes: snap.sandboxes, snapshotAtMs: snap.snapshotAtMs, graceSeconds });
+  const full = plan({ reservations, sandboxes: snap.sandboxes, snapshotAtMs: snap.snapshotAtMs, graceSeconds, policy });
+  const warnings = [...snap.warnings];
+
+  // BR-13: the addresses of live sandboxes against the reservations (pure, after the reads).
+  let p: Plan<AnyVerdict> = full;
+  let findings: PodIPFinding[] = [];
+  const withheld: SkippedRelease[] = [];
+  if (snap.podIPs !== null) {
+    const check = checkPodIPs({
+      podIPs: snap.podIPs,
+      entries: full.entries,
+      scanned: networks.map((n) => n.name),
+      allNetworks: opts.network === undefined ? networks.map((n) => n.name) : discoverNetworks(dataDir).map((n) => n.name),
+      configured: () => configuredRanges(cniConfDir, warnings),
+    });
+    findings = check.findings;
+    if (check.withheld.size > 0) {
+      const release: PlanEntry<AnyVerdict>[] = [];
+      const keep = [...full.keep];
+      for (const e of full.release) {
+        if (!check.withheld.has(withheldKey(e.network, e.ip))) {
+          release.push(e);
+          continue;
+        }
+        keep.push(e);
+        const user = findings.find((f) => f.action === 'conflict' && f.network === e.network && f.ip === e.ip);
+        withheld.push({ entry: e, why: `address in use by live sandbox ${user?.sandbox ?? '?'} (conflict)` });
+      }
+      p = { ...full, release, keep };
+    }
+  }
 
   let applied: ApplyResult | null = null;
   if (mode === 'gc' && opts.dryRun !== true) {
-    if (p.release.length === 0) applied = { released: [], skipped: [], errors: [] };
+    const toReserve = findings.some((f) => f.action === 'reported' && f.network !== null);
+    if (p.release.length === 0 && !toReserve) applied = { released: [], skipped: [], errors: [] };
     else {
-      const audit = openAuditLog(opts.auditLog ?? defaultAuditLogPath(dataDir));
+      const audit: AuditSink = openAuditLog(opts.auditLog ?? defaultAuditLogPath(dataDir));
       try {
-        applied = await applyPlan(p, { openStore, audit, now: () => ctx.now() });
+        const a = await applyPlan(p, { openStore, audit, now: () => ctx.now() });
+        // An audit log that broke while releasing stops everything (every change is recorded).
+        if (toReserve && a.auditBroken !== true) {
+          const r = await reReserve(findings, { openStore, audit, now: () => ctx.now() });
+          findings = r.findings;
+          applied = { released: a.released, skipped: a.skipped, errors: [...a.errors, ...r.errors] };
+        } else applied = a;
       } finally {
         audit.close();
       }
     }
   }
-  return { runtime: snap.runtime, networks, plan: p, applied };
+  const podIPs = snap.podIPs === null ? null : { readySandboxes: snap.podIPs.length, findings };
+  return { runtime: snap.runtime, networks, plan: p, applied, podIPs, withheld, warnings };
 }
 
 /** The `--json` document of a run. */
@@ -203,7 +421,7 @@ export function toJson(run: ReconcileRun): ReportJson {
       reason: e.reason,
     });
   }
-  return {
+  const doc: ReportJson = {
     runtime: run.runtime,
     networks: run.networks.map((n) => ({ name: n.name, dir: n.dir, reservations: byNetwork.get(n.name) ?? [] })),
     released: (run.applied?.released ?? []).map((e) => ({
@@ -215,11 +433,27 @@ export function toJson(run: ReconcileRun): ReportJson {
       reason: e.reason,
     })),
   };
+  if (run.podIPs !== null) {
+    doc.unreserved = run.podIPs.findings.map((f) => ({
+      sandbox: f.sandbox,
+      ip: f.ip,
+      network: f.network,
+      action: f.action,
+      reservedFor: f.reservedFor,
+      message: f.message,
+    }));
+  }
+  return doc;
 }
 
-/** The summary line: `3 reservations: 1 live, 0 grace, 2 leaked, 0 corrupt` (+ `, N unknown`). */
-export function summaryLine(p: Plan): string {
-  const parts = VERDICTS.filter((v) => v !== 'unknown' || p.counts.unknown > 0).map((v) => `${p.counts[v]} ${v}`);
+/**
+ * The summary line: `3 reservations: 1 live, 0 grace, 2 leaked, 0 corrupt` (+ `, N notready`
+ * under policy reclaim-notready, + `, N unknown` when the runtime could not be asked).
+ */
+export function summaryLine(p: Plan<AnyVerdict>): string {
+  const shown = (v: AnyVerdict): boolean =>
+    v === 'unknown' ? p.counts.unknown > 0 : v === 'notready' ? p.policy === 'reclaim-notready' || p.counts.notready > 0 : true;
+  const parts = VERDICTS.filter(shown).map((v) => `${p.counts[v]} ${v}`);
   const n = p.counts.allocated;
   return `${n} reservation${n === 1 ? '' : 's'}: ${parts.join(', ')}`;
 }
@@ -240,7 +474,26 @@ export function toTable(run: ReconcileRun): string {
     e.verdict,
     e.reason,
   ]);
-  return head + renderTable(['NETWORK', 'IP', 'CONTAINER', 'IFNAME', 'AGE', 'VERDICT', 'REASON'], rows) + summaryLine(run.plan) + '\n';
+  return head + renderTable(['NETWORK', 'IP', 'CONTAINER', 'IFNAME', 'AGE', 'VERDICT', 'REASON'], rows) + summaryLine(run.plan) + '\n' + podIPSection(run);
+}
+
+/**
+ * The human section about live sandboxes' addresses (BR-13), after the table: a count line and,
+ * when there are findings, one row each. Empty when the pod IPs were not checked.
+ */
+export function podIPSection(run: ReconcileRun): string {
+  if (run.podIPs === null) return '';
+  const f = run.podIPs.findings;
+  const n = run.podIPs.readySandboxes;
+  const conflicts = f.filter((x) => x.action === 'conflict').length;
+  const reReserved = f.filter((x) => x.action === 're-reserved').length;
+  const unreserved = f.length - conflicts;
+  const head =
+    `pod IPs of ${n} ready sandbox${n === 1 ? '' : 'es'}: ${unreserved} unreserved` +
+    `${reReserved > 0 ? ` (${reReserved} re-reserved)` : ''}, ${conflicts} conflict${conflicts === 1 ? '' : 's'}\n`;
+  if (f.length === 0) return head;
+  const rows = f.map((x) => [shortId(x.sandbox), x.ip, cell(x.network), x.action, shortId(x.reservedFor), x.message]);
+  return head + renderTable(['SANDBOX', 'IP', 'NETWORK', 'ACTION', 'RESERVED-FOR', 'PROBLEM'], rows);
 }
 
 /** Print a run (JSON or table) and diagnostics; returns the exit status. */
@@ -264,7 +517,16 @@ export function report(mode: 'leaks' | 'gc', opts: ReconcileCommandOptions, run:
     ctx.stderr(`ipwarden: runtime not reachable: ${run.runtime.error}; ${what}\n`);
     code = 1;
   }
+  if (mode === 'gc') for (const s of run.withheld) ctx.stderr(`ipwarden: kept ${s.entry.network} ${s.entry.ip}: ${s.why}\n`);
   for (const s of run.applied?.skipped ?? []) ctx.stderr(`ipwarden: kept ${s.entry.network} ${s.entry.ip}: ${s.why}\n`);
+  for (const w of run.warnings) ctx.stderr(`ipwarden: ${w}\n`);
+  if (mode === 'gc') {
+    for (const f of run.podIPs?.findings ?? []) {
+      if (f.action !== 'conflict') continue;
+      ctx.stderr(`ipwarden: conflict: ${f.message}\n`);
+      code = 1;
+    }
+  }
   for (const e of run.applied?.errors ?? []) {
     ctx.stderr(`ipwarden: ${e.network}${e.ip === null ? '' : ` ${e.ip}`}: ${e.message}\n`);
     code = 1;
@@ -274,5 +536,5 @@ export function report(mode: 'leaks' | 'gc', opts: ReconcileCommandOptions, run:
 
 /** CLI action of `ipwarden leaks`; resolves to the exit status. */
 export async function run(opts: ReconcileCommandOptions, ctx: CliContext): Promise<number> {
-  return report('leaks', opts, await reconcile('leaks', opts, ctx), ctx);
+  return report('leaks', opts, await reconcile('leaks', opts, ctx, { podIPs: true }), ctx);
 }

@@ -5,17 +5,22 @@
  * 1. take the network's store lock;
  * 2. re-read its reservations under the lock;
  * 3. for each planned release, require the same owner as planned and re-classify the fresh record
- *    with the SAME snapshot ({@link classify}): a file rewritten since (younger mtime) becomes
- *    `grace` and is kept;
+ *    with the SAME snapshot and the SAME policy ({@link classify}): a file rewritten since
+ *    (younger mtime) becomes `grace` (or `live`, for a NOT READY sandbox's) and is kept;
  * 4. release with `Store.release(ip, expectedOwner)`, which re-reads the file once more and
  *    removes it only if the owner is unchanged;
  * 5. append one audit record per removed file.
+ *
+ * {@link reReserve} re-creates, under each network's lock, the reservations of live sandboxes'
+ * addresses that had none (field report BR-13), with `Store.restore` (fails when the address was
+ * taken meanwhile; never moves `last_reserved_ip`), and records each in the audit log.
  */
 import { AppError } from '../common/errors.ts';
 import { sameOwner, type Reservation, type Store } from '../store/store.ts';
 import type { AuditRecord, AuditSink } from './audit.ts';
 import { DEFAULT_LOCK_TIMEOUT_SECONDS, type StoreOpener } from './networks.ts';
-import { classify, isReleasable, type Plan, type PlanEntry } from './plan.ts';
+import { classify, isReleasable, type AnyVerdict, type Plan, type PlanEntry } from './plan.ts';
+import { podIPMessage, type PodIPFinding } from './unreserved.ts';
 
 /** Options of {@link applyPlan}. */
 export interface ApplyOptions {
@@ -31,7 +36,7 @@ export interface ApplyOptions {
 
 /** A planned release that was not done, and why (a short sentence). */
 export interface SkippedRelease {
-  readonly entry: PlanEntry;
+  readonly entry: PlanEntry<AnyVerdict>;
   readonly why: string;
 }
 
@@ -46,9 +51,11 @@ export interface ApplyError {
 /** What {@link applyPlan} did. */
 export interface ApplyResult {
   /** Removed entries, as re-classified under the lock, in plan order. */
-  readonly released: PlanEntry[];
+  readonly released: PlanEntry<AnyVerdict>[];
   readonly skipped: SkippedRelease[];
   readonly errors: ApplyError[];
+  /** True when an audit record could not be written (then nothing further was released). */
+  readonly auditBroken?: boolean;
 }
 
 /** Why-texts of {@link SkippedRelease} (stable). */
@@ -66,11 +73,11 @@ export const SKIP_REASONS = {
  * nothing further is released (every release must be recorded). Each store is closed (unlocking
  * it) before the next network is processed.
  */
-export async function applyPlan(p: Plan, opts: ApplyOptions): Promise<ApplyResult> {
-  const released: PlanEntry[] = [];
+export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promise<ApplyResult> {
+  const released: PlanEntry<AnyVerdict>[] = [];
   const skipped: SkippedRelease[] = [];
   const errors: ApplyError[] = [];
-  const byNetwork = new Map<string, PlanEntry[]>();
+  const byNetwork = new Map<string, PlanEntry<AnyVerdict>[]>();
   for (const e of p.release) {
     const list = byNetwork.get(e.network);
     if (list === undefined) byNetwork.set(e.network, [e]);
@@ -112,6 +119,7 @@ export async function applyPlan(p: Plan, opts: ApplyOptions): Promise<ApplyResul
           p.sandboxes,
           p.snapshotAtMs,
           p.graceSeconds,
+          p.policy,
         );
         if (!isReleasable(fresh.verdict)) {
           skipped.push({ entry, why: `now ${fresh.verdict}: ${fresh.reason}` });
@@ -146,11 +154,103 @@ export async function applyPlan(p: Plan, opts: ApplyOptions): Promise<ApplyResul
       }
     }
   }
-  return { released, skipped, errors };
+  return { released, skipped, errors, auditBroken };
+}
+
+/** What {@link reReserve} did. */
+export interface ReReserveResult {
+  /**
+   * The findings given, in order, each with its outcome: `re-reserved`; `conflict` (taken by
+   * another container under the lock, `reservedFor` set); `reported` (not attempted: no network,
+   * the audit log broke, or an error; or the address was found reserved for the sandbox itself).
+   */
+  readonly findings: PodIPFinding[];
+  readonly errors: ApplyError[];
+}
+
+/** Interface name of re-created reservations (the pod network's interface, as the plugin's recovery uses). */
+export const RE_RESERVE_IFNAME = 'eth0';
+
+/**
+ * Re-reserve each `reported` finding with a network for its sandbox (owner = sandbox ID, ifname
+ * `eth0`) under that network's lock with `Store.restore`, and append one audit record per
+ * re-reservation (verdict `live`, reason `re-reserved: <message>`). Other findings are returned
+ * unchanged. Never throws for store or audit failures (reported in `errors`); after an audit
+ * record cannot be written nothing further is re-reserved.
+ */
+export async function reReserve(findings: readonly PodIPFinding[], opts: ApplyOptions): Promise<ReReserveResult> {
+  const out = [...findings];
+  const errors: ApplyError[] = [];
+  const byNetwork = new Map<string, number[]>();
+  out.forEach((f, i) => {
+    if (f.action !== 'reported' || f.network === null) return;
+    const list = byNetwork.get(f.network);
+    if (list === undefined) byNetwork.set(f.network, [i]);
+    else list.push(i);
+  });
+  let auditBroken = false;
+  for (const [network, indexes] of byNetwork) {
+    if (auditBroken) break;
+    let store: Store;
+    try {
+      store = await opts.openStore(network);
+    } catch (error) {
+      errors.push({ network, ip: null, error, message: describe(error) });
+      continue;
+    }
+    try {
+      await store.lock(opts.lockTimeoutSeconds ?? DEFAULT_LOCK_TIMEOUT_SECONDS);
+      for (const i of indexes) {
+        if (auditBroken) break;
+        const f = out[i] as PodIPFinding;
+        let ok: boolean;
+        try {
+          ok = await store.restore(f.ip, { containerId: f.sandbox, ifname: RE_RESERVE_IFNAME });
+        } catch (error) {
+          errors.push({ network, ip: f.ip, error, message: describe(error) });
+          continue;
+        }
+        if (!ok) {
+          // Taken since the snapshot: by whom, as read under this same lock.
+          const holder = (await store.list({ mtime: false })).find((r) => r.ip === f.ip);
+          const reservedFor = holder?.owner?.containerId ?? null;
+          if (reservedFor !== f.sandbox) {
+            out[i] = { ...f, action: 'conflict', reservedFor, message: podIPMessage('conflict', f.sandbox, f.ip, reservedFor) };
+          }
+          continue;
+        }
+        out[i] = { ...f, action: 're-reserved' };
+        try {
+          opts.audit.append({
+            time: new Date(opts.now()).toISOString(),
+            network,
+            ip: f.ip,
+            containerId: f.sandbox,
+            ifname: RE_RESERVE_IFNAME,
+            ageSeconds: 0,
+            verdict: 'live',
+            reason: `re-reserved: ${f.message}`,
+          });
+        } catch (error) {
+          auditBroken = true;
+          errors.push({ network, ip: f.ip, error, message: `re-reserved ${f.ip} but ${describe(error)}` });
+        }
+      }
+    } catch (error) {
+      errors.push({ network, ip: null, error, message: describe(error) });
+    } finally {
+      try {
+        await store.close();
+      } catch (error) {
+        errors.push({ network, ip: null, error, message: describe(error) });
+      }
+    }
+  }
+  return { findings: out, errors };
 }
 
 /** The audit record of a released entry at time `nowMs`. */
-export function auditRecord(e: PlanEntry, nowMs: number): AuditRecord {
+export function auditRecord(e: PlanEntry<AnyVerdict>, nowMs: number): AuditRecord {
   return {
     time: new Date(nowMs).toISOString(),
     network: e.network,

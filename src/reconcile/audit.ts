@@ -7,7 +7,7 @@
 import { closeSync, fsyncSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { AppError, ClosedError } from '../common/errors.ts';
-import type { Verdict } from './plan.ts';
+import type { AnyVerdict } from './plan.ts';
 
 /** File name of the default audit log in the data dir root. */
 export const AUDIT_LOG_NAME = 'ipwarden-audit.log';
@@ -32,7 +32,8 @@ export interface AuditRecord {
   readonly ifname: string | null;
   /** Age of the file at the runtime snapshot, seconds. */
   readonly ageSeconds: number;
-  readonly verdict: Verdict;
+  /** The verdict released (`live` for a re-reservation, whose reason starts with `re-reserved:`). */
+  readonly verdict: AnyVerdict;
   readonly reason: string;
 }
 

@@ -11,6 +11,10 @@
  * - live: the owner's container ID is a sandbox ID the runtime lists, in ANY state (ready or not
  *   ready). Matching is on the full ID only, never by pod name or IP. Legacy ID-only records
  *   (`ifname: null`) match by ID too.
+ * - notready (only with policy `reclaim-notready`, BR-22): the owner is a sandbox the runtime
+ *   lists as NOT READY and the file's mtime is strictly before `snapshotAt − grace`. Released.
+ *   A READY sandbox's reservation is live under every policy; so is one whose state is not known
+ *   (a `Set` index).
  * - grace: not listed, but the file is not older than `snapshotAt − grace` (an ADD in flight is
  *   not listed by the runtime until RunPodSandbox returns).
  * - leaked: not listed, and the file's mtime is strictly before `snapshotAt − grace`.
@@ -23,11 +27,31 @@ import type { Owner } from '../store/store.ts';
 import { parseIP } from '../ipam/ip.ts';
 import type { IP } from '../ipam/types.ts';
 
-/** Verdict of one reservation. `unknown` only occurs when the runtime could not be asked. */
+/**
+ * Verdict of one reservation under the default `conservative` policy. `unknown` only occurs when
+ * the runtime could not be asked. It is the default type parameter of {@link PlanEntry} and
+ * {@link Plan}, so code that only ever sees conservative plans (status, doctor, the HTML page)
+ * stays exhaustive over its verdicts.
+ */
 export type Verdict = 'live' | 'grace' | 'leaked' | 'corrupt' | 'unknown';
 
+/** Every verdict: {@link Verdict} plus `notready`, which only the `reclaim-notready` policy gives. */
+export type AnyVerdict = Verdict | 'notready';
+
 /** The verdicts in report order (summary lines, counts). */
-export const VERDICTS: readonly Verdict[] = ['live', 'grace', 'leaked', 'corrupt', 'unknown'];
+export const VERDICTS: readonly AnyVerdict[] = ['live', 'grace', 'leaked', 'corrupt', 'notready', 'unknown'];
+
+/**
+ * What the reconciler may release besides unowned reservations (field report BR-22):
+ * - `conservative` (default): a reservation of any listed sandbox is live, ready or not;
+ * - `reclaim-notready`: a reservation of a sandbox listed as NOT READY whose file is older than
+ *   the grace period is `notready` and released (its DEL failed; the sandbox holds no working
+ *   network). A READY sandbox's reservation is never released under any policy.
+ */
+export type Policy = 'conservative' | 'reclaim-notready';
+
+/** The policies, default first. */
+export const POLICIES: readonly Policy[] = ['conservative', 'reclaim-notready'];
 
 /** State of a pod sandbox as the runtime reports it (CRI `PodSandboxState`). */
 export type SandboxState = 'ready' | 'notready';
@@ -65,10 +89,15 @@ export interface PlanInput {
   readonly snapshotAtMs: number;
   /** Grace period, seconds (≥ 0, may be fractional). */
   readonly graceSeconds: number;
+  /** Release policy (default `conservative`). */
+  readonly policy?: Policy;
 }
 
-/** One classified reservation. */
-export interface PlanEntry {
+/**
+ * One classified reservation. `V` is the set of verdicts it may hold: {@link Verdict} by
+ * default, {@link AnyVerdict} for plans made with any policy.
+ */
+export interface PlanEntry<V extends AnyVerdict = Verdict> {
   readonly network: string;
   readonly dir: string;
   readonly ip: string;
@@ -81,7 +110,7 @@ export interface PlanEntry {
   readonly mtimeMs: number;
   /** (snapshotAt − mtime) in seconds, rounded to the millisecond; negative when mtime is later. */
   readonly ageSeconds: number;
-  readonly verdict: Verdict;
+  readonly verdict: V;
   /** A short human sentence explaining the verdict. */
   readonly reason: string;
 }
@@ -94,19 +123,24 @@ export interface PlanCounts {
   readonly grace: number;
   readonly leaked: number;
   readonly corrupt: number;
+  /** Reservations of NOT READY sandboxes released by policy `reclaim-notready` (0 otherwise). */
+  readonly notready: number;
   readonly unknown: number;
-  /** Reservations that nobody owns and are released: leaked + corrupt. */
+  /** Reservations that nobody owns and are released: leaked + corrupt (not `notready`: owned). */
   readonly orphaned: number;
 }
 
-/** Result of {@link plan}. Every array is sorted by network, then IP numerically. */
-export interface Plan {
+/**
+ * Result of {@link plan}. Every array is sorted by network, then IP numerically. `V` as in
+ * {@link PlanEntry}.
+ */
+export interface Plan<V extends AnyVerdict = Verdict> {
   /** Every reservation with its verdict. */
-  readonly entries: readonly PlanEntry[];
-  /** Entries to release: verdict `leaked` or `corrupt`. */
-  readonly release: readonly PlanEntry[];
+  readonly entries: readonly PlanEntry<V>[];
+  /** Entries to release: verdict `leaked`, `corrupt` or `notready`. */
+  readonly release: readonly PlanEntry<V>[];
   /** Entries to keep: `live`, `grace`, `unknown`. */
-  readonly keep: readonly PlanEntry[];
+  readonly keep: readonly PlanEntry<V>[];
   /**
    * Listed sandbox IDs that own none of the given reservations, sorted. Informational only: a
    * host-network pod or a pod on another network has none (BR-13 reports this case; the plan
@@ -118,6 +152,8 @@ export interface Plan {
   readonly sandboxes: SandboxIndex | null;
   readonly snapshotAtMs: number;
   readonly graceSeconds: number;
+  /** The policy the entries were classified with (apply re-classifies with the same one). */
+  readonly policy: Policy;
 }
 
 /** Reason texts (stable: tests and docs quote them). */
@@ -130,6 +166,7 @@ export const REASONS = {
   leaked: 'sandbox not listed by the runtime and the file is older than the grace period',
   corrupt: 'empty or unparseable reservation file',
   unknown: 'runtime not reachable; kept',
+  notready: 'sandbox is listed by the runtime but not ready, and the file is older than the grace period (policy reclaim-notready)',
 } as const;
 
 /**
@@ -145,9 +182,10 @@ export function classify(
   sandboxes: SandboxIndex | null,
   snapshotAtMs: number,
   graceSeconds: number,
-): PlanEntry {
+  policy: Policy = 'conservative',
+): PlanEntry<AnyVerdict> {
   // One object per entry (no spreads): plan() classifies every reservation of a /16.
-  const mk = (verdict: Verdict, reason: string): PlanEntry => ({
+  const mk = (verdict: AnyVerdict, reason: string): PlanEntry<AnyVerdict> => ({
     network: r.network,
     dir: r.dir,
     ip: r.ip,
@@ -162,27 +200,35 @@ export function classify(
   if (r.owner === null) return mk('corrupt', REASONS.corrupt);
   if (sandboxes === null) return mk('unknown', REASONS.unknown);
   const legacy = r.owner.ifname === null ? REASONS.legacySuffix : '';
+  const boundary = snapshotAtMs - graceSeconds * 1000;
   if (sandboxes.has(r.owner.containerId)) {
     const state = sandboxes instanceof Map ? (sandboxes.get(r.owner.containerId) as SandboxState | undefined) : undefined;
+    // BR-22: only a sandbox KNOWN to be not ready, and only after the grace period.
+    if (state === 'notready' && policy === 'reclaim-notready' && r.mtimeMs < boundary) return mk('notready', REASONS.notready + legacy);
     const text = state === 'ready' ? REASONS.liveReady : state === 'notready' ? REASONS.liveNotReady : REASONS.live;
     return mk('live', text + legacy);
   }
-  const boundary = snapshotAtMs - graceSeconds * 1000;
   if (r.mtimeMs < boundary) return mk('leaked', REASONS.leaked + legacy);
   return mk('grace', REASONS.grace + legacy);
 }
 
-/** True for verdicts the reconciler releases. */
-export function isReleasable(v: Verdict): boolean {
-  return v === 'leaked' || v === 'corrupt';
+/** True for verdicts the reconciler releases (`leaked`, `corrupt`, `notready`). */
+export function isReleasable(v: AnyVerdict): boolean {
+  return v === 'leaked' || v === 'corrupt' || v === 'notready';
 }
 
 /**
  * Classify every reservation (see the module comment for the rules) and split them into
- * `release` and `keep`. Throws `RangeError` when `graceSeconds` is negative or not finite, or
- * `snapshotAtMs` is not finite (programming errors: the CLI validates `--grace`).
+ * `release` and `keep`. Throws `RangeError` when `graceSeconds` is negative or not finite,
+ * `snapshotAtMs` is not finite, or `policy` is not one of {@link POLICIES} (programming errors:
+ * the CLI validates `--grace` and `--policy`). Without a policy, or with `conservative`, the plan
+ * holds no `notready` entry (hence the narrower return type).
  */
-export function plan(input: PlanInput): Plan {
+export function plan(input: PlanInput & { readonly policy?: 'conservative' }): Plan<Verdict>;
+export function plan(input: PlanInput): Plan<AnyVerdict>;
+export function plan(input: PlanInput): Plan<AnyVerdict> {
+  const policy = input.policy ?? 'conservative';
+  if (!POLICIES.includes(policy)) throw new RangeError(`unknown policy ${JSON.stringify(policy)}`);
   if (!Number.isFinite(input.graceSeconds) || input.graceSeconds < 0) {
     throw new RangeError(`grace must be a finite number of seconds >= 0, got ${String(input.graceSeconds)}`);
   }
@@ -190,7 +236,7 @@ export function plan(input: PlanInput): Plan {
   // Decorate-sort-undecorate: parse each IP once, not in every comparison (65,534 entries on a /16).
   const entries = input.reservations
     .map((r) => {
-      const e = classify(r, input.sandboxes, input.snapshotAtMs, input.graceSeconds);
+      const e = classify(r, input.sandboxes, input.snapshotAtMs, input.graceSeconds, policy);
       return { e, k: ipKey(e.ip) };
     })
     .sort((x, y) => {
@@ -198,9 +244,9 @@ export function plan(input: PlanInput): Plan {
       return compareKeys(x.k, y.k, x.e.ip, y.e.ip);
     })
     .map((x) => x.e);
-  const release: PlanEntry[] = [];
-  const keep: PlanEntry[] = [];
-  const counts = { allocated: entries.length, live: 0, grace: 0, leaked: 0, corrupt: 0, unknown: 0, orphaned: 0 };
+  const release: PlanEntry<AnyVerdict>[] = [];
+  const keep: PlanEntry<AnyVerdict>[] = [];
+  const counts = { allocated: entries.length, live: 0, grace: 0, leaked: 0, corrupt: 0, notready: 0, unknown: 0, orphaned: 0 };
   const owners = new Set<string>();
   for (const e of entries) {
     counts[e.verdict]++;
@@ -219,6 +265,7 @@ export function plan(input: PlanInput): Plan {
     sandboxes: input.sandboxes,
     snapshotAtMs: input.snapshotAtMs,
     graceSeconds: input.graceSeconds,
+    policy,
   };
 }
 

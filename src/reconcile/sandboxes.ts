@@ -21,6 +21,13 @@ export interface SandboxSource {
   readonly endpoint: string;
   /** Every sandbox the runtime knows, in any state. */
   list(): Promise<SandboxInfo[]>;
+  /**
+   * Pod IPs of sandbox `id` as the runtime reports them (CRI PodSandboxStatus `network.ip` plus
+   * `network.additional_ips`, empty strings dropped), possibly empty. Optional: without it the
+   * reconciler skips the check of live sandboxes' addresses (field report BR-13). Throws an
+   * `AppError` (`RUNTIME_*`) when the runtime cannot answer for this sandbox.
+   */
+  podIPs?(id: string): Promise<string[]>;
   /** Free the connection. Idempotent. Optional for fakes. */
   close?(): Promise<void> | void;
 }

@@ -1,6 +1,7 @@
 /**
  * `ipwarden leaks` and `ipwarden gc` run in-process through `runMain` on a real data dir, with a
- * fake runtime sandbox list injected through the CLI context.
+ * fake runtime sandbox list injected through the CLI context; the BR-13/BR-22 cases call the
+ * commands' `run()` actions directly with the options commander passes.
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,6 +11,8 @@ import { join } from 'node:path';
 import { AppError } from '../../src/common/errors.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { runMain } from '../../src/cli/main.ts';
+import { run as gcRun } from '../../src/cli/gc.ts';
+import { run as leaksRun, type ReconcileCommandOptions } from '../../src/cli/leaks.ts';
 import type { SandboxInfo } from '../../src/reconcile/sandboxes.ts';
 
 const SNAP = Date.UTC(2025, 0, 1);
@@ -327,5 +330,196 @@ describe('ipwarden gc', () => {
     assert.equal(r.code, 1);
     assert.match(r.stderr, /^ipwarden: cannot open the audit log .*\/no\/dir\.log: ENOENT/);
     assert.deepEqual(filesOf('other'), ['10.9.0.2', '10.9.0.3', 'lock']);
+  });
+});
+
+/**
+ * BR-13 and BR-22 through the commands' actions (`run()` of leaks.ts and gc.ts, with the options
+ * commander would pass), on the same fixture, with a fake runtime that also reports pod IPs.
+ */
+describe('leaks and gc: pod IPs of live sandboxes (BR-13) and --policy (BR-22)', () => {
+  interface Fake {
+    ips: Record<string, string[]>;
+    fail?: Record<string, string>;
+    asked: string[];
+    maxInFlight: number;
+  }
+  const fake = (ips: Record<string, string[]>, fail: Record<string, string> = {}): Fake => ({ ips, fail, asked: [], maxInFlight: 0 });
+
+  async function direct(
+    command: 'leaks' | 'gc',
+    opts: ReconcileCommandOptions,
+    list: () => Promise<SandboxInfo[]>,
+    f: Fake | null,
+  ): Promise<Run> {
+    let stdout = '';
+    let stderr = '';
+    let inFlight = 0;
+    const endpoints: string[] = [];
+    const ctx: CliContext = {
+      stdout: (t) => void (stdout += t),
+      stderr: (t) => void (stderr += t),
+      env: { CONTAINER_RUNTIME_ENDPOINT: ENDPOINT },
+      now: () => SNAP,
+      sandboxSource: (endpoint) => {
+        endpoints.push(endpoint);
+        if (f === null) return { endpoint, list };
+        return {
+          endpoint,
+          list,
+          podIPs: async (id: string) => {
+            f.asked.push(id);
+            inFlight++;
+            f.maxInFlight = Math.max(f.maxInFlight, inFlight);
+            await new Promise<void>((resolve) => setImmediate(resolve));
+            inFlight--;
+            const why = f.fail?.[id];
+            if (why !== undefined) throw new AppError('RUNTIME_CALL_FAILED', why);
+            return f.ips[id] ?? [];
+          },
+        };
+      },
+    };
+    const all = { dataDir, cniConfDir: join(dataDir, 'no-conf'), ...opts };
+    const code = command === 'gc' ? await gcRun(all, ctx) : await leaksRun(all, ctx);
+    return { code, stdout, stderr, endpoints };
+  }
+
+  it('a sandbox source without podIPs: the check is skipped and the JSON has no "unreserved"', async () => {
+    fixture();
+    const r = await direct('leaks', { json: true }, sandboxes, null);
+    assert.equal(r.code, 0);
+    assert.equal('unreserved' in JSON.parse(r.stdout), false);
+  });
+
+  it('asks PodSandboxStatus only for READY sandboxes; every address reserved: "unreserved": [] and a count line', async () => {
+    fixture();
+    const f = fake({ [A]: ['10.244.1.10', '10.9.0.2'], [B]: ['10.244.1.2'] });
+    const r = await direct('leaks', { network: 'cbr0' }, sandboxes, f);
+    assert.equal(r.code, 0);
+    assert.equal(r.stderr, '');
+    assert.deepEqual(f.asked.sort(), [A, B]); // C is NOT READY
+    assert.ok(r.stdout.endsWith('6 reservations: 3 live, 1 grace, 1 leaked, 1 corrupt\npod IPs of 2 ready sandboxes: 0 unreserved, 0 conflicts\n'), r.stdout);
+    const j = await direct('leaks', { json: true }, sandboxes, fake({ [A]: ['10.244.1.10', '10.9.0.2'], [B]: ['10.244.1.2'] }));
+    assert.deepEqual(JSON.parse(j.stdout).unreserved, []);
+  });
+
+  it('at most 16 PodSandboxStatus calls in flight (110 READY sandboxes)', async () => {
+    const ids = Array.from({ length: 110 }, (_, i) => `s${i}`);
+    const f = fake({});
+    const r = await direct('leaks', { json: true }, async () => ids.map((id) => ({ id, state: 'ready' as const })), f);
+    assert.equal(r.code, 0);
+    assert.equal(f.asked.length, 110);
+    assert.equal(f.maxInFlight, 16);
+  });
+
+  it('a sandbox the runtime cannot answer for is skipped with a warning; the others are checked', async () => {
+    fixture();
+    const f = fake({ [B]: ['10.244.1.7'] }, { [A]: 'rpc error: NotFound' });
+    const r = await direct('leaks', { json: true }, sandboxes, f);
+    assert.equal(r.code, 0);
+    assert.equal(r.stderr, `ipwarden: pod IPs of sandbox ${A} not checked: rpc error: NotFound\n`);
+    // Two network directories and no CNI configuration: which network it belongs to is unknown.
+    assert.deepEqual(JSON.parse(r.stdout).unreserved, [
+      { sandbox: B, ip: '10.244.1.7', network: null, action: 'reported', reservedFor: null, message: `live sandbox ${B} has no reservation for its IP 10.244.1.7` },
+    ]);
+  });
+
+  it('leaks: human section after the table, one row per finding', async () => {
+    fixture();
+    // B's second address .3 is held by a leaked legacy file of another container: a conflict.
+    const f = fake({ [A]: ['10.244.1.10'], [B]: ['10.244.1.2', '10.244.1.3'] });
+    const r = await direct('leaks', { network: 'cbr0' }, sandboxes, f);
+    assert.equal(r.code, 0);
+    const b13 = 'b'.repeat(13);
+    const e13 = 'e'.repeat(13);
+    assert.deepEqual(r.stdout.split('\n').slice(-5), [
+      '6 reservations: 3 live, 1 grace, 1 leaked, 1 corrupt',
+      'pod IPs of 2 ready sandboxes: 0 unreserved, 1 conflict',
+      'SANDBOX        IP          NETWORK  ACTION    RESERVED-FOR   PROBLEM',
+      `${b13}  10.244.1.3  cbr0     conflict  ${e13}  address 10.244.1.3 of live sandbox ${B} is reserved for ${'e'.repeat(64)}`,
+      '',
+    ]);
+  });
+
+  it('gc: a leaked file at a READY sandbox\'s address is withheld (never released), the conflict is reported, exit 1', async () => {
+    fixture();
+    const f = fake({ [A]: ['10.244.1.10'], [B]: ['10.244.1.2', '10.244.1.3'] });
+    const dry = await direct('gc', { dryRun: true }, sandboxes, f);
+    assert.deepEqual(dry.stdout.split('\n').filter((l) => l.startsWith('would release')), [
+      'would release cbr0 10.244.1.4 (corrupt)',
+      'would release other 10.9.0.3 (leaked)',
+      'would release 2',
+    ]);
+    const r = await direct('gc', { json: true }, sandboxes, fake({ [A]: ['10.244.1.10'], [B]: ['10.244.1.2', '10.244.1.3'] }));
+    assert.equal(r.code, 1);
+    assert.equal(
+      r.stderr,
+      `ipwarden: kept cbr0 10.244.1.3: address in use by live sandbox ${B} (conflict)\n` +
+        `ipwarden: conflict: address 10.244.1.3 of live sandbox ${B} is reserved for ${'e'.repeat(64)}\n`,
+    );
+    const doc = JSON.parse(r.stdout);
+    assert.deepEqual(doc.released.map((x: { ip: string }) => x.ip), ['10.244.1.4', '10.9.0.3']);
+    assert.deepEqual(doc.unreserved, [
+      { sandbox: B, ip: '10.244.1.3', network: 'cbr0', action: 'conflict', reservedFor: 'e'.repeat(64), message: `address 10.244.1.3 of live sandbox ${B} is reserved for ${'e'.repeat(64)}` },
+    ]);
+    assert.ok(filesOf('cbr0').includes('10.244.1.3'));
+  });
+
+  it('gc: an unreserved address is re-reserved in the only network directory (no CNI config), audited', async () => {
+    write('solo', '10.5.0.3', `${B}\r\neth0`, 3600);
+    const f = fake({ [A]: ['10.5.0.2'], [B]: ['10.5.0.3'] });
+    const r = await direct('gc', {}, sandboxes, f);
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(r.stdout.split('\n').slice(-5), [
+      'pod IPs of 2 ready sandboxes: 1 unreserved (1 re-reserved), 0 conflicts',
+      'SANDBOX        IP        NETWORK  ACTION       RESERVED-FOR  PROBLEM',
+      `${'a'.repeat(13)}  10.5.0.2  solo     re-reserved  -             live sandbox ${A} has no reservation for its IP 10.5.0.2`,
+      'released 0',
+      '',
+    ]);
+    assert.equal(readFileSync(join(dataDir, 'solo', '10.5.0.2'), 'latin1'), `${A}\r\neth0`);
+    const audit = JSON.parse(readFileSync(join(dataDir, 'ipwarden-audit.log'), 'utf8'));
+    assert.equal(audit.verdict, 'live');
+    assert.equal(audit.reason, `re-reserved: live sandbox ${A} has no reservation for its IP 10.5.0.2`);
+  });
+
+  it('gc --policy reclaim-notready releases the NOT READY sandbox\'s old reservation; the summary counts notready', async () => {
+    fixture();
+    const r = await direct('gc', { policy: 'reclaim-notready' }, sandboxes, null);
+    assert.equal(r.code, 0);
+    assert.deepEqual(r.stdout.split('\n').slice(-7), [
+      '8 reservations: 3 live, 1 grace, 2 leaked, 1 corrupt, 1 notready',
+      'released cbr0 10.244.1.3 (leaked)',
+      'released cbr0 10.244.1.4 (corrupt)',
+      'released cbr0 10.244.1.6 (notready)',
+      'released other 10.9.0.3 (leaked)',
+      'released 4',
+      '',
+    ]);
+    assert.deepEqual(filesOf('cbr0'), ['10.244.1.10', '10.244.1.2', '10.244.1.5', 'last_reserved_ip.0', 'lock']);
+  });
+
+  it('leaks --policy reclaim-notready --json: verdict notready with its reason; --policy conservative keeps the old output', async () => {
+    fixture();
+    const r = await direct('leaks', { policy: 'reclaim-notready', json: true, network: 'cbr0' }, sandboxes, null);
+    const row = JSON.parse(r.stdout).networks[0].reservations.find((x: { ip: string }) => x.ip === '10.244.1.6');
+    assert.deepEqual(row, {
+      ip: '10.244.1.6',
+      containerId: C,
+      ifname: null,
+      ageSeconds: 86400,
+      verdict: 'notready',
+      reason: 'sandbox is listed by the runtime but not ready, and the file is older than the grace period (policy reclaim-notready); legacy ID-only record',
+    });
+    const c = await direct('leaks', { policy: 'conservative', json: true }, sandboxes, null);
+    assert.deepEqual(JSON.parse(c.stdout).networks[0].reservations, cbr0Reservations);
+  });
+
+  it('--policy other than conservative|reclaim-notready is a usage error', async () => {
+    await assert.rejects(direct('leaks', { policy: 'aggressive' }, sandboxes, null), {
+      name: 'UsageError',
+      message: '--policy: must be conservative or reclaim-notready, got "aggressive"',
+    });
   });
 });

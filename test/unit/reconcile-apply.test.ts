@@ -8,10 +8,11 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, sy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AppError, isAppError } from '../../src/common/errors.ts';
-import { applyPlan, SKIP_REASONS } from '../../src/reconcile/apply.ts';
+import { applyPlan, reReserve, SKIP_REASONS } from '../../src/reconcile/apply.ts';
+import type { PodIPFinding } from '../../src/reconcile/unreserved.ts';
 import { defaultAuditLogPath, memoryAuditSink, openAuditLog, type AuditSink } from '../../src/reconcile/audit.ts';
 import { discoverNetworks, namedNetwork, readReservations } from '../../src/reconcile/networks.ts';
-import { plan, type Plan, type SandboxState } from '../../src/reconcile/plan.ts';
+import { plan, type AnyVerdict, type Plan, type SandboxState } from '../../src/reconcile/plan.ts';
 import { openFileStore } from '../../src/store/file/file-store.ts';
 
 const SNAP = Date.UTC(2025, 0, 1);
@@ -123,6 +124,117 @@ describe('applyPlan re-checks each entry under the lock', () => {
         ['b/10.0.0.2', SKIP_REASONS.auditBroken],
       ],
     );
+  });
+});
+
+describe('applyPlan re-classifies with the plan\'s policy (BR-22)', () => {
+  const planPolicy = async (policy: 'conservative' | 'reclaim-notready'): Promise<Plan<AnyVerdict>> => {
+    const reservations = await readReservations(discoverNetworks(dataDir), openStore);
+    const sandboxes = new Map<string, SandboxState>([
+      ['stopped', 'notready'],
+      ['running', 'ready'],
+    ]);
+    return plan({ reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: 300, policy });
+  };
+
+  it('reclaim-notready: releases the NOT READY sandbox\'s old file (re-checked as notready under the lock), never the READY one', async () => {
+    write('n', '10.0.0.2', 'stopped\r\neth0');
+    write('n', '10.0.0.3', 'running\r\neth0');
+    const p = await planPolicy('reclaim-notready');
+    assert.deepEqual(p.release.map((e) => [e.ip, e.verdict]), [['10.0.0.2', 'notready']]);
+    const audit = memoryAuditSink();
+    const r = await applyPlan(p, { openStore, audit, now: () => SNAP });
+    assert.deepEqual(r.released.map((e) => [e.ip, e.verdict]), [['10.0.0.2', 'notready']]);
+    assert.deepEqual(readdirSync(join(dataDir, 'n')).sort(), ['10.0.0.3', 'lock']);
+    assert.deepEqual(audit.records.map((a) => [a.ip, a.verdict]), [['10.0.0.2', 'notready']]);
+  });
+
+  it('reclaim-notready: a NOT READY sandbox\'s file re-written since the snapshot is now live and kept', async () => {
+    write('n', '10.0.0.2', 'stopped\r\neth0');
+    const p = await planPolicy('reclaim-notready');
+    write('n', '10.0.0.2', 'stopped\r\neth0', SNAP + 5000);
+    const r = await applyPlan(p, { openStore, audit: memoryAuditSink(), now: () => SNAP });
+    assert.deepEqual(r.released, []);
+    assert.deepEqual(r.skipped.map((s) => s.why), ['now live: sandbox is listed by the runtime (not ready)']);
+  });
+
+  it('conservative: the same NOT READY file is not even planned for release', async () => {
+    write('n', '10.0.0.2', 'stopped\r\neth0');
+    const p = await planPolicy('conservative');
+    assert.deepEqual(p.release, []);
+  });
+});
+
+describe('reReserve (BR-13)', () => {
+  const finding = (ip: string, network: string | null, action: PodIPFinding['action'] = 'reported'): PodIPFinding => ({
+    sandbox: 'c1',
+    ip,
+    network,
+    action,
+    reservedFor: null,
+    message: `live sandbox c1 has no reservation for its IP ${ip}`,
+  });
+
+  it('re-reserves free addresses for the sandbox (eth0) without touching last_reserved_ip; audits each', async () => {
+    write('n', 'last_reserved_ip.0', '10.0.0.6');
+    const audit = memoryAuditSink();
+    const r = await reReserve([finding('10.0.0.2', 'n'), finding('10.0.0.9', null), finding('10.0.0.4', 'n', 'conflict')], {
+      openStore,
+      audit,
+      now: () => SNAP,
+    });
+    assert.deepEqual(r.findings.map((f) => [f.ip, f.action]), [
+      ['10.0.0.2', 're-reserved'],
+      ['10.0.0.9', 'reported'],
+      ['10.0.0.4', 'conflict'],
+    ]);
+    assert.deepEqual(r.errors, []);
+    assert.equal(readFileSync(join(dataDir, 'n', '10.0.0.2'), 'latin1'), 'c1\r\neth0');
+    assert.equal(readFileSync(join(dataDir, 'n', 'last_reserved_ip.0'), 'latin1'), '10.0.0.6');
+    assert.deepEqual(readdirSync(join(dataDir, 'n')).sort(), ['10.0.0.2', 'last_reserved_ip.0', 'lock']);
+    assert.deepEqual(audit.records, [
+      {
+        time: '2025-01-01T00:00:00.000Z',
+        network: 'n',
+        ip: '10.0.0.2',
+        containerId: 'c1',
+        ifname: 'eth0',
+        ageSeconds: 0,
+        verdict: 'live',
+        reason: 're-reserved: live sandbox c1 has no reservation for its IP 10.0.0.2',
+      },
+    ]);
+  });
+
+  it('fails safely when the address was taken since the snapshot: conflict naming the new owner, file untouched, no audit', async () => {
+    write('n', '10.0.0.2', 'c6\r\neth0');
+    write('n', '10.0.0.3', '');
+    const audit = memoryAuditSink();
+    const r = await reReserve([finding('10.0.0.2', 'n'), finding('10.0.0.3', 'n')], { openStore, audit, now: () => SNAP });
+    assert.deepEqual(
+      r.findings.map((f) => [f.ip, f.action, f.reservedFor, f.message]),
+      [
+        ['10.0.0.2', 'conflict', 'c6', 'address 10.0.0.2 of live sandbox c1 is reserved for c6'],
+        ['10.0.0.3', 'conflict', null, 'address 10.0.0.3 of live sandbox c1 is held by an empty or unparseable reservation file'],
+      ],
+    );
+    assert.equal(readFileSync(join(dataDir, 'n', '10.0.0.2'), 'latin1'), 'c6\r\neth0');
+    assert.deepEqual(audit.records, []);
+  });
+
+  it('holds the network lock: a held lock is an error and nothing is written', async () => {
+    mkdirSync(join(dataDir, 'n'));
+    const holder = await openStore('n');
+    await holder.lock(1);
+    try {
+      const r = await reReserve([finding('10.0.0.2', 'n')], { openStore, audit: memoryAuditSink(), now: () => SNAP, lockTimeoutSeconds: 0 });
+      assert.deepEqual(r.findings.map((f) => f.action), ['reported']);
+      assert.equal(r.errors.length, 1);
+      assert.ok(isAppError(r.errors[0]?.error, 'STORE_LOCK_TIMEOUT'));
+      assert.deepEqual(readdirSync(join(dataDir, 'n')).sort(), ['lock']);
+    } finally {
+      await holder.close();
+    }
   });
 });
 

@@ -1,10 +1,11 @@
 /**
  * The reconcile parts of field reports BR-02 (variant b), BR-03, BR-04, BR-05, BR-06, BR-10,
- * BR-19, BR-20, BR-22, BR-23 (../shared/reference/field-reports.md), each on a real FileStore in
- * a temporary data dir: the raw files are written exactly as the fixture's `disk:` says, their
- * mtimes set older than the grace period, and the runtime's sandbox list is the fixture's `live:`.
- * The plugin steps around a reconcile (ADD after it, late DELs) drive the real plugin handlers
- * in-process (`makeHandlers(fileDeps)` + `pluginMain`) on the same data dir.
+ * BR-13, BR-19, BR-20, BR-22, BR-23 (../shared/reference/field-reports.md), each on a real
+ * FileStore in a temporary data dir: the raw files are written exactly as the fixture's `disk:`
+ * says, their mtimes set older than the grace period, and the runtime's sandbox list is the
+ * fixture's `live:`. The plugin steps around a reconcile (ADD after it, late DELs) drive the real
+ * plugin handlers in-process (`makeHandlers(fileDeps)` + `pluginMain`) on the same data dir.
+ * BR-13 runs `ipwarden gc`/`leaks` (their `run()`) with a fake runtime that also reports pod IPs.
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +16,11 @@ import { isAppError } from '../../src/common/errors.ts';
 import { applyPlan, type ApplyResult } from '../../src/reconcile/apply.ts';
 import { memoryAuditSink, type AuditRecord } from '../../src/reconcile/audit.ts';
 import { discoverNetworks, readReservations } from '../../src/reconcile/networks.ts';
-import { plan, type Plan, type SandboxState } from '../../src/reconcile/plan.ts';
+import { plan, type AnyVerdict, type Plan, type Policy, type SandboxState } from '../../src/reconcile/plan.ts';
+import type { SandboxInfo } from '../../src/reconcile/sandboxes.ts';
+import type { CliContext } from '../../src/cli/context.ts';
+import { run as gcRun } from '../../src/cli/gc.ts';
+import { run as leaksRun } from '../../src/cli/leaks.ts';
 import { openFileStore } from '../../src/store/file/file-store.ts';
 import { makeHandlers } from '../../src/cni/commands.ts';
 import { fileDeps } from '../../src/cni/plugin.ts';
@@ -63,14 +68,14 @@ function live(...ids: Array<string | [string, SandboxState]>): Map<string, Sandb
 /** One reconcile pass over the whole data dir (snapshot given, then locks), as `ipwarden gc` does. */
 async function reconcile(
   sandboxes: Map<string, SandboxState> | null,
-  opts: { lockTimeoutSeconds?: number } = {},
-): Promise<{ plan: Plan; applied: ApplyResult; audit: AuditRecord[] }> {
+  opts: { lockTimeoutSeconds?: number; policy?: Policy } = {},
+): Promise<{ plan: Plan<AnyVerdict>; applied: ApplyResult; audit: AuditRecord[] }> {
   const openStore = (network: string) => openFileStore({ dataDir, network });
   const networks = discoverNetworks(dataDir);
   const reservations = await readReservations(networks, openStore, opts.lockTimeoutSeconds);
-  const p = plan({ reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: GRACE });
+  const p = plan({ reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: GRACE, policy: opts.policy ?? 'conservative' });
   const audit = memoryAuditSink();
-  const applied = await applyPlan(p, { openStore, audit, now: () => SNAP + 1000, ...opts });
+  const applied = await applyPlan(p, { openStore, audit, now: () => SNAP + 1000, lockTimeoutSeconds: opts.lockTimeoutSeconds });
   return { plan: p, applied, audit: audit.records };
 }
 
@@ -304,6 +309,63 @@ describe('field reports: reconcile on a real FileStore', () => {
     assert.deepEqual(filesOf('gs22'), { '10.22.0.2': 'c1\r\neth0', '10.22.0.3': 'c2\r\neth0', lock: '' });
   });
 
+  describe('BR-22: policy reclaim-notready after grace T', () => {
+    const T = GRACE * 1000;
+    const gs22 = { '10.22.0.2': 'c1\r\neth0', '10.22.0.3': 'c2\r\neth0', lock: '' };
+    const sandboxes = () => live(['c1', 'notready'], ['c2', 'ready']);
+
+    it('files exactly T old: frees nothing (c1 NOT READY is still live)', async () => {
+      disk('gs22', gs22, SNAP - T);
+      const { applied, plan: p } = await reconcile(sandboxes(), { policy: 'reclaim-notready' });
+      assert.deepEqual(releasedIPs(applied), []);
+      assert.deepEqual(
+        p.entries.map((e) => [e.ip, e.verdict]),
+        [
+          ['10.22.0.2', 'live'],
+          ['10.22.0.3', 'live'],
+        ],
+      );
+      assert.deepEqual(filesOf('gs22'), gs22);
+    });
+
+    it('files 1 ms older than T: frees .2 (NOT READY) only; READY c2 keeps .3, just as old', async () => {
+      disk('gs22', gs22, SNAP - T - 1);
+      const { applied, audit } = await reconcile(sandboxes(), { policy: 'reclaim-notready' });
+      assert.deepEqual(releasedIPs(applied), ['10.22.0.2']);
+      assert.deepEqual(filesOf('gs22'), { '10.22.0.3': 'c2\r\neth0', lock: '' });
+      assert.deepEqual(audit, [
+        {
+          time: '2025-01-01T00:00:01.000Z',
+          network: 'gs22',
+          ip: '10.22.0.2',
+          containerId: 'c1',
+          ifname: 'eth0',
+          ageSeconds: 300.001,
+          verdict: 'notready',
+          reason: 'sandbox is listed by the runtime but not ready, and the file is older than the grace period (policy reclaim-notready)',
+        },
+      ]);
+    });
+
+    it('conservative with the same old files keeps both', async () => {
+      disk('gs22', gs22, SNAP - T - 1);
+      const { applied } = await reconcile(sandboxes(), { policy: 'conservative' });
+      assert.deepEqual(releasedIPs(applied), []);
+      assert.deepEqual(filesOf('gs22'), gs22);
+    });
+
+    const policies: Policy[] = ['conservative', 'reclaim-notready'];
+    policies.forEach((policy) =>
+      it(`${policy}: a READY sandbox's IP is never freed, however old (a year)`, async () => {
+        disk('gs22', gs22, SNAP - 365 * 86400_000);
+        const { applied } = await reconcile(live(['c2', 'ready']), { policy });
+        // c1 is not listed at all here: leaked under both policies; c2 READY: kept.
+        assert.deepEqual(releasedIPs(applied), ['10.22.0.2']);
+        assert.deepEqual(filesOf('gs22'), { '10.22.0.3': 'c2\r\neth0', lock: '' });
+      }),
+    );
+  });
+
   describe('BR-23: genuine exhaustion versus leak', () => {
     const full = {
       '10.244.1.2': 'c1\r\neth0',
@@ -341,6 +403,120 @@ describe('field reports: reconcile on a real FileStore', () => {
       });
       const got = addedAddress(await cni('ADD', 'c6', 'eth0', config('kubenet', '10.244.1.0/29')));
       assert.ok(['10.244.1.2/29', '10.244.1.3/29'].includes(got), got);
+    });
+  });
+
+  describe('BR-13: IP released while the sandbox keeps running, then handed out again', () => {
+    let confDir: string;
+    beforeEach(() => {
+      confDir = mkdtempSync(join(tmpdir(), 'ipwarden-br13-conf-'));
+    });
+    afterEach(() => {
+      rmSync(confDir, { recursive: true, force: true });
+    });
+    const conf = () => config('dup13', '10.22.0.0/29');
+
+    /** The runtime of the fixture: sandboxes READY with their pod IPs (`live:`). */
+    function runtime(podIPs: Record<string, string>): CliContext['sandboxSource'] {
+      return (endpoint) => ({
+        endpoint,
+        list: async (): Promise<SandboxInfo[]> => Object.keys(podIPs).map((id) => ({ id, state: 'ready' })),
+        podIPs: async (id: string) => [podIPs[id] ?? ''],
+      });
+    }
+
+    async function cli(
+      command: 'leaks' | 'gc',
+      podIPs: Record<string, string>,
+      extra: { dryRun?: boolean } = {},
+    ): Promise<{ code: number; doc: Record<string, unknown>; stderr: string }> {
+      let stdout = '';
+      let stderr = '';
+      const ctx: CliContext = {
+        stdout: (t) => void (stdout += t),
+        stderr: (t) => void (stderr += t),
+        env: { CONTAINER_RUNTIME_ENDPOINT: 'unix:///run/fake-cri.sock' },
+        now: () => SNAP,
+        sandboxSource: runtime(podIPs),
+      };
+      const opts = { dataDir, cniConfDir: confDir, json: true, ...extra };
+      const code = command === 'gc' ? await gcRun(opts, ctx) : await leaksRun(opts, ctx);
+      return { code, doc: JSON.parse(stdout) as Record<string, unknown>, stderr };
+    }
+
+    /** Steps 1 and 2 up to c5: ADD c1 -> .2, DEL c1, ADD c2..c5 -> .3 .4 .5 .6 (round robin as upstream). */
+    async function upToC5(): Promise<void> {
+      writeFileSync(join(confDir, '10-dup13.conf'), JSON.stringify(conf()));
+      assert.equal(addedAddress(await cni('ADD', 'c1', 'eth0', conf())), '10.22.0.2/29');
+      assert.deepEqual(await cni('DEL', 'c1', 'eth0', conf()), { code: 0, json: null });
+      // .3 after .2 even though .2 is free: round robin continues after last_reserved_ip.0.
+      const got: string[] = [];
+      for (const c of ['c2', 'c3', 'c4', 'c5']) got.push(addedAddress(await cni('ADD', c, 'eth0', conf())));
+      assert.deepEqual(got, ['10.22.0.3/29', '10.22.0.4/29', '10.22.0.5/29', '10.22.0.6/29']);
+    }
+    const c1to5 = { c1: '10.22.0.2', c2: '10.22.0.3', c3: '10.22.0.4', c4: '10.22.0.5', c5: '10.22.0.6' };
+    const afterC5 = {
+      '10.22.0.3': 'c2\r\neth0',
+      '10.22.0.4': 'c3\r\neth0',
+      '10.22.0.5': 'c4\r\neth0',
+      '10.22.0.6': 'c5\r\neth0',
+      'last_reserved_ip.0': '10.22.0.6',
+      lock: '',
+    };
+
+    it('leaks reports "live sandbox c1 has no reservation for its IP 10.22.0.2" and changes nothing', async () => {
+      await upToC5();
+      const r = await cli('leaks', c1to5);
+      assert.equal(r.code, 0);
+      assert.equal(r.stderr, '');
+      assert.deepEqual(r.doc['unreserved'], [
+        { sandbox: 'c1', ip: '10.22.0.2', network: 'dup13', action: 'reported', reservedFor: null, message: 'live sandbox c1 has no reservation for its IP 10.22.0.2' },
+      ]);
+      assert.deepEqual(r.doc['released'], []);
+      assert.deepEqual(filesOf('dup13'), afterC5);
+    });
+
+    it('gc re-reserves .2 for c1 while still free (last_reserved_ip.0 untouched, audited), frees nothing; ADD c6 then cannot take it', async () => {
+      await upToC5();
+      const dry = await cli('gc', c1to5, { dryRun: true });
+      assert.equal((dry.doc['unreserved'] as Array<{ action: string }>)[0]?.action, 'reported');
+      assert.deepEqual(filesOf('dup13'), afterC5);
+
+      const r = await cli('gc', c1to5);
+      assert.equal(r.code, 0);
+      assert.equal(r.stderr, '');
+      assert.deepEqual(r.doc['unreserved'], [
+        { sandbox: 'c1', ip: '10.22.0.2', network: 'dup13', action: 're-reserved', reservedFor: null, message: 'live sandbox c1 has no reservation for its IP 10.22.0.2' },
+      ]);
+      assert.deepEqual(r.doc['released'], []);
+      assert.deepEqual(filesOf('dup13'), { '10.22.0.2': 'c1\r\neth0', ...afterC5 });
+      const audit = readFileSync(join(dataDir, 'ipwarden-audit.log'), 'utf8');
+      assert.equal(
+        audit,
+        '{"time":"2025-01-01T00:00:00.000Z","network":"dup13","ip":"10.22.0.2","containerId":"c1","ifname":"eth0","ageSeconds":0,"verdict":"live","reason":"re-reserved: live sandbox c1 has no reservation for its IP 10.22.0.2"}\n',
+      );
+      // A second gc finds nothing to do.
+      const again = await cli('gc', c1to5);
+      assert.deepEqual(again.doc['unreserved'], []);
+      // ADD c6 no longer wraps onto c1's address: the /29 is genuinely full now.
+      const add = await cni('ADD', 'c6', 'eth0', conf());
+      assert.equal(add.code, 1);
+      assert.equal(add.json?.['msg'], 'failed to allocate for range 0: no IP addresses available in range set: 10.22.0.1-10.22.0.6');
+    });
+
+    it('once ADD c6 wrapped to .2 (upstream behaviour): gc raises the conflict, exits 1, frees nothing', async () => {
+      await upToC5();
+      assert.equal(addedAddress(await cni('ADD', 'c6', 'eth0', conf())), '10.22.0.2/29');
+      const before = filesOf('dup13');
+      const r = await cli('gc', { ...c1to5, c6: '10.22.0.2' });
+      assert.equal(r.code, 1);
+      assert.equal(r.stderr, 'ipwarden: conflict: address 10.22.0.2 of live sandbox c1 is reserved for c6\n');
+      assert.deepEqual(r.doc['unreserved'], [
+        { sandbox: 'c1', ip: '10.22.0.2', network: 'dup13', action: 'conflict', reservedFor: 'c6', message: 'address 10.22.0.2 of live sandbox c1 is reserved for c6' },
+      ]);
+      assert.deepEqual(r.doc['released'], []);
+      assert.deepEqual(filesOf('dup13'), before);
+      assert.equal(existsSync(join(dataDir, 'ipwarden-audit.log')), false);
     });
   });
 

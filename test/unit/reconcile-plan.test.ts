@@ -1,6 +1,19 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { classify, compareIPText, plan, REASONS, type ReservationInput, type SandboxIndex, type SandboxState, type Verdict } from '../../src/reconcile/plan.ts';
+import {
+  classify,
+  compareIPText,
+  isReleasable,
+  plan,
+  REASONS,
+  VERDICTS,
+  type AnyVerdict,
+  type Policy,
+  type ReservationInput,
+  type SandboxIndex,
+  type SandboxState,
+  type Verdict,
+} from '../../src/reconcile/plan.ts';
 import type { Owner } from '../../src/store/store.ts';
 
 const sb = (entries: Array<[string, SandboxState]>): Map<string, SandboxState> => new Map(entries);
@@ -189,7 +202,7 @@ describe('reconcile plan: whole plans', () => {
       p.keep.map((e) => `${e.network}/${e.ip}`),
       ['a-net/10.0.0.3', 'a-net/10.0.0.100', 'b-net/10.0.0.10'],
     );
-    assert.deepEqual(p.counts, { allocated: 6, live: 2, grace: 1, leaked: 2, corrupt: 1, unknown: 0, orphaned: 3 });
+    assert.deepEqual(p.counts, { allocated: 6, live: 2, grace: 1, leaked: 2, corrupt: 1, notready: 0, unknown: 0, orphaned: 3 });
     assert.deepEqual(p.orphans, ['hostnet-pod']);
     const corrupt = p.entries[3];
     assert.equal(corrupt?.containerId, null);
@@ -215,7 +228,7 @@ describe('reconcile plan: whole plans', () => {
         ['10.0.0.4', 'unknown', 'runtime not reachable; kept'],
       ],
     );
-    assert.deepEqual(p.counts, { allocated: 3, live: 0, grace: 0, leaked: 0, corrupt: 1, unknown: 2, orphaned: 1 });
+    assert.deepEqual(p.counts, { allocated: 3, live: 0, grace: 0, leaked: 0, corrupt: 1, notready: 0, unknown: 2, orphaned: 1 });
     assert.deepEqual(p.orphans, []);
   });
 
@@ -230,6 +243,117 @@ describe('reconcile plan: whole plans', () => {
     assert.throws(() => plan({ reservations: [], sandboxes: new Set(), snapshotAtMs: Number.NaN, graceSeconds: 0 }), {
       message: 'snapshotAtMs must be finite, got NaN',
     });
+  });
+});
+
+describe('reconcile plan: policy reclaim-notready (BR-22)', () => {
+  const T = GRACE * 1000;
+  const cases: Array<{ name: string; r: ReservationInput; sandboxes: SandboxIndex; policy: Policy; verdict: AnyVerdict; reason: string }> = [
+    {
+      name: 'conservative: an old file of a NOT READY sandbox is live',
+      r: res('10.0.0.2', own(ID_A), 3600),
+      sandboxes: sb([[ID_A, 'notready']]),
+      policy: 'conservative',
+      verdict: 'live',
+      reason: REASONS.liveNotReady,
+    },
+    {
+      name: 'reclaim-notready: NOT READY, file 1 ms older than the grace: notready',
+      r: { network: 'net', dir: '/data/net', ip: '10.0.0.2', owner: own(ID_A), mtimeMs: SNAP - T - 1 },
+      sandboxes: sb([[ID_A, 'notready']]),
+      policy: 'reclaim-notready',
+      verdict: 'notready',
+      reason: REASONS.notready,
+    },
+    {
+      name: 'reclaim-notready: NOT READY, file age exactly the grace: live (kept)',
+      r: { network: 'net', dir: '/data/net', ip: '10.0.0.2', owner: own(ID_A), mtimeMs: SNAP - T },
+      sandboxes: sb([[ID_A, 'notready']]),
+      policy: 'reclaim-notready',
+      verdict: 'live',
+      reason: REASONS.liveNotReady,
+    },
+    {
+      name: 'reclaim-notready: a READY sandbox is live however old the file',
+      r: res('10.0.0.2', own(ID_A), 86400 * 365),
+      sandboxes: sb([[ID_A, 'ready']]),
+      policy: 'reclaim-notready',
+      verdict: 'live',
+      reason: REASONS.liveReady,
+    },
+    {
+      name: 'reclaim-notready: a state-less index (Set) never gives notready',
+      r: res('10.0.0.2', own(ID_A), 3600),
+      sandboxes: new Set([ID_A]),
+      policy: 'reclaim-notready',
+      verdict: 'live',
+      reason: REASONS.live,
+    },
+    {
+      name: 'reclaim-notready: legacy ID-only record of a NOT READY sandbox gets the legacy suffix',
+      r: res('10.0.0.2', own(ID_A, null), 3600),
+      sandboxes: sb([[ID_A, 'notready']]),
+      policy: 'reclaim-notready',
+      verdict: 'notready',
+      reason: REASONS.notready + REASONS.legacySuffix,
+    },
+    {
+      name: 'reclaim-notready: unlisted owners are still leaked, not notready',
+      r: res('10.0.0.2', own('gone'), 3600),
+      sandboxes: sb([[ID_A, 'notready']]),
+      policy: 'reclaim-notready',
+      verdict: 'leaked',
+      reason: REASONS.leaked,
+    },
+  ];
+  cases.forEach((c) =>
+    it(c.name, () => {
+      const e = classify(c.r, c.sandboxes, SNAP, GRACE, c.policy);
+      assert.equal(e.verdict, c.verdict);
+      assert.equal(e.reason, c.reason);
+    }),
+  );
+
+  it('the reason text is exact', () => {
+    assert.equal(REASONS.notready, 'sandbox is listed by the runtime but not ready, and the file is older than the grace period (policy reclaim-notready)');
+  });
+
+  it('a whole plan: notready is released and counted (not as orphaned); the plan keeps its policy', () => {
+    const input = {
+      reservations: [res('10.0.0.2', own(ID_A), 3600), res('10.0.0.3', own(ID_B), 3600), res('10.0.0.4', own('gone'), 3600)],
+      sandboxes: sb([
+        [ID_A, 'notready'],
+        [ID_B, 'ready'],
+      ]),
+      snapshotAtMs: SNAP,
+      graceSeconds: GRACE,
+    };
+    const p = plan({ ...input, policy: 'reclaim-notready' });
+    assert.equal(p.policy, 'reclaim-notready');
+    assert.deepEqual(p.release.map((e) => [e.ip, e.verdict]), [
+      ['10.0.0.2', 'notready'],
+      ['10.0.0.4', 'leaked'],
+    ]);
+    assert.deepEqual(p.keep.map((e) => [e.ip, e.verdict]), [['10.0.0.3', 'live']]);
+    assert.deepEqual(p.counts, { allocated: 3, live: 1, grace: 0, leaked: 1, corrupt: 0, notready: 1, unknown: 0, orphaned: 1 });
+    const c = plan(input);
+    assert.equal(c.policy, 'conservative');
+    assert.deepEqual(c.release.map((e) => e.ip), ['10.0.0.4']);
+    assert.equal(c.counts.notready, 0);
+  });
+
+  it('rejects an unknown policy', () => {
+    assert.throws(() => plan({ reservations: [], sandboxes: new Set(), snapshotAtMs: SNAP, graceSeconds: 0, policy: 'yolo' as Policy }), {
+      name: 'RangeError',
+      message: 'unknown policy "yolo"',
+    });
+  });
+
+  it('isReleasable: leaked, corrupt, notready', () => {
+    assert.deepEqual(
+      VERDICTS.filter((v) => isReleasable(v)),
+      ['leaked', 'corrupt', 'notready'],
+    );
   });
 });
 
