@@ -48,6 +48,8 @@ function build(ctx: CliContext, setCode: (c: number) => void): Command {
       .option('--network <NAME>', 'only this network (default: every network directory)')
       .option('--runtime-endpoint <URL>', 'CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, else containerd, else CRI-O)')
       .option('--grace <DUR>', 'keep unowned files younger than this (Go duration)', '5m')
+      .option('--policy <P>', "conservative, or reclaim-notready: also release NOT READY sandboxes' reservations older than --grace", 'conservative')
+      .option('--cni-conf-dir <DIR>', "CNI configuration directory (networks' ranges, for re-reserving a live pod's address)", '/etc/cni/net.d')
       .option('--json', 'print the documented JSON report')
       .addHelpText('after', `\nExample:\n  ${example}\n`);
   reconcileCommand('leaks', 'list every reservation with its verdict: live, grace, leaked, corrupt', 'ipwarden leaks --network cbr0 --json')

@@ -522,4 +522,13 @@ describe('leaks and gc: pod IPs of live sandboxes (BR-13) and --policy (BR-22)',
       message: '--policy: must be conservative or reclaim-notready, got "aggressive"',
     });
   });
+
+  it('the command line takes --policy and --cni-conf-dir (through runMain)', async () => {
+    fixture();
+    const bad = await cli(['leaks', '--data-dir', dataDir, '--policy', 'aggressive'], sandboxes);
+    assert.deepEqual([bad.code, bad.stderr], [2, 'ipwarden: --policy: must be conservative or reclaim-notready, got "aggressive"\n']);
+    const ok = await cli(['gc', '--dry-run', '--data-dir', dataDir, '--network', 'cbr0', '--policy', 'reclaim-notready', '--cni-conf-dir', dataDir, '--json'], sandboxes);
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.ok((JSON.parse(ok.stdout) as { networks: Array<{ reservations: Array<{ verdict: string }> }> }).networks[0]?.reservations.some((r) => r.verdict === 'notready'));
+  });
 });
