@@ -67,6 +67,33 @@ export const SKIP_REASONS = {
 } as const;
 
 /**
+ * Open `network`'s store, take its lock, run `fn`, then close (unlock) it. Opening, locking and
+ * `fn` failures, and a failing close, are recorded in `errors` (never thrown), so one network's
+ * trouble does not stop the others.
+ */
+async function withNetworkLock(network: string, opts: ApplyOptions, errors: ApplyError[], fn: (store: Store) => Promise<void>): Promise<void> {
+  let store: Store;
+  try {
+    store = await opts.openStore(network);
+  } catch (error) {
+    errors.push({ network, ip: null, error, message: describe(error) });
+    return;
+  }
+  try {
+    await store.lock(opts.lockTimeoutSeconds ?? DEFAULT_LOCK_TIMEOUT_SECONDS);
+    await fn(store);
+  } catch (error) {
+    errors.push({ network, ip: null, error, message: describe(error) });
+  } finally {
+    try {
+      await store.close();
+    } catch (error) {
+      errors.push({ network, ip: null, error, message: describe(error) });
+    }
+  }
+}
+
+/**
  * Release `plan.release` following the steps in the module comment. Never throws for store or
  * audit failures: a network whose lock or list fails is reported in `errors` and the others are
  * still processed; if an audit record cannot be written, that release is reported in `errors` and
@@ -89,15 +116,7 @@ export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promis
       for (const entry of planned) skipped.push({ entry, why: SKIP_REASONS.auditBroken });
       continue;
     }
-    let store: Store;
-    try {
-      store = await opts.openStore(network);
-    } catch (error) {
-      errors.push({ network, ip: null, error, message: describe(error) });
-      continue;
-    }
-    try {
-      await store.lock(opts.lockTimeoutSeconds ?? DEFAULT_LOCK_TIMEOUT_SECONDS);
+    await withNetworkLock(network, opts, errors, async (store) => {
       const current = new Map<string, Reservation>();
       for (const r of await store.list()) current.set(r.ip, r);
       for (const entry of planned) {
@@ -144,15 +163,7 @@ export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promis
           errors.push({ network, ip: cur.ip, error, message: `released ${cur.ip} but ${describe(error)}` });
         }
       }
-    } catch (error) {
-      errors.push({ network, ip: null, error, message: describe(error) });
-    } finally {
-      try {
-        await store.close();
-      } catch (error) {
-        errors.push({ network, ip: null, error, message: describe(error) });
-      }
-    }
+    });
   }
   return { released, skipped, errors, auditBroken };
 }
@@ -191,15 +202,7 @@ export async function reReserve(findings: readonly PodIPFinding[], opts: ApplyOp
   let auditBroken = false;
   for (const [network, indexes] of byNetwork) {
     if (auditBroken) break;
-    let store: Store;
-    try {
-      store = await opts.openStore(network);
-    } catch (error) {
-      errors.push({ network, ip: null, error, message: describe(error) });
-      continue;
-    }
-    try {
-      await store.lock(opts.lockTimeoutSeconds ?? DEFAULT_LOCK_TIMEOUT_SECONDS);
+    await withNetworkLock(network, opts, errors, async (store) => {
       for (const i of indexes) {
         if (auditBroken) break;
         const f = out[i] as PodIPFinding;
@@ -236,15 +239,7 @@ export async function reReserve(findings: readonly PodIPFinding[], opts: ApplyOp
           errors.push({ network, ip: f.ip, error, message: `re-reserved ${f.ip} but ${describe(error)}` });
         }
       }
-    } catch (error) {
-      errors.push({ network, ip: null, error, message: describe(error) });
-    } finally {
-      try {
-        await store.close();
-      } catch (error) {
-        errors.push({ network, ip: null, error, message: describe(error) });
-      }
-    }
+    });
   }
   return { findings: out, errors };
 }
