@@ -144,7 +144,8 @@ for (const variant of VARIANTS) {
       assert.deepEqual(report.released, []);
       const human = ipwarden(['leaks', ...labArgs(l, '0s')]);
       assert.equal(human.status, 0, human.stderr);
-      assert.ok(human.stdout.endsWith('13 reservations: 9 live, 0 grace, 4 leaked, 0 corrupt\n'), human.stdout);
+      // The summary, then the pod-IP check of the 8 READY sandboxes (PodSandboxStatus on the real runtime).
+      assert.ok(human.stdout.endsWith('13 reservations: 9 live, 0 grace, 4 leaked, 0 corrupt\npod IPs of 8 ready sandboxes: 0 unreserved, 0 conflicts\n'), human.stdout);
     });
 
     it('ipwarden gc releases exactly .2–.5; the NOTREADY and READY sandboxes\' files are untouched', () => {
