@@ -71,7 +71,7 @@ export interface LabOptions {
   stallSeconds?: number;
   /** `cniVersion` of the conflist. Default `1.0.0`. */
   cniVersion?: string;
-  /** Run `apt-get install -y containerd runc containernetworking-plugins` when a binary is missing. Default false. */
+  /** Run `apt-get install -y` of the lab's Debian packages (containerd, runc, CNI plugins, gcc, libc6-dev, iproute2) when something is missing. Default false. */
   installPackages?: boolean;
   /** Where the scratch dir is created. Default `os.tmpdir()` (must not be overlayfs: the overlayfs snapshotter needs a real fs). */
   scratchParent?: string;
@@ -153,8 +153,10 @@ const SHIM_SOCKET_DIR = '/run/containerd/s';
 const CGROUP_ROOT = '/sys/fs/cgroup';
 const K8S_NAMESPACE = 'k8s.io';
 const REQUIRED_BINARIES = ['containerd', 'ctr', 'runc'];
-/** Not installed by `installPackages` (build-essential, tar, iproute2, mount are on any Debian runner). */
+/** Tools the lab runs besides the runtime (gcc with static libc for the pause image). */
 const TOOLS = ['gcc', 'tar', 'ip', 'umount'];
+/** Debian packages `installPackages` installs when a binary or tool is missing. */
+const LAB_PACKAGES = ['containerd', 'runc', 'containernetworking-plugins', 'gcc', 'libc6-dev', 'iproute2', 'tar', 'mount'];
 
 /** Why the lab cannot run here, or undefined when it can (root, Linux, binaries present). */
 export function labUnavailableReason(): string | undefined {
@@ -284,12 +286,12 @@ export async function startLab(opts: LabOptions = {}): Promise<Lab> {
   const t0 = performance.now();
   const log = opts.log ?? ((): void => {});
   const timings: Record<string, number> = {};
-  if (opts.installPackages === true && missingPrerequisites().length > 0) {
+  if (opts.installPackages === true && (missingPrerequisites().length > 0 || TOOLS.some((t) => !onPath(t)))) {
     const t = performance.now();
-    log('installing containerd runc containernetworking-plugins with apt-get');
+    log(`installing ${LAB_PACKAGES.join(' ')} with apt-get`);
     const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
     await run('apt-get', ['update'], { timeoutSeconds: 300, env });
-    await run('apt-get', ['install', '-y', '--no-install-recommends', 'containerd', 'runc', 'containernetworking-plugins'], {
+    await run('apt-get', ['install', '-y', '--no-install-recommends', ...LAB_PACKAGES], {
       timeoutSeconds: 600,
       env,
     });
