@@ -19,7 +19,13 @@ void main(process.argv.slice(2), process.env).then(
     process.exitCode = code;
   },
   (e: unknown) => {
-    process.stderr.write(`ipwarden: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    const text = e instanceof Error ? (e.stack ?? e.message) : String(e);
+    // In plugin mode stdout belongs to the protocol: even a failure to start answers with the
+    // spec's error document (code 999), so the runtime reports it instead of "no error message".
+    if ((process.env['CNI_COMMAND'] ?? '') !== '') {
+      process.stdout.write(`${JSON.stringify({ code: 999, msg: `ipwarden failed to start: ${e instanceof Error ? e.message : String(e)}` })}\n`);
+    }
+    process.stderr.write(`ipwarden: ${text}\n`);
     process.exitCode = 1;
   },
 );

@@ -21,7 +21,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
-import { UsageError } from '../common/errors.ts';
+import { AppError, UsageError } from '../common/errors.ts';
 import type { CliContext } from './context.ts';
 
 /** File name of the native flock binding installed beside the plugin. */
@@ -129,6 +129,24 @@ export function makeCodeCache(code: string, cold: string, nodePath: string, bind
   }
 }
 
+/**
+ * Run the installed executable once the way a runtime would (CNI VERSION) and throw
+ * `AppError('INTERNAL')` with what it printed unless it answers with its supported versions
+ * (e.g. a parent directory's package.json with `"type": "module"` makes Node load it as ESM).
+ */
+function selfCheck(target: string): void {
+  const r = spawnSync(target, [], { input: '{"cniVersion":"1.0.0"}', env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION' }, encoding: 'utf8', timeout: 30_000 });
+  let ok = false;
+  try {
+    ok = r.status === 0 && Array.isArray((JSON.parse(r.stdout) as { supportedVersions?: unknown }).supportedVersions);
+  } catch {
+    ok = false;
+  }
+  if (!ok) {
+    throw new AppError('INTERNAL', `installed ${target} but it does not run as a CNI plugin: ${(r.stdout + r.stderr).trim().split('\n').slice(0, 3).join(' | ') || String(r.error ?? r.status)}`);
+  }
+}
+
 function atomicWrite(path: string, data: Buffer | string, mode: number): void {
   const tmp = `${path}.tmp-${process.pid}`;
   writeFileSync(tmp, data, { mode });
@@ -163,6 +181,7 @@ export function installCni(dest: string, nodePath: string = process.execPath): s
     END_MARK,
   ].join('');
   atomicWrite(target, `#!${nodePath}\n${LOADER}${payload}`, 0o755);
+  selfCheck(target);
   return target;
 }
 

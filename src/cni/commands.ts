@@ -163,33 +163,45 @@ async function cmdDel(deps: PluginDeps, a: CmdArgs): Promise<void> {
   await withLockedStore(store, id.lockTimeoutSeconds, (s) => s.releaseByOwner(a.containerId, a.ifname));
 }
 
-/** The IPs (without prefix) listed in a CHECK request's prevResult, for any spec version. */
-function prevResultIPs(stdin: Uint8Array): string[] {
+/**
+ * The IPs (without prefix) of a CHECK request's prevResult that lie in this config's range sets
+ * (other plugins of the chain may have added addresses that are not ours to check). Reads the
+ * `ips[]` shape (0.3.0+) and the `ip4`/`ip6` shape (0.1.0/0.2.0). Throws `IPAM_DECODE` when
+ * prevResult is present but is not an object, `ips` is not an array, or an address is not an IP.
+ */
+function prevResultIPs(stdin: Uint8Array, rangeSets: readonly RangeSet[]): string[] {
   const o = JSON.parse(Buffer.from(stdin).toString('utf8')) as Record<string, unknown>;
   const prev = o['prevResult'];
-  if (typeof prev !== 'object' || prev === null) return [];
+  if (prev === undefined || prev === null) return [];
+  if (typeof prev !== 'object' || Array.isArray(prev)) throw new AppError('IPAM_DECODE', 'prevResult must be a JSON object');
+  const rec = prev as Record<string, unknown>;
+  const addresses: unknown[] = [];
+  if (rec['ips'] !== undefined) {
+    if (!Array.isArray(rec['ips'])) throw new AppError('IPAM_DECODE', 'prevResult: "ips" must be an array');
+    for (const x of rec['ips']) addresses.push(typeof x === 'object' && x !== null ? (x as Record<string, unknown>)['address'] : undefined);
+  }
+  for (const key of ['ip4', 'ip6']) {
+    const v = rec[key];
+    if (v !== undefined) addresses.push(typeof v === 'object' && v !== null ? (v as Record<string, unknown>)['ip'] : undefined);
+  }
   const out: string[] = [];
-  const ips = (prev as Record<string, unknown>)['ips'];
-  if (Array.isArray(ips)) {
-    for (const x of ips) {
-      const addr = typeof x === 'object' && x !== null ? (x as Record<string, unknown>)['address'] : undefined;
-      if (typeof addr !== 'string') throw new AppError('IPAM_DECODE', 'prevResult: every ips[] entry needs an "address" string');
-      const ip = parseIP(addr.split('/')[0] ?? '');
-      if (ip === null) throw new AppError('IPAM_DECODE', `prevResult: invalid address "${addr}"`);
-      out.push(formatIP(ip));
-    }
+  for (const addr of addresses) {
+    if (typeof addr !== 'string') throw new AppError('IPAM_DECODE', 'prevResult: every address must be a string ("ips[].address", "ip4.ip", "ip6.ip")');
+    const ip = parseIP(addr.split('/')[0] ?? '');
+    if (ip === null) throw new AppError('IPAM_DECODE', `prevResult: invalid address "${addr}"`);
+    if (rangeSets.some((rs) => rangeFor(rs, ip) >= 0)) out.push(formatIP(ip));
   }
   return out;
 }
 
 /**
  * CHECK: the container must own at least one reservation (host-local `FindByID`), and every
- * address of prevResult must be reserved by it (SPEC.md §CHECK: "error if an IP reservation is
- * missing").
+ * address of prevResult inside this config's ranges must be reserved by it (SPEC.md §CHECK:
+ * "error if an IP reservation is missing").
  */
 async function cmdCheck(deps: PluginDeps, a: CmdArgs): Promise<void> {
   const conf = loadIPAMConfig(a.stdinData, a.args);
-  const wanted = prevResultIPs(a.stdinData);
+  const wanted = prevResultIPs(a.stdinData, conf.rangeSets);
   const notFound = new AppError('IPAM_NOT_FOUND', `ipwarden: Failed to find address added by container ${a.containerId}`);
   const store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: false });
   if (store === null) throw notFound;

@@ -30,8 +30,10 @@ export function criHeal(env: Readonly<Record<string, string | undefined>>, now: 
     },
     audit: (conf): AuditSink => {
       let sink: AuditSink | null = null;
+      const get = (): AuditSink => (sink ??= openAuditLog(defaultAuditLogPath(conf.dataDir)));
       return {
-        append: (rec) => (sink ??= openAuditLog(defaultAuditLogPath(conf.dataDir))).append(rec),
+        append: (rec) => get().append(rec),
+        open: () => void get(),
         close: () => sink?.close(),
       };
     },

@@ -7,7 +7,8 @@
  * Deliberate differences from host-local (documented in docs and guarded by tests):
  * 1. Idempotent re-ADD: when (containerId, ifname) — or a legacy ID-only record of containerId —
  *    already holds an address in a range set, that address is returned (`existing: true`) instead
- *    of host-local's `<ip> has been allocated to <id>, duplicate allocation is not allowed`. A
+ *    of host-local's `<ip> has been allocated to <id>, duplicate allocation is not allowed`; the
+ *    record is rewritten as `id\r\nifname` with a fresh mtime (`Store.rewrite`). A
  *    static request for a *different* address in that set still fails with host-local's text, so
  *    one (id, ifname) never gets two reservations in one range set.
  * 2. Rollback releases exactly the reservations this call created, re-checking the owner;
@@ -202,12 +203,20 @@ async function allocateInSet(
     return la - lb || compareIP(a.ip, b.ip);
   });
 
-  const existing = (k: Known): Allocation => ({
-    rangeSetIndex: i,
-    ip: k.ip,
-    range: set[rangeFor(set, k.ip)] as Range,
-    existing: true,
-  });
+  /**
+   * The container's existing reservation, claimed for this ifname: a legacy ID-only record becomes
+   * `id\r\nifname` (so another interface of the container gets its own address, and DEL of one
+   * interface cannot free the other's), and the record's mtime is refreshed (the set-up is in
+   * flight again: the reconciler's grace period starts over).
+   */
+  const existing = async (k: Known): Promise<Allocation> => {
+    if (k.owner !== null && !(await store.rewrite(k.name, k.owner, owner))) {
+      // Only a writer ignoring the lock could change it under us: do not hand it out.
+      throw new AppError('STORE_IO', `reservation ${k.name} changed while it was being claimed`);
+    }
+    known.set(keyOf(k.ip), { ...k, owner: { containerId: owner.containerId, ifname: owner.ifname } });
+    return { rangeSetIndex: i, ip: k.ip, range: set[rangeFor(set, k.ip)] as Range, existing: true };
+  };
 
   /** Reserve `ip` for the owner; a corrupt record in the way is released first. */
   const tryReserve = async (ip: IP): Promise<boolean> => {
@@ -239,7 +248,7 @@ async function allocateInSet(
       throw new AppError('IPAM_REQUESTED_IP_UNAVAILABLE', `requested ip ${formatIP(requested)} is subnet's gateway`);
     }
     const same = mine.find((k) => ipEquals(k.ip, requested));
-    if (same !== undefined) return existing(same);
+    if (same !== undefined) return await existing(same);
     if (mine.length > 0) throw duplicate(mine[0] as Known, owner.containerId);
     if (!(await tryReserve(requested))) {
       throw new AppError(
@@ -251,7 +260,7 @@ async function allocateInSet(
   }
 
   // Idempotent re-ADD (difference 1).
-  if (mine.length > 0) return existing(mine[0] as Known);
+  if (mine.length > 0) return await existing(mine[0] as Known);
 
   // Round robin after last_reserved_ip.<i>.
   const lastText = await store.lastReservedIP(i);

@@ -40,6 +40,12 @@ export interface AuditRecord {
 /** Where audit records go. `append` throws `AppError('STORE_IO')` when the record cannot be written. */
 export interface AuditSink {
   append(rec: AuditRecord): void;
+  /**
+   * Make sure the log can be written before anything is released (a lazily opened sink opens it
+   * now). Throws `AppError('STORE_IO')` when it cannot. Optional: an eagerly opened sink has
+   * nothing to do.
+   */
+  open?(): void;
   /** Flush (fsync) and close. Idempotent. */
   close(): void;
 }

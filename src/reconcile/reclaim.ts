@@ -25,6 +25,7 @@ import { indexSandboxes, type SandboxSource } from './sandboxes.ts';
 import type { PodIPSource } from './cri-source.ts';
 import type { HealHooks } from '../cni/commands.ts';
 import { formatDuration } from '../common/duration.ts';
+import { AppError } from '../common/errors.ts';
 
 /** What reclaim did and saw. `runtimeError` is set (and nothing released) when the runtime could not be asked. */
 export interface ReclaimOutcome {
@@ -66,6 +67,8 @@ export async function reclaimLocked(store: Store, conf: IPAMConfig, deps: Reclai
   const reservations = (await store.list()).map((r) => ({ network: conf.name, dir: '', ...r }));
   const p = plan({ reservations, sandboxes: index, snapshotAtMs, graceSeconds: conf.leakGracePeriodSeconds });
   const released: string[] = [];
+  // Every release is recorded: the audit log must be writable before the first one (throws).
+  if (release && p.release.length > 0) deps.audit.open?.();
   for (const e of release ? p.release : []) {
     // Store.release re-checks the owner: the list above was read under this same lock.
     if (await store.release(e.ip, e.owner)) {
@@ -116,18 +119,27 @@ export interface RecoveryOutcome {
 export async function recoverLocked(store: Store, conf: IPAMConfig, source: PodIPSource | string, audit: AuditSink, now: () => number): Promise<RecoveryOutcome> {
   if (typeof source === 'string') return { recreated: [], runtimeError: source };
   const found: Array<{ ip: string; containerId: string; rangeSetIndex: number }> = [];
+  let sandboxes;
   try {
-    for (const s of await source.list()) {
-      if (s.state !== 'ready') continue; // a NOTREADY sandbox has no pod IP to protect
-      for (const text of await source.podIPs(s.id)) {
-        const ip = parseIP(text);
-        if (ip === null) continue;
-        const i = conf.rangeSets.findIndex((rs) => rangeFor(rs, ip) >= 0);
-        if (i >= 0) found.push({ ip: formatIP(ip), containerId: s.id, rangeSetIndex: i });
-      }
-    }
+    sandboxes = await source.list();
   } catch (e) {
     return { recreated: [], runtimeError: message(e) };
+  }
+  // Every listed sandbox, in any state (a NOT READY one whose network is not torn down yet still
+  // has its address). One that cannot be looked up (being removed) is skipped, not fatal.
+  for (const sb of sandboxes) {
+    let ips: string[];
+    try {
+      ips = await source.podIPs(sb.id);
+    } catch {
+      continue;
+    }
+    for (const text of ips) {
+      const ip = parseIP(text);
+      if (ip === null) continue;
+      const i = conf.rangeSets.findIndex((rs) => rangeFor(rs, ip) >= 0);
+      if (i >= 0) found.push({ ip: formatIP(ip), containerId: sb.id, rangeSetIndex: i });
+    }
   }
   const recreated: Array<{ ip: string; containerId: string }> = [];
   for (const f of found) {
@@ -184,6 +196,19 @@ export function makeHeal(env: HealEnv): HealHooks {
           details: exhaustionDetails(conf, o, formatDuration(conf.leakGracePeriodSeconds)),
         };
       }),
-    recover: (store, conf) => withRuntime(conf, async (src, audit) => (await recoverLocked(store, conf, src, audit, env.now)).recreated.length),
+    recover: (store, conf) =>
+      withRuntime(conf, async (src, audit) => {
+        const o = await recoverLocked(store, conf, src, audit, env.now);
+        // A runtime that exists but does not answer: handing out an address now could give away a
+        // running pod's. Try again later (CNI 11) rather than allocate blind.
+        if (o.runtimeError !== null && typeof src !== 'string') {
+          throw new AppError(
+            'RUNTIME_UNAVAILABLE',
+            `the network directory ${conf.dataDir}/${conf.name} has no reservations and the runtime at ${src.endpoint} cannot be asked which pods already use its addresses: ${o.runtimeError}`,
+            { retryable: true },
+          );
+        }
+        return o.recreated.length;
+      }),
   };
 }

@@ -106,6 +106,17 @@ export interface Store {
   restore(ip: string, owner: { containerId: string; ifname: string }): Promise<boolean>;
 
   /**
+   * Replace the record of `ip` atomically with one for `owner` (and a fresh modification time)
+   * only if its current owner is `expected` (compared with `sameOwner`). Returns false when the
+   * record is absent or owned by someone else. Used by a repeated ADD: a legacy ID-only record is
+   * claimed for this ifname (so a second interface of the container gets its own address and DEL
+   * of one interface cannot free the other's), and the refreshed mtime restarts the grace period
+   * of a container whose set-up is in flight again. Throws `AppError('STORE_IO')` on I/O failure,
+   * leaving the old record in place.
+   */
+  rewrite(ip: string, expected: Owner, owner: { containerId: string; ifname: string }): Promise<boolean>;
+
+  /**
    * The last IP reserved in range set `rangeSetIndex`, or null when unknown (no record, or an
    * unreadable one: that only loses round robin once, as in host-local).
    */

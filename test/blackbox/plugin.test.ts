@@ -200,6 +200,7 @@ describe('field reports (plugin)', () => {
     assert.deepEqual(snapshotDir(dir), { '10.4.0.2': 'default-c1\r\neth0', '10.4.0.4': 'default-c9', 'last_reserved_ip.0': '10.4.0.2', lock: '' });
     assert.equal(addr('default-c1', 'eth1'), '10.4.0.3/24');
     assert.equal(addr('default-c9', 'eth0'), '10.4.0.4/24');
+    assert.equal(snapshotDir(dir)['10.4.0.4'], 'default-c9\r\neth0', 'the legacy record is claimed for eth0');
     assert.equal(run({ command: 'DEL', containerId: 'default-c1', ifname: 'eth0', stdin: conf }).exitCode, 0);
     assert.equal(existsSync(join(dir, '10.4.0.3')), true, 'DEL of eth0 keeps eth1');
     assert.equal(addr('default-c1', 'eth0'), '10.4.0.5/24');
@@ -348,6 +349,35 @@ describe('resolvConf, routes and static requests', () => {
     const r = run({ command: 'ADD', containerId: 'c1', ifname: 'eth0', args: 'IP=10.9.9.9', stdin: config(dd, v4('10.1.0.0/24')) });
     assert.deepEqual(r.json, { cniVersion: '1.0.0', code: 999, msg: 'failed to allocate all requested IPs: 10.9.9.9' });
     assert.deepEqual(Object.keys(snapshotDir(join(dd, NET))).filter((f) => /^\d/.test(f)), []);
+  });
+});
+
+describe('CHECK with prevResult', () => {
+  const prepared = () => {
+    const dd = dataDir();
+    const conf = config(dd, v4('10.1.0.0/24'), '1.0.0');
+    assert.equal(run({ command: 'ADD', containerId: 'c1', ifname: 'eth0', stdin: conf }).exitCode, 0);
+    return conf;
+  };
+  const check = (conf: object, prevResult: unknown) => run({ command: 'CHECK', containerId: 'c1', ifname: 'eth0', stdin: { ...conf, prevResult } });
+
+  it('passes when every address of ours in prevResult is reserved; ignores addresses outside our ranges', () => {
+    const conf = prepared();
+    const r = check(conf, { cniVersion: '1.0.0', ips: [{ address: '10.1.0.2/24' }, { address: '192.168.9.9/24' }] });
+    assert.deepEqual([r.exitCode, r.stdout], [0, '']);
+  });
+
+  it('fails for an address of ours that is not reserved for the container', () => {
+    const conf = prepared();
+    const r = check(conf, { cniVersion: '1.0.0', ips: [{ address: '10.1.0.5/24' }] });
+    assert.deepEqual(r.json, { cniVersion: '1.0.0', code: 999, msg: 'ipwarden: address 10.1.0.5 of container c1 is not reserved for it' });
+  });
+
+  it('reads the ip4/ip6 shape too, and refuses a malformed prevResult with code 6', () => {
+    const conf = prepared();
+    assert.equal(check(conf, { ip4: { ip: '10.1.0.5/24' } }).json?.['msg'], 'ipwarden: address 10.1.0.5 of container c1 is not reserved for it');
+    assert.deepEqual(check(conf, [1]).json, { cniVersion: '1.0.0', code: 6, msg: 'prevResult must be a JSON object' });
+    assert.deepEqual(check(conf, { ips: { address: '10.1.0.2/24' } }).json, { cniVersion: '1.0.0', code: 6, msg: 'prevResult: "ips" must be an array' });
   });
 });
 

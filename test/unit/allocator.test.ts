@@ -384,9 +384,19 @@ describe('allocate: idempotent re-ADD (deliberate difference from host-local)', 
     assert.deepEqual(await add(store, rs, 'default-c1', 'eth0'), ['10.4.0.5']);
     assert.deepEqual(store.snapshot().reservations, {
       '10.4.0.3': 'default-c1|eth1',
-      '10.4.0.4': 'default-c9',
+      '10.4.0.4': 'default-c9|eth0', // the legacy record was claimed for eth0 by the re-ADD (c)
       '10.4.0.5': 'default-c1|eth0',
     });
+  });
+
+  it('a legacy ID-only record is claimed by one interface only: the second gets its own address', async () => {
+    const store = await lockedStore();
+    store.seed('10.4.0.4', 'c9').setLastReserved(0, '10.4.0.3');
+    const rs = sets([[{ subnet: '10.4.0.0/24' }]]);
+    assert.deepEqual(await add(store, rs, 'c9', 'eth0'), ['10.4.0.4']);
+    assert.deepEqual(await add(store, rs, 'c9', 'eth1'), ['10.4.0.5']);
+    assert.deepEqual(await store.releaseByOwner('c9', 'eth1'), ['10.4.0.5']);
+    assert.deepEqual(store.snapshot().reservations, { '10.4.0.4': 'c9|eth0' }, 'DEL of eth1 leaves eth0 its address');
   });
 
   it('BR-09: repeated ADDs never create a second reservation', async () => {

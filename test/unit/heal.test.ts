@@ -9,9 +9,10 @@ import { mkdirSync, readFileSync, utimesSync, writeFileSync, existsSync } from '
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { makeHandlers } from '../../src/cni/commands.ts';
+import { AppError } from '../../src/common/errors.ts';
 import { fileDeps } from '../../src/cni/plugin.ts';
 import { pluginMain } from '../../src/cni/skel.ts';
-import { defaultAuditLogPath, openAuditLog } from '../../src/reconcile/audit.ts';
+import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../../src/reconcile/audit.ts';
 import type { PodIPSource } from '../../src/reconcile/cri-source.ts';
 import { makeHeal } from '../../src/reconcile/reclaim.ts';
 import type { SandboxState } from '../../src/reconcile/plan.ts';
@@ -30,8 +31,10 @@ const cleanups: Array<() => void> = [];
 after(() => cleanups.forEach((c) => c()));
 
 interface FakeRuntime {
-  sandboxes: Map<string, { state: SandboxState; ips: string[] }>;
+  sandboxes: Map<string, { state: SandboxState; ips: string[]; statusFails?: boolean }>;
   calls: number;
+  /** When set, ListPodSandbox fails with this message. */
+  listFails?: string;
 }
 
 function fakeSource(rt: FakeRuntime | string): () => PodIPSource | string {
@@ -42,9 +45,14 @@ function fakeSource(rt: FakeRuntime | string): () => PodIPSource | string {
           endpoint: 'unix:///fake/cri.sock',
           list: async () => {
             rt.calls++;
+            if (rt.listFails !== undefined) throw new Error(rt.listFails);
             return [...rt.sandboxes].map(([id, s]) => ({ id, state: s.state }));
           },
-          podIPs: async (id) => rt.sandboxes.get(id)?.ips ?? [],
+          podIPs: async (id) => {
+            const sb = rt.sandboxes.get(id);
+            if (sb?.statusFails === true) throw new Error(`NotFound: sandbox ${id}`);
+            return sb?.ips ?? [];
+          },
         };
 }
 
@@ -61,10 +69,10 @@ function setup(files: Record<string, string>, ipam: Record<string, unknown> = {}
   return { dataDir: t.dir, dir, conf };
 }
 
-async function invoke(rt: FakeRuntime | string, command: string, stdin: object, containerId = 'c6') {
+async function invoke(rt: FakeRuntime | string, command: string, stdin: object, containerId = 'c6', audit?: (c: { dataDir: string }) => AuditSink) {
   const deps = {
     ...fileDeps,
-    heal: makeHeal({ source: fakeSource(rt), audit: (c) => openAuditLog(defaultAuditLogPath(c.dataDir)), now: () => NOW }),
+    heal: makeHeal({ source: fakeSource(rt), audit: audit ?? ((c) => openAuditLog(defaultAuditLogPath(c.dataDir))), now: () => NOW }),
   };
   let out = '';
   const code = await pluginMain(makeHandlers(deps), {
@@ -134,6 +142,21 @@ describe('reclaim on exhaustion (BR-23 second half, BR-20)', () => {
     assert.equal(Object.keys(snapshotDir(dir)).length, 6);
   });
 
+  it('an audit log that cannot be written stops the reclaim before anything is released', async () => {
+    const { dir, conf } = setup(full);
+    const before = snapshotDir(dir);
+    const broken = (): AuditSink => ({
+      append: () => assert.fail('nothing may be released, so nothing is appended'),
+      open: () => {
+        throw new AppError('STORE_IO', 'cannot open the audit log /x/ipwarden-audit.log: EROFS');
+      },
+      close: () => undefined,
+    });
+    const r = await invoke(runtime(['c3', 'c4', 'c5']), 'ADD', conf, 'c6', broken);
+    assert.deepEqual([r.code, r.json?.['code'], r.json?.['msg']], [1, 5, 'cannot open the audit log /x/ipwarden-audit.log: EROFS']);
+    assert.deepEqual(snapshotDir(dir), before);
+  });
+
   it('when the runtime cannot be asked nothing is released and details say why', async () => {
     const { dir, conf } = setup(full);
     const before = snapshotDir(dir);
@@ -163,6 +186,34 @@ describe('recovery of a wiped data directory', () => {
     assert.equal(files['10.244.1.2'], 's-a\r\neth0');
     assert.equal(files['10.244.1.3'], 's-b\r\neth0');
     assert.equal(files['10.244.1.4'], 'new1\r\neth0');
+  });
+
+  it('a sandbox that cannot be looked up is skipped; a NOT READY sandbox that still has its IP is protected', async () => {
+    const { dir, conf } = setup({});
+    const rt: FakeRuntime = {
+      sandboxes: new Map([
+        ['s-a', { state: 'ready', ips: ['10.244.1.2'] }],
+        ['gone', { state: 'ready', ips: [], statusFails: true }],
+        ['s-nr', { state: 'notready', ips: ['10.244.1.3'] }],
+      ]),
+      calls: 0,
+    };
+    const r = await invoke(rt, 'ADD', conf, 'new1');
+    assert.deepEqual(r.json?.['ips'], [{ address: '10.244.1.4/29', gateway: '10.244.1.1' }]);
+    const files = snapshotDir(dir);
+    assert.deepEqual([files['10.244.1.2'], files['10.244.1.3']], ['s-a\r\neth0', 's-nr\r\neth0']);
+  });
+
+  it('a runtime that exists but cannot list its sandboxes: try again later (code 11), nothing handed out', async () => {
+    const { dir, conf } = setup({});
+    const r = await invoke({ sandboxes: new Map(), calls: 0, listFails: 'DEADLINE_EXCEEDED' }, 'ADD', conf, 'new1');
+    assert.equal(r.code, 1);
+    assert.equal(r.json?.['code'], 11);
+    assert.equal(
+      r.json?.['msg'],
+      `the network directory ${conf.ipam.dataDir}/kubenet has no reservations and the runtime at unix:///fake/cri.sock cannot be asked which pods already use its addresses: DEADLINE_EXCEEDED`,
+    );
+    assert.deepEqual(Object.keys(snapshotDir(dir)), []);
   });
 
   it('a directory emptied by DELs (last_reserved_ip kept) is trusted: the runtime is not asked', async () => {

@@ -176,6 +176,23 @@ export function runStoreContract(name: string, make: MakeStoreFixture): void {
         }));
     });
 
+    describe('rewrite (claim a record for an owner, fresh mtime)', () => {
+      it('claims a legacy ID-only record for one ifname; other owners and absent IPs are refused', () =>
+        withStore(make, async ({ store, plant }) => {
+          await plant('10.0.0.3', { containerId: 'c3', ifname: null });
+          await store.reserve('10.0.0.2', C2E0, 0);
+          assert.equal(await store.rewrite('10.0.0.3', { containerId: 'c3', ifname: null }, { containerId: 'c3', ifname: 'eth0' }), true);
+          assert.equal(await store.rewrite('10.0.0.2', C1E0, C1E0), false, 'owned by c2, not c1');
+          assert.equal(await store.rewrite('10.0.0.9', C1E0, C1E0), false, 'absent');
+          assert.deepEqual(owners(await store.list()), [
+            { ip: '10.0.0.2', owner: C2E0 },
+            { ip: '10.0.0.3', owner: { containerId: 'c3', ifname: 'eth0' } },
+          ]);
+          assert.deepEqual(await store.releaseByOwner('c3', 'eth1'), [], 'no longer a legacy record any ifname could release');
+          assert.equal(await store.lastReservedIP(0), '10.0.0.2');
+        }));
+    });
+
     describe('release', () => {
       it('removes the reservation when the owner is unchanged', () =>
         withStore(make, async ({ store }) => {

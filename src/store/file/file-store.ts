@@ -333,6 +333,34 @@ export class FileStore implements Store {
   }
 
   /** Re-reads `<dir>/<ip>` and unlinks it only when its owner is still `expected`. */
+  /**
+   * Atomic replace of an existing record: re-read it, and if its owner is still `expected`, write
+   * the new content to a temporary file, fsync, `rename(2)` it over the record, fsync DIR. The
+   * record is never absent or partial at any instant.
+   */
+  async rewrite(ip: string, expected: Owner, owner: { containerId: string; ifname: string }): Promise<boolean> {
+    this.#assertOpen();
+    assertIPName(ip);
+    const content = formatRecord(owner.containerId, owner.ifname);
+    const back = parseTrimmedRecord(goTrimSpace(content));
+    if (back === null || back.containerId !== goTrimSpace(owner.containerId) || back.ifname !== owner.ifname) {
+      throw new AppError('INTERNAL', `refusing to write a record that would not read back: ${JSON.stringify(content)}`);
+    }
+    const path = join(this.dir, ip);
+    const rec = this.#readRecord(path, false);
+    if (rec === null) return false;
+    if (!sameOwner(rec.trimmed === null ? null : parseTrimmedRecord(rec.trimmed), expected)) return false;
+    const tmp = this.#writeTemp(content, RESERVATION_FILE_MODE);
+    try {
+      renameSync(tmp, path);
+    } catch (e) {
+      unlinkQuietly(tmp);
+      throw ioError(`cannot rewrite ${ip} in ${this.dir}`, e);
+    }
+    this.#fsyncDirQuietly();
+    return true;
+  }
+
   async release(ip: string, expected: Owner | null): Promise<boolean> {
     this.#assertOpen();
     assertIPName(ip);
@@ -354,9 +382,9 @@ export class FileStore implements Store {
   /**
    * host-local `ReleaseByID` over the IP-named files of DIR: the files whose Go-trimmed content is
    * exactly `TrimSpace(id) + "\r\n" + ifname`; if there are none, those whose content is exactly
-   * `TrimSpace(id)` (legacy). Content comparison, as upstream: an LF-only record is listed with its
-   * owner but not released here, because upstream DEL would not release it either. Tries every
-   * matching file and then throws `AppError('STORE_IO')` if any could not be removed.
+   * `TrimSpace(id)` (legacy); plus, unlike upstream, LF-only records `id\nifname` of the same
+   * owner (they count as owned everywhere else). Tries every matching file and then throws
+   * `AppError('STORE_IO')` if any could not be removed.
    */
   async releaseByOwner(containerId: string, ifname: string): Promise<string[]> {
     this.#assertOpen();

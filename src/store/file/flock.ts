@@ -6,7 +6,27 @@
  */
 import { closeSync, constants as fsConstants, openSync } from 'node:fs';
 import { AppError, errnoCode } from '../../common/errors.ts';
-import { flockSync } from './fs-ext.ts';
+/** Signature of fs-ext's `flockSync`. */
+type FlockSync = (fd: number, flags: 'sh' | 'ex' | 'shnb' | 'exnb' | 'un') => void;
+
+let loadedFlock: FlockSync | undefined;
+
+/**
+ * The native `flockSync`, loaded on the first lock: commands that take no lock (VERSION) work even
+ * when the binding is missing, and a missing binding becomes a CNI error document instead of a
+ * crash at start-up. Throws `AppError('STORE_IO')` naming the file when it cannot be loaded (e.g.
+ * the executable was copied without `ipwarden-flock.node`).
+ */
+async function loadFlock(): Promise<FlockSync> {
+  if (loadedFlock !== undefined) return loadedFlock;
+  try {
+    loadedFlock = (await import('./fs-ext.ts')).flockSync;
+    return loadedFlock;
+  } catch (e) {
+    const why = (e instanceof Error ? e.message : String(e)).split('\n')[0];
+    throw new AppError('STORE_IO', `cannot load the flock binding (ipwarden-flock.node beside the plugin): ${why}`, { cause: e });
+  }
+}
 
 /**
  * Mode the lock file is created with when missing. go-filemutex `New` opens it with
@@ -61,6 +81,7 @@ export async function lockExclusive(
   if (!Number.isFinite(timeoutSeconds) || timeoutSeconds < 0) {
     throw new AppError('INTERNAL', `invalid lock timeout ${String(timeoutSeconds)}`);
   }
+  const flockSync = await loadFlock();
   let fd: number;
   try {
     fd = openSync(path, fsConstants.O_CREAT | fsConstants.O_RDONLY, LOCK_FILE_MODE);
@@ -71,7 +92,7 @@ export async function lockExclusive(
   let pause = LOCK_POLL_START_MS;
   try {
     for (;;) {
-      if (tryFlock(fd, path)) return makeHeld(path, fd);
+      if (tryFlock(flockSync, fd, path)) return makeHeld(flockSync, path, fd);
       const left = deadline - clock.now();
       if (left <= 0) {
         throw new AppError('STORE_LOCK_TIMEOUT', `timed out after ${timeoutSeconds}s waiting for the lock on ${path}`, {
@@ -88,7 +109,7 @@ export async function lockExclusive(
 }
 
 /** One LOCK_EX|LOCK_NB attempt: true if taken, false if busy; throws STORE_IO on anything else. */
-function tryFlock(fd: number, path: string): boolean {
+function tryFlock(flockSync: FlockSync, fd: number, path: string): boolean {
   try {
     flockSync(fd, 'exnb');
     return true;
@@ -99,7 +120,7 @@ function tryFlock(fd: number, path: string): boolean {
   }
 }
 
-function makeHeld(path: string, fd: number): HeldLock {
+function makeHeld(flockSync: FlockSync, path: string, fd: number): HeldLock {
   let open = true;
   return {
     path,

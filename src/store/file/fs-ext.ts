@@ -1,8 +1,9 @@
 /**
  * The one place the native `fs-ext` binding (npm fs-ext, `build/Release/fs_ext.node`) is loaded.
  * Node has no `flock(2)`; this binding is the maintained way to get it (ARCHITECTURE.md "The
- * on-disk contract"). Kept as a tiny module so the bundler can redirect the `.node` load when the
- * plugin is shipped as one file plus the native module beside it.
+ * on-disk contract"). The bundler redirects the `.node` load to `ipwarden-flock.node` beside the
+ * executable (scripts/build.mjs). This module is imported lazily by `flock.ts` (`loadFlock`), so
+ * the binding is loaded only when a lock is first taken.
  */
 import fsExt from 'fs-ext';
 

@@ -42,7 +42,7 @@ interface Entry {
 
 /** Number of calls per Store method (test aid). */
 export type CallCounts = Record<
-  'lock' | 'unlock' | 'list' | 'reserve' | 'restore' | 'lastReservedIP' | 'release' | 'releaseByOwner' | 'writable' | 'close',
+  'lock' | 'unlock' | 'list' | 'reserve' | 'restore' | 'rewrite' | 'lastReservedIP' | 'release' | 'releaseByOwner' | 'writable' | 'close',
   number
 >;
 
@@ -56,6 +56,7 @@ export class MemoryStore implements Store {
     list: 0,
     reserve: 0,
     restore: 0,
+    rewrite: 0,
     lastReservedIP: 0,
     release: 0,
     releaseByOwner: 0,
@@ -162,6 +163,15 @@ export class MemoryStore implements Store {
     this.calls.lastReservedIP++;
     this.#guard();
     return this.#lastReserved.get(rangeSetIndex) ?? null;
+  }
+
+  async rewrite(ip: string, expected: Owner, owner: { containerId: string; ifname: string }): Promise<boolean> {
+    this.calls.rewrite++;
+    this.#guard();
+    const e = this.#entries.get(ip);
+    if (e === undefined || !sameOwner(e.owner, expected)) return false;
+    this.#entries.set(ip, { owner: { containerId: owner.containerId.trim(), ifname: owner.ifname }, mtimeMs: this.#now() });
+    return true;
   }
 
   async release(ip: string, expected: Owner | null): Promise<boolean> {
