@@ -154,8 +154,16 @@ function atomicWrite(path: string, data: Buffer | string, mode: number): void {
   renameSync(tmp, path);
 }
 
-/** Install into `dest`; returns the plugin's path. */
-export function installCni(dest: string, nodePath: string = process.execPath): string {
+/** What {@link installCni} wrote. */
+export interface Installed {
+  /** Path of the plugin executable. */
+  readonly target: string;
+  /** Size of the embedded V8 code cache, bytes (0: it could not be made; the plugin then compiles at start-up). */
+  readonly cacheBytes: number;
+}
+
+/** Install into `dest`. */
+export function installCni(dest: string, nodePath: string = process.execPath): Installed {
   if (dest === '') throw new UsageError('install-cni: --dest DIR is required');
   const bundle = locateBundle();
   const binding = join(dirname(bundle), FLOCK_BINDING_NAME);
@@ -182,12 +190,13 @@ export function installCni(dest: string, nodePath: string = process.execPath): s
   ].join('');
   atomicWrite(target, `#!${nodePath}\n${LOADER}${payload}`, 0o755);
   selfCheck(target);
-  return target;
+  return { target, cacheBytes: cache.length };
 }
 
 /** CLI action. */
 export function run(opts: { dest?: string }, ctx: CliContext): number {
-  const target = installCni(opts.dest ?? '');
+  const { target, cacheBytes } = installCni(opts.dest ?? '');
   ctx.stdout(`installed ${target} (node ${process.execPath})\n`);
+  if (cacheBytes === 0) ctx.stderr('ipwarden: warning: no V8 code cache could be made; the plugin will compile its code at every start\n');
   return 0;
 }

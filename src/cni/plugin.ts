@@ -34,12 +34,13 @@ export const fileDeps: PluginDeps = {
 
 /**
  * Null when a CRI endpoint is configured or present (ipam `runtimeEndpoint`, then
- * CONTAINER_RUNTIME_ENDPOINT, then the default sockets), else why not.
+ * CONTAINER_RUNTIME_ENDPOINT, then the default sockets) and its socket exists, else why not.
  */
 function endpointError(configured: string | null): string | null {
   try {
-    resolveRuntimeEndpoint(configured ?? undefined, process.env);
-    return null;
+    const ep = resolveRuntimeEndpoint(configured ?? undefined, process.env);
+    // A configured socket that does not exist is no runtime to ask (doctor reports it).
+    return existsSync(ep.path) ? null : `no CRI runtime at ${ep.url}: socket does not exist`;
   } catch (e) {
     return e instanceof Error ? e.message : String(e);
   }

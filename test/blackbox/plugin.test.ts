@@ -3,10 +3,10 @@
  * spec version, asserting stdout, exit status and the raw files in the network directory.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { installedPlugin, ROOT, runCni, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
 
 const NET = 'bbnet';
@@ -349,6 +349,26 @@ describe('resolvConf, routes and static requests', () => {
     const r = run({ command: 'ADD', containerId: 'c1', ifname: 'eth0', args: 'IP=10.9.9.9', stdin: config(dd, v4('10.1.0.0/24')) });
     assert.deepEqual(r.json, { cniVersion: '1.0.0', code: 999, msg: 'failed to allocate all requested IPs: 10.9.9.9' });
     assert.deepEqual(Object.keys(snapshotDir(join(dd, NET))).filter((f) => /^\d/.test(f)), []);
+  });
+});
+
+describe('install-cni', () => {
+  it('writes one executable plus the flock binding, with a non-empty V8 code cache, and no warning', () => {
+    const dest = join(dataDir(), 'bin');
+    const r = spawnSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', dest], { encoding: 'utf8' });
+    assert.deepEqual([r.status, r.stderr], [0, '']);
+    assert.equal(r.stdout, `installed ${join(dest, 'ipwarden')} (node ${process.execPath})\n`);
+    const text = readFileSync(join(dest, 'ipwarden'), 'latin1');
+    assert.ok(text.startsWith(`#!${process.execPath}\n`));
+    const cache = text.slice(text.indexOf('\nIPWARDEN-CACHE\n') + 16, text.indexOf('\nIPWARDEN-COLD\n'));
+    assert.ok(cache.length > 10_000, `code cache of ${cache.length} base64 bytes`);
+    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node']);
+  });
+
+  it('refuses a --dest whose parent does not exist', () => {
+    const dest = join(dataDir(), 'no', 'such', 'bin');
+    const r = spawnSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', dest], { encoding: 'utf8' });
+    assert.deepEqual([r.status, r.stderr], [2, `ipwarden: install-cni: ${dirname(dest)} does not exist (--dest ${dest})\n`]);
   });
 });
 
