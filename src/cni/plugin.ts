@@ -5,8 +5,6 @@
 import { existsSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { errnoCode } from '../common/errors.ts';
-import { formatDuration } from '../common/duration.ts';
-import { exhaustionDetails } from '../reconcile/reclaim.ts';
 import { resolveRuntimeEndpoint } from '../runtime/endpoint.ts';
 import { openFileStore } from '../store/file/file-store.ts';
 import { makeHandlers, type PluginDeps } from './commands.ts';
@@ -24,6 +22,8 @@ export const fileDeps: PluginDeps = {
     reclaim: async (store, conf, release) => {
       const err = endpointError(conf.runtimeEndpoint);
       if (err === null) return (await import('../cold.ts')).criHeal(process.env).reclaim(store, conf, release);
+      // Loaded only here (exhaustion without a runtime), not on every ADD.
+      const [{ exhaustionDetails }, { formatDuration }] = await Promise.all([import('../reconcile/reclaim.ts'), import('../common/duration.ts')]);
       const outcome = { released: [], releasable: [], counts: null, runtimeError: err, endpoint: null };
       return { released: 0, reclaimable: [], details: exhaustionDetails(conf, outcome, formatDuration(conf.leakGracePeriodSeconds)) };
     },
