@@ -2,6 +2,7 @@
  * The dependencies every CLI command receives (house style 13): output streams and the
  * environment, injected so tests run commands in-process with `runMain(argv, ctx)`.
  */
+import type { UseEvidence } from '../reconcile/evidence.ts';
 import type { SandboxSourceFactory } from '../reconcile/sandboxes.ts';
 
 /** Injected CLI I/O and environment. */
@@ -19,6 +20,13 @@ export interface CliContext {
    * (`unix:///path`). Tests inject a fake; when absent the commands use the CRI client.
    */
   readonly sandboxSource?: SandboxSourceFactory;
+  /**
+   * Reads the kernel evidence (addresses configured in the node's network namespaces, CNI
+   * operations in flight; `src/node/kernel-evidence.ts` when absent). Tests inject literal values.
+   */
+  readonly evidence?: () => UseEvidence;
+  /** Socket probe for the other default runtime endpoints (`existsSync` when absent). */
+  readonly socketExists?: (path: string) => boolean;
 }
 
 /**

@@ -107,7 +107,7 @@ export function addressMap(rangeSet: RangeSet, entries: readonly PlanEntry[], ma
     const r = rangeSet[k] as RangeSet[number];
     const cell = Number(((bases[k] as bigint) + ip.value - r.rangeStart.value) / blockSize);
     (inCell[cell] as PlanEntry[]).push(e);
-    mark(cell, e.verdict);
+    mark(cell, e.verdict === 'inuse' ? 'live' : e.verdict);
   }
   const at = (off: bigint): IP => {
     let k = lens.length - 1;

@@ -21,10 +21,13 @@
  */
 import { AppError, UsageError } from '../common/errors.ts';
 import { parseDuration } from '../common/duration.ts';
-import { resolveRuntimeEndpoint } from '../runtime/endpoint.ts';
+import { existsSync } from 'node:fs';
+import { DEFAULT_RUNTIME_ENDPOINTS, resolveRuntimeEndpoint } from '../runtime/endpoint.ts';
+import type { UseEvidence } from '../reconcile/evidence.ts';
+import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import { readCniConfigs } from '../node/cni-conf.ts';
 import { openFileStore } from '../store/file/file-store.ts';
-import { applyPlan, reReserve, type ApplyResult, type SkippedRelease } from '../reconcile/apply.ts';
+import { applyPlan, reReserve, restampFuture, type ApplyResult, type SkippedRelease } from '../reconcile/apply.ts';
 import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../reconcile/audit.ts';
 import { discoverNetworks, namedNetwork, readReservations, type NetworkDir } from '../reconcile/networks.ts';
 import {
@@ -38,7 +41,7 @@ import {
   type SandboxIndex,
   type Verdict,
 } from '../reconcile/plan.ts';
-import { indexSandboxes, type SandboxSource, type SandboxSourceFactory } from '../reconcile/sandboxes.ts';
+import { indexSandboxes, isSandboxNotFound, type SandboxSource, type SandboxSourceFactory } from '../reconcile/sandboxes.ts';
 import { checkPodIPs, withheldKey, type NetworkRanges, type PodIPAction, type PodIPFinding, type SandboxPodIPs } from '../reconcile/unreserved.ts';
 import type { CliContext } from './context.ts';
 import { cell, formatAge, renderTable, shortId } from './format.ts';
@@ -69,6 +72,19 @@ export interface ReconcileCommandOptions {
   dryRun?: boolean;
   /** gc only: audit log path (default `<dataDir>/ipwarden-audit.log`). */
   auditLog?: string;
+}
+
+/**
+ * `kernel` of the JSON report: whether the kernel evidence (addresses configured in the node's
+ * network namespaces, CNI operations in flight) was read completely. When it was not, nothing is
+ * released (verdict `unknown`) and `incomplete` says why.
+ */
+export interface KernelJson {
+  complete: boolean;
+  /** Why not complete (not root, no host PID namespace, …), or null. */
+  incomplete: string | null;
+  /** Distinct addresses seen configured. */
+  addresses: number;
 }
 
 /** `runtime` of the JSON report. `error` is present only when the runtime could not be asked. */
@@ -113,6 +129,7 @@ export interface UnreservedJson {
 /** The `--json` document of `leaks` and `gc` (docs/cli.md). */
 export interface ReportJson {
   runtime: RuntimeJson;
+  kernel: KernelJson;
   networks: Array<{ name: string; dir: string; reservations: ReservationJson[] }>;
   released: ReleasedJson[];
   /** Present only when the pod IPs of the live sandboxes were checked (see {@link PodIPRun}). */
@@ -140,6 +157,8 @@ export interface ReconcileFeatures {
 /** What a run found and did, before formatting. `V` as in {@link Plan}. */
 export interface ReconcileRun<V extends AnyVerdict = AnyVerdict> {
   readonly runtime: RuntimeJson;
+  /** The kernel evidence the plan was made with. */
+  readonly evidence: UseEvidence;
   readonly networks: readonly NetworkDir[];
   /**
    * The plan; `release` excludes the reservations withheld because a live sandbox uses their
@@ -154,6 +173,11 @@ export interface ReconcileRun<V extends AnyVerdict = AnyVerdict> {
   readonly withheld: readonly SkippedRelease[];
   /** Diagnostics for stderr (one line each, without the `ipwarden: ` prefix). */
   readonly warnings: readonly string[];
+  /**
+   * Problems that make the exit status 1 although the run completed (a failed PodSandboxStatus,
+   * releases withheld for lack of evidence); also printed on stderr.
+   */
+  readonly failures: readonly string[];
 }
 
 /** The CRI-backed sandbox source (the CRI client is loaded only when no fake is injected). */
@@ -206,6 +230,8 @@ interface Snapshot {
   snapshotAtMs: number;
   /** null when not checked. */
   podIPs: SandboxPodIPs[] | null;
+  /** READY sandboxes whose pod IPs could not be read (their addresses are not known). */
+  podIPFailures: string[];
   warnings: string[];
 }
 
@@ -234,15 +260,23 @@ async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) 
 
 /**
  * The pod IPs of the READY sandboxes, {@link POD_IP_CONCURRENCY} PodSandboxStatus calls at a
- * time. A sandbox the runtime cannot answer for (removed since the list, say) is skipped with a
- * warning: its addresses are not checked, and nothing is done for them.
+ * time. A sandbox the runtime says is gone (NOT_FOUND) is skipped with a warning; any other
+ * failure is recorded in `failures` (issue 7: never silently; the run exits 1, and without
+ * complete kernel evidence nothing is released).
  */
-async function readyPodIPs(podIPs: (id: string) => Promise<string[]>, ids: readonly string[], warnings: string[]): Promise<SandboxPodIPs[]> {
+async function readyPodIPs(
+  podIPs: (id: string) => Promise<string[]>,
+  ids: readonly string[],
+  failures: string[],
+  warnings: string[],
+): Promise<SandboxPodIPs[]> {
   const got = await mapLimit(ids, POD_IP_CONCURRENCY, async (id): Promise<SandboxPodIPs | null> => {
     try {
       return { sandbox: id, ips: await podIPs(id) };
     } catch (e) {
-      warnings.push(`pod IPs of sandbox ${id} not checked: ${describe(e)}`);
+      // Removed since the list: it uses no address any more.
+      if (isSandboxNotFound(e)) warnings.push(`pod IPs of sandbox ${id} not checked: ${describe(e)}`);
+      else failures.push(`pod IPs of ready sandbox ${id} could not be read: ${describe(e)}`);
       return null;
     }
   });
@@ -255,6 +289,8 @@ async function readyPodIPs(podIPs: (id: string) => Promise<string[]>, ids: reado
  */
 async function snapshot(opts: ReconcileCommandOptions, ctx: CliContext, withPodIPs: boolean): Promise<Snapshot> {
   let endpoint: string;
+  // Taken from the crictl defaults rather than a flag or CONTAINER_RUNTIME_ENDPOINT: say when another default answers too.
+  const guessed = (opts.runtimeEndpoint ?? '') === '' && (ctx.env['CONTAINER_RUNTIME_ENDPOINT'] ?? '') === '';
   try {
     endpoint = resolveRuntimeEndpoint(opts.runtimeEndpoint, ctx.env).url;
   } catch (e) {
@@ -264,6 +300,7 @@ async function snapshot(opts: ReconcileCommandOptions, ctx: CliContext, withPodI
       sandboxes: null,
       snapshotAtMs: ctx.now(),
       podIPs: null,
+      podIPFailures: [],
       warnings: [],
     };
   }
@@ -275,15 +312,17 @@ async function snapshot(opts: ReconcileCommandOptions, ctx: CliContext, withPodI
     source = (ctx.sandboxSource ?? criSandboxSource)(endpoint);
     const list = await source.list();
     const warnings: string[] = [];
+    const podIPFailures: string[] = [];
     let podIPs: SandboxPodIPs[] | null = null;
     const src = source;
     if (withPodIPs && src.podIPs !== undefined) {
       const ready = list.filter((s) => s.state === 'ready').map((s) => s.id);
-      podIPs = await readyPodIPs((id) => (src.podIPs as (id: string) => Promise<string[]>).call(src, id), ready, warnings);
+      podIPs = await readyPodIPs((id) => (src.podIPs as (id: string) => Promise<string[]>).call(src, id), ready, podIPFailures, warnings);
     }
-    return { runtime: { endpoint: source.endpoint, sandboxes: list.length }, sandboxes: indexSandboxes(list), snapshotAtMs, podIPs, warnings };
+    if (guessed) warnings.push(...(await otherRuntimes(endpoint, ctx)));
+    return { runtime: { endpoint: source.endpoint, sandboxes: list.length }, sandboxes: indexSandboxes(list), snapshotAtMs, podIPs, podIPFailures, warnings };
   } catch (e) {
-    return { runtime: { endpoint, sandboxes: null, error: describe(e) }, sandboxes: null, snapshotAtMs, podIPs: null, warnings: [] };
+    return { runtime: { endpoint, sandboxes: null, error: describe(e) }, sandboxes: null, snapshotAtMs, podIPs: null, podIPFailures: [], warnings: [] };
   } finally {
     try {
       await source?.close?.();
@@ -291,6 +330,34 @@ async function snapshot(opts: ReconcileCommandOptions, ctx: CliContext, withPodI
       // the list is already in hand
     }
   }
+}
+
+/**
+ * Warnings for the other default sockets (crictl's list) that also answer as a CRI runtime, when
+ * the endpoint was taken from the defaults: the operator must choose (issue 7, case 1: an idle
+ * containerd beside CRI-O lists none of the pods).
+ */
+async function otherRuntimes(chosen: string, ctx: CliContext): Promise<string[]> {
+  const exists = ctx.socketExists ?? existsSync;
+  const out: string[] = [];
+  for (const path of DEFAULT_RUNTIME_ENDPOINTS) {
+    const url = `unix://${path}`;
+    if (url === chosen || !exists(path)) continue;
+    const src = (ctx.sandboxSource ?? criSandboxSource)(url);
+    try {
+      const n = (await src.list()).length;
+      out.push(`more than one CRI runtime answers: ${chosen} (asked) and ${url} (${n} sandbox${n === 1 ? '' : 'es'}); pass --runtime-endpoint to choose`);
+    } catch {
+      // not a runtime: nothing to say
+    } finally {
+      try {
+        await src.close?.();
+      } catch {
+        // the answer is in hand
+      }
+    }
+  }
+  return out;
 }
 
 /**
@@ -351,9 +418,13 @@ export async function reconcile(
   const openStore = (network: string) => openFileStore({ dataDir, network });
 
   const snap = await snapshot(opts, ctx, features.podIPs === true); // first the runtime...
+  const readEvidence = ctx.evidence ?? (() => readKernelEvidence());
+  const evidence = readEvidence(); // ...and the kernel...
   const reservations = await readReservations(networks, openStore); // ...then the locks
-  const full = plan({ reservations, sandboxes: snap.sandboxes, snapshotAtMs: snap.snapshotAtMs, graceSeconds, policy });
+  const full = plan({ reservations, sandboxes: snap.sandboxes, snapshotAtMs: snap.snapshotAtMs, graceSeconds, policy, evidence });
   const warnings = [...snap.warnings];
+  const failures = [...snap.podIPFailures];
+  if (evidence.incomplete !== null) warnings.push(`kernel evidence incomplete (${evidence.incomplete}): nothing is released`);
 
   // BR-13: the addresses of live sandboxes against the reservations (pure, after the reads).
   let p: Plan<AnyVerdict> = full;
@@ -383,18 +454,27 @@ export async function reconcile(
       p = { ...full, release, keep };
     }
   }
+  // A ready sandbox whose addresses are unknown: only complete kernel evidence covers them.
+  if (snap.podIPFailures.length > 0 && evidence.incomplete !== null && p.release.length > 0) {
+    for (const e of p.release) withheld.push({ entry: e, why: 'the pod IPs of a ready sandbox could not be read and the kernel evidence is incomplete' });
+    p = { ...p, release: [], keep: [...p.keep, ...p.release] };
+  }
 
   let applied: ApplyResult | null = null;
   if (mode === 'gc' && opts.dryRun !== true) {
     const toReserve = findings.some((f) => f.action === 'reported' && f.network !== null);
-    if (p.release.length === 0 && !toReserve) applied = { released: [], skipped: [], errors: [] };
+    // Time: files stamped in the future get their grace period from now (docs/reconciler.md "Time").
+    const restampErrors = (await restampFuture(p, { openStore })).map((e) => ({ ...e }));
+    if (p.release.length === 0 && !toReserve) applied = { released: [], skipped: [], errors: restampErrors };
     else {
       const audit: AuditSink = openAuditLog(opts.auditLog ?? defaultAuditLogPath(dataDir));
+      const applyOpts = { openStore, audit, now: () => ctx.now(), evidence: readEvidence };
       try {
-        const a = await applyPlan(p, { openStore, audit, now: () => ctx.now() });
+        const a0 = await applyPlan(p, applyOpts);
+        const a = restampErrors.length === 0 ? a0 : { ...a0, errors: [...restampErrors, ...a0.errors] };
         // An audit log that broke while releasing stops everything (every change is recorded).
         if (toReserve && a.auditBroken !== true) {
-          const r = await reReserve(findings, { openStore, audit, now: () => ctx.now() });
+          const r = await reReserve(findings, applyOpts);
           findings = r.findings;
           applied = { released: a.released, skipped: a.skipped, errors: [...a.errors, ...r.errors] };
         } else applied = a;
@@ -404,7 +484,7 @@ export async function reconcile(
     }
   }
   const podIPs = snap.podIPs === null ? null : { readySandboxes: snap.podIPs.length, findings };
-  return { runtime: snap.runtime, networks, plan: p, applied, podIPs, withheld, warnings };
+  return { runtime: snap.runtime, evidence, networks, plan: p, applied, podIPs, withheld, warnings, failures };
 }
 
 /** The `--json` document of a run. */
@@ -423,6 +503,7 @@ export function toJson(run: ReconcileRun): ReportJson {
   }
   const doc: ReportJson = {
     runtime: run.runtime,
+    kernel: { complete: run.evidence.incomplete === null, incomplete: run.evidence.incomplete, addresses: run.evidence.addresses.size },
     networks: run.networks.map((n) => ({ name: n.name, dir: n.dir, reservations: byNetwork.get(n.name) ?? [] })),
     released: (run.applied?.released ?? []).map((e) => ({
       network: e.network,
@@ -448,11 +529,12 @@ export function toJson(run: ReconcileRun): ReportJson {
 
 /**
  * The summary line: `3 reservations: 1 live, 0 grace, 2 leaked, 0 corrupt` (+ `, N notready`
- * under policy reclaim-notready, + `, N unknown` when the runtime could not be asked).
+ * under policy reclaim-notready, + `, N inuse` when the kernel kept some, + `, N unknown` when the
+ * runtime could not be asked or the kernel evidence was incomplete).
  */
 export function summaryLine(p: Plan<AnyVerdict>): string {
   const shown = (v: AnyVerdict): boolean =>
-    v === 'unknown' ? p.counts.unknown > 0 : v === 'notready' ? p.policy === 'reclaim-notready' || p.counts.notready > 0 : true;
+    v === 'unknown' || v === 'inuse' ? p.counts[v] > 0 : v === 'notready' ? p.policy === 'reclaim-notready' || p.counts.notready > 0 : true;
   const parts = VERDICTS.filter(shown).map((v) => `${p.counts[v]} ${v}`);
   const n = p.counts.allocated;
   return `${n} reservation${n === 1 ? '' : 's'}: ${parts.join(', ')}`;
@@ -520,6 +602,10 @@ export function report(mode: 'leaks' | 'gc', opts: ReconcileCommandOptions, run:
   if (mode === 'gc') for (const s of run.withheld) ctx.stderr(`ipwarden: kept ${s.entry.network} ${s.entry.ip}: ${s.why}\n`);
   for (const s of run.applied?.skipped ?? []) ctx.stderr(`ipwarden: kept ${s.entry.network} ${s.entry.ip}: ${s.why}\n`);
   for (const w of run.warnings) ctx.stderr(`ipwarden: ${w}\n`);
+  for (const f of run.failures) {
+    ctx.stderr(`ipwarden: ${f}\n`);
+    code = 1;
+  }
   if (mode === 'gc') {
     for (const f of run.podIPs?.findings ?? []) {
       if (f.action !== 'conflict') continue;

@@ -201,7 +201,8 @@ function count(entries: readonly PlanEntry[]): VerdictCounts {
   const c = emptyCounts();
   for (const e of entries) {
     c.reserved++;
-    c[e.verdict]++;
+    // A reservation the kernel says is in use counts as live (docs/cli.md "status").
+    c[e.verdict === 'inuse' ? 'live' : e.verdict]++;
   }
   return c;
 }

@@ -48,13 +48,14 @@ export interface ReclaimSummary {
 export interface HealHooks {
   /**
    * A range set is exhausted: release leaked reservations (only count them when `release` is
-   * false). Resolves to the number released and the `details` breakdown to attach if the ADD
-   * still fails.
+   * false). With `only`, consider just those IPs (static requests held by a leak). Resolves to the
+   * number released and the `details` breakdown to attach if the ADD still fails.
    */
-  reclaim(store: Store, conf: IPAMConfig, release: boolean): Promise<ReclaimSummary>;
+  reclaim(store: Store, conf: IPAMConfig, release: boolean, only?: readonly string[]): Promise<ReclaimSummary>;
   /**
-   * The network holds no reservation: recreate those of running sandboxes whose pod IPs lie in
-   * its ranges. Resolves to the number recreated.
+   * The network holds no reservation (or a recovery was begun and not finished): recreate those
+   * of running pods whose addresses lie in its ranges. Resolves to the number recreated; throws
+   * a retryable `AppError` (CNI 11) when it cannot tell.
    */
   recover(store: Store, conf: IPAMConfig): Promise<number>;
 }
@@ -113,13 +114,27 @@ async function cmdAdd(deps: PluginDeps, a: CmdArgs): Promise<IPAMResult> {
     // directory (a reboot on tmpfs, `rm -r`), possibly under running pods: recreate their
     // reservations before handing out anything (issue 4). A directory merely emptied by DELs
     // keeps its last_reserved_ip files and is trusted, so ADD/DEL churn never asks the runtime.
-    if (listed.length === 0 && deps.heal !== undefined && (await hasNoRoundRobinState(s, conf)) && (await deps.heal.recover(s, conf)) > 0) {
+    // A recovery that was killed midway left its mark: it is resumed, never taken as done (issue 7).
+    if (
+      deps.heal !== undefined &&
+      ((listed.length === 0 && (await hasNoRoundRobinState(s, conf))) || (await s.recoveryPending())) &&
+      (await deps.heal.recover(s, conf)) > 0
+    ) {
       listed = await s.list({ mtime: false });
     }
     try {
       return await allocate(s, req, listed);
     } catch (e) {
-      if (!(e instanceof RangeExhaustedError) || deps.heal === undefined) throw e;
+      if (deps.heal === undefined) throw e;
+      // A static request (IP=, args.cni.ips, runtimeConfig.ips) whose address a leak holds: the
+      // same rules as exhaustion decide, for those addresses only (issue 7).
+      const held = e instanceof AppError && e.code === 'IPAM_REQUESTED_IP_UNAVAILABLE' ? heldByOthers(conf, listed, a.containerId, a.ifname) : [];
+      if (held.length > 0) {
+        const r = await deps.heal.reclaim(s, conf, conf.reclaimOnExhaustion, held);
+        if (r.released === 0) throw withDetails(e as AppError, (e as AppError).details, r.details);
+        return await allocate(s, req);
+      }
+      if (!(e instanceof RangeExhaustedError)) throw e;
       const r = await deps.heal.reclaim(s, conf, conf.reclaimOnExhaustion);
       if (r.released === 0) throw withDetails(e, e.details, r.details);
       try {
@@ -139,6 +154,12 @@ async function cmdAdd(deps: PluginDeps, a: CmdArgs): Promise<IPAMResult> {
     routes: conf.routes,
     dns,
   };
+}
+
+/** The requested IPs of `conf` that a reservation of another owner holds (canonical text). */
+function heldByOthers(conf: IPAMConfig, listed: readonly { ip: string; owner: Owner | null }[], containerId: string, ifname: string): string[] {
+  const wanted = new Set(conf.requestedIPs.map(formatIP));
+  return listed.filter((r) => wanted.has(r.ip) && !ownerMatches(r.owner, containerId, ifname)).map((r) => r.ip);
 }
 
 async function hasNoRoundRobinState(s: Store, conf: IPAMConfig): Promise<boolean> {

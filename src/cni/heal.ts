@@ -1,33 +1,112 @@
 /**
- * The plugin's self-healing hooks over CRI (issue 4): reclaim on exhaustion and recovery of a
- * wiped data directory ({@link makeHeal} in src/reconcile/reclaim.ts does the work). Loaded
- * lazily, in the cold part of the bundle, only when a hook fires and a runtime endpoint exists,
- * so ADD and DEL on a healthy network never evaluate the gRPC client.
+ * The plugin's self-healing hooks over CRI and the kernel (issues 4 and 7): reclaim on
+ * exhaustion, reclaim of a statically requested address a leak holds, and recovery of a wiped
+ * data directory ({@link makeHeal} in src/reconcile/reclaim.ts does the work). Loaded lazily, in
+ * the cold part of the bundle, only when a hook fires, so ADD and DEL on a healthy network never
+ * evaluate the gRPC client or read `/proc`.
  *
- * Runtime endpoint: ipam `runtimeEndpoint`, else `CONTAINER_RUNTIME_ENDPOINT`, else the first
- * existing default socket (`/run/containerd/containerd.sock`, `/var/run/crio/crio.sock`). Each
- * CRI call gets a short deadline ({@link PLUGIN_CRI_TIMEOUT_SECONDS}) because the runtime is
- * waiting on this very ADD. The audit log is `<dataDir>/ipwarden-audit.log`, opened on first use.
+ * Which runtime is asked ({@link pluginRuntimeSource}): the ipam key `runtimeEndpoint`, else
+ * `CONTAINER_RUNTIME_ENDPOINT`, else **the runtime that ran this plugin**, identified from the
+ * process ancestry (the first ancestor below pid 1 that listens on unix sockets: containerd,
+ * CRI-O, k3s's containerd…); when it listens on several, the one that answers as a CRI runtime.
+ * No default socket is guessed: on a node whose pods run under CRI-O or k3s, a stock idle
+ * containerd at `/run/containerd/containerd.sock` lists none of them (issue 7, case 1). When the
+ * runtime cannot be identified the plugin does what host-local does (no reclaim) and says why.
+ * The kernel evidence is read from `/proc` and the pinned namespaces
+ * (`src/node/kernel-evidence.ts`). Each CRI call gets a short deadline
+ * ({@link PLUGIN_CRI_TIMEOUT_SECONDS}) and all of them one overall deadline (reclaim.ts). The
+ * audit log is `<dataDir>/ipwarden-audit.log`, opened on first use.
  */
+import { existsSync } from 'node:fs';
+import { identifyRuntime, type RuntimeIdentity } from '../node/runtime-identity.ts';
+import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../reconcile/audit.ts';
-import { criSandboxSource } from '../reconcile/cri-source.ts';
+import { criSandboxSource, type PodIPSource } from '../reconcile/cri-source.ts';
 import { makeHeal } from '../reconcile/reclaim.ts';
-import { resolveRuntimeEndpoint } from '../runtime/endpoint.ts';
+import type { UseEvidence } from '../reconcile/evidence.ts';
+import { CriClient } from '../runtime/cri-client.ts';
+import { parseRuntimeEndpoint } from '../runtime/endpoint.ts';
+import type { IPAMConfig } from '../ipam/types.ts';
 import type { HealHooks } from './commands.ts';
 
 /** Deadline of each CRI call made from inside ADD, seconds. */
 export const PLUGIN_CRI_TIMEOUT_SECONDS = 5;
 
-/** Build the CRI-backed hooks. `env` supplies CONTAINER_RUNTIME_ENDPOINT; `now` is ms since the epoch. */
-export function criHeal(env: Readonly<Record<string, string | undefined>>, now: () => number = Date.now): HealHooks {
+/** Deadline of the probe of each candidate socket when the runtime listens on several, seconds. */
+export const PROBE_TIMEOUT_SECONDS = 2;
+
+/** Injected parts of {@link pluginRuntimeSource} (tests replace the ancestry and the probe). */
+export interface RuntimeChoiceDeps {
+  readonly env: Readonly<Record<string, string | undefined>>;
+  identify(): RuntimeIdentity;
+  /** True when `url` answers as a CRI runtime. */
+  probe(url: string): Promise<boolean>;
+  exists(path: string): boolean;
+}
+
+const realChoice = (env: Readonly<Record<string, string | undefined>>): RuntimeChoiceDeps => ({
+  env,
+  identify: () => identifyRuntime(),
+  probe: async (url) => {
+    try {
+      await (await CriClient.connect(url, { timeoutSeconds: PROBE_TIMEOUT_SECONDS })).close();
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  exists: existsSync,
+});
+
+/**
+ * The runtime to ask for `conf` as an endpoint URL, or why there is none (a sentence for the
+ * error's details). See the module comment for the order. A configured socket that does not
+ * exist is no runtime (doctor reports it). Never throws.
+ */
+export async function choosePluginEndpoint(conf: IPAMConfig, deps: RuntimeChoiceDeps): Promise<{ url: string } | { none: string }> {
+  const configured = conf.runtimeEndpoint ?? (deps.env['CONTAINER_RUNTIME_ENDPOINT'] || null);
+  if (configured !== null) {
+    let ep;
+    try {
+      ep = parseRuntimeEndpoint(configured);
+    } catch (e) {
+      return { none: e instanceof Error ? e.message : String(e) };
+    }
+    return deps.exists(ep.path) ? { url: ep.url } : { none: `no CRI runtime at ${ep.url}: socket does not exist` };
+  }
+  const id = deps.identify();
+  const who = id.ancestor === null ? '' : ` (${id.ancestor.comm}, pid ${id.ancestor.pid})`;
+  if (id.candidates.length === 0) {
+    return { none: `no runtimeEndpoint is configured and the runtime that ran this plugin could not be identified: ${id.reason}; nothing is reclaimed, as with host-local` };
+  }
+  if (id.candidates.length === 1) return { url: `unix://${id.candidates[0] as string}` };
+  const answering: string[] = [];
+  for (const path of id.candidates) if (await deps.probe(`unix://${path}`)) answering.push(path);
+  if (answering.length === 1) return { url: `unix://${answering[0] as string}` };
+  return {
+    none: `no runtimeEndpoint is configured and the runtime that ran this plugin${who} ${
+      answering.length === 0 ? `answers as CRI on none of its sockets ${id.candidates.join(', ')}` : `answers as CRI on several sockets (${answering.join(', ')})`
+    }: set the ipam key "runtimeEndpoint"; nothing is reclaimed, as with host-local`,
+  };
+}
+
+/** The CRI source for `conf` (see {@link choosePluginEndpoint}), or why there is none. */
+export async function pluginRuntimeSource(conf: IPAMConfig, deps: RuntimeChoiceDeps): Promise<PodIPSource | string> {
+  const c = await choosePluginEndpoint(conf, deps);
+  return 'none' in c ? c.none : criSandboxSource(c.url, PLUGIN_CRI_TIMEOUT_SECONDS);
+}
+
+/**
+ * Build the CRI- and kernel-backed hooks. `env` supplies CONTAINER_RUNTIME_ENDPOINT; `now` is ms
+ * since the epoch; `evidence` reads the kernel (injected by tests).
+ */
+export function criHeal(
+  env: Readonly<Record<string, string | undefined>>,
+  now: () => number = Date.now,
+  evidence: () => UseEvidence = () => readKernelEvidence(),
+): HealHooks {
   return makeHeal({
-    source: (conf) => {
-      try {
-        return criSandboxSource(resolveRuntimeEndpoint(conf.runtimeEndpoint ?? undefined, env as NodeJS.ProcessEnv).url, PLUGIN_CRI_TIMEOUT_SECONDS);
-      } catch (e) {
-        return e instanceof Error ? e.message : String(e);
-      }
-    },
+    source: (conf) => pluginRuntimeSource(conf, realChoice(env)),
     audit: (conf): AuditSink => {
       let sink: AuditSink | null = null;
       const get = (): AuditSink => (sink ??= openAuditLog(defaultAuditLogPath(conf.dataDir)));
@@ -38,5 +117,6 @@ export function criHeal(env: Readonly<Record<string, string | undefined>>, now: 
       };
     },
     now,
+    evidence,
   });
 }

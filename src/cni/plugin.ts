@@ -5,7 +5,6 @@
 import { existsSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { errnoCode } from '../common/errors.ts';
-import { resolveRuntimeEndpoint } from '../runtime/endpoint.ts';
 import { openFileStore } from '../store/file/file-store.ts';
 import { makeHandlers, type PluginDeps } from './commands.ts';
 import { pluginMain, type PluginIO } from './skel.ts';
@@ -16,35 +15,14 @@ export const fileDeps: PluginDeps = {
     // DEL/GC/CHECK on a network that has no directory have nothing to do: create nothing.
     !create && !existsSync(join(dataDir, network)) ? null : openFileStore({ dataDir, network }),
   readTextFile: (path) => readFileSync(path, 'utf8'),
-  // Self-healing over CRI; the gRPC client (in the cold part) is loaded only when a hook fires.
-  // Without a runtime endpoint there is nothing to ask, so the gRPC client is not even loaded.
+  // Self-healing over CRI and the kernel; the gRPC client and the /proc readers (in the cold part)
+  // are loaded only when a hook fires: a full range set, a static request a leak holds, or a
+  // network with no reservation and no round-robin state.
   heal: {
-    reclaim: async (store, conf, release) => {
-      const err = endpointError(conf.runtimeEndpoint);
-      if (err === null) return (await import('../cold.ts')).criHeal(process.env).reclaim(store, conf, release);
-      // Loaded only here (exhaustion without a runtime), not on every ADD.
-      const [{ exhaustionDetails }, { formatDuration }] = await Promise.all([import('../reconcile/reclaim.ts'), import('../common/duration.ts')]);
-      const outcome = { released: [], releasable: [], counts: null, runtimeError: err, endpoint: null };
-      return { released: 0, reclaimable: [], details: exhaustionDetails(conf, outcome, formatDuration(conf.leakGracePeriodSeconds)) };
-    },
-    recover: async (store, conf) =>
-      endpointError(conf.runtimeEndpoint) === null ? (await import('../cold.ts')).criHeal(process.env).recover(store, conf) : 0,
+    reclaim: async (store, conf, release, only) => (await import('../cold.ts')).criHeal(process.env).reclaim(store, conf, release, only),
+    recover: async (store, conf) => (await import('../cold.ts')).criHeal(process.env).recover(store, conf),
   },
 };
-
-/**
- * Null when a CRI endpoint is configured or present (ipam `runtimeEndpoint`, then
- * CONTAINER_RUNTIME_ENDPOINT, then the default sockets) and its socket exists, else why not.
- */
-function endpointError(configured: string | null): string | null {
-  try {
-    const ep = resolveRuntimeEndpoint(configured ?? undefined, process.env);
-    // A configured socket that does not exist is no runtime to ask (doctor reports it).
-    return existsSync(ep.path) ? null : `no CRI runtime at ${ep.url}: socket does not exist`;
-  } catch (e) {
-    return e instanceof Error ? e.message : String(e);
-  }
-}
 
 /**
  * Read fd 0 to its end with plain read(2) calls. Cheaper than `process.stdin`, whose stream set-up

@@ -18,8 +18,9 @@
 import { AppError } from '../common/errors.ts';
 import { sameOwner, type Reservation, type Store } from '../store/store.ts';
 import type { AuditRecord, AuditSink } from './audit.ts';
+import type { UseEvidence } from './evidence.ts';
 import { DEFAULT_LOCK_TIMEOUT_SECONDS, type StoreOpener } from './networks.ts';
-import { classify, isReleasable, type AnyVerdict, type Plan, type PlanEntry } from './plan.ts';
+import { classify, isReleasable, isStampedInFuture, type AnyVerdict, type Plan, type PlanEntry } from './plan.ts';
 import { podIPMessage, type PodIPFinding } from './unreserved.ts';
 
 /** Options of {@link applyPlan}. */
@@ -32,6 +33,11 @@ export interface ApplyOptions {
   readonly now: () => number;
   /** Seconds to wait for each network's lock (default {@link DEFAULT_LOCK_TIMEOUT_SECONDS}). */
   readonly lockTimeoutSeconds?: number;
+  /**
+   * Reads the kernel evidence again, under each network's lock, before its releases are
+   * re-classified (`src/node/kernel-evidence.ts` in production; tests pass a constant).
+   */
+  readonly evidence: () => UseEvidence;
 }
 
 /** A planned release that was not done, and why (a short sentence). */
@@ -119,6 +125,8 @@ export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promis
     await withNetworkLock(network, opts, errors, async (store) => {
       const current = new Map<string, Reservation>();
       for (const r of await store.list()) current.set(r.ip, r);
+      // The kernel is asked again under this lock: an address configured since the plan protects its file.
+      const evidence = opts.evidence();
       for (const entry of planned) {
         if (auditBroken) {
           skipped.push({ entry, why: SKIP_REASONS.auditBroken });
@@ -133,13 +141,7 @@ export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promis
           skipped.push({ entry, why: SKIP_REASONS.ownerChanged });
           continue;
         }
-        const fresh = classify(
-          { network, dir: entry.dir, ip: cur.ip, owner: cur.owner, mtimeMs: cur.mtimeMs },
-          p.sandboxes,
-          p.snapshotAtMs,
-          p.graceSeconds,
-          p.policy,
-        );
+        const fresh = classify({ network, dir: entry.dir, ip: cur.ip, owner: cur.owner, mtimeMs: cur.mtimeMs }, { ...p, evidence });
         if (!isReleasable(fresh.verdict)) {
           skipped.push({ entry, why: `now ${fresh.verdict}: ${fresh.reason}` });
           continue;
@@ -166,6 +168,30 @@ export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promis
     });
   }
   return { released, skipped, errors, auditBroken };
+}
+
+/**
+ * Restamp (`Store.touch`, under each network's lock) every entry of `p` whose file is stamped in
+ * the future after a backward clock step, if its owner is unchanged: its grace period then runs
+ * from now instead of for as long as the step (docs/reconciler.md "Time"). Returns the failures
+ * (never throws).
+ */
+export async function restampFuture(p: Plan<AnyVerdict>, opts: Pick<ApplyOptions, 'openStore' | 'lockTimeoutSeconds'>): Promise<ApplyError[]> {
+  const errors: ApplyError[] = [];
+  const byNetwork = new Map<string, PlanEntry<AnyVerdict>[]>();
+  for (const e of p.entries) {
+    if (!isStampedInFuture(e.mtimeMs, p.snapshotAtMs)) continue;
+    const list = byNetwork.get(e.network);
+    if (list === undefined) byNetwork.set(e.network, [e]);
+    else list.push(e);
+  }
+  const full: ApplyOptions = { ...opts, audit: { append: () => undefined, close: () => undefined }, now: Date.now, evidence: () => p.evidence };
+  for (const [network, entries] of byNetwork) {
+    await withNetworkLock(network, full, errors, async (store) => {
+      for (const e of entries) await store.touch(e.ip, e.owner);
+    });
+  }
+  return errors;
 }
 
 /** What {@link reReserve} did. */

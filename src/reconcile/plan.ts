@@ -21,9 +21,21 @@
  * - corrupt: the record is empty or unparseable (`owner === null`). Released whatever its age:
  *   every writer holds the network lock while writing, and apply re-reads under that lock.
  * - unknown: the runtime could not be asked (`sandboxes === null`); kept. Only corrupt records
- *   are released then.
+ *   are released then. Also the verdict of every would-be release when the kernel evidence is
+ *   incomplete (issue 7: an address in a namespace we could not see may be in use).
+ * - inuse: a would-be release (leaked, corrupt, notready) whose address is configured on an
+ *   interface in some network namespace of the node, or whose container has a CNI operation
+ *   running right now (kernel evidence, `evidence.ts`). Kept, whatever the runtime and the clocks
+ *   say: this is what makes a forward clock step, a runtime that lists nothing, short IDs or a
+ *   neighbour's containers harmless.
+ *
+ * Time (docs/reconciler.md "Time"): ages are wall clock (`snapshotAt − mtime`). A file stamped
+ * more than {@link FUTURE_TOLERANCE_MS} after the snapshot (the clock was stepped back since it
+ * was written) is `grace` with its own reason; the reconciler restamps it under the lock
+ * (`Store.touch`), so its grace period runs from when it was first seen, not for hours.
  */
 import type { Owner } from '../store/store.ts';
+import { inUseReason, type UseEvidence } from './evidence.ts';
 import { parseIP } from '../ipam/ip.ts';
 import type { IP } from '../ipam/types.ts';
 
@@ -33,13 +45,21 @@ import type { IP } from '../ipam/types.ts';
  * {@link Plan}, so code that only ever sees conservative plans (status, doctor, the HTML page)
  * stays exhaustive over its verdicts.
  */
-export type Verdict = 'live' | 'grace' | 'leaked' | 'corrupt' | 'unknown';
+export type Verdict = 'live' | 'inuse' | 'grace' | 'leaked' | 'corrupt' | 'unknown';
 
 /** Every verdict: {@link Verdict} plus `notready`, which only the `reclaim-notready` policy gives. */
 export type AnyVerdict = Verdict | 'notready';
 
 /** The verdicts in report order (summary lines, counts). */
-export const VERDICTS: readonly AnyVerdict[] = ['live', 'grace', 'leaked', 'corrupt', 'notready', 'unknown'];
+export const VERDICTS: readonly AnyVerdict[] = ['live', 'inuse', 'grace', 'leaked', 'corrupt', 'notready', 'unknown'];
+
+/**
+ * How far after the snapshot a file's mtime may lie before it counts as stamped in the future,
+ * milliseconds: a file rewritten while a long `gc` runs, the writer's coarse clock and a clock
+ * slewed by NTP stay within it; a step back of more does not (one of less only delays a release
+ * by that much).
+ */
+export const FUTURE_TOLERANCE_MS = 60_000;
 
 /**
  * What the reconciler may release besides unowned reservations (field report BR-22):
@@ -91,6 +111,20 @@ export interface PlanInput {
   readonly graceSeconds: number;
   /** Release policy (default `conservative`). */
   readonly policy?: Policy;
+  /**
+   * What the kernel says is in use (required: every plan that may release must have consulted
+   * it; tests pass `NOTHING_IN_USE`). Incomplete evidence releases nothing.
+   */
+  readonly evidence: UseEvidence;
+}
+
+/** What {@link classify} needs besides the record: a {@link Plan} is one. */
+export interface ClassifyContext {
+  readonly sandboxes: SandboxIndex | null;
+  readonly snapshotAtMs: number;
+  readonly graceSeconds: number;
+  readonly policy: Policy;
+  readonly evidence: UseEvidence;
 }
 
 /**
@@ -120,6 +154,8 @@ export interface PlanCounts {
   /** Number of reservations considered. */
   readonly allocated: number;
   readonly live: number;
+  /** Would-be releases kept because the kernel says the address (or its container) is in use. */
+  readonly inuse: number;
   readonly grace: number;
   readonly leaked: number;
   readonly corrupt: number;
@@ -139,7 +175,7 @@ export interface Plan<V extends AnyVerdict = Verdict> {
   readonly entries: readonly PlanEntry<V>[];
   /** Entries to release: verdict `leaked`, `corrupt` or `notready`. */
   readonly release: readonly PlanEntry<V>[];
-  /** Entries to keep: `live`, `grace`, `unknown`. */
+  /** Entries to keep: `live`, `inuse`, `grace`, `unknown`. */
   readonly keep: readonly PlanEntry<V>[];
   /**
    * Listed sandbox IDs that own none of the given reservations, sorted. Informational only: a
@@ -154,6 +190,8 @@ export interface Plan<V extends AnyVerdict = Verdict> {
   readonly graceSeconds: number;
   /** The policy the entries were classified with (apply re-classifies with the same one). */
   readonly policy: Policy;
+  /** The kernel evidence the entries were classified with (apply re-reads it under the lock). */
+  readonly evidence: UseEvidence;
 }
 
 /** Reason texts (stable: tests and docs quote them). */
@@ -167,23 +205,26 @@ export const REASONS = {
   corrupt: 'empty or unparseable reservation file',
   unknown: 'runtime not reachable; kept',
   notready: 'sandbox is listed by the runtime but not ready, and the file is older than the grace period (policy reclaim-notready)',
+  /** Prefix of `inuse` reasons; the kernel's own words follow (`evidence.ts` `inUseReason`). */
+  inuse: 'kept although the runtime does not own it: ',
+  /** Prefix of `unknown` reasons when the kernel evidence is incomplete; the cause follows. */
+  evidenceIncomplete: 'kernel evidence incomplete; kept: ',
+  /** Reason of a file stamped in the future; the offset follows. */
+  future: 'the file is stamped in the future (the clock was stepped back since it was written); its grace period restarts when ipwarden next holds the lock: ',
 } as const;
 
 /**
- * Classify one reservation against a snapshot. Pure; used by {@link plan} and again by apply
- * under the lock with the same snapshot.
+ * Classify one reservation against a snapshot and the kernel evidence. Pure; used by {@link plan}
+ * and again by apply under the lock (with the same snapshot and freshly read evidence).
  *
  * Grace boundary: with `boundary = snapshotAtMs − graceSeconds·1000`, the record is `leaked` only
  * when `mtimeMs < boundary` (strictly older); `mtimeMs === boundary` (age exactly equal to the
- * grace) is still `grace`. A non-finite mtime is never leaked.
+ * grace) is still `grace`. A non-finite mtime is never leaked. A would-be release (`leaked`,
+ * `corrupt`, `notready`) becomes `unknown` when `ctx.evidence` is incomplete and `inuse` when the
+ * kernel says the address or its container is in use.
  */
-export function classify(
-  r: ReservationInput,
-  sandboxes: SandboxIndex | null,
-  snapshotAtMs: number,
-  graceSeconds: number,
-  policy: Policy = 'conservative',
-): PlanEntry<AnyVerdict> {
+export function classify(r: ReservationInput, ctx: ClassifyContext): PlanEntry<AnyVerdict> {
+  const { sandboxes, snapshotAtMs, graceSeconds, policy, evidence } = ctx;
   // One object per entry (no spreads): plan() classifies every reservation of a /16.
   const mk = (verdict: AnyVerdict, reason: string): PlanEntry<AnyVerdict> => ({
     network: r.network,
@@ -197,19 +238,41 @@ export function classify(
     verdict,
     reason,
   });
-  if (r.owner === null) return mk('corrupt', REASONS.corrupt);
+  // A would-be release: only when the kernel agrees nobody uses it.
+  const release = (verdict: AnyVerdict, reason: string): PlanEntry<AnyVerdict> => {
+    if (evidence.incomplete !== null) return mk('unknown', REASONS.evidenceIncomplete + evidence.incomplete);
+    const used = inUseReason(evidence, r.ip, r.owner?.containerId ?? null);
+    return used === null ? mk(verdict, reason) : mk('inuse', REASONS.inuse + used);
+  };
+  if (r.owner === null) return release('corrupt', REASONS.corrupt);
   if (sandboxes === null) return mk('unknown', REASONS.unknown);
   const legacy = r.owner.ifname === null ? REASONS.legacySuffix : '';
   const boundary = snapshotAtMs - graceSeconds * 1000;
   if (sandboxes.has(r.owner.containerId)) {
     const state = sandboxes instanceof Map ? (sandboxes.get(r.owner.containerId) as SandboxState | undefined) : undefined;
     // BR-22: only a sandbox KNOWN to be not ready, and only after the grace period.
-    if (state === 'notready' && policy === 'reclaim-notready' && r.mtimeMs < boundary) return mk('notready', REASONS.notready + legacy);
+    if (state === 'notready' && policy === 'reclaim-notready' && r.mtimeMs < boundary) return release('notready', REASONS.notready + legacy);
     const text = state === 'ready' ? REASONS.liveReady : state === 'notready' ? REASONS.liveNotReady : REASONS.live;
     return mk('live', text + legacy);
   }
-  if (r.mtimeMs < boundary) return mk('leaked', REASONS.leaked + legacy);
+  if (r.mtimeMs > snapshotAtMs + FUTURE_TOLERANCE_MS) return mk('grace', REASONS.future + futureText(r.mtimeMs - snapshotAtMs) + legacy);
+  if (r.mtimeMs < boundary) return release('leaked', REASONS.leaked + legacy);
   return mk('grace', REASONS.grace + legacy);
+}
+
+/** True when a record is stamped more than {@link FUTURE_TOLERANCE_MS} after `snapshotAtMs`. */
+export function isStampedInFuture(mtimeMs: number, snapshotAtMs: number): boolean {
+  return mtimeMs > snapshotAtMs + FUTURE_TOLERANCE_MS;
+}
+
+/** `1h2m3s ahead` for a positive offset in milliseconds (whole seconds). */
+function futureText(ms: number): string {
+  let s = Math.floor(ms / 1000);
+  const h = Math.floor(s / 3600);
+  s -= h * 3600;
+  const m = Math.floor(s / 60);
+  s -= m * 60;
+  return `${h > 0 ? `${h}h` : ''}${h > 0 || m > 0 ? `${m}m` : ''}${s}s ahead`;
 }
 
 /** True for verdicts the reconciler releases (`leaked`, `corrupt`, `notready`). */
@@ -233,10 +296,11 @@ export function plan(input: PlanInput): Plan<AnyVerdict> {
     throw new RangeError(`grace must be a finite number of seconds >= 0, got ${String(input.graceSeconds)}`);
   }
   if (!Number.isFinite(input.snapshotAtMs)) throw new RangeError(`snapshotAtMs must be finite, got ${String(input.snapshotAtMs)}`);
+  const ctx: ClassifyContext = { sandboxes: input.sandboxes, snapshotAtMs: input.snapshotAtMs, graceSeconds: input.graceSeconds, policy, evidence: input.evidence };
   // Decorate-sort-undecorate: parse each IP once, not in every comparison (65,534 entries on a /16).
   const entries = input.reservations
     .map((r) => {
-      const e = classify(r, input.sandboxes, input.snapshotAtMs, input.graceSeconds, policy);
+      const e = classify(r, ctx);
       return { e, k: ipKey(e.ip) };
     })
     .sort((x, y) => {
@@ -246,7 +310,7 @@ export function plan(input: PlanInput): Plan<AnyVerdict> {
     .map((x) => x.e);
   const release: PlanEntry<AnyVerdict>[] = [];
   const keep: PlanEntry<AnyVerdict>[] = [];
-  const counts = { allocated: entries.length, live: 0, grace: 0, leaked: 0, corrupt: 0, notready: 0, unknown: 0, orphaned: 0 };
+  const counts = { allocated: entries.length, live: 0, inuse: 0, grace: 0, leaked: 0, corrupt: 0, notready: 0, unknown: 0, orphaned: 0 };
   const owners = new Set<string>();
   for (const e of entries) {
     counts[e.verdict]++;
@@ -266,6 +330,7 @@ export function plan(input: PlanInput): Plan<AnyVerdict> {
     snapshotAtMs: input.snapshotAtMs,
     graceSeconds: input.graceSeconds,
     policy,
+    evidence: input.evidence,
   };
 }
 

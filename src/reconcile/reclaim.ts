@@ -14,14 +14,17 @@
  * period protects its reservation (containerd-lab.md §3 "Race the reconciler must handle").
  */
 import { DEFAULT_DATA_DIR } from '../ipam/config.ts';
+import type { RangeSet } from '../ipam/types.ts';
+import type { UseEvidence } from './evidence.ts';
+import { RE_RESERVE_IFNAME } from './apply.ts';
 import { formatIP, parseIP } from '../ipam/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
 import type { Store } from '../store/store.ts';
 import { auditRecord } from './apply.ts';
 import type { AuditSink } from './audit.ts';
-import { plan, type PlanCounts } from './plan.ts';
-import { indexSandboxes, type SandboxSource } from './sandboxes.ts';
+import { compareIPText, isStampedInFuture, plan, type PlanCounts } from './plan.ts';
+import { indexSandboxes, isSandboxNotFound, type SandboxSource } from './sandboxes.ts';
 import type { PodIPSource } from './cri-source.ts';
 import type { HealHooks } from '../cni/commands.ts';
 import { formatDuration } from '../common/duration.ts';
@@ -30,11 +33,15 @@ import { AppError } from '../common/errors.ts';
 /** What reclaim did and saw. `runtimeError` is set (and nothing released) when the runtime could not be asked. */
 export interface ReclaimOutcome {
   readonly released: string[];
-  /** IPs the plan calls leaked or corrupt (released when `release` was true). */
+  /** IPs the plan calls leaked or corrupt and the rules allow to release now (released when `release` was true). */
   readonly releasable: string[];
   readonly counts: PlanCounts | null;
   readonly runtimeError: string | null;
   readonly endpoint: string | null;
+  /** Why releases were withheld as a whole (kernel evidence incomplete and a status call failed), or null. */
+  readonly withheld?: string | null;
+  /** Releasable reservations left for the next ADD by {@link RECLAIM_CAP}. */
+  readonly capped?: number;
 }
 
 /** Injected parts of reclaim. */
@@ -44,39 +51,170 @@ export interface ReclaimDeps {
   readonly audit: AuditSink;
   /** Now, milliseconds since the Unix epoch. */
   now(): number;
+  /** Reads the kernel evidence (`src/node/kernel-evidence.ts`); called once, after the runtime answered. */
+  evidence(): UseEvidence;
+  /** Monotonic milliseconds (default `performance.now`), for the deadline. */
+  monotonic?(): number;
 }
 
+/** At most this many reservations are released by one ADD (oldest first); the rest wait for the next ADD or `gc`. */
+export const RECLAIM_CAP = 16;
+
+/** Upper bound of all runtime calls of one reclaim or recovery, seconds (also at most half of `lockTimeout`). */
+export const HEAL_DEADLINE_SECONDS = 20;
+
+/** PodSandboxStatus calls in flight at once during reclaim and recovery. */
+export const HEAL_STATUS_CONCURRENCY = 16;
+
 function message(e: unknown): string {
+  if (e instanceof AppError) return e.details === undefined ? e.message : `${e.message} (${e.details})`;
   return e instanceof Error ? e.message : String(e);
+}
+
+/** True for an answer that shows the socket is not a (usable) CRI runtime: then there is no runtime to ask. */
+function isNotCri(e: unknown): boolean {
+  return e instanceof AppError && (e.code === 'RUNTIME_NOT_CRI' || e.code === 'RUNTIME_UNSUPPORTED_API');
+}
+
+
+/** The deadline of one heal: `HEAL_DEADLINE_SECONDS`, or half the lock timeout when that is shorter. */
+export function healDeadlineSeconds(conf: IPAMConfig): number {
+  return Math.min(HEAL_DEADLINE_SECONDS, conf.lockTimeoutSeconds / 2);
+}
+
+/** A point in monotonic time after which runtime calls are abandoned. */
+interface Deadline {
+  readonly atMs: number;
+  readonly clock: () => number;
+}
+
+function deadlineIn(seconds: number, clock: () => number = () => performance.now()): Deadline {
+  return { atMs: clock() + seconds * 1000, clock };
+}
+
+/**
+ * `p`, or a `RUNTIME_CALL_FAILED` rejection when `d` passes first (the call is abandoned; the
+ * source's `close()` cancels it).
+ */
+async function within<T>(d: Deadline, what: string, p: Promise<T>): Promise<T> {
+  const left = d.atMs - d.clock();
+  if (left <= 0) {
+    p.catch(() => undefined);
+    throw new AppError('RUNTIME_CALL_FAILED', `${what}: the deadline of this ADD passed`);
+  }
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new AppError('RUNTIME_CALL_FAILED', `${what}: no answer within the deadline of this ADD`)), left);
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+    p.catch(() => undefined);
+  }
+}
+
+/** Pod IPs per sandbox, {@link HEAL_STATUS_CONCURRENCY} calls at a time, within `d`. */
+async function podIPsOf(
+  src: SandboxSource,
+  ids: readonly string[],
+  d: Deadline,
+): Promise<{ ips: Map<string, string[]>; failed: Array<{ id: string; why: string }> }> {
+  const ips = new Map<string, string[]>();
+  const failed: Array<{ id: string; why: string }> = [];
+  const ask = src.podIPs;
+  if (ask === undefined) return { ips, failed: ids.map((id) => ({ id, why: 'the runtime source cannot tell pod IPs' })) };
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < ids.length) {
+      const id = ids[next++] as string;
+      try {
+        ips.set(id, await within(d, `PodSandboxStatus ${id}`, ask.call(src, id)));
+      } catch (e) {
+        // Removed since the list: it uses no address any more.
+        if (!isSandboxNotFound(e)) failed.push({ id, why: message(e) });
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(HEAL_STATUS_CONCURRENCY, ids.length) }, worker));
+  return { ips, failed };
 }
 
 /**
  * Release leaked and corrupt reservations of `store`'s network (lock held by the caller); with
- * `release` false only count them (for the breakdown when automatic reclaim is off).
- * Never throws for runtime problems (they are reported in the outcome); store errors propagate.
+ * `release` false only count them (for the breakdown when automatic reclaim is off, and STATUS).
+ * With `only`, consider just those IPs (a static request whose address a leak holds).
+ *
+ * Rules (docs/reconciler.md "Plugin-side rules"): the runtime lists its sandboxes; the READY ones'
+ * pod IPs are asked (BR-13: an address a live sandbox uses is never released, whoever's file it
+ * is); then the kernel evidence is read — a release needs the runtime's "not listed, older than the
+ * grace period" AND the kernel's "configured nowhere, no CNI operation of its container running".
+ * A status call that failed withholds every release unless the kernel evidence is complete (it
+ * covers that sandbox's address). At most {@link RECLAIM_CAP} are released, oldest first. Files
+ * stamped in the future are restamped (their grace period starts now). Every release is audited
+ * before the file is removed. All runtime calls share one deadline ({@link healDeadlineSeconds}).
+ * Never throws for runtime problems (reported in the outcome); store and audit errors propagate.
  */
-export async function reclaimLocked(store: Store, conf: IPAMConfig, deps: ReclaimDeps, release = true): Promise<ReclaimOutcome> {
-  if (typeof deps.source === 'string') return { released: [], releasable: [], counts: null, runtimeError: deps.source, endpoint: null };
+export async function reclaimLocked(
+  store: Store,
+  conf: IPAMConfig,
+  deps: ReclaimDeps,
+  release = true,
+  only: readonly string[] | null = null,
+): Promise<ReclaimOutcome> {
+  const none = { released: [], releasable: [], counts: null };
+  if (typeof deps.source === 'string') return { ...none, runtimeError: deps.source, endpoint: null };
+  const src = deps.source;
+  const d = deadlineIn(healDeadlineSeconds(conf), deps.monotonic);
+  // The snapshot time is taken BEFORE the runtime is asked (an ADD in flight is not listed yet).
   const snapshotAtMs = deps.now();
-  let index;
+  let list;
   try {
-    index = indexSandboxes(await deps.source.list());
+    list = await within(d, 'ListPodSandbox', src.list());
   } catch (e) {
-    return { released: [], releasable: [], counts: null, runtimeError: message(e), endpoint: deps.source.endpoint };
+    const why = isNotCri(e) ? `not a CRI runtime: ${message(e)}` : message(e);
+    return { ...none, runtimeError: why, endpoint: src.endpoint };
   }
+  const ready = list.filter((s) => s.state === 'ready').map((s) => s.id);
+  const pods = await podIPsOf(src, ready, d);
+  const podIPs = new Set<string>();
+  for (const ips of pods.ips.values()) for (const t of ips) {
+    const ip = parseIP(t);
+    if (ip !== null) podIPs.add(formatIP(ip));
+  }
+  const evidence = deps.evidence();
   const reservations = (await store.list()).map((r) => ({ network: conf.name, dir: '', ...r }));
-  const p = plan({ reservations, sandboxes: index, snapshotAtMs, graceSeconds: conf.leakGracePeriodSeconds });
+  const p = plan({ reservations, sandboxes: indexSandboxes(list), snapshotAtMs, graceSeconds: conf.leakGracePeriodSeconds, evidence });
+  // Time: a file stamped in the future gets its grace period from now (docs/reconciler.md "Time").
+  for (const e of p.entries) if (isStampedInFuture(e.mtimeMs, snapshotAtMs)) await store.touch(e.ip, e.owner);
+  let withheld: string | null = null;
+  if (pods.failed.length > 0 && evidence.incomplete !== null) {
+    const f = pods.failed[0] as { id: string; why: string };
+    withheld = `the pod IPs of ${pods.failed.length} ready sandbox${pods.failed.length === 1 ? '' : 'es'} could not be read (${f.id}: ${f.why}) and the kernel evidence is incomplete`;
+  }
+  const wanted = only === null ? null : new Set(only);
+  const candidates = withheld !== null ? [] : p.release
+    .filter((e) => !podIPs.has(e.ip) && (wanted === null || wanted.has(e.ip)))
+    .sort((a, b) => (a.mtimeMs === b.mtimeMs ? compareIPText(a.ip, b.ip) : a.mtimeMs - b.mtimeMs));
+  const chosen = candidates.slice(0, RECLAIM_CAP);
   const released: string[] = [];
   // Every release is recorded: the audit log must be writable before the first one (throws).
-  if (release && p.release.length > 0) deps.audit.open?.();
-  for (const e of release ? p.release : []) {
+  if (release && chosen.length > 0) deps.audit.open?.();
+  for (const e of release ? chosen : []) {
+    // The record first (an intent: "every release is recorded" holds under SIGKILL), then the file.
+    deps.audit.append({ ...auditRecord(e, deps.now()), reason: `reclaimed on exhaustion: ${e.reason}` });
     // Store.release re-checks the owner: the list above was read under this same lock.
-    if (await store.release(e.ip, e.owner)) {
-      released.push(e.ip);
-      deps.audit.append({ ...auditRecord(e, deps.now()), reason: `reclaimed on exhaustion: ${e.reason}` });
-    }
+    if (await store.release(e.ip, e.owner)) released.push(e.ip);
   }
-  return { released, releasable: p.release.map((e) => e.ip), counts: p.counts, runtimeError: null, endpoint: deps.source.endpoint };
+  return {
+    released,
+    releasable: chosen.map((e) => e.ip),
+    counts: p.counts,
+    runtimeError: null,
+    endpoint: src.endpoint,
+    withheld,
+    capped: candidates.length - chosen.length,
+  };
 }
 
 /** The CLI command an operator runs for this network (with `--data-dir` when not the default). */
@@ -86,15 +224,18 @@ function cliHint(command: 'leaks' | 'gc', conf: IPAMConfig): string {
 
 /**
  * The `details` breakdown of an exhaustion that reclaim could not cure: how many reservations are
- * live, within the grace period, leaked, corrupt, and what to run next. `graceText` is the grace
- * period as configured (`5m`).
+ * live, within the grace period, leaked, corrupt (and in use per the kernel, or kept for lack of
+ * evidence, when there are any), and what to run next. `graceText` is the grace period as
+ * configured (`5m`).
  */
 export function exhaustionDetails(conf: IPAMConfig, o: ReclaimOutcome, graceText: string): string {
   if (o.runtimeError !== null || o.counts === null) {
     return `the runtime could not be asked (${o.runtimeError ?? 'unknown error'}), so leaked reservations cannot be told from live ones (set the ipam key "runtimeEndpoint"); run "${cliHint('leaks', conf)} --runtime-endpoint URL"`;
   }
   const c = o.counts;
-  const head = `${c.allocated} reservations: ${c.live} live, ${c.grace} in grace (younger than ${graceText}), ${c.leaked} leaked, ${c.corrupt} corrupt`;
+  const kernel = `${c.inuse > 0 ? `, ${c.inuse} in use per the kernel` : ''}${c.unknown > 0 ? `, ${c.unknown} kept (kernel evidence incomplete)` : ''}`;
+  const head = `${c.allocated} reservations: ${c.live} live, ${c.grace} in grace (younger than ${graceText}), ${c.leaked} leaked, ${c.corrupt} corrupt${kernel}`;
+  if (o.withheld !== undefined && o.withheld !== null) return `${head}; nothing reclaimed: ${o.withheld}; run "${cliHint('leaks', conf)}"`;
   if (!conf.reclaimOnExhaustion) {
     return `${head}; automatic reclaim is off (reclaimOnExhaustion: false)${c.orphaned > 0 ? `: run "${cliHint('gc', conf)}"` : ''}`;
   }
@@ -102,82 +243,153 @@ export function exhaustionDetails(conf: IPAMConfig, o: ReclaimOutcome, graceText
   if (c.grace > 0) {
     return `${head}${done}; the range is full of recent reservations: run "${cliHint('gc', conf)}" after ${graceText} if their pods never started`;
   }
+  if (c.inuse > 0 || c.unknown > 0) {
+    return `${head}${done}; addresses the runtime does not own are still configured in network namespaces of this node (or could not be checked): run "${cliHint('leaks', conf)}" and "ipwarden doctor"`;
+  }
   return `${head}${done}; every reservation belongs to a sandbox the runtime lists: the range is genuinely full — widen it or run fewer pods on this node`;
 }
 
 /** What recovery did. */
 export interface RecoveryOutcome {
   readonly recreated: Array<{ ip: string; containerId: string }>;
+  /** Why the runtime could not be asked (then only the kernel's addresses were recreated), or null. */
   readonly runtimeError: string | null;
 }
 
-/**
- * Recreate the reservations of running sandboxes after the network lost all of its reservations
- * (lock held by the caller). Only called when `store.list()` is empty. Never throws for runtime
- * problems; then nothing is recreated and ADD proceeds as host-local would.
- */
-export async function recoverLocked(store: Store, conf: IPAMConfig, source: PodIPSource | string, audit: AuditSink, now: () => number): Promise<RecoveryOutcome> {
-  if (typeof source === 'string') return { recreated: [], runtimeError: source };
-  const found: Array<{ ip: string; containerId: string; rangeSetIndex: number }> = [];
-  let sandboxes;
-  try {
-    sandboxes = await source.list();
-  } catch (e) {
-    return { recreated: [], runtimeError: message(e) };
-  }
-  // Every listed sandbox, in any state (a NOT READY one whose network is not torn down yet still
-  // has its address). One that cannot be looked up (being removed) is skipped, not fatal.
-  for (const sb of sandboxes) {
-    let ips: string[];
-    try {
-      ips = await source.podIPs(sb.id);
-    } catch {
-      continue;
-    }
-    for (const text of ips) {
-      const ip = parseIP(text);
-      if (ip === null) continue;
-      const i = conf.rangeSets.findIndex((rs) => rangeFor(rs, ip) >= 0);
-      if (i >= 0) found.push({ ip: formatIP(ip), containerId: sb.id, rangeSetIndex: i });
-    }
-  }
-  const recreated: Array<{ ip: string; containerId: string }> = [];
-  for (const f of found) {
-    if (await store.reserve(f.ip, { containerId: f.containerId, ifname: 'eth0' }, f.rangeSetIndex)) {
-      recreated.push({ ip: f.ip, containerId: f.containerId });
-      audit.append({
-        time: new Date(now()).toISOString(),
-        network: conf.name,
-        ip: f.ip,
-        containerId: f.containerId,
-        ifname: 'eth0',
-        ageSeconds: 0,
-        verdict: 'live',
-        reason: 'recreated: the data directory had no reservations while this running sandbox uses the address',
-      });
-    }
-  }
-  return { recreated, runtimeError: null };
+/** Injected parts of recovery (as {@link ReclaimDeps}, with a pod-IP source). */
+export interface RecoveryDeps {
+  readonly source: PodIPSource | string;
+  readonly audit: AuditSink;
+  now(): number;
+  evidence(): UseEvidence;
+  monotonic?(): number;
 }
 
-/** Where {@link makeHeal} gets the runtime and the audit log for one network's config. */
+/** Owner ID of a reservation recreated from the kernel alone: `recovered-net-<namespace inode>`. */
+export function recoveredOwnerId(netns: string): string {
+  const m = /^net:\[(\d+)\]$/.exec(netns);
+  return `recovered-net-${m === null ? netns.replace(/[^a-zA-Z0-9_.-]/g, '_') : (m[1] as string)}`;
+}
+
+/** The range set of `text` in `conf` (its gateway excluded: never handed out), or -1. */
+function rangeSetOf(conf: IPAMConfig, text: string): number {
+  const ip = parseIP(text);
+  if (ip === null) return -1;
+  return conf.rangeSets.findIndex((rs) => {
+    const k = rangeFor(rs, ip);
+    return k >= 0 && formatIP((rs[k] as RangeSet[number]).gateway) !== formatIP(ip);
+  });
+}
+
+/**
+ * Recreate the reservations of running pods after the network lost its reservations (lock held by
+ * the caller; called when the network has no reservation and no round-robin state, or when a
+ * recovery was begun and not finished). Sources, both used:
+ * - the runtime: every listed sandbox in any state, its pod IPs (PodSandboxStatus, in parallel,
+ *   within one deadline); owner = the sandbox ID;
+ * - the kernel: every address in this network's ranges configured in a network namespace of the
+ *   node, even when the runtime cannot be asked; owner `recovered-net-<inode>` unless the runtime
+ *   named it (its DEL then finds nothing; the reconciler frees it once the address is gone).
+ * Fail closed: when the kernel evidence is incomplete and the runtime exists but a list or status
+ * call fails (or the deadline passes), throws `AppError('RUNTIME_UNAVAILABLE', retryable)`: CNI
+ * 11, try again later. With complete kernel evidence such failures are covered (every address in
+ * use is configured somewhere). A socket that is not CRI, or no runtime at all, is no runtime: the
+ * kernel alone decides, as host-local would allocate. Crash-safe: the store's recovery mark is
+ * durable before the first reservation is recreated and removed after the last, so a killed
+ * recovery is resumed by the next ADD. Reservations are recreated with `Store.restore`
+ * (round robin unchanged); each is audited.
+ */
+export async function recoverLocked(store: Store, conf: IPAMConfig, deps: RecoveryDeps): Promise<RecoveryOutcome> {
+  const d = deadlineIn(healDeadlineSeconds(conf), deps.monotonic);
+  const found = new Map<string, { containerId: string; why: string }>();
+  let runtimeError: string | null = null;
+  let unanswered: string | null = null;
+  const source = deps.source;
+  if (typeof source === 'string') runtimeError = source;
+  else {
+    let list;
+    try {
+      list = await within(d, 'ListPodSandbox', source.list());
+    } catch (e) {
+      runtimeError = isNotCri(e) ? `not a CRI runtime: ${message(e)}` : message(e);
+      if (!isNotCri(e)) unanswered = `the runtime at ${source.endpoint} cannot list its sandboxes: ${message(e)}`;
+    }
+    if (list !== undefined) {
+      // Every listed sandbox, in any state (a NOT READY one whose network is not torn down yet still has its address).
+      const pods = await podIPsOf(source, list.map((s) => s.id), d);
+      for (const [id, ips] of pods.ips) {
+        for (const t of ips) {
+          const ip = parseIP(t);
+          if (ip !== null && rangeSetOf(conf, formatIP(ip)) >= 0 && !found.has(formatIP(ip))) found.set(formatIP(ip), { containerId: id, why: 'this running sandbox uses the address' });
+        }
+      }
+      if (pods.failed.length > 0) {
+        const f = pods.failed[0] as { id: string; why: string };
+        unanswered = `the runtime at ${source.endpoint} could not tell the pod IPs of ${pods.failed.length} sandbox${pods.failed.length === 1 ? '' : 'es'} (${f.id}: ${f.why})`;
+      }
+    }
+  }
+  const evidence = deps.evidence();
+  if (unanswered !== null && evidence.incomplete !== null) {
+    throw new AppError(
+      'RUNTIME_UNAVAILABLE',
+      `the network directory ${conf.dataDir}/${conf.name} has no reservations, ${unanswered}, and the kernel evidence is incomplete (${evidence.incomplete}): handing out an address now could give away a running pod's`,
+      { retryable: true },
+    );
+  }
+  for (const [ip, holders] of evidence.addresses) {
+    if (found.has(ip) || holders.length === 0 || rangeSetOf(conf, ip) < 0) continue;
+    const h = holders[0] as { netns: string; via: string };
+    found.set(ip, { containerId: recoveredOwnerId(h.netns), why: `the address is configured in network namespace ${h.netns} via ${h.via}` });
+  }
+  const pending = await store.recoveryPending();
+  if (found.size === 0) {
+    if (pending) await store.markRecovery(false);
+    return { recreated: [], runtimeError };
+  }
+  if (!pending) await store.markRecovery(true);
+  deps.audit.open?.();
+  const recreated: Array<{ ip: string; containerId: string }> = [];
+  for (const [ip, f] of [...found].sort((a, b) => compareIPText(a[0], b[0]))) {
+    const owner = { containerId: f.containerId, ifname: RE_RESERVE_IFNAME };
+    deps.audit.append({
+      time: new Date(deps.now()).toISOString(),
+      network: conf.name,
+      ip,
+      containerId: owner.containerId,
+      ifname: owner.ifname,
+      ageSeconds: 0,
+      verdict: 'live',
+      reason: `recreated: the data directory had no reservations while ${f.why}`,
+    });
+    if (await store.restore(ip, owner)) recreated.push({ ip, containerId: owner.containerId });
+  }
+  await store.markRecovery(false);
+  return { recreated, runtimeError };
+}
+
+/** Where {@link makeHeal} gets the runtime, the audit log and the kernel evidence for one network's config. */
 export interface HealEnv {
-  /** The runtime for `conf`, or why it cannot be asked. */
-  source(conf: IPAMConfig): PodIPSource | string;
+  /** The runtime for `conf`, or why it cannot be asked. May be async (endpoint identification probes sockets). */
+  source(conf: IPAMConfig): PodIPSource | string | Promise<PodIPSource | string>;
   /** The audit log for `conf` (opened lazily by the implementation on first append). */
   audit(conf: IPAMConfig): AuditSink;
   /** Now, milliseconds since the Unix epoch. */
   now(): number;
+  /** Reads the kernel evidence (`src/node/kernel-evidence.ts` in production). */
+  evidence(): UseEvidence;
+  /** Monotonic milliseconds for deadlines (default `performance.now`). */
+  monotonic?(): number;
 }
 
 /**
- * The plugin's self-healing hooks over any {@link HealEnv}: production passes CRI
- * (`src/cni/heal.ts`), unit tests pass a fake sandbox list. Closes the source and the audit log
- * after each hook.
+ * The plugin's self-healing hooks over any {@link HealEnv}: production passes CRI and the kernel
+ * (`src/cni/heal.ts`), unit tests pass a fake sandbox list and literal evidence. Closes the source
+ * and the audit log after each hook.
  */
 export function makeHeal(env: HealEnv): HealHooks {
   async function withRuntime<T>(conf: IPAMConfig, fn: (src: PodIPSource | string, audit: AuditSink) => Promise<T>): Promise<T> {
-    const src = env.source(conf);
+    const src = await env.source(conf);
     const audit = env.audit(conf);
     try {
       return await fn(src, audit);
@@ -186,29 +398,23 @@ export function makeHeal(env: HealEnv): HealHooks {
       if (typeof src !== 'string') await src.close?.();
     }
   }
+  const deps = (src: PodIPSource | string, audit: AuditSink): RecoveryDeps => ({
+    source: src,
+    audit,
+    now: env.now,
+    evidence: env.evidence,
+    ...(env.monotonic === undefined ? {} : { monotonic: env.monotonic }),
+  });
   return {
-    reclaim: (store, conf, release) =>
+    reclaim: (store, conf, release, only) =>
       withRuntime(conf, async (src, audit) => {
-        const o = await reclaimLocked(store, conf, { source: src, audit, now: env.now }, release);
+        const o = await reclaimLocked(store, conf, deps(src, audit), release, only ?? null);
         return {
           released: o.released.length,
           reclaimable: o.releasable,
           details: exhaustionDetails(conf, o, formatDuration(conf.leakGracePeriodSeconds)),
         };
       }),
-    recover: (store, conf) =>
-      withRuntime(conf, async (src, audit) => {
-        const o = await recoverLocked(store, conf, src, audit, env.now);
-        // A runtime that exists but does not answer: handing out an address now could give away a
-        // running pod's. Try again later (CNI 11) rather than allocate blind.
-        if (o.runtimeError !== null && typeof src !== 'string') {
-          throw new AppError(
-            'RUNTIME_UNAVAILABLE',
-            `the network directory ${conf.dataDir}/${conf.name} has no reservations and the runtime at ${src.endpoint} cannot be asked which pods already use its addresses: ${o.runtimeError}`,
-            { retryable: true },
-          );
-        }
-        return o.recreated.length;
-      }),
+    recover: (store, conf) => withRuntime(conf, async (src, audit) => (await recoverLocked(store, conf, deps(src, audit))).recreated.length),
   };
 }

@@ -41,3 +41,18 @@ export function indexSandboxes(list: readonly SandboxInfo[]): SandboxIndex {
   for (const s of list) m.set(s.id, s.state);
   return m;
 }
+
+/** gRPC status NOT_FOUND (the CRI client keeps the gRPC error as the `cause` of its AppError). */
+const GRPC_NOT_FOUND = 5;
+
+/**
+ * True when a PodSandboxStatus failure says the sandbox does not exist (removed since the list):
+ * it then uses no address, and its failure is no gap in the evidence. Checks the gRPC status of
+ * the cause, else the text (`NotFound`, `NOT_FOUND`). Kept free of the gRPC client so the plugin's
+ * bundle does not load it.
+ */
+export function isSandboxNotFound(e: unknown): boolean {
+  const cause = e instanceof Error ? (e.cause as { code?: unknown } | null | undefined) : undefined;
+  if (cause !== undefined && cause !== null && cause.code === GRPC_NOT_FOUND) return true;
+  return e instanceof Error && /\bnot_?found\b/i.test(e.message);
+}

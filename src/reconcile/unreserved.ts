@@ -14,9 +14,10 @@
  *   is withheld from release ({@link PodIPCheck.withheld}) while the sandbox uses the address:
  *   releasing it would let the next ADD hand the address out once more;
  * - no scanned network holds it → `unreserved`, placed in the network whose configured ranges
- *   contain it (exactly one; none or several = `network: null`, only reported). When no
- *   configuration names a range containing it and the data dir has exactly one network
- *   directory, whose ranges are not configured, that network is used.
+ *   contain it (exactly one; several = `network: null`, only reported). Never by a guess (issue
+ *   7): an address in no configured range is another IPAM's (a Calico primary network beside a
+ *   Multus host-local one) and is not reported at all when configurations are known; with no
+ *   configuration at all it is only reported (`network: null`).
  *
  * Scope: when only some network directories were scanned (`--network`), an unreserved address is
  * reported only when it is placed in a scanned network (it may be reserved in one not read).
@@ -146,10 +147,9 @@ export function checkPodIPs(input: PodIPCheckInput): PodIPCheck {
         if (here.length === 0) continue; // a network not read in this run (or without a directory here)
         network = here.length === 1 ? (here[0] as string) : null;
       } else {
-        const only = input.allNetworks.length === 1 ? (input.allNetworks[0] as string) : null;
-        const hasRanges = only !== null && configured.some((n) => n.network === only && n.rangeSets.length > 0);
-        network = only !== null && scanned.has(only) && !hasRanges ? only : null;
-        if (network === null && filtered) continue; // may be reserved in a network not read
+        // In no configured range: another IPAM's address, unless nothing is configured at all.
+        if (configured.length > 0 || filtered) continue;
+        network = null;
       }
       findings.push({
         sandbox: s.sandbox,

@@ -130,6 +130,28 @@ export interface Store {
   release(ip: string, expected: Owner | null): Promise<boolean>;
 
   /**
+   * Set the modification time of `ip`'s record to now, only if its current owner is `expected`
+   * (`sameOwner`; null = only if corrupt). Returns false when absent or owned by someone else.
+   * Used by the reconciler for a record stamped in the future after the clock was stepped back
+   * (docs/reconciler.md "Time"): its grace period then runs from when it was first seen. Throws
+   * `AppError('STORE_IO')` on I/O failure.
+   */
+  touch(ip: string, expected: Owner | null): Promise<boolean>;
+
+  /**
+   * True when a recovery of the network's reservations was begun and not finished (a killed
+   * recovery is resumed by the next ADD, never mistaken for done: issue 7). Cheap: the plugin
+   * asks on every ADD.
+   */
+  recoveryPending(): Promise<boolean>;
+
+  /**
+   * Mark a recovery begun (`true`: durable before it resolves, so a crash after it leaves the mark)
+   * or finished (`false`: removes the mark). Throws `AppError('STORE_IO')` on I/O failure.
+   */
+  markRecovery(pending: boolean): Promise<void>;
+
+  /**
    * Release by owner, never by IP (host-local `ReleaseByID`): remove every reservation owned by
    * exactly (containerId, ifname); when there is none, remove those of legacy records holding
    * only `containerId`. Returns the released IPs (possibly empty: DEL is idempotent).

@@ -5,6 +5,7 @@
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -75,6 +76,7 @@ async function cli(argv: string[], list: () => Promise<SandboxInfo[]>, env: Reco
     stderr: (t) => void (stderr += t),
     env: { CONTAINER_RUNTIME_ENDPOINT: ENDPOINT, ...env },
     now: () => SNAP,
+    evidence: () => NOTHING_IN_USE,
     sandboxSource: (endpoint) => {
       endpoints.push(endpoint);
       return { endpoint, list, close: () => void closed++ };
@@ -123,6 +125,7 @@ describe('ipwarden leaks', () => {
     assert.ok(r.stdout.endsWith('}\n'));
     assert.deepEqual(JSON.parse(r.stdout), {
       runtime: { endpoint: ENDPOINT, sandboxes: 3 },
+      kernel: { complete: true, incomplete: null, addresses: 0 },
       networks: [
         { name: 'cbr0', dir: join(dataDir, 'cbr0'), reservations: cbr0Reservations },
         { name: 'other', dir: join(dataDir, 'other'), reservations: otherReservations },
@@ -178,6 +181,7 @@ describe('ipwarden leaks', () => {
     );
     assert.deepEqual(JSON.parse(r.stdout), {
       runtime: { endpoint: ENDPOINT, sandboxes: null, error: 'cannot connect to the runtime at unix:///run/fake-cri.sock: ENOENT' },
+      kernel: { complete: true, incomplete: null, addresses: 0 },
       networks: [
         {
           name: 'other',
@@ -351,6 +355,7 @@ describe('leaks and gc: pod IPs of live sandboxes (BR-13) and --policy (BR-22)',
     opts: ReconcileCommandOptions,
     list: () => Promise<SandboxInfo[]>,
     f: Fake | null,
+    evidence: UseEvidence = NOTHING_IN_USE,
   ): Promise<Run> {
     let stdout = '';
     let stderr = '';
@@ -361,6 +366,7 @@ describe('leaks and gc: pod IPs of live sandboxes (BR-13) and --policy (BR-22)',
       stderr: (t) => void (stderr += t),
       env: { CONTAINER_RUNTIME_ENDPOINT: ENDPOINT },
       now: () => SNAP,
+      evidence: () => evidence,
       sandboxSource: (endpoint) => {
         endpoints.push(endpoint);
         if (f === null) return { endpoint, list };
@@ -466,22 +472,33 @@ describe('leaks and gc: pod IPs of live sandboxes (BR-13) and --policy (BR-22)',
     assert.ok(filesOf('cbr0').includes('10.244.1.3'));
   });
 
-  it('gc: an unreserved address is re-reserved in the only network directory (no CNI config), audited', async () => {
+  it('gc: an unreserved address in no configured range is never placed by a guess, not even in the only network directory (issue 7)', async () => {
     write('solo', '10.5.0.3', `${B}\r\neth0`, 3600);
     const f = fake({ [A]: ['10.5.0.2'], [B]: ['10.5.0.3'] });
     const r = await direct('gc', {}, sandboxes, f);
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.stdout.split('\n').slice(-5), [
-      'pod IPs of 2 ready sandboxes: 1 unreserved (1 re-reserved), 0 conflicts',
-      'SANDBOX        IP        NETWORK  ACTION       RESERVED-FOR  PROBLEM',
-      `${'a'.repeat(13)}  10.5.0.2  solo     re-reserved  -             live sandbox ${A} has no reservation for its IP 10.5.0.2`,
+      'pod IPs of 2 ready sandboxes: 1 unreserved, 0 conflicts',
+      'SANDBOX        IP        NETWORK  ACTION    RESERVED-FOR  PROBLEM',
+      `${'a'.repeat(13)}  10.5.0.2  -        reported  -             live sandbox ${A} has no reservation for its IP 10.5.0.2`,
       'released 0',
       '',
     ]);
-    assert.equal(readFileSync(join(dataDir, 'solo', '10.5.0.2'), 'latin1'), `${A}\r\neth0`);
-    const audit = JSON.parse(readFileSync(join(dataDir, 'ipwarden-audit.log'), 'utf8'));
-    assert.equal(audit.verdict, 'live');
-    assert.equal(audit.reason, `re-reserved: live sandbox ${A} has no reservation for its IP 10.5.0.2`);
+    assert.equal(existsSync(join(dataDir, 'solo', '10.5.0.2')), false);
+    assert.equal(existsSync(join(dataDir, 'ipwarden-audit.log')), false);
+  });
+
+  it('gc: a PodSandboxStatus that fails (not NOT_FOUND) is not silent: exit 1, and without complete kernel evidence nothing is released (issue 7, case 5)', async () => {
+    fixture();
+    const f = fake({ [B]: ['10.244.1.2'] }, { [A]: 'rpc error: DeadlineExceeded' });
+    const ok = await direct('gc', { dryRun: true }, sandboxes, f);
+    assert.equal(ok.code, 1);
+    assert.equal(ok.stderr.includes(`ipwarden: pod IPs of ready sandbox ${A} could not be read: rpc error: DeadlineExceeded\n`), true, ok.stderr);
+    assert.equal(ok.stdout.split('\n').slice(-2)[0], 'would release 3', 'complete kernel evidence covers the unread sandbox');
+    const blind = await direct('gc', { dryRun: true }, sandboxes, f, unreadableEvidence('not root'));
+    assert.equal(blind.code, 1);
+    assert.equal(blind.stdout.split('\n').slice(-2)[0], 'would release 0');
+    assert.equal(blind.stderr.includes('ipwarden: kernel evidence incomplete (not root): nothing is released\n'), true, blind.stderr);
   });
 
   it('gc --policy reclaim-notready releases the NOT READY sandbox\'s old reservation; the summary counts notready', async () => {

@@ -6,6 +6,7 @@
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -88,6 +89,7 @@ async function doctor(
     stderr: (t) => void (stderr += t),
     env: { CONTAINER_RUNTIME_ENDPOINT: ENDPOINT },
     now: () => o.now ?? SNAP,
+    evidence: () => NOTHING_IN_USE,
     sandboxSource: (endpoint) => ({
       endpoint,
       list: async (): Promise<SandboxInfo[]> => {
@@ -281,6 +283,7 @@ describe('ipwarden doctor', () => {
         stderr: () => {},
         env: { CONTAINER_RUNTIME_ENDPOINT: ENDPOINT },
         now: () => SNAP,
+        evidence: () => NOTHING_IN_USE,
         sandboxSource: (endpoint) => ({ endpoint, list: async () => [] }),
         doctorProbe: { procDir },
       };

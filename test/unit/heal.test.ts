@@ -15,6 +15,16 @@ import { pluginMain } from '../../src/cni/skel.ts';
 import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../../src/reconcile/audit.ts';
 import type { PodIPSource } from '../../src/reconcile/cri-source.ts';
 import { makeHeal } from '../../src/reconcile/reclaim.ts';
+import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';
+
+/** Complete kernel evidence with these addresses configured (IP → namespace identity). */
+function evidenceOf(addresses: Record<string, string>, inFlight: Record<string, number> = {}): UseEvidence {
+  return {
+    addresses: new Map(Object.entries(addresses).map(([ip, netns]) => [ip, [{ netns, via: '/run/netns/test' }]])),
+    inFlight: new Map(Object.entries(inFlight).map(([id, pid]) => [id, [{ pid, command: 'ADD' }]])),
+    incomplete: null,
+  };
+}
 import type { SandboxState } from '../../src/reconcile/plan.ts';
 import { snapshotDir as rawSnapshot, tempDir } from '../helpers/cni.ts';
 
@@ -69,10 +79,22 @@ function setup(files: Record<string, string>, ipam: Record<string, unknown> = {}
   return { dataDir: t.dir, dir, conf };
 }
 
-async function invoke(rt: FakeRuntime | string, command: string, stdin: object, containerId = 'c6', audit?: (c: { dataDir: string }) => AuditSink) {
+async function invoke(
+  rt: FakeRuntime | string,
+  command: string,
+  stdin: object,
+  containerId = 'c6',
+  audit?: (c: { dataDir: string }) => AuditSink,
+  evidence: UseEvidence = NOTHING_IN_USE,
+) {
   const deps = {
     ...fileDeps,
-    heal: makeHeal({ source: fakeSource(rt), audit: audit ?? ((c) => openAuditLog(defaultAuditLogPath(c.dataDir))), now: () => NOW }),
+    heal: makeHeal({
+      source: fakeSource(rt),
+      audit: audit ?? ((c) => openAuditLog(defaultAuditLogPath(c.dataDir))),
+      now: () => NOW,
+      evidence: () => evidence,
+    }),
   };
   let out = '';
   const code = await pluginMain(makeHandlers(deps), {
@@ -204,16 +226,25 @@ describe('recovery of a wiped data directory', () => {
     assert.deepEqual([files['10.244.1.2'], files['10.244.1.3']], ['s-a\r\neth0', 's-nr\r\neth0']);
   });
 
-  it('a runtime that exists but cannot list its sandboxes: try again later (code 11), nothing handed out', async () => {
+  it('a runtime that exists but cannot list its sandboxes, and incomplete kernel evidence: try again later (code 11), nothing handed out', async () => {
     const { dir, conf } = setup({});
-    const r = await invoke({ sandboxes: new Map(), calls: 0, listFails: 'DEADLINE_EXCEEDED' }, 'ADD', conf, 'new1');
+    const r = await invoke({ sandboxes: new Map(), calls: 0, listFails: 'DEADLINE_EXCEEDED' }, 'ADD', conf, 'new1', undefined, unreadableEvidence('not root'));
     assert.equal(r.code, 1);
     assert.equal(r.json?.['code'], 11);
     assert.equal(
       r.json?.['msg'],
-      `the network directory ${conf.ipam.dataDir}/kubenet has no reservations and the runtime at unix:///fake/cri.sock cannot be asked which pods already use its addresses: DEADLINE_EXCEEDED`,
+      `the network directory ${conf.ipam.dataDir}/kubenet has no reservations, the runtime at unix:///fake/cri.sock cannot list its sandboxes: DEADLINE_EXCEEDED, and the kernel evidence is incomplete (not root): handing out an address now could give away a running pod's`,
     );
     assert.deepEqual(Object.keys(snapshotDir(dir)), []);
+  });
+
+  it('a runtime that cannot list, with complete kernel evidence: the addresses configured in namespaces are recreated first (issue 7)', async () => {
+    const { dir, conf } = setup({});
+    const ev = evidenceOf({ '10.244.1.2': 'net:[4026532301]' });
+    const r = await invoke({ sandboxes: new Map(), calls: 0, listFails: 'DEADLINE_EXCEEDED' }, 'ADD', conf, 'new1', undefined, ev);
+    assert.equal(r.code, 0, JSON.stringify(r.json));
+    assert.deepEqual(r.json?.['ips'], [{ address: '10.244.1.3/29', gateway: '10.244.1.1' }]);
+    assert.deepEqual(snapshotDir(dir), { '10.244.1.2': 'recovered-net-4026532301\r\neth0', '10.244.1.3': 'new1\r\neth0', 'last_reserved_ip.0': '10.244.1.3' });
   });
 
   it('a directory emptied by DELs (last_reserved_ip kept) is trusted: the runtime is not asked', async () => {

@@ -4,6 +4,7 @@
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,7 +37,7 @@ const openStore = (network: string) => openFileStore({ dataDir, network });
 
 async function planNow(): Promise<Plan> {
   const reservations = await readReservations(discoverNetworks(dataDir), openStore);
-  return plan({ reservations, sandboxes: new Map<string, SandboxState>([['alive', 'ready']]), snapshotAtMs: SNAP, graceSeconds: 300 });
+  return plan({ evidence: NOTHING_IN_USE, reservations, sandboxes: new Map<string, SandboxState>([['alive', 'ready']]), snapshotAtMs: SNAP, graceSeconds: 300 });
 }
 
 describe('applyPlan re-checks each entry under the lock', () => {
@@ -53,7 +54,7 @@ describe('applyPlan re-checks each entry under the lock', () => {
     write('n', '10.0.0.3', 'gone2\r\neth0', SNAP + 5000);
     rmSync(join(dataDir, 'n', '10.0.0.4'));
     const audit = memoryAuditSink();
-    const r = await applyPlan(p, { openStore, audit, now: () => SNAP });
+    const r = await applyPlan(p, { openStore, audit, now: () => SNAP, evidence: () => NOTHING_IN_USE });
     assert.deepEqual(r.released.map((e) => e.ip), ['10.0.0.5']);
     assert.deepEqual(
       r.skipped.map((s) => [s.entry.ip, s.why]),
@@ -75,7 +76,7 @@ describe('applyPlan re-checks each entry under the lock', () => {
     write('n', '10.0.0.2', '');
     const p = await planNow();
     write('n', '10.0.0.2', 'new\r\neth0', SNAP - 3_600_000);
-    const r = await applyPlan(p, { openStore, audit: memoryAuditSink(), now: () => SNAP });
+    const r = await applyPlan(p, { openStore, audit: memoryAuditSink(), now: () => SNAP, evidence: () => NOTHING_IN_USE });
     assert.deepEqual(r.released, []);
     assert.deepEqual(
       r.skipped.map((s) => s.why),
@@ -90,7 +91,7 @@ describe('applyPlan re-checks each entry under the lock', () => {
     const holder = await openStore('a');
     await holder.lock(1);
     try {
-      const r = await applyPlan(p, { openStore, audit: memoryAuditSink(), now: () => SNAP, lockTimeoutSeconds: 0 });
+      const r = await applyPlan(p, { openStore, audit: memoryAuditSink(), now: () => SNAP, evidence: () => NOTHING_IN_USE, lockTimeoutSeconds: 0 });
       assert.deepEqual(r.released.map((e) => `${e.network}/${e.ip}`), ['b/10.0.0.2']);
       assert.equal(r.errors.length, 1);
       assert.equal(r.errors[0]?.network, 'a');
@@ -111,7 +112,7 @@ describe('applyPlan re-checks each entry under the lock', () => {
       },
       close: () => undefined,
     };
-    const r = await applyPlan(p, { openStore, audit: broken, now: () => SNAP });
+    const r = await applyPlan(p, { openStore, audit: broken, now: () => SNAP, evidence: () => NOTHING_IN_USE });
     assert.deepEqual(r.released.map((e) => `${e.network}/${e.ip}`), ['a/10.0.0.2']);
     assert.deepEqual(
       r.errors.map((e) => e.message),
@@ -134,7 +135,7 @@ describe('applyPlan re-classifies with the plan\'s policy (BR-22)', () => {
       ['stopped', 'notready'],
       ['running', 'ready'],
     ]);
-    return plan({ reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: 300, policy });
+    return plan({ evidence: NOTHING_IN_USE, reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: 300, policy });
   };
 
   it('reclaim-notready: releases the NOT READY sandbox\'s old file (re-checked as notready under the lock), never the READY one', async () => {
@@ -143,7 +144,7 @@ describe('applyPlan re-classifies with the plan\'s policy (BR-22)', () => {
     const p = await planPolicy('reclaim-notready');
     assert.deepEqual(p.release.map((e) => [e.ip, e.verdict]), [['10.0.0.2', 'notready']]);
     const audit = memoryAuditSink();
-    const r = await applyPlan(p, { openStore, audit, now: () => SNAP });
+    const r = await applyPlan(p, { openStore, audit, now: () => SNAP, evidence: () => NOTHING_IN_USE });
     assert.deepEqual(r.released.map((e) => [e.ip, e.verdict]), [['10.0.0.2', 'notready']]);
     assert.deepEqual(readdirSync(join(dataDir, 'n')).sort(), ['10.0.0.3', 'lock']);
     assert.deepEqual(audit.records.map((a) => [a.ip, a.verdict]), [['10.0.0.2', 'notready']]);
@@ -153,7 +154,7 @@ describe('applyPlan re-classifies with the plan\'s policy (BR-22)', () => {
     write('n', '10.0.0.2', 'stopped\r\neth0');
     const p = await planPolicy('reclaim-notready');
     write('n', '10.0.0.2', 'stopped\r\neth0', SNAP + 5000);
-    const r = await applyPlan(p, { openStore, audit: memoryAuditSink(), now: () => SNAP });
+    const r = await applyPlan(p, { openStore, audit: memoryAuditSink(), now: () => SNAP, evidence: () => NOTHING_IN_USE });
     assert.deepEqual(r.released, []);
     assert.deepEqual(r.skipped.map((s) => s.why), ['now live: sandbox is listed by the runtime (not ready)']);
   });
@@ -181,7 +182,7 @@ describe('reReserve (BR-13)', () => {
     const r = await reReserve([finding('10.0.0.2', 'n'), finding('10.0.0.9', null), finding('10.0.0.4', 'n', 'conflict')], {
       openStore,
       audit,
-      now: () => SNAP,
+      now: () => SNAP, evidence: () => NOTHING_IN_USE,
     });
     assert.deepEqual(r.findings.map((f) => [f.ip, f.action]), [
       ['10.0.0.2', 're-reserved'],
@@ -210,7 +211,7 @@ describe('reReserve (BR-13)', () => {
     write('n', '10.0.0.2', 'c6\r\neth0');
     write('n', '10.0.0.3', '');
     const audit = memoryAuditSink();
-    const r = await reReserve([finding('10.0.0.2', 'n'), finding('10.0.0.3', 'n')], { openStore, audit, now: () => SNAP });
+    const r = await reReserve([finding('10.0.0.2', 'n'), finding('10.0.0.3', 'n')], { openStore, audit, now: () => SNAP, evidence: () => NOTHING_IN_USE });
     assert.deepEqual(
       r.findings.map((f) => [f.ip, f.action, f.reservedFor, f.message]),
       [
@@ -227,7 +228,7 @@ describe('reReserve (BR-13)', () => {
     const holder = await openStore('n');
     await holder.lock(1);
     try {
-      const r = await reReserve([finding('10.0.0.2', 'n')], { openStore, audit: memoryAuditSink(), now: () => SNAP, lockTimeoutSeconds: 0 });
+      const r = await reReserve([finding('10.0.0.2', 'n')], { openStore, audit: memoryAuditSink(), now: () => SNAP, evidence: () => NOTHING_IN_USE, lockTimeoutSeconds: 0 });
       assert.deepEqual(r.findings.map((f) => f.action), ['reported']);
       assert.equal(r.errors.length, 1);
       assert.ok(isAppError(r.errors[0]?.error, 'STORE_LOCK_TIMEOUT'));
@@ -247,7 +248,7 @@ describe('audit log file', () => {
     writeFileSync(path, '{"earlier":true}\n', { mode: 0o600 });
     const audit = openAuditLog(path);
     try {
-      await applyPlan(await planNow(), { openStore, audit, now: () => SNAP + 1500 });
+      await applyPlan(await planNow(), { openStore, audit, now: () => SNAP + 1500, evidence: () => NOTHING_IN_USE });
     } finally {
       audit.close();
       audit.close(); // idempotent

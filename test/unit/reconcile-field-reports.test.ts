@@ -9,6 +9,7 @@
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -73,9 +74,9 @@ async function reconcile(
   const openStore = (network: string) => openFileStore({ dataDir, network });
   const networks = discoverNetworks(dataDir);
   const reservations = await readReservations(networks, openStore, opts.lockTimeoutSeconds);
-  const p = plan({ reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: GRACE, policy: opts.policy ?? 'conservative' });
+  const p = plan({ evidence: NOTHING_IN_USE, reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: GRACE, policy: opts.policy ?? 'conservative' });
   const audit = memoryAuditSink();
-  const applied = await applyPlan(p, { openStore, audit, now: () => SNAP + 1000, lockTimeoutSeconds: opts.lockTimeoutSeconds });
+  const applied = await applyPlan(p, { openStore, audit, now: () => SNAP + 1000, evidence: () => NOTHING_IN_USE, lockTimeoutSeconds: opts.lockTimeoutSeconds });
   return { plan: p, applied, audit: audit.records };
 }
 
@@ -437,6 +438,7 @@ describe('field reports: reconcile on a real FileStore', () => {
         stderr: (t) => void (stderr += t),
         env: { CONTAINER_RUNTIME_ENDPOINT: 'unix:///run/fake-cri.sock' },
         now: () => SNAP,
+        evidence: () => NOTHING_IN_USE,
         sandboxSource: runtime(podIPs),
       };
       const opts = { dataDir, cniConfDir: confDir, json: true, ...extra };

@@ -1,4 +1,5 @@
 import { describe, it } from 'node:test';
+import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
 import assert from 'node:assert/strict';
 import {
   classify,
@@ -15,6 +16,10 @@ import {
   type Verdict,
 } from '../../src/reconcile/plan.ts';
 import type { Owner } from '../../src/store/store.ts';
+
+/** classify() with complete, empty kernel evidence (positional, as the cases are written). */
+const cls = (r: ReservationInput, sandboxes: SandboxIndex | null, snapshotAtMs: number, graceSeconds: number, policy: Policy = 'conservative') =>
+  classify(r, { sandboxes, snapshotAtMs, graceSeconds, policy, evidence: NOTHING_IN_USE });
 
 const sb = (entries: Array<[string, SandboxState]>): Map<string, SandboxState> => new Map(entries);
 
@@ -124,7 +129,7 @@ describe('reconcile plan: verdicts', () => {
   ];
   cases.forEach((c) =>
     it(c.name, () => {
-      const e = classify(c.r, c.sandboxes, SNAP, GRACE);
+      const e = cls(c.r, c.sandboxes, SNAP, GRACE);
       assert.equal(e.verdict, c.verdict);
       assert.equal(e.reason, c.reason);
     }),
@@ -141,32 +146,32 @@ describe('reconcile plan: the grace boundary (leaked only when strictly older th
   cases.forEach((c) =>
     it(c.name, () => {
       const r: ReservationInput = { network: 'n', dir: '/d/n', ip: '10.0.0.9', owner: own(ID_A), mtimeMs: c.mtimeMs };
-      const e = classify(r, new Set(), SNAP, GRACE);
+      const e = cls(r, new Set(), SNAP, GRACE);
       assert.equal(e.verdict, c.verdict);
       assert.equal(e.ageSeconds, c.ageSeconds);
     }),
   );
   it('grace 0: a file of age 0 is kept, 1 ms older is leaked', () => {
     const at = (mtimeMs: number) =>
-      classify({ network: 'n', dir: '/d/n', ip: '10.0.0.9', owner: own(ID_A), mtimeMs }, new Set(), SNAP, 0).verdict;
+      cls({ network: 'n', dir: '/d/n', ip: '10.0.0.9', owner: own(ID_A), mtimeMs }, new Set(), SNAP, 0).verdict;
     assert.equal(at(SNAP), 'grace');
     assert.equal(at(SNAP - 1), 'leaked');
   });
   it('fractional grace in seconds (1.5 s)', () => {
     const at = (mtimeMs: number) =>
-      classify({ network: 'n', dir: '/d/n', ip: '10.0.0.9', owner: own(ID_A), mtimeMs }, new Set(), SNAP, 1.5).verdict;
+      cls({ network: 'n', dir: '/d/n', ip: '10.0.0.9', owner: own(ID_A), mtimeMs }, new Set(), SNAP, 1.5).verdict;
     assert.equal(at(SNAP - 1500), 'grace');
     assert.equal(at(SNAP - 1501), 'leaked');
   });
   it('ageSeconds is rounded to the millisecond', () => {
-    const e = classify({ network: 'n', dir: '/d/n', ip: '10.0.0.9', owner: own(ID_A), mtimeMs: SNAP - 12_500.4 }, new Set(), SNAP, 0);
+    const e = cls({ network: 'n', dir: '/d/n', ip: '10.0.0.9', owner: own(ID_A), mtimeMs: SNAP - 12_500.4 }, new Set(), SNAP, 0);
     assert.equal(e.ageSeconds, 12.5);
   });
 });
 
 describe('reconcile plan: whole plans', () => {
   it('splits release/keep, counts, orphans, fields, and sorts by network then IP numerically', () => {
-    const p = plan({
+    const p = plan({ evidence: NOTHING_IN_USE,
       reservations: [
         res('10.0.0.10', own(ID_A), 3600, 'b-net'),
         res('10.0.0.9', own('gone'), 3600, 'b-net'),
@@ -202,7 +207,7 @@ describe('reconcile plan: whole plans', () => {
       p.keep.map((e) => `${e.network}/${e.ip}`),
       ['a-net/10.0.0.3', 'a-net/10.0.0.100', 'b-net/10.0.0.10'],
     );
-    assert.deepEqual(p.counts, { allocated: 6, live: 2, grace: 1, leaked: 2, corrupt: 1, notready: 0, unknown: 0, orphaned: 3 });
+    assert.deepEqual(p.counts, { allocated: 6, live: 2, inuse: 0, grace: 1, leaked: 2, corrupt: 1, notready: 0, unknown: 0, orphaned: 3 });
     assert.deepEqual(p.orphans, ['hostnet-pod']);
     const corrupt = p.entries[3];
     assert.equal(corrupt?.containerId, null);
@@ -214,7 +219,7 @@ describe('reconcile plan: whole plans', () => {
   });
 
   it('runtime unreachable: releases only corrupt files, keeps everything else as unknown, no orphans', () => {
-    const p = plan({
+    const p = plan({ evidence: NOTHING_IN_USE,
       reservations: [res('10.0.0.2', own(ID_A), 99999), res('10.0.0.3', null, 99999), res('10.0.0.4', own(ID_B, null), 99999)],
       sandboxes: null,
       snapshotAtMs: SNAP,
@@ -228,19 +233,19 @@ describe('reconcile plan: whole plans', () => {
         ['10.0.0.4', 'unknown', 'runtime not reachable; kept'],
       ],
     );
-    assert.deepEqual(p.counts, { allocated: 3, live: 0, grace: 0, leaked: 0, corrupt: 1, notready: 0, unknown: 2, orphaned: 1 });
+    assert.deepEqual(p.counts, { allocated: 3, live: 0, inuse: 0, grace: 0, leaked: 0, corrupt: 1, notready: 0, unknown: 2, orphaned: 1 });
     assert.deepEqual(p.orphans, []);
   });
 
   it('rejects a negative or non-finite grace and a non-finite snapshot time', () => {
-    assert.throws(() => plan({ reservations: [], sandboxes: new Set(), snapshotAtMs: SNAP, graceSeconds: -1 }), {
+    assert.throws(() => plan({ evidence: NOTHING_IN_USE, reservations: [], sandboxes: new Set(), snapshotAtMs: SNAP, graceSeconds: -1 }), {
       name: 'RangeError',
       message: 'grace must be a finite number of seconds >= 0, got -1',
     });
-    assert.throws(() => plan({ reservations: [], sandboxes: new Set(), snapshotAtMs: SNAP, graceSeconds: Infinity }), {
+    assert.throws(() => plan({ evidence: NOTHING_IN_USE, reservations: [], sandboxes: new Set(), snapshotAtMs: SNAP, graceSeconds: Infinity }), {
       message: 'grace must be a finite number of seconds >= 0, got Infinity',
     });
-    assert.throws(() => plan({ reservations: [], sandboxes: new Set(), snapshotAtMs: Number.NaN, graceSeconds: 0 }), {
+    assert.throws(() => plan({ evidence: NOTHING_IN_USE, reservations: [], sandboxes: new Set(), snapshotAtMs: Number.NaN, graceSeconds: 0 }), {
       message: 'snapshotAtMs must be finite, got NaN',
     });
   });
@@ -308,7 +313,7 @@ describe('reconcile plan: policy reclaim-notready (BR-22)', () => {
   ];
   cases.forEach((c) =>
     it(c.name, () => {
-      const e = classify(c.r, c.sandboxes, SNAP, GRACE, c.policy);
+      const e = cls(c.r, c.sandboxes, SNAP, GRACE, c.policy);
       assert.equal(e.verdict, c.verdict);
       assert.equal(e.reason, c.reason);
     }),
@@ -327,6 +332,7 @@ describe('reconcile plan: policy reclaim-notready (BR-22)', () => {
       ]),
       snapshotAtMs: SNAP,
       graceSeconds: GRACE,
+      evidence: NOTHING_IN_USE,
     };
     const p = plan({ ...input, policy: 'reclaim-notready' });
     assert.equal(p.policy, 'reclaim-notready');
@@ -335,7 +341,7 @@ describe('reconcile plan: policy reclaim-notready (BR-22)', () => {
       ['10.0.0.4', 'leaked'],
     ]);
     assert.deepEqual(p.keep.map((e) => [e.ip, e.verdict]), [['10.0.0.3', 'live']]);
-    assert.deepEqual(p.counts, { allocated: 3, live: 1, grace: 0, leaked: 1, corrupt: 0, notready: 1, unknown: 0, orphaned: 1 });
+    assert.deepEqual(p.counts, { allocated: 3, live: 1, inuse: 0, grace: 0, leaked: 1, corrupt: 0, notready: 1, unknown: 0, orphaned: 1 });
     const c = plan(input);
     assert.equal(c.policy, 'conservative');
     assert.deepEqual(c.release.map((e) => e.ip), ['10.0.0.4']);
@@ -343,7 +349,7 @@ describe('reconcile plan: policy reclaim-notready (BR-22)', () => {
   });
 
   it('rejects an unknown policy', () => {
-    assert.throws(() => plan({ reservations: [], sandboxes: new Set(), snapshotAtMs: SNAP, graceSeconds: 0, policy: 'yolo' as Policy }), {
+    assert.throws(() => plan({ evidence: NOTHING_IN_USE, reservations: [], sandboxes: new Set(), snapshotAtMs: SNAP, graceSeconds: 0, policy: 'yolo' as Policy }), {
       name: 'RangeError',
       message: 'unknown policy "yolo"',
     });

@@ -4,6 +4,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { plan, type SandboxState } from '../../src/reconcile/plan.ts';
 import { checkPodIPs, podIPMessage, withheldKey, type NetworkRanges, type PodIPCheckInput, type SandboxPodIPs } from '../../src/reconcile/unreserved.ts';
@@ -29,7 +30,7 @@ function entries(files: Record<string, string | null>): PodIPCheckInput['entries
     return { network, dir: `/d/${network}`, ip, owner, mtimeMs: SNAP - 3600_000 };
   });
   const sandboxes = new Map<string, SandboxState>();
-  return plan({ reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: 300 }).entries;
+  return plan({ evidence: NOTHING_IN_USE, reservations, sandboxes, snapshotAtMs: SNAP, graceSeconds: 300 }).entries;
 }
 
 function check(
@@ -87,13 +88,13 @@ describe('checkPodIPs (BR-13)', () => {
   });
 
   const placement: Array<{ name: string; all: string[]; configured: NetworkRanges[]; network: string | null }> = [
-    { name: 'no config names a range containing it, one network directory: that one', all: ['only'], configured: [], network: 'only' },
+    { name: 'no config at all, one network directory: never placed by a guess, only reported (issue 7)', all: ['only'], configured: [], network: null },
     { name: 'no config, two network directories: cannot tell', all: ['a', 'b'], configured: [], network: null },
     {
-      name: 'the only network directory has configured ranges that do not contain it: not that one',
+      name: 'in no configured range (another IPAM\'s address: a Calico primary beside a Multus host-local network): not reported at all',
       all: ['only'],
       configured: [ranges('only', '10.1.0.0/24')],
-      network: null,
+      network: 'none',
     },
     {
       name: 'two scanned networks have ranges containing it: cannot tell',
@@ -107,7 +108,7 @@ describe('checkPodIPs (BR-13)', () => {
       const { result } = check([{ sandbox: 'c1', ips: ['10.22.0.2'] }], {}, { all: c.all, configured: c.configured });
       assert.deepEqual(
         result.findings.map((f) => [f.ip, f.network, f.action]),
-        [['10.22.0.2', c.network, 'reported']],
+        c.network === 'none' ? [] : [['10.22.0.2', c.network, 'reported']],
       );
     }),
   );
@@ -157,10 +158,10 @@ describe('checkPodIPs (BR-13)', () => {
     assert.deepEqual(
       result.findings.map((f) => [f.ip, f.sandbox, f.network]),
       [
-        ['10.0.0.9', 'c1', 'net'],
-        ['10.0.0.10', 'c1', 'net'],
-        ['10.0.0.10', 'c2', 'net'],
-        ['fd00::2', 'c2', 'net'],
+        ['10.0.0.9', 'c1', null],
+        ['10.0.0.10', 'c1', null],
+        ['10.0.0.10', 'c2', null],
+        ['fd00::2', 'c2', null],
       ],
     );
   });

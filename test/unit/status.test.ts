@@ -5,6 +5,7 @@
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -59,6 +60,7 @@ async function cli(argv: string[], live: readonly string[] | 'unreachable'): Pro
     stderr: (t) => void (stderr += t),
     env: { CONTAINER_RUNTIME_ENDPOINT: ENDPOINT },
     now: () => SNAP,
+    evidence: () => NOTHING_IN_USE,
     sandboxSource: (endpoint) => ({
       endpoint,
       list: async (): Promise<SandboxInfo[]> => {

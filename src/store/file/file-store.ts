@@ -18,8 +18,10 @@
 import {
   closeSync,
   constants as fsConstants,
+  existsSync,
   fstatSync,
   fsyncSync,
+  futimesSync,
   linkSync,
   mkdirSync,
   openSync,
@@ -60,6 +62,8 @@ export const MAX_RECORD_BYTES = 4096;
  * host-local uses. Any such file seen while holding the lock was left by a killed writer.
  */
 export const TEMP_PREFIX = '.ipwarden-';
+/** Name of the mark a wiped-directory recovery leaves until it is complete (not an IP: host-local ignores it). */
+export const RECOVERY_MARK_NAME = 'ipwarden-recovery';
 /** Suffix of temporary files; see {@link TEMP_PREFIX}. */
 export const TEMP_SUFFIX = '.tmp';
 
@@ -359,6 +363,68 @@ export class FileStore implements Store {
     }
     this.#fsyncDirQuietly();
     return true;
+  }
+
+  /**
+   * `futimes(2)` to now on the record opened with O_NOFOLLOW|O_NONBLOCK, after re-reading its owner
+   * under the caller's lock. False when absent, not a regular file, or owned by someone else.
+   */
+  async touch(ip: string, expected: Owner | null): Promise<boolean> {
+    this.#assertOpen();
+    assertIPName(ip);
+    const path = join(this.dir, ip);
+    const rec = this.#readRecord(path, true);
+    if (rec === null) return false;
+    if (!sameOwner(rec.trimmed === null ? null : parseTrimmedRecord(rec.trimmed), expected)) return false;
+    let fd: number;
+    try {
+      fd = openSync(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
+    } catch (e) {
+      if (errnoCode(e) === 'ENOENT' || errnoCode(e) === 'ELOOP') return false;
+      throw ioError(`cannot restamp ${ip} in ${this.dir}`, e);
+    }
+    try {
+      if (!fstatSync(fd).isFile()) return false;
+      const now = new Date();
+      futimesSync(fd, now, now);
+      return true;
+    } catch (e) {
+      throw ioError(`cannot restamp ${ip} in ${this.dir}`, e);
+    } finally {
+      closeQuietly(fd);
+    }
+  }
+
+  /** `DIR/ipwarden-recovery` exists (one access(2)). */
+  async recoveryPending(): Promise<boolean> {
+    this.#assertOpen();
+    return existsSync(join(this.dir, RECOVERY_MARK_NAME));
+  }
+
+  /**
+   * Begin: temp file + fsync + rename to `DIR/ipwarden-recovery` + fsync DIR. End: unlink + fsync
+   * DIR. host-local ignores the name (not an IP); its content matches no container ID.
+   */
+  async markRecovery(pending: boolean): Promise<void> {
+    this.#assertOpen();
+    const path = join(this.dir, RECOVERY_MARK_NAME);
+    if (pending) {
+      const tmp = this.#writeTemp(`ipwarden recovery of ${this.network} in progress\n`, RESERVATION_FILE_MODE);
+      try {
+        renameSync(tmp, path);
+      } catch (e) {
+        unlinkQuietly(tmp);
+        throw ioError(`cannot mark the recovery of ${this.dir}`, e);
+      }
+      this.#fsyncDir();
+      return;
+    }
+    try {
+      unlinkSync(path);
+    } catch (e) {
+      if (errnoCode(e) !== 'ENOENT') throw ioError(`cannot finish the recovery of ${this.dir}`, e);
+    }
+    this.#fsyncDirQuietly();
   }
 
   async release(ip: string, expected: Owner | null): Promise<boolean> {

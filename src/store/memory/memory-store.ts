@@ -42,7 +42,7 @@ interface Entry {
 
 /** Number of calls per Store method (test aid). */
 export type CallCounts = Record<
-  'lock' | 'unlock' | 'list' | 'reserve' | 'restore' | 'rewrite' | 'lastReservedIP' | 'release' | 'releaseByOwner' | 'writable' | 'close',
+  'lock' | 'unlock' | 'list' | 'reserve' | 'restore' | 'rewrite' | 'lastReservedIP' | 'release' | 'releaseByOwner' | 'writable' | 'close' | 'touch' | 'recoveryPending' | 'markRecovery',
   number
 >;
 
@@ -60,11 +60,16 @@ export class MemoryStore implements Store {
     lastReservedIP: 0,
     release: 0,
     releaseByOwner: 0,
+    touch: 0,
+    recoveryPending: 0,
+    markRecovery: 0,
     writable: 0,
     close: 0,
   };
   /** Writable flag returned by `writable()`; tests may flip it. */
   isWritable: boolean;
+  /** The recovery mark (`markRecovery`); tests may set it to simulate a killed recovery. */
+  recovering = false;
 
   readonly #entries = new Map<string, Entry>();
   readonly #lastReserved = new Map<number, string>();
@@ -181,6 +186,27 @@ export class MemoryStore implements Store {
     if (e === undefined || !sameOwner(e.owner, expected)) return false;
     this.#entries.delete(ip);
     return true;
+  }
+
+  async touch(ip: string, expected: Owner | null): Promise<boolean> {
+    this.calls.touch++;
+    this.#guard();
+    const e = this.#entries.get(ip);
+    if (e === undefined || !sameOwner(e.owner, expected)) return false;
+    this.#entries.set(ip, { owner: e.owner, mtimeMs: this.#now() });
+    return true;
+  }
+
+  async recoveryPending(): Promise<boolean> {
+    this.calls.recoveryPending++;
+    this.#open();
+    return this.recovering;
+  }
+
+  async markRecovery(pending: boolean): Promise<void> {
+    this.calls.markRecovery++;
+    this.#guard();
+    this.recovering = pending;
   }
 
   async releaseByOwner(containerId: string, ifname: string): Promise<string[]> {
