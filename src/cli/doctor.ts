@@ -31,7 +31,7 @@ import {
   readBootTime,
   type LockHolder,
 } from '../node/proc.ts';
-import type { PlanEntry } from '../reconcile/plan.ts';
+import { isStampedInFuture, type PlanEntry } from '../reconcile/plan.ts';
 import { LOCK_FILE_NAME } from '../store/file/file-store.ts';
 import type { CliContext } from './context.ts';
 import { formatAge } from './format.ts';
@@ -64,6 +64,8 @@ export const FINDING_IDS = [
   'data-dir-survives-reboot',
   'overlapping-ranges',
   'duplicate-address',
+  'kernel-evidence-incomplete',
+  'clock-skew',
 ] as const;
 
 /** A finding id. */
@@ -223,6 +225,16 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
         evidence: `${evidence}; releasing the leaked and corrupt ones leaves ${afterGc} reserved`,
         fix: gcCommand(n),
       });
+    } else if (c.grace > 0) {
+      // Not judged yet: younger than the grace period, or stamped in the future after a clock step.
+      const future = s.entries.filter((e) => e.verdict === 'grace' && isStampedInFuture(e.mtimeMs, r.snapshotAtMs)).length;
+      out.push({
+        id: 'range-set-full',
+        severity,
+        title: `${head} is ${pct}% reserved; ${c.grace} of the ${c.reserved} are within the grace period${future > 0 ? ` (${future} stamped in the future)` : ''}, not yet judged`,
+        evidence: future > 0 ? `${evidence}; ${future} reservation ${future === 1 ? 'file is' : 'files are'} stamped after now: the clock was stepped back (see clock-skew)` : evidence,
+        fix: `${gcCommand(n)} after the grace period (${formatAge(r.graceSeconds)})${future > 0 ? '; gc restamps files stamped in the future, so they are judged one grace period later' : ''}, or widen the range set`,
+      });
     } else {
       out.push({
         id: 'range-set-full',
@@ -234,6 +246,52 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
           (reclaimable > 0 ? `; ${gcCommand(n)} frees only ${reclaimable}` : ''),
       });
     }
+  }
+  return out;
+}
+
+/**
+ * What the kernel evidence says (issue 7): an address of a configured range configured in two
+ * network namespaces (a duplicate: both holders named), evidence that could not be read
+ * completely, and reservations stamped in the future (the clock was stepped back).
+ */
+function kernelFindings(r: StatusReport): Finding[] {
+  const out: Finding[] = [];
+  const ev = r.evidence;
+  if (ev.incomplete !== null) {
+    out.push({
+      id: 'kernel-evidence-incomplete',
+      severity: 'warning',
+      title: 'cannot see every network namespace of the node',
+      evidence: `${ev.incomplete}; an address configured in a namespace that cannot be seen may be in use, so gc and the plugin release nothing they cannot verify`,
+      fix: 'run ipwarden as root in the host PID namespace with /run/netns visible (DaemonSet: hostPID: true and a hostPath mount of /run/netns)',
+    });
+  }
+  const ranged = r.networks.filter((n) => n.config?.ipam != null);
+  for (const [ip, holders] of [...ev.addresses].sort((a, b) => compareIP(a[0], b[0]))) {
+    if (holders.length < 2) continue;
+    const parsed = parseIP(ip);
+    if (parsed === null) continue;
+    const nets = ranged.filter((n) => n.rangeSets.some((s) => rangeSetContains(s.rangeSet, parsed))).map((n) => n.name);
+    if (nets.length === 0) continue;
+    out.push({
+      id: 'duplicate-address',
+      severity: 'error',
+      title: `${ip} (${[...new Set(nets)].join(', ')}) is configured in ${holders.length} network namespaces`,
+      evidence: holders.map((h) => `${h.netns} via ${h.via}`).join('; '),
+      fix: `two pods share ${ip}: find them (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp) and recreate one of them`,
+    });
+  }
+  const future = r.networks.flatMap((n) => [...n.rangeSets.flatMap((s) => s.entries), ...n.outside.entries]).filter((e) => isStampedInFuture(e.mtimeMs, r.snapshotAtMs));
+  if (future.length > 0) {
+    const ahead = Math.max(...future.map((e) => -e.ageSeconds));
+    out.push({
+      id: 'clock-skew',
+      severity: 'warning',
+      title: `${plural(future.length, 'reservation file')} ${future.length === 1 ? 'is' : 'are'} stamped in the future (up to ${formatAge(ahead)} ahead)`,
+      evidence: `${listIPs(future.map((e) => `${e.network}/${e.ip}`))}: written before the clock was stepped back; they stay in grace until restamped`,
+      fix: 'check the clock (timedatectl; chronyc tracking); ipwarden gc restamps them, and they are judged one grace period later',
+    });
   }
   return out;
 }
@@ -414,6 +472,7 @@ export async function diagnose(opts: DoctorOptions, ctx: DoctorContext): Promise
     }
   }
   findings.push(...dupes);
+  findings.push(...kernelFindings(report));
 
   const order = (f: Finding): number => SEVERITY_ORDER.indexOf(f.severity);
   const sorted = findings.map((f, i) => ({ f, i })).sort((x, y) => order(x.f) - order(y.f) || x.i - y.i).map((x) => x.f);

@@ -35,6 +35,8 @@ import type { RangeSet } from '../ipam/types.ts';
 import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import { discoverNetworks, NETWORK_NAME_RE } from '../reconcile/networks.ts';
 import type { PlanEntry } from '../reconcile/plan.ts';
+import type { UseEvidence } from '../reconcile/evidence.ts';
+import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import type { CliContext } from './context.ts';
 import { DEFAULT_GRACE, parseGrace, reconcile, type RuntimeJson } from './leaks.ts';
 import { renderTable } from './format.ts';
@@ -130,6 +132,8 @@ export interface StatusReport {
   readonly snapshotAtMs: number;
   readonly layout: Layout;
   readonly networks: readonly NetworkStatus[];
+  /** The kernel evidence of the first run (addresses configured in the node's network namespaces). */
+  readonly evidence: UseEvidence;
 }
 
 
@@ -263,6 +267,7 @@ export async function collectStatus(
   let runtime: RuntimeJson | null = null;
   let verdicts = true;
   let snapshotAtMs = ctx.now();
+  let evidence: UseEvidence | null = null;
   const common = { runtimeEndpoint: opts.runtimeEndpoint, grace: opts.grace ?? DEFAULT_GRACE };
 
   const take = async (o: { dataDir: string; network?: string }): Promise<void> => {
@@ -271,6 +276,7 @@ export async function collectStatus(
       runtime = run.runtime;
       snapshotAtMs = run.plan.snapshotAtMs;
     }
+    evidence ??= run.evidence;
     if (run.runtime.sandboxes === null) verdicts = false;
     for (const n of run.networks) {
       const dir = join(o.dataDir, n.name);
@@ -310,7 +316,15 @@ export async function collectStatus(
       skipped: skip.get(n.dir) ?? null,
     };
   });
-  return { runtime: rt, verdicts: verdicts && rt.sandboxes !== null, graceSeconds, snapshotAtMs, layout, networks };
+  return {
+    runtime: rt,
+    verdicts: verdicts && rt.sandboxes !== null,
+    graceSeconds,
+    snapshotAtMs,
+    layout,
+    networks,
+    evidence: evidence ?? (ctx.evidence ?? (() => readKernelEvidence()))(),
+  };
 }
 
 function dirExists(dir: string): boolean {

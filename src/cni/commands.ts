@@ -131,7 +131,8 @@ async function cmdAdd(deps: PluginDeps, a: CmdArgs): Promise<IPAMResult> {
       const held = e instanceof AppError && e.code === 'IPAM_REQUESTED_IP_UNAVAILABLE' ? heldByOthers(conf, listed, a.containerId, a.ifname) : [];
       if (held.length > 0) {
         const r = await deps.heal.reclaim(s, conf, conf.reclaimOnExhaustion, held);
-        if (r.released === 0) throw withDetails(e as AppError, (e as AppError).details, r.details);
+        // Nothing a leak held could be freed: host-local's error as it is, unless a leak holds it.
+        if (r.released === 0) throw r.reclaimable.length > 0 ? withDetails(e as AppError, (e as AppError).details, r.details) : e;
         return await allocate(s, req);
       }
       if (!(e instanceof RangeExhaustedError)) throw e;

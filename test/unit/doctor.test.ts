@@ -6,7 +6,7 @@
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
+import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -79,7 +79,7 @@ interface Run {
 async function doctor(
   extra: string[],
   live: readonly string[] | 'unreachable',
-  o: { now?: number; procDir?: string; delay?: (ms: number) => Promise<void> } = {},
+  o: { now?: number; procDir?: string; delay?: (ms: number) => Promise<void>; evidence?: UseEvidence } = {},
 ): Promise<Run> {
   let stdout = '';
   let stderr = '';
@@ -89,7 +89,7 @@ async function doctor(
     stderr: (t) => void (stderr += t),
     env: { CONTAINER_RUNTIME_ENDPOINT: ENDPOINT },
     now: () => o.now ?? SNAP,
-    evidence: () => NOTHING_IN_USE,
+    evidence: () => o.evidence ?? NOTHING_IN_USE,
     sandboxSource: (endpoint) => ({
       endpoint,
       list: async (): Promise<SandboxInfo[]> => {
@@ -413,6 +413,64 @@ describe('ipwarden doctor', () => {
         fix: `give each network its own subnet: change ipam.ranges in ${join(confDir, 'a.conf')} or ${join(confDir, 'b.conflist')}`,
       },
     ]);
+  });
+
+  describe('kernel evidence (issue 7)', () => {
+    const cbr0 = (): void =>
+      conf('10-cbr0.conflist', { cniVersion: '1.0.0', name: 'cbr0', plugins: [{ type: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.42.1.0/28' }]] } }] });
+    const json = (r: Run): Finding[] => (JSON.parse(r.stdout) as { findings: Finding[] }).findings;
+
+    it('an address of a configured range configured in two namespaces is a duplicate (error, both holders); one outside every range is not', async () => {
+      cbr0();
+      reserve('cbr0', '10.42.1.2', 'd2\r\neth0', HOUR);
+      const evidence: UseEvidence = {
+        addresses: new Map([
+          ['10.42.1.2', [{ netns: 'net:[4026532301]', via: '/proc/812/ns/net' }, { netns: 'net:[4026532455]', via: '/run/netns/cni-9f' }]],
+          ['172.17.0.1', [{ netns: 'net:[4026531992]', via: '/proc/1/ns/net' }, { netns: 'net:[4026532500]', via: '/proc/900/ns/net' }]],
+        ]),
+        inFlight: new Map(),
+        incomplete: null,
+      };
+      const r = await doctor(['--json'], ['d2'], { evidence });
+      assert.equal(r.code, 1);
+      assert.deepEqual(json(r), [
+        {
+          id: 'duplicate-address',
+          severity: 'error',
+          title: '10.42.1.2 (cbr0) is configured in 2 network namespaces',
+          evidence: 'net:[4026532301] via /proc/812/ns/net; net:[4026532455] via /run/netns/cni-9f',
+          fix: 'two pods share 10.42.1.2: find them (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp) and recreate one of them',
+        },
+      ]);
+    });
+
+    it('incomplete evidence is a warning that says what to change', async () => {
+      cbr0();
+      const r = await doctor(['--json'], [], { evidence: unreadableEvidence('not running as root (uid 1000)') });
+      assert.deepEqual(json(r), [
+        {
+          id: 'kernel-evidence-incomplete',
+          severity: 'warning',
+          title: 'cannot see every network namespace of the node',
+          evidence: 'not running as root (uid 1000); an address configured in a namespace that cannot be seen may be in use, so gc and the plugin release nothing they cannot verify',
+          fix: 'run ipwarden as root in the host PID namespace with /run/netns visible (DaemonSet: hostPID: true and a hostPath mount of /run/netns)',
+        },
+      ]);
+    });
+
+    it('after a backward clock step: clock-skew, and a full range of future-stamped leaks is not called genuinely full', async () => {
+      cbr0();
+      for (let i = 2; i <= 14; i++) reserve('cbr0', `10.42.1.${i}`, `d${i}\r\neth0`, -HOUR);
+      const f = json(await doctor(['--json'], []));
+      assert.deepEqual(
+        f.map((x) => [x.id, x.title]),
+        [
+          ['range-set-full', 'cbr0 range set 0 (10.42.1.1-10.42.1.14) is 100% reserved; 13 of the 13 are within the grace period (13 stamped in the future), not yet judged'],
+          ['clock-skew', '13 reservation files are stamped in the future (up to 1h0m ahead)'],
+        ],
+      );
+      assert.equal(f.some((x) => x.title.includes('genuinely full')), false);
+    });
   });
 
   it('human output: one block per finding and a summary line', async () => {
