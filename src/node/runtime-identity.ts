@@ -42,6 +42,7 @@ export interface IdentifyRuntimeOptions {
 
 /** Fields of one `/proc/<pid>/stat` line (proc(5)). */
 export interface ProcStat {
+  /** Field 1. */
   readonly pid: number;
   /** Field 2 without the parentheses; may itself contain spaces and `)`. */
   readonly comm: string;

@@ -460,6 +460,15 @@ describe('readKernelEvidence over a fake procfs', () => {
   });
 });
 
+describe('readKernelEvidence: environments', () => {
+  it('an environment longer than the 64 KiB read buffer is read whole (CNI variables at its end)', () => {
+    const big = `${'X'.repeat(200_000)}=1\0CNI_COMMAND=CHECK\0CNI_CONTAINERID=big\0`;
+    const root = tree([KTHREADD, { pid: 40, netns: 'net:[4026531840]', environ: big, comm: 'ipwarden' }]);
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [], euid: 0 });
+    assert.deepEqual(inFlightFor(ev, 'big'), [{ pid: 40, command: 'CHECK', comm: 'ipwarden', containerId: 'big', ifname: null }]);
+  });
+});
+
 describe('readKernelEvidence: what makes it incomplete (exact reasons)', () => {
   it('not root: one reason, the consequences are not listed again', () => {
     const root = tree([KTHREADD, { pid: 50, netns: 'net:[4026531840]', environ: 'dir' }]);
