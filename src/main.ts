@@ -16,6 +16,9 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
 
 void main(process.argv.slice(2), process.env).then(
   (code) => {
+    // Plugin mode: the reply is written (synchronously); end now, so runtime calls abandoned at
+    // a heal deadline (grpc-js does not cancel calls on close) cannot keep the runtime waiting.
+    if ((process.env['CNI_COMMAND'] ?? '') !== '') process.exit(code);
     process.exitCode = code;
   },
   (e: unknown) => {

@@ -7,8 +7,9 @@
  *
  * Which runtime is asked ({@link pluginRuntimeSource}): the ipam key `runtimeEndpoint`, else
  * `CONTAINER_RUNTIME_ENDPOINT`, else **the runtime that ran this plugin**, identified from the
- * process ancestry (the first ancestor below pid 1 that listens on unix sockets: containerd,
- * CRI-O, k3s's containerd…); when it listens on several, the one that answers as a CRI runtime.
+ * process ancestry (the first ancestor below pid 1 with a listening unix socket that answers as a
+ * CRI runtime: containerd, CRI-O, k3s's containerd…; ancestors whose sockets do not answer as CRI,
+ * such as a Multus daemon, are passed over).
  * No default socket is guessed: on a node whose pods run under CRI-O or k3s, a stock idle
  * containerd at `/run/containerd/containerd.sock` lists none of them (issue 7, case 1). When the
  * runtime cannot be identified the plugin does what host-local does (no reclaim) and says why.
@@ -32,13 +33,17 @@ import type { HealHooks } from './commands.ts';
 /** Deadline of each CRI call made from inside ADD, seconds. */
 export const PLUGIN_CRI_TIMEOUT_SECONDS = 5;
 
-/** Deadline of the probe of each candidate socket when the runtime listens on several, seconds. */
+/** Deadline of the probe of each candidate socket (CRI Version), seconds. */
 export const PROBE_TIMEOUT_SECONDS = 2;
+
+/** Ancestors with listening sockets passed over (none answering as CRI) before giving up. */
+export const MAX_RUNTIME_HOPS = 4;
 
 /** Injected parts of {@link pluginRuntimeSource} (tests replace the ancestry and the probe). */
 export interface RuntimeChoiceDeps {
   readonly env: Readonly<Record<string, string | undefined>>;
-  identify(): RuntimeIdentity;
+  /** The first ancestor of `pid` (default: this process) with listening unix sockets. */
+  identify(pid?: number): RuntimeIdentity;
   /** True when `url` answers as a CRI runtime. */
   probe(url: string): Promise<boolean>;
   exists(path: string): boolean;
@@ -46,7 +51,7 @@ export interface RuntimeChoiceDeps {
 
 const realChoice = (env: Readonly<Record<string, string | undefined>>): RuntimeChoiceDeps => ({
   env,
-  identify: () => identifyRuntime(),
+  identify: (pid) => identifyRuntime(pid === undefined ? {} : { pid }),
   probe: async (url) => {
     try {
       await (await CriClient.connect(url, { timeoutSeconds: PROBE_TIMEOUT_SECONDS })).close();
@@ -74,20 +79,25 @@ export async function choosePluginEndpoint(conf: IPAMConfig, deps: RuntimeChoice
     }
     return deps.exists(ep.path) ? { url: ep.url } : { none: `no CRI runtime at ${ep.url}: socket does not exist` };
   }
-  const id = deps.identify();
-  const who = id.ancestor === null ? '' : ` (${id.ancestor.comm}, pid ${id.ancestor.pid})`;
-  if (id.candidates.length === 0) {
-    return { none: `no runtimeEndpoint is configured and the runtime that ran this plugin could not be identified: ${id.reason}; nothing is reclaimed, as with host-local` };
+  // Walk up the ancestry: the first ancestor with a listening socket that answers as CRI. One
+  // that listens but is not a runtime (a Multus daemon, kubelet, an ssh-agent) is passed over.
+  let id = deps.identify();
+  const passed: string[] = [];
+  for (let hops = 0; id.candidates.length > 0 && id.ancestor !== null && hops < MAX_RUNTIME_HOPS; hops++) {
+    const answering: string[] = [];
+    for (const path of id.candidates) if (await deps.probe(`unix://${path}`)) answering.push(path);
+    if (answering.length === 1) return { url: `unix://${answering[0] as string}` };
+    const who = ` (${id.ancestor.comm}, pid ${id.ancestor.pid})`;
+    if (answering.length > 1) {
+      return {
+        none: `no runtimeEndpoint is configured and the runtime that ran this plugin${who} answers as CRI on several sockets (${answering.join(', ')}): set the ipam key "runtimeEndpoint"; nothing is reclaimed, as with host-local`,
+      };
+    }
+    passed.push(`${id.ancestor.comm} (pid ${id.ancestor.pid}) listens on ${id.candidates.join(', ')}, none answers as CRI`);
+    id = deps.identify(id.ancestor.pid);
   }
-  if (id.candidates.length === 1) return { url: `unix://${id.candidates[0] as string}` };
-  const answering: string[] = [];
-  for (const path of id.candidates) if (await deps.probe(`unix://${path}`)) answering.push(path);
-  if (answering.length === 1) return { url: `unix://${answering[0] as string}` };
-  return {
-    none: `no runtimeEndpoint is configured and the runtime that ran this plugin${who} ${
-      answering.length === 0 ? `answers as CRI on none of its sockets ${id.candidates.join(', ')}` : `answers as CRI on several sockets (${answering.join(', ')})`
-    }: set the ipam key "runtimeEndpoint"; nothing is reclaimed, as with host-local`,
-  };
+  const why = passed.length === 0 ? id.reason : `${passed.join('; ')}; above: ${id.reason}`;
+  return { none: `no runtimeEndpoint is configured and the runtime that ran this plugin could not be identified: ${why}; nothing is reclaimed, as with host-local` };
 }
 
 /** The CRI source for `conf` (see {@link choosePluginEndpoint}), or why there is none. */

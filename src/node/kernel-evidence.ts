@@ -26,7 +26,7 @@
  * like an address in `fib_trie`.
  */
 import { execFileSync } from 'node:child_process';
-import { closeSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, realpathSync, statSync } from 'node:fs';
+import { closeSync, existsSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, realpathSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { formatIP, parseIP } from '../ipam/ip.ts';
@@ -264,34 +264,47 @@ export function parseNetnsDump(out: string, files: readonly string[]): NetnsDump
 const SETNS_NR: Readonly<Record<string, number>> = { x64: 308, arm64: 268, riscv64: 268, loong64: 268 };
 const CLONE_NEWNET = 0x40000000;
 
+// Only ENOENT from opening the pin file means "deleted meanwhile" (errno 2); it is opened without
+// following a symlink and without blocking (a FIFO swapped in fails setns instead of hanging);
+// a failure inside the namespace is reported as errno 0 (a gap); a missing if_inet6 is no IPv6.
 const PERL_HELPER = `
+use Fcntl;
 my $nr = shift @ARGV;
 for my $f (@ARGV) {
   print "\\0F $f\\n";
   my $ns;
-  unless (open($ns, '<', $f)) { print "\\0E ", $!+0, " open $f: $!\\n"; next; }
-  if (syscall($nr, fileno($ns), ${CLONE_NEWNET}) != 0) { print "\\0E ", $!+0, " setns $f: $!\\n"; close($ns); next; }
+  unless (sysopen($ns, $f, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)) { print "\\0E ", $!+0, " open $f: $!\\n"; next; }
+  if (syscall($nr, fileno($ns), ${CLONE_NEWNET}) != 0) { my $e = $!+0; $e = 0 if $e == 2; print "\\0E $e setns $f: $!\\n"; close($ns); next; }
   close($ns);
   my @st = stat('/proc/thread-self/net/fib_trie');
-  print "\\0I $st[1]\\n" if @st;
+  my $h;
+  unless (@st && open($h, '<', '/proc/thread-self/net/fib_trie')) { print "\\0E 0 fib_trie in $f: $!\\n"; next; }
+  my $t = do { local $/; <$h> }; close($h);
+  print "\\0I $st[1]\\n";
   print "\\0P\\n";
-  for my $p ('/proc/thread-self/net/fib_trie', '/proc/thread-self/net/if_inet6') {
-    my $h;
-    if (open($h, '<', $p)) { local $/; my $t = <$h>; print $t if defined $t; close($h); }
-    else { print "\\0E ", $!+0, " $p: $!\\n"; }
-  }
+  print $t if defined $t;
+  if (open($h, '<', '/proc/thread-self/net/if_inet6')) { local $/; my $u = <$h>; print $u if defined $u; close($h); }
+  elsif ($!+0 != 2) { print "\\0E 0 if_inet6 in $f: $!\\n"; }
 }
 `;
 
 const SH_HELPER = `for f; do
   printf '\\0F %s\\n' "$f"
-  if out=$(nsenter --net="$f" cat /proc/thread-self/net/fib_trie /proc/thread-self/net/if_inet6 2>&1); then
+  if [ ! -e "$f" ] && [ ! -L "$f" ]; then printf '\\0E 2 %s: deleted\\n' "$f"; continue; fi
+  if [ -L "$f" ]; then printf '\\0E 0 %s: a symlink\\n' "$f"; continue; fi
+  if out=$(nsenter --net="$f" sh -c 'cat /proc/thread-self/net/fib_trie && { cat /proc/thread-self/net/if_inet6 2>/dev/null || [ ! -e /proc/thread-self/net/if_inet6 ]; }' 2>&1); then
     printf '\\0P\\n%s\\n' "$out"
   else
-    case "$out" in *"No such file or directory"*) e=2 ;; *) e=0 ;; esac
-    printf '\\0E %s %s\\n' "$e" "$out"
+    printf '\\0E 0 %s\\n' "$out"
   fi
 done`;
+
+/**
+ * Upper bound of the pinned-namespace helper, milliseconds: the reader runs under a network's
+ * lock (lockTimeout 30 s by default, heal deadline 15 s); a helper that takes longer gives
+ * incomplete evidence.
+ */
+export const PINNED_HELPER_TIMEOUT_MS = 5000;
 
 /** Result of {@link readPinnedNamespaces}. */
 export interface PinnedRead {
@@ -313,11 +326,12 @@ function spawnFailure(e: unknown): string {
  * Read `fib_trie` and `if_inet6` inside each of the namespace `files` with ONE helper process:
  * `perl -e` calling `setns(2)` per file when perl exists and `process.arch` is one of x64, arm64,
  * riscv64, loong64 (about 7 ms for 50 files here); else `sh -c` looping over `nsenter --net=FILE cat
- * …` (about 2.5 ms per file). Synchronous; 30 s timeout. Needs CAP_SYS_ADMIN (root).
+ * …` (about 2.5 ms per file). Synchronous; {@link PINNED_HELPER_TIMEOUT_MS} timeout (no fallback
+ * after a timeout). Needs CAP_SYS_ADMIN (root).
  */
 export function readPinnedNamespaces(files: readonly string[]): PinnedRead {
   if (files.length === 0) return { entries: [], failure: null };
-  const opts = { encoding: 'utf8' as const, maxBuffer: 256 * 1024 * 1024, timeout: 30_000, stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'] };
+  const opts = { encoding: 'utf8' as const, maxBuffer: 256 * 1024 * 1024, timeout: PINNED_HELPER_TIMEOUT_MS, stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'] };
   const nr = SETNS_NR[process.arch];
   let perlFailure: string | null = null;
   if (nr !== undefined) {
@@ -326,6 +340,8 @@ export function readPinnedNamespaces(files: readonly string[]): PinnedRead {
       return { entries: parseNetnsDump(out, files), failure: null };
     } catch (e) {
       perlFailure = `perl: ${spawnFailure(e)}`;
+      // Timed out: the files hang whatever reads them; no second helper (the caller holds a lock).
+      if (errnoCode(e) === 'ETIMEDOUT') return { entries: [], failure: perlFailure };
     }
   }
   try {
@@ -477,12 +493,24 @@ export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvid
     const base = join(procDir, String(pid), 'net');
     let text: string;
     try {
-      text = readFileSync(join(base, 'fib_trie'), 'utf8') + readFileSync(join(base, 'if_inet6'), 'utf8');
+      text = readFileSync(join(base, 'fib_trie'), 'utf8');
     } catch (e) {
-      if (isVanished(e)) return false;
-      nsFailures.add(`${base}: ${errText(e)}`);
+      // Gone only when the process's net/ is gone (exited, or a zombie: no namespaces any more);
+      // a missing file in the net/ of a live process is a gap.
+      if (isVanished(e) && !existsSync(base)) return false;
+      nsFailures.add(`${join(base, 'fib_trie')}: ${errText(e)}`);
       failedNs.add(netns); // reported once, not retried through every process inside
       return true;
+    }
+    try {
+      text += readFileSync(join(base, 'if_inet6'), 'utf8');
+    } catch (e) {
+      // No if_inet6 in a live process's namespace: the kernel has no IPv6 (ipv6.disable=1).
+      if (!(isVanished(e) && existsSync(join(base, 'fib_trie')))) {
+        nsFailures.add(`${join(base, 'if_inet6')}: ${errText(e)}`);
+        failedNs.add(netns);
+        return true;
+      }
     }
     readNs.set(netns, { pid, via: join(procDir, String(pid), 'ns', 'net') });
     addText(netns, join(procDir, String(pid), 'ns', 'net'), pid, text);
@@ -606,7 +634,8 @@ export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvid
       const file = join(d, name);
       let st;
       try {
-        st = statSync(file);
+        // lstat: a symlink here is never followed (root follows no link it did not make).
+        st = lstatSync(file);
       } catch {
         continue; // removed meanwhile
       }
@@ -650,6 +679,10 @@ export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvid
     }
   }
 
+  // Nothing read at all is no evidence that nothing is in use.
+  if (!notRoot && general.length === 0 && (processes === 0 || readNs.size === 0)) {
+    general.push(`no network namespace could be read through ${procDir} (${processes} processes seen)`);
+  }
   // Without root, every other failure is a consequence of that one: name only the cause.
   const clauses = notRoot ? general : [...general, nsFailures.text(), envFailures.text(), pinFailures.text()].filter((c): c is string => c !== null);
   return {

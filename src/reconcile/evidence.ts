@@ -71,3 +71,9 @@ export function inUseReason(ev: UseEvidence, ip: string, containerId: string | n
   }
   return null;
 }
+
+/**
+ * Prefix of the owner ID of a reservation recovered from the kernel alone (`recovered-net-<inode>`,
+ * reclaim.ts): it stands for whichever pod uses the address in that namespace.
+ */
+export const RECOVERED_OWNER_PREFIX = 'recovered-net-';

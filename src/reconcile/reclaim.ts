@@ -15,7 +15,7 @@
  */
 import { DEFAULT_DATA_DIR } from '../ipam/config.ts';
 import type { RangeSet } from '../ipam/types.ts';
-import type { UseEvidence } from './evidence.ts';
+import { RECOVERED_OWNER_PREFIX, type UseEvidence } from './evidence.ts';
 import { RE_RESERVE_IFNAME } from './apply.ts';
 import { formatIP, parseIP } from '../ipam/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
@@ -268,7 +268,7 @@ export interface RecoveryDeps {
 /** Owner ID of a reservation recreated from the kernel alone: `recovered-net-<namespace inode>`. */
 export function recoveredOwnerId(netns: string): string {
   const m = /^net:\[(\d+)\]$/.exec(netns);
-  return `recovered-net-${m === null ? netns.replace(/[^a-zA-Z0-9_.-]/g, '_') : (m[1] as string)}`;
+  return `${RECOVERED_OWNER_PREFIX}${m === null ? netns.replace(/[^a-zA-Z0-9_.-]/g, '_') : (m[1] as string)}`;
 }
 
 /** The range set of `text` in `conf` (its gateway excluded: never handed out), or -1. */
@@ -296,8 +296,10 @@ function rangeSetOf(conf: IPAMConfig, text: string): number {
  * use is configured somewhere). A socket that is not CRI, or no runtime at all, is no runtime: the
  * kernel alone decides, as host-local would allocate. Crash-safe: the store's recovery mark is
  * durable before the first reservation is recreated and removed after the last, so a killed
- * recovery is resumed by the next ADD. Reservations are recreated with `Store.restore`
- * (round robin unchanged); each is audited.
+ * recovery is resumed by the next ADD, and a pending mark is never cleared on incomplete
+ * evidence without a runtime that answered (retryable 11 instead). Reservations are recreated
+ * with `Store.restore` (round robin unchanged); each is audited when the audit log can be
+ * written (recreating only protects addresses, so an unwritable log does not stop it).
  */
 export async function recoverLocked(store: Store, conf: IPAMConfig, deps: RecoveryDeps): Promise<RecoveryOutcome> {
   const d = deadlineIn(healDeadlineSeconds(conf), deps.monotonic);
@@ -330,29 +332,55 @@ export async function recoverLocked(store: Store, conf: IPAMConfig, deps: Recove
     }
   }
   const evidence = deps.evidence();
-  if (unanswered !== null && evidence.incomplete !== null) {
-    throw new AppError(
-      'RUNTIME_UNAVAILABLE',
-      `the network directory ${conf.dataDir}/${conf.name} has no reservations, ${unanswered}, and the kernel evidence is incomplete (${evidence.incomplete}): handing out an address now could give away a running pod's`,
-      { retryable: true },
-    );
+  const pending = await store.recoveryPending();
+  if (evidence.incomplete !== null) {
+    // A runtime that exists but did not answer for every sandbox: try again later.
+    if (unanswered !== null) {
+      throw new AppError(
+        'RUNTIME_UNAVAILABLE',
+        `the network directory ${conf.dataDir}/${conf.name} has no reservations, ${unanswered}, and the kernel evidence is incomplete (${evidence.incomplete}): handing out an address now could give away a running pod's`,
+        { retryable: true },
+      );
+    }
+    // A recovery begun earlier (killed midway) is never finished on less than it began with:
+    // without a runtime that answered and without complete evidence, nothing says it is done.
+    if (pending && (typeof source === 'string' || runtimeError !== null)) {
+      throw new AppError(
+        'RUNTIME_UNAVAILABLE',
+        `a recovery of ${conf.dataDir}/${conf.name} was begun and not finished, and neither the runtime (${runtimeError ?? 'no runtime'}) nor the kernel (${evidence.incomplete}) can say which addresses running pods use`,
+        { retryable: true },
+      );
+    }
   }
   for (const [ip, holders] of evidence.addresses) {
     if (found.has(ip) || holders.length === 0 || rangeSetOf(conf, ip) < 0) continue;
     const h = holders[0] as { netns: string; via: string };
     found.set(ip, { containerId: recoveredOwnerId(h.netns), why: `the address is configured in network namespace ${h.netns} via ${h.via}` });
   }
-  const pending = await store.recoveryPending();
   if (found.size === 0) {
     if (pending) await store.markRecovery(false);
     return { recreated: [], runtimeError };
   }
   if (!pending) await store.markRecovery(true);
-  deps.audit.open?.();
+  // Recreating a reservation only ever protects an address: an audit log that cannot be written
+  // (a directory, a symlink, a full disk) must not block it, let alone make every ADD fail.
+  let audit: AuditSink | null = deps.audit;
+  const record = (rec: Parameters<AuditSink['append']>[0]): void => {
+    try {
+      audit?.append(rec);
+    } catch {
+      audit = null;
+    }
+  };
+  try {
+    deps.audit.open?.();
+  } catch {
+    audit = null;
+  }
   const recreated: Array<{ ip: string; containerId: string }> = [];
   for (const [ip, f] of [...found].sort((a, b) => compareIPText(a[0], b[0]))) {
     const owner = { containerId: f.containerId, ifname: RE_RESERVE_IFNAME };
-    deps.audit.append({
+    record({
       time: new Date(deps.now()).toISOString(),
       network: conf.name,
       ip,

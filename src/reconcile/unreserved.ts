@@ -8,7 +8,8 @@
  *
  * For every pod IP of a READY sandbox:
  * - a scanned network holds a reservation file of that IP owned by the same sandbox (any
- *   interface, legacy records included) → fine, nothing reported;
+ *   interface, legacy records included), or one recovered from the kernel
+ *   (`recovered-net-<inode>`, standing for whichever pod uses it) → fine, nothing reported;
  * - a scanned network holds a file of that IP owned by another container, or an empty or
  *   unparseable one → `conflict` (a duplicate IP). Nothing is ever released for it, and that file
  *   is withheld from release ({@link PodIPCheck.withheld}) while the sandbox uses the address:
@@ -25,6 +26,7 @@
 import { formatIP, parseIP } from '../ipam/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
+import { RECOVERED_OWNER_PREFIX } from './evidence.ts';
 import { compareIPText, type AnyVerdict, type PlanEntry } from './plan.ts';
 
 /** The pod IPs of one READY sandbox as the runtime reports them (any text; non-IPs are ignored). */
@@ -125,7 +127,8 @@ export function checkPodIPs(input: PodIPCheckInput): PodIPCheck {
       if (seen.has(key)) continue;
       seen.add(key);
       const holders = byIP.get(ip) ?? [];
-      if (holders.some((h) => h.containerId === s.sandbox)) continue;
+      // Its own reservation, or one recovered from the kernel for whichever pod uses the address.
+      if (holders.some((h) => h.containerId === s.sandbox || (h.containerId?.startsWith(RECOVERED_OWNER_PREFIX) ?? false))) continue;
       const other = holders[0];
       if (other !== undefined) {
         for (const h of holders) withheld.add(withheldKey(h.network, h.ip));

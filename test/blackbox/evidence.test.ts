@@ -840,7 +840,8 @@ describe('runtime identification: the plugin asks the runtime that ran it (this 
     for (const k of ks) age(w, n(k), 3600 + k);
     const r = await add(sid('id1-new'), conf(w, 'ipwarden', S));
     assert.deepEqual([r.code, r.json], [0, okResult('10.87.11.2/28', '10.87.11.1')], r.stdout + r.stderr);
-    assert.deepEqual([cri.stats.version, cri.stats.list], [1, 1]);
+    // One Version for the probe (even a single socket must answer as CRI), one when the source connects.
+    assert.deepEqual([cri.stats.version, cri.stats.list], [2, 1]);
     assert.deepEqual(auditRows(w), [...ks].reverse().map((k) => [n(k), id(k), 'eth0', 'leaked', RECLAIMED]));
   });
 

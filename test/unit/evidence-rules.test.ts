@@ -277,9 +277,15 @@ describe('recovery of a wiped directory', () => {
 });
 
 describe('which runtime the plugin asks', () => {
-  const deps = (o: Partial<RuntimeChoiceDeps> & { candidates?: string[]; answering?: string[] }): RuntimeChoiceDeps => ({
+  const deps = (o: Partial<RuntimeChoiceDeps> & { candidates?: string[]; answering?: string[]; above?: string[] }): RuntimeChoiceDeps => ({
     env: o.env ?? {},
-    identify: () => ({ candidates: o.candidates ?? [], ancestor: { pid: 77, comm: 'containerd' }, reason: 'no ancestor below pid 1 listens on a unix socket' }),
+    // The parent (pid 77) listens on `candidates`; its parent (pid 5) on `above`; nothing further up.
+    identify: (pid) =>
+      pid === undefined
+        ? { candidates: o.candidates ?? [], ancestor: { pid: 77, comm: 'containerd' }, reason: 'no ancestor below pid 1 listens on a unix socket' }
+        : pid === 77 && (o.above ?? []).length > 0
+          ? { candidates: o.above ?? [], ancestor: { pid: 5, comm: 'crio' }, reason: 'ancestor 5 (crio) listens' }
+          : { candidates: [], ancestor: null, reason: 'no ancestor below pid 1 listens on a unix socket (walked: none)' },
     probe: async (url) => (o.answering ?? []).includes(url),
     exists: o.exists ?? (() => true),
   });
@@ -287,7 +293,21 @@ describe('which runtime the plugin asks', () => {
     { name: 'ipam runtimeEndpoint first', conf: conf({ runtimeEndpoint: 'unix:///run/k3s/containerd/containerd.sock' }), deps: deps({ env: { CONTAINER_RUNTIME_ENDPOINT: '/x.sock' } }), want: { url: 'unix:///run/k3s/containerd/containerd.sock' } },
     { name: 'then CONTAINER_RUNTIME_ENDPOINT', conf: conf(), deps: deps({ env: { CONTAINER_RUNTIME_ENDPOINT: '/var/run/crio/crio.sock' } }), want: { url: 'unix:///var/run/crio/crio.sock' } },
     { name: 'a configured socket that does not exist is no runtime', conf: conf({ runtimeEndpoint: '/nope.sock' }), deps: deps({ exists: () => false }), want: { none: 'no CRI runtime at unix:///nope.sock: socket does not exist' } },
-    { name: 'the one socket of the runtime that ran us', conf: conf(), deps: deps({ candidates: ['/run/crio/crio.sock'] }), want: { url: 'unix:///run/crio/crio.sock' } },
+    { name: 'the one socket of the runtime that ran us, when it answers as CRI', conf: conf(), deps: deps({ candidates: ['/run/crio/crio.sock'], answering: ['unix:///run/crio/crio.sock'] }), want: { url: 'unix:///run/crio/crio.sock' } },
+    {
+      name: 'a parent whose one socket is not CRI (a Multus daemon) is passed over for the runtime above it',
+      conf: conf(),
+      deps: deps({ candidates: ['/run/multus/multus.sock'], above: ['/var/run/crio/crio.sock'], answering: ['unix:///var/run/crio/crio.sock'] }),
+      want: { url: 'unix:///var/run/crio/crio.sock' },
+    },
+    {
+      name: 'no ancestor answers as CRI: none, each passed over named',
+      conf: conf(),
+      deps: deps({ candidates: ['/run/multus/multus.sock'] }),
+      want: {
+        none: 'no runtimeEndpoint is configured and the runtime that ran this plugin could not be identified: containerd (pid 77) listens on /run/multus/multus.sock, none answers as CRI; above: no ancestor below pid 1 listens on a unix socket (walked: none); nothing is reclaimed, as with host-local',
+      },
+    },
     {
       name: 'several sockets: the one that answers as CRI',
       conf: conf(),

@@ -487,7 +487,19 @@ describe('readKernelEvidence: what makes it incomplete (exact reasons)', () => {
   it('a namespace that cannot be read (not because the process exited), reported once', () => {
     const root = tree([KTHREADD, { pid: 60, netns: 'net:[4026532999]', net: 'dir', environ: '' }, { pid: 61, netns: 'net:[4026532999]', net: 'dir', environ: '' }]);
     const ev = readKernelEvidence({ procDir: root, netnsDirs: [], euid: 0 });
-    assert.deepEqual({ incomplete: ev.incomplete, namespaces: ev.namespaces }, { incomplete: `cannot read ${root}/60/net: EISDIR`, namespaces: 1 });
+    assert.deepEqual({ incomplete: ev.incomplete, namespaces: ev.namespaces }, { incomplete: `cannot read ${root}/60/net/fib_trie: EISDIR`, namespaces: 1 });
+  });
+  it('a kernel without IPv6 (no if_inet6, ipv6.disable=1): the IPv4 addresses and the CNI operations still count, and it is complete (review finding)', () => {
+    const root = tree([KTHREADD, { pid: 80, netns: 'net:[4026532800]', net: { fib: FIB_HOST, inet6: '' }, environ: 'CNI_COMMAND=ADD\0CNI_CONTAINERID=flying\0' }]);
+    rmSync(join(root, '80', 'net', 'if_inet6'));
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [], euid: 0 });
+    assert.equal(ev.incomplete, null);
+    assert.deepEqual(holdersOf(ev, '192.0.2.2').map((h) => h.netns), ['net:[4026531840]', 'net:[4026532800]']);
+    assert.equal(inFlightFor(ev, 'flying').length, 1);
+  });
+  it('nothing readable at all is not "nothing in use"', () => {
+    const root = tree([{ ...KTHREADD, net: 'none' }]);
+    assert.equal(readKernelEvidence({ procDir: root, netnsDirs: [], euid: 0 }).incomplete, `no network namespace could be read through ${root} (0 processes seen)`);
   });
   it('a process whose ns/net cannot be read and whose net/ is gone', () => {
     const root = tree([KTHREADD, { pid: 70, netns: 'file', environ: '' }]);
