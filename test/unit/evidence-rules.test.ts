@@ -258,6 +258,27 @@ describe('recovery of a wiped directory', () => {
     assert.equal(store.recovering, true);
   });
 
+  it('a pending mark is never finished on incomplete evidence without a runtime: code 11, the mark stays (review finding)', async () => {
+    const store = await locked(new MemoryStore('net', { now: () => SNAP }));
+    store.recovering = true;
+    await assert.rejects(
+      recoverLocked(store, conf(), { source: 'no runtime identified', audit: memoryAuditSink(), now: () => SNAP, evidence: () => unreadableEvidence('cannot enter /run/netns/x') }),
+      (e: unknown) =>
+        e instanceof AppError &&
+        e.isRetryable &&
+        e.message === 'a recovery of /nonexistent/net was begun and not finished, and neither the runtime (no runtime identified) nor the kernel (cannot enter /run/netns/x) can say which addresses running pods use',
+    );
+    assert.equal(store.recovering, true);
+  });
+
+  it('an audit log that cannot be written does not stop a recovery (recreating only protects)', async () => {
+    const store = await locked(new MemoryStore('net', { now: () => SNAP }));
+    const broken = { append: () => { throw new AppError('STORE_IO', 'audit log is a directory'); }, open: () => { throw new AppError('STORE_IO', 'audit log is a directory'); }, close: () => undefined };
+    const o = await recoverLocked(store, conf(), { source: 'no runtime', audit: broken, now: () => SNAP, evidence: () => ev({ '10.244.0.9': ['net:[9]'] }) });
+    assert.deepEqual(o.recreated, [{ ip: '10.244.0.9', containerId: 'recovered-net-9' }]);
+    assert.equal(store.recovering, false);
+  });
+
   it('a sandbox removed since the list (NOT_FOUND) is no gap', async () => {
     const store = await locked(new MemoryStore('net', { now: () => SNAP }));
     const o = await recoverLocked(store, conf(), { source: source({ list: [{ id: 'gone', state: 'notready', status: 'notfound' }] }), audit: memoryAuditSink(), now: () => SNAP, evidence: () => unreadableEvidence('not root') });
