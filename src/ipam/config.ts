@@ -360,7 +360,8 @@ function decodeName(doc: JsonObject): string {
  *   `ipam.resolvConf` (path, or null);
  * - requested IPs: `CNI_ARGS` `IP=`, then `args.cni.ips`, then `runtimeConfig.ips`, each
  *   `<ip>[/<prefix>]` with the prefix ignored, deduplicated keeping the first occurrence;
- * - ipwarden keys: `ipam.reclaimOnExhaustion` (boolean, default true), `ipam.leakGracePeriod`
+ * - ipwarden keys: `ipam.reclaimOnExhaustion` (boolean, default true),
+ *   `ipam.failStatusOnExhaustion` (boolean, default false), `ipam.leakGracePeriod`
  *   (Go duration, default `5m`), `ipam.runtimeEndpoint` (string, default null),
  *   `ipam.lockTimeout` (Go duration, default `30s`); durations must not be negative.
  *
@@ -409,6 +410,7 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
   const dataDir = decodeDataDir(ipam);
   const resolvConf = optString(ipam, 'resolvConf', 'ipam.resolvConf') || null;
   const reclaimOnExhaustion = decodeBool(ipam, 'reclaimOnExhaustion', true);
+  const failStatusOnExhaustion = decodeBool(ipam, 'failStatusOnExhaustion', false);
   const leakGracePeriodSeconds = decodeDuration(ipam, 'leakGracePeriod', DEFAULT_LEAK_GRACE_PERIOD);
   const runtimeEndpoint = decodeRuntimeEndpoint(optString(ipam, 'runtimeEndpoint', 'ipam.runtimeEndpoint') || null);
   const lockTimeoutSeconds = decodeDuration(ipam, 'lockTimeout', DEFAULT_LOCK_TIMEOUT);
@@ -468,6 +470,7 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
     resolvConf,
     requestedIPs: requested,
     reclaimOnExhaustion,
+    failStatusOnExhaustion,
     leakGracePeriodSeconds,
     runtimeEndpoint,
     lockTimeoutSeconds,

@@ -67,6 +67,12 @@ export interface IPAMConfig {
   readonly requestedIPs: readonly IP[];
   /** ipwarden: release leaked reservations and retry once when a range set is exhausted (default true). */
   readonly reclaimOnExhaustion: boolean;
+  /**
+   * ipwarden: STATUS fails (code 50) when a range set has no free and no reclaimable address
+   * (ipam `failStatusOnExhaustion`, default false). Off by default: containerd 2.x turns a
+   * failing STATUS into NetworkReady=false, and kubelet then evicts every pod of the node.
+   */
+  readonly failStatusOnExhaustion: boolean;
   /** ipwarden: grace period for reclaim, seconds (ipam `leakGracePeriod`, Go duration, default 5m). */
   readonly leakGracePeriodSeconds: number;
   /** ipwarden: CRI endpoint for reclaim (ipam `runtimeEndpoint`), or null for the CLI defaults. */

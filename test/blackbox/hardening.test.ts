@@ -4,11 +4,12 @@
  * here start with `i8`.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { mkdirSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startFakeCri, type FakeCri } from '../../bench/fake-cri.ts';
-import { installedPlugin, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
+import { installedPlugin, ROOT, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
 
 const NET = 'i8net';
 let bin = '';
@@ -83,5 +84,68 @@ describe('errors raised in the cold part keep their CNI code (issue 8.5)', () =>
     const afterRun = snapshotDir(dir);
     delete afterRun['lock'];
     assert.deepEqual(afterRun, before);
+  });
+});
+
+/** Hold DIR/lock from another process (test/fixtures/hold-lock.cjs) while `fn` runs. */
+async function withLockHeld<T>(dir: string, fn: () => Promise<T>): Promise<T> {
+  const holder = spawn(process.execPath, [join(ROOT, 'test/fixtures/hold-lock.cjs'), join(dir, 'lock')], { stdio: ['pipe', 'pipe', 'inherit'] });
+  try {
+    await new Promise<void>((res) => holder.stdout.once('data', () => res()));
+    return await fn();
+  } finally {
+    holder.stdin.end();
+    await new Promise((res) => holder.once('close', res));
+  }
+}
+
+describe('STATUS does not take the node out of service (issue 8.1)', () => {
+  const fill = async (conf: object) => {
+    for (let i = 0; i < 5; i++) assert.equal((await run({ command: 'ADD', containerId: `i8c${i}`, ifname: 'eth0', stdin: conf })).exitCode, 0);
+  };
+  const noRuntime = { CONTAINER_RUNTIME_ENDPOINT: '/nonexistent/i8-cri.sock' };
+
+  it('succeeds on a full range set (exhaustion is not a plugin failure)', async () => {
+    const dd = dataDir();
+    const conf = config(dd, { ranges: [[{ subnet: '10.8.1.0/29' }]] }, '1.1.0');
+    await fill(conf);
+    const r = await run({ command: 'STATUS', stdin: conf, env: noRuntime });
+    assert.deepEqual([r.exitCode, r.stdout, r.stderr], [0, '', '']);
+  });
+
+  it('succeeds while another process holds the lock (no wait for DIR/lock)', async () => {
+    const dd = dataDir();
+    const conf = config(dd, { ranges: [[{ subnet: '10.8.1.0/29' }]], lockTimeout: '200ms' }, '1.1.0');
+    const dir = join(dd, NET);
+    mkdirSync(dir, { recursive: true });
+    const r = await withLockHeld(dir, () => run({ command: 'STATUS', stdin: conf }));
+    assert.deepEqual([r.exitCode, r.stdout, r.stderr], [0, '', '']);
+  });
+
+  it('still fails with code 50 when the data directory cannot be written', async () => {
+    const dd = dataDir();
+    writeFileSync(join(dd, 'i8-file'), '');
+    const sub = join(dd, 'i8-file', 'sub');
+    const r = await run({ command: 'STATUS', stdin: config(sub, { ranges: [[{ subnet: '10.8.1.0/29' }]] }, '1.1.0') });
+    assert.equal(r.exitCode, 1);
+    assert.deepEqual([r.json?.['code'], r.json?.['msg']], [50, `data directory ${sub} is not writable`]);
+  });
+
+  it('with "failStatusOnExhaustion": true a full range set is code 50 with the breakdown', async () => {
+    const dd = dataDir();
+    const conf = config(dd, { ranges: [[{ subnet: '10.8.1.0/29' }]], failStatusOnExhaustion: true }, '1.1.0');
+    await fill(conf);
+    const r = await run({ command: 'STATUS', stdin: conf, env: noRuntime });
+    assert.deepEqual(r.json, {
+      cniVersion: '1.1.0',
+      code: 50,
+      msg: `no IP addresses available in range set: 10.8.1.1-10.8.1.6; range set 0: 5 of 5 addresses reserved; the runtime could not be asked (no CRI runtime at unix:///nonexistent/i8-cri.sock: socket does not exist), so leaked reservations cannot be told from live ones (set the ipam key "runtimeEndpoint"); run "ipwarden leaks --network ${NET} --data-dir ${dd} --runtime-endpoint URL"`,
+    });
+    assert.equal(r.exitCode, 1);
+  });
+
+  it('"failStatusOnExhaustion" must be a boolean (code 7)', async () => {
+    const r = await run({ command: 'STATUS', stdin: config(dataDir(), { ranges: [[{ subnet: '10.8.1.0/29' }]], failStatusOnExhaustion: 'yes' }, '1.1.0') });
+    assert.deepEqual(r.json, { cniVersion: '1.1.0', code: 7, msg: 'ipam.failStatusOnExhaustion must be a boolean, got string' });
   });
 });

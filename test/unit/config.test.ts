@@ -84,6 +84,7 @@ describe('loadIPAMConfig: range sets, order and defaults', () => {
         resolvConf: null,
         requestedIPs: [],
         reclaimOnExhaustion: true,
+        failStatusOnExhaustion: false,
         leakGracePeriodSeconds: 300,
         runtimeEndpoint: null,
         lockTimeoutSeconds: 30,
@@ -105,6 +106,7 @@ describe('loadIPAMConfig: range sets, order and defaults', () => {
         resolvConf: '/etc/resolv.conf',
         routes: [{ dst: '0.0.0.0/0' }, { dst: '10.9.0.0/16', gw: '10.1.0.254', mtu: 1400 }],
         reclaimOnExhaustion: false,
+        failStatusOnExhaustion: true,
         leakGracePeriod: '90s',
         runtimeEndpoint: 'unix:///run/containerd/containerd.sock',
         lockTimeout: '1.5s',
@@ -114,6 +116,7 @@ describe('loadIPAMConfig: range sets, order and defaults', () => {
     assert.equal(c.resolvConf, '/etc/resolv.conf');
     assert.deepEqual(c.routes, [{ dst: '0.0.0.0/0' }, { dst: '10.9.0.0/16', gw: '10.1.0.254', mtu: 1400 }]);
     assert.equal(c.reclaimOnExhaustion, false);
+    assert.equal(c.failStatusOnExhaustion, true);
     assert.equal(c.leakGracePeriodSeconds, 90);
     assert.equal(c.runtimeEndpoint, 'unix:///run/containerd/containerd.sock');
     assert.equal(c.lockTimeoutSeconds, 1.5);
@@ -246,6 +249,7 @@ describe('loadIPAMConfig: errors', () => {
     ['route with bad dst', conf({ ranges: r24, routes: [{ dst: '10.0.0.0' }] }), undefined, 'IPAM_INVALID_CONFIG', 'invalid CIDR address: 10.0.0.0', 'at ipam.routes[0].dst'],
     ['route with bad gw', conf({ ranges: r24, routes: [{ dst: '0.0.0.0/0', gw: 'x' }] }), undefined, 'IPAM_INVALID_CONFIG', 'invalid IP address: x', 'at ipam.routes[0].gw'],
     ['reclaimOnExhaustion not a boolean', conf({ ranges: r24, reclaimOnExhaustion: 'yes' }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.reclaimOnExhaustion must be a boolean, got string'],
+    ['failStatusOnExhaustion not a boolean', conf({ ranges: r24, failStatusOnExhaustion: 1 }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.failStatusOnExhaustion must be a boolean, got number'],
     ['leakGracePeriod bad', conf({ ranges: r24, leakGracePeriod: '5' }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.leakGracePeriod: invalid duration "5"', 'time: missing unit in duration "5"'],
     ['leakGracePeriod number', conf({ ranges: r24, leakGracePeriod: 300 }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.leakGracePeriod must be a string, got number'],
     ['lockTimeout negative', conf({ ranges: r24, lockTimeout: '-1s' }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.lockTimeout must not be negative, got "-1s"'],

@@ -233,16 +233,25 @@ describe('recovery of a wiped data directory', () => {
 });
 
 describe('STATUS', () => {
-  it('is ready when the full range holds leaked reservations (the next ADD reclaims them)', async () => {
+  it('by default is ready on a full range, even when every owner is live, and asks no runtime', async () => {
     const { dir, conf } = setup(full);
+    const before = snapshotDir(dir);
+    const rt = runtime(['c1', 'c2', 'c3', 'c4', 'c5']);
+    const r = await invoke(rt, 'STATUS', conf);
+    assert.deepEqual([r.code, r.json, rt.calls], [0, null, 0]);
+    assert.deepEqual(snapshotDir(dir), before, 'STATUS changes nothing');
+  });
+
+  it('with failStatusOnExhaustion: ready when the full range holds leaked reservations (the next ADD reclaims them)', async () => {
+    const { dir, conf } = setup(full, { failStatusOnExhaustion: true });
     const before = snapshotDir(dir);
     const r = await invoke(runtime(['c3']), 'STATUS', conf);
     assert.deepEqual([r.code, r.json], [0, null]);
     assert.deepEqual(snapshotDir(dir), before, 'STATUS releases nothing');
   });
 
-  it('reports code 50 with the breakdown when nothing is reclaimable', async () => {
-    const { conf } = setup(full);
+  it('with failStatusOnExhaustion: code 50 with the breakdown when nothing is reclaimable', async () => {
+    const { conf } = setup(full, { failStatusOnExhaustion: true });
     const r = await invoke(runtime(['c1', 'c2', 'c3', 'c4', 'c5']), 'STATUS', conf);
     assert.deepEqual(r.json, {
       cniVersion: '1.1.0',
