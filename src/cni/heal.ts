@@ -33,6 +33,7 @@ export function criHeal(env: Readonly<Record<string, string | undefined>>, now: 
       const get = (): AuditSink => (sink ??= openAuditLog(defaultAuditLogPath(conf.dataDir)));
       return {
         append: (rec) => get().append(rec),
+        sync: () => get().sync(),
         open: () => void get(),
         close: () => sink?.close(),
       };

@@ -18,7 +18,7 @@ import { formatIP, parseIP } from '../ipam/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
 import type { Store } from '../store/store.ts';
-import { auditRecord } from './apply.ts';
+import { releaseRecorded } from './apply.ts';
 import type { AuditSink } from './audit.ts';
 import { plan, type PlanCounts } from './plan.ts';
 import { indexSandboxes, type SandboxSource } from './sandboxes.ts';
@@ -66,16 +66,14 @@ export async function reclaimLocked(store: Store, conf: IPAMConfig, deps: Reclai
   }
   const reservations = (await store.list()).map((r) => ({ network: conf.name, dir: '', ...r }));
   const p = plan({ reservations, sandboxes: index, snapshotAtMs, graceSeconds: conf.leakGracePeriodSeconds });
-  const released: string[] = [];
   // Every release is recorded: the audit log must be writable before the first one (throws).
   if (release && p.release.length > 0) deps.audit.open?.();
-  for (const e of release ? p.release : []) {
-    // Store.release re-checks the owner: the list above was read under this same lock.
-    if (await store.release(e.ip, e.owner)) {
-      released.push(e.ip);
-      deps.audit.append({ ...auditRecord(e, deps.now()), reason: `reclaimed on exhaustion: ${e.reason}` });
-    }
-  }
+  // Intent lines, synced, before any removal; Store.release re-checks the owner (the list above
+  // was read under this same lock). An audit or removal failure fails the ADD.
+  const r = await releaseRecorded(store, release ? p.release : [], deps.audit, deps.now, 'reclaimed on exhaustion: ');
+  const failure = r.auditError?.error ?? r.failures[0]?.error;
+  if (failure !== undefined) throw failure;
+  const released = r.released.map((e) => e.ip);
   return { released, releasable: p.release.map((e) => e.ip), counts: p.counts, runtimeError: null, endpoint: deps.source.endpoint };
 }
 
@@ -154,6 +152,7 @@ export async function recoverLocked(store: Store, conf: IPAMConfig, source: PodI
         ageSeconds: 0,
         verdict: 'live',
         reason: 'recreated: the data directory had no reservations while this running sandbox uses the address',
+        phase: 'reserved',
       });
     }
   }

@@ -4,8 +4,8 @@
  * here start with `i8`.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdirSync, utimesSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startFakeCri, type FakeCri } from '../../bench/fake-cri.ts';
@@ -147,5 +147,51 @@ describe('STATUS does not take the node out of service (issue 8.1)', () => {
   it('"failStatusOnExhaustion" must be a boolean (code 7)', async () => {
     const r = await run({ command: 'STATUS', stdin: config(dataDir(), { ranges: [[{ subnet: '10.8.1.0/29' }]], failStatusOnExhaustion: 'yes' }, '1.1.0') });
     assert.deepEqual(r.json, { cniVersion: '1.1.0', code: 7, msg: 'ipam.failStatusOnExhaustion must be a boolean, got string' });
+  });
+});
+
+/** Run the installed executable as the operator CLI (no CNI_COMMAND). */
+function cli(args: string[]): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync(bin, args, { env: { PATH: '/usr/bin:/bin' }, encoding: 'utf8', timeout: 60_000 });
+  if (r.error) throw r.error;
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe('the audit log is opened safely (issue 8.2)', () => {
+  it('a FIFO at <dataDir>/ipwarden-audit.log: the reclaiming ADD answers code 5 at once instead of hanging', { timeout: 60_000 }, async () => {
+    const dd = dataDir();
+    const dir = prepared(dd, { '10.8.2.2': 'gone|eth0', 'last_reserved_ip.0': '10.8.2.2' });
+    const log = join(dd, 'ipwarden-audit.log');
+    execFileSync('mkfifo', [log]);
+    const cri = await fakeRuntime(['c1']);
+    const r = await run({ command: 'ADD', containerId: 'c2', ifname: 'eth0', stdin: config(dd, { ranges: [[{ subnet: '10.8.2.0/30' }]], runtimeEndpoint: cri.endpoint }) });
+    assert.deepEqual(r.json, { cniVersion: '1.0.0', code: 5, msg: `cannot open the audit log ${log}: it is a FIFO, not a regular file` });
+    assert.equal(readFileSync(join(dir, '10.8.2.2'), 'utf8'), 'gone\r\neth0', 'nothing released');
+  });
+
+  it('a symlink at the audit log path: gc refuses it, releases nothing, and the target is untouched', () => {
+    const dd = dataDir();
+    const dir = join(dd, NET);
+    mkdirSync(dir);
+    writeFileSync(join(dir, '10.8.2.3'), ''); // corrupt: released by gc even without a runtime
+    const victim = join(dd, 'i8-victim');
+    writeFileSync(victim, 'precious\n');
+    symlinkSync(victim, join(dd, 'ipwarden-audit.log'));
+    const r = cli(['gc', '--data-dir', dd, '--runtime-endpoint', '/nonexistent/i8-cri.sock']);
+    assert.deepEqual(r, { code: 1, stdout: '', stderr: `ipwarden: cannot open the audit log ${join(dd, 'ipwarden-audit.log')}: it is a symbolic link (not followed)\n` });
+    assert.equal(readFileSync(victim, 'utf8'), 'precious\n');
+    assert.deepEqual(readdirSync(dir).sort(), ['10.8.2.3', 'lock']);
+  });
+
+  it('a dangling symlink at the audit log path: gc does not create its target', () => {
+    const dd = dataDir();
+    mkdirSync(join(dd, NET));
+    writeFileSync(join(dd, NET, '10.8.2.3'), '');
+    const target = join(dd, 'i8-would-be-created');
+    symlinkSync(target, join(dd, 'ipwarden-audit.log'));
+    const r = cli(['gc', '--data-dir', dd, '--runtime-endpoint', '/nonexistent/i8-cri.sock']);
+    assert.equal(r.code, 1);
+    assert.equal(existsSync(target), false);
+    assert.equal(existsSync(join(dd, NET, '10.8.2.3')), true);
   });
 });

@@ -100,13 +100,15 @@ describe('reclaim on exhaustion (BR-23 second half, BR-20)', () => {
     assert.deepEqual([files['10.244.1.4'], files['10.244.1.5'], files['10.244.1.6']], ['c3\r\neth0', 'c4\r\neth0', 'c5\r\neth0']);
     const audit = readFileSync(defaultAuditLogPath(dataDir), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
     assert.deepEqual(
-      audit.map((a) => [a['network'], a['ip'], a['containerId'], a['ifname'], a['verdict'], a['ageSeconds']]),
+      audit.map((a) => [a['network'], a['ip'], a['containerId'], a['ifname'], a['verdict'], a['ageSeconds'], a['phase']]),
       [
-        ['kubenet', '10.244.1.2', 'c1', 'eth0', 'leaked', 3600],
-        ['kubenet', '10.244.1.3', 'c2', 'eth0', 'leaked', 3600],
+        ['kubenet', '10.244.1.2', 'c1', 'eth0', 'leaked', 3600, 'intent'],
+        ['kubenet', '10.244.1.3', 'c2', 'eth0', 'leaked', 3600, 'intent'],
+        ['kubenet', '10.244.1.2', 'c1', 'eth0', 'leaked', 3600, 'released'],
+        ['kubenet', '10.244.1.3', 'c2', 'eth0', 'leaked', 3600, 'released'],
       ],
     );
-    assert.match(String(audit[0]?.['reason']), /^reclaimed on exhaustion: /);
+    for (const a of audit) assert.match(String(a['reason']), /^reclaimed on exhaustion: sandbox not listed by the runtime/);
   });
 
   it('with reclaimOnExhaustion false: host-local exact message, breakdown in details, nothing released', async () => {
@@ -147,6 +149,7 @@ describe('reclaim on exhaustion (BR-23 second half, BR-20)', () => {
     const before = snapshotDir(dir);
     const broken = (): AuditSink => ({
       append: () => assert.fail('nothing may be released, so nothing is appended'),
+      sync: () => assert.fail('nothing may be released, so nothing is synced'),
       open: () => {
         throw new AppError('STORE_IO', 'cannot open the audit log /x/ipwarden-audit.log: EROFS');
       },
