@@ -244,9 +244,14 @@ export function validAttachments(stdin: Uint8Array): Attachment[] {
   });
 }
 
-/** Is the reservation owner among the valid attachments? Legacy records match on ID alone. */
+/**
+ * Is the reservation owner among the valid attachments? Legacy records match on ID alone. An
+ * ifname read from non-UTF-8 bytes (escaped, `src/common/bytes.ts`) also matches its JSON form:
+ * the runtime's JSON encoder sends each invalid byte as U+FFFD.
+ */
 function ownerIsValid(owner: Owner, valid: readonly Attachment[]): boolean {
-  return valid.some((v) => v.containerId === owner.containerId && (owner.ifname === null || owner.ifname === v.ifname));
+  const asJson = owner.ifname?.replace(/[\udc80-\udcff]/g, '\ufffd') ?? null;
+  return valid.some((v) => v.containerId === owner.containerId && (owner.ifname === null || owner.ifname === v.ifname || asJson === v.ifname));
 }
 
 /**

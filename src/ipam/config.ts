@@ -29,6 +29,7 @@
  * - type errors name the JSON key instead of Go struct types.
  */
 
+import { textByteLength } from '../common/bytes.ts';
 import { parseDuration } from '../common/duration.ts';
 import { parseRuntimeEndpoint } from '../runtime/endpoint.ts';
 import { AppError, isAppError } from '../common/errors.ts';
@@ -71,15 +72,16 @@ export function validateContainerId(id: string): void {
 }
 
 /**
- * Validate `CNI_IFNAME` like libcni `utils.ValidateInterfaceName`: 1–15 bytes, not `.` or `..`,
- * no `/`, `:` or whitespace.
+ * Validate `CNI_IFNAME` like libcni `utils.ValidateInterfaceName`: 1–15 bytes (counted as
+ * `textToBytes` writes them: an escaped non-UTF-8 byte is one byte), not `.` or `..`, no `/`, `:`
+ * or whitespace.
  * @throws AppError IPAM_INVALID_ENV (CNI 4): `interface name is empty`; `interface name is too
  *   long` (details `interface name should be less than 16 characters`); `interface name is . or
  *   ..`; `interface name contains / or : or whitespace characters`.
  */
 export function validateIfname(name: string): void {
   if (name.length === 0) throw new AppError('IPAM_INVALID_ENV', 'interface name is empty', { details: '' });
-  if (Buffer.byteLength(name, 'utf8') > 15) {
+  if (textByteLength(name) > 15) {
     throw new AppError('IPAM_INVALID_ENV', 'interface name is too long', {
       details: 'interface name should be less than 16 characters',
     });

@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, utimesSy
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startFakeCri, type FakeCri } from '../../bench/fake-cri.ts';
-import { installedPlugin, ROOT, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
+import { haveHostLocal, HOST_LOCAL, installedPlugin, requireOrSkip, ROOT, runCni, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
 
 const NET = 'i8net';
 let bin = '';
@@ -193,5 +193,77 @@ describe('the audit log is opened safely (issue 8.2)', () => {
     assert.equal(r.code, 1);
     assert.equal(existsSync(target), false);
     assert.equal(existsSync(join(dd, NET, '10.8.2.3')), true);
+  });
+});
+
+/**
+ * Run `bin` with CNI_IFNAME set to raw bytes (`printf` octal escapes, e.g. `eth\377`): Node can
+ * only pass environment strings as UTF-8, a shell can pass any bytes, as a runtime can.
+ */
+function runWithRawIfname(bin: string, command: string, containerId: string, ifnamePrintf: string, stdin: object) {
+  const env = { PATH: '/usr/bin:/bin', CNI_COMMAND: command, CNI_CONTAINERID: containerId, CNI_NETNS: '/var/run/netns/i8', CNI_PATH: '/usr/lib/cni', I8_BIN: bin, I8_IF: ifnamePrintf };
+  const r = spawnSync('/bin/sh', ['-c', 'CNI_IFNAME="$(printf "$I8_IF")" exec "$I8_BIN"'], { env, input: JSON.stringify(stdin), encoding: 'utf8' });
+  if (r.error) throw r.error;
+  return { exitCode: r.status ?? -1, stdout: r.stdout, json: r.stdout.trim() === '' ? null : (JSON.parse(r.stdout) as Record<string, unknown>) };
+}
+
+describe('records are read as host-local reads them (issue 8.3)', () => {
+  const skip = requireOrSkip(haveHostLocal(), `upstream host-local at ${HOST_LOCAL}`);
+  const EXHAUSTED = 'failed to allocate for range 0: no IP addresses available in range set: 10.8.3.1-10.8.3.2';
+  const noRuntime = { CONTAINER_RUNTIME_ENDPOINT: '/nonexistent/i8-cri.sock' };
+  // A /30: one allocatable address, 10.8.3.2.
+  const conf = (dd: string, type: string) => ({ cniVersion: '1.0.0', name: NET, ipam: { type, dataDir: dd, ranges: [[{ subnet: '10.8.3.0/30' }]] } });
+
+  it('a host-local record with a non-UTF-8 ifname is owned: ipwarden never hands its address out, and DEL with those bytes releases it', { skip }, () => {
+    const dd = dataDir();
+    const file = join(dd, NET, '10.8.3.2');
+    assert.equal(runWithRawIfname(HOST_LOCAL, 'ADD', 'i8c1', 'eth\\377', conf(dd, 'host-local')).exitCode, 0);
+    assert.deepEqual(readFileSync(file), Buffer.from('i8c1\r\neth\xff', 'latin1'));
+    const r = runCni(bin, { command: 'ADD', containerId: 'i8c2', ifname: 'eth0', stdin: conf(dd, 'ipwarden'), env: noRuntime });
+    assert.equal(r.json?.['msg'], EXHAUSTED, r.stdout);
+    assert.deepEqual(readFileSync(file), Buffer.from('i8c1\r\neth\xff', 'latin1'), 'the record is untouched');
+    // Another interface of the same container does not own it; the one with the same bytes does.
+    assert.deepEqual(runWithRawIfname(bin, 'DEL', 'i8c1', 'eth\\376', conf(dd, 'ipwarden')).exitCode, 0);
+    assert.equal(existsSync(file), true);
+    assert.deepEqual(runWithRawIfname(bin, 'DEL', 'i8c1', 'eth\\377', conf(dd, 'ipwarden')).exitCode, 0);
+    assert.equal(existsSync(file), false);
+  });
+
+  it('ipwarden writes the ifname bytes it was given, which host-local then releases', { skip }, () => {
+    const dd = dataDir();
+    const file = join(dd, NET, '10.8.3.2');
+    const a = runWithRawIfname(bin, 'ADD', 'i8c1', 'eth\\377', conf(dd, 'ipwarden'));
+    assert.deepEqual(a.json, { cniVersion: '1.0.0', ips: [{ address: '10.8.3.2/30', gateway: '10.8.3.1' }], dns: {} });
+    assert.deepEqual(readFileSync(file), Buffer.from('i8c1\r\neth\xff', 'latin1'));
+    // A repeated ADD returns the same address (the record is its own).
+    assert.deepEqual(runWithRawIfname(bin, 'ADD', 'i8c1', 'eth\\377', conf(dd, 'ipwarden')).json, a.json);
+    assert.equal(runWithRawIfname(HOST_LOCAL, 'DEL', 'i8c1', 'eth\\377', conf(dd, 'host-local')).exitCode, 0);
+    assert.equal(existsSync(file), false);
+  });
+
+  it('CNI GC keeps such a record when the runtime lists the attachment (its JSON has U+FFFD for the byte)', () => {
+    const dd = dataDir();
+    const dir = join(dd, NET);
+    mkdirSync(dir);
+    writeFileSync(join(dir, '10.8.3.2'), Buffer.from('i8c1\r\neth\xff', 'latin1'));
+    const gc = (valid: unknown) =>
+      runCni(bin, { command: 'GC', stdin: { ...conf(dd, 'ipwarden'), cniVersion: '1.1.0', 'cni.dev/valid-attachments': valid } });
+    assert.equal(gc([{ containerID: 'i8c1', ifname: 'eth\ufffd' }]).exitCode, 0);
+    assert.equal(existsSync(join(dir, '10.8.3.2')), true);
+    assert.equal(gc([{ containerID: 'i8c1', ifname: 'eth0' }]).exitCode, 0);
+    assert.equal(existsSync(join(dir, '10.8.3.2')), false);
+  });
+
+  it('a record over 4 KiB (a long container ID, as ipwarden writes it) is owned, not corrupt', () => {
+    const dd = dataDir();
+    const id = `i8${'a'.repeat(5000)}`;
+    const file = join(dd, NET, '10.8.3.2');
+    assert.equal(runCni(bin, { command: 'ADD', containerId: id, ifname: 'eth0', stdin: conf(dd, 'ipwarden') }).exitCode, 0);
+    assert.equal(readFileSync(file, 'utf8'), `${id}\r\neth0`);
+    const r = runCni(bin, { command: 'ADD', containerId: 'i8c2', ifname: 'eth0', stdin: conf(dd, 'ipwarden'), env: noRuntime });
+    assert.equal(r.json?.['msg'], EXHAUSTED, r.stdout);
+    assert.equal(readFileSync(file, 'utf8'), `${id}\r\neth0`);
+    assert.equal(runCni(bin, { command: 'DEL', containerId: id, ifname: 'eth0', stdin: conf(dd, 'ipwarden') }).exitCode, 0);
+    assert.equal(existsSync(file), false);
   });
 });
