@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { createServer, type Server } from 'node:net';
 import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -265,5 +266,62 @@ describe('records are read as host-local reads them (issue 8.3)', () => {
     assert.equal(readFileSync(file, 'utf8'), `${id}\r\neth0`);
     assert.equal(runCni(bin, { command: 'DEL', containerId: id, ifname: 'eth0', stdin: conf(dd, 'ipwarden') }).exitCode, 0);
     assert.equal(existsSync(file), false);
+  });
+});
+
+describe('entries that cannot be opened are skipped, as host-local skips them (issue 8.4)', () => {
+  /** A unix socket bound at `path` (closed at the end of the file). */
+  async function socketAt(path: string): Promise<Server> {
+    const server = createServer();
+    await new Promise<void>((res) => server.listen(path, res));
+    cleanups.push(() => new Promise<void>((res) => server.close(() => res())));
+    return server;
+  }
+
+  it('a unix socket and a symlink loop named like addresses: ADD, DEL and CHECK still work, and never hand those addresses out', async () => {
+    const dd = dataDir();
+    const dir = join(dd, NET);
+    mkdirSync(dir);
+    await socketAt(join(dir, '10.8.4.2'));
+    symlinkSync(join(dir, '10.8.4.3'), join(dir, '10.8.4.3')); // points at itself: ELOOP
+    const conf = config(dd, { ranges: [[{ subnet: '10.8.4.0/29' }]] });
+    const a = await run({ command: 'ADD', containerId: 'i8c1', ifname: 'eth0', stdin: conf });
+    assert.deepEqual(a.json, { cniVersion: '1.0.0', ips: [{ address: '10.8.4.4/29', gateway: '10.8.4.1' }], dns: {} });
+    const c = await run({ command: 'CHECK', containerId: 'i8c1', ifname: 'eth0', stdin: conf });
+    assert.deepEqual([c.exitCode, c.stdout], [0, '']);
+    const d = await run({ command: 'DEL', containerId: 'i8c1', ifname: 'eth0', stdin: conf });
+    assert.deepEqual([d.exitCode, d.stdout], [0, '']);
+    assert.deepEqual(readdirSync(dir).sort(), ['10.8.4.2', '10.8.4.3', 'last_reserved_ip.0', 'lock']);
+  });
+
+  it('doctor names them (with what they are), and gc leaves them alone', async () => {
+    const dd = dataDir();
+    const dir = join(dd, NET);
+    mkdirSync(dir);
+    await socketAt(join(dir, '10.8.4.2'));
+    symlinkSync(join(dir, '10.8.4.3'), join(dir, '10.8.4.3'));
+    execFileSync('mkfifo', [join(dir, '10.8.4.5')]);
+    writeFileSync(join(dir, '10.8.4.6'), 'i8c6\r\neth0');
+    const confDir = join(dd, 'i8-net.d');
+    mkdirSync(confDir);
+    const r = cli(['doctor', '--json', '--data-dir', dd, '--cni-conf-dir', confDir, '--runtime-endpoint', '/nonexistent/i8-cri.sock']);
+    const doc = JSON.parse(r.stdout) as { findings: Array<Record<string, string>> };
+    assert.deepEqual(
+      doc.findings.find((f) => f['id'] === 'unusable-entries'),
+      {
+        id: 'unusable-entries',
+        severity: 'warning',
+        title: `${NET}: 3 entries named like addresses are not reservation files`,
+        evidence: `${join(dir, '10.8.4.2')} (a unix socket), ${join(dir, '10.8.4.3')} (a symlink loop), ${join(dir, '10.8.4.5')} (a FIFO): neither ipwarden nor host-local reads them as reservations or hands their addresses out (the names are taken), and gc never removes them`,
+        fix: `check that nothing uses them, then remove them: rm ${join(dir, '10.8.4.2')} ${join(dir, '10.8.4.3')} ${join(dir, '10.8.4.5')}`,
+      },
+    );
+    const g = cli(['gc', '--data-dir', dd, '--runtime-endpoint', '/nonexistent/i8-cri.sock']);
+    assert.equal(g.code, 1, g.stderr); // the runtime is unreachable; nothing else fails
+    assert.equal(
+      g.stderr,
+      'ipwarden: runtime not reachable: no CRI runtime at unix:///nonexistent/i8-cri.sock: socket does not exist (No connection established. Last error: Error: connect ENOENT /nonexistent/i8-cri.sock); only corrupt files are released\n',
+    );
+    assert.deepEqual(readdirSync(dir).sort(), ['10.8.4.2', '10.8.4.3', '10.8.4.5', '10.8.4.6', 'lock']);
   });
 });

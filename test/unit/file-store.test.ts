@@ -14,9 +14,10 @@ import {
   readFileSync,
   rmSync,
   statSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs';
-import { isIP } from 'node:net';
+import { createServer, isIP } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -310,6 +311,29 @@ describe('FileStore on disk', () => {
       );
       assert.equal(await store.release('10.0.0.2', null), true);
       assert.equal(await store.release('10.0.0.6', null), false);
+    }));
+
+  it('skips entries that cannot be opened as files (socket, symlink loop, dangling symlink, FIFO, directory), in list and DEL; their names stay taken', () =>
+    withFileStore(async (store) => {
+      const server = createServer();
+      await new Promise<void>((res) => server.listen(join(store.dir, '10.0.0.2'), res));
+      try {
+        symlinkSync(join(store.dir, '10.0.0.3'), join(store.dir, '10.0.0.3'));
+        symlinkSync(join(store.dir, 'nowhere'), join(store.dir, '10.0.0.4'));
+        spawnSync('mkfifo', [join(store.dir, '10.0.0.5')]);
+        mkdirSync(join(store.dir, '10.0.0.6'));
+        writeFileSync(join(store.dir, '10.0.0.7'), 'c7\r\neth0');
+        for (const mtime of [true, false]) {
+          assert.deepEqual((await store.list({ mtime })).map((r) => r.ip), ['10.0.0.7']);
+        }
+        assert.deepEqual(await store.releaseByOwner('c7', 'eth0'), ['10.0.0.7']);
+        for (const ip of ['10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5', '10.0.0.6']) {
+          assert.equal(await store.reserve(ip, { containerId: 'c9', ifname: 'eth0' }, 0), false, `${ip} is taken`);
+          assert.equal(await store.release(ip, null), false);
+        }
+      } finally {
+        await new Promise((res) => server.close(res));
+      }
     }));
 
   it('reads records longer than the read buffer whole (a long container ID): owned, released by that owner', () =>

@@ -71,6 +71,13 @@ export const TEMP_PREFIX = '.ipwarden-';
 /** Suffix of temporary files; see {@link TEMP_PREFIX}. */
 export const TEMP_SUFFIX = '.tmp';
 
+/**
+ * open(2) errors of an entry that is there but is no file to read: a unix socket (ENXIO), a symlink
+ * loop (ELOOP), a symlink through a non-directory (ENOTDIR), a device without a driver (ENODEV,
+ * ENXIO), a socket on a filesystem that says so (EOPNOTSUPP). Not a reservation; skipped.
+ */
+const UNOPENABLE: ReadonlySet<string> = new Set(['ENXIO', 'ELOOP', 'ENOTDIR', 'ENODEV', 'EOPNOTSUPP']);
+
 /** Container IDs as the CNI spec allows them (SPEC.md "Parameters": CNI_CONTAINERID). */
 const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
 
@@ -504,8 +511,10 @@ export class FileStore implements Store {
 
   /**
    * Read one record with one open/read(/fstat)/close into the reused buffer. Null when the file
-   * is absent or not a regular file. `trimmed` is null when the content is not decodable.
-   * `mtimeMs` is NaN unless `withMtime`.
+   * is absent, not a regular file, or cannot be opened as one (a unix socket, a symlink loop or a
+   * symlink through a non-directory: {@link UNOPENABLE}): host-local ignores such entries too,
+   * their names stay taken (`link(2)` fails with EEXIST) and `doctor` reports them. `trimmed` is
+   * null when the content is not decodable. `mtimeMs` is NaN unless `withMtime`.
    */
   #readRecord(path: string, withMtime: boolean): { trimmed: string | null; mtimeMs: number } | null {
     let fd: number;
@@ -513,7 +522,8 @@ export class FileStore implements Store {
       // O_NONBLOCK: a FIFO under an IP name must not hang the plugin.
       fd = openSync(path, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
     } catch (e) {
-      if (errnoCode(e) === 'ENOENT') return null;
+      const code = errnoCode(e);
+      if (code === 'ENOENT' || (code !== undefined && UNOPENABLE.has(code))) return null;
       throw ioError(`cannot read ${path}`, e);
     }
     try {
@@ -533,6 +543,9 @@ export class FileStore implements Store {
         // (one syscall per reservation, 65,534 of them on a full /16).
         if (got === 0 || got < want || n === buf.length) break;
       }
+      // Empty (a FIFO reads as empty) or longer than the buffer (a device reads on and on): only a
+      // regular file is a record. Without `withMtime` this costs an fstat only in these rare cases.
+      if ((n === 0 || n === buf.length) && !withMtime && !fstatSync(fd).isFile()) return null;
       const text = n === buf.length ? this.#readLong(fd, buf) : decodeBuffer(buf, n);
       return { trimmed: text === null ? null : goTrimSpace(text), mtimeMs };
     } catch (e) {
