@@ -325,3 +325,54 @@ describe('entries that cannot be opened are skipped, as host-local skips them (i
     assert.deepEqual(readdirSync(dir).sort(), ['10.8.4.2', '10.8.4.3', '10.8.4.5', '10.8.4.6', 'lock']);
   });
 });
+
+describe('terminal escapes from disk and configuration are escaped in every human output (issue 8.6)', () => {
+  // An ifname may hold any byte but whitespace, '/' and ':' (libcni): host-local writes this one.
+  const IFNAME = 'e\x1b[2K\x1b[1A\x07';
+  const SHOWN = 'e\\x1b[2K\\x1b[1A\\x07';
+  const RAW = /[\x00-\x09\x0b-\x1f\x7f-\x9f]/;
+
+  function node(): { dd: string; confDir: string; dir: string } {
+    const dd = dataDir();
+    const dir = join(dd, NET);
+    mkdirSync(dir);
+    writeFileSync(join(dir, '10.8.6.2'), `i8c1\r\n${IFNAME}`);
+    writeFileSync(join(dir, '10.8.6.3'), `i8c2\r\n${IFNAME}`);
+    const confDir = join(dd, 'i8-net.d');
+    mkdirSync(confDir);
+    writeFileSync(join(confDir, 'i8\x1b[2J.conf'), '{not json');
+    writeFileSync(
+      join(confDir, '10-i8.conf'),
+      JSON.stringify({ cniVersion: '1.0.0', name: NET, type: 'bridge', ipam: { type: 'host-local', dataDir: dd, ranges: [[{ subnet: '10.8.6.0/30' }]] } }),
+    );
+    return { dd, confDir, dir };
+  }
+  const noRuntime = ['--runtime-endpoint', '/nonexistent/i8-cri.sock'];
+
+  it('leaks and gc: the table shows the ifname escaped, nothing raw reaches the terminal', () => {
+    const { dd } = node();
+    for (const cmd of ['leaks', 'gc']) {
+      const r = cli([cmd, '--data-dir', dd, ...noRuntime]);
+      assert.equal(RAW.test(r.stdout) || RAW.test(r.stderr), false, `${cmd}: ${JSON.stringify(r)}`);
+      const w = SHOWN.length; // the escaped text is what the columns are aligned on
+      assert.deepEqual(r.stdout.split('\n').slice(1, 4), [
+        `NETWORK  IP        CONTAINER  ${'IFNAME'.padEnd(w)}  AGE  VERDICT  REASON`,
+        `${NET}    10.8.6.2  i8c1       ${SHOWN}  0s   unknown  runtime not reachable; kept`,
+        `${NET}    10.8.6.3  i8c2       ${SHOWN}  0s   unknown  runtime not reachable; kept`,
+      ]);
+    }
+    // JSON keeps the exact text (JSON escapes it itself).
+    const j = JSON.parse(cli(['leaks', '--json', '--data-dir', dd, ...noRuntime]).stdout) as { networks: Array<{ name: string; reservations: Array<{ ifname: string }> }> };
+    assert.equal(j.networks.find((n) => n.name === NET)?.reservations[0]?.ifname, IFNAME);
+  });
+
+  it('status and doctor: configuration file names and on-disk values are escaped', () => {
+    const { dd, confDir } = node();
+    const s = cli(['status', '--cni-conf-dir', confDir, ...noRuntime]);
+    assert.equal(RAW.test(s.stdout) || RAW.test(s.stderr), false, JSON.stringify(s));
+    assert.equal(s.stdout.split('\n').at(-2)?.startsWith(`config ${confDir}/i8\\x1b[2J.conf: `), true, s.stdout);
+    const d = cli(['doctor', '--cni-conf-dir', confDir, '--data-dir', dd, '--cni-bin-dir', '/usr/lib/cni', ...noRuntime]);
+    assert.equal(RAW.test(d.stdout) || RAW.test(d.stderr), false, JSON.stringify(d));
+    assert.match(d.stdout, new RegExp(`WARNING  cni-config-invalid: CNI configuration ${confDir.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}/i8\\\\x1b\\[2J\\.conf cannot be used\n`));
+  });
+});
