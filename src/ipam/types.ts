@@ -33,7 +33,10 @@ export interface Range {
 /** A range set: a pool of disjoint ranges of one family that together give one IP per ADD. */
 export type RangeSet = readonly Range[];
 
-/** A route copied verbatim from the config into the result (`{dst, gw?}` plus any extra keys). */
+/**
+ * A route from the config for the result: `dst` and `gw` in Go's canonical text (as host-local
+ * re-renders them), plus any extra keys as given.
+ */
 export type Route = Readonly<Record<string, unknown>> & { readonly dst: string; readonly gw?: string };
 
 /** DNS settings from `resolvConf` (result `dns` object). */
@@ -59,7 +62,7 @@ export interface IPAMConfig {
   readonly dataDir: string;
   /** Range sets in host-local order: runtimeConfig.ipRanges, then legacy top-level range, then `ranges`. */
   readonly rangeSets: readonly RangeSet[];
-  /** `ipam.routes`, verbatim. */
+  /** `ipam.routes`, `dst`/`gw` re-rendered as host-local prints them. */
   readonly routes: readonly Route[];
   /** `ipam.resolvConf` path, or null. Read and parsed at the edge, not here. */
   readonly resolvConf: string | null;

@@ -93,6 +93,23 @@ describe('loadIPAMConfig: range sets, order and defaults', () => {
     assert.equal(formatIP(c.rangeSets[0]?.[0]?.gateway ?? { family: 4, value: 0n }), '10.1.0.1');
   });
 
+  // host-local prints routes through Go's net.IPNet / net.IP (issue 8.7; the real binary agrees:
+  // test/interop/differential.test.ts).
+  const routeCases: Array<[string, Record<string, unknown>, Record<string, unknown>]> = [
+    ['upper case, uncompressed IPv6', { dst: 'FD00:0::/8' }, { dst: 'fd00::/8' }],
+    ['gw compressed', { dst: 'fd00::1/64', gw: 'FD00:0:0::0001' }, { dst: 'fd00::1/64', gw: 'fd00::1' }],
+    ['host bits kept, zero-padded prefix', { dst: '10.1.0.5/024' }, { dst: '10.1.0.5/24' }],
+    ['IPv4-mapped under an IPv6 prefix: the last 32 bits of the mask', { dst: '::ffff:10.1.0.0/104', gw: '::ffff:10.1.0.1' }, { dst: '10.1.0.0/8', gw: '10.1.0.1' }],
+    ['IPv4-mapped under a prefix shorter than /96', { dst: '::ffff:10.1.0.0/80' }, { dst: '10.1.0.0/0' }],
+    ['IPv4-compatible gw is IPv6', { dst: '1.2.3.4/32', gw: '::1.2.3.4' }, { dst: '1.2.3.4/32', gw: '::102:304' }],
+    ['an empty gw is absent; extra keys kept', { dst: '::/0', gw: '', mtu: 1400 }, { dst: '::/0', mtu: 1400 }],
+  ];
+  for (const [name, route, want] of routeCases) {
+    it(`route ${name}: ${JSON.stringify(route)} → ${JSON.stringify(want)}`, () => {
+      assert.deepEqual(load(conf({ ranges: [[{ subnet: '10.1.0.0/24' }]], routes: [route] })).routes, [want]);
+    });
+  }
+
   it('cniVersion absent answers 0.1.0 (as host-local does)', () => {
     const stdin = JSON.stringify({ name: 'n', ipam: { type: 'x', ranges: [[{ subnet: '10.1.0.0/24' }]] } });
     assert.equal(load(stdin).cniVersion, '0.1.0');
