@@ -3,8 +3,10 @@
  * made it (the plugin's hot and cold bundles each carry one), and the CNI edge keeps its code.
  */
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { AppError, ClosedError, isAppError, UsageError } from '../../src/common/errors.ts';
+import { AppError, ClosedError, CNI_CODE, isAppError, UsageError, type ErrorCode } from '../../src/common/errors.ts';
 import { RangeExhaustedError } from '../../src/ipam/allocator.ts';
 import { toCniError } from '../../src/cni/skel.ts';
 
@@ -48,5 +50,39 @@ describe('AppError identity across bundles', () => {
     assert.equal(e instanceof RangeExhaustedError, true);
     assert.equal(e instanceof AppError, true);
     assert.equal(new AppError('IPAM_RANGE_EXHAUSTED', 'x') instanceof RangeExhaustedError, false);
+  });
+});
+
+describe('docs/errors.md documents every error code (issue 8.9)', () => {
+  const root = join(import.meta.dirname, '../..');
+  const doc = readFileSync(join(root, 'docs/errors.md'), 'utf8');
+  /** The code table's rows: internal code → the CNI code column as written. */
+  const rows = new Map<string, string>();
+  for (const m of doc.matchAll(/^\| `([A-Z_]+)` \| ([^|]+) \|/gm)) rows.set(m[1] as string, (m[2] as string).trim());
+
+  const walk = (dir: string): string[] =>
+    readdirSync(dir).flatMap((n) => {
+      const p = join(dir, n);
+      return statSync(p).isDirectory() ? walk(p) : p.endsWith('.ts') ? [p] : [];
+    });
+  /** Codes named where errors are made or checked: `new AppError('X'`, `isAppError(e, 'X')`. */
+  const used = new Set<string>();
+  for (const f of walk(join(root, 'src'))) {
+    for (const m of readFileSync(f, 'utf8').matchAll(/(?:AppError\(\s*|isAppError\([^,()]+,\s*)'([A-Z][A-Z_]+)'/g)) used.add(m[1] as string);
+  }
+
+  it('the source names only declared codes, and the declaration is non-trivial', () => {
+    assert.ok(used.size >= 15, `${used.size} codes found in src/`);
+    assert.deepEqual([...used].filter((c) => !(c in CNI_CODE)), []);
+  });
+
+  for (const code of Object.keys(CNI_CODE) as ErrorCode[]) {
+    it(`${code} has a row with CNI code ${code === 'USAGE' ? '— (CLI only)' : CNI_CODE[code]}`, () => {
+      assert.equal(rows.get(code), code === 'USAGE' ? '—' : String(CNI_CODE[code]), `docs/errors.md row for ${code}`);
+    });
+  }
+
+  it('documents no code that does not exist', () => {
+    assert.deepEqual([...rows.keys()].filter((c) => !(c in CNI_CODE)), []);
   });
 });
