@@ -3,7 +3,8 @@
  * PodSandboxStatus with a fixed sandbox list over a unix socket, through real gRPC (grpc-js), so
  * `ipwarden leaks` pays the same connection and decoding cost as against containerd (one
  * ListPodSandbox, then one PodSandboxStatus per READY sandbox for the pod-IP check).
- * Benchmarks only; tests use a real containerd.
+ * Used by benchmarks, and by test/blackbox/hardening.test.ts where the installed plugin needs a
+ * runtime that answers ListPodSandbox (the reconciler's own tests use a real containerd).
  */
 import * as grpc from '@grpc/grpc-js';
 import { fromJSON, type ServiceDefinition } from '@grpc/proto-loader';

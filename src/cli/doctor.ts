@@ -20,6 +20,7 @@ import { join } from 'node:path';
 import { DEFAULT_DATA_DIR } from '../ipam/config.ts';
 import { parseIP } from '../ipam/ip.ts';
 import { rangeSetContains, rangeSetOverlaps, rangeSetString } from '../ipam/range.ts';
+import { unusableEntries } from '../node/entries.ts';
 import { DEFAULT_CNI_BIN_DIRS, findPluginBinary, isPluginName } from '../node/plugins.ts';
 import {
   commandText,
@@ -58,6 +59,7 @@ export const FINDING_IDS = [
   'lock-held',
   'leaked-reservations',
   'corrupt-reservations',
+  'unusable-entries',
   'range-set-full-of-leaks',
   'range-set-full',
   'range-set-nearly-full',
@@ -194,6 +196,21 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
       title: `${n.name}: ${plural(n.total.corrupt, 'corrupt reservation file')}`,
       evidence: `${n.total.corrupt} reservation ${n.total.corrupt === 1 ? 'file' : 'files'} in ${n.dir} ${n.total.corrupt === 1 ? 'is' : 'are'} empty or unparseable: ${listIPs(ipsOf('corrupt'))}`,
       fix: gcCommand(n),
+    });
+  }
+  const unusable = unusableEntries(n.dir).sort((a, b) => compareIP(a.name, b.name));
+  if (unusable.length > 0) {
+    const one = unusable.length === 1;
+    const shown = unusable.slice(0, EVIDENCE_IPS).map((u) => `${u.path} (${u.what})`).join(', ');
+    const more = unusable.length > EVIDENCE_IPS ? ` … (${unusable.length - EVIDENCE_IPS} more)` : '';
+    out.push({
+      id: 'unusable-entries',
+      severity: 'warning',
+      title: `${n.name}: ${one ? '1 entry named like an address is not a reservation file' : `${unusable.length} entries named like addresses are not reservation files`}`,
+      evidence:
+        `${shown}${more}: neither ipwarden nor host-local reads ${one ? 'it as a reservation or hands its address' : 'them as reservations or hands their addresses'} out ` +
+        `(the ${one ? 'name is' : 'names are'} taken), and gc never removes ${one ? 'it' : 'them'}`,
+      fix: `check that nothing uses ${one ? 'it' : 'them'}, then remove ${one ? 'it' : 'them'}: rm ${unusable.map((u) => u.path).join(' ')}`,
     });
   }
   for (const s of n.rangeSets) {

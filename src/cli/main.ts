@@ -6,6 +6,7 @@
 import { Command, CommanderError } from 'commander';
 import { AppError, UsageError } from '../common/errors.ts';
 import { processContext, type CliContext } from './context.ts';
+import { escapeTerminal } from './format.ts';
 import type { ReconcileCommandOptions } from './leaks.ts';
 import type { StatusOptions } from './status.ts';
 import type { DoctorOptions } from './doctor.ts';
@@ -108,7 +109,15 @@ function collectDirs(value: string, previous: string[] | undefined): string[] {
  * Run the CLI with `argv` (arguments only, no node/script). Resolves to the exit status:
  * 0 success, 1 failure, 2 usage error. Never calls process.exit.
  */
-export async function runMain(argv: readonly string[], ctx: CliContext = processContext()): Promise<number> {
+export async function runMain(argv: readonly string[], rawCtx: CliContext = processContext()): Promise<number> {
+  // Every human output goes through one filter: values from disk (an ifname may hold any byte but
+  // whitespace, '/' and ':'), the runtime or configuration file names never reach the terminal
+  // raw (issue 8.6). JSON is unchanged by it (see escapeTerminal).
+  const ctx: CliContext = {
+    ...rawCtx,
+    stdout: (t) => rawCtx.stdout(escapeTerminal(t)),
+    stderr: (t) => rawCtx.stderr(escapeTerminal(t)),
+  };
   let code = 0;
   const program = build(ctx, (c) => {
     code = c;

@@ -266,9 +266,14 @@ export function validAttachments(stdin: Uint8Array): Attachment[] {
   });
 }
 
-/** Is the reservation owner among the valid attachments? Legacy records match on ID alone. */
+/**
+ * Is the reservation owner among the valid attachments? Legacy records match on ID alone. An
+ * ifname read from non-UTF-8 bytes (escaped, `src/common/bytes.ts`) also matches its JSON form:
+ * the runtime's JSON encoder sends each invalid byte as U+FFFD.
+ */
 function ownerIsValid(owner: Owner, valid: readonly Attachment[]): boolean {
-  return valid.some((v) => v.containerId === owner.containerId && (owner.ifname === null || owner.ifname === v.ifname));
+  const asJson = owner.ifname?.replace(/[\udc80-\udcff]/g, '\ufffd') ?? null;
+  return valid.some((v) => v.containerId === owner.containerId && (owner.ifname === null || owner.ifname === v.ifname || asJson === v.ifname));
 }
 
 /**
@@ -296,51 +301,71 @@ async function cmdGC(deps: PluginDeps, a: CmdArgs): Promise<void> {
 }
 
 /**
- * STATUS (CNI 1.1.0 §STATUS): success when an ADD could be served now; code 50 when the data
- * directory is not writable, or when some range set has no free address and nothing in it is
- * reclaimable (corrupt records count as free: ADD reuses them; leaked ones count as free when
- * automatic reclaim is on and the runtime confirms them). The message carries the breakdown.
+ * STATUS (CNI 1.1.0 §STATUS): succeeds whenever the plugin itself works — the config is valid
+ * and the data directory can be written (`DIR` created, a temporary file created and removed in
+ * it); else code 50 `data directory <dataDir> is not writable`. It takes no lock: a busy network
+ * (a long ADD, a stuck holder) is not a plugin failure. An exhausted range set is not one either:
+ * containerd 2.x turns any STATUS error into NetworkReady=false, kubelet then marks the node
+ * NotReady and its `not-ready:NoExecute` taint evicts every pod after 300 s, so a full node would
+ * evict its own pods. Exhaustion is reported by ADD's error details, `ipwarden status` and
+ * `doctor`.
+ *
+ * With ipam `failStatusOnExhaustion: true` (opt-in), STATUS also takes the lock and fails with
+ * code 50 when some range set has no free address and nothing in it is reclaimable (corrupt
+ * records count as free: ADD reuses them; leaked ones count as free when automatic reclaim is on
+ * and the runtime confirms them). The message carries the breakdown.
  */
 async function cmdStatus(deps: PluginDeps, a: CmdArgs): Promise<void> {
   const conf = loadIPAMConfig(a.stdinData, a.args);
+  const notWritable = (details?: string): AppError =>
+    new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`, details === undefined ? {} : { details });
   let store: Store | null;
   try {
     store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: true });
   } catch (e) {
-    throw new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`, {
-      details: e instanceof Error ? e.message : String(e),
-    });
+    throw notWritable(e instanceof Error ? e.message : String(e));
   }
-  if (store === null) throw new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`);
+  if (store === null) throw notWritable();
+  if (!conf.failStatusOnExhaustion) {
+    try {
+      if (!(await store.writable())) throw notWritable();
+    } finally {
+      await store.close();
+    }
+    return;
+  }
   await withLockedStore(store, conf.lockTimeoutSeconds, async (s) => {
-    if (!(await s.writable())) {
-      throw new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`);
-    }
-    const reservations = await s.list({ mtime: false });
-    for (let i = 0; i < conf.rangeSets.length; i++) {
-      const rs = conf.rangeSets[i] as RangeSet;
-      let used = 0n;
-      for (const r of reservations) {
-        if (r.owner === null) continue;
-        const ip = parseIP(r.ip);
-        if (ip === null) continue;
-        const k = rangeFor(rs, ip);
-        if (k >= 0 && !ipEquals(ip, (rs[k] as Range).gateway)) used++;
-      }
-      const size = rangeSetSize(rs);
-      if (used < size) continue;
-      let breakdown = `range set ${i}: ${used} of ${size} addresses reserved`;
-      if (deps.heal !== undefined) {
-        const r = await deps.heal.reclaim(s, conf, false);
-        // The next ADD reclaims leaked reservations of this very range set.
-        const inThisSet = r.reclaimable.some((t) => {
-          const ip = parseIP(t);
-          return ip !== null && rangeFor(rs, ip) >= 0;
-        });
-        if (conf.reclaimOnExhaustion && inThisSet) continue;
-        breakdown = `${breakdown}; ${r.details}`;
-      }
-      throw new AppError('IPAM_NOT_AVAILABLE', `no IP addresses available in range set: ${rangeSetString(rs)}; ${breakdown}`);
-    }
+    if (!(await s.writable())) throw notWritable();
+    await failWhenExhausted(deps, conf, s);
   });
+}
+
+/** `failStatusOnExhaustion`: code 50 when a range set has no free and no reclaimable address. */
+async function failWhenExhausted(deps: PluginDeps, conf: IPAMConfig, s: Store): Promise<void> {
+  const reservations = await s.list({ mtime: false });
+  for (let i = 0; i < conf.rangeSets.length; i++) {
+    const rs = conf.rangeSets[i] as RangeSet;
+    let used = 0n;
+    for (const r of reservations) {
+      if (r.owner === null) continue;
+      const ip = parseIP(r.ip);
+      if (ip === null) continue;
+      const k = rangeFor(rs, ip);
+      if (k >= 0 && !ipEquals(ip, (rs[k] as Range).gateway)) used++;
+    }
+    const size = rangeSetSize(rs);
+    if (used < size) continue;
+    let breakdown = `range set ${i}: ${used} of ${size} addresses reserved`;
+    if (deps.heal !== undefined) {
+      const r = await deps.heal.reclaim(s, conf, false);
+      // The next ADD reclaims leaked reservations of this very range set.
+      const inThisSet = r.reclaimable.some((t) => {
+        const ip = parseIP(t);
+        return ip !== null && rangeFor(rs, ip) >= 0;
+      });
+      if (conf.reclaimOnExhaustion && inThisSet) continue;
+      breakdown = `${breakdown}; ${r.details}`;
+    }
+    throw new AppError('IPAM_NOT_AVAILABLE', `no IP addresses available in range set: ${rangeSetString(rs)}; ${breakdown}`);
+  }
 }

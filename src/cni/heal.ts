@@ -122,6 +122,7 @@ export function criHeal(
       const get = (): AuditSink => (sink ??= openAuditLog(defaultAuditLogPath(conf.dataDir)));
       return {
         append: (rec) => get().append(rec),
+        sync: () => get().sync(),
         open: () => void get(),
         close: () => sink?.close(),
       };

@@ -4,6 +4,7 @@
  */
 import { existsSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { bytesToText } from '../common/bytes.ts';
 import { errnoCode } from '../common/errors.ts';
 import { openFileStore } from '../store/file/file-store.ts';
 import { makeHandlers, type PluginDeps } from './commands.ts';
@@ -53,10 +54,40 @@ function writeFd(fd: number, text: string): void {
   while (off < b.length) off += writeSync(fd, b, off);
 }
 
+/**
+ * `env` with `CNI_IFNAME` exact when its bytes are not UTF-8. Node decodes the environment as
+ * UTF-8 and replaces each invalid byte by U+FFFD, but a runtime may pass any bytes (libcni accepts
+ * them) and host-local writes and compares those bytes; `/proc/self/environ` still has them. Only
+ * read when the value holds a U+FFFD, so the usual ADD/DEL pays nothing.
+ */
+export function exactEnv(
+  env: Readonly<Record<string, string | undefined>>,
+  readEnviron: () => Uint8Array = () => readFileSync('/proc/self/environ'),
+): Readonly<Record<string, string | undefined>> {
+  const v = env['CNI_IFNAME'];
+  if (v === undefined || !v.includes('\ufffd')) return env;
+  let raw: Uint8Array;
+  try {
+    raw = readEnviron();
+  } catch {
+    return env;
+  }
+  const key = Buffer.from('CNI_IFNAME=', 'latin1');
+  for (let start = 0; start < raw.length; ) {
+    let end = raw.indexOf(0, start);
+    if (end < 0) end = raw.length;
+    if (end - start >= key.length && key.every((b, i) => raw[start + i] === b)) {
+      return { ...env, CNI_IFNAME: bytesToText(raw, start + key.length, end) };
+    }
+    start = end + 1;
+  }
+  return env;
+}
+
 /** The real process I/O. stdout carries only the protocol document. */
 export function processIO(): PluginIO {
   return {
-    env: process.env,
+    env: exactEnv(process.env),
     readStdin: async () => readFd(0),
     stdout: (t) => writeFd(1, t),
     stderr: (t) => writeFd(2, t),

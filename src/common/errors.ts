@@ -81,12 +81,33 @@ export interface AppErrorOptions {
 }
 
 /**
+ * Brand of every {@link AppError}: a registered symbol, so it is the same in every bundle. The
+ * plugin's cold part (CLI, CRI client, self-healing; `src/cold.ts`) is bundled on its own and
+ * carries its own copy of this module, hence its own `AppError` class: an error it throws is not
+ * `instanceof` the hot bundle's class. The brand is what identifies one (`isAppError`).
+ */
+const APP_ERROR_BRAND = Symbol.for('ipwarden.AppError');
+
+/**
  * Base class of every error ipwarden throws on purpose.
  *
  * `code` is stable and documented in docs/errors.md; `message` is the exact text a user sees
  * (for host-local parity cases it is host-local's text, byte for byte).
+ *
+ * `e instanceof AppError` is true for an AppError of any bundle (the check is the brand, see
+ * {@link isAppError}); for the subclasses `instanceof` keeps its ordinary meaning.
  */
 export class AppError extends Error {
+  static {
+    Object.defineProperty(AppError.prototype, APP_ERROR_BRAND, { value: true });
+  }
+
+  /** Brand check for `AppError` itself; the prototype chain for subclasses. */
+  static [Symbol.hasInstance](v: unknown): boolean {
+    if (this !== AppError) return Function.prototype[Symbol.hasInstance].call(this, v);
+    return typeof v === 'object' && v !== null && (v as { [APP_ERROR_BRAND]?: unknown })[APP_ERROR_BRAND] === true;
+  }
+
   readonly code: ErrorCode;
   readonly details: string | undefined;
   readonly isRetryable: boolean;
@@ -121,7 +142,10 @@ export class ClosedError extends AppError {
   }
 }
 
-/** True when `e` is an {@link AppError} with the given code. */
+/**
+ * True when `e` is an {@link AppError} (of this bundle or another one: the brand decides) with
+ * the given code.
+ */
 export function isAppError(e: unknown, code?: ErrorCode): e is AppError {
   return e instanceof AppError && (code === undefined || e.code === code);
 }

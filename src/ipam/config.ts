@@ -29,12 +29,13 @@
  * - type errors name the JSON key instead of Go struct types.
  */
 
+import { textByteLength } from '../common/bytes.ts';
 import { parseDuration } from '../common/duration.ts';
 import { parseRuntimeEndpoint } from '../runtime/endpoint.ts';
 import { AppError, isAppError } from '../common/errors.ts';
 import { parseCniArgs, parseIPWithOptionalPrefix } from './cniargs.ts';
 import type { ParsedCIDR } from './ip.ts';
-import { formatIP, parseCIDR, parseIP } from './ip.ts';
+import { familyBits, formatIP, parseCIDR, parseIP } from './ip.ts';
 import type { RawRange } from './range.ts';
 import { canonicalizeRangeSet, rangeSetOverlaps } from './range.ts';
 import type { IP, IPAMConfig, NetworkIdentity, RangeSet, Route } from './types.ts';
@@ -71,15 +72,16 @@ export function validateContainerId(id: string): void {
 }
 
 /**
- * Validate `CNI_IFNAME` like libcni `utils.ValidateInterfaceName`: 1–15 bytes, not `.` or `..`,
- * no `/`, `:` or whitespace.
+ * Validate `CNI_IFNAME` like libcni `utils.ValidateInterfaceName`: 1–15 bytes (counted as
+ * `textToBytes` writes them: an escaped non-UTF-8 byte is one byte), not `.` or `..`, no `/`, `:`
+ * or whitespace.
  * @throws AppError IPAM_INVALID_ENV (CNI 4): `interface name is empty`; `interface name is too
  *   long` (details `interface name should be less than 16 characters`); `interface name is . or
  *   ..`; `interface name contains / or : or whitespace characters`.
  */
 export function validateIfname(name: string): void {
   if (name.length === 0) throw new AppError('IPAM_INVALID_ENV', 'interface name is empty', { details: '' });
-  if (Buffer.byteLength(name, 'utf8') > 15) {
+  if (textByteLength(name) > 15) {
     throw new AppError('IPAM_INVALID_ENV', 'interface name is too long', {
       details: 'interface name should be less than 16 characters',
     });
@@ -263,6 +265,24 @@ function decodeRequestedIP(v: unknown, path: string): { ip: IP | null; path: str
   return { ip, path };
 }
 
+/**
+ * A route destination as host-local prints it: libcni decodes `dst` with `net.ParseCIDR` but keeps
+ * the address as written (host bits included), and prints it with `net.IPNet.String()`: the
+ * address in Go's canonical text (lower case, compressed IPv6, an IPv4-mapped address as IPv4)
+ * and the prefix length; an IPv4-mapped address under an IPv6 prefix keeps the prefix's last 32
+ * bits (`::ffff:10.1.0.0/104` → `10.1.0.0/8`, below /96 → `/0`). Checked against the real binary
+ * in test/interop/differential.test.ts.
+ */
+function routeDstText(c: ParsedCIDR): string {
+  const prefix = c.maskBits === familyBits(c.ip.family) ? c.subnet.prefix : Math.max(0, c.subnet.prefix - 96);
+  return `${formatIP(c.ip)}/${prefix}`;
+}
+
+/**
+ * `ipam.routes`: each `dst` and `gw` re-rendered through Go's IP types, as host-local prints them
+ * (`FD00:0::/8` → `fd00::/8`, gw `FD00::0001` → `fd00::1`); other keys as given. A `gw` of `""` or
+ * null is absent (Go: a nil `net.IP`, omitted). Keys match case-insensitively (Go's decoder).
+ */
 function decodeRoutes(ipam: JsonObject): Route[] {
   const list = optArray(ipam, 'routes', 'ipam.routes') ?? [];
   return list.map((r, i) => {
@@ -270,13 +290,18 @@ function decodeRoutes(ipam: JsonObject): Route[] {
     if (!isObject(r)) throw typeError(path, 'an object', r);
     const dst = field(r, 'dst');
     if (typeof dst !== 'string') throw typeError(`${path}.dst`, 'a string', dst === undefined ? null : dst);
-    if (parseCIDR(dst) === null) throw invalidConfig(`invalid CIDR address: ${dst}`, `at ${path}.dst`);
+    const cidr = parseCIDR(dst);
+    if (cidr === null) throw invalidConfig(`invalid CIDR address: ${dst}`, `at ${path}.dst`);
+    const out: Record<string, unknown> = { ...r, dst: routeDstText(cidr) };
+    delete out['gw'];
     const gw = field(r, 'gw');
     if (gw !== undefined && gw !== null && gw !== '') {
       if (typeof gw !== 'string') throw typeError(`${path}.gw`, 'a string', gw);
-      if (parseIP(gw) === null) throw invalidConfig(`invalid IP address: ${gw}`, `at ${path}.gw`);
+      const ip = parseIP(gw);
+      if (ip === null) throw invalidConfig(`invalid IP address: ${gw}`, `at ${path}.gw`);
+      out['gw'] = formatIP(ip);
     }
-    return { ...r, dst } as Route;
+    return out as Route;
   });
 }
 
@@ -356,11 +381,12 @@ function decodeName(doc: JsonObject): string {
  *   range objects is an error). Errors: `no IP ranges specified`, `invalid range set <i>: <msg>`,
  *   `CNI version <v> does not support more than 1 address per family` (cniVersion < 0.3.0; `<v>`
  *   is the raw value, empty when absent), `range set <i> overlaps with <j>`;
- * - `ipam.routes` verbatim; `ipam.dataDir` (default `/var/lib/cni/networks`; must be absolute);
+ * - `ipam.routes` with `dst`/`gw` rendered as host-local prints them (Go's IP text); `ipam.dataDir` (default `/var/lib/cni/networks`; must be absolute);
  *   `ipam.resolvConf` (path, or null);
  * - requested IPs: `CNI_ARGS` `IP=`, then `args.cni.ips`, then `runtimeConfig.ips`, each
  *   `<ip>[/<prefix>]` with the prefix ignored, deduplicated keeping the first occurrence;
- * - ipwarden keys: `ipam.reclaimOnExhaustion` (boolean, default true), `ipam.leakGracePeriod`
+ * - ipwarden keys: `ipam.reclaimOnExhaustion` (boolean, default true),
+ *   `ipam.failStatusOnExhaustion` (boolean, default false), `ipam.leakGracePeriod`
  *   (Go duration, default `5m`), `ipam.runtimeEndpoint` (string, default null),
  *   `ipam.lockTimeout` (Go duration, default `30s`); durations must not be negative.
  *
@@ -409,6 +435,7 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
   const dataDir = decodeDataDir(ipam);
   const resolvConf = optString(ipam, 'resolvConf', 'ipam.resolvConf') || null;
   const reclaimOnExhaustion = decodeBool(ipam, 'reclaimOnExhaustion', true);
+  const failStatusOnExhaustion = decodeBool(ipam, 'failStatusOnExhaustion', false);
   const leakGracePeriodSeconds = decodeDuration(ipam, 'leakGracePeriod', DEFAULT_LEAK_GRACE_PERIOD);
   const runtimeEndpoint = decodeRuntimeEndpoint(optString(ipam, 'runtimeEndpoint', 'ipam.runtimeEndpoint') || null);
   const lockTimeoutSeconds = decodeDuration(ipam, 'lockTimeout', DEFAULT_LOCK_TIMEOUT);
@@ -468,6 +495,7 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
     resolvConf,
     requestedIPs: requested,
     reclaimOnExhaustion,
+    failStatusOnExhaustion,
     leakGracePeriodSeconds,
     runtimeEndpoint,
     lockTimeoutSeconds,

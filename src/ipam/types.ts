@@ -33,7 +33,10 @@ export interface Range {
 /** A range set: a pool of disjoint ranges of one family that together give one IP per ADD. */
 export type RangeSet = readonly Range[];
 
-/** A route copied verbatim from the config into the result (`{dst, gw?}` plus any extra keys). */
+/**
+ * A route from the config for the result: `dst` and `gw` in Go's canonical text (as host-local
+ * re-renders them), plus any extra keys as given.
+ */
 export type Route = Readonly<Record<string, unknown>> & { readonly dst: string; readonly gw?: string };
 
 /** DNS settings from `resolvConf` (result `dns` object). */
@@ -59,7 +62,7 @@ export interface IPAMConfig {
   readonly dataDir: string;
   /** Range sets in host-local order: runtimeConfig.ipRanges, then legacy top-level range, then `ranges`. */
   readonly rangeSets: readonly RangeSet[];
-  /** `ipam.routes`, verbatim. */
+  /** `ipam.routes`, `dst`/`gw` re-rendered as host-local prints them. */
   readonly routes: readonly Route[];
   /** `ipam.resolvConf` path, or null. Read and parsed at the edge, not here. */
   readonly resolvConf: string | null;
@@ -67,6 +70,12 @@ export interface IPAMConfig {
   readonly requestedIPs: readonly IP[];
   /** ipwarden: release leaked reservations and retry once when a range set is exhausted (default true). */
   readonly reclaimOnExhaustion: boolean;
+  /**
+   * ipwarden: STATUS fails (code 50) when a range set has no free and no reclaimable address
+   * (ipam `failStatusOnExhaustion`, default false). Off by default: containerd 2.x turns a
+   * failing STATUS into NetworkReady=false, and kubelet then evicts every pod of the node.
+   */
+  readonly failStatusOnExhaustion: boolean;
   /** ipwarden: grace period for reclaim, seconds (ipam `leakGracePeriod`, Go duration, default 5m). */
   readonly leakGracePeriodSeconds: number;
   /** ipwarden: CRI endpoint for reclaim (ipam `runtimeEndpoint`), or null for the CLI defaults. */

@@ -156,7 +156,11 @@ export interface AuditLine {
   readonly [k: string]: unknown;
 }
 
-/** The lab's audit log lines (`[]` when there is none). */
+/**
+ * The lab's audit log lines that say what happened (`[]` when there is none): one `released` (or
+ * `kept`) line per release and one `reserved` line per recreated reservation. The `intent` line
+ * each release writes before removing the file (docs/cli.md "Audit log") is left out.
+ */
 export function auditLines(lab: Lab): AuditLine[] {
   let text: string;
   try {
@@ -167,7 +171,8 @@ export function auditLines(lab: Lab): AuditLine[] {
   return text
     .split('\n')
     .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as AuditLine);
+    .map((l) => JSON.parse(l) as AuditLine)
+    .filter((a) => a['phase'] !== 'intent');
 }
 
 /** Raw content of each reservation file of the lab's network: ip → content. */

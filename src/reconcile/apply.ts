@@ -7,9 +7,10 @@
  * 3. for each planned release, require the same owner as planned and re-classify the fresh record
  *    with the SAME snapshot and the SAME policy ({@link classify}): a file rewritten since
  *    (younger mtime) becomes `grace` (or `live`, for a NOT READY sandbox's) and is kept;
- * 4. release with `Store.release(ip, expectedOwner)`, which re-reads the file once more and
- *    removes it only if the owner is unchanged;
- * 5. append one audit record per removed file.
+ * 4. append one `intent` audit record per file still to release and make them durable (fsync),
+ *    BEFORE anything is removed ({@link releaseRecorded});
+ * 5. release with `Store.release(ip, expectedOwner)`, which re-reads the file once more and
+ *    removes it only if the owner is unchanged, and append its outcome (`released` or `kept`).
  *
  * {@link reReserve} re-creates, under each network's lock, the reservations of live sandboxes'
  * addresses that had none (field report BR-13), with `Store.restore` (fails when the address was
@@ -17,7 +18,7 @@
  */
 import { AppError } from '../common/errors.ts';
 import { sameOwner, type Reservation, type Store } from '../store/store.ts';
-import type { AuditRecord, AuditSink } from './audit.ts';
+import { memoryAuditSink, type AuditPhase, type AuditRecord, type AuditSink } from './audit.ts';
 import type { UseEvidence } from './evidence.ts';
 import { DEFAULT_LOCK_TIMEOUT_SECONDS, type StoreOpener } from './networks.ts';
 import { classify, isReleasable, isStampedInFuture, type AnyVerdict, type Plan, type PlanEntry } from './plan.ts';
@@ -27,7 +28,7 @@ import { podIPMessage, type PodIPFinding } from './unreserved.ts';
 export interface ApplyOptions {
   /** Opens the store of a network (closed by applyPlan). */
   readonly openStore: StoreOpener;
-  /** Receives one record per removed file, right after the removal. */
+  /** Receives an `intent` record before each removal (synced), and its outcome after it. */
   readonly audit: AuditSink;
   /** Clock for audit times, milliseconds since the Unix epoch. */
   readonly now: () => number;
@@ -127,11 +128,8 @@ export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promis
       for (const r of await store.list()) current.set(r.ip, r);
       // The kernel is asked again under this lock: an address configured since the plan protects its file.
       const evidence = opts.evidence();
+      const toRelease: Array<{ entry: PlanEntry<AnyVerdict>; fresh: PlanEntry<AnyVerdict> }> = [];
       for (const entry of planned) {
-        if (auditBroken) {
-          skipped.push({ entry, why: SKIP_REASONS.auditBroken });
-          continue;
-        }
         const cur = current.get(entry.ip);
         if (cur === undefined) {
           skipped.push({ entry, why: SKIP_REASONS.gone });
@@ -146,24 +144,19 @@ export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promis
           skipped.push({ entry, why: `now ${fresh.verdict}: ${fresh.reason}` });
           continue;
         }
-        let ok: boolean;
-        try {
-          ok = await store.release(cur.ip, cur.owner);
-        } catch (error) {
-          errors.push({ network, ip: cur.ip, error, message: describe(error) });
-          continue;
-        }
-        if (!ok) {
-          skipped.push({ entry, why: SKIP_REASONS.releaseRefused });
-          continue;
-        }
-        released.push(fresh);
-        try {
-          opts.audit.append(auditRecord(fresh, opts.now()));
-        } catch (error) {
-          auditBroken = true;
-          errors.push({ network, ip: cur.ip, error, message: `released ${cur.ip} but ${describe(error)}` });
-        }
+        toRelease.push({ entry, fresh });
+      }
+      const r = await releaseRecorded(store, toRelease.map((x) => x.fresh), opts.audit, opts.now);
+      released.push(...r.released);
+      toRelease.forEach((x, i) => {
+        const outcome = r.outcomes[i];
+        if (outcome === 'refused') skipped.push({ entry: x.entry, why: SKIP_REASONS.releaseRefused });
+        else if (outcome === 'not attempted') skipped.push({ entry: x.entry, why: SKIP_REASONS.auditBroken });
+      });
+      for (const f of r.failures) errors.push({ network, ip: f.entry.ip, error: f.error, message: describe(f.error) });
+      if (r.auditError !== null) {
+        auditBroken = true;
+        errors.push({ network, ip: r.auditError.ip, error: r.auditError.error, message: r.auditError.message });
       }
     });
   }
@@ -185,13 +178,87 @@ export async function restampFuture(p: Plan<AnyVerdict>, opts: Pick<ApplyOptions
     if (list === undefined) byNetwork.set(e.network, [e]);
     else list.push(e);
   }
-  const full: ApplyOptions = { ...opts, audit: { append: () => undefined, close: () => undefined }, now: Date.now, evidence: () => p.evidence };
+  const full: ApplyOptions = { ...opts, audit: memoryAuditSink(), now: Date.now, evidence: () => p.evidence };
   for (const [network, entries] of byNetwork) {
     await withNetworkLock(network, full, errors, async (store) => {
       for (const e of entries) await store.touch(e.ip, e.owner);
     });
   }
   return errors;
+}
+
+/** What became of one entry given to {@link releaseRecorded}. */
+export type ReleaseOutcome = 'released' | 'refused' | 'failed' | 'not attempted';
+
+/** What {@link releaseRecorded} did. */
+export interface RecordedRelease {
+  /** The entries removed, in order. */
+  readonly released: PlanEntry<AnyVerdict>[];
+  /** Per entry given, in order: what became of it. */
+  readonly outcomes: ReleaseOutcome[];
+  /** Entries whose removal threw (their `kept` line says why). */
+  readonly failures: Array<{ entry: PlanEntry<AnyVerdict>; error: unknown }>;
+  /**
+   * The first audit write that failed (then nothing further was attempted), with a message
+   * naming what was and was not done; null when every line was written.
+   */
+  readonly auditError: { ip: string | null; error: unknown; message: string } | null;
+}
+
+/**
+ * Release `entries` of `store` (lock held by the caller) so that every release is on record
+ * before it happens, also if the process is killed at any instant:
+ * 1. one `intent` record per entry is appended, then `audit.sync()` makes them durable;
+ * 2. each file is removed with `Store.release(ip, owner)` (re-read, same owner, unlink), then a
+ *    `released` record, or a `kept` one when it was not removed (changed meanwhile, or the
+ *    removal failed: its reason says why).
+ * When an intent cannot be written or synced nothing is removed; when an outcome line cannot be
+ * written nothing further is removed. `reasonPrefix` is put before each record's reason (the
+ * plugin's `reclaimed on exhaustion: `). Never throws for store or audit failures.
+ */
+export async function releaseRecorded(
+  store: Store,
+  entries: readonly PlanEntry<AnyVerdict>[],
+  audit: AuditSink,
+  now: () => number,
+  reasonPrefix = '',
+): Promise<RecordedRelease> {
+  const outcomes: ReleaseOutcome[] = entries.map(() => 'not attempted');
+  const released: PlanEntry<AnyVerdict>[] = [];
+  const failures: Array<{ entry: PlanEntry<AnyVerdict>; error: unknown }> = [];
+  const rec = (e: PlanEntry<AnyVerdict>, phase: AuditPhase, reason = `${reasonPrefix}${e.reason}`): AuditRecord => ({ ...auditRecord(e, now(), phase), reason });
+  if (entries.length === 0) return { released, outcomes, failures, auditError: null };
+  try {
+    for (const e of entries) audit.append(rec(e, 'intent'));
+    audit.sync();
+  } catch (error) {
+    return { released, outcomes, failures, auditError: { ip: null, error, message: `nothing released: ${describe(error)}` } };
+  }
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i] as PlanEntry<AnyVerdict>;
+    let line: AuditRecord;
+    try {
+      if (await store.release(e.ip, e.owner)) {
+        outcomes[i] = 'released';
+        released.push(e);
+        line = rec(e, 'released');
+      } else {
+        outcomes[i] = 'refused';
+        line = rec(e, 'kept', SKIP_REASONS.releaseRefused);
+      }
+    } catch (error) {
+      outcomes[i] = 'failed';
+      failures.push({ entry: e, error });
+      line = rec(e, 'kept', `release failed: ${describe(error)}`);
+    }
+    try {
+      audit.append(line);
+    } catch (error) {
+      const what = outcomes[i] === 'released' ? `released ${e.ip} (its intent is on record) but` : `did not release ${e.ip}, and`;
+      return { released, outcomes, failures, auditError: { ip: e.ip, error, message: `${what} ${describe(error)}; nothing further released` } };
+    }
+  }
+  return { released, outcomes, failures, auditError: null };
 }
 
 /** What {@link reReserve} did. */
@@ -259,6 +326,7 @@ export async function reReserve(findings: readonly PodIPFinding[], opts: ApplyOp
             ageSeconds: 0,
             verdict: 'live',
             reason: `re-reserved: ${f.message}`,
+            phase: 'reserved',
           });
         } catch (error) {
           auditBroken = true;
@@ -270,8 +338,8 @@ export async function reReserve(findings: readonly PodIPFinding[], opts: ApplyOp
   return { findings: out, errors };
 }
 
-/** The audit record of a released entry at time `nowMs`. */
-export function auditRecord(e: PlanEntry<AnyVerdict>, nowMs: number): AuditRecord {
+/** The audit record of an entry being released at time `nowMs` (`phase` default `intent`). */
+export function auditRecord(e: PlanEntry<AnyVerdict>, nowMs: number, phase: AuditPhase = 'intent'): AuditRecord {
   return {
     time: new Date(nowMs).toISOString(),
     network: e.network,
@@ -281,6 +349,7 @@ export function auditRecord(e: PlanEntry<AnyVerdict>, nowMs: number): AuditRecor
     ageSeconds: e.ageSeconds,
     verdict: e.verdict,
     reason: e.reason,
+    phase,
   };
 }
 

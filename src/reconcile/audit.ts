@@ -1,12 +1,22 @@
 /**
  * The reconciler's audit log (ARCHITECTURE.md "Reconciler safety rules": every release is
- * recorded). One JSON object per line, appended; default file `<dataDir>/ipwarden-audit.log`
- * (the data dir root, never inside a network directory, where host-local would read it as a
- * non-reservation entry).
+ * recorded, before the release, never through a symlink). One JSON object per line, appended;
+ * default file `<dataDir>/ipwarden-audit.log` (the data dir root, never inside a network
+ * directory, where host-local would read it as a non-reservation entry).
+ *
+ * A release is two lines: `phase: "intent"` written and made durable (fsync) BEFORE the file is
+ * removed, then `released` (removed) or `kept` (not removed after all: changed meanwhile, or the
+ * removal failed). A process killed in between leaves an intent without an outcome: the file is
+ * then either gone (released) or still there (not released); either way the decision is on
+ * record. Re-reservations and recreated reservations are one `reserved` line each (docs/cli.md).
+ *
+ * The data dir root may be writable by others than root: the log is opened without following a
+ * symlink (`O_NOFOLLOW`), without blocking on a FIFO (`O_NONBLOCK`), and only if it is a regular
+ * file with one link; anything else is refused with `STORE_IO`, and then nothing is released.
  */
-import { closeSync, fsyncSync, openSync, writeSync } from 'node:fs';
+import { closeSync, constants as fsConstants, fstatSync, fsyncSync, lstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { AppError, ClosedError } from '../common/errors.ts';
+import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
 import type { AnyVerdict } from './plan.ts';
 
 /** File name of the default audit log in the data dir root. */
@@ -19,6 +29,13 @@ export const AUDIT_LOG_MODE = 0o600;
 export function defaultAuditLogPath(dataDir: string): string {
   return join(dataDir, AUDIT_LOG_NAME);
 }
+
+/**
+ * What a line records: `intent` — about to remove the file (durable before the removal);
+ * `released` — removed; `kept` — not removed after all (`reason` says why); `reserved` — a
+ * reservation was (re-)created for a live sandbox.
+ */
+export type AuditPhase = 'intent' | 'released' | 'kept' | 'reserved';
 
 /** One audit line. Field order is the order written. */
 export interface AuditRecord {
@@ -35,11 +52,18 @@ export interface AuditRecord {
   /** The verdict released (`live` for a re-reservation, whose reason starts with `re-reserved:`). */
   readonly verdict: AnyVerdict;
   readonly reason: string;
+  readonly phase: AuditPhase;
 }
 
 /** Where audit records go. `append` throws `AppError('STORE_IO')` when the record cannot be written. */
 export interface AuditSink {
+  /** Write one line (not yet durable: see {@link sync}). */
   append(rec: AuditRecord): void;
+  /**
+   * Make every line appended so far durable (fsync). Called after the intent lines and before the
+   * first removal. Throws `AppError('STORE_IO')` when it cannot.
+   */
+  sync(): void;
   /**
    * Make sure the log can be written before anything is released (a lazily opened sink opens it
    * now). Throws `AppError('STORE_IO')` when it cannot. Optional: an eagerly opened sink has
@@ -61,24 +85,70 @@ export function formatAuditLine(rec: AuditRecord): string {
     ageSeconds: rec.ageSeconds,
     verdict: rec.verdict,
     reason: rec.reason,
+    phase: rec.phase,
   };
   return `${JSON.stringify(o)}\n`;
 }
 
 /**
+ * Flags of the audit log's open(2): append, create, never follow a symlink, never block (read
+ * access only to look at the last byte).
+ */
+const AUDIT_OPEN_FLAGS =
+  fsConstants.O_RDWR | fsConstants.O_APPEND | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK;
+
+/** What is at `path` instead of a regular file, for the refusal message (lstat: links not followed). */
+function whatIsThere(path: string): string | null {
+  try {
+    const st = lstatSync(path);
+    if (st.isSymbolicLink()) return 'it is a symbolic link (not followed)';
+    if (st.isFIFO()) return 'it is a FIFO, not a regular file';
+    if (st.isSocket()) return 'it is a socket, not a regular file';
+    if (st.isDirectory()) return 'it is a directory, not a regular file';
+    if (st.isCharacterDevice() || st.isBlockDevice()) return 'it is a device, not a regular file';
+    return null;
+  } catch {
+    return null;
+  }
+}
+
+/**
  * Open (creating with mode 0600) `path` for appending. Opening happens now, so a caller can
- * refuse to release anything when the log cannot be written. Each record is one `write(2)` on an
- * O_APPEND descriptor, so concurrent writers do not interleave within a line.
- * Throws `AppError('STORE_IO')` when the file cannot be opened; `append` after `close` throws
- * `ClosedError`.
+ * refuse to release anything when the log cannot be written. The path must be a regular file
+ * with a single link (or not exist): a symlink is not followed, a FIFO, socket, device or
+ * directory is refused without blocking, and so is a file with other hard links. When the file
+ * ends with a torn line (a writer killed mid-line), a newline is added first so the next record
+ * starts on its own line. Each record is one `write(2)` on an O_APPEND descriptor, so concurrent
+ * writers do not interleave within a line.
+ * Throws `AppError('STORE_IO', 'cannot open the audit log <path>: <why>')`; `append` and `sync`
+ * after `close` throw `ClosedError`.
  */
 export function openAuditLog(path: string): AuditSink {
+  const refuse = (why: string, cause?: unknown): AppError =>
+    new AppError('STORE_IO', `cannot open the audit log ${path}: ${why}`, cause === undefined ? {} : { cause });
   let fd: number | null;
   try {
-    fd = openSync(path, 'a', AUDIT_LOG_MODE);
+    fd = openSync(path, AUDIT_OPEN_FLAGS, AUDIT_LOG_MODE);
   } catch (e) {
-    throw new AppError('STORE_IO', `cannot open the audit log ${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    const code = errnoCode(e);
+    const what = code === 'ELOOP' || code === 'ENXIO' || code === 'EISDIR' || code === 'EWOULDBLOCK' ? whatIsThere(path) : null;
+    throw refuse(what ?? (e instanceof Error ? e.message : String(e)), e);
   }
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw refuse(whatIsThere(path) ?? 'it is not a regular file');
+    if (st.nlink !== 1) throw refuse(`it has ${st.nlink} hard links (refusing to write through one)`);
+    if (st.size > 0) {
+      const last = Buffer.alloc(1);
+      readSync(fd, last, 0, 1, st.size - 1);
+      if (last[0] !== 0x0a) writeSync(fd, '\n');
+    }
+  } catch (e) {
+    closeSync(fd);
+    throw e instanceof AppError ? e : refuse(e instanceof Error ? e.message : String(e), e);
+  }
+  const fail = (what: string, e: unknown): AppError =>
+    new AppError('STORE_IO', `cannot ${what} the audit log ${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   return {
     append(rec) {
       if (fd === null) throw new ClosedError(`audit log ${path}`);
@@ -87,7 +157,15 @@ export function openAuditLog(path: string): AuditSink {
         const n = writeSync(fd, data, 0, data.length, null);
         if (n !== data.length) throw new Error(`short write (${n} of ${data.length} bytes)`);
       } catch (e) {
-        throw new AppError('STORE_IO', `cannot write the audit log ${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+        throw fail('write', e);
+      }
+    },
+    sync() {
+      if (fd === null) throw new ClosedError(`audit log ${path}`);
+      try {
+        fsyncSync(fd);
+      } catch (e) {
+        throw fail('sync', e);
       }
     },
     close() {
@@ -97,15 +175,31 @@ export function openAuditLog(path: string): AuditSink {
       try {
         fsyncSync(f);
       } catch {
-        // the lines were written; durability across a crash is best effort
+        // the intent lines were synced before any removal; the outcome lines are best effort
       }
       closeSync(f);
     },
   };
 }
 
-/** An in-memory sink (tests, dry runs). */
-export function memoryAuditSink(): AuditSink & { readonly records: AuditRecord[] } {
+/**
+ * An in-memory sink (tests, dry runs). `durable` is how many of `records` a `sync()` has covered:
+ * what would survive a crash of the machine at this instant.
+ */
+export function memoryAuditSink(): AuditSink & { readonly records: AuditRecord[]; readonly durable: number } {
   const records: AuditRecord[] = [];
-  return { records, append: (r) => void records.push(r), close: () => undefined };
+  let durable = 0;
+  return {
+    records,
+    get durable() {
+      return durable;
+    },
+    append: (r) => void records.push(r),
+    sync: () => {
+      durable = records.length;
+    },
+    close: () => {
+      durable = records.length;
+    },
+  };
 }

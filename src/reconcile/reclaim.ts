@@ -16,12 +16,11 @@
 import { DEFAULT_DATA_DIR } from '../ipam/config.ts';
 import type { RangeSet } from '../ipam/types.ts';
 import { RECOVERED_OWNER_PREFIX, type UseEvidence } from './evidence.ts';
-import { RE_RESERVE_IFNAME } from './apply.ts';
+import { RE_RESERVE_IFNAME, releaseRecorded } from './apply.ts';
 import { formatIP, parseIP } from '../ipam/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
 import type { Store } from '../store/store.ts';
-import { auditRecord } from './apply.ts';
 import type { AuditSink } from './audit.ts';
 import { compareIPText, isStampedInFuture, plan, type PlanCounts } from './plan.ts';
 import { indexSandboxes, isSandboxNotFound, type SandboxSource } from './sandboxes.ts';
@@ -197,15 +196,14 @@ export async function reclaimLocked(
     .filter((e) => !podIPs.has(e.ip) && (wanted === null || wanted.has(e.ip)))
     .sort((a, b) => (a.mtimeMs === b.mtimeMs ? compareIPText(a.ip, b.ip) : a.mtimeMs - b.mtimeMs));
   const chosen = candidates.slice(0, RECLAIM_CAP);
-  const released: string[] = [];
   // Every release is recorded: the audit log must be writable before the first one (throws).
   if (release && chosen.length > 0) deps.audit.open?.();
-  for (const e of release ? chosen : []) {
-    // The record first (an intent: "every release is recorded" holds under SIGKILL), then the file.
-    deps.audit.append({ ...auditRecord(e, deps.now()), reason: `reclaimed on exhaustion: ${e.reason}` });
-    // Store.release re-checks the owner: the list above was read under this same lock.
-    if (await store.release(e.ip, e.owner)) released.push(e.ip);
-  }
+  // Intent lines, synced, before any removal; Store.release re-checks the owner (the list above
+  // was read under this same lock). An audit or removal failure fails the ADD.
+  const r = await releaseRecorded(store, release ? chosen : [], deps.audit, deps.now, 'reclaimed on exhaustion: ');
+  const failure = r.auditError?.error ?? r.failures[0]?.error;
+  if (failure !== undefined) throw failure;
+  const released = r.released.map((e) => e.ip);
   return {
     released,
     releasable: chosen.map((e) => e.ip),
@@ -389,6 +387,7 @@ export async function recoverLocked(store: Store, conf: IPAMConfig, deps: Recove
       ageSeconds: 0,
       verdict: 'live',
       reason: `recreated: the data directory had no reservations while ${f.why}`,
+      phase: 'reserved',
     });
     if (await store.restore(ip, owner)) recreated.push({ ip, containerId: owner.containerId });
   }

@@ -160,7 +160,8 @@ export interface Store {
 
   /**
    * True when a reservation could be written now (the network directory exists and is
-   * writable). Used by STATUS.
+   * writable). Used by STATUS, which calls it without holding the lock (the one exception to the
+   * locking rule: it changes no reservation).
    */
   writable(): Promise<boolean>;
 

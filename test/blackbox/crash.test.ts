@@ -8,8 +8,8 @@
  *    DEL of that container leaves none.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, readdirSync, readFileSync, watch, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { installedPlugin, runCni, tempDir } from '../helpers/cni.ts';
@@ -98,5 +98,90 @@ describe('crash safety: SIGKILL during ADD and DEL', () => {
     const r = runCni(bin, { command: 'ADD', containerId: 'final', ifname: 'eth0', stdin: conf });
     assert.equal(r.exitCode, 0, r.stdout);
     assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith('.')), [], 'leftover temporary files are removed under the lock');
+  });
+});
+
+/**
+ * Start the installed executable as the CLI with `args` and SIGKILL it as soon as `n` IP-named
+ * files of `dir` have been removed (inotify through `fs.watch`: the kill lands in the middle of
+ * the removals, wherever the process is between two of them). Resolves to whether it was killed.
+ */
+function cliKilledAfterRemovals(bin: string, args: string[], dir: string, n: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    let removed = 0;
+    const p = spawn(bin, args, { env: { PATH: '/usr/bin:/bin' }, stdio: 'ignore' });
+    const watcher = watch(dir, (_event, name) => {
+      if (typeof name === 'string' && name.startsWith('10.') && ++removed === n) p.kill('SIGKILL');
+    });
+    p.on('close', (_code, signal) => {
+      watcher.close();
+      resolve(signal === 'SIGKILL');
+    });
+  });
+}
+
+describe('crash safety: SIGKILL during ipwarden gc (issue 8.2)', () => {
+  let bin = '';
+  const t = tempDir('i8-gckill-');
+  before(() => {
+    bin = installedPlugin();
+  });
+  after(() => t.cleanup());
+
+  const ROUNDS = 30;
+  const PER_ROUND = 60;
+  const ipOf = (round: number, i: number) => `10.89.${round}.${i + 1}`;
+
+  it(`every reservation gc removed has its intent in the audit log, wherever gc is killed (${ROUNDS} rounds of ${PER_ROUND} files)`, async () => {
+    const dataDir = join(t.dir, 'data');
+    const dir = join(dataDir, 'i8gc');
+    mkdirSync(dir, { recursive: true });
+    const log = join(dataDir, 'ipwarden-audit.log');
+    const args = ['gc', '--data-dir', dataDir, '--runtime-endpoint', '/nonexistent/i8-cri.sock'];
+    const intents = (): Set<string> => {
+      const out = new Set<string>();
+      let text = '';
+      try {
+        text = readFileSync(log, 'utf8');
+      } catch {
+        return out;
+      }
+      for (const line of text.split('\n')) {
+        let rec: { ip?: unknown; phase?: unknown };
+        try {
+          rec = JSON.parse(line) as typeof rec;
+        } catch {
+          continue; // a line torn by a kill mid-write: its removal never followed
+        }
+        if (rec.phase === 'intent' && typeof rec.ip === 'string') out.add(rec.ip);
+      }
+      return out;
+    };
+    const planted: string[] = [];
+    const unrecorded = (): string[] => {
+      const present = new Set(readdirSync(dir));
+      const recorded = intents();
+      return planted.filter((ip) => !present.has(ip) && !recorded.has(ip));
+    };
+
+    const rand = rng(8);
+    let killed = 0;
+    const problems: string[] = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      // Corrupt (empty) files: gc releases them even without a runtime.
+      for (let i = 0; i < PER_ROUND; i++) {
+        writeFileSync(join(dir, ipOf(round, i)), '');
+        planted.push(ipOf(round, i));
+      }
+      if (await cliKilledAfterRemovals(bin, args, dir, 1 + Math.floor(rand() * (PER_ROUND - 1)))) killed++;
+      const missing = unrecorded();
+      if (missing.length > 0) problems.push(`round ${round}: removed without an intent on record: ${missing.slice(0, 5).join(', ')} (${missing.length})`);
+    }
+    const last = spawnSync(bin, args, { env: { PATH: '/usr/bin:/bin' }, encoding: 'utf8' });
+    assert.equal(last.status, 1, last.stderr); // the runtime is unreachable: exit 1, corrupt files released
+    assert.deepEqual(problems, []);
+    assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith('10.')), []);
+    assert.deepEqual(unrecorded(), []);
+    assert.ok(killed > 0, 'kills landed while gc was removing files');
   });
 });

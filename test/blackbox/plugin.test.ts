@@ -143,9 +143,9 @@ describe('CNI 1.1.0 STATUS', () => {
     assert.deepEqual([r.exitCode, r.stdout], [0, '']);
   });
 
-  it('reports code 50 when a range set is full', () => {
+  it('reports code 50 when a range set is full, with failStatusOnExhaustion', () => {
     const dd = dataDir();
-    const conf = config(dd, v4('10.1.0.0/29'), '1.1.0');
+    const conf = config(dd, { ...v4('10.1.0.0/29'), failStatusOnExhaustion: true }, '1.1.0');
     for (let i = 0; i < 5; i++) assert.equal(run({ command: 'ADD', containerId: `c${i}`, ifname: 'eth0', stdin: conf }).exitCode, 0);
     const r = run({ command: 'STATUS', stdin: conf, env: { CONTAINER_RUNTIME_ENDPOINT: '/nonexistent/cri.sock' } });
     assert.equal(r.exitCode, 1);

@@ -72,6 +72,24 @@ const cases: Case[] = [
     steps: [add('c1')],
   },
   { name: 'routes 1.0.0', ipam: { ...v4('10.1.0.0/24'), routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }] }, steps: [add('c1')] },
+  // host-local re-renders every route through Go's IP types (issue 8.7).
+  {
+    name: 'routes re-rendered: upper case, uncompressed IPv6, a GW key in capitals',
+    ipam: { ...v4('10.1.0.0/24'), routes: [{ dst: 'FD00:0::/8' }, { dst: 'fd00::1/64', gw: 'FD00:0:0::0001' }, { dst: '2001:DB8::/32', GW: '2001:db8::1' }] },
+    steps: [add('c1')],
+  },
+  { name: 'routes keep host bits; a zero-padded prefix; an empty gw', ipam: { ...v4('10.1.0.0/24'), routes: [{ dst: '10.1.0.5/24', gw: '10.1.0.1' }, { dst: '0.0.0.0/00' }, { dst: '::/0', gw: '' }] }, steps: [add('c1')] },
+  {
+    name: 'routes with IPv4-mapped and IPv4-compatible addresses',
+    ipam: { ...v4('10.1.0.0/24'), routes: [{ dst: '::ffff:10.1.0.0/104', gw: '::ffff:10.1.0.1' }, { dst: '::ffff:10.1.0.0/80' }, { dst: '1.2.3.4/32', gw: '::1.2.3.4' }] },
+    steps: [add('c1')],
+  },
+  {
+    name: 'routes split by family in 0.2.0 after re-rendering (a mapped dst is IPv4)',
+    cniVersion: '0.2.0',
+    ipam: { ranges: [[{ subnet: '10.1.0.0/24' }], [{ subnet: 'fd00:1::/120' }]], routes: [{ dst: '::FFFF:10.9.0.0/112' }, { dst: 'FD00:0::/8', gw: 'FD00:1::1' }] },
+    steps: [add('c1')],
+  },
   { name: 'round robin continues after last_reserved_ip.0', ipam: v4('10.1.0.0/24'), disk: { 'last_reserved_ip.0': '10.1.0.5' }, steps: [add('c1'), add('c2')], expectIPs: ['10.1.0.6', '10.1.0.7'] },
   { name: 'round robin wraps at rangeEnd, skipping the gateway', ipam: v4('10.1.0.0/29'), disk: { 'last_reserved_ip.0': '10.1.0.6' }, steps: [add('c1')], expectIPs: ['10.1.0.2'] },
   { name: 'last_reserved_ip outside the set restarts at rangeStart', ipam: v4('10.1.0.0/24'), disk: { 'last_reserved_ip.0': '192.168.1.1' }, steps: [add('c1')], expectIPs: ['10.1.0.2'] },

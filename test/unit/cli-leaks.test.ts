@@ -254,12 +254,14 @@ describe('ipwarden gc', () => {
     assert.deepEqual(filesOf('cbr0'), ['10.244.1.10', '10.244.1.2', '10.244.1.5', '10.244.1.6', 'last_reserved_ip.0', 'lock']);
     assert.deepEqual(filesOf('other'), ['10.9.0.2', 'lock']);
     const lines = readFileSync(join(dataDir, 'ipwarden-audit.log'), 'utf8').split('\n');
-    assert.deepEqual(lines, [
-      `{"time":"2025-01-01T00:00:00.000Z","network":"cbr0","ip":"10.244.1.3","containerId":"${'e'.repeat(64)}","ifname":null,"ageSeconds":3600.5,"verdict":"leaked","reason":"${LEAKED_REASON}; legacy ID-only record"}`,
-      `{"time":"2025-01-01T00:00:00.000Z","network":"cbr0","ip":"10.244.1.4","containerId":null,"ifname":null,"ageSeconds":60,"verdict":"corrupt","reason":"${CORRUPT_REASON}"}`,
-      `{"time":"2025-01-01T00:00:00.000Z","network":"other","ip":"10.9.0.3","containerId":"gone","ifname":"net1","ageSeconds":400,"verdict":"leaked","reason":"${LEAKED_REASON}"}`,
-      '',
-    ]);
+    const e3 = (phase: string) =>
+      `{"time":"2025-01-01T00:00:00.000Z","network":"cbr0","ip":"10.244.1.3","containerId":"${'e'.repeat(64)}","ifname":null,"ageSeconds":3600.5,"verdict":"leaked","reason":"${LEAKED_REASON}; legacy ID-only record","phase":"${phase}"}`;
+    const c4 = (phase: string) =>
+      `{"time":"2025-01-01T00:00:00.000Z","network":"cbr0","ip":"10.244.1.4","containerId":null,"ifname":null,"ageSeconds":60,"verdict":"corrupt","reason":"${CORRUPT_REASON}","phase":"${phase}"}`;
+    const o3 = (phase: string) =>
+      `{"time":"2025-01-01T00:00:00.000Z","network":"other","ip":"10.9.0.3","containerId":"gone","ifname":"net1","ageSeconds":400,"verdict":"leaked","reason":"${LEAKED_REASON}","phase":"${phase}"}`;
+    // Per network: the intents (synced) before any removal, then each removal's outcome.
+    assert.deepEqual(lines, [e3('intent'), c4('intent'), e3('released'), c4('released'), o3('intent'), o3('released'), '']);
   });
 
   it('human output ends with the released lines and "released N"; --audit-log picks the file', async () => {
@@ -276,12 +278,12 @@ describe('ipwarden gc', () => {
       'released 3',
       '',
     ]);
-    assert.equal(readFileSync(log, 'utf8').split('\n').length, 4);
+    assert.equal(readFileSync(log, 'utf8').split('\n').length, 7);
     assert.equal(existsSync(join(dataDir, 'ipwarden-audit.log')), false);
     // Nothing left to do: a second run releases nothing and writes no audit line.
     const again = await cli(['gc', '--data-dir', dataDir, '--audit-log', log], sandboxes);
     assert.ok(again.stdout.endsWith('5 reservations: 4 live, 1 grace, 0 leaked, 0 corrupt\nreleased 0\n'), again.stdout);
-    assert.equal(readFileSync(log, 'utf8').split('\n').length, 4);
+    assert.equal(readFileSync(log, 'utf8').split('\n').length, 7);
   });
 
   it('--dry-run releases nothing, writes no audit log, and says what it would release', async () => {
@@ -324,8 +326,7 @@ describe('ipwarden gc', () => {
     assert.deepEqual(filesOf('cbr0'), ['10.244.1.10', '10.244.1.2', '10.244.1.3', '10.244.1.5', '10.244.1.6', 'last_reserved_ip.0', 'lock']);
     assert.deepEqual(filesOf('other'), ['10.9.0.2', '10.9.0.3', 'lock']);
     const lines = readFileSync(join(dataDir, 'ipwarden-audit.log'), 'utf8').trimEnd().split('\n');
-    assert.equal(lines.length, 1);
-    assert.equal(JSON.parse(lines[0] ?? '').ip, '10.244.1.4');
+    assert.deepEqual(lines.map((l) => [JSON.parse(l).ip, JSON.parse(l).phase]), [['10.244.1.4', 'intent'], ['10.244.1.4', 'released']]);
   });
 
   it('an audit log that cannot be opened releases nothing, exit 1', async () => {

@@ -84,6 +84,7 @@ describe('loadIPAMConfig: range sets, order and defaults', () => {
         resolvConf: null,
         requestedIPs: [],
         reclaimOnExhaustion: true,
+        failStatusOnExhaustion: false,
         leakGracePeriodSeconds: 300,
         runtimeEndpoint: null,
         lockTimeoutSeconds: 30,
@@ -91,6 +92,23 @@ describe('loadIPAMConfig: range sets, order and defaults', () => {
     );
     assert.equal(formatIP(c.rangeSets[0]?.[0]?.gateway ?? { family: 4, value: 0n }), '10.1.0.1');
   });
+
+  // host-local prints routes through Go's net.IPNet / net.IP (issue 8.7; the real binary agrees:
+  // test/interop/differential.test.ts).
+  const routeCases: Array<[string, Record<string, unknown>, Record<string, unknown>]> = [
+    ['upper case, uncompressed IPv6', { dst: 'FD00:0::/8' }, { dst: 'fd00::/8' }],
+    ['gw compressed', { dst: 'fd00::1/64', gw: 'FD00:0:0::0001' }, { dst: 'fd00::1/64', gw: 'fd00::1' }],
+    ['host bits kept, zero-padded prefix', { dst: '10.1.0.5/024' }, { dst: '10.1.0.5/24' }],
+    ['IPv4-mapped under an IPv6 prefix: the last 32 bits of the mask', { dst: '::ffff:10.1.0.0/104', gw: '::ffff:10.1.0.1' }, { dst: '10.1.0.0/8', gw: '10.1.0.1' }],
+    ['IPv4-mapped under a prefix shorter than /96', { dst: '::ffff:10.1.0.0/80' }, { dst: '10.1.0.0/0' }],
+    ['IPv4-compatible gw is IPv6', { dst: '1.2.3.4/32', gw: '::1.2.3.4' }, { dst: '1.2.3.4/32', gw: '::102:304' }],
+    ['an empty gw is absent; extra keys kept', { dst: '::/0', gw: '', mtu: 1400 }, { dst: '::/0', mtu: 1400 }],
+  ];
+  for (const [name, route, want] of routeCases) {
+    it(`route ${name}: ${JSON.stringify(route)} → ${JSON.stringify(want)}`, () => {
+      assert.deepEqual(load(conf({ ranges: [[{ subnet: '10.1.0.0/24' }]], routes: [route] })).routes, [want]);
+    });
+  }
 
   it('cniVersion absent answers 0.1.0 (as host-local does)', () => {
     const stdin = JSON.stringify({ name: 'n', ipam: { type: 'x', ranges: [[{ subnet: '10.1.0.0/24' }]] } });
@@ -105,6 +123,7 @@ describe('loadIPAMConfig: range sets, order and defaults', () => {
         resolvConf: '/etc/resolv.conf',
         routes: [{ dst: '0.0.0.0/0' }, { dst: '10.9.0.0/16', gw: '10.1.0.254', mtu: 1400 }],
         reclaimOnExhaustion: false,
+        failStatusOnExhaustion: true,
         leakGracePeriod: '90s',
         runtimeEndpoint: 'unix:///run/containerd/containerd.sock',
         lockTimeout: '1.5s',
@@ -114,6 +133,7 @@ describe('loadIPAMConfig: range sets, order and defaults', () => {
     assert.equal(c.resolvConf, '/etc/resolv.conf');
     assert.deepEqual(c.routes, [{ dst: '0.0.0.0/0' }, { dst: '10.9.0.0/16', gw: '10.1.0.254', mtu: 1400 }]);
     assert.equal(c.reclaimOnExhaustion, false);
+    assert.equal(c.failStatusOnExhaustion, true);
     assert.equal(c.leakGracePeriodSeconds, 90);
     assert.equal(c.runtimeEndpoint, 'unix:///run/containerd/containerd.sock');
     assert.equal(c.lockTimeoutSeconds, 1.5);
@@ -246,6 +266,7 @@ describe('loadIPAMConfig: errors', () => {
     ['route with bad dst', conf({ ranges: r24, routes: [{ dst: '10.0.0.0' }] }), undefined, 'IPAM_INVALID_CONFIG', 'invalid CIDR address: 10.0.0.0', 'at ipam.routes[0].dst'],
     ['route with bad gw', conf({ ranges: r24, routes: [{ dst: '0.0.0.0/0', gw: 'x' }] }), undefined, 'IPAM_INVALID_CONFIG', 'invalid IP address: x', 'at ipam.routes[0].gw'],
     ['reclaimOnExhaustion not a boolean', conf({ ranges: r24, reclaimOnExhaustion: 'yes' }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.reclaimOnExhaustion must be a boolean, got string'],
+    ['failStatusOnExhaustion not a boolean', conf({ ranges: r24, failStatusOnExhaustion: 1 }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.failStatusOnExhaustion must be a boolean, got number'],
     ['leakGracePeriod bad', conf({ ranges: r24, leakGracePeriod: '5' }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.leakGracePeriod: invalid duration "5"', 'time: missing unit in duration "5"'],
     ['leakGracePeriod number', conf({ ranges: r24, leakGracePeriod: 300 }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.leakGracePeriod must be a string, got number'],
     ['lockTimeout negative', conf({ ranges: r24, lockTimeout: '-1s' }), undefined, 'IPAM_INVALID_CONFIG', 'ipam.lockTimeout must not be negative, got "-1s"'],

@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { once } from 'node:events';
@@ -216,6 +216,32 @@ describe('ipwarden doctor', () => {
         fix: `ipwarden gc --network n --data-dir ${dataDir}`,
       },
     ]);
+  });
+
+  it('entries named like addresses that are no reservation file: one finding per network, with what each is', async () => {
+    br23();
+    rmSync(join(dataDir, 'kubenet', '10.244.1.6'));
+    rmSync(join(dataDir, 'kubenet', '10.244.1.5'));
+    const dir = join(dataDir, 'kubenet');
+    symlinkSync(join(dir, 'i8-nowhere'), join(dir, '10.244.1.5'));
+    let r = await findings(['c1', 'c2', 'c3']);
+    assert.deepEqual(r.findings, [
+      {
+        id: 'unusable-entries',
+        severity: 'warning',
+        title: 'kubenet: 1 entry named like an address is not a reservation file',
+        evidence: `${join(dir, '10.244.1.5')} (a dangling symlink): neither ipwarden nor host-local reads it as a reservation or hands its address out (the name is taken), and gc never removes it`,
+        fix: `check that nothing uses it, then remove it: rm ${join(dir, '10.244.1.5')}`,
+      },
+    ]);
+    assert.equal(r.code, 0);
+    mkdirSync(join(dir, '10.244.1.6'));
+    symlinkSync(join(dir, '10.244.1.6'), join(dir, 'fd00::1'));
+    r = await findings(['c1', 'c2', 'c3']);
+    assert.equal(
+      r.findings[0]?.evidence,
+      `${join(dir, '10.244.1.5')} (a dangling symlink), ${join(dir, '10.244.1.6')} (a directory), ${join(dir, 'fd00::1')} (a symlink to a directory): neither ipwarden nor host-local reads them as reservations or hands their addresses out (the names are taken), and gc never removes them`,
+    );
   });
 
   // Which range-set finding: gc is the fix only when it brings the set back to 90% or less.

@@ -161,7 +161,9 @@ describe('reclaim on exhaustion', () => {
     const o = await reclaimLocked(store, conf(), { source: source({ list: [] }), audit, now: () => SNAP, evidence: () => NOTHING_IN_USE });
     assert.deepEqual(o.released, Array.from({ length: RECLAIM_CAP }, (_, i) => `10.244.0.${i + 2}`));
     assert.equal(o.capped, 29 - RECLAIM_CAP);
-    assert.deepEqual(audit.records.map((x) => x.ip), o.released);
+    assert.deepEqual(audit.records.filter((x) => x.phase === 'intent').map((x) => x.ip), o.released);
+    assert.deepEqual(audit.records.filter((x) => x.phase === 'released').map((x) => x.ip), o.released);
+    assert.equal(audit.records.findIndex((x) => x.phase === 'released'), RECLAIM_CAP, 'every intent before the first removal');
   });
 
   it('an address a READY sandbox reports (BR-13) is not released, whoever owns its file', async () => {
@@ -273,7 +275,7 @@ describe('recovery of a wiped directory', () => {
 
   it('an audit log that cannot be written does not stop a recovery (recreating only protects)', async () => {
     const store = await locked(new MemoryStore('net', { now: () => SNAP }));
-    const broken = { append: () => { throw new AppError('STORE_IO', 'audit log is a directory'); }, open: () => { throw new AppError('STORE_IO', 'audit log is a directory'); }, close: () => undefined };
+    const broken = { append: () => { throw new AppError('STORE_IO', 'audit log is a directory'); }, open: () => { throw new AppError('STORE_IO', 'audit log is a directory'); }, sync: () => undefined, close: () => undefined };
     const o = await recoverLocked(store, conf(), { source: 'no runtime', audit: broken, now: () => SNAP, evidence: () => ev({ '10.244.0.9': ['net:[9]'] }) });
     assert.deepEqual(o.recreated, [{ ip: '10.244.0.9', containerId: 'recovered-net-9' }]);
     assert.equal(store.recovering, false);

@@ -14,9 +14,10 @@ import {
   readFileSync,
   rmSync,
   statSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs';
-import { isIP } from 'node:net';
+import { createServer, isIP } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -128,9 +129,16 @@ describe('record parsing', () => {
     { name: 'ID starting with a dash', bytes: Buffer.from('-c1\r\neth0'), owner: null },
     { name: 'ID with a space', bytes: Buffer.from('c 1\r\neth0'), owner: null },
     { name: 'a third line', bytes: Buffer.from('c1\r\neth0\r\nextra'), owner: null },
-    { name: 'not UTF-8', bytes: Buffer.from([0x63, 0xff, 0x0d, 0x0a, 0x65]), owner: null },
+    { name: 'a container ID that is not UTF-8 (no writer can make one)', bytes: Buffer.from([0x63, 0xff, 0x0d, 0x0a, 0x65]), owner: null },
+    // host-local writes the ifname bytes it was given: kept exactly (one escape per invalid byte).
+    { name: 'an ifname that is not UTF-8', bytes: Buffer.from('c1\r\neth\xff', 'latin1'), owner: { containerId: 'c1', ifname: 'eth\udcff' } },
+    { name: 'an ifname that is UTF-8', bytes: Buffer.from('c1\r\nethé'), owner: { containerId: 'c1', ifname: 'ethé' } },
+    { name: 'a lone 0x85 byte is not trimmed (Go: not a rune, not a space)', bytes: Buffer.from('c1\r\neth\x85', 'latin1'), owner: { containerId: 'c1', ifname: 'eth\udc85' } },
     { name: '4096 bytes', bytes: Buffer.from('a'.repeat(4096)), owner: { containerId: 'a'.repeat(4096), ifname: null } },
-    { name: '4097 bytes', bytes: Buffer.from('a'.repeat(4097)), owner: null },
+    { name: '4097 bytes (a long container ID)', bytes: Buffer.from('a'.repeat(4097)), owner: { containerId: 'a'.repeat(4097), ifname: null } },
+    { name: '128 KiB container ID + ifname', bytes: Buffer.from(`${'b'.repeat(131055)}\r\neth0`), owner: { containerId: 'b'.repeat(131055), ifname: 'eth0' } },
+    { name: '1 MiB', bytes: Buffer.from('a'.repeat(1 << 20)), owner: { containerId: 'a'.repeat(1 << 20), ifname: null } },
+    { name: '1 MiB + 1 byte', bytes: Buffer.from('a'.repeat((1 << 20) + 1)), owner: null },
   ];
   for (const c of cases) {
     it(`parses ${c.name}`, () => {
@@ -286,7 +294,7 @@ describe('FileStore on disk', () => {
         ['10.0.0.2', ''],
         ['10.0.0.3', 'not a container id\r\neth0'],
         ['10.0.0.4', Buffer.from([0xff, 0xfe])],
-        ['10.0.0.5', 'a'.repeat(5000)],
+        ['10.0.0.5', 'a'.repeat((1 << 20) + 1)],
         ['10.0.0.6', 'c6\r\neth0'],
       ];
       for (const [ip, content] of files) writeFileSync(join(store.dir, ip), content);
@@ -303,6 +311,60 @@ describe('FileStore on disk', () => {
       );
       assert.equal(await store.release('10.0.0.2', null), true);
       assert.equal(await store.release('10.0.0.6', null), false);
+    }));
+
+  it('skips entries that cannot be opened as files (socket, symlink loop, dangling symlink, FIFO, directory), in list and DEL; their names stay taken', () =>
+    withFileStore(async (store) => {
+      const server = createServer();
+      await new Promise<void>((res) => server.listen(join(store.dir, '10.0.0.2'), res));
+      try {
+        symlinkSync(join(store.dir, '10.0.0.3'), join(store.dir, '10.0.0.3'));
+        symlinkSync(join(store.dir, 'nowhere'), join(store.dir, '10.0.0.4'));
+        spawnSync('mkfifo', [join(store.dir, '10.0.0.5')]);
+        mkdirSync(join(store.dir, '10.0.0.6'));
+        writeFileSync(join(store.dir, '10.0.0.7'), 'c7\r\neth0');
+        for (const mtime of [true, false]) {
+          assert.deepEqual((await store.list({ mtime })).map((r) => r.ip), ['10.0.0.7']);
+        }
+        assert.deepEqual(await store.releaseByOwner('c7', 'eth0'), ['10.0.0.7']);
+        for (const ip of ['10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5', '10.0.0.6']) {
+          assert.equal(await store.reserve(ip, { containerId: 'c9', ifname: 'eth0' }, 0), false, `${ip} is taken`);
+          assert.equal(await store.release(ip, null), false);
+        }
+      } finally {
+        await new Promise((res) => server.close(res));
+      }
+    }));
+
+  it('reads records longer than the read buffer whole (a long container ID): owned, released by that owner', () =>
+    withFileStore(async (store) => {
+      const id = `c${'d'.repeat(6000)}`;
+      assert.equal(await store.reserve('10.0.0.2', { containerId: id, ifname: 'eth0' }, 0), true);
+      assert.equal(readFileSync(join(store.dir, '10.0.0.2'), 'latin1'), `${id}\r\neth0`);
+      for (const mtime of [true, false]) {
+        assert.deepEqual((await store.list({ mtime })).map((r) => [r.ip, r.owner]), [['10.0.0.2', { containerId: id, ifname: 'eth0' }]]);
+      }
+      assert.deepEqual(await store.releaseByOwner(id, 'eth0'), ['10.0.0.2']);
+    }));
+
+  it('refuses to write a record longer than it would read back', () =>
+    withFileStore(async (store) => {
+      await assert.rejects(store.reserve('10.0.0.2', { containerId: 'e'.repeat(1 << 20), ifname: 'eth0' }, 0), { code: 'INTERNAL' });
+      assert.deepEqual(await store.list(), []);
+    }));
+
+  it('an ifname that is not UTF-8 is written, matched and released as the very bytes (host-local compares bytes)', () =>
+    withFileStore(async (store) => {
+      writeFileSync(join(store.dir, '10.0.0.2'), Buffer.from('c1\r\neth\xff', 'latin1'));
+      writeFileSync(join(store.dir, '10.0.0.3'), Buffer.from('c1\r\neth\xfe', 'latin1'));
+      assert.equal(await store.reserve('10.0.0.4', { containerId: 'c2', ifname: 'e\udcf0\udc9f' }, 0), true);
+      assert.deepEqual(readFileSync(join(store.dir, '10.0.0.4')), Buffer.from('c2\r\ne\xf0\x9f', 'latin1'));
+      assert.deepEqual(await store.releaseByOwner('c1', 'eth\udcff'), ['10.0.0.2']);
+      assert.deepEqual(await store.releaseByOwner('c1', 'eth\ufffd'), [], 'U+FFFD (what Node makes of the byte) is another name');
+      assert.deepEqual((await store.list()).map((r) => [r.ip, r.owner]).sort(), [
+        ['10.0.0.3', { containerId: 'c1', ifname: 'eth\udcfe' }],
+        ['10.0.0.4', { containerId: 'c2', ifname: 'e\udcf0\udc9f' }],
+      ]);
     }));
 
   it('reports each file mtime in ms (fstat of the open file)', () =>

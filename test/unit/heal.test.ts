@@ -122,13 +122,15 @@ describe('reclaim on exhaustion (BR-23 second half, BR-20)', () => {
     assert.deepEqual([files['10.244.1.4'], files['10.244.1.5'], files['10.244.1.6']], ['c3\r\neth0', 'c4\r\neth0', 'c5\r\neth0']);
     const audit = readFileSync(defaultAuditLogPath(dataDir), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
     assert.deepEqual(
-      audit.map((a) => [a['network'], a['ip'], a['containerId'], a['ifname'], a['verdict'], a['ageSeconds']]),
+      audit.map((a) => [a['network'], a['ip'], a['containerId'], a['ifname'], a['verdict'], a['ageSeconds'], a['phase']]),
       [
-        ['kubenet', '10.244.1.2', 'c1', 'eth0', 'leaked', 3600],
-        ['kubenet', '10.244.1.3', 'c2', 'eth0', 'leaked', 3600],
+        ['kubenet', '10.244.1.2', 'c1', 'eth0', 'leaked', 3600, 'intent'],
+        ['kubenet', '10.244.1.3', 'c2', 'eth0', 'leaked', 3600, 'intent'],
+        ['kubenet', '10.244.1.2', 'c1', 'eth0', 'leaked', 3600, 'released'],
+        ['kubenet', '10.244.1.3', 'c2', 'eth0', 'leaked', 3600, 'released'],
       ],
     );
-    assert.match(String(audit[0]?.['reason']), /^reclaimed on exhaustion: /);
+    for (const a of audit) assert.match(String(a['reason']), /^reclaimed on exhaustion: sandbox not listed by the runtime/);
   });
 
   it('with reclaimOnExhaustion false: host-local exact message, breakdown in details, nothing released', async () => {
@@ -169,6 +171,7 @@ describe('reclaim on exhaustion (BR-23 second half, BR-20)', () => {
     const before = snapshotDir(dir);
     const broken = (): AuditSink => ({
       append: () => assert.fail('nothing may be released, so nothing is appended'),
+      sync: () => assert.fail('nothing may be released, so nothing is synced'),
       open: () => {
         throw new AppError('STORE_IO', 'cannot open the audit log /x/ipwarden-audit.log: EROFS');
       },
@@ -264,16 +267,25 @@ describe('recovery of a wiped data directory', () => {
 });
 
 describe('STATUS', () => {
-  it('is ready when the full range holds leaked reservations (the next ADD reclaims them)', async () => {
+  it('by default is ready on a full range, even when every owner is live, and asks no runtime', async () => {
     const { dir, conf } = setup(full);
+    const before = snapshotDir(dir);
+    const rt = runtime(['c1', 'c2', 'c3', 'c4', 'c5']);
+    const r = await invoke(rt, 'STATUS', conf);
+    assert.deepEqual([r.code, r.json, rt.calls], [0, null, 0]);
+    assert.deepEqual(snapshotDir(dir), before, 'STATUS changes nothing');
+  });
+
+  it('with failStatusOnExhaustion: ready when the full range holds leaked reservations (the next ADD reclaims them)', async () => {
+    const { dir, conf } = setup(full, { failStatusOnExhaustion: true });
     const before = snapshotDir(dir);
     const r = await invoke(runtime(['c3']), 'STATUS', conf);
     assert.deepEqual([r.code, r.json], [0, null]);
     assert.deepEqual(snapshotDir(dir), before, 'STATUS releases nothing');
   });
 
-  it('reports code 50 with the breakdown when nothing is reclaimable', async () => {
-    const { conf } = setup(full);
+  it('with failStatusOnExhaustion: code 50 with the breakdown when nothing is reclaimable', async () => {
+    const { conf } = setup(full, { failStatusOnExhaustion: true });
     const r = await invoke(runtime(['c1', 'c2', 'c3', 'c4', 'c5']), 'STATUS', conf);
     assert.deepEqual(r.json, {
       cniVersion: '1.1.0',

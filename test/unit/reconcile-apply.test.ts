@@ -5,7 +5,9 @@
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AppError, isAppError } from '../../src/common/errors.ts';
@@ -15,6 +17,9 @@ import { defaultAuditLogPath, memoryAuditSink, openAuditLog, type AuditSink } fr
 import { discoverNetworks, namedNetwork, readReservations } from '../../src/reconcile/networks.ts';
 import { plan, type AnyVerdict, type Plan, type SandboxState } from '../../src/reconcile/plan.ts';
 import { openFileStore } from '../../src/store/file/file-store.ts';
+import type { Owner, Store } from '../../src/store/store.ts';
+import { loadIPAMConfig } from '../../src/ipam/config.ts';
+import { reclaimLocked } from '../../src/reconcile/reclaim.ts';
 
 const SNAP = Date.UTC(2025, 0, 1);
 const OLD_MS = SNAP - 3600_000;
@@ -69,7 +74,7 @@ describe('applyPlan re-checks each entry under the lock', () => {
     );
     assert.deepEqual(r.errors, []);
     assert.deepEqual(readdirSync(join(dataDir, 'n')).sort(), ['10.0.0.2', '10.0.0.3', 'lock']);
-    assert.deepEqual(audit.records.map((a) => a.ip), ['10.0.0.5']);
+    assert.deepEqual(audit.records.map((a) => [a.ip, a.phase]), [['10.0.0.5', 'intent'], ['10.0.0.5', 'released']]);
   });
 
   it('a corrupt file that got a valid owner before the lock is kept', async () => {
@@ -110,14 +115,40 @@ describe('applyPlan re-checks each entry under the lock', () => {
       append: () => {
         throw new AppError('STORE_IO', 'cannot write the audit log /x: disk full');
       },
+      sync: () => undefined,
       close: () => undefined,
     };
     const r = await applyPlan(p, { openStore, audit: broken, now: () => SNAP, evidence: () => NOTHING_IN_USE });
-    assert.deepEqual(r.released.map((e) => `${e.network}/${e.ip}`), ['a/10.0.0.2']);
+    assert.deepEqual(r.released, []);
+    assert.deepEqual(r.errors.map((e) => e.message), ['nothing released: cannot write the audit log /x: disk full']);
     assert.deepEqual(
-      r.errors.map((e) => e.message),
-      ['released 10.0.0.2 but cannot write the audit log /x: disk full'],
+      r.skipped.map((s) => [`${s.entry.network}/${s.entry.ip}`, s.why]),
+      [
+        ['a/10.0.0.2', SKIP_REASONS.auditBroken],
+        ['a/10.0.0.3', SKIP_REASONS.auditBroken],
+        ['b/10.0.0.2', SKIP_REASONS.auditBroken],
+      ],
     );
+    assert.deepEqual(readdirSync(join(dataDir, 'a')).filter((n) => n.startsWith('10.')).sort(), ['10.0.0.2', '10.0.0.3']);
+  });
+
+  it('stops releasing once an outcome line cannot be written; what was removed has its intent on record', async () => {
+    write('a', '10.0.0.2', 'x\r\neth0');
+    write('a', '10.0.0.3', 'x\r\neth0');
+    write('b', '10.0.0.2', 'y\r\neth0');
+    const p = await planNow();
+    const mem = memoryAuditSink();
+    const breaksAfterIntents: AuditSink = {
+      append: (rec) => {
+        if (rec.phase !== 'intent') throw new AppError('STORE_IO', 'cannot write the audit log /x: disk full');
+        mem.append(rec);
+      },
+      sync: () => mem.sync(),
+      close: () => undefined,
+    };
+    const r = await applyPlan(p, { openStore, audit: breaksAfterIntents, now: () => SNAP, evidence: () => NOTHING_IN_USE });
+    assert.deepEqual(r.released.map((e) => `${e.network}/${e.ip}`), ['a/10.0.0.2']);
+    assert.deepEqual(r.errors.map((e) => e.message), ['released 10.0.0.2 (its intent is on record) but cannot write the audit log /x: disk full; nothing further released']);
     assert.deepEqual(
       r.skipped.map((s) => [`${s.entry.network}/${s.entry.ip}`, s.why]),
       [
@@ -125,6 +156,8 @@ describe('applyPlan re-checks each entry under the lock', () => {
         ['b/10.0.0.2', SKIP_REASONS.auditBroken],
       ],
     );
+    assert.deepEqual(mem.records.map((x) => [x.ip, x.phase]), [['10.0.0.2', 'intent'], ['10.0.0.3', 'intent']]);
+    assert.equal(mem.durable, 2);
   });
 });
 
@@ -147,7 +180,7 @@ describe('applyPlan re-classifies with the plan\'s policy (BR-22)', () => {
     const r = await applyPlan(p, { openStore, audit, now: () => SNAP, evidence: () => NOTHING_IN_USE });
     assert.deepEqual(r.released.map((e) => [e.ip, e.verdict]), [['10.0.0.2', 'notready']]);
     assert.deepEqual(readdirSync(join(dataDir, 'n')).sort(), ['10.0.0.3', 'lock']);
-    assert.deepEqual(audit.records.map((a) => [a.ip, a.verdict]), [['10.0.0.2', 'notready']]);
+    assert.deepEqual(audit.records.map((a) => [a.ip, a.verdict, a.phase]), [['10.0.0.2', 'notready', 'intent'], ['10.0.0.2', 'notready', 'released']]);
   });
 
   it('reclaim-notready: a NOT READY sandbox\'s file re-written since the snapshot is now live and kept', async () => {
@@ -203,6 +236,7 @@ describe('reReserve (BR-13)', () => {
         ageSeconds: 0,
         verdict: 'live',
         reason: 're-reserved: live sandbox c1 has no reservation for its IP 10.0.0.2',
+        phase: 'reserved',
       },
     ]);
   });
@@ -240,7 +274,7 @@ describe('reReserve (BR-13)', () => {
 });
 
 describe('audit log file', () => {
-  it('appends one JSON line per release to the log in the data dir root', async () => {
+  it('appends an intent and an outcome line per release to the log in the data dir root', async () => {
     write('n', '10.0.0.2', 'gone\r\neth0');
     write('n', '10.0.0.3', 'gone\r\neth0');
     const path = defaultAuditLogPath(dataDir);
@@ -254,11 +288,11 @@ describe('audit log file', () => {
       audit.close(); // idempotent
     }
     const reason = 'sandbox not listed by the runtime and the file is older than the grace period';
+    const line = (ip: string, phase: string) =>
+      `{"time":"2025-01-01T00:00:01.500Z","network":"n","ip":"${ip}","containerId":"gone","ifname":"eth0","ageSeconds":3600,"verdict":"leaked","reason":"${reason}","phase":"${phase}"}\n`;
     assert.equal(
       readFileSync(path, 'utf8'),
-      '{"earlier":true}\n' +
-        `{"time":"2025-01-01T00:00:01.500Z","network":"n","ip":"10.0.0.2","containerId":"gone","ifname":"eth0","ageSeconds":3600,"verdict":"leaked","reason":"${reason}"}\n` +
-        `{"time":"2025-01-01T00:00:01.500Z","network":"n","ip":"10.0.0.3","containerId":"gone","ifname":"eth0","ageSeconds":3600,"verdict":"leaked","reason":"${reason}"}\n`,
+      '{"earlier":true}\n' + line('10.0.0.2', 'intent') + line('10.0.0.3', 'intent') + line('10.0.0.2', 'released') + line('10.0.0.3', 'released'),
     );
     // The audit log is a file in the data dir root: never taken for a network.
     assert.deepEqual(discoverNetworks(dataDir).map((n) => n.name), ['n']);
@@ -268,7 +302,7 @@ describe('audit log file', () => {
     const a = openAuditLog(join(dataDir, 'x.log'));
     assert.equal(statSync(join(dataDir, 'x.log')).mode & 0o777, 0o600);
     a.close();
-    assert.throws(() => a.append({ time: '', network: 'n', ip: '1.2.3.4', containerId: null, ifname: null, ageSeconds: 0, verdict: 'corrupt', reason: '' }), {
+    assert.throws(() => a.append({ time: '', network: 'n', ip: '1.2.3.4', containerId: null, ifname: null, ageSeconds: 0, verdict: 'corrupt', reason: '', phase: 'intent' }), {
       name: 'ClosedError',
       message: `audit log ${join(dataDir, 'x.log')} is closed`,
     });
@@ -277,6 +311,154 @@ describe('audit log file', () => {
       assert.match(e.message, /^cannot open the audit log .*missing-dir\/x\.log: ENOENT/);
       return true;
     });
+  });
+});
+
+describe('every release is on record before it happens (issue 8.2)', () => {
+  /**
+   * `openStore`, but each store notes, at the instant a file has just been removed, whether a
+   * durable (synced) intent record for it is already in `audit`: a crash right then (SIGKILL,
+   * power loss) keeps exactly the durable records.
+   */
+  function watchingRemovals(audit: ReturnType<typeof memoryAuditSink>, seen: Array<[string, boolean]>) {
+    return async (network: string): Promise<Store> => {
+      const s = await openStore(network);
+      return new Proxy(s, {
+        get(target, key) {
+          if (key === 'release') {
+            return async (ip: string, owner: Owner | null) => {
+              const removed = await target.release(ip, owner);
+              if (removed) seen.push([ip, audit.records.slice(0, audit.durable).some((r) => r.ip === ip && r.phase === 'intent')]);
+              return removed;
+            };
+          }
+          const v: unknown = Reflect.get(target, key);
+          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        },
+      });
+    };
+  }
+
+  it('gc (applyPlan): at each removal the durable log already holds its intent', async () => {
+    for (let i = 2; i < 8; i++) write('n', `10.0.0.${i}`, i % 2 === 0 ? `gone${i}\r\neth0` : '');
+    const audit = memoryAuditSink();
+    const seen: Array<[string, boolean]> = [];
+    const r = await applyPlan(await planNow(), { openStore: watchingRemovals(audit, seen), audit, now: () => SNAP, evidence: () => NOTHING_IN_USE });
+    assert.equal(r.released.length, 6);
+    assert.deepEqual(seen, [2, 3, 4, 5, 6, 7].map((i) => [`10.0.0.${i}`, true]));
+  });
+
+  it('the plugin\'s reclaim on exhaustion: the same, with the "reclaimed on exhaustion: " reason', async () => {
+    write('n', '10.0.0.2', 'gone\r\neth0');
+    write('n', '10.0.0.3', '');
+    const conf = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'n', ipam: { type: 'ipwarden', dataDir, ranges: [[{ subnet: '10.0.0.0/29' }]] } }), undefined);
+    const audit = memoryAuditSink();
+    const seen: Array<[string, boolean]> = [];
+    const store = await watchingRemovals(audit, seen)('n');
+    try {
+      await store.lock(5);
+      const source = { endpoint: 'unix:///fake', list: async () => [{ id: 'alive', state: 'ready' as const }] };
+      const o = await reclaimLocked(store, conf, { source, audit, now: () => SNAP, evidence: () => NOTHING_IN_USE });
+      assert.deepEqual(o.released, ['10.0.0.2', '10.0.0.3']);
+    } finally {
+      await store.close();
+    }
+    assert.deepEqual(seen, [['10.0.0.2', true], ['10.0.0.3', true]]);
+    assert.deepEqual(audit.records.map((x) => [x.ip, x.phase, x.reason.startsWith('reclaimed on exhaustion: ')]), [
+      ['10.0.0.2', 'intent', true],
+      ['10.0.0.3', 'intent', true],
+      ['10.0.0.2', 'released', true],
+      ['10.0.0.3', 'released', true],
+    ]);
+  });
+
+  it('a release refused under the lock (the file changed at the last moment) gets a "kept" line', async () => {
+    write('n', '10.0.0.2', 'gone\r\neth0');
+    const p = await planNow();
+    const audit = memoryAuditSink();
+    const changing = async (network: string): Promise<Store> => {
+      const s = await openStore(network);
+      return new Proxy(s, {
+        get(target, key) {
+          if (key === 'release') {
+            return async (ip: string, owner: Owner | null) => {
+              writeFileSync(join(dataDir, 'n', ip), 'newcomer\r\neth0'); // a writer ignoring the lock
+              return target.release(ip, owner);
+            };
+          }
+          const v: unknown = Reflect.get(target, key);
+          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        },
+      });
+    };
+    const r = await applyPlan(p, { openStore: changing, audit, now: () => SNAP, evidence: () => NOTHING_IN_USE });
+    assert.deepEqual(r.released, []);
+    assert.deepEqual(r.skipped.map((x) => x.why), [SKIP_REASONS.releaseRefused]);
+    assert.deepEqual(audit.records.map((x) => [x.ip, x.phase, x.reason]), [
+      ['10.0.0.2', 'intent', 'sandbox not listed by the runtime and the file is older than the grace period'],
+      ['10.0.0.2', 'kept', SKIP_REASONS.releaseRefused],
+    ]);
+  });
+});
+
+describe('audit log opening refuses what is not its own regular file (issue 8.2)', () => {
+  const path = () => join(dataDir, 'ipwarden-audit.log');
+  const refused = (why: string) => (e: unknown) => {
+    assert.ok(isAppError(e, 'STORE_IO'), String(e));
+    assert.equal(e.message, `cannot open the audit log ${path()}: ${why}`);
+    return true;
+  };
+
+  it('a symlink to another file is not followed: the target is neither appended to nor created', () => {
+    const target = join(dataDir, 'i8-victim');
+    writeFileSync(target, 'precious\n');
+    symlinkSync(target, path());
+    assert.throws(() => openAuditLog(path()), refused('it is a symbolic link (not followed)'));
+    assert.equal(readFileSync(target, 'utf8'), 'precious\n');
+    rmSync(path());
+    const absent = join(dataDir, 'i8-created-through-link');
+    symlinkSync(absent, path());
+    assert.throws(() => openAuditLog(path()), refused('it is a symbolic link (not followed)'));
+    assert.equal(existsSync(absent), false);
+  });
+
+  it('a FIFO is refused at once (no reader: the open does not block)', () => {
+    execFileSync('mkfifo', [path()]);
+    assert.throws(() => openAuditLog(path()), refused('it is a FIFO, not a regular file'));
+  });
+
+  it('a directory and a unix socket are refused', async () => {
+    mkdirSync(path());
+    assert.throws(() => openAuditLog(path()), refused('it is a directory, not a regular file'));
+    rmSync(path(), { recursive: true });
+    const server = createServer();
+    await new Promise<void>((res) => server.listen(path(), res));
+    try {
+      assert.throws(() => openAuditLog(path()), refused('it is a socket, not a regular file'));
+    } finally {
+      await new Promise((res) => server.close(res));
+    }
+  });
+
+  it('a file with another hard link is refused (it could be any file of the filesystem)', () => {
+    const other = join(dataDir, 'i8-other-name');
+    writeFileSync(other, '');
+    linkSync(other, path());
+    assert.throws(() => openAuditLog(path()), refused('it has 2 hard links (refusing to write through one)'));
+    assert.equal(readFileSync(other, 'utf8'), '');
+  });
+
+  it('a torn last line (a writer killed mid-line) is ended first, so the next record stands on its own line', () => {
+    writeFileSync(path(), '{"complete":1}\n{"torn":', { mode: 0o600 });
+    const a = openAuditLog(path());
+    a.append({ time: 't', network: 'n', ip: '10.0.0.2', containerId: null, ifname: null, ageSeconds: 0, verdict: 'corrupt', reason: 'r', phase: 'intent' });
+    a.close();
+    assert.deepEqual(readFileSync(path(), 'utf8').split('\n'), [
+      '{"complete":1}',
+      '{"torn":',
+      '{"time":"t","network":"n","ip":"10.0.0.2","containerId":null,"ifname":null,"ageSeconds":0,"verdict":"corrupt","reason":"r","phase":"intent"}',
+      '',
+    ]);
   });
 });
 

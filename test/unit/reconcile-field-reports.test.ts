@@ -120,17 +120,19 @@ describe('field reports: reconcile on a real FileStore', () => {
     const { applied, audit } = await reconcile(live());
     assert.deepEqual(releasedIPs(applied), ['10.88.0.2']);
     assert.deepEqual(filesOf('containerd-net'), { 'last_reserved_ip.0': '10.88.0.2', lock: '' });
+    const rec = {
+      time: '2025-01-01T00:00:01.000Z',
+      network: 'containerd-net',
+      ip: '10.88.0.2',
+      containerId: 'c-old',
+      ifname: 'eth0',
+      ageSeconds: 3600,
+      verdict: 'leaked',
+      reason: 'sandbox not listed by the runtime and the file is older than the grace period',
+    };
     assert.deepEqual(audit, [
-      {
-        time: '2025-01-01T00:00:01.000Z',
-        network: 'containerd-net',
-        ip: '10.88.0.2',
-        containerId: 'c-old',
-        ifname: 'eth0',
-        ageSeconds: 3600,
-        verdict: 'leaked',
-        reason: 'sandbox not listed by the runtime and the file is older than the grace period',
-      },
+      { ...rec, phase: 'intent' },
+      { ...rec, phase: 'released' },
     ]);
     assert.deepEqual(applied.errors, []);
     // ADD c-new -> 10.88.0.3 (round robin continues after last_reserved_ip.0).
@@ -334,17 +336,19 @@ describe('field reports: reconcile on a real FileStore', () => {
       const { applied, audit } = await reconcile(sandboxes(), { policy: 'reclaim-notready' });
       assert.deepEqual(releasedIPs(applied), ['10.22.0.2']);
       assert.deepEqual(filesOf('gs22'), { '10.22.0.3': 'c2\r\neth0', lock: '' });
+      const rec = {
+        time: '2025-01-01T00:00:01.000Z',
+        network: 'gs22',
+        ip: '10.22.0.2',
+        containerId: 'c1',
+        ifname: 'eth0',
+        ageSeconds: 300.001,
+        verdict: 'notready',
+        reason: 'sandbox is listed by the runtime but not ready, and the file is older than the grace period (policy reclaim-notready)',
+      };
       assert.deepEqual(audit, [
-        {
-          time: '2025-01-01T00:00:01.000Z',
-          network: 'gs22',
-          ip: '10.22.0.2',
-          containerId: 'c1',
-          ifname: 'eth0',
-          ageSeconds: 300.001,
-          verdict: 'notready',
-          reason: 'sandbox is listed by the runtime but not ready, and the file is older than the grace period (policy reclaim-notready)',
-        },
+        { ...rec, phase: 'intent' },
+        { ...rec, phase: 'released' },
       ]);
     });
 
@@ -495,7 +499,7 @@ describe('field reports: reconcile on a real FileStore', () => {
       const audit = readFileSync(join(dataDir, 'ipwarden-audit.log'), 'utf8');
       assert.equal(
         audit,
-        '{"time":"2025-01-01T00:00:00.000Z","network":"dup13","ip":"10.22.0.2","containerId":"c1","ifname":"eth0","ageSeconds":0,"verdict":"live","reason":"re-reserved: live sandbox c1 has no reservation for its IP 10.22.0.2"}\n',
+        '{"time":"2025-01-01T00:00:00.000Z","network":"dup13","ip":"10.22.0.2","containerId":"c1","ifname":"eth0","ageSeconds":0,"verdict":"live","reason":"re-reserved: live sandbox c1 has no reservation for its IP 10.22.0.2","phase":"reserved"}\n',
       );
       // A second gc finds nothing to do.
       const again = await cli('gc', c1to5);

@@ -35,6 +35,7 @@ import {
 } from 'node:fs';
 import { isUtf8 } from 'node:buffer';
 import { join } from 'node:path';
+import { bytesToText, textByteLength, textToBytes } from '../../common/bytes.ts';
 import { AppError, ClosedError, errnoCode } from '../../common/errors.ts';
 import { formatIP, parseIP } from '../../ipam/ip.ts';
 import { sameOwner, type ListOptions, type Owner, type Reservation, type Store } from '../store.ts';
@@ -55,8 +56,15 @@ export const RESERVATION_FILE_MODE = 0o600;
 export const LAST_RESERVED_IP_FILE_MODE = 0o644;
 /** Mode DIR is created with (host-local backend.go `New`: `os.MkdirAll(dir, 0755)`). */
 export const DIR_MODE = 0o755;
-/** Largest record accepted as a reservation, bytes; longer content is corrupt. */
-export const MAX_RECORD_BYTES = 4096;
+/**
+ * Largest record accepted as a reservation, bytes; longer content is corrupt, and ipwarden refuses
+ * to write one. No writer can produce a longer one: the container ID comes from the environment
+ * variable CNI_CONTAINERID, at most 128 KiB on Linux (MAX_ARG_STRLEN), plus `\r\n` and an ifname
+ * of at most 15 bytes. 1 MiB bounds what a stray file can make a reader load.
+ */
+export const MAX_RECORD_BYTES = 1 << 20;
+/** Size of the reused read buffer: every record of a normal container ID fits in one read. */
+const READ_BUFFER_BYTES = 4096;
 /**
  * Temporary files are named `.ipwarden-<pid>-<random hex>.tmp`: never an IP, never a name
  * host-local uses. Any such file seen while holding the lock was left by a killed writer.
@@ -66,6 +74,13 @@ export const TEMP_PREFIX = '.ipwarden-';
 export const RECOVERY_MARK_NAME = 'ipwarden-recovery';
 /** Suffix of temporary files; see {@link TEMP_PREFIX}. */
 export const TEMP_SUFFIX = '.tmp';
+
+/**
+ * open(2) errors of an entry that is there but is no file to read: a unix socket (ENXIO), a symlink
+ * loop (ELOOP), a symlink through a non-directory (ENOTDIR), a device without a driver (ENODEV,
+ * ENXIO), a socket on a filesystem that says so (EOPNOTSUPP). Not a reservation; skipped.
+ */
+const UNOPENABLE: ReadonlySet<string> = new Set(['ENXIO', 'ELOOP', 'ENOTDIR', 'ENODEV', 'EOPNOTSUPP']);
 
 /** Container IDs as the CNI spec allows them (SPEC.md "Parameters": CNI_CONTAINERID). */
 const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
@@ -127,8 +142,9 @@ export function parseTrimmedRecord(trimmed: string): Owner | null {
 }
 
 /**
- * Parse raw record bytes: corrupt (null) when empty, longer than {@link MAX_RECORD_BYTES} or not
- * UTF-8; else {@link parseTrimmedRecord} of the Go-trimmed text.
+ * Parse raw record bytes: corrupt (null) when empty or longer than {@link MAX_RECORD_BYTES}; else
+ * {@link parseTrimmedRecord} of the Go-trimmed text. Bytes that are not UTF-8 are kept exactly
+ * (`bytesToText`): host-local writes the ifname bytes it was given and compares bytes.
  */
 export function parseRecord(bytes: Uint8Array): Owner | null {
   const text = decodeRecord(bytes);
@@ -141,10 +157,10 @@ function decodeRecord(bytes: Uint8Array): string | null {
 }
 
 /**
- * The text of the first `n` bytes of `buf`, or null when empty, longer than
- * {@link MAX_RECORD_BYTES} or not UTF-8. Records are ASCII in practice (container IDs, ifnames):
- * that case is decoded without validation or an intermediate view (one string per record,
- * 65,534 of them on a full /16).
+ * The text of the first `n` bytes of `buf` (lossless: see `src/common/bytes.ts`), or null when
+ * empty or longer than {@link MAX_RECORD_BYTES}. Records are ASCII in practice (container IDs,
+ * ifnames): that case is decoded without validation or an intermediate view (one string per
+ * record, 65,534 of them on a full /16).
  */
 function decodeBuffer(buf: Buffer, n: number): string | null {
   if (n === 0 || n > MAX_RECORD_BYTES) return null;
@@ -157,10 +173,14 @@ function decodeBuffer(buf: Buffer, n: number): string | null {
   }
   if (ascii) return buf.toString('latin1', 0, n);
   const view = buf.subarray(0, n);
-  return isUtf8(view) ? view.toString('utf8') : null;
+  return isUtf8(view) ? view.toString('utf8') : bytesToText(view);
 }
 
-/** The exact content host-local writes for (containerId, ifname): `TrimSpace(id) + "\r\n" + ifname`. */
+/**
+ * The exact content host-local writes for (containerId, ifname): `TrimSpace(id) + "\r\n" + ifname`
+ * (as text; its bytes are `textToBytes` of it, so an ifname read from non-UTF-8 bytes is written
+ * back as those bytes).
+ */
 export function formatRecord(containerId: string, ifname: string): string {
   return goTrimSpace(containerId) + LINE_BREAK + ifname;
 }
@@ -212,8 +232,8 @@ export class FileStore implements Store {
   readonly #lockClock: LockClock | undefined;
   #held: HeldLock | null = null;
   #closed = false;
-  /** Reused read buffer: one byte more than the limit, to detect over-long records. */
-  readonly #buf = Buffer.allocUnsafe(MAX_RECORD_BYTES + 1);
+  /** Reused read buffer; a record that fills it is read on in {@link FileStore.#readLong}. */
+  readonly #buf = Buffer.allocUnsafe(READ_BUFFER_BYTES);
 
   /** Prefer {@link openFileStore}, which also creates `dir`. */
   constructor(network: string, dir: string, lockClock?: LockClock) {
@@ -288,10 +308,10 @@ export class FileStore implements Store {
   #reserveFile(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number | null): boolean {
     const content = formatRecord(owner.containerId, owner.ifname);
     const back = parseTrimmedRecord(goTrimSpace(content));
-    if (back === null || back.containerId !== goTrimSpace(owner.containerId) || back.ifname !== owner.ifname) {
+    if (back === null || back.containerId !== goTrimSpace(owner.containerId) || back.ifname !== owner.ifname || textByteLength(content) > MAX_RECORD_BYTES) {
       throw new AppError(
         'INTERNAL',
-        `refusing to write a record that would not read back: container ID ${JSON.stringify(owner.containerId)}, ifname ${JSON.stringify(owner.ifname)}`,
+        `refusing to write a record that would not read back: container ID ${JSON.stringify(owner.containerId.length > 80 ? `${owner.containerId.slice(0, 80)}…` : owner.containerId)}, ifname ${JSON.stringify(owner.ifname)}`,
       );
     }
     const target = join(this.dir, ip);
@@ -347,8 +367,8 @@ export class FileStore implements Store {
     assertIPName(ip);
     const content = formatRecord(owner.containerId, owner.ifname);
     const back = parseTrimmedRecord(goTrimSpace(content));
-    if (back === null || back.containerId !== goTrimSpace(owner.containerId) || back.ifname !== owner.ifname) {
-      throw new AppError('INTERNAL', `refusing to write a record that would not read back: ${JSON.stringify(content)}`);
+    if (back === null || back.containerId !== goTrimSpace(owner.containerId) || back.ifname !== owner.ifname || textByteLength(content) > MAX_RECORD_BYTES) {
+      throw new AppError('INTERNAL', `refusing to write a record that would not read back: ${JSON.stringify(content.length > 100 ? `${content.slice(0, 100)}…` : content)}`);
     }
     const path = join(this.dir, ip);
     const rec = this.#readRecord(path, false);
@@ -557,8 +577,10 @@ export class FileStore implements Store {
 
   /**
    * Read one record with one open/read(/fstat)/close into the reused buffer. Null when the file
-   * is absent or not a regular file. `trimmed` is null when the content is not decodable.
-   * `mtimeMs` is NaN unless `withMtime`.
+   * is absent, not a regular file, or cannot be opened as one (a unix socket, a symlink loop or a
+   * symlink through a non-directory: {@link UNOPENABLE}): host-local ignores such entries too,
+   * their names stay taken (`link(2)` fails with EEXIST) and `doctor` reports them. `trimmed` is
+   * null when the content is not decodable. `mtimeMs` is NaN unless `withMtime`.
    */
   #readRecord(path: string, withMtime: boolean): { trimmed: string | null; mtimeMs: number } | null {
     let fd: number;
@@ -566,7 +588,8 @@ export class FileStore implements Store {
       // O_NONBLOCK: a FIFO under an IP name must not hang the plugin.
       fd = openSync(path, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
     } catch (e) {
-      if (errnoCode(e) === 'ENOENT') return null;
+      const code = errnoCode(e);
+      if (code === 'ENOENT' || (code !== undefined && UNOPENABLE.has(code))) return null;
       throw ioError(`cannot read ${path}`, e);
     }
     try {
@@ -586,7 +609,10 @@ export class FileStore implements Store {
         // (one syscall per reservation, 65,534 of them on a full /16).
         if (got === 0 || got < want || n === buf.length) break;
       }
-      const text = decodeBuffer(buf, n);
+      // Empty (a FIFO reads as empty) or longer than the buffer (a device reads on and on): only a
+      // regular file is a record. Without `withMtime` this costs an fstat only in these rare cases.
+      if ((n === 0 || n === buf.length) && !withMtime && !fstatSync(fd).isFile()) return null;
+      const text = n === buf.length ? this.#readLong(fd, buf) : decodeBuffer(buf, n);
       return { trimmed: text === null ? null : goTrimSpace(text), mtimeMs };
     } catch (e) {
       const code = errnoCode(e);
@@ -599,6 +625,25 @@ export class FileStore implements Store {
         // read-only descriptor: nothing is lost
       }
     }
+  }
+
+  /**
+   * The rest of a record longer than the read buffer (a long container ID: ipwarden and
+   * host-local write any length the environment allows), read until its end or until it is
+   * longer than {@link MAX_RECORD_BYTES} (then corrupt: null).
+   */
+  #readLong(fd: number, head: Buffer): string | null {
+    const chunks: Buffer[] = [Buffer.from(head)];
+    let total = head.length;
+    for (;;) {
+      const chunk = Buffer.allocUnsafe(65536);
+      const got = readSync(fd, chunk, 0, chunk.length, null);
+      if (got === 0) break;
+      chunks.push(chunk.subarray(0, got));
+      total += got;
+      if (total > MAX_RECORD_BYTES) return null;
+    }
+    return decodeBuffer(Buffer.concat(chunks, total), total);
   }
 
   #tempPath(): string {
@@ -625,7 +670,7 @@ export class FileStore implements Store {
       }
     }
     try {
-      const data = Buffer.from(content, 'utf8');
+      const data = textToBytes(content);
       let off = 0;
       while (off < data.length) off += writeSync(fd, data, off, data.length - off);
       fsyncSync(fd);
