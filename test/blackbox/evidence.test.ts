@@ -183,14 +183,19 @@ function reservations(w: World): Record<string, string> {
 function auditRows(w: World): Array<[string, string | null, string | null, string, string]> {
   const p = join(w.dd, 'ipwarden-audit.log');
   if (!existsSync(p)) return [];
-  return readFileSync(p, 'utf8')
+  const lines = readFileSync(p, 'utf8')
     .split('\n')
     .filter((l) => l !== '')
-    .map((l) => {
-      const a = JSON.parse(l) as { network: string; ip: string; containerId: string | null; ifname: string | null; verdict: string; reason: string };
+    .map((l) => JSON.parse(l) as { network: string; ip: string; containerId: string | null; ifname: string | null; verdict: string; reason: string; phase: string });
+  // A release is an intent line (durable before the removal) and then its outcome: the rows are
+  // the outcomes (released, or reserved by a recovery), each after its intent.
+  return lines
+    .filter((a, i) => {
       assert.equal(a.network, w.net);
-      return [a.ip, a.containerId, a.ifname, a.verdict, a.reason];
-    });
+      if (a.phase === 'released') assert.ok(lines.slice(0, i).some((b) => b.phase === 'intent' && b.ip === a.ip), `intent before ${a.ip}`);
+      return a.phase === 'released' || a.phase === 'reserved';
+    })
+    .map((a) => [a.ip, a.containerId, a.ifname, a.verdict, a.reason]);
 }
 
 const CNI_ENV = (command: string, id: string, more: Record<string, string> = {}): Record<string, string> => ({
