@@ -22,16 +22,20 @@ const MAX_ATTEMPTS = 1000;
 const NET = 'crash';
 
 
-/** Start the plugin and SIGKILL it after `delayMs`; resolves when it is gone. */
-function runAndKill(bin: string, env: Record<string, string>, input: string, delayMs: number): Promise<string> {
+/**
+ * Start the plugin and SIGKILL it after `delayMs`; resolves when it is gone, to `killed` or, when
+ * it finished first, its stdout and how long it ran (ms).
+ */
+function runAndKill(bin: string, env: Record<string, string>, input: string, delayMs: number): Promise<'killed' | { out: string; ranMs: number }> {
   return new Promise((resolve) => {
+    const t0 = Date.now();
     const p = spawn(bin, [], { env });
     let out = '';
     p.stdout.on('data', (c: Buffer) => (out += c.toString()));
     const timer = setTimeout(() => p.kill('SIGKILL'), delayMs);
     p.on('close', (_code, signal) => {
       clearTimeout(timer);
-      resolve(signal === 'SIGKILL' ? 'killed' : out);
+      resolve(signal === 'SIGKILL' ? 'killed' : { out, ranMs: Date.now() - t0 });
     });
     p.stdin.on('error', () => undefined);
     p.stdin.end(input);
@@ -58,6 +62,8 @@ describe('crash safety: SIGKILL during ADD and DEL', () => {
     let killed = 0;
     let kills = 0;
     // Calibrate: how long does one ADD take here? Kill moments are drawn from [0, 1.2 × that].
+    // Every run that finishes before its kill is timed too and the estimate follows the median of
+    // the recent ones, so a machine whose load changes during the test still gets its kills in.
     const took: number[] = [];
     for (let i = 0; i < 5; i++) {
       const t0 = Date.now();
@@ -65,7 +71,10 @@ describe('crash safety: SIGKILL during ADD and DEL', () => {
       took.push(Date.now() - t0);
       runCni(bin, { command: 'DEL', containerId: `cal${i}`, ifname: 'eth0', stdin: conf });
     }
-    const runMs = took.sort((a, b) => a - b)[2] ?? 50;
+    const runMs = (): number => {
+      const recent = took.slice(-9).sort((a, b) => a - b);
+      return recent[Math.floor(recent.length / 2)] ?? 50;
+    };
     for (let i = 0; i < MAX_ATTEMPTS && killed < KILLS; i++) {
       const id = `k${i}`;
       const isAdd = i % 3 !== 2;
@@ -75,10 +84,11 @@ describe('crash safety: SIGKILL during ADD and DEL', () => {
         if (pre.exitCode !== 0) problems.push(`setup ADD ${id}: ${pre.stdout}`);
       }
       // Spread kills over the whole lifetime of the process (Node start-up included).
-      const delay = Math.floor(rand() * runMs * 1.2);
+      const delay = Math.floor(rand() * runMs() * 1.2);
       const res = await runAndKill(bin, env(isAdd ? 'ADD' : 'DEL', id), conf, delay);
       kills++;
       if (res === 'killed') killed++;
+      else took.push(res.ranMs);
       for (const name of readdirSync(dir)) {
         if (!/^\d+\.\d+\.\d+\.\d+$/.test(name)) continue;
         const c = readFileSync(join(dir, name), 'utf8');

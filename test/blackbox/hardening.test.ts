@@ -35,6 +35,7 @@ function config(dd: string, ipam: Record<string, unknown>, cniVersion = '1.0.0')
 // Asynchronous runs: the fake CRI server lives in this process and must keep answering.
 const run = (inv: Invocation) => runCniAsync(bin, inv);
 const HOUR_AGO = Date.now() / 1000 - 3600;
+const FUTURE = Date.UTC(2100, 0, 1) / 1000;
 
 /** A network directory holding `files` (`a|b` = `a\r\nb`), every file an hour old. */
 function prepared(dd: string, files: Record<string, string>): string {
@@ -338,6 +339,8 @@ describe('terminal escapes from disk and configuration are escaped in every huma
     mkdirSync(dir);
     writeFileSync(join(dir, '10.8.6.2'), `i8c1\r\n${IFNAME}`);
     writeFileSync(join(dir, '10.8.6.3'), `i8c2\r\n${IFNAME}`);
+    // mtimes in the future: the AGE column shows 0s however long the machine takes to get there.
+    for (const ip of ['10.8.6.2', '10.8.6.3']) utimesSync(join(dir, ip), FUTURE, FUTURE);
     const confDir = join(dd, 'i8-net.d');
     mkdirSync(confDir);
     writeFileSync(join(confDir, 'i8\x1b[2J.conf'), '{not json');

@@ -3,14 +3,18 @@
  * hundreds of ADDs and DELs on one small range in one data directory. Both binaries take the same
  * flock on DIR/lock, so:
  *  - no address ever has two owners (every successful ADD's address is free in our ledger);
- *  - no reservation file is ever empty or malformed;
- *  - every successful ADD's reservation exists until its DEL (checked at each DEL, before it runs).
+ *  - no reservation file is ever empty or malformed — judged under the same flock the writers
+ *    hold (test/helpers/reservation-check.ts): upstream host-local creates a file and then writes
+ *    it, both under the lock, so an unlocked reader can see it empty in between (its known window);
+ *  - every successful ADD's reservation exists until its DEL (checked at each DEL, before it runs:
+ *    that file was complete when its ADD returned, and only its DEL may remove it).
  */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { haveHostLocal, HOST_LOCAL, installedPlugin, requireOrSkip, runCniAsync, tempDir } from '../helpers/cni.ts';
+import { checkReservationFiles } from '../helpers/reservation-check.ts';
 import { rng } from '../helpers/rng.ts';
 
 const WORKERS = 8;
@@ -36,18 +40,7 @@ describe('interop: ipwarden and upstream host-local on one directory, concurrent
     let dels = 0;
     let exhausted = 0;
 
-    const checkFiles = () => {
-      for (const name of readdirSync(dir)) {
-        if (!/^\d+\.\d+\.\d+\.\d+$/.test(name)) continue;
-        let content = '';
-        try {
-          content = readFileSync(join(dir, name), 'utf8');
-        } catch {
-          continue; // released between readdir and read
-        }
-        if (!/^w\d+-\d+\r\neth0$/.test(content)) violations.push(`malformed file ${name}: ${JSON.stringify(content)}`);
-      }
-    };
+    const checkFiles = async () => violations.push(...(await checkReservationFiles(dir, /^w\d+-\d+\r\neth0$/)));
 
     const worker = async (w: number) => {
       const bin = w % 2 === 0 ? ours : HOST_LOCAL;
@@ -81,7 +74,7 @@ describe('interop: ipwarden and upstream host-local on one directory, concurrent
             violations.push(`ADD ${id} via ${type} failed: ${r.stdout}`);
           }
         }
-        if (i % 10 === 0) checkFiles();
+        if (i % 10 === 0) await checkFiles();
       }
       for (const h of held) {
         ledger.delete(h.ip);
@@ -91,7 +84,7 @@ describe('interop: ipwarden and upstream host-local on one directory, concurrent
     };
 
     await Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));
-    checkFiles();
+    await checkFiles(); // quiescent
     assert.deepEqual(violations, []);
     assert.ok(adds + dels >= 300, `ran ${adds} ADDs and ${dels} DELs`);
     assert.ok(adds > 100, `${adds} successful ADDs (${exhausted} hit exhaustion)`);
