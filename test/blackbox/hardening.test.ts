@@ -35,7 +35,8 @@ function config(dd: string, ipam: Record<string, unknown>, cniVersion = '1.0.0')
 // Asynchronous runs: the fake CRI server lives in this process and must keep answering.
 const run = (inv: Invocation) => runCniAsync(bin, inv);
 const HOUR_AGO = Date.now() / 1000 - 3600;
-const FUTURE = Date.UTC(2100, 0, 1) / 1000;
+/** Ten days ago (seconds): the table shows `10d0h` for the rest of the hour, whatever the load. */
+const TEN_DAYS_AGO = Math.floor(Date.now() / 1000) - 10 * 86400;
 
 /** A network directory holding `files` (`a|b` = `a\r\nb`), every file an hour old. */
 function prepared(dd: string, files: Record<string, string>): string {
@@ -56,18 +57,24 @@ async function fakeRuntime(ids: string[]): Promise<FakeCri> {
 }
 
 describe('errors raised in the cold part keep their CNI code (issue 8.5)', () => {
-  it('a runtime that exists but cannot list its sandboxes while the directory is empty: code 11', async () => {
+  it('a runtime that exists but cannot list its sandboxes while the directory is empty, and the kernel cannot be seen whole: code 11', () => {
     const dd = dataDir();
     // A path that exists but is no socket: connect(2) is refused, the runtime cannot be asked.
     const sock = join(dd, 'i8-not-a-socket');
     writeFileSync(sock, '');
-    const r = await run({ command: 'ADD', containerId: 'c1', ifname: 'eth0', stdin: config(dd, { ranges: [[{ subnet: '10.8.5.0/29' }]], runtimeEndpoint: sock }) });
-    assert.deepEqual(r.json, {
-      cniVersion: '1.0.0',
-      code: 11,
-      msg: `the network directory ${dd}/${NET} has no reservations and the runtime at unix://${sock} cannot be asked which pods already use its addresses: no CRI runtime at unix://${sock}: not a unix socket`,
-    });
-    assert.deepEqual([r.exitCode, r.stderr], [1, '']);
+    // In a PID namespace of its own (fresh /proc) the plugin cannot see the node's other
+    // processes: the kernel evidence is incomplete, so nothing covers the runtime's silence
+    // (with complete evidence the recovery would proceed from the kernel: reconciler.md E8).
+    const stdin = JSON.stringify(config(dd, { ranges: [[{ subnet: '10.8.5.0/29' }]], runtimeEndpoint: sock }));
+    const env = { PATH: '/usr/bin:/bin', CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'c1', CNI_IFNAME: 'eth0', CNI_NETNS: '/var/run/netns/i8', CNI_PATH: '/usr/lib/cni' };
+    const r = spawnSync('unshare', ['--pid', '--fork', '--mount-proc', bin], { input: stdin, env, encoding: 'utf8', timeout: 60_000 });
+    const json = JSON.parse(r.stdout) as Record<string, unknown>;
+    assert.deepEqual([json['cniVersion'], json['code']], ['1.0.0', 11], r.stdout);
+    const msg = String(json['msg']);
+    assert.equal(msg.startsWith(`the network directory ${dd}/${NET} has no reservations, the runtime at unix://${sock} cannot list its sandboxes: no CRI runtime at unix://${sock}: not a unix socket`), true, msg);
+    assert.equal(msg.includes(', and the kernel evidence is incomplete (/proc is not of the host PID namespace (pid 2 is not kthreadd)'), true, msg);
+    assert.equal(msg.endsWith("): handing out an address now could give away a running pod's"), true, msg);
+    assert.deepEqual([r.status, r.stderr], [1, '']);
     assert.deepEqual(snapshotDir(join(dd, NET)), { lock: '' });
   });
 
@@ -339,8 +346,8 @@ describe('terminal escapes from disk and configuration are escaped in every huma
     mkdirSync(dir);
     writeFileSync(join(dir, '10.8.6.2'), `i8c1\r\n${IFNAME}`);
     writeFileSync(join(dir, '10.8.6.3'), `i8c2\r\n${IFNAME}`);
-    // mtimes in the future: the AGE column shows 0s however long the machine takes to get there.
-    for (const ip of ['10.8.6.2', '10.8.6.3']) utimesSync(join(dir, ip), FUTURE, FUTURE);
+    // Ten days old: the AGE column shows 10d0h however long the machine takes to get there.
+    for (const ip of ['10.8.6.2', '10.8.6.3']) utimesSync(join(dir, ip), TEN_DAYS_AGO, TEN_DAYS_AGO);
     const confDir = join(dd, 'i8-net.d');
     mkdirSync(confDir);
     writeFileSync(join(confDir, 'i8\x1b[2J.conf'), '{not json');
@@ -359,9 +366,9 @@ describe('terminal escapes from disk and configuration are escaped in every huma
       assert.equal(RAW.test(r.stdout) || RAW.test(r.stderr), false, `${cmd}: ${JSON.stringify(r)}`);
       const w = SHOWN.length; // the escaped text is what the columns are aligned on
       assert.deepEqual(r.stdout.split('\n').slice(1, 4), [
-        `NETWORK  IP        CONTAINER  ${'IFNAME'.padEnd(w)}  AGE  VERDICT  REASON`,
-        `${NET}    10.8.6.2  i8c1       ${SHOWN}  0s   unknown  runtime not reachable; kept`,
-        `${NET}    10.8.6.3  i8c2       ${SHOWN}  0s   unknown  runtime not reachable; kept`,
+        `NETWORK  IP        CONTAINER  ${'IFNAME'.padEnd(w)}  AGE    VERDICT  REASON`,
+        `${NET}    10.8.6.2  i8c1       ${SHOWN}  10d0h  unknown  runtime not reachable; kept`,
+        `${NET}    10.8.6.3  i8c2       ${SHOWN}  10d0h  unknown  runtime not reachable; kept`,
       ]);
     }
     // JSON keeps the exact text (JSON escapes it itself).
