@@ -11,10 +11,11 @@ import { fromJSON, type ServiceDefinition } from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
 import { CRI_PROTO } from '../src/runtime/generated/cri-proto.ts';
 
-/** A running fake runtime; `close()` stops it. */
+/** A running fake runtime; `close()` stops it once calls in flight are done, `forceClose()` at once. */
 export interface FakeCri {
   readonly endpoint: string;
   close(): Promise<void>;
+  forceClose(): void;
 }
 
 /**
@@ -78,5 +79,6 @@ export async function startFakeCri(path: string, ids: readonly string[], podIP: 
   return {
     endpoint: `unix://${path}`,
     close: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
+    forceClose: () => server.forceShutdown(),
   };
 }

@@ -103,9 +103,9 @@ async function withNetworkLock(network: string, opts: ApplyOptions, errors: Appl
 /**
  * Release `plan.release` following the steps in the module comment. Never throws for store or
  * audit failures: a network whose lock or list fails is reported in `errors` and the others are
- * still processed; if an audit record cannot be written, that release is reported in `errors` and
- * nothing further is released (every release must be recorded). Each store is closed (unlocking
- * it) before the next network is processed.
+ * still processed; if an audit line cannot be written (see {@link releaseRecorded}), that is
+ * reported in `errors` and nothing further is released (every release must be recorded before it
+ * happens). Each store is closed (unlocking it) before the next network is processed.
  */
 export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promise<ApplyResult> {
   const released: PlanEntry<AnyVerdict>[] = [];

@@ -14,12 +14,21 @@ import { haveHostLocal, HOST_LOCAL, installedPlugin, requireOrSkip, ROOT, runCni
 
 const NET = 'i8net';
 let bin = '';
-const cleanups: Array<() => void | Promise<void>> = [];
+/** Synchronous clean-ups (servers force-closed, directories removed), run in reverse order, each even if another fails. */
+const cleanups: Array<() => void> = [];
 before(() => {
   bin = installedPlugin();
 });
-after(async () => {
-  for (const c of cleanups.reverse()) await c();
+after(() => {
+  const failed: unknown[] = [];
+  for (const c of cleanups.reverse()) {
+    try {
+      c();
+    } catch (e) {
+      failed.push(e);
+    }
+  }
+  if (failed.length > 0) throw failed[0];
 });
 
 function dataDir(): string {
@@ -52,7 +61,7 @@ function prepared(dd: string, files: Record<string, string>): string {
 /** A fake CRI runtime listing `ids` (READY), on a socket in a fresh temp dir. */
 async function fakeRuntime(ids: string[]): Promise<FakeCri> {
   const cri = await startFakeCri(join(dataDir(), 'i8-cri.sock'), ids);
-  cleanups.push(() => cri.close());
+  cleanups.push(() => cri.forceClose());
   return cri;
 }
 
@@ -282,7 +291,7 @@ describe('entries that cannot be opened are skipped, as host-local skips them (i
   async function socketAt(path: string): Promise<Server> {
     const server = createServer();
     await new Promise<void>((res) => server.listen(path, res));
-    cleanups.push(() => new Promise<void>((res) => server.close(() => res())));
+    cleanups.push(() => void server.close());
     return server;
   }
 
