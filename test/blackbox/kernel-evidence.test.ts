@@ -15,10 +15,11 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { buildSync } from 'esbuild';
 import { requireOrSkip, ROOT } from '../helpers/cni.ts';
 import { holdersOf, inFlightFor, isInUse, readKernelEvidence } from '../../src/node/kernel-evidence.ts';
 import type { KernelEvidence } from '../../src/node/kernel-evidence.ts';
@@ -35,15 +36,28 @@ function ip(...args: string[]): void {
   execFileSync('ip', args, { stdio: ['ignore', 'ignore', 'pipe'] });
 }
 
+/** `code` bundled (esbuild) into a new world-readable temp dir; returns the file. Removed at exit. */
+function bundleForNobody(code: string): string {
+  const dir = mkdtempSync(join(tmpdir(), 'ke-nobody-'));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  chmodSync(dir, 0o755);
+  const out = join(dir, 'read.mjs');
+  buildSync({ stdin: { contents: code, resolveDir: ROOT, loader: 'ts' }, bundle: true, platform: 'node', format: 'esm', outfile: out, logLevel: 'silent' });
+  chmodSync(out, 0o644);
+  return out;
+}
+
 /** Run the reader in a child (optionally as nobody, or with another PATH) and return its evidence as JSON data. */
 function readInChild(opts: { asNobody?: boolean; env?: NodeJS.ProcessEnv; netnsDirs?: string[] }): { incomplete: string | null; addresses: Record<string, unknown[]> } {
   const code = `
     import { readKernelEvidence } from ${JSON.stringify(join(ROOT, 'src/node/kernel-evidence.ts'))};
     const ev = readKernelEvidence(${opts.netnsDirs === undefined ? '' : JSON.stringify({ netnsDirs: opts.netnsDirs })});
     process.stdout.write(JSON.stringify({ incomplete: ev.incomplete, addresses: Object.fromEntries(ev.addresses) }));`;
-  const node = [process.execPath, '--import', 'tsx', '--input-type=module', '-e', code];
+  // As nobody the checkout may not be readable (a clone in a 0700 directory): run a bundle of the
+  // reader from a world-readable directory instead of the sources through tsx.
+  const node = opts.asNobody === true ? [process.execPath, bundleForNobody(code)] : [process.execPath, '--import', 'tsx', '--input-type=module', '-e', code];
   const argv = opts.asNobody === true ? ['setpriv', '--reuid', '65534', '--regid', '65534', '--clear-groups', ...node] : node;
-  const r = spawnSync(argv[0] as string, argv.slice(1), { cwd: ROOT, env: opts.env ?? process.env, encoding: 'utf8' });
+  const r = spawnSync(argv[0] as string, argv.slice(1), { cwd: opts.asNobody === true ? '/' : ROOT, env: opts.env ?? process.env, encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(r.stdout) as { incomplete: string | null; addresses: Record<string, unknown[]> };
 }
