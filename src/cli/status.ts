@@ -38,7 +38,7 @@ import type { PlanEntry } from '../reconcile/plan.ts';
 import type { UseEvidence } from '../reconcile/evidence.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import type { CliContext } from './context.ts';
-import { DEFAULT_GRACE, parseGrace, reconcile, type RuntimeJson } from './leaks.ts';
+import { DEFAULT_GRACE, parseGrace, reconcile, type KernelJson, type RuntimeJson } from './leaks.ts';
 import { renderTable } from './format.ts';
 
 /** Default `--cni-conf-dir` (libcni, containerd and CRI-O default). */
@@ -278,6 +278,8 @@ export async function collectStatus(
     }
     evidence ??= run.evidence;
     if (run.runtime.sandboxes === null) verdicts = false;
+    // Incomplete kernel evidence turns would-be leaks into `unknown`: the counts cannot be told.
+    if (run.evidence.incomplete !== null) verdicts = false;
     for (const n of run.networks) {
       const dir = join(o.dataDir, n.name);
       entriesByDir.set(dir, run.plan.entries.filter((e) => e.network === n.name));
@@ -376,6 +378,8 @@ export interface NetworkJson {
 /** The `--json` document of `status` (docs/cli.md). */
 export interface StatusJson {
   runtime: RuntimeJson;
+  /** As in `leaks --json` (docs/cli.md). */
+  kernel: KernelJson;
   verdicts: boolean;
   graceSeconds: number;
   cniConfDir: string;
@@ -402,6 +406,7 @@ function countsJson(c: VerdictCounts, verdicts: boolean): CountsJson {
 export function statusToJson(r: StatusReport): StatusJson {
   return {
     runtime: r.runtime,
+    kernel: { complete: r.evidence.incomplete === null, incomplete: r.evidence.incomplete, addresses: r.evidence.addresses.size },
     verdicts: r.verdicts,
     graceSeconds: r.graceSeconds,
     cniConfDir: r.layout.cniConfDir,
@@ -481,6 +486,10 @@ export async function run(opts: StatusOptions, ctx: CliContext): Promise<number>
   ctx.stdout(opts.json === true ? `${JSON.stringify(statusToJson(report))}\n` : statusTable(report));
   if (report.runtime.error !== undefined) {
     ctx.stderr(`ipwarden: runtime not reachable: ${report.runtime.error}; live, grace and leaked are unknown\n`);
+    return 1;
+  }
+  if (report.evidence.incomplete !== null) {
+    ctx.stderr(`ipwarden: kernel evidence incomplete (${report.evidence.incomplete}); live, grace and leaked are unknown\n`);
     return 1;
   }
   return 0;

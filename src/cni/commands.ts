@@ -14,7 +14,7 @@ import { parseResolvConf } from '../ipam/dns.ts';
 import { formatIP, ipEquals, parseIP } from '../ipam/ip.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { DNS, IPAMConfig, Range, RangeSet } from '../ipam/types.ts';
-import { ownerMatches, type Owner, type Store } from '../store/store.ts';
+import { ownerMatches, type Owner, type Reservation, type Store } from '../store/store.ts';
 import type { IPAMResult } from './result.ts';
 import type { CmdArgs, PluginHandlers } from './skel.ts';
 
@@ -58,6 +58,12 @@ export interface HealHooks {
    * a retryable `AppError` (CNI 11) when it cannot tell.
    */
   recover(store: Store, conf: IPAMConfig): Promise<number>;
+  /**
+   * CNI GC: release those of `candidates` (not valid attachments, or corrupt) that the kernel shows
+   * in use nowhere, auditing each; keep the rest (issue 7: never on one runtime's word). Optional:
+   * without it GC releases every candidate, as the spec's plugin would.
+   */
+  gc?(store: Store, id: Pick<IPAMConfig, 'name' | 'dataDir'>, candidates: readonly Reservation[]): Promise<{ released: string[]; kept: ReadonlyArray<{ ip: string; why: string }>; errors: readonly unknown[] }>;
 }
 
 /** Build the five handlers over `deps`. */
@@ -287,13 +293,20 @@ async function cmdGC(deps: PluginDeps, a: CmdArgs): Promise<void> {
   const store = await deps.openStore({ dataDir: id.dataDir, network: id.name, create: false });
   if (store === null) return;
   const errors: string[] = [];
+  const text = (e: unknown): string => (e instanceof Error ? e.message : String(e));
   await withLockedStore(store, id.lockTimeoutSeconds, async (s) => {
-    for (const r of await s.list()) {
-      if (r.owner !== null && ownerIsValid(r.owner, valid)) continue;
+    const candidates = (await s.list()).filter((r) => r.owner === null || !ownerIsValid(r.owner, valid));
+    if (candidates.length > 0 && deps.heal?.gc !== undefined) {
+      // The runtime's list alone is one witness: the kernel must agree (issue 7).
+      const o = await deps.heal.gc(s, id, candidates);
+      for (const e of o.errors) errors.push(text(e));
+      return;
+    }
+    for (const r of candidates) {
       try {
         await s.release(r.ip, r.owner);
       } catch (e) {
-        errors.push(`${r.ip}: ${e instanceof Error ? e.message : String(e)}`);
+        errors.push(`${r.ip}: ${text(e)}`);
       }
     }
   });

@@ -22,6 +22,10 @@ export const fileDeps: PluginDeps = {
   heal: {
     reclaim: async (store, conf, release, only) => (await import('../cold.ts')).criHeal(process.env).reclaim(store, conf, release, only),
     recover: async (store, conf) => (await import('../cold.ts')).criHeal(process.env).recover(store, conf),
+    gc: async (store, id, candidates) => {
+      const hooks = (await import('../cold.ts')).criHeal(process.env);
+      return (hooks.gc as NonNullable<typeof hooks.gc>)(store, id, candidates);
+    },
   },
 };
 

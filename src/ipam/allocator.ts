@@ -14,9 +14,9 @@
  * 2. Rollback releases exactly the reservations this call created, re-checking the owner;
  *    host-local releases by ID, which also drops that container's pre-existing reservations.
  * 3. Requested IPs are matched to range sets in request order (host-local iterates a Go map).
- * 4. A corrupt record (owner null: empty or unparseable file) is garbage under the lock — nobody
- *    is writing it, since every writer holds the same lock — so it is released and its address
- *    reused. host-local treats the file as taken forever.
+ * (A corrupt record — owner null: empty or unparseable file — blocks its address here as in
+ * host-local: an ordinary ADD does not ask the kernel whether a pod still uses that address. Only
+ * the reconciler and the reclaim on exhaustion release it, under the evidence rules; issue 7.)
  */
 
 import { AppError, isAppError } from '../common/errors.ts';
@@ -128,7 +128,7 @@ interface Known {
  * before the error is thrown; pre-existing ones are untouched.
  *
  * Store traffic: one `list()`, one `lastReservedIP()` per set that needs a new address, one
- * `reserve()` per attempted address (plus one `release()` per corrupt record met), so the work is
+ * `reserve()` per attempted address, so the work is
  * bounded by the number of reservations, not by the size of the range (an IPv6 /64 is fine).
  *
  * @param listed optional result of `store.list()` taken by the caller under the same lock; when
@@ -218,16 +218,14 @@ async function allocateInSet(
     return { rangeSetIndex: i, ip: k.ip, range: set[rangeFor(set, k.ip)] as Range, existing: true };
   };
 
-  /** Reserve `ip` for the owner; a corrupt record in the way is released first. */
+  /**
+   * Reserve `ip` for the owner. Any record in the way, a corrupt one included, means taken: whether
+   * a pod still uses a corrupt record's address is for the evidence rules to say (reclaim), not
+   * for an ordinary ADD.
+   */
   const tryReserve = async (ip: IP): Promise<boolean> => {
     const key = keyOf(ip);
-    const k = known.get(key);
-    if (k !== undefined) {
-      if (k.owner !== null) return false;
-      // Corrupt record seen under the lock: garbage (see module comment, difference 4).
-      await store.release(k.name, null);
-      known.delete(key);
-    }
+    if (known.has(key)) return false;
     const text = formatIP(ip);
     const ok = await store.reserve(text, owner, i);
     if (ok) {
@@ -267,8 +265,9 @@ async function allocateInSet(
   const last = lastText === null ? null : parseIP(lastText);
   const iter = new RangeSetIterator(set, last);
   for (let c = iter.next(); c !== null; c = iter.next()) {
-    // Skip addresses known to be owned without a round trip through the store (hot on full ranges).
-    if ((known.get(keyOf(c.ip))?.owner ?? null) !== null) continue;
+    // Skip addresses known to be reserved (corrupt records included) without a round trip
+    // through the store (hot on full ranges).
+    if (known.has(keyOf(c.ip))) continue;
     if (await tryReserve(c.ip)) return { rangeSetIndex: i, ip: c.ip, range: c.range, existing: false };
   }
 

@@ -15,7 +15,7 @@
  */
 import { DEFAULT_DATA_DIR } from '../ipam/config.ts';
 import type { RangeSet } from '../ipam/types.ts';
-import { RECOVERED_OWNER_PREFIX, type UseEvidence } from './evidence.ts';
+import { inUseReason, RECOVERED_OWNER_PREFIX, type UseEvidence } from './evidence.ts';
 import { RE_RESERVE_IFNAME, releaseRecorded } from './apply.ts';
 import { formatIP, parseIP } from '../ipam/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
@@ -399,8 +399,8 @@ export async function recoverLocked(store: Store, conf: IPAMConfig, deps: Recove
 export interface HealEnv {
   /** The runtime for `conf`, or why it cannot be asked. May be async (endpoint identification probes sockets). */
   source(conf: IPAMConfig): PodIPSource | string | Promise<PodIPSource | string>;
-  /** The audit log for `conf` (opened lazily by the implementation on first append). */
-  audit(conf: IPAMConfig): AuditSink;
+  /** The audit log for the network `conf` names (opened lazily by the implementation on first append). */
+  audit(conf: Pick<IPAMConfig, 'name' | 'dataDir'>): AuditSink;
   /** Now, milliseconds since the Unix epoch. */
   now(): number;
   /** Reads the kernel evidence (`src/node/kernel-evidence.ts` in production). */
@@ -443,5 +443,69 @@ export function makeHeal(env: HealEnv): HealHooks {
         };
       }),
     recover: (store, conf) => withRuntime(conf, async (src, audit) => (await recoverLocked(store, conf, deps(src, audit))).recreated.length),
+    gc: async (store, id, candidates) => {
+      const audit = env.audit(id);
+      try {
+        return await gcLocked(store, id.name, candidates, { audit, now: env.now, evidence: env.evidence });
+      } finally {
+        audit.close();
+      }
+    },
   };
+}
+
+/** What {@link gcLocked} did. */
+export interface GcOutcome {
+  readonly released: string[];
+  /** Kept although not a valid attachment: the kernel says in use, or its evidence is incomplete. */
+  readonly kept: Array<{ ip: string; why: string }>;
+  /** Failures (audit or removal); the caller reports them. */
+  readonly errors: unknown[];
+}
+
+/**
+ * CNI GC (spec 1.1.0) under the evidence rules (issue 7): of `candidates` — the reservations whose
+ * owner is not among the runtime's valid attachments, and corrupt ones — release only those the
+ * kernel shows in use nowhere (no namespace has the address, no CNI operation of the owner runs);
+ * with incomplete evidence release none. Each release is audited (intent line synced first,
+ * `releaseRecorded`). Lock held by the caller. Never throws.
+ */
+export async function gcLocked(
+  store: Store,
+  network: string,
+  candidates: readonly { ip: string; owner: { containerId: string; ifname: string | null } | null; mtimeMs: number }[],
+  deps: { audit: AuditSink; now(): number; evidence(): UseEvidence },
+): Promise<GcOutcome> {
+  const kept: Array<{ ip: string; why: string }> = [];
+  if (candidates.length === 0) return { released: [], kept, errors: [] };
+  const ev = deps.evidence();
+  const entries = [];
+  for (const r of candidates) {
+    const used = ev.incomplete !== null ? `kernel evidence incomplete: ${ev.incomplete}` : inUseReason(ev, r.ip, r.owner?.containerId ?? null);
+    if (used !== null) {
+      kept.push({ ip: r.ip, why: used });
+      continue;
+    }
+    entries.push({
+      network,
+      dir: '',
+      ip: r.ip,
+      owner: r.owner,
+      containerId: r.owner?.containerId ?? null,
+      ifname: r.owner?.ifname ?? null,
+      mtimeMs: r.mtimeMs,
+      ageSeconds: Math.round(deps.now() - r.mtimeMs) / 1000,
+      verdict: r.owner === null ? ('corrupt' as const) : ('leaked' as const),
+      reason: r.owner === null ? 'CNI GC: empty or unparseable reservation file' : 'CNI GC: not a valid attachment of the runtime, and the kernel shows its address in use nowhere',
+    });
+  }
+  try {
+    deps.audit.open?.();
+  } catch (e) {
+    return { released: [], kept, errors: [e] };
+  }
+  const r = await releaseRecorded(store, entries, deps.audit, deps.now);
+  const errors: unknown[] = [...r.failures.map((f) => f.error)];
+  if (r.auditError !== null) errors.push(r.auditError.error);
+  return { released: r.released.map((e) => e.ip), kept, errors };
 }

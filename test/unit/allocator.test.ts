@@ -340,7 +340,13 @@ describe('allocate: static requests', () => {
       ['10.1.0.7'],
       'failed to allocate for range 0: 10.1.0.2 has been allocated to c1, duplicate allocation is not allowed',
     ],
-    ['requested IP on a corrupt record: reused', R24, {}, ['10.1.0.5'], ['10.1.0.5']],
+    [
+      'requested IP on a corrupt record: not available, as in host-local (issue 7)',
+      R24,
+      {},
+      ['10.1.0.5'],
+      'failed to allocate for range 0: requested IP address 10.1.0.5 is not available in range set 10.1.0.1-10.1.0.254',
+    ],
   ];
   for (const [name, ranges, seed, requested, want] of cases) {
     it(name, async () => {
@@ -449,11 +455,11 @@ describe('allocate: store interaction', () => {
     assert.equal(racing.snapshot().reservations['10.1.0.2'], 'racer|eth0');
   });
 
-  it('a corrupt record is released and its address reused', async () => {
+  it('a corrupt record blocks its address as in host-local (only the evidence rules may free it: issue 7)', async () => {
     store.seed('10.1.0.2', null).setLastReserved(0, '10.1.0.1');
-    assert.deepEqual(await add(store, sets([[{ subnet: '10.1.0.0/24' }]]), 'c1'), ['10.1.0.2']);
-    assert.equal(store.calls.release, 1);
-    assert.deepEqual(store.snapshot().reservations, { '10.1.0.2': 'c1|eth0' });
+    assert.deepEqual(await add(store, sets([[{ subnet: '10.1.0.0/24' }]]), 'c1'), ['10.1.0.3']);
+    assert.equal(store.calls.release, 0);
+    assert.deepEqual(store.snapshot().reservations, { '10.1.0.2': null, '10.1.0.3': 'c1|eth0' });
   });
 
   it('a corrupt record never counts as the container own reservation', async () => {

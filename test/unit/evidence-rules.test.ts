@@ -15,7 +15,7 @@ import { memoryAuditSink } from '../../src/reconcile/audit.ts';
 import type { PodIPSource } from '../../src/reconcile/cri-source.ts';
 import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';
 import { classify, FUTURE_TOLERANCE_MS, plan, REASONS, type ReservationInput, type SandboxState } from '../../src/reconcile/plan.ts';
-import { RECLAIM_CAP, reclaimLocked, recoverLocked, recoveredOwnerId } from '../../src/reconcile/reclaim.ts';
+import { gcLocked, RECLAIM_CAP, reclaimLocked, recoverLocked, recoveredOwnerId } from '../../src/reconcile/reclaim.ts';
 import { MemoryStore } from '../../src/store/memory/memory-store.ts';
 
 const SNAP = Date.UTC(2026, 10, 29, 12);
@@ -296,6 +296,33 @@ describe('recovery of a wiped directory', () => {
       recoverLocked(await locked(new MemoryStore('net')), conf({ lockTimeout: '200ms' }), { source: source({ list }), audit: memoryAuditSink(), now: () => SNAP, evidence: () => unreadableEvidence('not root') }),
       (e: unknown) => e instanceof AppError && e.code === 'RUNTIME_UNAVAILABLE' && /could not tell the pod IPs of 40 sandboxes \(h0: PodSandboxStatus h0: no answer within the deadline of this ADD\)/.test(e.message),
     );
+  });
+});
+
+describe('CNI GC under the evidence rules', () => {
+  const cands = [
+    { ip: '10.244.0.2', owner: { containerId: 'gone', ifname: 'eth0' }, mtimeMs: OLD },
+    { ip: '10.244.0.3', owner: { containerId: 'gone2', ifname: 'eth0' }, mtimeMs: OLD },
+    { ip: '10.244.0.4', owner: null, mtimeMs: OLD },
+  ];
+  const seeded = async () => (await locked(new MemoryStore('net', { now: () => SNAP }))).seed('10.244.0.2', 'gone|eth0', OLD).seed('10.244.0.3', 'gone2|eth0', OLD).seed('10.244.0.4', null, OLD);
+
+  it('releases only what the kernel shows in use nowhere, each with an intent line first', async () => {
+    const store = await seeded();
+    const audit = memoryAuditSink();
+    const o = await gcLocked(store, 'net', cands, { audit, now: () => SNAP, evidence: () => ev({ '10.244.0.3': ['net:[7]'] }) });
+    assert.deepEqual(o.released, ['10.244.0.2', '10.244.0.4']);
+    assert.deepEqual(o.kept, [{ ip: '10.244.0.3', why: 'the address is configured in network namespace net:[7] via /proc/9/ns/net' }]);
+    assert.deepEqual(audit.records.map((r) => [r.phase, r.ip]), [['intent', '10.244.0.2'], ['intent', '10.244.0.4'], ['released', '10.244.0.2'], ['released', '10.244.0.4']]);
+    assert.deepEqual((await store.list()).map((r) => r.ip), ['10.244.0.3']);
+  });
+
+  it('incomplete kernel evidence: the runtime\'s list alone releases nothing', async () => {
+    const store = await seeded();
+    const o = await gcLocked(store, 'net', cands, { audit: memoryAuditSink(), now: () => SNAP, evidence: () => unreadableEvidence('not root') });
+    assert.deepEqual(o.released, []);
+    assert.equal(o.kept.length, 3);
+    assert.equal((await store.list()).length, 3);
   });
 });
 

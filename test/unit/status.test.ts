@@ -5,7 +5,7 @@
  */
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
+import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -51,7 +51,7 @@ interface Run {
   asks: number;
 }
 
-async function cli(argv: string[], live: readonly string[] | 'unreachable'): Promise<Run> {
+async function cli(argv: string[], live: readonly string[] | 'unreachable', evidence: UseEvidence = NOTHING_IN_USE): Promise<Run> {
   let stdout = '';
   let stderr = '';
   let asks = 0;
@@ -60,7 +60,7 @@ async function cli(argv: string[], live: readonly string[] | 'unreachable'): Pro
     stderr: (t) => void (stderr += t),
     env: { CONTAINER_RUNTIME_ENDPOINT: ENDPOINT },
     now: () => SNAP,
-    evidence: () => NOTHING_IN_USE,
+    evidence: () => evidence,
     sandboxSource: (endpoint) => ({
       endpoint,
       list: async (): Promise<SandboxInfo[]> => {
@@ -118,6 +118,7 @@ describe('ipwarden status', () => {
     assert.equal(r.asks, 1);
     assert.deepEqual(JSON.parse(r.stdout), {
       runtime: { endpoint: ENDPOINT, sandboxes: 3 },
+      kernel: { complete: true, incomplete: null, addresses: 0 },
       verdicts: true,
       graceSeconds: 300,
       cniConfDir: confDir,
@@ -146,6 +147,14 @@ describe('ipwarden status', () => {
       ],
       configErrors: [],
     });
+  });
+
+  it('incomplete kernel evidence (not root): live/grace/leaked unknown, said on stderr, exit 1 — never a silent undercount (issue 7)', async () => {
+    br20();
+    const r = await cli(['status', '--cni-conf-dir', confDir, '--data-dir', dataDir], BR20_LIVE, unreadableEvidence('not running as root (euid 65534)'));
+    assert.equal(r.code, 1);
+    assert.equal(r.stdout.split('\n')[2], 'cbr0     0    10.42.1.1-10.42.1.14  13        13        ?     ?      ?       0        0');
+    assert.equal(r.stderr, 'ipwarden: kernel evidence incomplete (not running as root (euid 65534)); live, grace and leaked are unknown\n');
   });
 
   it('BR-20 table', async () => {
