@@ -324,9 +324,9 @@ async function cmdGC(deps: PluginDeps, a: CmdArgs): Promise<void> {
  * `doctor`.
  *
  * With ipam `failStatusOnExhaustion: true` (opt-in), STATUS also takes the lock and fails with
- * code 50 when some range set has no free address and nothing in it is reclaimable (corrupt
- * records count as free: ADD reuses them; leaked ones count as free when automatic reclaim is on
- * and the runtime confirms them). The message carries the breakdown.
+ * code 50 when some range set has no free address and nothing in it is reclaimable (leaked and
+ * corrupt records count as free when automatic reclaim is on and the evidence rules would release
+ * them: the next ADD does). The message carries the breakdown.
  */
 async function cmdStatus(deps: PluginDeps, a: CmdArgs): Promise<void> {
   const conf = loadIPAMConfig(a.stdinData, a.args);
@@ -360,7 +360,7 @@ async function failWhenExhausted(deps: PluginDeps, conf: IPAMConfig, s: Store): 
     const rs = conf.rangeSets[i] as RangeSet;
     let used = 0n;
     for (const r of reservations) {
-      if (r.owner === null) continue;
+      // A corrupt record blocks its address like any other (only reclaim may free it, below).
       const ip = parseIP(r.ip);
       if (ip === null) continue;
       const k = rangeFor(rs, ip);

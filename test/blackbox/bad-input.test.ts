@@ -119,7 +119,7 @@ describe('bad input table', () => {
 });
 
 describe('pre-existing garbage in the network directory', () => {
-  it('empty and unparseable IP-named files are garbage: ADD reuses them; foreign files are left alone', async () => {
+  it('empty and unparseable IP-named files block their addresses on an ordinary ADD, as in host-local (reconciler.md E12); foreign files are left alone', async () => {
     const dd = root();
     const dir = join(dd, 'net');
     mkdirSync(join(dir, 'subdir'), { recursive: true });
@@ -129,8 +129,10 @@ describe('pre-existing garbage in the network directory', () => {
     writeFileSync(join(dir, 'last_reserved_ip.0'), '\u0000bogus');
     const r = await invoke(baseEnv(), good(dd));
     assert.equal(r.code, 0, r.out);
-    assert.deepEqual(r.json?.['ips'], [{ address: '10.1.0.2/24', gateway: '10.1.0.1' }]);
-    assert.equal(readFileSync(join(dir, '10.1.0.2'), 'utf8'), 'c1\r\neth0');
+    assert.deepEqual(r.json?.['ips'], [{ address: '10.1.0.4/24', gateway: '10.1.0.1' }]);
+    assert.equal(readFileSync(join(dir, '10.1.0.2'), 'utf8'), '');
+    assert.equal(readFileSync(join(dir, '10.1.0.3'), 'utf8'), '\u0000\u0000garbage\r\n\r\n');
+    assert.equal(readFileSync(join(dir, '10.1.0.4'), 'utf8'), 'c1\r\neth0');
     assert.equal(readFileSync(join(dir, 'README'), 'utf8'), 'operator notes');
     assert.equal(statSync(join(dir, 'subdir')).isDirectory(), true);
   });
