@@ -92,8 +92,9 @@ function deadlineIn(seconds: number, clock: () => number = () => performance.now
 }
 
 /**
- * `p`, or a `RUNTIME_CALL_FAILED` rejection when `d` passes first (the call is abandoned; the
- * source's `close()` cancels it).
+ * `p`, or a `RUNTIME_CALL_FAILED` rejection when `d` passes first. The call is abandoned, not
+ * cancelled (grpc-js `close()` leaves calls running): its own per-call deadline ends it, and the
+ * plugin process exits right after its reply (`src/main.ts`).
  */
 async function within<T>(d: Deadline, what: string, p: Promise<T>): Promise<T> {
   const left = d.atMs - d.clock();
