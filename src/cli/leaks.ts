@@ -20,6 +20,7 @@
  * docs/cli.md documents the JSON schema.
  */
 import { AppError, UsageError } from '../common/errors.ts';
+import { mapLimit } from '../common/concurrency.ts';
 import { parseDuration } from '../common/duration.ts';
 import { existsSync } from 'node:fs';
 import { DEFAULT_RUNTIME_ENDPOINTS, resolveRuntimeEndpoint } from '../runtime/endpoint.ts';
@@ -235,28 +236,6 @@ interface Snapshot {
   warnings: string[];
 }
 
-/**
- * `fn` over `items` with at most `limit` calls in flight; results in input order. Rejects with
- * the first error only after every started call has settled (nothing is left running).
- */
-async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out = new Array<R>(items.length);
-  let next = 0;
-  let failure: { error: unknown } | null = null;
-  const worker = async (): Promise<void> => {
-    while (failure === null && next < items.length) {
-      const i = next++;
-      try {
-        out[i] = await fn(items[i] as T);
-      } catch (error) {
-        failure ??= { error };
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  if (failure !== null) throw (failure as { error: unknown }).error;
-  return out;
-}
 
 /**
  * The pod IPs of the READY sandboxes, {@link POD_IP_CONCURRENCY} PodSandboxStatus calls at a

@@ -267,16 +267,19 @@ export async function collectStatus(
   let runtime: RuntimeJson | null = null;
   let verdicts = true;
   let snapshotAtMs = ctx.now();
-  let evidence: UseEvidence | null = null;
   const common = { runtimeEndpoint: opts.runtimeEndpoint, grace: opts.grace ?? DEFAULT_GRACE };
 
+  // The kernel is read once per report, not once per data directory or skipped network (status
+  // releases nothing, so there is no lock to re-read it under).
+  let read: UseEvidence | null = null;
+  const readEvidence = ctx.evidence ?? (() => readKernelEvidence());
+  const once: CliContext = { ...ctx, evidence: () => (read ??= readEvidence()) };
   const take = async (o: { dataDir: string; network?: string }): Promise<void> => {
-    const run = await reconcile('leaks', { ...common, ...o }, ctx);
+    const run = await reconcile('leaks', { ...common, ...o }, once);
     if (runtime === null) {
       runtime = run.runtime;
       snapshotAtMs = run.plan.snapshotAtMs;
     }
-    evidence ??= run.evidence;
     if (run.runtime.sandboxes === null) verdicts = false;
     // Incomplete kernel evidence turns would-be leaks into `unknown`: the counts cannot be told.
     if (run.evidence.incomplete !== null) verdicts = false;
@@ -325,7 +328,7 @@ export async function collectStatus(
     snapshotAtMs,
     layout,
     networks,
-    evidence: evidence ?? (ctx.evidence ?? (() => readKernelEvidence()))(),
+    evidence: (once.evidence as () => UseEvidence)(),
   };
 }
 

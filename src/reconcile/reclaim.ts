@@ -26,6 +26,7 @@ import { compareIPText, isStampedInFuture, plan, type PlanCounts } from './plan.
 import { indexSandboxes, isSandboxNotFound, type SandboxSource } from './sandboxes.ts';
 import type { PodIPSource } from './cri-source.ts';
 import type { HealHooks } from '../cni/commands.ts';
+import { mapLimit } from '../common/concurrency.ts';
 import { formatDuration } from '../common/duration.ts';
 import { AppError } from '../common/errors.ts';
 
@@ -124,19 +125,14 @@ async function podIPsOf(
   const failed: Array<{ id: string; why: string }> = [];
   const ask = src.podIPs;
   if (ask === undefined) return { ips, failed: ids.map((id) => ({ id, why: 'the runtime source cannot tell pod IPs' })) };
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < ids.length) {
-      const id = ids[next++] as string;
-      try {
-        ips.set(id, await within(d, `PodSandboxStatus ${id}`, ask.call(src, id)));
-      } catch (e) {
-        // Removed since the list: it uses no address any more.
-        if (!isSandboxNotFound(e)) failed.push({ id, why: message(e) });
-      }
+  await mapLimit(ids, HEAL_STATUS_CONCURRENCY, async (id) => {
+    try {
+      ips.set(id, await within(d, `PodSandboxStatus ${id}`, ask.call(src, id)));
+    } catch (e) {
+      // Removed since the list: it uses no address any more.
+      if (!isSandboxNotFound(e)) failed.push({ id, why: message(e) });
     }
-  };
-  await Promise.all(Array.from({ length: Math.min(HEAL_STATUS_CONCURRENCY, ids.length) }, worker));
+  });
   return { ips, failed };
 }
 
