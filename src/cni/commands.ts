@@ -14,7 +14,8 @@ import { parseResolvConf } from '../ipam/dns.ts';
 import { formatIP, ipEquals, parseIP } from '../ipam/ip.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { DNS, IPAMConfig, Range, RangeSet } from '../ipam/types.ts';
-import { ownerMatches, type Owner, type Reservation, type Store } from '../store/store.ts';
+import { ownerMatches, type Owner, type Store } from '../store/store.ts';
+import type { HealHooks, ReclaimSummary } from '../reconcile/reclaim.ts';
 import type { IPAMResult } from './result.ts';
 import type { CmdArgs, PluginHandlers } from './skel.ts';
 
@@ -34,37 +35,11 @@ export interface PluginDeps {
   heal?: HealHooks;
 }
 
-/** What a reclaim did (or, with `release` false, could do). */
-export interface ReclaimSummary {
-  /** Reservations released. */
-  readonly released: number;
-  /** IPs of the reservations the reconciler calls leaked or corrupt (releasable now). */
-  readonly reclaimable: readonly string[];
-  /** Human breakdown: live / in grace / leaked / corrupt, and what to run next. */
-  readonly details: string;
-}
-
-/** The plugin's self-healing hooks (implemented over CRI in `src/cni/heal.ts`). */
-export interface HealHooks {
-  /**
-   * A range set is exhausted: release leaked reservations (only count them when `release` is
-   * false). With `only`, consider just those IPs (static requests held by a leak). Resolves to the
-   * number released and the `details` breakdown to attach if the ADD still fails.
-   */
-  reclaim(store: Store, conf: IPAMConfig, release: boolean, only?: readonly string[]): Promise<ReclaimSummary>;
-  /**
-   * The network holds no reservation (or a recovery was begun and not finished): recreate those
-   * of running pods whose addresses lie in its ranges. Resolves to the number recreated; throws
-   * a retryable `AppError` (CNI 11) when it cannot tell.
-   */
-  recover(store: Store, conf: IPAMConfig): Promise<number>;
-  /**
-   * CNI GC: release those of `candidates` (not valid attachments, or corrupt) that the kernel shows
-   * in use nowhere, auditing each; keep the rest (issue 7: never on one runtime's word). Optional:
-   * without it GC releases every candidate, as the spec's plugin would.
-   */
-  gc?(store: Store, id: Pick<IPAMConfig, 'name' | 'dataDir'>, candidates: readonly Reservation[]): Promise<{ released: string[]; kept: ReadonlyArray<{ ip: string; why: string }>; errors: readonly unknown[] }>;
-}
+/**
+ * The self-healing hooks' contract is declared by the reconciler that implements it
+ * (`src/reconcile/reclaim.ts`: the reconcile layer may not import the CNI edge); re-exported here.
+ */
+export type { HealHooks, ReclaimSummary };
 
 /** Build the five handlers over `deps`. */
 export function makeHandlers(deps: PluginDeps): PluginHandlers {

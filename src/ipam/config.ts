@@ -31,7 +31,8 @@
 
 import { textByteLength } from '../common/bytes.ts';
 import { parseDuration } from '../common/duration.ts';
-import { parseRuntimeEndpoint } from '../runtime/endpoint.ts';
+import { DEFAULT_DATA_DIR, CNI_NAME_RE, GO_SPACE_RE } from '../common/names.ts';
+import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import { AppError, isAppError } from '../common/errors.ts';
 import { parseCniArgs, parseIPWithOptionalPrefix } from './cniargs.ts';
 import type { ParsedCIDR } from './ip.ts';
@@ -40,8 +41,8 @@ import type { RawRange } from './range.ts';
 import { canonicalizeRangeSet, rangeSetOverlaps } from './range.ts';
 import type { IP, IPAMConfig, NetworkIdentity, RangeSet, Route } from './types.ts';
 
-/** host-local's default `dataDir` (backend/disk/backend.go `defaultDataDir`). */
-export const DEFAULT_DATA_DIR = '/var/lib/cni/networks';
+/** host-local's default `dataDir` (defined in `src/common/names.ts`). */
+export { DEFAULT_DATA_DIR };
 /** The version libcni assumes, and answers in, when a config has no `cniVersion`. */
 export const DEFAULT_CNI_VERSION = '0.1.0';
 /** Default of `ipam.leakGracePeriod` (Go duration string). */
@@ -56,9 +57,9 @@ type JsonObject = Record<string, unknown>;
 // ---------------------------------------------------------------------------------------------
 
 /** libcni `cniValidNameChars`: container IDs and network names. */
-const CNI_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+const CNI_NAME = CNI_NAME_RE;
 /** Go `unicode.IsSpace`. */
-const GO_SPACE = /[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]/;
+const GO_SPACE = GO_SPACE_RE;
 
 /**
  * Validate `CNI_CONTAINERID` like libcni `utils.ValidateContainerID`.

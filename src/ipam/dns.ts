@@ -4,10 +4,11 @@
  * passes the text. Pure.
  */
 
+import { GO_SPACE_CLASS } from '../common/names.ts';
 import type { DNS } from './types.ts';
 
 /** Go `unicode.IsSpace` (differs from JS `\s`: includes U+0085, excludes U+FEFF). */
-const GO_SPACE = '\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
+const GO_SPACE = GO_SPACE_CLASS;
 const TRIM = new RegExp(`^[${GO_SPACE}]+|[${GO_SPACE}]+$`, 'g');
 const FIELDS = new RegExp(`[${GO_SPACE}]+`);
 

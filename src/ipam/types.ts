@@ -3,17 +3,10 @@
  * No I/O here or in any module of `src/ipam/` except through an injected `Store`.
  */
 
-/** An IP address as a family plus an unsigned integer value (IPv4: 32 bits, IPv6: 128 bits). */
-export interface IP {
-  readonly family: 4 | 6;
-  readonly value: bigint;
-}
+import type { IP, Subnet } from '../common/ip.ts';
 
-/** A CIDR: the network address (host bits zero) and prefix length in bits. */
-export interface Subnet {
-  readonly ip: IP;
-  readonly prefix: number;
-}
+/** {@link IP} and {@link Subnet} are defined with the IP helpers (`src/common/ip.ts`). */
+export type { IP, Subnet };
 
 /**
  * One range of a range set, canonicalised like host-local `Range.Canonicalize`

@@ -9,7 +9,7 @@
 import { lstatSync, readdirSync, statSync, type Dirent, type Stats } from 'node:fs';
 import { join } from 'node:path';
 import { errnoCode } from '../common/errors.ts';
-import { isCanonicalIPName } from '../store/file/file-store.ts';
+import { isCanonicalIPName } from '../common/ip.ts';
 
 /** One such entry. */
 export interface UnusableEntry {

@@ -29,7 +29,7 @@ import { execFileSync } from 'node:child_process';
 import { closeSync, existsSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, realpathSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { AppError, errnoCode } from '../common/errors.ts';
-import { formatIP, parseIP } from '../ipam/ip.ts';
+import { formatIP, parseIP } from '../common/ip.ts';
 
 /** One network namespace in which an address is configured. */
 export interface AddressHolder {

@@ -5,6 +5,7 @@
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { AppError, UsageError, errnoCode } from '../common/errors.ts';
+import { CNI_NAME_RE } from '../common/names.ts';
 import type { Store } from '../store/store.ts';
 import type { ReservationInput } from './plan.ts';
 
@@ -15,10 +16,11 @@ export type StoreOpener = (network: string) => Promise<Store>;
 export const DEFAULT_LOCK_TIMEOUT_SECONDS = 30;
 
 /**
- * Network names as CNI allows them (libcni `ValidateNetworkName`: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`).
- * Sub-directories whose name does not match cannot be a network directory and are skipped.
+ * Network names as CNI allows them (libcni `ValidateNetworkName`; `CNI_NAME_RE` of
+ * `src/common/names.ts`). Sub-directories whose name does not match cannot be a network
+ * directory and are skipped.
  */
-export const NETWORK_NAME_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+export const NETWORK_NAME_RE: RegExp = CNI_NAME_RE;
 
 /** One network directory of the data dir. */
 export interface NetworkDir {

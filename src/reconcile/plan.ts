@@ -36,8 +36,8 @@
  */
 import type { Owner } from '../store/store.ts';
 import { inUseReason, type UseEvidence } from './evidence.ts';
-import { parseIP } from '../ipam/ip.ts';
-import type { IP } from '../ipam/types.ts';
+import { parseIP } from '../common/ip.ts';
+import type { IP } from '../common/ip.ts';
 
 /**
  * Verdict of one reservation under the default `conservative` policy. `unknown` only occurs when
@@ -356,7 +356,7 @@ function compareKeys(ka: IPKey | null, kb: IPKey | null, a: string, b: string): 
 
 type IPKey = IP;
 
-/** Numeric key of an IP text (ipam/ip.ts, Go-compatible parsing); null when not an IP. */
+/** Numeric key of an IP text (common/ip.ts, Go-compatible parsing); null when not an IP. */
 function ipKey(s: string): IPKey | null {
   return parseIP(s);
 }

@@ -13,19 +13,18 @@
  * network; an ADD whose CRI RunPodSandbox has not returned yet is not listed, and the grace
  * period protects its reservation (containerd-lab.md §3 "Race the reconciler must handle").
  */
-import { DEFAULT_DATA_DIR } from '../ipam/config.ts';
+import { DEFAULT_DATA_DIR } from '../common/names.ts';
 import type { RangeSet } from '../ipam/types.ts';
 import { inUseReason, RECOVERED_OWNER_PREFIX, type UseEvidence } from './evidence.ts';
 import { RE_RESERVE_IFNAME, releaseRecorded } from './apply.ts';
-import { formatIP, parseIP } from '../ipam/ip.ts';
+import { formatIP, parseIP } from '../common/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
-import type { Store } from '../store/store.ts';
+import type { Reservation, Store } from '../store/store.ts';
 import type { AuditSink } from './audit.ts';
 import { compareIPText, isStampedInFuture, plan, type PlanCounts } from './plan.ts';
 import { indexSandboxes, isSandboxNotFound, type SandboxSource } from './sandboxes.ts';
 import type { PodIPSource } from './cri-source.ts';
-import type { HealHooks } from '../cni/commands.ts';
 import { mapLimit } from '../common/concurrency.ts';
 import { formatDuration } from '../common/duration.ts';
 import { AppError } from '../common/errors.ts';
@@ -390,6 +389,41 @@ export async function recoverLocked(store: Store, conf: IPAMConfig, deps: Recove
   }
   await store.markRecovery(false);
   return { recreated, runtimeError };
+}
+
+/** What a reclaim did (or, with `release` false, could do). */
+export interface ReclaimSummary {
+  /** Reservations released. */
+  readonly released: number;
+  /** IPs of the reservations the reconciler calls leaked or corrupt (releasable now). */
+  readonly reclaimable: readonly string[];
+  /** Human breakdown: live / in grace / leaked / corrupt, and what to run next. */
+  readonly details: string;
+}
+
+/**
+ * The plugin's self-healing hooks, called by ADD and GC of `src/cni/commands.ts` with the lock
+ * held; {@link makeHeal} implements them (over CRI in `src/cni/heal.ts`).
+ */
+export interface HealHooks {
+  /**
+   * A range set is exhausted: release leaked reservations (only count them when `release` is
+   * false). With `only`, consider just those IPs (static requests held by a leak). Resolves to the
+   * number released and the `details` breakdown to attach if the ADD still fails.
+   */
+  reclaim(store: Store, conf: IPAMConfig, release: boolean, only?: readonly string[]): Promise<ReclaimSummary>;
+  /**
+   * The network holds no reservation (or a recovery was begun and not finished): recreate those
+   * of running pods whose addresses lie in its ranges. Resolves to the number recreated; throws
+   * a retryable `AppError` (CNI 11) when it cannot tell.
+   */
+  recover(store: Store, conf: IPAMConfig): Promise<number>;
+  /**
+   * CNI GC: release those of `candidates` (not valid attachments, or corrupt) that the kernel shows
+   * in use nowhere, auditing each; keep the rest (issue 7: never on one runtime's word). Optional:
+   * without it GC releases every candidate, as the spec's plugin would.
+   */
+  gc?(store: Store, id: Pick<IPAMConfig, 'name' | 'dataDir'>, candidates: readonly Reservation[]): Promise<{ released: string[]; kept: ReadonlyArray<{ ip: string; why: string }>; errors: readonly unknown[] }>;
 }
 
 /** Where {@link makeHeal} gets the runtime, the audit log and the kernel evidence for one network's config. */

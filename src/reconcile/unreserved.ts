@@ -23,7 +23,7 @@
  * Scope: when only some network directories were scanned (`--network`), an unreserved address is
  * reported only when it is placed in a scanned network (it may be reserved in one not read).
  */
-import { formatIP, parseIP } from '../ipam/ip.ts';
+import { formatIP, parseIP } from '../common/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
 import { RECOVERED_OWNER_PREFIX } from './evidence.ts';

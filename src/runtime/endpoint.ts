@@ -6,6 +6,7 @@
  * {@link DEFAULT_RUNTIME_ENDPOINTS} (containerd's, then CRI-O's default path).
  */
 import { existsSync } from 'node:fs';
+import { parseRuntimeEndpoint, type RuntimeEndpoint } from '../common/endpoint.ts';
 import { AppError } from '../common/errors.ts';
 
 /** Default sockets probed in order when no endpoint is configured (containerd, CRI-O). */
@@ -14,40 +15,12 @@ export const DEFAULT_RUNTIME_ENDPOINTS: readonly string[] = [
   '/var/run/crio/crio.sock',
 ];
 
-/** A resolved CRI endpoint: `url` is `unix://` + `path`, the form gRPC and error messages use. */
-export interface RuntimeEndpoint {
-  /** `unix:///abs/path`. */
-  readonly url: string;
-  /** Absolute filesystem path of the unix socket. */
-  readonly path: string;
-}
-
 /**
- * Parses `unix:///path` or a bare absolute `/path` into a {@link RuntimeEndpoint}.
- *
- * @throws AppError `USAGE` for an empty value, another scheme (`tcp://`, `npipe://`) or a
- *   relative path — ipwarden only talks to local unix sockets.
+ * {@link RuntimeEndpoint} and {@link parseRuntimeEndpoint} are pure and live in the leaf module
+ * `src/common/endpoint.ts` (the IPAM config validates `ipam.runtimeEndpoint` with it, and may not
+ * import `src/runtime/`); re-exported here.
  */
-export function parseRuntimeEndpoint(value: string): RuntimeEndpoint {
-  const v = value.trim();
-  let path: string;
-  if (v.startsWith('unix://')) path = v.slice('unix://'.length);
-  else if (v.startsWith('/')) path = v;
-  else if (v === '') throw new AppError('USAGE', 'runtime endpoint is empty');
-  else {
-    throw new AppError(
-      'USAGE',
-      `unsupported runtime endpoint ${JSON.stringify(value)}: want unix:///path/to/socket or /path/to/socket`,
-    );
-  }
-  if (!path.startsWith('/')) {
-    throw new AppError(
-      'USAGE',
-      `unsupported runtime endpoint ${JSON.stringify(value)}: the socket path must be absolute`,
-    );
-  }
-  return { url: `unix://${path}`, path };
-}
+export { parseRuntimeEndpoint, type RuntimeEndpoint };
 
 /**
  * Picks the CRI endpoint: `flag` if given (non-empty), else `env.CONTAINER_RUNTIME_ENDPOINT`

@@ -13,7 +13,7 @@ import {
   parseCIDR,
   parseIP,
   subnetContains,
-} from '../../src/ipam/ip.ts';
+} from '../../src/common/ip.ts';
 import type { IP } from '../../src/ipam/types.ts';
 
 const v4 = (s: string): IP => parseIP(s) as IP;

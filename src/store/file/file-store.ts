@@ -37,7 +37,8 @@ import { isUtf8 } from 'node:buffer';
 import { join } from 'node:path';
 import { bytesToText, textByteLength, textToBytes } from '../../common/bytes.ts';
 import { AppError, ClosedError, errnoCode } from '../../common/errors.ts';
-import { formatIP, parseIP } from '../../ipam/ip.ts';
+import { canonicalIP, isCanonicalIPName } from '../../common/ip.ts';
+import { CNI_NAME_RE, goTrimSpace } from '../../common/names.ts';
 import { sameOwner, type ListOptions, type Owner, type Reservation, type Store } from '../store.ts';
 import { closeQuietly, lockExclusive, type HeldLock, type LockClock } from './flock.ts';
 
@@ -82,47 +83,12 @@ export const TEMP_SUFFIX = '.tmp';
  */
 const UNOPENABLE: ReadonlySet<string> = new Set(['ENXIO', 'ELOOP', 'ENOTDIR', 'ENODEV', 'EOPNOTSUPP']);
 
-/** Container IDs as the CNI spec allows them (SPEC.md "Parameters": CNI_CONTAINERID). */
-const CONTAINER_ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
-
 /**
- * Go's `strings.TrimSpace` set (unicode.IsSpace): differs from JS `trim()` by including U+0085
- * and excluding U+FEFF. Used so that matching trims exactly what host-local trims.
+ * The name and text rules this store shares with the plugin and the reconciler live in the leaf
+ * modules `src/common/ip.ts` (canonical IP text) and `src/common/names.ts` (CNI names, Go's
+ * `strings.TrimSpace`); re-exported here for existing importers.
  */
-const GO_SPACE = '\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
-const GO_TRIM_RE = new RegExp(`^[${GO_SPACE}]+|[${GO_SPACE}]+$`, 'g');
-
-/** `strings.TrimSpace` of Go (host-local trims IDs and file contents with it). */
-export function goTrimSpace(s: string): string {
-  if (s.length === 0) return s;
-  const first = s.charCodeAt(0);
-  const last = s.charCodeAt(s.length - 1);
-  // Fast path: both ends printable ASCII other than space → nothing to trim.
-  if (first > 0x20 && first < 0x7f && last > 0x20 && last < 0x7f) return s;
-  return s.replace(GO_TRIM_RE, '');
-}
-
-/**
- * True when `name` is the canonical text of an IP address, i.e. a name a reservation file can
- * have (Go `net.IP.String()`: IPv4 dotted decimal; IPv6 RFC 5952, lower case, no zone).
- * Uses the IPAM IP helpers (no `node:net`, whose stream machinery costs the plugin milliseconds).
- */
-export function isCanonicalIPName(name: string): boolean {
-  const c = name.charCodeAt(0);
-  // Canonical IP text starts with a digit, a lower-case hex letter or ':'.
-  if (!((c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66) || c === 0x3a)) return false;
-  const ip = parseIP(name);
-  return ip !== null && formatIP(ip) === name;
-}
-
-/**
- * The canonical text of an IP given as text, or null when `text` is not an IP address.
- * Used for `last_reserved_ip.<N>` contents.
- */
-export function canonicalIP(text: string): string | null {
-  const ip = parseIP(text);
-  return ip === null ? null : formatIP(ip);
-}
+export { canonicalIP, goTrimSpace, isCanonicalIPName };
 
 /**
  * Parse a record's content (already trimmed with {@link goTrimSpace}) into its owner.
@@ -133,10 +99,10 @@ export function canonicalIP(text: string): string | null {
 export function parseTrimmedRecord(trimmed: string): Owner | null {
   if (trimmed.length === 0) return null;
   const nl = trimmed.indexOf('\n');
-  if (nl < 0) return CONTAINER_ID_RE.test(trimmed) ? { containerId: trimmed, ifname: null } : null;
+  if (nl < 0) return CNI_NAME_RE.test(trimmed) ? { containerId: trimmed, ifname: null } : null;
   const containerId = trimmed.charCodeAt(nl - 1) === 0x0d ? trimmed.slice(0, nl - 1) : trimmed.slice(0, nl);
   const ifname = trimmed.slice(nl + 1);
-  if (!CONTAINER_ID_RE.test(containerId)) return null;
+  if (!CNI_NAME_RE.test(containerId)) return null;
   if (ifname.length === 0 || ifname.includes('\n') || ifname.includes('\r')) return null;
   return { containerId, ifname };
 }

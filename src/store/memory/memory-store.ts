@@ -11,7 +11,7 @@
  */
 
 import { AppError, ClosedError } from '../../common/errors.ts';
-import { formatIP, parseIP } from '../../ipam/ip.ts';
+import { formatIP, parseIP } from '../../common/ip.ts';
 import type { Owner, Reservation, Store } from '../store.ts';
 import { sameOwner } from '../store.ts';
 
