@@ -2,31 +2,18 @@
  * The dependencies every CLI command receives (house style 13): output streams and the
  * environment, injected so tests run commands in-process with `runMain(argv, ctx)`.
  */
-import type { UseEvidence } from '../reconcile/evidence.ts';
-import type { SandboxSourceFactory } from '../reconcile/sandboxes.ts';
+import type { ReconcileDeps } from '../reconcile/options.ts';
 
-/** Injected CLI I/O and environment. */
-export interface CliContext {
+/**
+ * Injected CLI I/O and environment: the output streams, plus the reconciler's injected I/O
+ * ({@link ReconcileDeps}: environment, clock, runtime source, kernel evidence, socket probe,
+ * store opener), which the commands pass to the engine as is.
+ */
+export interface CliContext extends ReconcileDeps {
   /** Write to standard output (tables, JSON). */
   stdout(text: string): void;
   /** Write to standard error (diagnostics, usage errors). */
   stderr(text: string): void;
-  /** Environment variables (e.g. CONTAINER_RUNTIME_ENDPOINT). */
-  readonly env: Readonly<Record<string, string | undefined>>;
-  /** Current time, milliseconds since the Unix epoch (injected so tests control ages). */
-  now(): number;
-  /**
-   * Builds the runtime's sandbox list source for `leaks` and `gc` from the resolved endpoint URL
-   * (`unix:///path`). Tests inject a fake; when absent the commands use the CRI client.
-   */
-  readonly sandboxSource?: SandboxSourceFactory;
-  /**
-   * Reads the kernel evidence (addresses configured in the node's network namespaces, CNI
-   * operations in flight; `src/node/kernel-evidence.ts` when absent). Tests inject literal values.
-   */
-  readonly evidence?: () => UseEvidence;
-  /** Socket probe for the other default runtime endpoints (`existsSync` when absent). */
-  readonly socketExists?: (path: string) => boolean;
 }
 
 /**

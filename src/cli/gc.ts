@@ -1,7 +1,7 @@
 /**
  * `ipwarden gc` — release the leaked and corrupt reservations under the data dir, each under its
  * network's lock after re-checking it, and record every release in the audit log. Same engine as
- * `leaks` (`src/cli/leaks.ts`).
+ * `leaks` (`reconcile()` of `src/reconcile/engine.ts`) and the same output (`src/cli/leaks.ts`).
  *
  * Usage:
  *   ipwarden gc [--data-dir DIR] [--network NAME] [--runtime-endpoint URL] [--grace DUR] [--json]
@@ -18,12 +18,12 @@
  * `--dry-run` releases nothing (and writes no audit record) and lists what it would release.
  */
 import type { CliContext } from './context.ts';
-import { reconcile, report, type ReconcileCommandOptions } from './leaks.ts';
+import { runReconcileCommand, type ReconcileCommandOptions } from './leaks.ts';
 
 /**
  * CLI action of `ipwarden gc`; resolves to the exit status (0; 1 runtime unreachable, a release or
  * re-reservation failed, or a live sandbox's address is reserved for another container).
  */
 export async function run(opts: ReconcileCommandOptions, ctx: CliContext): Promise<number> {
-  return report('gc', opts, await reconcile('gc', opts, ctx, { podIPs: true }), ctx);
+  return runReconcileCommand('gc', opts, ctx);
 }

@@ -18,12 +18,12 @@
  * - a cell's `title` is its address (or block), state, and owner container ID + ifname.
  * Every text from disk (network names, container IDs, interface names, paths) is escaped.
  */
-import { formatIP, parseIP } from '../ipam/ip.ts';
+import { formatIP, parseIP } from '../common/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { IP, RangeSet } from '../ipam/types.ts';
 import type { PlanEntry } from '../reconcile/plan.ts';
 import { formatAge } from './format.ts';
-import type { NetworkStatus, RangeSetStatus, StatusReport, VerdictCounts } from './status.ts';
+import type { NetworkStatus, RangeSetStatus, StatusReport, VerdictCounts } from '../reconcile/status.ts';
 
 /** Most cells drawn for one range set; above, cells stand for blocks of addresses. */
 export const MAX_CELLS = 1024;

@@ -153,3 +153,18 @@ export function formatDuration(seconds: number): string {
   }
   return neg ? '-' + out : out;
 }
+
+/**
+ * A compact age like kubectl's: `45s`, `5m3s`, `2h5m`, `3d4h` (whole units, truncated).
+ * A negative age of a second or more (file mtime after the snapshot: the clock was stepped back)
+ * shows with a minus sign (`-1h0m`), never as `0s` (issue 7); non-finite as `-`.
+ */
+export function formatAge(seconds: number): string {
+  if (!Number.isFinite(seconds)) return '-';
+  if (seconds <= -1) return `-${formatAge(-seconds)}`;
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${s % 60}s`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 86400)}d${Math.floor((s % 86400) / 3600)}h`;
+}
