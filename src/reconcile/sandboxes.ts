@@ -1,7 +1,7 @@
 /**
  * The reconciler's narrow view of the container runtime: who the sandboxes are. Kept separate
  * from the CRI client (`src/runtime/`) so the reconciler and its tests depend only on this shape;
- * the CLI adapts the real client to it (`src/cli/leaks.ts`).
+ * the snapshot adapts the real client to it (`criSandboxSource` in `src/reconcile/snapshot.ts`).
  */
 import type { SandboxIndex, SandboxState } from './plan.ts';
 
