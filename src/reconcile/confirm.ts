@@ -1,0 +1,129 @@
+/**
+ * The daemon's extra release rules (ARCHITECTURE.md "Reconciler safety rules"; pure, no I/O):
+ *
+ * 1. **Two observations a grace period apart.** A reservation the plan would release is released
+ *    by the daemon only when consecutive passes have judged it releasable, with the same owner and
+ *    the same file time, for at least the grace period. One bad runtime answer (a restart that
+ *    briefly lists nothing, a sandbox store being rebuilt) can therefore never release anything
+ *    by itself; it must persist for a grace period. (Calico's GC releases a leak only after it has
+ *    stayed a candidate for its grace period; ../shared/reference/anchors.md §5.2.)
+ * 2. **A per-pass cap with roll-over.** At most `cap` releases per pass, oldest file first; the
+ *    rest stay confirmed and go first in the next pass (Calico caps releases per sync too).
+ * 3. **A list that shares no owner with many old reservations is not trusted alone.** When the
+ *    runtime lists sandboxes, none of which owns any reservation of the node, while at least
+ *    {@link DISTRUST_MIN} reservations would be released, nothing is released by the daemon: that
+ *    is the shape of a runtime that lost its records or an endpoint that is another runtime's
+ *    (field reports BR-3, BR-9). The leaks stay candidates (metrics, logs); the plugin's own
+ *    reclaim at exhaustion, which checks each address against the kernel, or an operator's `gc`
+ *    handles them.
+ */
+
+/** Most releases per daemon pass (the rest roll over to the next pass). */
+export const DEFAULT_RELEASE_CAP = 32;
+
+/** Candidates at or above which a runtime list sharing no owner is not trusted alone. */
+export const DISTRUST_MIN = 8;
+
+/** A releasable reservation as one pass saw it. */
+export interface Candidate {
+  readonly network: string;
+  readonly ip: string;
+  /** Owner text as on disk (container ID and ifname) — a changed owner restarts the clock. */
+  readonly owner: string;
+  /** File modification time, ms since the epoch — a rewritten file restarts the clock. */
+  readonly mtimeMs: number;
+}
+
+/** What {@link Confirmations.observe} decided for one pass. */
+export interface ConfirmDecision<C extends Candidate> {
+  /** Release now (confirmed, within the cap), oldest first. */
+  readonly release: C[];
+  /** Confirmed but over the cap: first in the next pass. */
+  readonly deferred: C[];
+  /** Seen for less than the grace period (first observation, or too recent). */
+  readonly waiting: C[];
+  /** Why nothing is released this pass (distrust), else null. */
+  readonly held: string | null;
+}
+
+const keyOf = (c: Candidate): string => `${c.network}\u0000${c.ip}`;
+
+/**
+ * Remembers, across passes, since when each releasable reservation has been seen. Feed it every
+ * pass's candidates with {@link observe}; a reservation absent from a pass is forgotten (its
+ * clock restarts when it comes back).
+ */
+export class Confirmations {
+  private readonly firstSeen = new Map<string, { owner: string; mtimeMs: number; atMs: number }>();
+  private readonly graceSeconds: number;
+  private readonly cap: number;
+
+  /**
+   * @param graceSeconds the grace period between the two observations (seconds, ≥ 0).
+   * @param cap most releases per pass (≥ 1).
+   */
+  constructor(graceSeconds: number, cap: number = DEFAULT_RELEASE_CAP) {
+    this.graceSeconds = graceSeconds;
+    this.cap = cap;
+    if (!(graceSeconds >= 0) || !Number.isInteger(cap) || cap < 1) throw new RangeError(`bad confirmation settings: grace ${graceSeconds} s, cap ${cap}`);
+  }
+
+  /**
+   * One pass: `candidates` are the reservations the plan (with every evidence rule) would release,
+   * `nowMs` the pass's monotonic-enough clock (ms), `sharesOwner` whether any sandbox the runtime
+   * listed owns a reservation of the node (see rule 3), `listedSandboxes` how many it listed.
+   */
+  observe<C extends Candidate>(candidates: readonly C[], nowMs: number, sharesOwner: boolean, listedSandboxes: number): ConfirmDecision<C> {
+    const seen = new Set<string>();
+    const confirmed: Array<{ c: C; since: number }> = [];
+    const waiting: C[] = [];
+    for (const c of candidates) {
+      const k = keyOf(c);
+      seen.add(k);
+      const prev = this.firstSeen.get(k);
+      // A clock that went back makes `nowMs - atMs` negative: the candidate waits (restarted).
+      if (prev === undefined || prev.owner !== c.owner || prev.mtimeMs !== c.mtimeMs || prev.atMs > nowMs) {
+        this.firstSeen.set(k, { owner: c.owner, mtimeMs: c.mtimeMs, atMs: nowMs });
+        waiting.push(c);
+      } else if (nowMs - prev.atMs >= this.graceSeconds * 1000) {
+        confirmed.push({ c, since: prev.atMs });
+      } else {
+        waiting.push(c);
+      }
+    }
+    for (const k of [...this.firstSeen.keys()]) if (!seen.has(k)) this.firstSeen.delete(k);
+
+    if (listedSandboxes > 0 && !sharesOwner && candidates.length >= DISTRUST_MIN) {
+      const held = `the runtime lists ${listedSandboxes} sandbox(es), none owning any of the node's reservations, while ${candidates.length} would be released: not trusted alone`;
+      return { release: [], deferred: confirmed.map((x) => x.c), waiting, held };
+    }
+    // Oldest file first (then longest confirmed, then IP text) so roll-over is fair and stable.
+    confirmed.sort((a, b) => a.c.mtimeMs - b.c.mtimeMs || a.since - b.since || (keyOf(a.c) < keyOf(b.c) ? -1 : 1));
+    return {
+      release: confirmed.slice(0, this.cap).map((x) => x.c),
+      deferred: confirmed.slice(this.cap).map((x) => x.c),
+      waiting,
+      held: null,
+    };
+  }
+
+  /** Forget a candidate (after its release, or when its network is gone). */
+  forget(network: string, ip: string): void {
+    this.firstSeen.delete(`${network}\u0000${ip}`);
+  }
+
+  /** How many candidates are being tracked. */
+  get size(): number {
+    return this.firstSeen.size;
+  }
+}
+
+/**
+ * The next pass's delay, seconds: `intervalSeconds` ± `jitter` × interval, uniformly, so the
+ * daemons of many nodes do not ask their runtimes and the API in step.
+ * @param random a [0,1) source (Math.random in production).
+ */
+export function jitteredDelay(intervalSeconds: number, random: () => number, jitter = 0.1): number {
+  const d = intervalSeconds * (1 + jitter * (2 * random() - 1));
+  return Math.max(0.001, d);
+}
