@@ -115,7 +115,10 @@ static long long timeout_ms(void) {
   return ms > 0 ? ms : DEFAULT_TIMEOUT_MS;
 }
 
-/* Run DIR/ipwarden-standalone (DIR = directory of /proc/self/exe) in this process. No return. */
+static char *no_args[2];               /* argv when the shim was run with argc == 0 */
+
+/* Run DIR/ipwarden-standalone (DIR = directory of /proc/self/exe) in this process, with argv[0]
+ * replaced by its path. No return. */
 static void exec_standalone(char **argv, char **envp) {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self);
@@ -123,6 +126,7 @@ static void exec_standalone(char **argv, char **envp) {
   char *slash = memrchr(self, '/', (size_t)n);
   if (slash == NULL || (size_t)(slash + 1 - self) + sizeof STANDALONE > sizeof self) die("cannot run the standalone plugin", ENAMETOOLONG);
   memcpy(slash + 1, STANDALONE, sizeof STANDALONE);
+  if (argv[0] == NULL) argv = no_args;  /* never drop argv's NULL terminator */
   argv[0] = self;
   execve(self, argv, envp);
   die("cannot run the standalone plugin", errno);
