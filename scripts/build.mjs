@@ -4,6 +4,11 @@
 // finds the binding next to itself (__dirname), which is also how the executable written by
 // `ipwarden install-cni` finds it.
 //
+// It also compiles the exec shim (native/shim.c, docs/daemon.md) with the system's gcc into
+// dist/ipwarden-shim, statically linked (a dynamic shim loses most of the fast path's gain:
+// ../shared/reference/fast-path-measurements.md). Without gcc, or without a static libc, the build
+// fails with a message saying what to install.
+//
 // Two bundles keep the plugin's hot path small: src/cold.ts (CLI, CRI client, gRPC) is bundled on
 // its own into dist/ipwarden-cold.cjs and compiled only when the program first imports it, so an
 // exec of the plugin does not pay for parsing half a megabyte of gRPC code (docs/benchmarks.md).
@@ -11,6 +16,7 @@
 // (`install-cni` carries it inside the one executable file), else in the file beside itself.
 import { build } from 'esbuild';
 import { copyFileSync, mkdirSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 
@@ -67,3 +73,14 @@ const coldLoader = {
 await build({ ...common, entryPoints: ['src/main.ts'], outfile: 'dist/ipwarden.cjs', plugins: [flockBinding, coldLoader], banner: { js: banner } });
 const fsExtDir = dirname(require.resolve('fs-ext/package.json'));
 copyFileSync(join(fsExtDir, 'build/Release/fs_ext.node'), join('dist', FLOCK));
+
+// The exec shim: installed by `install-cni` as DIR/ipwarden, in front of DIR/ipwarden-standalone.
+const SHIM_ARGS = ['-static', '-O2', '-Wall', '-Wextra', '-Werror', '-o', 'dist/ipwarden-shim', 'native/shim.c'];
+const cc = spawnSync('gcc', SHIM_ARGS, { encoding: 'utf8' });
+if (cc.error !== undefined || cc.status !== 0) {
+  const why = cc.error !== undefined
+    ? `cannot run gcc (${cc.error.code ?? cc.error.message})`
+    : `gcc failed (exit status ${cc.status ?? cc.signal}):\n${cc.stderr}`;
+  console.error(`build: the exec shim (native/shim.c) needs gcc and a static C library (Debian/Ubuntu: apt-get install gcc libc6-dev): ${why}`);
+  process.exit(1);
+}

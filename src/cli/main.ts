@@ -32,10 +32,11 @@ function build(ctx: CliContext, setCode: (c: number) => void): Command {
 
   program
     .command('install-cni')
-    .description('write DIR/ipwarden, a self-contained CNI plugin executable')
+    .description('write DIR/ipwarden (the exec shim), DIR/ipwarden-standalone (the Node plugin) and DIR/ipwarden-flock.node')
     .requiredOption('--dest <DIR>', 'CNI bin directory, e.g. /opt/cni/bin')
-    .addHelpText('after', '\nExample:\n  ipwarden install-cni --dest /opt/cni/bin\n')
-    .action(async (opts: { dest: string }) => {
+    .option('--socket <PATH>', "the daemon's socket, patched into the shim (absolute, at most 107 bytes; default /run/ipwarden/plugin.sock)")
+    .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n')
+    .action(async (opts: { dest: string; socket?: string }) => {
       const m = await import('./install-cni.ts');
       setCode(m.run(opts, ctx));
     });

@@ -2,8 +2,8 @@
  * Plugin mode entry: wires the command handlers to the host-local compatible file store and the
  * real process streams. Loaded only when `CNI_COMMAND` is set, and loads only what ADD/DEL need.
  */
-import { existsSync, readFileSync, readSync, writeSync } from 'node:fs';
-import { join } from 'node:path';
+import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { bytesToText } from '../common/bytes.ts';
 import { errnoCode } from '../common/errors.ts';
 import { openFileStore } from '../store/file/file-store.ts';
@@ -98,7 +98,65 @@ export function processIO(): PluginIO {
   };
 }
 
-/** Run the plugin against the real process; resolves to the exit status. */
-export function runPlugin(io: PluginIO = processIO(), deps: PluginDeps = fileDeps): Promise<number> {
-  return pluginMain(makeHandlers(deps), io);
+/** Value of `IPWARDEN_PATH` the shim sets when it runs this plugin as its fallback (docs/daemon.md). */
+export const FALLBACK_PATH = 'standalone-fallback';
+/** The counting file, in the directory of the daemon's socket (docs/daemon.md). */
+export const FALLBACK_LOG_NAME = 'standalone-requests.log';
+const KNOWN_COMMANDS: ReadonlySet<string> = new Set(['ADD', 'DEL', 'CHECK', 'GC', 'STATUS', 'VERSION']);
+
+/**
+ * The counting line of one fallback request: `<unix seconds> <COMMAND> <ok|error>\n`, COMMAND
+ * being `CNI_COMMAND` when it is one of ADD, DEL, CHECK, GC, STATUS, VERSION and `OTHER` else (so
+ * no variable's bytes reach the file). `nowMs`: milliseconds since the Unix epoch.
+ */
+export function fallbackLine(command: string | undefined, status: number, nowMs: number): string {
+  const c = command !== undefined && KNOWN_COMMANDS.has(command) ? command : 'OTHER';
+  return `${Math.floor(nowMs / 1000)} ${c} ${status === 0 ? 'ok' : 'error'}\n`;
+}
+
+/**
+ * Append the counting line of a fallback request to `standalone-requests.log` in the directory
+ * of `IPWARDEN_SOCKET` (the shim's socket path), only when that path is absolute without a `..`
+ * segment and its directory (opened O_DIRECTORY|O_NOFOLLOW, checked on the opened fd) is a
+ * directory owned by root and not writable by group or others. The file is opened through the
+ * directory fd (`/proc/self/fd/N/…`) with O_WRONLY|O_APPEND|O_CREAT|O_NOFOLLOW|O_NONBLOCK, mode
+ * 0600, and written only when it is a regular file, in one write(2). Returns whether the line was
+ * written; never throws (counting must never fail a pod).
+ */
+export function countFallbackRequest(env: Readonly<Record<string, string | undefined>>, status: number, nowMs: number = Date.now()): boolean {
+  const sock = env['IPWARDEN_SOCKET'];
+  if (sock === undefined || !sock.startsWith('/') || sock.split('/').includes('..')) return false;
+  let dfd = -1;
+  let fd = -1;
+  try {
+    dfd = openSync(dirname(sock), constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+    const d = fstatSync(dfd);
+    if (!d.isDirectory() || d.uid !== 0 || (d.mode & 0o022) !== 0) return false;
+    const flags = constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+    fd = openSync(`/proc/self/fd/${dfd}/${FALLBACK_LOG_NAME}`, flags, 0o600);
+    if (!fstatSync(fd).isFile()) return false;
+    const line = Buffer.from(fallbackLine(env['CNI_COMMAND'], status, nowMs), 'latin1');
+    return writeSync(fd, line) === line.length;
+  } catch {
+    return false;
+  } finally {
+    for (const f of [fd, dfd]) {
+      try {
+        if (f >= 0) closeSync(f);
+      } catch {
+        // nothing to do: the line is written or it is not
+      }
+    }
+  }
+}
+
+/**
+ * Run the plugin against the real process; resolves to the exit status. Run by the shim as its
+ * fallback (`IPWARDEN_PATH=standalone-fallback`), it also counts the request
+ * ({@link countFallbackRequest}); without that variable this costs one property read.
+ */
+export async function runPlugin(io: PluginIO = processIO(), deps: PluginDeps = fileDeps): Promise<number> {
+  const status = await pluginMain(makeHandlers(deps), io);
+  if (io.env['IPWARDEN_PATH'] === FALLBACK_PATH) countFallbackRequest(io.env, status);
+  return status;
 }

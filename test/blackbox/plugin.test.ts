@@ -353,16 +353,22 @@ describe('resolvConf, routes and static requests', () => {
 });
 
 describe('install-cni', () => {
-  it('writes one executable plus the flock binding, with a non-empty V8 code cache, and no warning', () => {
+  it('writes the shim, the standalone executable (with a non-empty V8 code cache) and the flock binding, and no warning', () => {
     const dest = join(dataDir(), 'bin');
     const r = spawnSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', dest], { encoding: 'utf8' });
     assert.deepEqual([r.status, r.stderr], [0, '']);
-    assert.equal(r.stdout, `installed ${join(dest, 'ipwarden')} (node ${process.execPath})\n`);
-    const text = readFileSync(join(dest, 'ipwarden'), 'latin1');
+    assert.equal(
+      r.stdout,
+      `installed ${join(dest, 'ipwarden')} (shim, socket /run/ipwarden/plugin.sock)\n` +
+        `installed ${join(dest, 'ipwarden-standalone')} (node ${process.execPath})\n` +
+        `installed ${join(dest, 'ipwarden-flock.node')}\n`,
+    );
+    assert.deepEqual(readFileSync(join(dest, 'ipwarden')), readFileSync(join(ROOT, 'dist/ipwarden-shim')));
+    const text = readFileSync(join(dest, 'ipwarden-standalone'), 'latin1');
     assert.ok(text.startsWith(`#!${process.execPath}\n`));
     const cache = text.slice(text.indexOf('\nIPWARDEN-CACHE\n') + 16, text.indexOf('\nIPWARDEN-COLD\n'));
     assert.ok(cache.length > 10_000, `code cache of ${cache.length} base64 bytes`);
-    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node']);
+    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node', 'ipwarden-standalone']);
   });
 
   it('refuses a --dest whose parent does not exist', () => {

@@ -86,20 +86,47 @@ export function tempDir(prefix = 'ipwarden-test-'): { dir: string; cleanup: () =
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-let installed: string | null = null;
+let installed: { bin: string; standalone: string; socket: string } | null = null;
 
 /**
- * Install the built plugin (dist/) with `ipwarden install-cni` into a temp bin dir, once per
- * process, and return the executable's path. Requires `npm run build` to have run.
+ * Install the built plugin (dist/) with `ipwarden install-cni --socket <temp dir>/plugin.sock`
+ * into a temp bin dir, once per process, and return the path of the installed shim
+ * (`DIR/ipwarden`, what a runtime execs). The socket's directory is a per-process temp dir (mode
+ * 0700) in which nobody listens unless a test starts a server on {@link pluginSocket}: so every
+ * request goes through the shim's fallback to `DIR/ipwarden-standalone`, which writes its
+ * counting line to `standalone-requests.log` in that directory. Both dirs are removed at exit.
+ * Requires `npm run build` to have run.
  */
 export function installedPlugin(): string {
-  if (installed !== null && existsSync(installed)) return installed;
+  return install().bin;
+}
+
+/** The socket path the installed shim connects to (see {@link installedPlugin}). */
+export function pluginSocket(): string {
+  return install().socket;
+}
+
+/**
+ * The installed standalone Node plugin (`DIR/ipwarden-standalone`), for tests that must pin it:
+ * exec'd directly it never looks at the socket.
+ */
+export function standalonePlugin(): string {
+  return install().standalone;
+}
+
+function install(): { bin: string; standalone: string; socket: string } {
+  if (installed !== null && existsSync(installed.bin)) return installed;
   const bundle = join(ROOT, 'dist/ipwarden.cjs');
   if (!existsSync(bundle)) throw new Error(`no ${bundle}: run "npm run build" first`);
   const { dir } = tempDir('ipwarden-bin-');
-  execFileSync(process.execPath, [bundle, 'install-cni', '--dest', dir], { stdio: 'pipe' });
-  installed = join(dir, 'ipwarden');
-  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  const sockDir = tempDir('ipwarden-sock-'); // mkdtemp: mode 0700, owned by the user running the tests
+  const socket = join(sockDir.dir, 'plugin.sock');
+  execFileSync(process.execPath, [bundle, 'install-cni', '--dest', dir, '--socket', socket], { stdio: 'pipe' });
+  installed = { bin: join(dir, 'ipwarden'), standalone: join(dir, 'ipwarden-standalone'), socket };
+  process.on('exit', () => {
+    rmSync(dir, { recursive: true, force: true });
+    sockDir.cleanup();
+  });
   return installed;
 }
 

@@ -1,0 +1,488 @@
+/**
+ * Black-box tests of the exec shim (native/shim.c, docs/daemon.md) as `install-cni` installs it,
+ * against a hostile fake daemon (test/helpers/fake-daemon.ts) and the real standalone plugin:
+ *
+ * - a valid v1 answer is relayed exactly (stdout and stderr bytes, exit status 0, 1 or other) and
+ *   the daemon receives exactly the filtered env, the exact stdin bytes and the shim's pid;
+ * - every way the daemon can fail — no socket, a stale socket file, closing without an answer,
+ *   a bad magic or version, an impossible header, half an answer, no answer within the (patched)
+ *   timeout, a stdin over 16 MiB — ends in the standalone plugin doing the real ADD (exact result,
+ *   exact reservation file), with `IPWARDEN_PATH=standalone-fallback` (its counting line) and
+ *   without the dropped variables (NODE_EXTRA_CA_CERTS would print a warning on stderr; the exact
+ *   environment is read from /proc while the standalone waits for a held lock);
+ * - the replayed stdin is byte for byte the original (a recording standalone in a scratch bin dir);
+ * - the shim is statically linked (no PT_INTERP / PT_DYNAMIC program header);
+ * - install-cni's atomic write and --socket validation, and the counting line's own checks.
+ *
+ * Every server, process and temp dir is removed in `after`, also on failure.
+ */
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { atomicWrite, patchShim, readShimFields, validateSocketPath, SOCKET_FIELD } from '../../src/cli/install-cni.ts';
+import { UsageError } from '../../src/common/errors.ts';
+import { countFallbackRequest, fallbackLine } from '../../src/cni/plugin.ts';
+import { encodeAnswer, MAGIC, startFakeDaemon, type Behaviour, type FakeDaemon } from '../helpers/fake-daemon.ts';
+import { installedPlugin, pluginSocket, ROOT, standalonePlugin, tempDir } from '../helpers/cni.ts';
+
+const NET = 'shimnet';
+const CA = '/nonexistent/ipw-shim-ca.pem';
+const CRI = 'unix:///nonexistent/ipw-shim-cri.sock';
+const cleanups: Array<() => void | Promise<void>> = [];
+after(async () => {
+  for (const c of cleanups.reverse()) await c();
+});
+
+let bin = '';
+let binDir = '';
+before(() => {
+  bin = installedPlugin();
+  binDir = dirname(bin);
+});
+
+function temp(prefix: string): string {
+  const t = tempDir(prefix);
+  cleanups.push(t.cleanup);
+  return t.dir;
+}
+
+let copies = 0;
+/**
+ * A patched copy of the installed shim in `dir` (default: beside the installed standalone) that
+ * connects to `<new 0700 temp dir>/plugin.sock`; returns the copy and that socket's directory.
+ */
+function shim(opts: { timeoutSeconds?: number; dir?: string } = {}): { shim: string; socket: string; sockDir: string } {
+  const sockDir = temp('ipw-shim-sock-');
+  const socket = join(sockDir, 'plugin.sock');
+  const path = join(opts.dir ?? binDir, `ipwarden-shim-test-${copies++}`);
+  atomicWrite(path, patchShim(readFileSync(bin), { socket, ...(opts.timeoutSeconds !== undefined ? { timeoutSeconds: opts.timeoutSeconds } : {}) }), 0o755);
+  return { shim: path, socket, sockDir };
+}
+
+async function daemon(socket: string, b: Behaviour): Promise<FakeDaemon> {
+  const d = await startFakeDaemon(socket, b);
+  cleanups.push(() => d.close());
+  return d;
+}
+
+/** The runtime's environment for one CNI call, with variables the shim must drop. */
+function runtimeEnv(command: string, containerId = 'c1'): Record<string, string> {
+  return {
+    PATH: '/usr/bin:/bin',
+    CNI_COMMAND: command,
+    CNI_CONTAINERID: containerId,
+    CNI_IFNAME: 'eth0',
+    CNI_NETNS: '/var/run/netns/ipw-shim',
+    CNI_PATH: '/usr/lib/cni',
+    CONTAINER_RUNTIME_ENDPOINT: CRI,
+    NODE_EXTRA_CA_CERTS: CA,
+    HOME: '/root',
+    FOO: 'bar',
+    IPWARDEN_PATH: 'from-the-runtime',
+    IPWARDEN_SOCKET: '/tmp/elsewhere.sock',
+  };
+}
+/** What of {@link runtimeEnv} the shim forwards, sorted. */
+function forwarded(command: string, containerId = 'c1'): string[] {
+  const e = runtimeEnv(command, containerId);
+  return Object.entries(e)
+    .filter(([k]) => k.startsWith('CNI_') || k === 'PATH' || k === 'CONTAINER_RUNTIME_ENDPOINT')
+    .map(([k, v]) => `${k}=${v}`)
+    .sort();
+}
+
+interface Ran {
+  pid: number;
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: Buffer;
+  stderr: Buffer;
+}
+/** Run `path` with env and stdin bytes; `onSpawn` sees the pid first. */
+function run(path: string, env: Record<string, string>, stdin: Uint8Array, onSpawn: (pid: number) => void = () => undefined): Promise<Ran> {
+  return new Promise((res, rej) => {
+    const p = spawn(path, [], { env });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    p.stdout.on('data', (c: Buffer) => out.push(c));
+    p.stderr.on('data', (c: Buffer) => err.push(c));
+    p.on('error', rej);
+    p.on('spawn', () => onSpawn(p.pid as number));
+    p.on('close', (code, signal) => res({ pid: p.pid as number, code, signal, stdout: Buffer.concat(out), stderr: Buffer.concat(err) }));
+    p.stdin.on('error', () => undefined);
+    p.stdin.end(stdin);
+  });
+}
+
+function config(dataDir: string, extra: Record<string, unknown> = {}): Buffer {
+  return Buffer.from(JSON.stringify({ cniVersion: '1.0.0', name: NET, ...extra, ipam: { type: 'ipwarden', dataDir, ranges: [[{ subnet: '10.77.0.0/24' }]] } }));
+}
+
+const RESULT = { cniVersion: '1.0.0', ips: [{ address: '10.77.0.2/24', gateway: '10.77.0.1' }], dns: {} };
+
+/** An ADD through `shimPath` that must end in the standalone plugin: its real effect, exactly. */
+async function assertFallbackAdd(shimPath: string, sockDir: string, extra: Record<string, unknown> = {}): Promise<Ran> {
+  const dd = temp('ipw-shim-data-');
+  const r = await run(shimPath, runtimeEnv('ADD'), config(dd, extra));
+  // stderr empty: no "Warning: Ignoring extra certs" — NODE_EXTRA_CA_CERTS did not reach Node.
+  assert.deepEqual([r.code, r.stderr.toString('utf8')], [0, '']);
+  assert.deepEqual(JSON.parse(r.stdout.toString('utf8')), RESULT);
+  assert.deepEqual(
+    readdirSync(join(dd, NET)).sort().map((n) => [n, readFileSync(join(dd, NET, n), 'utf8')]),
+    [['10.77.0.2', 'c1\r\neth0'], ['last_reserved_ip.0', '10.77.0.2'], ['lock', '']],
+  );
+  // The counting line proves IPWARDEN_PATH=standalone-fallback and the shim's own IPWARDEN_SOCKET.
+  assert.match(readFileSync(join(sockDir, 'standalone-requests.log'), 'utf8'), /^\d+ ADD ok\n$/);
+  return r;
+}
+
+/** Poll `cond` (a condition, not a clock) until true; fail after `tries` looks. */
+async function waitFor(what: string, cond: () => boolean, tries = 3000): Promise<void> {
+  for (let i = 0; i < tries; i++) {
+    if (cond()) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  assert.fail(`gave up waiting for ${what}`);
+}
+
+describe('shim: a valid answer is relayed exactly', () => {
+  for (const exitStatus of [0, 1, 42]) {
+    it(`exit status ${exitStatus}, stdout and stderr bytes, filtered env, exact stdin and pid reach the daemon`, async () => {
+      const { shim: s, socket, sockDir } = shim();
+      const stdout = Buffer.concat([Buffer.from('{"cniVersion":"1.0.0","ips":[]}\n'), Buffer.from([0xff, 0x00, 0xc3, 0x28])]);
+      const stderr = Buffer.from([0x6e, 0x6f, 0x74, 0x65, 0xfe, 0x0a]);
+      const d = await daemon(socket, { kind: 'answer', exitStatus, stdout, stderr });
+      const stdin = Buffer.concat([Buffer.from('{"cniVersion":"1.0.0","name":"x"}'), Buffer.from([0x80, 0xff, 0x00, 0xfe, 0x0a])]);
+      const r = await run(s, runtimeEnv('ADD'), stdin);
+      assert.deepEqual([r.code, r.signal], [exitStatus, null]);
+      assert.deepEqual(r.stdout, stdout);
+      assert.deepEqual(r.stderr, stderr);
+      const c = await d.connection(0);
+      assert.ok(c.request !== null);
+      assert.deepEqual({ ...c.request, env: [...c.request.env].sort() }, { magic: 'IPWD', version: 1, pid: r.pid, env: forwarded('ADD'), stdin });
+      assert.equal(d.connections.length, 1);
+      assert.equal(existsSync(join(sockDir, 'standalone-requests.log')), false, 'the standalone did not run');
+    });
+  }
+
+  it('a large answer (3 MiB of stdout) is written out completely', async () => {
+    const { shim: s, socket } = shim();
+    const stdout = Buffer.alloc(3 << 20);
+    for (let i = 0; i < stdout.length; i++) stdout[i] = (i * 7919) & 0xff;
+    await daemon(socket, { kind: 'answer', exitStatus: 0, stdout, stderr: Buffer.from('e') });
+    const r = await run(s, runtimeEnv('DEL'), Buffer.from('{}'));
+    assert.equal(r.code, 0);
+    assert.equal(r.stdout.length, stdout.length);
+    assert.ok(r.stdout.equals(stdout));
+    assert.equal(r.stderr.toString(), 'e');
+  });
+});
+
+describe('shim: every daemon failure falls back to the standalone plugin', () => {
+  it('control: NODE_EXTRA_CA_CERTS given to Node prints a warning (what the fallback checks rely on)', () => {
+    const r = spawnSync(standalonePlugin(), [], { input: '{"cniVersion":"1.0.0"}', env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION', NODE_EXTRA_CA_CERTS: CA }, encoding: 'utf8' });
+    assert.equal(r.status, 0);
+    assert.match(r.stderr, /Ignoring extra certs/);
+  });
+
+  it('no socket file', async () => {
+    const { shim: s, socket, sockDir } = shim();
+    assert.equal(existsSync(socket), false);
+    await assertFallbackAdd(s, sockDir);
+  });
+
+  it('a stale socket file nobody listens on', async () => {
+    const { shim: s, socket, sockDir } = shim();
+    // A listener killed with SIGKILL leaves its socket file behind (a clean close removes it).
+    const k = spawnSync(process.execPath, ['-e', `require('node:net').createServer().listen(${JSON.stringify(socket)}, () => process.kill(process.pid, 'SIGKILL'))`]);
+    assert.equal(k.signal, 'SIGKILL');
+    assert.ok(lstatSync(socket).isSocket());
+    await assertFallbackAdd(s, sockDir);
+  });
+
+  const malformed: Array<[string, Behaviour]> = [
+    ['the daemon closes after the request without answering', { kind: 'close' }],
+    ['a bad magic', { kind: 'raw', bytes: encodeAnswer(0, Buffer.from('{"fake":true}'), Buffer.alloc(0), Buffer.from('IPWX')) }],
+    ['a bad version', { kind: 'raw', bytes: encodeAnswer(0, Buffer.from('{"fake":true}'), Buffer.alloc(0), MAGIC, 2) }],
+    ['an exit status above 255', { kind: 'raw', bytes: encodeAnswer(256, Buffer.from('{"fake":true}'), Buffer.alloc(0)) }],
+    ['a header declaring more than 16 MiB of stdout', { kind: 'raw', bytes: encodeAnswer(0, Buffer.alloc(0), Buffer.alloc(0)).fill(0x01, 12, 16) }],
+    ['half an answer, then close', { kind: 'raw', bytes: encodeAnswer(0, Buffer.from('{"fake":true,"padding":"................"}'), Buffer.from('x')).subarray(0, 30) }],
+    ['half a header, then close', { kind: 'raw', bytes: MAGIC }],
+  ];
+  for (const [what, behaviour] of malformed) {
+    it(what, async () => {
+      const { shim: s, socket, sockDir } = shim();
+      const d = await daemon(socket, behaviour);
+      await assertFallbackAdd(s, sockDir);
+      const c = await d.connection(0);
+      assert.ok(c.request !== null, 'the daemon got the whole request before the fallback');
+      assert.deepEqual([...c.request.env].sort(), forwarded('ADD'));
+    });
+  }
+
+  it('a daemon that never answers: the shim gives up after its (patched, 1 s) timeout and closes', async () => {
+    const { shim: s, socket, sockDir } = shim({ timeoutSeconds: 1 });
+    assert.equal(readShimFields(readFileSync(s)).timeout, '1');
+    const d = await daemon(socket, { kind: 'silent' });
+    await assertFallbackAdd(s, sockDir);
+    const c = await d.connection(0);
+    assert.ok(c.request !== null);
+    await c.clientGone; // the shim closed its side before running the standalone
+  });
+
+  it('a stdin over 16 MiB is not sent; the standalone gets all of it', async () => {
+    const { shim: s, socket, sockDir } = shim();
+    const d = await daemon(socket, { kind: 'answer', exitStatus: 0, stdout: Buffer.from('{"fake":true}'), stderr: Buffer.alloc(0) });
+    await assertFallbackAdd(s, sockDir, { pad: 'p'.repeat((16 << 20) + 100) });
+    const c = await d.connection(0);
+    await c.clientGone;
+    assert.deepEqual([c.received, c.request], [0, null]);
+  });
+
+  it('the standalone runs in the same process with exactly the filtered env plus IPWARDEN_PATH and IPWARDEN_SOCKET (/proc)', async () => {
+    const { shim: s, socket, sockDir } = shim();
+    const dd = temp('ipw-shim-data-');
+    mkdirSync(join(dd, NET));
+    const holder = spawn(process.execPath, [join(ROOT, 'test/fixtures/hold-lock.cjs'), join(dd, NET, 'lock')], { stdio: ['pipe', 'pipe', 'inherit'] });
+    cleanups.push(() => {
+      if (holder.exitCode === null) holder.kill('SIGKILL');
+    });
+    await new Promise<void>((res) => holder.stdout.once('data', () => res()));
+    let pid = 0;
+    const done = run(s, runtimeEnv('ADD'), config(dd), (p) => (pid = p));
+    const node = realpathSync(process.execPath);
+    // Wait until the pid the shim started as runs Node, blocked on the held lock.
+    await waitFor('the shim to exec the standalone', () => {
+      try {
+        return pid !== 0 && readlinkSync(`/proc/${pid}/exe`) === node;
+      } catch {
+        return false;
+      }
+    });
+    const environ = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').filter((e) => e !== '').sort();
+    assert.deepEqual(environ, [...forwarded('ADD'), 'IPWARDEN_PATH=standalone-fallback', `IPWARDEN_SOCKET=${socket}`].sort());
+    assert.match(readFileSync(`/proc/${pid}/cmdline`, 'utf8'), new RegExp(`${join(binDir, 'ipwarden-standalone')}\0$`));
+    holder.stdin.end();
+    const r = await done;
+    assert.deepEqual([r.pid, r.code, JSON.parse(r.stdout.toString())], [pid, 0, RESULT]);
+    assert.match(readFileSync(join(sockDir, 'standalone-requests.log'), 'utf8'), /^\d+ ADD ok\n$/);
+  });
+});
+
+describe('shim: the replayed stdin is the original, byte for byte', () => {
+  // A recording stand-in for the standalone plugin, in a scratch bin dir with its own shim copy.
+  const RECORDER = `#!/bin/sh
+cat /proc/$$/environ > "$0.env"
+readlink /proc/$$/fd/0 > "$0.fd0"
+cat > "$0.stdin"
+printf '{"recorded":true}'
+`;
+  let dir = '';
+  before(() => {
+    dir = temp('ipw-shim-rec-');
+    writeFileSync(join(dir, 'ipwarden-standalone'), RECORDER, { mode: 0o755 });
+  });
+  const recorded = (): { env: string[]; fd0: string; stdin: Buffer } => ({
+    env: readFileSync(join(dir, 'ipwarden-standalone.env'), 'utf8').split('\0').filter((e) => e !== '').sort(),
+    fd0: readFileSync(join(dir, 'ipwarden-standalone.fd0'), 'utf8').trim(),
+    stdin: readFileSync(join(dir, 'ipwarden-standalone.stdin')),
+  });
+
+  it('after the daemon closed: non-UTF-8 bytes through a memfd', async () => {
+    const { shim: s, socket } = shim({ dir });
+    await daemon(socket, { kind: 'close' });
+    const stdin = Buffer.from([0x7b, 0x80, 0xff, 0x00, 0xfe, 0x0a, 0x7d]);
+    const r = await run(s, runtimeEnv('DEL'), stdin);
+    assert.deepEqual([r.code, r.stdout.toString()], [0, '{"recorded":true}']);
+    const got = recorded();
+    assert.deepEqual(got.stdin, stdin);
+    assert.match(got.fd0, /^\/memfd:ipwarden-stdin/);
+    assert.deepEqual(got.env, [...forwarded('DEL'), 'IPWARDEN_PATH=standalone-fallback', `IPWARDEN_SOCKET=${socket}`].sort());
+  });
+
+  it('over 16 MiB: what the shim read plus the unread rest', async () => {
+    const { shim: s, socket } = shim({ dir });
+    const d = await daemon(socket, { kind: 'silent' });
+    const stdin = Buffer.alloc((16 << 20) + 12345);
+    for (let i = 0; i < stdin.length; i++) stdin[i] = (i * 31 + (i >> 9)) & 0xff;
+    const r = await run(s, runtimeEnv('ADD'), stdin);
+    assert.equal(r.code, 0);
+    const got = recorded();
+    assert.equal(got.stdin.length, stdin.length);
+    assert.ok(got.stdin.equals(stdin), 'same bytes');
+    assert.equal((await d.connection(0)).received, 0);
+  });
+
+  it('no daemon: the untouched stdin (no replay needed)', async () => {
+    const { shim: s } = shim({ dir });
+    const stdin = Buffer.from([0x00, 0x01, 0xff]);
+    const r = await run(s, runtimeEnv('CHECK'), stdin);
+    assert.equal(r.code, 0);
+    const got = recorded();
+    assert.deepEqual(got.stdin, stdin);
+    assert.match(got.fd0, /^(pipe|socket):\[/); // the spawner's own stdin (Node uses a socketpair), not a replay
+  });
+
+  it('without CNI_COMMAND (operator CLI use) the standalone gets argv, the whole env and stdin, and the daemon is not asked', async () => {
+    const { shim: s, socket } = shim({ dir });
+    const d = await daemon(socket, { kind: 'close' });
+    const r = spawnSync(s, ['gc', '--dry-run'], { input: 'in', env: { PATH: '/usr/bin:/bin', FOO: 'bar' } });
+    assert.equal(r.status, 0);
+    assert.deepEqual(recorded().env, ['FOO=bar', 'PATH=/usr/bin:/bin']);
+    assert.equal(recorded().stdin.toString(), 'in');
+    assert.equal(d.connections.length, 0);
+  });
+
+  it('no standalone beside the shim: a CNI error document, exit status 1', async () => {
+    const lone = temp('ipw-shim-lone-');
+    const { shim: s } = shim({ dir: lone });
+    const r = await run(s, runtimeEnv('ADD'), Buffer.from('{}'));
+    assert.equal(r.code, 1);
+    assert.deepEqual(JSON.parse(r.stdout.toString()), { cniVersion: '1.0.0', code: 999, msg: 'ipwarden: cannot run the standalone plugin: No such file or directory' });
+  });
+});
+
+describe('shim binary', () => {
+  /** The program header types of an ELF64 little-endian file. */
+  function programHeaderTypes(path: string): number[] {
+    const b = readFileSync(path);
+    assert.deepEqual([b.subarray(0, 4).toString('latin1'), b[4], b[5]], ['\x7fELF', 2, 1], 'ELF64 little-endian');
+    const phoff = Number(b.readBigUInt64LE(0x20));
+    const phentsize = b.readUInt16LE(0x36);
+    const phnum = b.readUInt16LE(0x38);
+    return Array.from({ length: phnum }, (_, i) => b.readUInt32LE(phoff + i * phentsize));
+  }
+
+  it('is statically linked: no PT_INTERP, no PT_DYNAMIC', () => {
+    for (const path of [join(ROOT, 'dist/ipwarden-shim'), bin]) {
+      const types = programHeaderTypes(path);
+      assert.ok(types.includes(1), 'has PT_LOAD');
+      assert.equal(types.includes(3), false, `${path} has PT_INTERP`);
+      assert.equal(types.includes(2), false, `${path} has PT_DYNAMIC`);
+    }
+    const f = spawnSync('file', ['-b', bin], { encoding: 'utf8' });
+    if (f.status === 0) assert.match(f.stdout, /statically linked/);
+  });
+
+  it('the installed shim differs from the built one only in the socket field, which holds the test socket', () => {
+    const built = readFileSync(join(ROOT, 'dist/ipwarden-shim'));
+    const inst = readFileSync(bin);
+    assert.equal(inst.length, built.length);
+    const at = built.indexOf(SOCKET_FIELD.marker, 0, 'latin1');
+    const diff = [...inst.keys()].filter((i) => inst[i] !== built[i]);
+    assert.ok(diff.length > 0 && diff.every((i) => i >= at + SOCKET_FIELD.marker.length && i < at + SOCKET_FIELD.bytes));
+    assert.deepEqual(readShimFields(inst), { socket: pluginSocket(), timeout: '150' });
+    assert.deepEqual(readShimFields(built), { socket: '/run/ipwarden/plugin.sock', timeout: '150' });
+  });
+});
+
+describe('install-cni', () => {
+  const cli = (args: string[]) => spawnSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', ...args], { encoding: 'utf8' });
+
+  it('--socket must be absolute and at most 107 bytes; nothing is written otherwise', () => {
+    const base = temp('ipw-shim-inst-');
+    const dest = join(base, 'bin');
+    let r = cli(['--dest', dest, '--socket', 'run/x.sock']);
+    assert.deepEqual([r.status, r.stdout, r.stderr], [2, '', 'ipwarden: install-cni: --socket must be an absolute path (got "run/x.sock")\n']);
+    const long = `/${'s'.repeat(107)}`;
+    r = cli(['--dest', dest, '--socket', long]);
+    assert.deepEqual([r.status, r.stdout, r.stderr], [2, '', 'ipwarden: install-cni: --socket is 108 bytes long, at most 107 fit in a unix socket address\n']);
+    assert.equal(existsSync(dest), false);
+    assert.throws(() => validateSocketPath('/run/a\0b'), (e: unknown) => e instanceof UsageError && e.message === 'install-cni: --socket must not contain a NUL byte');
+  });
+
+  it('a 107-byte --socket is patched in, and the layout is shim + standalone + binding, each 0755', () => {
+    const base = temp('ipw-shim-inst-');
+    const dest = join(base, 'bin');
+    const socket = `${base}/${'s'.repeat(107 - base.length - 1)}`;
+    assert.equal(Buffer.byteLength(socket), 107);
+    const r = cli(['--dest', dest, '--socket', socket]);
+    assert.deepEqual([r.status, r.stderr], [0, '']);
+    assert.equal(
+      r.stdout,
+      `installed ${join(dest, 'ipwarden')} (shim, socket ${socket})\n` +
+        `installed ${join(dest, 'ipwarden-standalone')} (node ${process.execPath})\n` +
+        `installed ${join(dest, 'ipwarden-flock.node')}\n`,
+    );
+    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node', 'ipwarden-standalone']);
+    for (const n of readdirSync(dest)) assert.equal(statSync(join(dest, n)).mode & 0o777, 0o755, n);
+    assert.equal(readShimFields(readFileSync(join(dest, 'ipwarden'))).socket, socket);
+  });
+
+  it('atomic write: a symlink planted at the temporary name is removed, never followed; the file is replaced by rename', () => {
+    const dir = temp('ipw-shim-atomic-');
+    const victim = join(dir, 'victim');
+    writeFileSync(victim, 'precious');
+    const target = join(dir, 'ipwarden');
+    writeFileSync(target, 'old');
+    const oldIno = statSync(target).ino;
+    symlinkSync(victim, `${target}.tmp-${process.pid}`);
+    atomicWrite(target, Buffer.from('new'), 0o755);
+    assert.equal(readFileSync(victim, 'utf8'), 'precious');
+    assert.equal(readFileSync(target, 'utf8'), 'new');
+    assert.notEqual(statSync(target).ino, oldIno, 'a new inode: renamed into place, not rewritten');
+    assert.equal(statSync(target).mode & 0o777, 0o755);
+    assert.deepEqual(readdirSync(dir).sort(), ['ipwarden', 'victim']);
+  });
+
+  it('patchShim refuses a bad timeout and a binary without the marker', () => {
+    assert.throws(() => patchShim(readFileSync(bin), { timeoutSeconds: 0 }), UsageError);
+    assert.throws(() => patchShim(Buffer.from('no marker here'), { socket: '/x.sock' }), /exactly once/);
+  });
+});
+
+describe('the fallback counting line (standalone-requests.log beside the socket)', () => {
+  const env = (sock: string, command = 'ADD') => ({ IPWARDEN_PATH: 'standalone-fallback', IPWARDEN_SOCKET: sock, CNI_COMMAND: command });
+  const T = 1_700_000_000_123;
+
+  it('appends `<unix seconds> <COMMAND> <ok|error>` in a root-owned 0700 directory, file mode 0600', () => {
+    const dir = temp('ipw-shim-count-');
+    assert.equal(countFallbackRequest(env(join(dir, 'plugin.sock')), 0, T), true);
+    assert.equal(countFallbackRequest(env(join(dir, 'plugin.sock'), 'DEL'), 1, T + 1000), true);
+    assert.equal(countFallbackRequest(env(join(dir, 'plugin.sock'), 'BOGUS\nX'), 1, T), true);
+    assert.equal(readFileSync(join(dir, 'standalone-requests.log'), 'utf8'), '1700000000 ADD ok\n1700000001 DEL error\n1700000000 OTHER error\n');
+    assert.equal(statSync(join(dir, 'standalone-requests.log')).mode & 0o777, 0o600);
+    assert.equal(fallbackLine(undefined, 0, T), '1700000000 OTHER ok\n');
+  });
+
+  it('writes nothing (and does not throw) for an unsafe or odd place', () => {
+    const base = temp('ipw-shim-count-');
+    const groupWritable = join(base, 'gw');
+    mkdirSync(groupWritable);
+    chmodSync(groupWritable, 0o770);
+    const notRoot = join(base, 'nobody');
+    mkdirSync(notRoot, { mode: 0o700 });
+    chownSync(notRoot, 65534, 65534);
+    const good = join(base, 'good');
+    mkdirSync(good, { mode: 0o700 });
+    const linkedDir = join(base, 'linked');
+    symlinkSync(good, linkedDir);
+    const withLinkedLog = join(base, 'loglink');
+    mkdirSync(withLinkedLog, { mode: 0o700 });
+    const victim = join(base, 'victim');
+    writeFileSync(victim, 'precious');
+    symlinkSync(victim, join(withLinkedLog, 'standalone-requests.log'));
+    const withFifo = join(base, 'fifo');
+    mkdirSync(withFifo, { mode: 0o700 });
+    assert.equal(spawnSync('mkfifo', [join(withFifo, 'standalone-requests.log')]).status, 0);
+    for (const sock of [
+      join(groupWritable, 'plugin.sock'),
+      join(notRoot, 'plugin.sock'),
+      join(linkedDir, 'plugin.sock'),
+      join(withLinkedLog, 'plugin.sock'),
+      join(withFifo, 'plugin.sock'),
+      `${good}/../good/plugin.sock`,
+      'relative/plugin.sock',
+      join(base, 'missing', 'plugin.sock'),
+    ]) {
+      assert.equal(countFallbackRequest(env(sock), 0, T), false, sock);
+    }
+    assert.equal(countFallbackRequest({ IPWARDEN_PATH: 'standalone-fallback' }, 0, T), false);
+    assert.deepEqual(readdirSync(good), []);
+    assert.deepEqual(readdirSync(groupWritable), []);
+    assert.deepEqual(readdirSync(notRoot), []);
+    assert.equal(readFileSync(victim, 'utf8'), 'precious');
+  });
+});

@@ -1,0 +1,167 @@
+/**
+ * A fake ipwarden daemon for black-box tests of the exec shim: a Node unix-socket server that
+ * speaks protocol v1 (docs/daemon.md) — or deliberately does not. It is the hostile side: it can
+ * answer exactly, close without answering, send any raw bytes (bad magic, bad version, half an
+ * answer), or never answer. Every connection is recorded with the request bytes it carried, so a
+ * test can assert what the shim sent (magic, version, pid, env block, stdin) and whether the shim
+ * went away.
+ */
+import { createServer, type Server, type Socket } from 'node:net';
+
+/** v1 magic, both directions. */
+export const MAGIC = Buffer.from('IPWD', 'latin1');
+/** Fixed header size of a request and of an answer: 5 × u32, bytes. */
+export const HEADER_BYTES = 20;
+
+/** How the fake daemon treats a connection once it has read a full request (or the client's end). */
+export type Behaviour =
+  /** Answer with this exit status and these stdout/stderr bytes (a valid v1 answer). */
+  | { readonly kind: 'answer'; readonly exitStatus: number; readonly stdout: Uint8Array; readonly stderr: Uint8Array }
+  /** Close the connection without answering. */
+  | { readonly kind: 'close' }
+  /** Write exactly these bytes, then close (a malformed or short answer). */
+  | { readonly kind: 'raw'; readonly bytes: Uint8Array }
+  /** Never answer; keep the connection open until the client closes it or the daemon stops. */
+  | { readonly kind: 'silent' };
+
+/** One request as the fake daemon decoded it. */
+export interface ReceivedRequest {
+  readonly magic: string;
+  readonly version: number;
+  readonly pid: number;
+  /** The env block's entries (`NAME=value`), in order, decoded as UTF-8. */
+  readonly env: readonly string[];
+  /** The stdin bytes, exactly. */
+  readonly stdin: Buffer;
+}
+
+/** One connection: its request once complete, and whether the client closed its side. */
+export interface Connection {
+  /** Bytes received so far. */
+  readonly received: number;
+  /** The decoded request, once all of it has arrived; null before (or if it never does). */
+  readonly request: ReceivedRequest | null;
+  /** Resolves when the client has ended or closed the connection. */
+  readonly clientGone: Promise<void>;
+}
+
+/** A running fake daemon. */
+export interface FakeDaemon {
+  readonly path: string;
+  /** Every connection accepted, in order. */
+  readonly connections: readonly Connection[];
+  /** Resolves with the n-th connection (0-based) once it has been accepted. */
+  connection(n: number): Promise<Connection>;
+  /** Stop listening (removes the socket file), destroy every open connection. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** A v1 answer: header, stdout, stderr. */
+export function encodeAnswer(exitStatus: number, stdout: Uint8Array, stderr: Uint8Array, magic: Uint8Array = MAGIC, version = 1): Buffer {
+  const h = Buffer.alloc(HEADER_BYTES);
+  Buffer.from(magic).copy(h, 0, 0, 4);
+  h.writeUInt32LE(version, 4);
+  h.writeUInt32LE(exitStatus, 8);
+  h.writeUInt32LE(stdout.length, 12);
+  h.writeUInt32LE(stderr.length, 16);
+  return Buffer.concat([h, stdout, stderr]);
+}
+
+/** Decode a full request from `buf`, or null when it is not complete yet (or is not v1-shaped). */
+export function decodeRequest(buf: Buffer): ReceivedRequest | null {
+  if (buf.length < HEADER_BYTES) return null;
+  const envBytes = buf.readUInt32LE(12);
+  const stdinBytes = buf.readUInt32LE(16);
+  if (buf.length < HEADER_BYTES + envBytes + stdinBytes) return null;
+  const block = buf.subarray(HEADER_BYTES, HEADER_BYTES + envBytes);
+  const env: string[] = [];
+  for (let start = 0; start < block.length; ) {
+    let end = block.indexOf(0, start);
+    if (end < 0) end = block.length;
+    env.push(block.toString('utf8', start, end));
+    start = end + 1;
+  }
+  return {
+    magic: buf.toString('latin1', 0, 4),
+    version: buf.readUInt32LE(4),
+    pid: buf.readUInt32LE(8),
+    env,
+    stdin: Buffer.from(buf.subarray(HEADER_BYTES + envBytes, HEADER_BYTES + envBytes + stdinBytes)),
+  };
+}
+
+/** Start a fake daemon listening on `path` (which must not exist), treating every connection per `behaviour`. */
+export async function startFakeDaemon(path: string, behaviour: Behaviour): Promise<FakeDaemon> {
+  const connections: Connection[] = [];
+  const sockets = new Set<Socket>();
+  const waiters: Array<() => void> = [];
+  const server: Server = createServer((sock) => {
+    sockets.add(sock);
+    const chunks: Buffer[] = [];
+    let goneResolve: () => void = () => undefined;
+    const conn = {
+      received: 0,
+      request: null as ReceivedRequest | null,
+      clientGone: new Promise<void>((res) => (goneResolve = res)),
+    };
+    connections.push(conn);
+    waiters.splice(0).forEach((w) => w());
+    let acted = false;
+    const act = (): void => {
+      if (acted) return;
+      acted = true;
+      switch (behaviour.kind) {
+        case 'answer':
+          sock.end(encodeAnswer(behaviour.exitStatus, behaviour.stdout, behaviour.stderr));
+          break;
+        case 'close':
+          sock.destroy();
+          break;
+        case 'raw':
+          sock.end(behaviour.bytes);
+          break;
+        case 'silent':
+          break;
+      }
+    };
+    sock.on('data', (c: Buffer) => {
+      chunks.push(c);
+      conn.received += c.length;
+      if (conn.request === null) {
+        conn.request = decodeRequest(Buffer.concat(chunks));
+        if (conn.request !== null) act();
+      }
+    });
+    sock.on('end', () => goneResolve());
+    sock.on('close', () => {
+      sockets.delete(sock);
+      goneResolve();
+    });
+    sock.on('error', () => undefined);
+  });
+  await new Promise<void>((res, rej) => {
+    server.once('error', rej);
+    server.listen(path, () => res());
+  });
+  let closed: Promise<void> | null = null;
+  return {
+    path,
+    connections,
+    connection: (n) =>
+      new Promise<Connection>((res) => {
+        const check = (): void => {
+          const c = connections[n];
+          if (c !== undefined) res(c);
+          else waiters.push(check);
+        };
+        check();
+      }),
+    close: () => {
+      closed ??= new Promise<void>((res) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => res());
+      });
+      return closed;
+    },
+  };
+}
