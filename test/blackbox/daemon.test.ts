@@ -460,4 +460,42 @@ describe('ipwarden daemon stop', { skip }, () => {
     assert.equal(existsSync(options.socket), false);
     assert.deepEqual(closedParts, ['p2', 'p1']);
   });
+
+  it('in-process, maxInFlight 1: a request waits for the one in flight; a queued request whose client went away is dropped unrun', async () => {
+    const t = temp();
+    const lines: Array<Record<string, unknown>> = [];
+    const log = createLogger('debug', { stream: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) } });
+    const order: string[] = [];
+    const dropped: string[] = [];
+    const socket = join(t, 'run', 'plugin.sock');
+    const daemon = await startDaemon(
+      { socket, metricsAddress: { host: '127.0.0.1', port: 0 }, intervalSeconds: 60, logLevel: 'debug', dataDir: join(t, 'data'), network: null, runtimeEndpoint: null, graceSeconds: 300, policy: 'conservative', cniConfDir: join(t, 'net.d'), auditLog: null },
+      { log, maxInFlight: 1, hooks: { onRequest: (e) => void order.push(`${e.command} ${e.containerId}`), onDropped: (e) => void dropped.push(`${e.command} ${e.containerId} ${e.stage}`) } },
+    );
+    try {
+      const dd = temp();
+      const dir = join(dd, NET);
+      mkdirSync(dir, { recursive: true });
+      const lock = await holdLock(join(dir, 'lock'));
+      const shim = await fakeShim();
+      const first = runViaDaemon(socket, { command: 'ADD', containerId: 'q1', ifname: 'eth0', stdin: conf(dd) }, shim);
+      await until(() => hasOpen(process.pid, join(dir, 'lock')));
+      const second = runViaDaemon(socket, { command: 'VERSION', containerId: 'q2', stdin: '{}' }, shim);
+      let third: Socket | null = null;
+      const thirdDone = sendRaw(socket, encodeRequest({ pid: shim, env: cniEnv({ command: 'ADD', containerId: 'q3', ifname: 'eth0', stdin: '' }), stdin: JSON.stringify(conf(dd)) }), { onSent: (s) => (third = s) });
+      await until(() => daemon.server.inFlight === 3 && third !== null);
+      (third as unknown as Socket).destroy();
+      await until(() => lines.some((l) => l['msg'] === 'client closed its connection while its request was in flight' && l['containerId'] === 'q3'));
+      await lock.release();
+      assert.equal((await first).exitCode, 0);
+      assert.equal((await second).exitCode, 0);
+      assert.equal((await thirdDone).kind, 'closed');
+      await until(() => dropped.length === 1);
+      assert.deepEqual(order, ['ADD q1', 'VERSION q2']);
+      assert.deepEqual(dropped, ['ADD q3 queued']);
+      assert.deepEqual(snapshotDir(dir), { '10.93.0.2': 'q1\r\neth0', 'last_reserved_ip.0': '10.93.0.2', lock: '' });
+    } finally {
+      await daemon.close();
+    }
+  });
 });
