@@ -461,6 +461,25 @@ describe('ipwarden daemon stop', { skip }, () => {
     assert.deepEqual(closedParts, ['p2', 'p1']);
   });
 
+  it('in-process: a client that never completes its request is closed without an answer (request timeout), the daemon keeps serving', async () => {
+    const t = temp();
+    const malformed: string[] = [];
+    const socket = join(t, 'run', 'plugin.sock');
+    const daemon = await startDaemon(
+      { socket, metricsAddress: { host: '127.0.0.1', port: 0 }, intervalSeconds: 60, logLevel: 'silent', dataDir: join(t, 'data'), network: null, runtimeEndpoint: null, graceSeconds: 300, policy: 'conservative', cniConfDir: join(t, 'net.d'), auditLog: null },
+      { log: createLogger('silent'), requestTimeoutSeconds: 0.05, hooks: { onMalformed: (e) => void malformed.push(`${e.kind}: ${e.reason}`) } },
+    );
+    try {
+      // Half a header, then silence (the client keeps its side open).
+      const r = await sendRaw(socket, Buffer.from('IPWD\x01\0'));
+      assert.deepEqual([r.kind, r.kind === 'closed' ? r.received : -1], ['closed', 0]);
+      assert.deepEqual(malformed, ['timeout: no complete request within 0.05s (6 bytes received)']);
+      assert.equal((await runViaDaemon(socket, { command: 'VERSION', stdin: '{}' })).exitCode, 0);
+    } finally {
+      await daemon.close();
+    }
+  });
+
   it('in-process, maxInFlight 1: a request waits for the one in flight; a queued request whose client went away is dropped unrun', async () => {
     const t = temp();
     const lines: Array<Record<string, unknown>> = [];
