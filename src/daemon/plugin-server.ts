@@ -513,7 +513,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         closing = true;
         const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
         // No answer for a request not yet complete: its shim falls back to the standalone plugin.
-        for (const c of conns) if (!serving.has(c)) c.sock.destroy();
+        // (An answered connection closes itself once its answer is written.)
+        for (const c of conns) if (!serving.has(c) && !c.answered) c.sock.destroy();
         while (pending.size > 0) await Promise.allSettled([...pending]);
         // Answered connections close themselves once the answer is written.
         for (const c of conns) if (!c.answered) c.sock.destroy();
