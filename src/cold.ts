@@ -1,9 +1,23 @@
 /**
  * The cold part of the program: everything the plugin's hot path (ADD/DEL/CHECK/GC/STATUS on a
- * healthy network) never needs — the operator CLI and the CRI-backed self-healing hooks with the
- * gRPC client. `scripts/build.mjs` bundles this module separately and embeds it in the main bundle
- * as a string that is compiled only when first imported, so exec'ing the plugin does not pay for
- * parsing gRPC (docs/benchmarks.md). Under tsx (tests) it is an ordinary module.
+ * healthy network) never needs — the operator CLI, the daemon and the CRI-backed self-healing
+ * hooks with the gRPC client. `scripts/build.mjs` bundles this module separately and embeds it in
+ * the main bundle as a string that is compiled only when first imported, so exec'ing the plugin
+ * does not pay for parsing gRPC (docs/benchmarks.md). Under tsx (tests) it is an ordinary module.
+ *
+ * This is the main layer: it joins the CLI and the daemon, which are peers and do not import each
+ * other (the `daemon` verb parses its flags in src/cli/daemon.ts; the daemon is started here).
  */
-export { runMain } from './cli/main.ts';
+import { runMain as cliRunMain } from './cli/main.ts';
+import type { CliContext } from './cli/context.ts';
+import type { DaemonStarter } from './cli/daemon.ts';
+
 export { criHeal } from './cni/heal.ts';
+
+/** `ipwarden daemon`: run the daemon (src/daemon/daemon.ts) until SIGTERM/SIGINT. */
+const startDaemon: DaemonStarter = async (options) => (await import('./daemon/daemon.ts')).runDaemon(options);
+
+/** The CLI (src/cli/main.ts `runMain`) with the verbs of the layers above it wired in. */
+export function runMain(argv: readonly string[], ctx?: CliContext): Promise<number> {
+  return cliRunMain(argv, ctx, { daemon: startDaemon });
+}

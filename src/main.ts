@@ -7,8 +7,8 @@
 /** Run ipwarden with `argv` (without node and script); resolves to the exit status. */
 export async function main(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): Promise<number> {
   if ((env['CNI_COMMAND'] ?? '') !== '') {
-    const { runPlugin } = await import('./cni/plugin.ts');
-    return runPlugin();
+    const { fileDepsWith, runPlugin } = await import('./cni/plugin.ts');
+    return runPlugin(fileDepsWith(async () => (await import('./cold.ts')).criHeal));
   }
   const { runMain } = await import('./cold.ts');
   return runMain(argv);

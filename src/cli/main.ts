@@ -10,11 +10,21 @@ import { escapeTerminal } from './format.ts';
 import type { ReconcileCommandOptions } from './leaks.ts';
 import type { StatusOptions } from './status.ts';
 import type { DoctorOptions } from './doctor.ts';
+import type { DaemonCommandOptions, DaemonStarter } from './daemon.ts';
 
 /** ipwarden's version (package.json). */
 export const VERSION = '0.1.0';
 
-function build(ctx: CliContext, setCode: (c: number) => void): Command {
+/**
+ * Verbs whose engine lives in a layer the CLI must not import (the daemon is a peer of the CLI):
+ * the main layer (`src/cold.ts`) passes them to {@link runMain}.
+ */
+export interface CliStarters {
+  /** Runs `ipwarden daemon` (`src/daemon/daemon.ts` `runDaemon`). */
+  readonly daemon?: DaemonStarter;
+}
+
+function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStarters = {}): Command {
   const program = new Command('ipwarden')
     .description('Leak-proof pod IP address management (CNI IPAM plugin and leak reconciler)')
     .exitOverride()
@@ -98,6 +108,27 @@ function build(ctx: CliContext, setCode: (c: number) => void): Command {
       setCode(await m.run(opts, ctx));
     });
 
+  // daemon (issue 9): flags → DaemonOptions here (./daemon.ts), the daemon itself is injected.
+  program
+    .command('daemon')
+    .description('serve the CNI plugin over a unix socket for the exec shim (node agent; runs until SIGTERM)')
+    .option('--socket <PATH>', 'plugin socket (its directory is created 0700 if missing)', '/run/ipwarden/plugin.sock')
+    .option('--interval <DUR>', 'reconcile interval (Go duration)', '1m')
+    .option('--metrics-address <HOST:PORT>', 'where Prometheus metrics are served', '127.0.0.1:9617')
+    .option('--log-level <LEVEL>', 'fatal, error, warn, info, debug, trace or silent (JSON lines on stderr)', 'info')
+    .option('--data-dir <DIR>', 'host-local data dir holding one directory per network', '/var/lib/cni/networks')
+    .option('--network <NAME>', 'only this network (default: every network directory)')
+    .option('--runtime-endpoint <URL>', 'CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, else containerd, else CRI-O)')
+    .option('--grace <DUR>', 'keep unowned files younger than this (Go duration)', '5m')
+    .option('--policy <P>', 'conservative, or reclaim-notready', 'conservative')
+    .option('--cni-conf-dir <DIR>', 'CNI configuration directory', '/etc/cni/net.d')
+    .option('--audit-log <FILE>', 'audit log (default: <data-dir>/ipwarden-audit.log)')
+    .addHelpText('after', '\nExamples:\n  ipwarden daemon\n  ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug\n')
+    .action(async (opts: DaemonCommandOptions) => {
+      const m = await import('./daemon.ts');
+      setCode(await m.run(opts, ctx, starters.daemon));
+    });
+
   return program;
 }
 
@@ -108,9 +139,11 @@ function collectDirs(value: string, previous: string[] | undefined): string[] {
 
 /**
  * Run the CLI with `argv` (arguments only, no node/script). Resolves to the exit status:
- * 0 success, 1 failure, 2 usage error. Never calls process.exit.
+ * 0 success, 1 failure, 2 usage error. Never calls process.exit. `starters` supplies the verbs
+ * implemented above the CLI's layer (`daemon`); without one such a verb fails (exit 1) after its
+ * flags were validated.
  */
-export async function runMain(argv: readonly string[], rawCtx: CliContext = processContext()): Promise<number> {
+export async function runMain(argv: readonly string[], rawCtx: CliContext = processContext(), starters: CliStarters = {}): Promise<number> {
   // Every human output goes through one filter: values from disk (an ifname may hold any byte but
   // whitespace, '/' and ':'), the runtime or configuration file names never reach the terminal
   // raw (issue 8.6). JSON is unchanged by it (see escapeTerminal).
@@ -120,9 +153,13 @@ export async function runMain(argv: readonly string[], rawCtx: CliContext = proc
     stderr: (t) => rawCtx.stderr(escapeTerminal(t)),
   };
   let code = 0;
-  const program = build(ctx, (c) => {
-    code = c;
-  });
+  const program = build(
+    ctx,
+    (c) => {
+      code = c;
+    },
+    starters,
+  );
   try {
     if (argv.length === 0) {
       ctx.stdout(program.helpInformation());

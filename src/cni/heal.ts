@@ -49,9 +49,16 @@ export interface RuntimeChoiceDeps {
   exists(path: string): boolean;
 }
 
-const realChoice = (env: Readonly<Record<string, string | undefined>>): RuntimeChoiceDeps => ({
+/**
+ * The real runtime choice. `runtimePid` is the process whose ancestry names the runtime: absent
+ * (the standalone plugin) = this process; the daemon passes the shim's pid from the request.
+ */
+const realChoice = (env: Readonly<Record<string, string | undefined>>, runtimePid?: number): RuntimeChoiceDeps => ({
   env,
-  identify: (pid) => identifyRuntime(pid === undefined ? {} : { pid }),
+  identify: (pid) => {
+    const start = pid ?? runtimePid;
+    return identifyRuntime(start === undefined ? {} : { pid: start });
+  },
   probe: async (url) => {
     try {
       await (await CriClient.connect(url, { timeoutSeconds: PROBE_TIMEOUT_SECONDS })).close();
@@ -108,15 +115,19 @@ export async function pluginRuntimeSource(conf: IPAMConfig, deps: RuntimeChoiceD
 
 /**
  * Build the CRI- and kernel-backed hooks. `env` supplies CONTAINER_RUNTIME_ENDPOINT; `now` is ms
- * since the epoch; `evidence` reads the kernel (injected by tests).
+ * since the epoch; `evidence` reads the kernel (injected by tests); `runtimePid` is the process
+ * whose ancestry identifies the runtime that ran the plugin (default: this process, as the
+ * standalone plugin is that process; the daemon passes the pid of the shim that sent the request,
+ * docs/daemon.md).
  */
 export function criHeal(
   env: Readonly<Record<string, string | undefined>>,
   now: () => number = Date.now,
   evidence: () => UseEvidence = () => readKernelEvidence(),
+  runtimePid?: number,
 ): HealHooks {
   return makeHeal({
-    source: (conf) => pluginRuntimeSource(conf, realChoice(env)),
+    source: (conf) => pluginRuntimeSource(conf, realChoice(env, runtimePid)),
     audit: (conf): AuditSink => {
       let sink: AuditSink | null = null;
       const get = (): AuditSink => (sink ??= openAuditLog(defaultAuditLogPath(conf.dataDir)));

@@ -10,24 +10,32 @@ import { openFileStore } from '../store/file/file-store.ts';
 import { makeHandlers, type PluginDeps } from './commands.ts';
 import { pluginMain, type PluginIO } from './skel.ts';
 
-/** Production dependencies: the file store under `dataDir`, real file reads. */
-export const fileDeps: PluginDeps = {
-  openStore: async ({ dataDir, network, create }) =>
-    // DEL/GC/CHECK on a network that has no directory have nothing to do: create nothing.
-    !create && !existsSync(join(dataDir, network)) ? null : openFileStore({ dataDir, network }),
-  readTextFile: (path) => readFileSync(path, 'utf8'),
-  // Self-healing over CRI and the kernel; the gRPC client and the /proc readers (in the cold part)
-  // are loaded only when a hook fires: a full range set, a static request a leak holds, or a
-  // network with no reservation and no round-robin state.
-  heal: {
-    reclaim: async (store, conf, release, only) => (await import('../cold.ts')).criHeal(process.env).reclaim(store, conf, release, only),
-    recover: async (store, conf) => (await import('../cold.ts')).criHeal(process.env).recover(store, conf),
-    gc: async (store, id, candidates) => {
-      const hooks = (await import('../cold.ts')).criHeal(process.env);
-      return (hooks.gc as NonNullable<typeof hooks.gc>)(store, id, candidates);
+/** Loads the CRI-backed heal (`criHeal` of src/cni/heal.ts), lazily: the entry passes the cold part's. */
+export type CriHealLoader = () => Promise<typeof import('./heal.ts').criHeal>;
+
+/**
+ * Production dependencies: the file store under `dataDir`, real file reads, and self-healing over
+ * CRI and the kernel through `loadHeal`. The entry (src/main.ts) passes a loader of the cold part
+ * (the gRPC client and the /proc readers), so it is loaded only when a hook fires: a full range
+ * set, a static request a leak holds, or a network with no reservation and no round-robin state.
+ * (Taking it as a parameter keeps this module below the entry: no import runs up the layers.)
+ */
+export function fileDepsWith(loadHeal: CriHealLoader): PluginDeps {
+  return {
+    openStore: async ({ dataDir, network, create }) =>
+      // DEL/GC/CHECK on a network that has no directory have nothing to do: create nothing.
+      !create && !existsSync(join(dataDir, network)) ? null : openFileStore({ dataDir, network }),
+    readTextFile: (path) => readFileSync(path, 'utf8'),
+    heal: {
+      reclaim: async (store, conf, release, only) => (await loadHeal())(process.env).reclaim(store, conf, release, only),
+      recover: async (store, conf) => (await loadHeal())(process.env).recover(store, conf),
+      gc: async (store, id, candidates) => {
+        const hooks = (await loadHeal())(process.env);
+        return (hooks.gc as NonNullable<typeof hooks.gc>)(store, id, candidates);
+      },
     },
-  },
-};
+  };
+}
 
 /**
  * Read fd 0 to its end with plain read(2) calls. Cheaper than `process.stdin`, whose stream set-up
@@ -155,7 +163,7 @@ export function countFallbackRequest(env: Readonly<Record<string, string | undef
  * fallback (`IPWARDEN_PATH=standalone-fallback`), it also counts the request
  * ({@link countFallbackRequest}); without that variable this costs one property read.
  */
-export async function runPlugin(io: PluginIO = processIO(), deps: PluginDeps = fileDeps): Promise<number> {
+export async function runPlugin(deps: PluginDeps, io: PluginIO = processIO()): Promise<number> {
   const status = await pluginMain(makeHandlers(deps), io);
   if (io.env['IPWARDEN_PATH'] === FALLBACK_PATH) countFallbackRequest(io.env, status);
   return status;

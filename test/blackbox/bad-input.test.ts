@@ -8,7 +8,9 @@ import assert from 'node:assert/strict';
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { fileDeps } from '../../src/cni/plugin.ts';
+import { fileDepsWith } from '../../src/cni/plugin.ts';
+
+const fileDeps = fileDepsWith(async () => (await import('../../src/cni/heal.ts')).criHeal);
 import { makeHandlers } from '../../src/cni/commands.ts';
 import { pluginMain } from '../../src/cni/skel.ts';
 import { tempDir } from '../helpers/cni.ts';

@@ -10,7 +10,9 @@ import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { makeHandlers } from '../../src/cni/commands.ts';
 import { AppError } from '../../src/common/errors.ts';
-import { fileDeps } from '../../src/cni/plugin.ts';
+import { fileDepsWith } from '../../src/cni/plugin.ts';
+
+const fileDeps = fileDepsWith(async () => (await import('../../src/cni/heal.ts')).criHeal);
 import { pluginMain } from '../../src/cni/skel.ts';
 import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../../src/reconcile/audit.ts';
 import type { PodIPSource } from '../../src/reconcile/cri-source.ts';

@@ -24,7 +24,9 @@ import { run as gcRun } from '../../src/cli/gc.ts';
 import { run as leaksRun } from '../../src/cli/leaks.ts';
 import { openFileStore } from '../../src/store/file/file-store.ts';
 import { makeHandlers } from '../../src/cni/commands.ts';
-import { fileDeps } from '../../src/cni/plugin.ts';
+import { fileDepsWith } from '../../src/cni/plugin.ts';
+
+const fileDeps = fileDepsWith(async () => (await import('../../src/cni/heal.ts')).criHeal);
 import { pluginMain } from '../../src/cni/skel.ts';
 
 /** The runtime snapshot time of every test: 2025-01-01T00:00:00Z. */

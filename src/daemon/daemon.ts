@@ -1,0 +1,174 @@
+/**
+ * `ipwarden daemon`'s lifecycle (issue 9, docs/daemon.md): the plugin server on the unix socket
+ * plus the parts composed around it (the reconcile loop and the metrics endpoint plug in as
+ * {@link DaemonPart}s), structured JSON logs on stderr, and SIGTERM/SIGINT → a clean stop.
+ *
+ * Start order: the logger, then each part (so its hooks exist), then the plugin server (with
+ * every part's hooks fanned in). Stop order: the plugin server first (stop accepting, finish and
+ * answer what is in flight, remove the socket file), then the parts in reverse order, then the
+ * log is flushed. {@link Daemon.close} is idempotent.
+ */
+import type { DaemonOptions } from '../common/daemon-options.ts';
+import { createLogger, flushLog, type Logger } from './log.ts';
+import {
+  startPluginServer,
+  type HealFactory,
+  type PluginServer,
+  type PluginServerHooks,
+  type StoreOpener,
+} from './plugin-server.ts';
+
+/**
+ * A long-lived part of the daemon beside the plugin server (the reconcile loop, the metrics
+ * server). `close()` must be idempotent and resolve once the part has stopped.
+ */
+export interface DaemonPart {
+  /** For log lines (`loop`, `metrics`). */
+  readonly name: string;
+  /** Observers of the plugin server (metrics count requests, drops, malformed requests). */
+  readonly hooks?: PluginServerHooks;
+  close(): Promise<void>;
+}
+
+/** Builds one part; may reject (the daemon then does not start, and closes the parts already made). */
+export type DaemonPartFactory = (ctx: { readonly options: DaemonOptions; readonly log: Logger }) => DaemonPart | Promise<DaemonPart>;
+
+/** What {@link startDaemon} may be given instead of the production defaults. */
+export interface DaemonDeps {
+  /** The logger (default: pino at `options.logLevel` on stderr). */
+  readonly log?: Logger;
+  /** Store opener of the plugin server (default: the host-local compatible file store). */
+  readonly openStore?: StoreOpener;
+  /** Heal hooks per request (default: over CRI and the kernel, for the request's shim). */
+  readonly heal?: HealFactory;
+  /** Parts started before the plugin server, closed after it, in reverse order. */
+  readonly parts?: readonly DaemonPartFactory[];
+  /** Extra observers of the plugin server. */
+  readonly hooks?: PluginServerHooks;
+  /** Plugin server limits (defaults in plugin-server.ts). */
+  readonly maxInFlight?: number;
+  readonly maxConnections?: number;
+  readonly requestTimeoutSeconds?: number;
+}
+
+/** A running daemon. */
+export interface Daemon {
+  readonly options: DaemonOptions;
+  readonly log: Logger;
+  readonly server: PluginServer;
+  readonly parts: readonly DaemonPart[];
+  /**
+   * Stop: the plugin server (no new connection; requests in flight finish and are answered; the
+   * socket file is removed), then the parts, then flush the log. Idempotent (same promise every
+   * call); never rejects (a part failing to close is logged).
+   */
+  close(): Promise<void>;
+}
+
+/** Call every hook of `list` in turn; one that throws is logged and does not stop the others. */
+function fanIn(list: readonly PluginServerHooks[], log: Logger): PluginServerHooks {
+  const call = <K extends keyof PluginServerHooks>(k: K, e: Parameters<NonNullable<PluginServerHooks[K]>>[0]): void => {
+    for (const h of list) {
+      try {
+        (h[k] as ((x: typeof e) => void) | undefined)?.(e);
+      } catch (err) {
+        log.error({ hook: k, error: err instanceof Error ? err.message : String(err) }, 'a plugin server hook threw');
+      }
+    }
+  };
+  return {
+    onRequest: (e) => call('onRequest', e),
+    onDropped: (e) => call('onDropped', e),
+    onMalformed: (e) => call('onMalformed', e),
+  };
+}
+
+async function closeParts(parts: readonly DaemonPart[], log: Logger): Promise<void> {
+  for (const p of [...parts].reverse()) {
+    try {
+      await p.close();
+    } catch (e) {
+      log.error({ part: p.name, error: e instanceof Error ? e.message : String(e) }, 'a daemon part failed to close');
+    }
+  }
+}
+
+/**
+ * Start the daemon with `options`. Resolves once the plugin socket listens (the log line
+ * `daemon started` is written then).
+ * @throws `SocketSetupError` (an `AppError`) when the socket cannot be served safely (unsafe
+ *   directory, a non-socket or a live socket at the path); whatever a part factory throws.
+ *   Parts already started are closed first.
+ */
+export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {}): Promise<Daemon> {
+  const log = deps.log ?? createLogger(options.logLevel);
+  const parts: DaemonPart[] = [];
+  let server: PluginServer;
+  try {
+    for (const f of deps.parts ?? []) parts.push(await f({ options, log }));
+    const hooks = [...parts.flatMap((p) => (p.hooks === undefined ? [] : [p.hooks])), ...(deps.hooks === undefined ? [] : [deps.hooks])];
+    server = await startPluginServer({
+      socketPath: options.socket,
+      log,
+      hooks: fanIn(hooks, log),
+      ...(deps.openStore === undefined ? {} : { openStore: deps.openStore }),
+      ...(deps.heal === undefined ? {} : { heal: deps.heal }),
+      ...(deps.maxInFlight === undefined ? {} : { maxInFlight: deps.maxInFlight }),
+      ...(deps.maxConnections === undefined ? {} : { maxConnections: deps.maxConnections }),
+      ...(deps.requestTimeoutSeconds === undefined ? {} : { requestTimeoutSeconds: deps.requestTimeoutSeconds }),
+    });
+  } catch (e) {
+    await closeParts(parts, log);
+    log.error({ error: e instanceof Error ? e.message : String(e) }, 'daemon did not start');
+    await flushLog(log);
+    throw e;
+  }
+  log.info({ socket: options.socket, dataDir: options.dataDir, parts: parts.map((p) => p.name) }, 'daemon started');
+  let closed: Promise<void> | null = null;
+  return {
+    options,
+    log,
+    server,
+    parts,
+    close() {
+      closed ??= (async () => {
+        log.info({ inFlight: server.inFlight }, 'daemon stopping');
+        try {
+          await server.close();
+        } catch (e) {
+          log.error({ error: e instanceof Error ? e.message : String(e) }, 'the plugin server failed to close');
+        }
+        await closeParts(parts, log);
+        log.info('daemon stopped');
+        await flushLog(log);
+      })();
+      return closed;
+    },
+  };
+}
+
+/** Where {@link runDaemon} listens for stop signals (the process; tests pass an emitter). */
+export interface SignalSource {
+  once(signal: 'SIGTERM' | 'SIGINT', listener: (signal: NodeJS.Signals) => void): unknown;
+  off(signal: 'SIGTERM' | 'SIGINT', listener: (signal: NodeJS.Signals) => void): unknown;
+}
+
+/**
+ * Run the daemon until SIGTERM or SIGINT: then close it (requests in flight finish) and resolve
+ * to 0, the exit status. A second signal during the stop is not caught (its default action ends
+ * the process). Rejects like {@link startDaemon} when the daemon cannot start.
+ */
+export async function runDaemon(options: DaemonOptions, deps: DaemonDeps = {}, signals: SignalSource = process): Promise<number> {
+  const d = await startDaemon(options, deps);
+  await new Promise<void>((resolve) => {
+    const onSignal = (signal: NodeJS.Signals): void => {
+      signals.off('SIGTERM', onSignal);
+      signals.off('SIGINT', onSignal);
+      d.log.info({ signal }, 'signal received');
+      void d.close().then(resolve);
+    };
+    signals.once('SIGTERM', onSignal);
+    signals.once('SIGINT', onSignal);
+  });
+  return 0;
+}

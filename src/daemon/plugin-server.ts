@@ -1,0 +1,543 @@
+/**
+ * The daemon's plugin server (docs/daemon.md): a unix socket the exec shim connects to, one
+ * protocol-v1 request per connection ({@link RequestDecoder}), answered with exactly what the
+ * standalone plugin would have printed and its exit status. Each request runs the project's own
+ * handlers, `pluginMain(makeHandlers(deps), io)`, with an in-memory {@link PluginIO} whose
+ * environment comes only from the request's env block and whose stdin is the request's bytes.
+ *
+ * Safety rules:
+ * - The socket's directory must be a real directory (lstat: a symlink is refused, never
+ *   followed) owned by root and not writable by group or others; it is created 0700 when missing.
+ *   A file already at the socket path is removed only when it is a socket nobody answers on.
+ *   The socket is bound under umask 0177, so it is 0600 from its first instant.
+ * - A request whose client went away (end of stream, reset) is dropped: checked before the
+ *   network's store is opened and again right after `DIR/lock` is taken (the lock is then
+ *   released and nothing is changed). A late ADD must not land after the runtime's DEL
+ *   (fast-path-measurements.md, "Failure behaviour").
+ * - Malformed requests and other protocol versions get no answer (the shim then runs the
+ *   standalone plugin); a request not complete within {@link PluginServerOptions.requestTimeoutSeconds}
+ *   is closed the same way.
+ * - At most {@link PluginServerOptions.maxInFlight} requests run at once (the file lock
+ *   serialises per network anyway); further complete requests wait in arrival order, and at most
+ *   {@link PluginServerOptions.maxConnections} connections are open (more are refused by the
+ *   kernel backlog / closed at once: the shim falls back).
+ */
+import { existsSync, lstatSync, mkdirSync, readFileSync, unlinkSync, type Stats } from 'node:fs';
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { dirname, join } from 'node:path';
+import { AppError, errnoCode } from '../common/errors.ts';
+import { makeHandlers, type HealHooks, type PluginDeps } from '../cni/commands.ts';
+import { criHeal } from '../cni/heal.ts';
+import { exactEnv } from '../cni/plugin.ts';
+import { pluginMain, type PluginIO } from '../cni/skel.ts';
+import { readKernelEvidence } from '../node/kernel-evidence.ts';
+import { openFileStore } from '../store/file/file-store.ts';
+import type { ListOptions, Owner, Reservation, Store } from '../store/store.ts';
+import type { Logger } from './log.ts';
+import { encodeAnswer, RequestDecoder, type PluginRequest } from './protocol.ts';
+
+/** Opens the store of one network (the shape of `PluginDeps.openStore`). */
+export type StoreOpener = PluginDeps['openStore'];
+
+/** Builds the heal hooks of one request from its environment and the shim's pid; undefined = no self-healing. */
+export type HealFactory = (request: { readonly env: Readonly<Record<string, string>>; readonly pid: number }) => HealHooks | undefined;
+
+/**
+ * The file store, as the standalone plugin opens it (`fileDeps.openStore`, src/cni/plugin.ts):
+ * DEL/GC/CHECK on a network without a directory create nothing (null).
+ */
+export const fileStoreOpener: StoreOpener = async ({ dataDir, network, create }) =>
+  !create && !existsSync(join(dataDir, network)) ? null : openFileStore({ dataDir, network });
+
+/**
+ * The standalone plugin's self-healing hooks, for the request's process instead of this one: the
+ * request's `CONTAINER_RUNTIME_ENDPOINT`, the runtime identified from the shim's ancestry, and
+ * the shim's own environment left out of the kernel's "CNI operations in flight" (as the
+ * standalone leaves out its own).
+ */
+export const criHealFactory: HealFactory = ({ env, pid }) =>
+  criHeal(env, Date.now, () => readKernelEvidence({ selfPid: pid }), pid);
+
+/** Where in its life a request was dropped because its client went away. */
+export type DropStage = 'queued' | 'before-store' | 'after-lock';
+
+/** One answered request (for metrics: `onRequest`). */
+export interface RequestEvent {
+  /** `CNI_COMMAND` as sent (may be empty or unknown: the plugin's own error answered it). */
+  readonly command: string;
+  readonly containerId: string;
+  /** The network whose store was opened, or null when none was (VERSION, an early error). */
+  readonly network: string | null;
+  readonly result: 'ok' | 'error';
+  readonly exitStatus: number;
+  /** Time from the start of the handlers to the answer, seconds. */
+  readonly durationSeconds: number;
+  /** False when the client went away after the changes were made, before the answer was written. */
+  readonly delivered: boolean;
+}
+
+/** One request dropped because its client went away (`onDropped`). */
+export interface DroppedEvent {
+  readonly command: string;
+  readonly containerId: string;
+  readonly network: string | null;
+  readonly stage: DropStage;
+  /** Seconds from the start of the handlers (0 when dropped while queued). */
+  readonly durationSeconds: number;
+}
+
+/** A connection closed without an answer because of what the client sent (`onMalformed`). */
+export interface MalformedEvent {
+  /** `malformed`, `unsupported-version` or `timeout`. */
+  readonly kind: 'malformed' | 'unsupported-version' | 'timeout';
+  readonly reason: string;
+}
+
+/** Observers of the server (metrics); each is called synchronously and must not throw. */
+export interface PluginServerHooks {
+  onRequest?(e: RequestEvent): void;
+  onDropped?(e: DroppedEvent): void;
+  onMalformed?(e: MalformedEvent): void;
+}
+
+/** Options of {@link startPluginServer}. */
+export interface PluginServerOptions {
+  /** Absolute socket path (≤ 107 bytes). */
+  readonly socketPath: string;
+  readonly log: Logger;
+  /** Store opener (default {@link fileStoreOpener}; the in-memory index store replaces it later). */
+  readonly openStore?: StoreOpener;
+  /** Heal hooks per request (default {@link criHealFactory}). */
+  readonly heal?: HealFactory;
+  /** Requests running at once (default 64). */
+  readonly maxInFlight?: number;
+  /** Open connections (default 1024). */
+  readonly maxConnections?: number;
+  /** Seconds a client has to send its whole request (default 10; the shim sends it at once). */
+  readonly requestTimeoutSeconds?: number;
+  readonly hooks?: PluginServerHooks;
+}
+
+/** A running plugin server. */
+export interface PluginServer {
+  readonly socketPath: string;
+  /** Requests being served or queued now. */
+  readonly inFlight: number;
+  /**
+   * Stop accepting, close connections that have not sent a complete request, let the requests
+   * in flight finish and answer, remove the socket file. Idempotent: every call returns the same
+   * promise.
+   */
+  close(): Promise<void>;
+}
+
+/** The socket cannot be served safely or at all; the daemon refuses to start. */
+export class SocketSetupError extends AppError {
+  constructor(message: string, cause?: unknown) {
+    super('USAGE', message, cause === undefined ? {} : { cause });
+    this.name = 'SocketSetupError';
+  }
+}
+
+/** Thrown inside the handlers to stop a request whose client went away; never answered. */
+class DroppedError extends AppError {
+  constructor(stage: DropStage) {
+    super('INTERNAL', `request dropped (${stage}): the client went away`);
+    this.name = 'DroppedError';
+  }
+}
+
+function modeText(st: Stats): string {
+  return `0${(st.mode & 0o7777).toString(8)}`;
+}
+
+function lstatOrNull(path: string): Stats | null {
+  try {
+    return lstatSync(path);
+  } catch (e) {
+    if (errnoCode(e) === 'ENOENT') return null;
+    throw new SocketSetupError(`cannot stat ${path}: ${e instanceof Error ? e.message : String(e)}`, e);
+  }
+}
+
+/**
+ * Check (creating it 0700 when missing) the socket's directory: a real directory (not a
+ * symlink), owned by uid 0, not writable by group or others. Its parent must exist.
+ * @throws SocketSetupError naming the directory and what is wrong.
+ */
+export function prepareSocketDir(dir: string): void {
+  let st = lstatOrNull(dir);
+  if (st === null) {
+    const old = process.umask(0o077);
+    try {
+      mkdirSync(dir, { mode: 0o700 });
+    } catch (e) {
+      if (errnoCode(e) !== 'EEXIST') {
+        throw new SocketSetupError(`cannot create the socket directory ${dir}: ${e instanceof Error ? e.message : String(e)}`, e);
+      }
+    } finally {
+      process.umask(old);
+    }
+    st = lstatOrNull(dir);
+    if (st === null) throw new SocketSetupError(`the socket directory ${dir} vanished after it was created`);
+  }
+  if (st.isSymbolicLink()) throw new SocketSetupError(`the socket directory ${dir} is a symbolic link; refusing to follow it`);
+  if (!st.isDirectory()) throw new SocketSetupError(`the socket directory ${dir} is not a directory`);
+  if (st.uid !== 0) throw new SocketSetupError(`the socket directory ${dir} is owned by uid ${st.uid}, not root`);
+  if ((st.mode & 0o022) !== 0) throw new SocketSetupError(`the socket directory ${dir} is writable by group or others (mode ${modeText(st)})`);
+}
+
+/** True when something accepts connections on the unix socket at `path`. */
+function answers(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const c = createConnection(path);
+    const done = (v: boolean): void => {
+      c.destroy();
+      resolve(v);
+    };
+    c.once('connect', () => done(true));
+    c.once('error', () => done(false));
+  });
+}
+
+/**
+ * Remove what is at `path` if it is a stale socket (a socket nobody accepts on). Nothing there:
+ * nothing to do.
+ * @throws SocketSetupError when it is not a socket, or a live one (another daemon).
+ */
+async function clearStaleSocket(path: string): Promise<void> {
+  const st = lstatOrNull(path);
+  if (st === null) return;
+  if (!st.isSocket()) throw new SocketSetupError(`${path} exists and is not a socket; remove it or choose another --socket`);
+  if (await answers(path)) throw new SocketSetupError(`another process is serving ${path} (a daemon already running?)`);
+  try {
+    unlinkSync(path);
+  } catch (e) {
+    if (errnoCode(e) !== 'ENOENT') throw new SocketSetupError(`cannot remove the stale socket ${path}: ${e instanceof Error ? e.message : String(e)}`, e);
+  }
+}
+
+/** FIFO counting semaphore. */
+class Slots {
+  #free: number;
+  readonly #waiting: Array<() => void> = [];
+  constructor(n: number) {
+    this.#free = n;
+  }
+  async acquire(): Promise<void> {
+    if (this.#free > 0) {
+      this.#free--;
+      return;
+    }
+    await new Promise<void>((resolve) => this.#waiting.push(resolve));
+  }
+  release(): void {
+    const next = this.#waiting.shift();
+    if (next !== undefined) next();
+    else this.#free++;
+  }
+}
+
+/** Per-connection state shared with the guarded store. */
+interface Conn {
+  readonly sock: Socket;
+  /** The client's side ended or failed: nothing can be answered any more. */
+  gone: boolean;
+  /** Set when the request was dropped. */
+  dropped: DropStage | null;
+  network: string | null;
+  /** The answer was handed to the socket (it closes itself once written). */
+  answered: boolean;
+  /** `CNI_COMMAND` and `CNI_CONTAINERID` of the complete request (for log lines). */
+  command: string;
+  containerId: string;
+}
+
+/**
+ * A store that drops the request when the client went away while the lock was being taken:
+ * `lock()` then releases the lock and throws. Every other method is the inner store's.
+ */
+class GuardedStore implements Store {
+  readonly #inner: Store;
+  readonly #conn: Conn;
+  constructor(inner: Store, conn: Conn) {
+    this.#inner = inner;
+    this.#conn = conn;
+  }
+  get network(): string {
+    return this.#inner.network;
+  }
+  async lock(timeoutSeconds: number): Promise<void> {
+    await this.#inner.lock(timeoutSeconds);
+    if (this.#conn.gone) {
+      await this.#inner.unlock();
+      this.#conn.dropped = 'after-lock';
+      throw new DroppedError('after-lock');
+    }
+  }
+  unlock(): Promise<void> {
+    return this.#inner.unlock();
+  }
+  list(opts?: ListOptions): Promise<Reservation[]> {
+    return this.#inner.list(opts);
+  }
+  reserve(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number): Promise<boolean> {
+    return this.#inner.reserve(ip, owner, rangeSetIndex);
+  }
+  restore(ip: string, owner: { containerId: string; ifname: string }): Promise<boolean> {
+    return this.#inner.restore(ip, owner);
+  }
+  rewrite(ip: string, expected: Owner, owner: { containerId: string; ifname: string }): Promise<boolean> {
+    return this.#inner.rewrite(ip, expected, owner);
+  }
+  lastReservedIP(rangeSetIndex: number): Promise<string | null> {
+    return this.#inner.lastReservedIP(rangeSetIndex);
+  }
+  release(ip: string, expected: Owner | null): Promise<boolean> {
+    return this.#inner.release(ip, expected);
+  }
+  touch(ip: string, expected: Owner | null): Promise<boolean> {
+    return this.#inner.touch(ip, expected);
+  }
+  recoveryPending(): Promise<boolean> {
+    return this.#inner.recoveryPending();
+  }
+  markRecovery(pending: boolean): Promise<void> {
+    return this.#inner.markRecovery(pending);
+  }
+  releaseByOwner(containerId: string, ifname: string): Promise<string[]> {
+    return this.#inner.releaseByOwner(containerId, ifname);
+  }
+  writable(): Promise<boolean> {
+    return this.#inner.writable();
+  }
+  close(): Promise<void> {
+    return this.#inner.close();
+  }
+}
+
+function seconds(t0: bigint): number {
+  return Number(process.hrtime.bigint() - t0) / 1e9;
+}
+
+/**
+ * Start serving `opts.socketPath`. Resolves once the socket listens (0600, in a checked
+ * directory). Rejects with {@link SocketSetupError} when the directory is unsafe, a non-socket
+ * or a live socket is at the path, or binding fails.
+ */
+export async function startPluginServer(opts: PluginServerOptions): Promise<PluginServer> {
+  const path = opts.socketPath;
+  const log = opts.log;
+  const openStore = opts.openStore ?? fileStoreOpener;
+  const heal = opts.heal ?? criHealFactory;
+  const hooks = opts.hooks ?? {};
+  const slots = new Slots(opts.maxInFlight ?? 64);
+  const timeoutMs = (opts.requestTimeoutSeconds ?? 10) * 1000;
+  const conns = new Set<Conn>();
+  /** Connections whose request is complete (being served or queued). */
+  const serving = new Set<Conn>();
+  const pending = new Set<Promise<void>>();
+  let closing = false;
+
+  prepareSocketDir(dirname(path));
+  await clearStaleSocket(path);
+
+  const reject = (conn: Conn, e: MalformedEvent): void => {
+    log.warn({ kind: e.kind, reason: e.reason }, 'malformed request: closed without an answer');
+    hooks.onMalformed?.(e);
+    conn.gone = true;
+    conn.sock.destroy();
+  };
+
+  const depsFor = (conn: Conn, req: PluginRequest): PluginDeps => {
+    const h = heal({ env: req.env, pid: req.pid });
+    return {
+      openStore: async (o) => {
+        conn.network = o.network;
+        if (conn.gone) {
+          conn.dropped = 'before-store';
+          throw new DroppedError('before-store');
+        }
+        const s = await openStore(o);
+        return s === null ? null : new GuardedStore(s, conn);
+      },
+      readTextFile: (p) => readFileSync(p, 'utf8'),
+      ...(h === undefined ? {} : { heal: h }),
+    };
+  };
+
+  const serve = async (conn: Conn, req: PluginRequest): Promise<void> => {
+    const command = req.env['CNI_COMMAND'] ?? '';
+    const containerId = req.env['CNI_CONTAINERID'] ?? '';
+    if (req.ignored.length > 0) log.debug({ ignored: req.ignored }, 'request env: variables not forwarded were ignored');
+    await slots.acquire();
+    try {
+      if (conn.gone) {
+        log.info({ command, containerId, stage: 'queued' }, 'request dropped: the client went away');
+        hooks.onDropped?.({ command, containerId, network: null, stage: 'queued', durationSeconds: 0 });
+        return;
+      }
+      const t0 = process.hrtime.bigint();
+      const out: string[] = [];
+      const err: string[] = [];
+      const io: PluginIO = {
+        env: exactEnv(req.env, () => req.envBlock),
+        readStdin: async () => req.stdin,
+        stdout: (t) => void out.push(t),
+        stderr: (t) => void err.push(t),
+      };
+      const status = await pluginMain(makeHandlers(depsFor(conn, req)), io);
+      const durationSeconds = seconds(t0);
+      const network = conn.network;
+      if (conn.dropped !== null) {
+        log.info({ command, containerId, network, stage: conn.dropped, durationSeconds }, 'request dropped: the client went away');
+        hooks.onDropped?.({ command, containerId, network, stage: conn.dropped, durationSeconds });
+        conn.sock.destroy();
+        return;
+      }
+      const result = status === 0 ? 'ok' : 'error';
+      const fields = { command, containerId, network, result, exitStatus: status, durationSeconds } as const;
+      if (conn.gone) {
+        log.warn(fields, 'request served, answer not delivered: the client went away');
+        hooks.onRequest?.({ ...fields, delivered: false });
+        return;
+      }
+      let answer: Buffer;
+      try {
+        answer = encodeAnswer({ exitStatus: status, stdout: out.join(''), stderr: err.join('') });
+      } catch (e) {
+        log.error({ ...fields, error: e instanceof Error ? e.message : String(e) }, 'answer cannot be encoded: closed without an answer');
+        conn.sock.destroy();
+        return;
+      }
+      // Written to the kernel, the answer stays readable after our side is closed.
+      conn.answered = true;
+      conn.sock.end(answer, () => conn.sock.destroy());
+      log.info(fields, 'request served');
+      hooks.onRequest?.({ ...fields, delivered: true });
+    } catch (e) {
+      // pluginMain never throws; this is a bug in the server itself.
+      log.error({ command, containerId, error: e instanceof Error ? (e.stack ?? e.message) : String(e) }, 'internal error serving a request');
+      conn.sock.destroy();
+    } finally {
+      slots.release();
+    }
+  };
+
+  const server: Server = createServer((sock) => {
+    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '' };
+    if (closing) {
+      sock.destroy();
+      return;
+    }
+    conns.add(conn);
+    const decoder = new RequestDecoder();
+    let started = false;
+    const timer = setTimeout(() => {
+      if (!started) reject(conn, { kind: 'timeout', reason: `no complete request within ${timeoutMs / 1000}s (${decoder.received} bytes received)` });
+    }, timeoutMs);
+    sock.on('data', (chunk: Buffer) => {
+      const st = decoder.push(chunk);
+      if (st.kind === 'complete' && !started) {
+        started = true;
+        clearTimeout(timer);
+        conn.command = st.value.env['CNI_COMMAND'] ?? '';
+        conn.containerId = st.value.env['CNI_CONTAINERID'] ?? '';
+        serving.add(conn);
+        const p = serve(conn, st.value).finally(() => {
+          serving.delete(conn);
+          pending.delete(p);
+        });
+        pending.add(p);
+      } else if (st.kind === 'malformed') {
+        clearTimeout(timer);
+        reject(conn, { kind: 'malformed', reason: st.reason });
+      } else if (st.kind === 'unsupported-version') {
+        clearTimeout(timer);
+        reject(conn, { kind: 'unsupported-version', reason: `protocol version ${st.version} (this daemon speaks 1)` });
+      }
+    });
+    sock.on('end', () => {
+      if (conn.gone) return;
+      conn.gone = true;
+      if (!started) {
+        clearTimeout(timer);
+        const st = decoder.end();
+        if (st.kind === 'malformed') reject(conn, { kind: 'malformed', reason: st.reason });
+      } else if (serving.has(conn)) {
+        log.debug({ command: conn.command, containerId: conn.containerId }, 'client closed its connection while its request was in flight');
+      }
+    });
+    sock.on('error', (e) => {
+      conn.gone = true;
+      log.debug({ error: e.message }, 'connection error');
+    });
+    sock.on('close', () => {
+      conn.gone = true;
+      clearTimeout(timer);
+      conns.delete(conn);
+    });
+  });
+  server.maxConnections = opts.maxConnections ?? 1024;
+
+  await new Promise<void>((resolve, rejectListen) => {
+    const onError = (e: Error): void => rejectListen(new SocketSetupError(`cannot listen on ${path}: ${e.message}`, e));
+    server.once('error', onError);
+    // Bound under umask 0177: the socket file is 0600 from the moment it exists (bind(2) is
+    // synchronous inside listen() for a path).
+    const old = process.umask(0o177);
+    try {
+      server.listen(path, () => {
+        server.off('error', onError);
+        resolve();
+      });
+    } finally {
+      process.umask(old);
+    }
+  });
+  const made = lstatSync(path);
+  if (!made.isSocket() || (made.mode & 0o777) !== 0o600) {
+    server.close();
+    throw new SocketSetupError(`${path} was not created as a 0600 socket (mode ${modeText(made)})`);
+  }
+  server.on('error', (e) => log.error({ error: e.message }, 'plugin socket error'));
+
+  let closed: Promise<void> | null = null;
+  return {
+    socketPath: path,
+    get inFlight() {
+      return serving.size;
+    },
+    close() {
+      closed ??= (async () => {
+        closing = true;
+        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        // No answer for a request not yet complete: its shim falls back to the standalone plugin.
+        // (An answered connection closes itself once its answer is written.)
+        for (const c of conns) if (!serving.has(c) && !c.answered) c.sock.destroy();
+        while (pending.size > 0) await Promise.allSettled([...pending]);
+        // Answered connections close themselves once the answer is written.
+        for (const c of conns) if (!c.answered) c.sock.destroy();
+        await stopped;
+        // libuv unlinks a bound socket's path on close; remove it only if it is still ours.
+        const now = lstatOrNullQuiet(path);
+        if (now !== null && now.isSocket() && now.ino === made.ino && now.dev === made.dev) {
+          try {
+            unlinkSync(path);
+          } catch {
+            // gone meanwhile
+          }
+        }
+      })();
+      return closed;
+    },
+  };
+}
+
+function lstatOrNullQuiet(path: string): Stats | null {
+  try {
+    return lstatSync(path);
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,96 @@
+/**
+ * A Node client of the daemon's protocol v1 (docs/daemon.md), for tests until the C shim lands
+ * (later suites go through the shim). It sends one request per connection and reads one answer,
+ * or reports that the daemon closed without one (what makes the shim fall back).
+ */
+import { createConnection, type Socket } from 'node:net';
+import { AnswerDecoder, encodeRequest, type PluginAnswer } from '../../src/daemon/protocol.ts';
+import type { Invocation, Outcome } from './cni.ts';
+
+/** What came back for one request. */
+export type ClientResult =
+  | { readonly kind: 'answer'; readonly answer: PluginAnswer }
+  /** The daemon closed the connection without a (complete) answer; `received` bytes came. */
+  | { readonly kind: 'closed'; readonly received: number; readonly reason: string };
+
+/** Options of {@link sendRaw}. */
+export interface SendOptions {
+  /** Called once the bytes were handed to the socket (the request is on its way). */
+  onSent?(sock: Socket): void;
+}
+
+/**
+ * Connect to `socketPath`, write `bytes`, and wait until the daemon answers or closes. The client
+ * never half-closes (as the shim). Rejects when the connection cannot be made.
+ */
+export function sendRaw(socketPath: string, bytes: Uint8Array, opts: SendOptions = {}): Promise<ClientResult> {
+  return new Promise((resolve, reject) => {
+    const sock = createConnection(socketPath);
+    const dec = new AnswerDecoder();
+    let connected = false;
+    let settled = false;
+    const finish = (r: ClientResult): void => {
+      if (settled) return;
+      settled = true;
+      sock.destroy();
+      resolve(r);
+    };
+    sock.on('connect', () => {
+      connected = true;
+      sock.write(bytes, () => opts.onSent?.(sock));
+    });
+    sock.on('data', (c: Buffer) => {
+      const st = dec.push(c);
+      if (st.kind === 'complete') finish({ kind: 'answer', answer: st.value });
+      else if (st.kind !== 'more') finish({ kind: 'closed', received: dec.received, reason: st.kind === 'malformed' ? st.reason : `answer version ${st.version}` });
+    });
+    const closed = (why: string): void => {
+      const st = dec.end();
+      if (st.kind === 'complete') finish({ kind: 'answer', answer: st.value });
+      else finish({ kind: 'closed', received: dec.received, reason: why });
+    };
+    sock.on('end', () => closed('end of stream'));
+    sock.on('error', (e) => {
+      if (!connected && !settled) {
+        settled = true;
+        reject(e);
+        return;
+      }
+      closed(`error: ${e.message}`);
+    });
+    sock.on('close', () => closed('closed'));
+  });
+}
+
+/** The CNI environment of `inv`, the way test/helpers/cni.ts builds it for an exec. */
+export function cniEnv(inv: Invocation): Record<string, string> {
+  const env: Record<string, string> = { PATH: '/usr/bin:/bin', CNI_COMMAND: inv.command };
+  if (inv.containerId !== undefined) env['CNI_CONTAINERID'] = inv.containerId;
+  if (inv.ifname !== undefined) env['CNI_IFNAME'] = inv.ifname;
+  env['CNI_NETNS'] = inv.netns ?? (inv.command === 'ADD' || inv.command === 'CHECK' ? '/var/run/netns/ipwarden-test' : '');
+  if (inv.args !== undefined) env['CNI_ARGS'] = inv.args;
+  env['CNI_PATH'] = inv.path ?? '/usr/lib/cni';
+  const all = { ...env, ...(inv.env ?? {}) };
+  // Only what the shim forwards (docs/daemon.md "What the shim passes on").
+  return Object.fromEntries(Object.entries(all).filter(([k]) => k.startsWith('CNI_') || k === 'CONTAINER_RUNTIME_ENDPOINT' || k === 'PATH'));
+}
+
+/**
+ * Run one plugin invocation through the daemon, like runCni in test/helpers/cni.ts. `pid` is the
+ * pid the request claims as the shim's (default: this process). Rejects when there is no answer.
+ */
+export async function runViaDaemon(socketPath: string, inv: Invocation, pid: number = process.pid, opts: SendOptions = {}): Promise<Outcome> {
+  const stdin = typeof inv.stdin === 'string' ? inv.stdin : JSON.stringify(inv.stdin);
+  const r = await sendRaw(socketPath, encodeRequest({ pid, env: cniEnv(inv), stdin }), opts);
+  if (r.kind !== 'answer') throw new Error(`the daemon closed without an answer (${r.reason}, ${r.received} bytes)`);
+  const stdout = Buffer.from(r.answer.stdout).toString('utf8');
+  let json: Record<string, unknown> | null = null;
+  if (stdout.trim() !== '') {
+    try {
+      json = JSON.parse(stdout) as Record<string, unknown>;
+    } catch {
+      json = null;
+    }
+  }
+  return { exitCode: r.answer.exitStatus, stdout, stderr: Buffer.from(r.answer.stderr).toString('utf8'), json };
+}

@@ -1,0 +1,156 @@
+/**
+ * Run the built daemon (`node dist/ipwarden.cjs daemon …`) as a child process for black-box
+ * tests, with its own empty `--data-dir` and `--cni-conf-dir` (so it never reconciles the host)
+ * unless the test gives its own. Resolves once the daemon logged `daemon started` and answered a
+ * VERSION request on its socket (a condition, not a sleep). The child gets a clean environment
+ * (PATH only, plus `env`), and is killed (SIGKILL, by pid) if the test process exits first.
+ * Requires `npm run build`.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ROOT } from './cni.ts';
+import { runViaDaemon } from './daemon-client.ts';
+
+/** One JSON log line of the daemon (pino's shape). */
+export type LogLine = Record<string, unknown> & { level: number; msg: string };
+
+/** Options of {@link startTestDaemon}. */
+export interface TestDaemonOptions {
+  /** Socket path (default: `<own temp dir>/run/plugin.sock`). */
+  socket?: string;
+  /** `--data-dir` (default: an empty directory of its own). */
+  dataDir?: string;
+  /** `--cni-conf-dir` (default: an empty directory of its own). */
+  cniConfDir?: string;
+  /** `--log-level` (default `debug`: tests wait on debug lines). */
+  logLevel?: string;
+  /** More arguments after the defaults. */
+  args?: string[];
+  /** Extra environment of the daemon process. */
+  env?: Record<string, string>;
+  /** Do not wait for readiness (for tests of a daemon that must refuse to start). */
+  noWait?: boolean;
+}
+
+/** A daemon child process. */
+export interface TestDaemon {
+  readonly pid: number;
+  readonly socket: string;
+  readonly dataDir: string;
+  readonly cniConfDir: string;
+  /** Parsed log lines so far (stderr). */
+  readonly logs: readonly LogLine[];
+  /** Raw stderr so far. */
+  readonly stderr: () => string;
+  /** Resolves with the first log line (already seen or future) matching `pred`; rejects if the daemon exits first. */
+  waitForLog(pred: (l: LogLine) => boolean): Promise<LogLine>;
+  /** Resolves when the process has exited. */
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** SIGTERM, then wait for the exit; removes the helper's temp dir. Idempotent. */
+  stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Send `signal` to the daemon (by pid). */
+  kill(signal: NodeJS.Signals): void;
+}
+
+/** Start a daemon; see the module comment. */
+export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<TestDaemon> {
+  const bundle = join(ROOT, 'dist/ipwarden.cjs');
+  if (!existsSync(bundle)) throw new Error(`no ${bundle}: run "npm run build" first`);
+  const own = mkdtempSync(join(tmpdir(), 'ipwd-daemon-'));
+  const socket = opts.socket ?? join(own, 'run', 'plugin.sock');
+  const dataDir = opts.dataDir ?? join(own, 'data');
+  const cniConfDir = opts.cniConfDir ?? join(own, 'net.d');
+  const args = [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', cniConfDir, '--log-level', opts.logLevel ?? 'debug', ...(opts.args ?? [])];
+  const child: ChildProcess = spawn(process.execPath, args, { env: { PATH: '/usr/bin:/bin', ...(opts.env ?? {}) }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const pid = child.pid;
+  if (pid === undefined) throw new Error('the daemon did not start');
+  const killOnExit = (): void => {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+    rmSync(own, { recursive: true, force: true });
+  };
+  process.on('exit', killOnExit);
+
+  const logs: LogLine[] = [];
+  let raw = '';
+  let partial = '';
+  const waiters: Array<{ pred: (l: LogLine) => boolean; resolve: (l: LogLine) => void; reject: (e: Error) => void }> = [];
+  child.stderr?.on('data', (c: Buffer) => {
+    raw += c.toString('utf8');
+    partial += c.toString('utf8');
+    let nl: number;
+    while ((nl = partial.indexOf('\n')) >= 0) {
+      const line = partial.slice(0, nl);
+      partial = partial.slice(nl + 1);
+      let l: LogLine;
+      try {
+        l = JSON.parse(line) as LogLine;
+      } catch {
+        continue;
+      }
+      logs.push(l);
+      for (const w of [...waiters]) {
+        if (w.pred(l)) {
+          waiters.splice(waiters.indexOf(w), 1);
+          w.resolve(l);
+        }
+      }
+    }
+  });
+  let hasExited = false;
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('exit', (code, signal) => {
+      hasExited = true;
+      process.off('exit', killOnExit);
+      // Lines still buffered in the pipe arrive before 'close'.
+      child.on('close', () => {
+        for (const w of waiters.splice(0)) w.reject(new Error(`the daemon exited (code ${code}, signal ${signal}) before the log line came; stderr:\n${raw}`));
+        resolve({ code, signal });
+      });
+    });
+  });
+
+  const waitForLog = (pred: (l: LogLine) => boolean): Promise<LogLine> => {
+    const seen = logs.find(pred);
+    if (seen !== undefined) return Promise.resolve(seen);
+    if (hasExited) return Promise.reject(new Error(`the daemon has exited; stderr:\n${raw}`));
+    return new Promise((resolve, reject) => waiters.push({ pred, resolve, reject }));
+  };
+
+  let stopping: Promise<{ code: number | null; signal: NodeJS.Signals | null }> | null = null;
+  const d: TestDaemon = {
+    pid,
+    socket,
+    dataDir,
+    cniConfDir,
+    logs,
+    stderr: () => raw,
+    waitForLog,
+    exited,
+    kill: (signal) => {
+      if (!hasExited) process.kill(pid, signal);
+    },
+    stop: () =>
+      (stopping ??= (async () => {
+        if (!hasExited) process.kill(pid, 'SIGTERM');
+        const r = await exited;
+        rmSync(own, { recursive: true, force: true });
+        return r;
+      })()),
+  };
+  if (opts.noWait === true) return d;
+  try {
+    await waitForLog((l) => l.msg === 'daemon started');
+    const v = await runViaDaemon(socket, { command: 'VERSION', stdin: '{"cniVersion":"1.0.0"}' });
+    if (v.exitCode !== 0) throw new Error(`VERSION through the daemon failed: ${v.stdout}`);
+  } catch (e) {
+    await d.stop();
+    throw e;
+  }
+  return d;
+}
