@@ -14,8 +14,8 @@ import type { DaemonStarter } from './cli/daemon.ts';
 
 export { criHeal } from './cni/heal.ts';
 
-/** `ipwarden daemon`: run the daemon (src/daemon/daemon.ts) until SIGTERM/SIGINT. */
-const startDaemon: DaemonStarter = async (options) => (await import('./daemon/daemon.ts')).runDaemon(options);
+/** `ipwarden daemon`: run the node agent (src/daemon/agent.ts: plugin server, metrics, reconcile loop) until SIGTERM/SIGINT. */
+const startDaemon: DaemonStarter = async (options) => (await import('./daemon/agent.ts')).runAgent(options);
 
 /** The CLI (src/cli/main.ts `runMain`) with the verbs of the layers above it wired in. */
 export function runMain(argv: readonly string[], ctx?: CliContext): Promise<number> {

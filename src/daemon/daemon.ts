@@ -49,6 +49,8 @@ export interface DaemonDeps {
   readonly maxInFlight?: number;
   readonly maxConnections?: number;
   readonly requestTimeoutSeconds?: number;
+  /** Told when the socket listens (`started`) and when the stop begins (`stopping`): readiness. */
+  readonly onState?: (state: 'started' | 'stopping') => void;
 }
 
 /** A running daemon. */
@@ -124,6 +126,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
     throw e;
   }
   log.info({ socket: options.socket, dataDir: options.dataDir, parts: parts.map((p) => p.name) }, 'daemon started');
+  deps.onState?.('started');
   let closed: Promise<void> | null = null;
   return {
     options,
@@ -133,6 +136,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
     close() {
       closed ??= (async () => {
         log.info({ inFlight: server.inFlight }, 'daemon stopping');
+        deps.onState?.('stopping');
         try {
           await server.close();
         } catch (e) {

@@ -22,9 +22,8 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isIP } from 'node:net';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { UsageError } from '../common/errors.ts';
+import type { HostPort } from '../common/daemon-options.ts';
 
 /** Address states of `ipwarden_addresses` (the verdicts of docs/reconciler.md, plus free). */
 export const ADDRESS_STATES = ['live', 'grace', 'leaked', 'corrupt', 'unknown', 'free'] as const;
@@ -248,29 +247,6 @@ export class FallbackLogReader {
   }
 }
 
-/** A parsed `--metrics-address`. */
-export interface ListenAddress {
-  readonly host: string;
-  /** TCP port, 0 = any free port (tests). */
-  readonly port: number;
-}
-
-/**
- * Parse `HOST:PORT` (`127.0.0.1:9617`, `[::1]:9617`, `0.0.0.0:9617`, `localhost:9617`). The host
- * must be an IP literal or `localhost` (no name lookups at start); port 0–65535.
- * @throws UsageError for anything else.
- */
-export function parseListenAddress(text: string): ListenAddress {
-  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(text);
-  const host = m?.[1] ?? m?.[2];
-  const port = m === null ? NaN : Number(m[3]);
-  if (host === undefined || !(isIP(host) !== 0 || host === 'localhost') || !(port >= 0 && port <= 65535)) {
-    throw new UsageError(`invalid --metrics-address "${text}": want HOST:PORT with an IP address (e.g. 127.0.0.1:9617 or [::1]:9617)`);
-  }
-  if (m?.[1] !== undefined && isIP(host) !== 6) throw new UsageError(`invalid --metrics-address "${text}": brackets hold an IPv6 address`);
-  return { host, port };
-}
-
 /** The daemon's health, as `/healthz` and `/readyz` report it. */
 export interface Health {
   /** `/healthz`: the process works (its event loop answers; the plugin server has not failed). */
@@ -282,7 +258,7 @@ export interface Health {
 /** A running metrics endpoint. */
 export interface MetricsServer {
   /** The bound address (the real port when 0 was asked). */
-  readonly address: ListenAddress;
+  readonly address: HostPort;
   /** Stop listening; idempotent. */
   close(): Promise<void>;
 }
@@ -292,7 +268,7 @@ export interface MetricsServer {
  * 503 with the reason) on `addr`. Any other path is 404, any other method 405.
  * @throws the `listen` error (EADDRINUSE, EACCES, EADDRNOTAVAIL) as a rejected promise.
  */
-export async function startMetricsServer(addr: ListenAddress, metrics: DaemonMetrics, health: Health): Promise<MetricsServer> {
+export async function startMetricsServer(addr: HostPort, metrics: DaemonMetrics, health: Health): Promise<MetricsServer> {
   const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
     void answer(req, res, metrics, health);
   });

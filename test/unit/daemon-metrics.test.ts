@@ -3,20 +3,10 @@ import assert from 'node:assert/strict';
 import { appendFileSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { UsageError } from '../../src/common/errors.ts';
-import { DaemonMetrics, FallbackLogReader, parseListenAddress, startMetricsServer } from '../../src/daemon/metrics.ts';
+import { DaemonMetrics, FallbackLogReader, startMetricsServer } from '../../src/daemon/metrics.ts';
 
 const counts = (o: Partial<Record<'live' | 'grace' | 'leaked' | 'corrupt' | 'unknown' | 'free', number>>) => ({
   live: 0, grace: 0, leaked: 0, corrupt: 0, unknown: 0, free: 0, ...o,
-});
-
-test('parseListenAddress takes IPv4, bracketed IPv6 and localhost, and refuses the rest', () => {
-  assert.deepEqual(parseListenAddress('127.0.0.1:9617'), { host: '127.0.0.1', port: 9617 });
-  assert.deepEqual(parseListenAddress('[::1]:0'), { host: '::1', port: 0 });
-  assert.deepEqual(parseListenAddress('localhost:80'), { host: 'localhost', port: 80 });
-  for (const bad of ['', '9617', ':9617', '127.0.0.1', '127.0.0.1:65536', '::1:9617', 'example.com:1', '[127.0.0.1]:1', '127.0.0.1:-1', '127.0.0.1:9617 ']) {
-    assert.throws(() => parseListenAddress(bad), UsageError, bad);
-  }
 });
 
 test('a pass sets the gauges, removes series of range sets that went away, and counts releases and errors', async () => {

@@ -1,0 +1,68 @@
+/**
+ * The node agent as `ipwarden daemon` runs it: the plugin server (src/daemon/daemon.ts) with the
+ * metrics endpoint and the reconcile loop as its parts, every request counted, readiness from the
+ * socket's state.
+ */
+import type { DaemonOptions } from '../common/daemon-options.ts';
+import { readKernelEvidence } from '../node/kernel-evidence.ts';
+import type { ReconcileDeps } from '../reconcile/options.ts';
+import { join, dirname } from 'node:path';
+import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
+import { reconcileLoopPart, type ReconcileLoop } from './loop.ts';
+import { DaemonMetrics, startMetricsServer } from './metrics.ts';
+
+/** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
+export const FALLBACK_LOG_NAME = 'standalone-requests.log';
+
+/** What {@link agentDeps} may be given instead of production defaults (tests). */
+export interface AgentOverrides {
+  /** The engine's I/O for the loop (default: the real runtime, kernel and clock). */
+  readonly reconcile?: ReconcileDeps;
+  /** Receives the loop once it exists. */
+  readonly onLoop?: (loop: ReconcileLoop) => void;
+  /** Receives the metrics registry. */
+  readonly onMetrics?: (m: DaemonMetrics) => void;
+  readonly releaseCap?: number;
+}
+
+/**
+ * The daemon's parts and hooks: metrics (with `/healthz`, `/readyz`) first, so the loop's first
+ * pass is already counted; then the loop.
+ */
+export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): DaemonDeps {
+  const metrics = new DaemonMetrics();
+  metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
+  over.onMetrics?.(metrics);
+  let state: 'starting' | 'started' | 'stopping' = 'starting';
+  const metricsPart: DaemonPartFactory = async ({ log }) => {
+    const server = await startMetricsServer(options.metricsAddress, metrics, {
+      live: () => ({ ok: true, why: '' }),
+      ready: () =>
+        state === 'started'
+          ? { ok: true, why: '' }
+          : { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' },
+    });
+    log.info({ metricsAddress: `${server.address.host.includes(':') ? `[${server.address.host}]` : server.address.host}:${server.address.port}` }, 'metrics listening');
+    return {
+      name: 'metrics',
+      hooks: {
+        onRequest: (e) => metrics.recordCniRequest(e.command, e.result, e.durationSeconds),
+        onDropped: (e) => metrics.recordCniRequest(e.command, 'dropped', e.durationSeconds),
+      },
+      close: () => server.close(),
+    };
+  };
+  const reconcile: ReconcileDeps = over.reconcile ?? { env: process.env, now: () => Date.now(), evidence: () => readKernelEvidence() };
+  const loopPart = reconcileLoopPart({ reconcile, metrics, ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) }, over.onLoop);
+  return {
+    parts: [metricsPart, loopPart],
+    onState: (s) => {
+      state = s;
+    },
+  };
+}
+
+/** `ipwarden daemon`: run the agent until SIGTERM/SIGINT; resolves to the exit status. */
+export function runAgent(options: DaemonOptions, signals: SignalSource = process): Promise<number> {
+  return runDaemon(options, agentDeps(options), signals);
+}

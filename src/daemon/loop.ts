@@ -1,0 +1,301 @@
+/**
+ * The daemon's reconcile loop (issue 9): a pass (`src/reconcile/pass.ts`) every `--interval`
+ * with ±10% jitter, and at once when a range set fills up.
+ *
+ * "Fills up" is seen with inotify (`fs.watch`) on every network directory the last pass read and
+ * on each data directory (for new networks): after a change, the directory's IP-named files are
+ * counted against each configured range set's capacity; a full range set triggers a pass. That
+ * heals nodes that run **upstream host-local** with no change to their CNI configuration: its
+ * ADD fails with "no IP addresses available in range set", the daemon releases the confirmed
+ * leaks, kubelet's next retry succeeds. inotify is only a hint (events can be dropped, e.g. on
+ * queue overflow, fast-path-measurements.md §3.2): the interval pass is the backstop.
+ *
+ * Passes never overlap: a trigger during a pass schedules one more right after it. Triggered
+ * passes are at least {@link MIN_TRIGGER_GAP_MS} apart, so a flapping directory cannot spin.
+ */
+import { readdirSync, watch, type FSWatcher } from 'node:fs';
+import { join } from 'node:path';
+import type { DaemonOptions } from '../common/daemon-options.ts';
+import { parseIP } from '../common/ip.ts';
+import { rangeFor, rangeSetSize } from '../ipam/range.ts';
+import type { RangeSet } from '../ipam/types.ts';
+import { Confirmations, DEFAULT_RELEASE_CAP, jitteredDelay } from '../reconcile/confirm.ts';
+import type { ReconcileDeps } from '../reconcile/options.ts';
+import { runPass, type PassOptions, type PassReport } from '../reconcile/pass.ts';
+import { layoutNetworks } from '../reconcile/status.ts';
+import type { DaemonPart, DaemonPartFactory } from './daemon.ts';
+import type { Logger } from './log.ts';
+import type { DaemonMetrics } from './metrics.ts';
+
+/** Least time between two passes triggered by a full range set, ms. */
+export const MIN_TRIGGER_GAP_MS = 1_000;
+
+/** How long to wait after a directory event before counting (coalesces a burst), ms. */
+const EVENT_SETTLE_MS = 50;
+
+/** Lock wait of a pass, seconds: short, a pass must never hold up pods (it retries next pass). */
+const PASS_LOCK_TIMEOUT_SECONDS = 5;
+
+/** What {@link reconcileLoopPart} is given. */
+export interface LoopDeps {
+  /** The engine's I/O (runtime, kernel evidence, clock, stores). */
+  readonly reconcile: ReconcileDeps;
+  readonly metrics: DaemonMetrics;
+  /** [0,1) source for the jitter (Math.random). */
+  readonly random?: () => number;
+  /** Per-pass release cap (default {@link DEFAULT_RELEASE_CAP}). */
+  readonly releaseCap?: number;
+}
+
+/** The loop as a daemon part, with a way to ask for a pass (tests, `SIGHUP`-like triggers). */
+export interface ReconcileLoop extends DaemonPart {
+  /** Ask for a pass as soon as possible; resolves with its report. */
+  passNow(reason: string): Promise<PassReport>;
+  /** The last pass's report, or null before the first. */
+  readonly last: PassReport | null;
+}
+
+/** The pass options from the daemon's flags. */
+export function passOptions(o: DaemonOptions): PassOptions {
+  return {
+    dataDir: o.dataDir,
+    cniConfDir: o.cniConfDir,
+    network: o.network,
+    runtimeEndpoint: o.runtimeEndpoint,
+    graceSeconds: o.graceSeconds,
+    policy: o.policy,
+    auditLog: o.auditLog,
+    lockTimeoutSeconds: PASS_LOCK_TIMEOUT_SECONDS,
+  };
+}
+
+/** Is any range set of `rangeSets` fully reserved by the IP-named files of `dir`? (names only) */
+export function anyRangeSetFull(dir: string, rangeSets: readonly RangeSet[]): boolean {
+  if (rangeSets.length === 0) return false;
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return false;
+  }
+  const used = rangeSets.map(() => 0n);
+  for (const name of names) {
+    const ip = parseIP(name);
+    if (ip === null) continue;
+    for (let i = 0; i < rangeSets.length; i++) {
+      if (rangeFor(rangeSets[i] as RangeSet, ip) >= 0) {
+        used[i] = (used[i] as bigint) + 1n;
+        break;
+      }
+    }
+  }
+  return rangeSets.some((rs, i) => (used[i] as bigint) >= rangeSetSize(rs));
+}
+
+/**
+ * The loop part: starts the first pass at once, then one per interval; watches the networks.
+ * `close()` stops the timers and watchers and waits for a pass in progress to end.
+ */
+export function reconcileLoopPart(deps: LoopDeps, onStart?: (loop: ReconcileLoop) => void): DaemonPartFactory {
+  return ({ options, log }) => {
+    const loop = new Loop(options, deps, log);
+    onStart?.(loop);
+    loop.start();
+    return loop;
+  };
+}
+
+class Loop implements ReconcileLoop {
+  readonly name = 'loop';
+  last: PassReport | null = null;
+  private readonly opts: PassOptions;
+  private readonly confirmations: Confirmations;
+  private timer: NodeJS.Timeout | null = null;
+  private settle: NodeJS.Timeout | null = null;
+  private running: Promise<PassReport> | null = null;
+  private again: { reason: string; waiters: Array<(r: PassReport) => void> } | null = null;
+  private readonly watchers = new Map<string, FSWatcher>();
+  private readonly dirty = new Map<string, readonly RangeSet[]>();
+  private lastTriggerMs = -Infinity;
+  private closed = false;
+  private readonly daemonOptions: DaemonOptions;
+  private readonly deps: LoopDeps;
+  private readonly log: Logger;
+
+  constructor(daemonOptions: DaemonOptions, deps: LoopDeps, log: Logger) {
+    this.daemonOptions = daemonOptions;
+    this.deps = deps;
+    this.log = log.child({ part: 'loop' });
+    this.opts = passOptions(daemonOptions);
+    this.confirmations = new Confirmations(daemonOptions.graceSeconds, deps.releaseCap ?? DEFAULT_RELEASE_CAP);
+  }
+
+  start(): void {
+    void this.passNow('start');
+  }
+
+  passNow(reason: string): Promise<PassReport> {
+    if (this.running !== null) {
+      // One more pass right after the current one (coalesced).
+      return new Promise((resolve) => {
+        this.again ??= { reason, waiters: [] };
+        this.again.waiters.push(resolve);
+      });
+    }
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    const p = this.pass(reason);
+    this.running = p;
+    void p.finally(() => {
+      this.running = null;
+      if (this.closed) return;
+      const next = this.again;
+      this.again = null;
+      if (next !== null) {
+        void this.passNow(next.reason).then((r) => next.waiters.forEach((w) => w(r)));
+        return;
+      }
+      this.schedule();
+    });
+    return p;
+  }
+
+  private schedule(): void {
+    if (this.closed) return;
+    const delay = jitteredDelay(this.daemonOptions.intervalSeconds, this.deps.random ?? Math.random);
+    this.timer = setTimeout(() => void this.passNow('interval'), Math.min(delay * 1000, 2 ** 31 - 1));
+    this.timer.unref();
+  }
+
+  private async pass(reason: string): Promise<PassReport> {
+    let report: PassReport;
+    try {
+      report = await runPass(this.opts, this.confirmations, this.deps.reconcile);
+    } catch (e) {
+      // runPass reports failures in its result; a throw is a bug or a usage problem: count it,
+      // log it, keep the loop alive.
+      const message = e instanceof Error ? e.message : String(e);
+      this.deps.metrics.recordReconcileError('pass');
+      this.log.error({ reason, error: message }, 'reconcile pass failed');
+      report = {
+        startedAtMs: this.deps.reconcile.now(),
+        durationSeconds: 0,
+        runtime: { endpoint: null, sandboxes: null, error: message },
+        evidenceIncomplete: null,
+        rangeSets: [],
+        candidates: new Map(),
+        released: [],
+        held: null,
+        errors: [{ kind: 'pass', message }],
+        networks: 0,
+      };
+      this.last = report;
+      return report;
+    }
+    this.last = report;
+    this.deps.metrics.recordPass({
+      rangeSets: report.rangeSets.map((r) => ({
+        network: r.network,
+        rangeSet: r.rangeSet,
+        capacity: r.capacity,
+        counts: { live: r.live, grace: r.grace, leaked: r.leaked, corrupt: r.corrupt, unknown: r.unknown, free: r.free },
+      })),
+      candidates: report.candidates,
+      released: report.released.map((r) => ({ network: r.network, reason: r.reason })),
+      errors: report.errors,
+      durationSeconds: report.durationSeconds,
+      endedAtSeconds: Math.floor(this.deps.reconcile.now() / 1000),
+    });
+    for (const r of report.released) {
+      this.log.info({ network: r.network, dataDir: r.dataDir, ip: r.ip, containerId: r.containerId, ifname: r.ifname, ageSeconds: r.ageSeconds, reason: r.reason }, 'released');
+    }
+    if (report.held !== null) this.log.warn({ held: report.held }, 'releases held');
+    for (const e of report.errors) this.log.warn({ kind: e.kind, network: e.network, error: e.message }, 'reconcile error');
+    const candidates = [...report.candidates.values()].reduce((a, b) => a + b, 0);
+    this.log.info(
+      { reason, networks: report.networks, released: report.released.length, candidates, errors: report.errors.length, durationSeconds: report.durationSeconds, sandboxes: report.runtime.sandboxes },
+      'reconcile pass',
+    );
+    this.rewatch(report);
+    return report;
+  }
+
+  /** Watch the data dirs and every network dir of the last pass; drop watchers of vanished ones. */
+  private rewatch(report: PassReport): void {
+    if (this.closed) return;
+    const want = new Map<string, readonly RangeSet[]>();
+    let configured: Map<string, readonly RangeSet[]> = new Map();
+    try {
+      const layout = layoutNetworks({ cniConfDir: this.opts.cniConfDir });
+      configured = new Map(layout.networks.filter((n) => n.config?.ipam != null).map((n) => [n.dir, n.config?.ipam?.rangeSets ?? []]));
+    } catch {
+      // The pass already reported the configuration error.
+    }
+    for (const r of report.rangeSets) {
+      const dir = join(r.dataDir, r.network);
+      want.set(dir, configured.get(dir) ?? []);
+    }
+    const dataDirs = new Set([this.opts.dataDir, ...report.rangeSets.map((r) => r.dataDir)]);
+    for (const d of dataDirs) want.set(d, []);
+    for (const [dir, w] of this.watchers) {
+      if (!want.has(dir)) {
+        w.close();
+        this.watchers.delete(dir);
+      }
+    }
+    for (const [dir, rangeSets] of want) {
+      if (this.watchers.has(dir)) continue;
+      try {
+        const w = watch(dir, { persistent: false }, () => this.onEvent(dir, rangeSets));
+        w.on('error', () => {
+          w.close();
+          this.watchers.delete(dir);
+        });
+        this.watchers.set(dir, w);
+      } catch {
+        // Not there (yet): the next pass tries again.
+      }
+    }
+  }
+
+  private onEvent(dir: string, rangeSets: readonly RangeSet[]): void {
+    // A data directory's event (no range sets): a new network is picked up by the next pass.
+    if (this.closed || rangeSets.length === 0) return;
+    this.dirty.set(dir, rangeSets);
+    if (this.settle === null) this.armSettle(EVENT_SETTLE_MS);
+  }
+
+  /** Count the changed network directories after `ms`; trigger a pass when a range set is full. */
+  private armSettle(ms: number): void {
+    this.settle = setTimeout(() => {
+      this.settle = null;
+      if (this.closed) return;
+      const now = Date.now();
+      if (now - this.lastTriggerMs < MIN_TRIGGER_GAP_MS) {
+        // Too soon after the last triggered pass: look again when the gap has passed.
+        this.armSettle(MIN_TRIGGER_GAP_MS - (now - this.lastTriggerMs));
+        return;
+      }
+      const full = [...this.dirty].filter(([d, rs]) => anyRangeSetFull(d, rs)).map(([d]) => d);
+      this.dirty.clear();
+      if (full.length === 0) return;
+      this.lastTriggerMs = now;
+      this.log.info({ networks: full }, 'range set full: reconciling now');
+      void this.passNow('range set full');
+    }, ms);
+    this.settle.unref();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) {
+      await this.running;
+      return;
+    }
+    this.closed = true;
+    if (this.timer !== null) clearTimeout(this.timer);
+    if (this.settle !== null) clearTimeout(this.settle);
+    for (const w of this.watchers.values()) w.close();
+    this.watchers.clear();
+    await this.running?.catch(() => undefined);
+  }
+}

@@ -1,0 +1,125 @@
+/**
+ * The metrics as a real Prometheus sees them (Debian `prometheus` on loopback), and the example
+ * alert rules of docs/metrics.md checked by `promtool`.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { installedPlugin, pluginSocket, ROOT, requireOrSkip, runCni, tempDir } from '../helpers/cni.ts';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
+import { startHostileCri } from '../helpers/hostile-cri.ts';
+import { freePort, havePrometheus, PROMTOOL, startPrometheus, type TestPrometheus } from '../helpers/prometheus.ts';
+
+const skip = requireOrSkip(havePrometheus(), 'Debian prometheus (/usr/bin/prometheus, /usr/bin/promtool)');
+
+/** The YAML block of docs/metrics.md's "Example alert rules". */
+function docRules(): string {
+  const md = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
+  const at = md.indexOf('## Example alert rules');
+  const m = /```yaml\n([\s\S]*?)```/.exec(md.slice(at));
+  assert.ok(at >= 0 && m !== null, 'docs/metrics.md has an "Example alert rules" YAML block');
+  return m[1] as string;
+}
+
+test('promtool accepts the example alert rules of docs/metrics.md, and they name only documented series', { skip }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipwarden-rules-'));
+  try {
+    const rules = docRules();
+    writeFileSync(join(dir, 'rules.yml'), rules);
+    const r = spawnSync(PROMTOOL, ['check', 'rules', join(dir, 'rules.yml')], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /SUCCESS: 5 rules found/);
+    const md = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
+    for (const name of new Set(rules.match(/ipwarden_[a-z_]+/g) ?? [])) {
+      assert.ok(md.includes(`| \`${name}\` |`), `${name} is in the series table`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+const LIVE = 'a1'.repeat(32);
+const GONE = 'b2'.repeat(32);
+const C1 = 'c3'.repeat(32);
+const C2 = 'd4'.repeat(32);
+
+test('a real Prometheus scraping the daemon sees the documented series with the right values', { skip: skip || (process.getuid?.() !== 0 ? 'needs root' : false), timeout: 180_000 }, async () => {
+  const t = tempDir('ipwarden-prom-e2e-');
+  const cri = await startHostileCri({
+    path: join(t.dir, 'cri.sock'),
+    sandboxes: [{ id: LIVE, ips: ['10.87.91.2'] }, { id: C1, state: 'notready' }, { id: C2, state: 'notready' }],
+  });
+  let daemon: TestDaemon | null = null;
+  let prom: TestPrometheus | null = null;
+  try {
+    const data = join(t.dir, 'data');
+    const confDir = join(t.dir, 'net.d');
+    mkdirSync(join(data, 'promnet'), { recursive: true });
+    mkdirSync(confDir);
+    const conf = { cniVersion: '1.0.0', name: 'promnet', type: 'bridge', ipam: { type: 'ipwarden', dataDir: data, ranges: [[{ subnet: '10.87.91.0/29' }]] } };
+    writeFileSync(join(confDir, '10-promnet.conf'), JSON.stringify(conf));
+    const old = (Date.now() - 600_000) / 1000;
+    for (const [ip, owner] of [['10.87.91.2', LIVE], ['10.87.91.3', GONE]] as const) {
+      writeFileSync(join(data, 'promnet', ip), `${owner}\r\neth0`);
+      utimesSync(join(data, 'promnet', ip), old, old);
+    }
+    const shim = installedPlugin();
+    const add = (id: string) => runCni(shim, { command: 'ADD', containerId: id, ifname: 'eth0', stdin: { ...conf, type: 'ipwarden' } });
+    // Daemon down: the shim runs the standalone plugin, which counts the request.
+    const a1 = add(C1);
+    assert.equal(a1.exitCode, 0, a1.stdout + a1.stderr);
+    assert.equal(readFileSync(join(data, 'promnet', '10.87.91.4'), 'utf8'), `${C1}\r\neth0`);
+
+    const port = await freePort();
+    daemon = await startTestDaemon({
+      socket: pluginSocket(),
+      dataDir: data,
+      cniConfDir: confDir,
+      logLevel: 'info',
+      args: ['--runtime-endpoint', cri.endpoint, '--grace', '1s', '--interval', '1s', '--metrics-address', `127.0.0.1:${port}`],
+    });
+    // Daemon up: served through the socket.
+    const a2 = add(C2);
+    assert.equal(a2.exitCode, 0, a2.stdout + a2.stderr);
+    assert.equal(readFileSync(join(data, 'promnet', '10.87.91.5'), 'utf8'), `${C2}\r\neth0`);
+
+    prom = await startPrometheus(`127.0.0.1:${port}`);
+    const one = (r: Array<{ value: [number, string] }>): number => (r.length === 1 ? Number(r[0]?.value[1]) : NaN);
+    await prom.waitFor('ipwarden_releases_total{network="promnet",reason="leaked"}', (r) => one(r) === 1);
+    await prom.waitFor('ipwarden_addresses{network="promnet",range_set="0",state="live"}', (r) => one(r) === 3);
+    const value = async (q: string): Promise<number> => one(await prom!.query(q));
+    const sel = 'network="promnet",range_set="0"';
+    assert.equal(await value(`ipwarden_range_set_capacity{${sel}}`), 5);
+    assert.equal(await value(`ipwarden_addresses{${sel},state="leaked"}`), 0);
+    assert.equal(await value(`ipwarden_addresses{${sel},state="grace"}`), 0);
+    assert.equal(await value(`ipwarden_addresses{${sel},state="corrupt"}`), 0);
+    assert.equal(await value(`ipwarden_addresses{${sel},state="unknown"}`), 0);
+    assert.equal(await value(`ipwarden_addresses{${sel},state="free"}`), 2);
+    assert.deepEqual(await prom.query('ipwarden_release_candidates'), []);
+    assert.equal(await value('ipwarden_cni_requests_total{command="ADD",path="daemon",result="ok"}'), 1);
+    assert.equal(await value('ipwarden_cni_requests_total{command="ADD",path="standalone",result="ok"}'), 1);
+    assert.equal(await value('ipwarden_cni_request_duration_seconds_count{command="ADD"}'), 1);
+    assert.ok((await value('ipwarden_reconcile_duration_seconds_count')) >= 2);
+    assert.deepEqual(await prom.query('ipwarden_reconcile_errors_total'), []);
+    const lastOk = await value('ipwarden_last_reconcile_success_timestamp_seconds');
+    assert.ok(lastOk > Date.now() / 1000 - 120 && lastOk <= Date.now() / 1000 + 1, String(lastOk));
+    assert.equal(await value('up{job="ipwarden"}'), 1);
+    // The release is on disk, audited, and logged as one decision.
+    assert.equal(existsSync(join(data, 'promnet', '10.87.91.3')), false);
+    const audit = readFileSync(join(data, 'ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.deepEqual(audit.map((a) => [a['phase'], a['ip'], a['containerId']]), [['intent', '10.87.91.3', GONE], ['released', '10.87.91.3', GONE]]);
+    const released = await daemon.waitForLog((l) => l.msg === 'released');
+    assert.equal(released['ip'], '10.87.91.3');
+    // Health endpoints.
+    assert.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200);
+    assert.equal((await fetch(`http://127.0.0.1:${port}/readyz`)).status, 200);
+  } finally {
+    await prom?.stop();
+    await daemon?.stop();
+    await cri.close();
+    t.cleanup();
+  }
+});
