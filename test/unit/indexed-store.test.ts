@@ -492,6 +492,21 @@ describe('IndexedStore: the linger rule', () => {
     await s.close();
   });
 
+  it('a request queued behind a linger is served with the real clock (its wait keeps the process alive)', async () => {
+    // maxHoldMs 0: no takeover, the second request must wait for the linger to end and flock.
+    const ix2 = new NetworkIndexes({ maxHoldMs: 0 });
+    const dataDir = tempDataDir();
+    const open = () => ix2.open({ dataDir, network: 'net1' });
+    try {
+      await withLocked(open, (s) => s.reserve('10.0.0.2', C1, 0));
+      await withLocked(open, (s) => s.reserve('10.0.0.3', C2, 0));
+      assert.equal(ix2.stats.takeovers, 0);
+      assert.deepEqual(readdirSync(join(dataDir, 'net1')).filter((n) => n.startsWith('10.')).sort(), ['10.0.0.2', '10.0.0.3']);
+    } finally {
+      await ix2.close();
+    }
+  });
+
   it('an early release (shutdown, a stamp in the future) marks the stamp suspect: the next hold refreshes', async () => {
     const clock = new ManualClock();
     const dataDir = tempDataDir();

@@ -130,8 +130,11 @@ const families = [4, 6] as const;
 export class IndexData implements ReservationIndex {
   readonly #records = new Map<string, RecordEntry>();
   readonly #unusable = new Set<string>();
-  /** Trimmed content → IP names holding it (records whose content is decodable). */
-  readonly #byContent = new Map<string, Set<string>>();
+  /**
+   * Trimmed content → the IP name holding it, or the names when several do (records whose content
+   * is decodable). Usually one name per content: no per-record collection is allocated.
+   */
+  readonly #byContent = new Map<string, string | string[]>();
   /** The reservations, in no particular order: what `list()` copies. */
   readonly #list: Reservation[] = [];
   readonly #taken = { 4: new SortedKeys(), 6: new SortedKeys() };
@@ -231,7 +234,7 @@ export class IndexData implements ReservationIndex {
   /** The IP names whose record content is exactly `trimmed` (a copy). */
   namesWithContent(trimmed: string): string[] {
     const s = this.#byContent.get(trimmed);
-    return s === undefined ? [] : [...s];
+    return s === undefined ? [] : typeof s === 'string' ? [s] : [...s];
   }
 
   // ReservationIndex ------------------------------------------------------------------------------
@@ -242,9 +245,7 @@ export class IndexData implements ReservationIndex {
     const id = containerId.trim();
     const out: Reservation[] = [];
     for (const key of [`${id}\r\n${ifname}`, `${id}\n${ifname}`, id]) {
-      const names = this.#byContent.get(key);
-      if (names === undefined) continue;
-      for (const n of names) {
+      for (const n of this.namesWithContent(key)) {
         const r = this.#records.get(n);
         if (r !== undefined && ownerMatches(r.res.owner, containerId, ifname)) out.push(r.res);
       }
@@ -271,13 +272,14 @@ export class IndexData implements ReservationIndex {
   // -----------------------------------------------------------------------------------------------
 
   #addRecord(name: string, trimmed: string | null, owner: Owner | null): void {
-    const res: Reservation = Object.freeze({ ip: name, owner: owner === null ? null : Object.freeze({ ...owner }), mtimeMs: Number.NaN });
+    const res: Reservation = Object.freeze({ ip: name, owner: owner === null ? null : Object.freeze({ containerId: owner.containerId, ifname: owner.ifname }), mtimeMs: Number.NaN });
     this.#records.set(name, { res, trimmed, pos: this.#list.length });
     this.#list.push(res);
     if (trimmed !== null) {
-      let s = this.#byContent.get(trimmed);
-      if (s === undefined) this.#byContent.set(trimmed, (s = new Set()));
-      s.add(name);
+      const s = this.#byContent.get(trimmed);
+      if (s === undefined) this.#byContent.set(trimmed, name);
+      else if (typeof s === 'string') this.#byContent.set(trimmed, [s, name]);
+      else s.push(name);
     }
   }
 
@@ -292,8 +294,11 @@ export class IndexData implements ReservationIndex {
       }
       if (r.trimmed !== null) {
         const s = this.#byContent.get(r.trimmed);
-        s?.delete(name);
-        if (s !== undefined && s.size === 0) this.#byContent.delete(r.trimmed);
+        if (s === name) this.#byContent.delete(r.trimmed);
+        else if (Array.isArray(s)) {
+          const rest = s.filter((n) => n !== name);
+          this.#byContent.set(r.trimmed, rest.length === 1 ? (rest[0] as string) : rest);
+        }
       }
     } else if (this.#unusable.delete(name)) {
       this.#unusableKeys[family].delete(value);

@@ -99,15 +99,19 @@ export const YIELD_MS = 2;
 export interface IndexClock {
   /** Wall-clock time, milliseconds since the Unix epoch (CLOCK_REALTIME, as `Date.now`). */
   now(): number;
-  /** Call `fn` after about `ms` milliseconds; the returned function cancels it. Must not keep the process alive. */
-  setTimer(fn: () => void, ms: number): () => void;
+  /**
+   * Call `fn` after about `ms` milliseconds; the returned function cancels it. With `keepAlive`
+   * false the timer must not keep the process alive (a linger must not delay a shutdown); a
+   * request waiting for the lock passes true.
+   */
+  setTimer(fn: () => void, ms: number, keepAlive: boolean): () => void;
 }
 
 const realIndexClock: IndexClock = {
   now: () => Date.now(),
-  setTimer: (fn, ms) => {
+  setTimer: (fn, ms, keepAlive) => {
     const t = setTimeout(fn, ms);
-    t.unref();
+    if (!keepAlive) t.unref();
     return () => clearTimeout(t);
   },
 };
@@ -401,7 +405,7 @@ export class NetworkIndexes {
         if (i < 0) return;
         st.waiters.splice(i, 1);
         reject(lockTimeout(timeoutSeconds, st.lockPath));
-      }, timeoutSeconds * 1000);
+      }, timeoutSeconds * 1000, true);
     });
   }
 
@@ -419,7 +423,7 @@ export class NetworkIndexes {
     this.#clock.setTimer(() => {
       st.acquiring = false;
       w.grant('acquire');
-    }, YIELD_MS);
+    }, YIELD_MS, true);
   }
 
   #lockStillOurs(st: NetState): boolean {
@@ -509,7 +513,7 @@ export class NetworkIndexes {
       const t = this.#clock.now();
       if (t >= until) this.#releaseLock(st, false, st.waiters.length > 0);
       else this.#armLinger(st, until, t);
-    }, Math.max(1, until - now));
+    }, Math.max(1, until - now), false);
   }
 
   /**
@@ -632,8 +636,13 @@ export class NetworkIndexes {
   #refresh(st: NetState, d: IndexData): boolean {
     const names = readdirSync(st.dir);
     const present = new Set<string>();
+    let indexedPresent = 0;
     for (const name of names) {
-      if (isCanonicalIPName(name)) present.add(name);
+      // An indexed name was checked when it was added: skip the parse (65,534 names on a /16).
+      if (d.hasName(name)) {
+        present.add(name);
+        indexedPresent++;
+      } else if (isCanonicalIPName(name)) present.add(name);
       else this.#cleanTemp(st, name);
     }
     if (present.size <= this.#fullRebuildBelow) {
@@ -645,7 +654,12 @@ export class NetworkIndexes {
       d.reset(entries);
       return false;
     }
-    for (const name of [...d.names()]) if (!present.has(name)) d.delete(name);
+    // Every indexed name still present (readdir names are unique): nothing vanished.
+    if (indexedPresent !== d.entryCount) {
+      const gone: string[] = [];
+      for (const name of d.names()) if (!present.has(name)) gone.push(name);
+      for (const name of gone) d.delete(name);
+    }
     const again = new Set(d.unusableNames());
     for (const name of present) {
       if (d.hasName(name) && !again.has(name)) continue;
