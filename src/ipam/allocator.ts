@@ -20,11 +20,11 @@
  */
 
 import { AppError, isAppError } from '../common/errors.ts';
-import type { Owner, Reservation, Store } from '../store/store.ts';
+import type { Owner, Reservation, ReservationIndex, Store } from '../store/store.ts';
 import { ownerMatches } from '../store/store.ts';
 import { compareIP, formatIP, ipEquals, parseIP } from './ip.ts';
 import { RangeSetIterator } from './iterator.ts';
-import { rangeFor, rangeSetContains, rangeSetSize, rangeSetString } from './range.ts';
+import { rangeContains, rangeFor, rangeSetContains, rangeSetSize, rangeSetString } from './range.ts';
 import type { IP, Range, RangeSet } from './types.ts';
 
 /** One ADD's allocation request. */
@@ -131,6 +131,16 @@ interface Known {
  * `reserve()` per attempted address, so the work is
  * bounded by the number of reservations, not by the size of the range (an IPv6 /64 is fine).
  *
+ * Fast path (issue 9): when the store offers a {@link ReservationIndex}
+ * (`store.reservationIndex()` returns one), `listed` is not used and nothing is listed: the
+ * container's reservations come from `ownedBy`, a full range set is recognised by counting
+ * (`countTaken`, then `lastReservedIP` is not even read), and round robin walks the same candidate
+ * order as {@link RangeSetIterator} but jumps over runs of taken addresses (`nextFree`, O(log n)).
+ * The result — address chosen, store calls that change anything, errors and their texts — is the
+ * same as the listing path's (tested by test/interop/indexed-store.test.ts against FileStore and by
+ * test/unit/indexed-store.test.ts against the iterator). Only `reserve()` calls that would fail
+ * (an unusable IP-named entry) are skipped.
+ *
  * @param listed optional result of `store.list()` taken by the caller under the same lock; when
  *   absent the allocator lists the store itself
  * @returns one allocation per range set, in range set order
@@ -145,10 +155,13 @@ export async function allocate(store: Store, req: AllocateRequest, listed?: read
   // `listed`, when given, is a `store.list()` the caller took under the same lock (saves a
   // second read of every file).
   const known = new Map<bigint, Known>();
-  for (const r of listed ?? (await store.list())) {
-    const ip = parseIP(r.ip);
-    if (ip === null) continue;
-    known.set(keyOf(ip), { ip, name: r.ip, owner: r.owner });
+  const index = store.reservationIndex?.() ?? null;
+  if (index === null) {
+    for (const r of listed ?? (await store.list())) {
+      const ip = parseIP(r.ip);
+      if (ip === null) continue;
+      known.set(keyOf(ip), { ip, name: r.ip, owner: r.owner });
+    }
   }
 
   const pending: IP[] = [...req.requestedIPs];
@@ -159,7 +172,7 @@ export async function allocate(store: Store, req: AllocateRequest, listed?: read
     for (let i = 0; i < req.rangeSets.length; i++) {
       const set = req.rangeSets[i] as RangeSet;
       try {
-        results.push(await allocateInSet(store, set, i, owner, known, pending, created));
+        results.push(await allocateInSet(store, set, i, owner, known, index, pending, created));
       } catch (e) {
         if (e instanceof RangeExhaustedError || !isAppError(e)) throw e;
         throw new AppError(e.code, `failed to allocate for range ${i}: ${e.message}`, {
@@ -187,6 +200,7 @@ async function allocateInSet(
   i: number,
   owner: { containerId: string; ifname: string },
   known: Map<bigint, Known>,
+  index: ReservationIndex | null,
   pending: IP[],
   created: string[],
 ): Promise<Allocation> {
@@ -194,8 +208,15 @@ async function allocateInSet(
 
   // What this container already holds in the set: exact (id, ifname) first, then legacy ID-only.
   const mine: Known[] = [];
-  for (const k of known.values()) {
-    if (ownerMatches(k.owner, owner.containerId, owner.ifname) && rangeSetContains(set, k.ip)) mine.push(k);
+  if (index === null) {
+    for (const k of known.values()) {
+      if (ownerMatches(k.owner, owner.containerId, owner.ifname) && rangeSetContains(set, k.ip)) mine.push(k);
+    }
+  } else {
+    for (const r of index.ownedBy(owner.containerId, owner.ifname)) {
+      const ip = parseIP(r.ip);
+      if (ip !== null && rangeSetContains(set, ip)) mine.push({ ip, name: r.ip, owner: r.owner });
+    }
   }
   mine.sort((a, b) => {
     const la = a.owner?.ifname === null ? 1 : 0;
@@ -225,7 +246,7 @@ async function allocateInSet(
    */
   const tryReserve = async (ip: IP): Promise<boolean> => {
     const key = keyOf(ip);
-    if (known.has(key)) return false;
+    if (index === null ? known.has(key) : index.isTaken(ip.family, ip.value)) return false;
     const text = formatIP(ip);
     const ok = await store.reserve(text, owner, i);
     if (ok) {
@@ -260,6 +281,14 @@ async function allocateInSet(
   // Idempotent re-ADD (difference 1).
   if (mine.length > 0) return await existing(mine[0] as Known);
 
+  if (index !== null) {
+    const got = await roundRobinIndexed(store, index, set, i, tryReserve);
+    if (got !== null) return got;
+    let reserved = 0;
+    for (const r of set) reserved += index.countReserved(r.rangeStart.family, r.rangeStart.value, r.rangeEnd.value);
+    throw new RangeExhaustedError({ rangeSetIndex: i, rangeSet: setText(), size: rangeSetSize(set), reserved });
+  }
+
   // Round robin after last_reserved_ip.<i>.
   const lastText = await store.lastReservedIP(i);
   const last = lastText === null ? null : parseIP(lastText);
@@ -274,6 +303,81 @@ async function allocateInSet(
   let reserved = 0;
   for (const k of known.values()) if (rangeSetContains(set, k.ip)) reserved++;
   throw new RangeExhaustedError({ rangeSetIndex: i, rangeSet: setText(), size: rangeSetSize(set), reserved });
+}
+
+/**
+ * Round robin through a {@link ReservationIndex}: the candidates of {@link RangeSetIterator} in the
+ * same order (after `last_reserved_ip.<i>`, wrapping, each range's gateway skipped), without
+ * offering taken addresses one by one. Resolves to the allocation, or null when no candidate could
+ * be reserved (the caller throws the exhaustion error). A set with no untaken address is known
+ * from counts alone (O(ranges · log n)), before `lastReservedIP` is read.
+ */
+async function roundRobinIndexed(
+  store: Store,
+  index: ReservationIndex,
+  set: RangeSet,
+  i: number,
+  tryReserve: (ip: IP) => Promise<boolean>,
+): Promise<Allocation | null> {
+  let free = 0n;
+  for (const r of set) {
+    const f = r.rangeStart.family;
+    const gwIn = r.gateway.family === f && r.gateway.value >= r.rangeStart.value && r.gateway.value <= r.rangeEnd.value;
+    let taken = BigInt(index.countTaken(f, r.rangeStart.value, r.rangeEnd.value));
+    if (gwIn && index.isTaken(f, r.gateway.value)) taken -= 1n;
+    free += r.rangeEnd.value - r.rangeStart.value + 1n - (gwIn ? 1n : 0n) - taken;
+  }
+  if (free <= 0n) return null;
+
+  const lastText = await store.lastReservedIP(i);
+  const last = lastText === null ? null : parseIP(lastText);
+  for (const seg of iteratorSegments(set, last)) {
+    const r = set[seg.rangeIndex] as Range;
+    const f = r.rangeStart.family;
+    const gw = r.gateway.family === f ? r.gateway.value : -1n;
+    for (let v = seg.lo; v <= seg.hi; v++) {
+      v = index.nextFree(f, v);
+      if (v > seg.hi) break;
+      if (v === gw) continue; // never hand out the gateway
+      const ip: IP = { family: f, value: v };
+      if (await tryReserve(ip)) return { rangeSetIndex: i, ip, range: r, existing: false };
+    }
+  }
+  return null;
+}
+
+/** An inclusive interval of one range of a set: `[lo, hi]` of `set[rangeIndex]`. */
+interface Segment {
+  readonly rangeIndex: number;
+  readonly lo: bigint;
+  readonly hi: bigint;
+}
+
+/**
+ * The addresses {@link RangeSetIterator} offers for (`set`, `last`), in its order, as intervals
+ * (gateways not yet removed). Start: the address after `last` when a range contains it (the next
+ * range's start when `last` is its range's end), else range 0's start; then round the ranges,
+ * wrapping, each address once, ending with `last` itself.
+ */
+export function iteratorSegments(set: RangeSet, last: IP | null): Segment[] {
+  const n = set.length;
+  const whole = (k: number): Segment => {
+    const r = set[k % n] as Range;
+    return { rangeIndex: k % n, lo: r.rangeStart.value, hi: r.rangeEnd.value };
+  };
+  const ri = last === null ? -1 : set.findIndex((r) => rangeContains(r, last));
+  const out: Segment[] = [];
+  if (ri < 0 || last === null) {
+    for (let k = 0; k < n; k++) out.push(whole(k));
+  } else if (ipEquals(last, (set[ri] as Range).rangeEnd)) {
+    for (let k = 1; k <= n; k++) out.push(whole(ri + k));
+  } else {
+    const r = set[ri] as Range;
+    out.push({ rangeIndex: ri, lo: last.value + 1n, hi: r.rangeEnd.value });
+    for (let k = 1; k < n; k++) out.push(whole(ri + k));
+    out.push({ rangeIndex: ri, lo: r.rangeStart.value, hi: last.value });
+  }
+  return out;
 }
 
 function duplicate(k: Known, containerId: string): AppError {

@@ -65,6 +65,37 @@ export interface ListOptions {
   readonly mtime?: boolean;
 }
 
+/**
+ * Optional capability of a {@link Store} (see {@link Store.reservationIndex}): an exact in-memory
+ * view of the network's IP-named entries, so the allocator finds the next free address, a full
+ * range set and a container's reservations without listing every reservation (issue 9; the
+ * daemon's indexed file store, `src/store/file/indexed-store.ts`). Valid only while the caller
+ * holds the store's lock, and it reflects every change made through the store during that hold.
+ * Addresses are (family, integer value) pairs as in `src/ipam/types.ts` `IP`.
+ *
+ * "Taken" = any IP-named entry: a reservation (corrupt ones included) or an entry that is no
+ * readable record (a directory, socket, FIFO, dangling symlink: its name is taken, `link(2)`
+ * fails). "Reserved" = the entries `list()` returns.
+ */
+export interface ReservationIndex {
+  /**
+   * The reservations whose owner matches (containerId, ifname) by {@link ownerMatches} (exact, or
+   * a legacy ID-only record of containerId), in no particular order; `mtimeMs` is NaN.
+   */
+  ownedBy(containerId: string, ifname: string): Reservation[];
+  /** True when the address `value` of `family` is taken. */
+  isTaken(family: 4 | 6, value: bigint): boolean;
+  /** Number of taken addresses of `family` in `[lo, hi]` (inclusive). */
+  countTaken(family: 4 | 6, lo: bigint, hi: bigint): number;
+  /** Number of reservations (entries `list()` returns) of `family` in `[lo, hi]` (inclusive). */
+  countReserved(family: 4 | 6, lo: bigint, hi: bigint): number;
+  /**
+   * The smallest value ≥ `from` that is not taken (may lie beyond the family's last address or the
+   * caller's range: the caller bounds it). O(log n) in the number of entries.
+   */
+  nextFree(family: 4 | 6, from: bigint): bigint;
+}
+
 /** The per-network reservation store. See the module comment for the locking rule. */
 export interface Store {
   /** Network name (host-local: the config's top-level `name`). */
@@ -167,4 +198,13 @@ export interface Store {
 
   /** Release the lock if held and free resources. Idempotent. Further use throws `ClosedError`. */
   close(): Promise<void>;
+
+  /**
+   * Optional fast path ({@link ReservationIndex}): the validated in-memory index of the network,
+   * or null when this store has none usable now (the caller then lists, as without the method).
+   * Called with the lock held; throws what `list()` would throw (`AppError('STORE_IO')` when DIR
+   * cannot be read). Backends without an index leave it undefined: the allocator's default path is
+   * then unchanged.
+   */
+  reservationIndex?(): ReservationIndex | null;
 }
