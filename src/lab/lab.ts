@@ -17,6 +17,7 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import {
+  chmodSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -33,7 +34,7 @@ import {
   lstatSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ClosedError } from '../common/errors.ts';
 import { CriClient, type Sandbox } from '../runtime/cri-client.ts';
@@ -54,7 +55,8 @@ export interface LabOptions {
   /**
    * Executable used as the `ipwarden` IPAM plugin (symlinked into the bin dir). Default for
    * `ipam: 'ipwarden'`: the built bundle (`dist/ipwarden.cjs`) installed into the bin dir with
-   * `ipwarden install-cni --dest <binDir>`, exactly as an operator installs it.
+   * `ipwarden install-cni --dest <binDir> --socket <Lab.pluginSocket>`, exactly as an operator
+   * installs it (the shim, the standalone plugin and the flock binding).
    */
   ipwardenPath?: string;
   /**
@@ -106,6 +108,17 @@ export interface Lab {
   readonly bridge: string;
   /** The conflist path (only file in the CNI conf dir). */
   readonly confPath: string;
+  /** containerd's CNI `conf_dir` (`<scratch>/cni/net.d`), the daemon's `--cni-conf-dir`. */
+  readonly confDir: string;
+  /**
+   * The ipwarden daemon socket of this lab, `<scratch>/run/ipwarden/plugin.sock` (its directory is
+   * created 0700 at start). With `ipam: 'ipwarden'` the shim is installed with `install-cni
+   * --socket <this>`, so the lab's pods talk to a daemon started on this path (`ipwarden daemon
+   * --socket <this>`) and never to the host's `/run/ipwarden/plugin.sock`; with no daemon there the
+   * shim falls back to the standalone plugin, which counts the request in
+   * `<scratch>/run/ipwarden/standalone-requests.log` (docs/daemon.md).
+   */
+  readonly pluginSocket: string;
   /** CNI bin dir (symlinks to /usr/lib/cni plugins, the chained plugin, ipwarden). */
   readonly binDir: string;
   /** The scratch dir holding everything of this lab. */
@@ -350,6 +363,8 @@ class LabImpl implements Lab {
   readonly networkName: string;
   readonly bridge: string;
   readonly confPath: string;
+  readonly confDir: string;
+  readonly pluginSocket: string;
   readonly binDir: string;
   readonly cgroupParent: string;
   readonly subnet: string;
@@ -379,7 +394,9 @@ class LabImpl implements Lab {
     this.networkDir = join(this.dataDir, this.networkName);
     this.bridge = `ipwl${tag}`;
     this.binDir = join(scratch, 'cni', 'bin');
-    this.confPath = join(scratch, 'cni', 'net.d', `10-${this.networkName}.conflist`);
+    this.confDir = join(scratch, 'cni', 'net.d');
+    this.confPath = join(this.confDir, `10-${this.networkName}.conflist`);
+    this.pluginSocket = join(scratch, 'run', 'ipwarden', 'plugin.sock');
     this.cgroupParent = `/ipwarden-lab-${tag}`;
     this.subnet = opts.subnet ?? '10.244.9.0/28';
     this.#modeFile = join(scratch, 'chained-mode');
@@ -415,6 +432,9 @@ class LabImpl implements Lab {
     for (const d of ['run', 'root', 'state', 'runc', 'opt', 'cni/bin', 'cni/net.d', 'cni/networks', 'logs', 'image']) {
       mkdirSync(join(x, d), { recursive: true });
     }
+    // The daemon's socket dir: root-owned, 0700 (the daemon and the fallback counting require it).
+    mkdirSync(dirname(this.pluginSocket), { mode: 0o700 });
+    chmodSync(dirname(this.pluginSocket), 0o700);
     const image = await buildPauseImage(join(x, 'image'));
     this.#imageArchive = image.archive;
     this.timings['image'] = since(t);
@@ -423,11 +443,11 @@ class LabImpl implements Lab {
     for (const p of ['bridge', 'host-local', 'loopback', 'portmap']) symlinkSync(join(CNI_SYSTEM_DIR, p), join(this.binDir, p));
     if (this.#opts.ipwardenPath !== undefined) symlinkSync(this.#opts.ipwardenPath, join(this.binDir, 'ipwarden'));
     else if (this.#opts.ipam === 'ipwarden') {
-      await run(process.execPath, [IPWARDEN_BUNDLE, 'install-cni', '--dest', this.binDir]);
+      await run(process.execPath, [IPWARDEN_BUNDLE, 'install-cni', '--dest', this.binDir, '--socket', this.pluginSocket]);
     }
     writeChainPlugin(join(this.binDir, CHAIN_PLUGIN_TYPE), this.#modeFile, this.#chainLogFile);
     this.setChainedMode(this.#opts.chained ?? 'pass', this.#opts.stallSeconds);
-    writeFileSync(join(x, 'containerd.toml'), containerdToml(x, this.socketPath, this.binDir, join(x, 'cni', 'net.d')));
+    writeFileSync(join(x, 'containerd.toml'), containerdToml(x, this.socketPath, this.binDir, this.confDir));
     writeFileSync(this.confPath, `${JSON.stringify(this.#conflist(), null, 2)}\n`);
     this.timings['config'] = since(t);
 
