@@ -7,6 +7,7 @@ import type { DaemonOptions } from '../common/daemon-options.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import type { ReconcileDeps } from '../reconcile/options.ts';
 import { join, dirname } from 'node:path';
+import { NetworkIndexes } from '../store/file/indexed-store.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
 import { reconcileLoopPart, type ReconcileLoop } from './loop.ts';
 import { DaemonMetrics, startMetricsServer } from './metrics.ts';
@@ -26,10 +27,14 @@ export interface AgentOverrides {
 }
 
 /**
- * The daemon's parts and hooks: metrics (with `/healthz`, `/readyz`) first, so the loop's first
- * pass is already counted; then the loop.
+ * The daemon's parts and hooks: the per-network index (closed last: it may still hold a lock in
+ * its linger), the metrics (with `/healthz`, `/readyz`), so the loop's first pass is already
+ * counted, then the loop. The plugin server and the loop open every store through the one
+ * index (docs/daemon.md "The index"), so the loop's changes are not seen as a foreign writer's.
  */
 export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): DaemonDeps {
+  const indexes = new NetworkIndexes();
+  const indexPart: DaemonPartFactory = () => ({ name: 'index', close: () => indexes.close() });
   const metrics = new DaemonMetrics();
   metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
   over.onMetrics?.(metrics);
@@ -52,10 +57,16 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
       close: () => server.close(),
     };
   };
-  const reconcile: ReconcileDeps = over.reconcile ?? { env: process.env, now: () => Date.now(), evidence: () => readKernelEvidence() };
+  const reconcile: ReconcileDeps = over.reconcile ?? {
+    env: process.env,
+    now: () => Date.now(),
+    evidence: () => readKernelEvidence(),
+    openStore: (dataDir, network) => indexes.open({ dataDir, network }),
+  };
   const loopPart = reconcileLoopPart({ reconcile, metrics, ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) }, over.onLoop);
   return {
-    parts: [metricsPart, loopPart],
+    parts: [indexPart, metricsPart, loopPart],
+    openStore: (o) => indexes.openStore(o),
     onState: (s) => {
       state = s;
     },

@@ -16,6 +16,8 @@
  */
 import { lstatSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
+import * as http2 from 'node:http2';
+import * as net from 'node:net';
 import { fromJSON, type MethodDefinition, type PackageDefinition, type ServiceDefinition } from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
 import { AppError, ClosedError } from '../common/errors.ts';
@@ -317,9 +319,14 @@ export class CriClient {
   static async connect(endpoint: string | RuntimeEndpoint, opts: CriClientOptions = {}): Promise<CriClient> {
     const ep = typeof endpoint === 'string' ? parseRuntimeEndpoint(endpoint) : endpoint;
     const timeoutSeconds = opts.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS;
+    await http2Preflight(ep, timeoutSeconds);
     const client = new grpc.Client(ep.url, grpc.credentials.createInsecure(), {
       // The kubelet's limit for CRI messages (16 MiB); ListPodSandbox on a big node stays far below.
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
+      // This channel's connection is its own and ends with close(): a long-lived process (the
+      // daemon, which asks a runtime per heal) must not keep one connection per runtime it ever
+      // asked in grpc-js's global subchannel pool.
+      'grpc.use_local_subchannel_pool': 1,
     });
     try {
       const raw = await unary<{ runtime_api_version: string; version: string; runtime_name: string; runtime_version: string }>(
@@ -441,6 +448,36 @@ export class CriClient {
 }
 
 /** One unary call with a deadline; every failure leaves as an AppError. */
+/**
+ * Does the socket at `ep` speak HTTP/2 (send its SETTINGS) within `timeoutSeconds`? A listener
+ * that accepts and never answers (a socket of some other program found in a process's ancestry)
+ * makes grpc-js keep its connection open after `close()` (measured: still open 25 s later), which
+ * a long-lived daemon asking per heal would pile up. So a connection of our own is tried first and
+ * always destroyed. Silent → `RUNTIME_UNAVAILABLE` with the text of a deadline on Version; any
+ * other failure (missing, refused, permission) is left to the gRPC call, whose messages say it.
+ */
+function http2Preflight(ep: RuntimeEndpoint, timeoutSeconds: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let done = false;
+    const session = http2.connect('http://localhost', { createConnection: () => net.createConnection(ep.path) });
+    const finish = (err: AppError | null): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      session.destroy();
+      if (err === null) resolve();
+      else reject(err);
+    };
+    const timer = setTimeout(
+      () => finish(new AppError('RUNTIME_UNAVAILABLE', `CRI runtime at ${ep.url} did not answer Version within ${timeoutSeconds}s`, { retryable: true })),
+      timeoutSeconds * 1000,
+    );
+    session.once('remoteSettings', () => finish(null));
+    session.once('error', () => finish(null));
+    session.once('close', () => finish(null));
+  });
+}
+
 function unary<T>(client: grpc.Client, ep: RuntimeEndpoint, timeoutSeconds: number, method: Method, req: object): Promise<T> {
   const def = methodDef(method);
   return new Promise<T>((resolve, reject) => {

@@ -12,7 +12,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, watch, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { installedPlugin, runCni, tempDir } from '../helpers/cni.ts';
+import { installedPlugin, runCni, standalonePlugin, tempDir } from '../helpers/cni.ts';
 import { rng } from '../helpers/rng.ts';
 
 /** Kills that must land while the plugin runs; attempts that finish first do not count. */
@@ -46,7 +46,11 @@ describe('crash safety: SIGKILL during ADD and DEL', () => {
   let bin = '';
   const t = tempDir('ipw-crash-');
   before(() => {
-    bin = installedPlugin();
+    // The process that writes is the one killed: the standalone plugin (what the shim execs when
+    // the daemon is down, in the same process). With the daemon up, killing the shim does not
+    // stop the write — the daemon finishes or drops the request; killing the daemon mid-request
+    // is test/interop/daemon-storm.test.ts.
+    bin = standalonePlugin();
   });
   after(() => t.cleanup());
 

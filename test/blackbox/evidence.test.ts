@@ -525,7 +525,10 @@ describe('case 4: recovery crash-safe — SIGKILL while the recovery mark exists
     for (let attempt = 0; attempt < 40 && landed < 10; attempt++) {
       attempts++;
       rmSync(w.dir, { recursive: true, force: true });
-      const run = spawnAsync([bin], CNI_ENV('ADD', sid(`c4-killed-${attempt}`)), JSON.stringify(cfg));
+      // The process that recovers is the one killed: the standalone plugin (with the daemon up,
+      // killing the shim would not stop the daemon's recovery; the daemon's own death mid-request
+      // is test/interop/daemon-storm.test.ts).
+      const run = spawnAsync([standalonePlugin()], CNI_ENV('ADD', sid(`c4-killed-${attempt}`)), JSON.stringify(cfg));
       let exited = false;
       void run.done.then(() => (exited = true));
       while (!exited && !existsSync(mark)) await new Promise((r) => setImmediate(r));

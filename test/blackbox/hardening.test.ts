@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, utimesSy
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startFakeCri, type FakeCri } from '../../bench/fake-cri.ts';
-import { haveHostLocal, HOST_LOCAL, installedPlugin, requireOrSkip, ROOT, runCni, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
+import { haveHostLocal, HOST_LOCAL, installedPlugin, requireOrSkip, ROOT, runCni, runCniAsync, snapshotDir, standalonePlugin, tempDir, type Invocation } from '../helpers/cni.ts';
 
 const NET = 'i8net';
 let bin = '';
@@ -76,7 +76,9 @@ describe('errors raised in the cold part keep their CNI code (issue 8.5)', () =>
     // (with complete evidence the recovery would proceed from the kernel: reconciler.md E8).
     const stdin = JSON.stringify(config(dd, { ranges: [[{ subnet: '10.8.5.0/29' }]], runtimeEndpoint: sock }));
     const env = { PATH: '/usr/bin:/bin', CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'c1', CNI_IFNAME: 'eth0', CNI_NETNS: '/var/run/netns/i8', CNI_PATH: '/usr/lib/cni' };
-    const r = spawnSync('unshare', ['--pid', '--fork', '--mount-proc', bin], { input: stdin, env, encoding: 'utf8', timeout: 60_000 });
+    // The standalone plugin itself (not the shim): with the daemon up, the shim would hand the
+    // request to the daemon, which runs in the host PID namespace and sees the node whole.
+    const r = spawnSync('unshare', ['--pid', '--fork', '--mount-proc', standalonePlugin()], { input: stdin, env, encoding: 'utf8', timeout: 60_000 });
     const json = JSON.parse(r.stdout) as Record<string, unknown>;
     assert.deepEqual([json['cniVersion'], json['code']], ['1.0.0', 11], r.stdout);
     const msg = String(json['msg']);

@@ -3,7 +3,7 @@
  * the way a runtime does — `CNI_*` env, config on stdin — and capture {exitCode, stdout, stderr}.
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -114,6 +114,16 @@ export function standalonePlugin(): string {
   return install().standalone;
 }
 
+/**
+ * True when the suites run with the daemon up (`IPWARDEN_TEST_DAEMON=1`, set by
+ * scripts/run-tests.mjs for its second pass over the black-box and interop suites): then
+ * {@link installedPlugin} also starts `ipwarden daemon` on {@link pluginSocket}, so every request
+ * through the shim is answered by the daemon instead of the standalone fallback.
+ */
+export function daemonMode(): boolean {
+  return process.env['IPWARDEN_TEST_DAEMON'] === '1';
+}
+
 function install(): { bin: string; standalone: string; socket: string } {
   if (installed !== null && existsSync(installed.bin)) return installed;
   const bundle = join(ROOT, 'dist/ipwarden.cjs');
@@ -123,11 +133,60 @@ function install(): { bin: string; standalone: string; socket: string } {
   const socket = join(sockDir.dir, 'plugin.sock');
   execFileSync(process.execPath, [bundle, 'install-cni', '--dest', dir, '--socket', socket], { stdio: 'pipe' });
   installed = { bin: join(dir, 'ipwarden'), standalone: join(dir, 'ipwarden-standalone'), socket };
+  const stopDaemon = daemonMode() ? startSuiteDaemon(bundle, socket, sockDir.dir) : () => undefined;
   process.on('exit', () => {
+    stopDaemon();
     rmSync(dir, { recursive: true, force: true });
     sockDir.cleanup();
   });
   return installed;
+}
+
+/**
+ * Start `ipwarden daemon` on `socket` for the whole test process (daemon mode), with an empty
+ * data dir and CNI config dir of its own (its loop touches nothing of the tests'), and wait —
+ * synchronously, bounded — until it listens. Returns a function that SIGKILLs it by pid.
+ * Throws when it exits or does not listen within 60 s (its log is in the error).
+ */
+function startSuiteDaemon(bundle: string, socket: string, dir: string): () => void {
+  const logPath = join(dir, 'daemon.log');
+  const logFd = openSync(logPath, 'w', 0o600);
+  const child = spawn(
+    process.execPath,
+    [bundle, 'daemon', '--socket', socket, '--data-dir', join(dir, 'data'), '--cni-conf-dir', join(dir, 'net.d'), '--metrics-address', '127.0.0.1:0', '--log-level', 'warn'],
+    { env: { PATH: '/usr/bin:/bin' }, stdio: ['ignore', 'ignore', logFd] },
+  );
+  closeSync(logFd);
+  let exited: string | null = null;
+  child.on('exit', (code, sig) => (exited = `code ${code} signal ${sig}`));
+  const pid = child.pid;
+  const sleeper = new Int32Array(new SharedArrayBuffer(4));
+  // The socket file appears when the daemon's server is bound and listening (one listen() call).
+  for (let i = 0; !existsSync(socket); i++) {
+    if (i > 6000 || pid === undefined || !alive(pid)) {
+      throw new Error(`the suite's daemon did not listen on ${socket}: ${readFileSync(logPath, 'utf8')}`);
+    }
+    Atomics.wait(sleeper, 0, 0, 10);
+  }
+  child.unref();
+  return () => {
+    if (exited === null && pid !== undefined) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone already
+      }
+    }
+  };
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**

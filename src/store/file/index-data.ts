@@ -19,7 +19,7 @@
  * Memory: about 250–300 bytes per record (measured ≈ 20 MB for a /16 in the prototype of
  * `../shared/reference/fast-path-measurements.md` §3 with a similar layout).
  */
-import { parseIP } from '../../ipam/ip.ts';
+import { parseIP } from '../../common/ip.ts';
 import { ownerMatches, type Owner, type Reservation, type ReservationIndex } from '../store.ts';
 
 /** A sorted set of bigint keys in a plain array (binary search; O(n) memmove per insert/delete). */
