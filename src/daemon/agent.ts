@@ -7,6 +7,7 @@ import type { DaemonOptions } from '../common/daemon-options.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import type { ReconcileDeps } from '../reconcile/options.ts';
 import { join, dirname } from 'node:path';
+import { AppError } from '../common/errors.ts';
 import { NetworkIndexes } from '../store/file/indexed-store.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
 import { reconcileLoopPart, type ReconcileLoop } from './loop.ts';
@@ -40,12 +41,17 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   over.onMetrics?.(metrics);
   let state: 'starting' | 'started' | 'stopping' = 'starting';
   const metricsPart: DaemonPartFactory = async ({ log }) => {
+    const shown = `${options.metricsAddress.host.includes(':') ? `[${options.metricsAddress.host}]` : options.metricsAddress.host}:${options.metricsAddress.port}`;
     const server = await startMetricsServer(options.metricsAddress, metrics, {
       live: () => ({ ok: true, why: '' }),
       ready: () =>
         state === 'started'
           ? { ok: true, why: '' }
           : { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' },
+    }).catch((e: unknown) => {
+      const code = (e as { code?: unknown }).code;
+      const why = code === 'EADDRINUSE' ? 'the address is in use (another daemon?)' : code === 'EADDRNOTAVAIL' ? 'no interface has that address' : code === 'EACCES' ? 'permission denied' : e instanceof Error ? e.message : String(e);
+      throw new AppError('USAGE', `cannot serve the metrics on --metrics-address ${shown}: ${why}`, { cause: e });
     });
     log.info({ metricsAddress: `${server.address.host.includes(':') ? `[${server.address.host}]` : server.address.host}:${server.address.port}` }, 'metrics listening');
     return {
