@@ -151,9 +151,11 @@ function install(): { bin: string; standalone: string; socket: string } {
 function startSuiteDaemon(bundle: string, socket: string, dir: string): () => void {
   const logPath = join(dir, 'daemon.log');
   const logFd = openSync(logPath, 'w', 0o600);
+  // setpriv --pdeathsig: the daemon is killed when this test process dies, also by a signal
+  // (a test runner's timeout), when no 'exit' handler runs.
   const child = spawn(
-    process.execPath,
-    [bundle, 'daemon', '--socket', socket, '--data-dir', join(dir, 'data'), '--cni-conf-dir', join(dir, 'net.d'), '--metrics-address', '127.0.0.1:0', '--log-level', 'warn'],
+    '/usr/bin/setpriv',
+    ['--pdeathsig', 'KILL', '--', process.execPath, bundle, 'daemon', '--socket', socket, '--data-dir', join(dir, 'data'), '--cni-conf-dir', join(dir, 'net.d'), '--metrics-address', '127.0.0.1:0', '--log-level', 'warn'],
     { env: { PATH: '/usr/bin:/bin' }, stdio: ['ignore', 'ignore', logFd] },
   );
   closeSync(logFd);

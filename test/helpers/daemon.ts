@@ -65,7 +65,9 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
   // Any free port for the metrics unless the test names one: daemons of parallel tests must not collide on 9617.
   const metrics = (opts.args ?? []).includes('--metrics-address') ? [] : ['--metrics-address', '127.0.0.1:0'];
   const args = [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', cniConfDir, '--log-level', opts.logLevel ?? 'debug', ...metrics, ...(opts.args ?? [])];
-  const child: ChildProcess = spawn(process.execPath, args, { env: { PATH: '/usr/bin:/bin', ...(opts.env ?? {}) }, stdio: ['ignore', 'ignore', 'pipe'] });
+  // exec'd through setpriv --pdeathsig: the daemon dies with this test process even when a signal
+  // ends it (no 'exit' handler runs then). setpriv execs node, so the pid is the daemon's.
+  const child: ChildProcess = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', process.execPath, ...args], { env: { PATH: '/usr/bin:/bin', ...(opts.env ?? {}) }, stdio: ['ignore', 'ignore', 'pipe'] });
   const pid = child.pid;
   if (pid === undefined) throw new Error('the daemon did not start');
   const killOnExit = (): void => {
