@@ -469,7 +469,7 @@ function http2Preflight(ep: RuntimeEndpoint, timeoutSeconds: number): Promise<vo
       else reject(err);
     };
     const timer = setTimeout(
-      () => finish(new AppError('RUNTIME_UNAVAILABLE', `CRI runtime at ${ep.url} did not answer Version within ${timeoutSeconds}s`, { retryable: true })),
+      () => finish(new AppError('RUNTIME_UNAVAILABLE', `CRI runtime at ${ep.url} did not answer RuntimeService/Version within ${timeoutSeconds}s`, { retryable: true })),
       timeoutSeconds * 1000,
     );
     session.once('remoteSettings', () => finish(null));

@@ -86,8 +86,10 @@ describe('interop: ipwarden and upstream host-local on one directory, concurrent
     await Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));
     await checkFiles(); // quiescent
     assert.deepEqual(violations, []);
-    assert.ok(adds + dels >= 300, `ran ${adds} ADDs and ${dels} DELs`);
-    assert.ok(adds > 100, `${adds} successful ADDs (${exhausted} hit exhaustion)`);
+    // Every step of every worker ran (an ADD that met a full range is a step too: how many do
+    // depends on the interleaving, which the daemon's speed changes), and real work was done.
+    assert.ok(adds + exhausted + dels >= WORKERS * OPS_PER_WORKER, `ran ${adds} ADDs, ${exhausted} exhausted ADDs and ${dels} DELs`);
+    assert.ok(adds >= WORKERS * 8, `${adds} successful ADDs (${exhausted} hit exhaustion)`);
     const left = readdirSync(dir).filter((n) => /^\d/.test(n));
     assert.deepEqual(left, [], 'every reservation was released by its DEL');
   });
