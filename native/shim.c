@@ -228,6 +228,14 @@ int main(int argc, char **argv) {
     memcpy(a.sun_path, sock, strlen(sock) + 1);
     s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) < 0) { close(s); s = -1; }
+    /* Only a daemon of our own user (root) may answer for the plugin: whoever could create the
+     * socket path (a writable parent directory) must not choose pods' addresses. The listener's
+     * credentials are those it had at listen(2) (SO_PEERCRED); anything else: the standalone. */
+    if (s >= 0) {
+      struct ucred cred;
+      socklen_t cl = sizeof cred;
+      if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cl != sizeof cred || cred.uid != geteuid()) { close(s); s = -1; }
+    }
   }
   if (s < 0) exec_standalone(argv, env);
 

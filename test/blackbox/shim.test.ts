@@ -181,6 +181,37 @@ describe('shim: a valid answer is relayed exactly', () => {
 });
 
 describe('shim: every daemon failure falls back to the standalone plugin', () => {
+  it('a listener of another user on the socket path is never trusted: the standalone answers (SO_PEERCRED)', { skip: process.getuid?.() !== 0 ? 'needs root' : false }, async () => {
+    const s = shim();
+    // The socket's directory handed to nobody, who then listens there and answers every request
+    // with an address of its choosing (a bogus but well-formed v1 answer).
+    chownSync(s.sockDir, 65534, 65534);
+    const evilAnswer = JSON.stringify({ cniVersion: '1.0.0', ips: [{ address: '10.77.0.99/24' }] });
+    const py = [
+      'import socket, struct, sys, os',
+      `p = ${JSON.stringify(s.socket)}`,
+      'l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); l.bind(p); l.listen(8)',
+      `out = ${JSON.stringify(evilAnswer)}.encode()`,
+      'while True:',
+      '    c, _ = l.accept()',
+      "    c.sendall(b'IPWD' + struct.pack('<IIII', 1, 0, len(out), 0) + out)",
+    ].join('\n');
+    const evil = spawn('/usr/bin/setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', '--', '/usr/bin/python3', '-c', py], { stdio: 'ignore' });
+    cleanups.push(() => void evil.kill('SIGKILL'));
+    await waitFor('the other user\'s listener', () => existsSync(s.socket));
+    assert.equal(lstatSync(s.socket).uid, 65534);
+    const dd = temp('ipw-shim-data-');
+    const r = await run(s.shim, runtimeEnv('ADD'), config(dd));
+    assert.deepEqual([r.code, r.stderr.toString('utf8')], [0, '']);
+    assert.deepEqual(JSON.parse(r.stdout.toString('utf8')), RESULT);
+    assert.deepEqual(
+      readdirSync(join(dd, NET)).sort().map((n) => [n, readFileSync(join(dd, NET, n), 'utf8')]),
+      [['10.77.0.2', 'c1\r\neth0'], ['last_reserved_ip.0', '10.77.0.2'], ['lock', '']],
+    );
+    // The directory is not root's: the standalone does not count the request there either.
+    assert.equal(existsSync(join(s.sockDir, 'standalone-requests.log')), false);
+  });
+
   it('control: NODE_EXTRA_CA_CERTS given to Node prints a warning (what the fallback checks rely on)', () => {
     const r = spawnSync(standalonePlugin(), [], { input: '{"cniVersion":"1.0.0"}', env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION', NODE_EXTRA_CA_CERTS: CA }, encoding: 'utf8' });
     assert.equal(r.status, 0);

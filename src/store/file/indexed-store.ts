@@ -14,9 +14,9 @@
  * - different, same ino → refresh by readdir diff: names that vanished are dropped, new names are
  *   read (one open/read/close each), unusable entries are re-read; leftover temporary files of
  *   killed writers are removed (FileStore's scan does the same under the lock). A directory with at
- *   most `fullRebuildBelow` IP-named entries is re-read completely instead (that also catches a
- *   name removed and re-created with another owner by another writer between two of our holds,
- *   which a names diff cannot see: Node's readdir gives no inode numbers);
+ *   most `fullRebuildBelow` IP-named entries (by default: every directory) is re-read completely
+ *   instead (that also catches a name removed and re-created with another owner by another writer
+ *   between two of our holds, which a names diff cannot see: Node's readdir gives no inode numbers);
  * - ino or birth time changed (DIR was removed and re-created; a re-used inode number on a file
  *   system without birth times, e.g. ext4 with 128-byte inodes, is caught only by the refresh),
  *   no index yet, or anything odd (DIR unreadable, not a directory) → full rebuild;
@@ -90,8 +90,16 @@ export const DEFAULT_MAX_HOLD_MS = 50;
 export const DEFAULT_TICK_MS = 10;
 /** Extra margin added to the tick in the linger rule, milliseconds. */
 export const TICK_MARGIN_MS = 1;
-/** Directories with at most this many IP-named entries are re-read completely on a refresh. */
-export const DEFAULT_FULL_REBUILD_BELOW = 1024;
+/**
+ * Directories with at most this many IP-named entries are re-read completely on a refresh. The
+ * default is every directory: a names-only diff cannot see a name that another writer removed and
+ * re-created with another owner between two of our holds (on a full range the freed address is
+ * the next one taken), and then DEL would find nothing and a repeated ADD would miss its
+ * address (found by review, reproduced on a range of 1,124 addresses). A complete re-read after a
+ * foreign change costs one scan (≈ 1 s on a /16, still less than host-local's own per-ADD scan);
+ * our own changes and an unchanged directory keep the O(1) path. `0` forces the diff (tests).
+ */
+export const DEFAULT_FULL_REBUILD_BELOW = Number.POSITIVE_INFINITY;
 /** Pause before a queued request competes for a lock released at the bound, milliseconds. */
 export const YIELD_MS = 2;
 
