@@ -67,7 +67,12 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     env: process.env,
     now: () => Date.now(),
     evidence: () => readKernelEvidence(),
-    openStore: (dataDir, network) => indexes.open({ dataDir, network }),
+    // Never create a directory the pass found gone (an operator may just have removed it).
+    openStore: async (dataDir, network) => {
+      const store = await indexes.openStore({ dataDir, network, create: false });
+      if (store === null) throw new AppError('IPAM_NOT_FOUND', `the network directory ${dataDir}/${network} is gone`);
+      return store;
+    },
   };
   const loopPart = reconcileLoopPart({ reconcile, metrics, ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) }, over.onLoop);
   return {

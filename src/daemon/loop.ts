@@ -30,6 +30,9 @@ import type { DaemonMetrics } from './metrics.ts';
 /** Least time between two passes triggered by a full range set, ms. */
 export const MIN_TRIGGER_GAP_MS = 1_000;
 
+/** How long `close()` waits for a pass in progress, seconds. */
+const CLOSE_WAIT_SECONDS = 10;
+
 /** How long to wait after a directory event before counting (coalesces a burst), ms. */
 const EVENT_SETTLE_MS = 50;
 
@@ -296,6 +299,19 @@ class Loop implements ReconcileLoop {
     if (this.settle !== null) clearTimeout(this.settle);
     for (const w of this.watchers.values()) w.close();
     this.watchers.clear();
-    await this.running?.catch(() => undefined);
+    // Wait for a pass in progress, but not forever: a runtime that never answers must not keep a
+    // stopping daemon alive. What it abandons is safe to abandon (each release's intent is audited
+    // before its file is removed, under the network's lock).
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.running?.catch(() => undefined),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(() => {
+          this.log.warn({ waitedSeconds: CLOSE_WAIT_SECONDS }, 'stopping without waiting longer for the reconcile pass in progress');
+          resolve();
+        }, CLOSE_WAIT_SECONDS * 1000);
+      }),
+    ]);
+    clearTimeout(timer);
   }
 }

@@ -247,6 +247,11 @@ export class FallbackLogReader {
   }
 }
 
+/** Most connections the metrics endpoint holds at once (more are refused by the kernel's accept). */
+export const METRICS_MAX_CONNECTIONS = 32;
+/** A metrics connection idle this long (no bytes either way) is closed, seconds. */
+export const METRICS_IDLE_SECONDS = 15;
+
 /** The daemon's health, as `/healthz` and `/readyz` report it. */
 export interface Health {
   /** `/healthz`: the process works (its event loop answers; the plugin server has not failed). */
@@ -275,6 +280,13 @@ export async function startMetricsServer(addr: HostPort, metrics: DaemonMetrics,
   server.keepAliveTimeout = 5_000;
   server.headersTimeout = 10_000;
   server.requestTimeout = 10_000;
+  // Any local user can connect: bound the connections and close the ones that send nothing, so
+  // the endpoint cannot be used to exhaust the daemon's file descriptors (found by review: 20,000
+  // idle connections did). Prometheus needs one connection per scraper.
+  server.maxConnections = METRICS_MAX_CONNECTIONS;
+  server.on('connection', (sock) => {
+    sock.setTimeout(METRICS_IDLE_SECONDS * 1000, () => sock.destroy());
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen({ host: addr.host, port: addr.port }, () => {

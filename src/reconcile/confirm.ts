@@ -9,11 +9,12 @@
  *    stayed a candidate for its grace period; ../shared/reference/anchors.md §5.2.)
  * 2. **A per-pass cap with roll-over.** At most `cap` releases per pass, oldest file first; the
  *    rest stay confirmed and go first in the next pass (Calico caps releases per sync too).
- * 3. **A list that shares no owner with many old reservations is not trusted alone.** When the
- *    runtime lists sandboxes, none of which owns any reservation of the node, while at least
- *    {@link DISTRUST_MIN} reservations would be released, nothing is released by the daemon: that
- *    is the shape of a runtime that lost its records or an endpoint that is another runtime's
- *    (field reports BR-3, BR-9). The leaks stay candidates (metrics, logs); the plugin's own
+ * 3. **A list that shares no owner with many old reservations is not trusted alone.** When no
+ *    sandbox the runtime lists (none at all included) owns a reservation of a network, while at
+ *    least {@link DISTRUST_MIN} reservations of that network would be released, the daemon
+ *    releases none of them: that is the shape of a runtime that lost its records or an endpoint
+ *    that is another runtime's (field reports BR-3, BR-9). Judged per network (data directory +
+ *    name), so one live pod in another network does not vouch for this one. The leaks stay candidates (metrics, logs); the plugin's own
  *    reclaim at exhaustion, which checks each address against the kernel, or an operator's `gc`
  *    handles them.
  */
@@ -70,10 +71,11 @@ export class Confirmations {
 
   /**
    * One pass: `candidates` are the reservations the plan (with every evidence rule) would release,
-   * `nowMs` the pass's monotonic-enough clock (ms), `sharesOwner` whether any sandbox the runtime
-   * listed owns a reservation of the node (see rule 3), `listedSandboxes` how many it listed.
+   * `nowMs` a MONOTONIC clock in ms (never the wall clock: a forward step must not make two passes
+   * a grace period apart), `trusted(network)` whether any sandbox the runtime listed owns a
+   * reservation of that network (rule 3; a runtime listing nothing owns none).
    */
-  observe<C extends Candidate>(candidates: readonly C[], nowMs: number, sharesOwner: boolean, listedSandboxes: number): ConfirmDecision<C> {
+  observe<C extends Candidate>(candidates: readonly C[], nowMs: number, trusted: (network: string) => boolean): ConfirmDecision<C> {
     const seen = new Set<string>();
     const confirmed: Array<{ c: C; since: number }> = [];
     const waiting: C[] = [];
@@ -93,17 +95,22 @@ export class Confirmations {
     }
     for (const k of [...this.firstSeen.keys()]) if (!seen.has(k)) this.firstSeen.delete(k);
 
-    if (listedSandboxes > 0 && !sharesOwner && candidates.length >= DISTRUST_MIN) {
-      const held = `the runtime lists ${listedSandboxes} sandbox(es), none owning any of the node's reservations, while ${candidates.length} would be released: not trusted alone`;
-      return { release: [], deferred: confirmed.map((x) => x.c), waiting, held };
-    }
+    // Rule 3, per network: many candidates in a network where the runtime owns nothing.
+    const perNetwork = new Map<string, number>();
+    for (const c of candidates) perNetwork.set(c.network, (perNetwork.get(c.network) ?? 0) + 1);
+    const distrusted = new Set([...perNetwork].filter(([n, count]) => count >= DISTRUST_MIN && !trusted(n)).map(([n]) => n));
+    const held = distrusted.size === 0
+      ? null
+      : `the runtime's list owns no reservation of ${[...distrusted].sort().join(', ')}, where ${[...distrusted].map((n) => perNetwork.get(n)).join(', ')} would be released: not trusted alone`;
+    const deferredByDistrust = confirmed.filter((x) => distrusted.has(x.c.network)).map((x) => x.c);
+    const eligible = confirmed.filter((x) => !distrusted.has(x.c.network));
     // Oldest file first (then longest confirmed, then IP text) so roll-over is fair and stable.
-    confirmed.sort((a, b) => a.c.mtimeMs - b.c.mtimeMs || a.since - b.since || (keyOf(a.c) < keyOf(b.c) ? -1 : 1));
+    eligible.sort((a, b) => a.c.mtimeMs - b.c.mtimeMs || a.since - b.since || (keyOf(a.c) < keyOf(b.c) ? -1 : 1));
     return {
-      release: confirmed.slice(0, this.cap).map((x) => x.c),
-      deferred: confirmed.slice(this.cap).map((x) => x.c),
+      release: eligible.slice(0, this.cap).map((x) => x.c),
+      deferred: [...eligible.slice(this.cap).map((x) => x.c), ...deferredByDistrust],
       waiting,
-      held: null,
+      held,
     };
   }
 

@@ -122,8 +122,14 @@ type CandidateEntry = Candidate & { readonly entry: PlanEntry<AnyVerdict>; reado
  * kernel evidence releases nothing — the plan's verdicts are then `unknown`).
  * @param confirmations the daemon's memory across passes (rule 1 and 2 of confirm.ts).
  * @param deps the engine's injected I/O (runtime source, kernel evidence reader, clock, stores).
+ * @param monotonic milliseconds of a monotonic clock, for the two-observation rule (tests inject).
  */
-export async function runPass(o: PassOptions, confirmations: Confirmations, deps: ReconcileDeps): Promise<PassReport> {
+export async function runPass(
+  o: PassOptions,
+  confirmations: Confirmations,
+  deps: ReconcileDeps,
+  monotonic: () => number = () => performance.now(),
+): Promise<PassReport> {
   const startedAtMs = deps.now();
   const t0 = process.hrtime.bigint();
   const errors: PassError[] = [];
@@ -160,9 +166,9 @@ export async function runPass(o: PassOptions, confirmations: Confirmations, deps
   const candidates: CandidateEntry[] = plans.flatMap((np) =>
     np.plan.release.map((entry) => ({ network: join(np.dataDir, entry.network), ip: entry.ip, owner: ownerText(entry), mtimeMs: entry.mtimeMs, entry, dataDir: np.dataDir })),
   );
-  const sharesOwner = plans.some((np) => np.plan.entries.some((e) => e.verdict === 'live' || e.verdict === 'notready'));
-  const listed = snap.runtime.sandboxes ?? 0;
-  const decision = confirmations.observe(candidates, startedAtMs, sharesOwner, listed);
+  const owned = new Set<string>();
+  for (const np of plans) for (const e of np.plan.entries) if (e.verdict === 'live' || e.verdict === 'notready') owned.add(join(np.dataDir, e.network));
+  const decision = confirmations.observe(candidates, monotonic(), (network) => owned.has(network));
   const toRelease = new Set(decision.release.map((c) => c.entry));
 
   // 4. Apply: releases (re-checked under the lock), restamps, re-reserves.

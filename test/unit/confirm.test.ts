@@ -2,76 +2,77 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Confirmations, DISTRUST_MIN, jitteredDelay, type Candidate } from '../../src/reconcile/confirm.ts';
 
+const yes = (): boolean => true;
 const cand = (ip: string, mtimeMs = 1_000, owner = `c-${ip}\r\neth0`, network = 'n1'): Candidate => ({ network, ip, owner, mtimeMs });
 
 test('a candidate is released only after two observations at least the grace period apart', () => {
   const c = new Confirmations(60);
   const a = cand('10.87.0.2');
-  assert.deepEqual(c.observe([a], 0, true, 1).release, []);
-  assert.deepEqual(c.observe([a], 59_999, true, 1).release, []);
-  assert.deepEqual(c.observe([a], 60_000, true, 1).release, [a]);
+  assert.deepEqual(c.observe([a], 0, yes).release, []);
+  assert.deepEqual(c.observe([a], 59_999, yes).release, []);
+  assert.deepEqual(c.observe([a], 60_000, yes).release, [a]);
 });
 
 test('a candidate missing from one pass starts over', () => {
   const c = new Confirmations(10);
   const a = cand('10.87.0.2');
-  c.observe([a], 0, true, 1);
-  c.observe([], 5_000, true, 1);
+  c.observe([a], 0, yes);
+  c.observe([], 5_000, yes);
   assert.equal(c.size, 0);
-  assert.deepEqual(c.observe([a], 11_000, true, 1).waiting, [a]);
-  assert.deepEqual(c.observe([a], 20_999, true, 1).release, []);
-  assert.deepEqual(c.observe([a], 21_000, true, 1).release, [a]);
+  assert.deepEqual(c.observe([a], 11_000, yes).waiting, [a]);
+  assert.deepEqual(c.observe([a], 20_999, yes).release, []);
+  assert.deepEqual(c.observe([a], 21_000, yes).release, [a]);
 });
 
 test('a changed owner or file time restarts the clock', () => {
   const c = new Confirmations(10);
-  c.observe([cand('10.87.0.2', 1_000, 'a\r\neth0')], 0, true, 1);
-  assert.deepEqual(c.observe([cand('10.87.0.2', 1_000, 'b\r\neth0')], 10_000, true, 1).release, []);
-  assert.deepEqual(c.observe([cand('10.87.0.2', 2_000, 'b\r\neth0')], 20_000, true, 1).release, []);
-  assert.equal(c.observe([cand('10.87.0.2', 2_000, 'b\r\neth0')], 30_000, true, 1).release.length, 1);
+  c.observe([cand('10.87.0.2', 1_000, 'a\r\neth0')], 0, yes);
+  assert.deepEqual(c.observe([cand('10.87.0.2', 1_000, 'b\r\neth0')], 10_000, yes).release, []);
+  assert.deepEqual(c.observe([cand('10.87.0.2', 2_000, 'b\r\neth0')], 20_000, yes).release, []);
+  assert.equal(c.observe([cand('10.87.0.2', 2_000, 'b\r\neth0')], 30_000, yes).release.length, 1);
 });
 
 test('a clock that goes back does not confirm anything', () => {
   const c = new Confirmations(10);
   const a = cand('10.87.0.2');
-  c.observe([a], 100_000, true, 1);
-  const d = c.observe([a], 50_000, true, 1);
+  c.observe([a], 100_000, yes);
+  const d = c.observe([a], 50_000, yes);
   assert.deepEqual(d.release, []);
   assert.deepEqual(d.waiting, [a]);
-  assert.deepEqual(c.observe([a], 59_999, true, 1).release, []);
-  assert.deepEqual(c.observe([a], 60_000, true, 1).release, [a]);
+  assert.deepEqual(c.observe([a], 59_999, yes).release, []);
+  assert.deepEqual(c.observe([a], 60_000, yes).release, [a]);
 });
 
 test('the cap releases the oldest files first and rolls the rest over', () => {
   const c = new Confirmations(0, 3);
   const all = [5, 1, 4, 2, 3].map((m) => cand(`10.87.0.${m + 1}`, m * 1000));
-  c.observe(all, 0, true, 1);
-  const d1 = c.observe(all, 1, true, 1);
+  c.observe(all, 0, yes);
+  const d1 = c.observe(all, 1, yes);
   assert.deepEqual(d1.release.map((x) => x.mtimeMs), [1000, 2000, 3000]);
   assert.deepEqual(d1.deferred.map((x) => x.mtimeMs), [4000, 5000]);
   for (const r of d1.release) c.forget(r.network, r.ip);
   const rest = all.filter((x) => !d1.release.includes(x));
-  const d2 = c.observe(rest, 2, true, 1);
+  const d2 = c.observe(rest, 2, yes);
   assert.deepEqual(d2.release.map((x) => x.mtimeMs), [4000, 5000]);
 });
 
-test('a runtime list that shares no owner with many candidates is not trusted alone', () => {
+test('a network whose reservations the runtime owns none of, with many candidates, is not trusted alone', () => {
   const c = new Confirmations(0);
   const many = Array.from({ length: DISTRUST_MIN }, (_, i) => cand(`10.87.0.${i + 2}`));
-  c.observe(many, 0, false, 3);
-  const d = c.observe(many, 1, false, 3);
-  assert.deepEqual(d.release, []);
+  const other = cand('10.87.9.2', 1_000, 'x\r\neth0', 'n2');
+  const trusted = (n: string): boolean => n === 'n2';
+  c.observe([...many, other], 0, trusted);
+  const d = c.observe([...many, other], 1, trusted);
+  // n1 is held whole; n2 (trusted, and below the minimum anyway) goes on.
+  assert.deepEqual(d.release, [other]);
   assert.equal(d.deferred.length, DISTRUST_MIN);
-  assert.match(d.held ?? '', /lists 3 sandbox\(es\), none owning any of the node's reservations, while 8 would be released/);
-  // One fewer candidate, or a list that shares an owner, or an empty list: trusted.
-  assert.equal(c.observe(many.slice(1), 2, false, 3).release.length, DISTRUST_MIN - 1);
-  // (the one left out of the last pass was forgotten: it waits again)
-  const d3 = c.observe(many, 3, true, 3);
-  assert.equal(d3.release.length, DISTRUST_MIN - 1);
-  assert.deepEqual(d3.waiting, [many[0]]);
-  const d4 = new Confirmations(0);
-  d4.observe(many, 0, false, 0);
-  assert.equal(d4.observe(many, 1, false, 0).release.length, DISTRUST_MIN);
+  assert.equal(d.held, "the runtime's list owns no reservation of n1, where 8 would be released: not trusted alone");
+  // One fewer candidate in n1: below the minimum, released.
+  assert.equal(c.observe(many.slice(1), 2, () => false).release.length, DISTRUST_MIN - 1);
+  // The runtime owns something in n1: trusted.
+  const e = new Confirmations(0);
+  e.observe(many, 0, yes);
+  assert.equal(e.observe(many, 1, yes).release.length, DISTRUST_MIN);
 });
 
 test('bad settings are refused', () => {

@@ -129,3 +129,30 @@ test('a port in use is a rejected start, not a crash', async () => {
     await a.close();
   }
 });
+
+test('the endpoint holds at most METRICS_MAX_CONNECTIONS connections: more are closed at once', { timeout: 30_000 }, async () => {
+  const { createConnection } = await import('node:net');
+  const { METRICS_MAX_CONNECTIONS } = await import('../../src/daemon/metrics.ts');
+  const m = new DaemonMetrics();
+  const s = await startMetricsServer({ host: '127.0.0.1', port: 0 }, m, { live: () => ({ ok: true, why: '' }), ready: () => ({ ok: true, why: '' }) });
+  const socks: Array<import('node:net').Socket> = [];
+  try {
+    const extra = 8;
+    let closed = 0;
+    const allClosed = new Promise<void>((resolve) => {
+      for (let i = 0; i < METRICS_MAX_CONNECTIONS + extra; i++) {
+        const c = createConnection({ host: '127.0.0.1', port: s.address.port });
+        c.on('error', () => undefined);
+        c.on('close', () => {
+          if (++closed === extra) resolve();
+        });
+        socks.push(c);
+      }
+    });
+    await allClosed;
+    assert.equal(closed, extra);
+  } finally {
+    for (const c of socks) c.destroy();
+    await s.close();
+  }
+});

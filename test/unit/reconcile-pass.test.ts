@@ -22,9 +22,12 @@ const id = (n: number): string => n.toString(16).padStart(64, '0');
 
 let root: string;
 let now = T0;
+/** The pass's monotonic clock: follows `now` unless a test steps the wall clock alone. */
+let mono = (): number => now - T0;
 beforeEach(() => {
   root = mkdtempSync(join(tmpdir(), 'ipwarden-pass-'));
   now = T0;
+  mono = (): number => now - T0;
 });
 afterEach(() => rmSync(root, { recursive: true, force: true }));
 
@@ -79,16 +82,16 @@ describe('runPass', () => {
     const c = new Confirmations(60);
     const d = deps([{ id: LIVE, state: 'ready' }]);
 
-    const first = await runPass(options(), c, d);
+    const first = await runPass(options(), c, d, mono);
     assert.deepEqual(first.released, []);
     assert.deepEqual([...first.candidates], [['n1', 1]]);
     assert.ok(existsSync(join(data, 'n1', '10.87.1.3')));
     assert.deepEqual(first.rangeSets.map((r) => [r.network, r.rangeSet, r.capacity, r.live, r.leaked, r.free]), [['n1', 0, 5, 1, 1, 3]]);
 
     now = T0 + 59_999;
-    assert.deepEqual((await runPass(options(), c, d)).released, []);
+    assert.deepEqual((await runPass(options(), c, d, mono)).released, []);
     now = T0 + 60_000;
-    const third = await runPass(options(), c, d);
+    const third = await runPass(options(), c, d, mono);
     assert.deepEqual(third.released.map((r) => [r.network, r.ip, r.containerId, r.reason]), [['n1', '10.87.1.3', id(1), 'leaked']]);
     assert.equal(existsSync(join(data, 'n1', '10.87.1.3')), false);
     assert.ok(existsSync(join(data, 'n1', '10.87.1.2')));
@@ -107,8 +110,8 @@ describe('runPass', () => {
     let lists = 0;
     const d: ReconcileDeps = { ...deps([]), sandboxSource: (endpoint) => ({ endpoint, list: async () => (lists++, []) }) };
     const c = new Confirmations(0);
-    await runPass(options(), c, d);
-    const r = await runPass(options(), c, d);
+    await runPass(options(), c, d, mono);
+    const r = await runPass(options(), c, d, mono);
     assert.equal(lists, 2);
     assert.deepEqual(r.released.map((x) => [x.dataDir, x.network, x.ip]).sort(), [[join(root, 'data'), 'plain', '10.87.3.2'], [other, 'n2', '10.87.2.2']]);
     assert.equal(r.networks, 2);
@@ -119,13 +122,13 @@ describe('runPass', () => {
     for (let i = 0; i < 5; i++) reserve(data, 'n1', `10.87.1.${i + 2}`, id(10 + i), 1000 - i);
     const c = new Confirmations(0, 2);
     const d = deps([]);
-    await runPass(options(), c, d);
-    const a = await runPass(options(), c, d);
+    await runPass(options(), c, d, mono);
+    const a = await runPass(options(), c, d, mono);
     assert.deepEqual(a.released.map((r) => r.ip), ['10.87.1.2', '10.87.1.3']);
     assert.deepEqual([...a.candidates], [['n1', 3]]);
-    const b = await runPass(options(), c, d);
+    const b = await runPass(options(), c, d, mono);
     assert.deepEqual(b.released.map((r) => r.ip), ['10.87.1.4', '10.87.1.5']);
-    const e = await runPass(options(), c, d);
+    const e = await runPass(options(), c, d, mono);
     assert.deepEqual(e.released.map((r) => r.ip), ['10.87.1.6']);
   });
 
@@ -137,16 +140,16 @@ describe('runPass', () => {
       [deps([], unreadableEvidence('not root')), 'kernel'],
     ] as const) {
       const c = new Confirmations(0);
-      await runPass(options(), c, d);
-      const r = await runPass(options(), c, d);
+      await runPass(options(), c, d, mono);
+      const r = await runPass(options(), c, d, mono);
       assert.deepEqual(r.released, []);
       assert.ok(r.errors.some((e) => e.kind === kind), JSON.stringify(r.errors));
       assert.ok(existsSync(join(data, 'n1', '10.87.1.2')));
     }
     const inUse: UseEvidence = { ...NOTHING_IN_USE, addresses: new Map([['10.87.1.2', [{ netns: 'net:[4026532999]', via: '/proc/1234/ns/net' }]]]) };
     const c = new Confirmations(0);
-    await runPass(options(), c, deps([], inUse));
-    const r = await runPass(options(), c, deps([], inUse));
+    await runPass(options(), c, deps([], inUse), mono);
+    const r = await runPass(options(), c, deps([], inUse), mono);
     assert.deepEqual(r.released, []);
     assert.ok(existsSync(join(data, 'n1', '10.87.1.2')));
   });
@@ -156,10 +159,33 @@ describe('runPass', () => {
     for (let i = 0; i < 8; i++) reserve(data, 'n1', `10.87.1.${i + 2}`, id(20 + i), 600);
     const c = new Confirmations(0);
     const d = deps([{ id: LIVE, state: 'ready' }, { id: id(99), state: 'notready' }]);
-    await runPass(options(), c, d);
-    const r = await runPass(options(), c, d);
+    await runPass(options(), c, d, mono);
+    const r = await runPass(options(), c, d, mono);
     assert.deepEqual(r.released, []);
-    assert.match(r.held ?? '', /lists 2 sandbox\(es\), none owning any/);
+    assert.equal(r.held, `the runtime's list owns no reservation of ${join(data, 'n1')}, where 8 would be released: not trusted alone`);
     assert.deepEqual([...r.candidates], [['n1', 8]]);
+  });
+
+  it('a runtime that lists nothing is not trusted alone either, for a network with many candidates', async () => {
+    const data = join(root, 'data');
+    for (let i = 0; i < 8; i++) reserve(data, 'n1', `10.87.1.${i + 2}`, id(40 + i), 600);
+    const c = new Confirmations(0);
+    await runPass(options(), c, deps([]), mono);
+    const r = await runPass(options(), c, deps([]), mono);
+    assert.deepEqual(r.released, []);
+    assert.deepEqual([...r.candidates], [['n1', 8]]);
+    assert.match(r.held ?? '', /owns no reservation of .*n1, where 8 would be released/);
+  });
+
+  it('a forward step of the wall clock does not make two passes a grace period apart (monotonic clock)', async () => {
+    const data = join(root, 'data');
+    reserve(data, 'n1', '10.87.1.2', id(50), 600);
+    const c = new Confirmations(60);
+    const d = deps([]);
+    const steady = (): number => 0;
+    await runPass(options(), c, d, steady);
+    now = T0 + 3_600_000; // the wall clock jumps an hour; the monotonic clock did not move
+    assert.deepEqual((await runPass(options(), c, d, steady)).released, []);
+    assert.ok(existsSync(join(data, 'n1', '10.87.1.2')));
   });
 });
