@@ -1,0 +1,480 @@
+/**
+ * The Kubernetes manifests of deploy/kubernetes/ (issue 10, docs/deploy.md):
+ *
+ * - every YAML document parses and validates against the Kubernetes API's OpenAPI schemas
+ *   (`kubernetes-models`, `@kubernetes-models/prometheus-operator` for the CRDs), and carries no
+ *   field the schema does not know: those schemas do not forbid extra properties, but an API server
+ *   with strict field validation (kubectl's default since 1.27) rejects them, so {@link validateStrict}
+ *   records which properties the validator read and fails on any it never looked at;
+ * - both checks are shown to fail (a wrong type, an unknown field at several depths);
+ * - the DaemonSet has what the issue asks for (host network and PID namespace, the host mounts at
+ *   the paths the daemon's flags name, the init step running `install-cni`, priority, tolerations,
+ *   resources within the measured memory, read-only root, capabilities, probes, the metrics port);
+ * - the daemon's and install-cni's arguments are flags those verbs accept (through `runMain` with
+ *   an injected starter, and their `--help`);
+ * - the PrometheusRule holds exactly the alert rules of docs/metrics.md, the ServiceMonitor and
+ *   Service select the DaemonSet's pods with the job label the rules expect, and
+ *   kustomization.yaml lists every manifest.
+ */
+import { strict as assert } from 'node:assert';
+import { describe, it } from 'node:test';
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, posix, resolve } from 'node:path';
+import { parseAllDocuments, parse as parseYaml } from 'yaml';
+import { Namespace, Service } from 'kubernetes-models/v1';
+import { DaemonSet } from 'kubernetes-models/apps/v1';
+import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
+import type { DaemonOptions } from '../../src/common/daemon-options.ts';
+import type { CliContext } from '../../src/cli/context.ts';
+import { runMain } from '../../src/cli/main.ts';
+import { validateSocketPath } from '../../src/cli/install-cni.ts';
+import { DEFAULT_NETNS_DIRS } from '../../src/node/kernel-evidence.ts';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const DIR = join(ROOT, 'deploy/kubernetes');
+
+type Obj = Record<string, unknown>;
+
+/** A model class of kubernetes-models: constructed from a plain object, `validate()` throws. */
+interface ModelClass {
+  new (data: never): object;
+  prototype: { validate(this: object): void };
+}
+
+/** apiVersion/kind → its model. Every document in deploy/kubernetes must have one. */
+const MODELS: Record<string, ModelClass> = {
+  'v1/Namespace': Namespace as unknown as ModelClass,
+  'v1/Service': Service as unknown as ModelClass,
+  'apps/v1/DaemonSet': DaemonSet as unknown as ModelClass,
+  'monitoring.coreos.com/v1/ServiceMonitor': ServiceMonitor as unknown as ModelClass,
+  'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule as unknown as ModelClass,
+};
+
+function isObj(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/**
+ * Validate `obj` against its API schema and fail on fields the schema does not know.
+ * The schema check is the model's `validate()` (ajv code generated from the OpenAPI schemas). It
+ * is run on a proxy of the object that records every property the validator reads: a validator
+ * reads each property its schema defines (and each key of a map, `additionalProperties`), so a
+ * property present in the object and never read is one the schema has no place for.
+ * @throws Error naming the schema violation, or listing the unknown fields by JSON path.
+ */
+function validateStrict(obj: unknown): void {
+  if (!isObj(obj)) throw new Error('not an object');
+  const key = `${String(obj.apiVersion)}/${String(obj.kind)}`;
+  const Model = MODELS[key];
+  if (Model === undefined) throw new Error(`no schema for ${key}`);
+  const model = new Model(obj as never) as Obj;
+  const read = new WeakMap<object, Set<PropertyKey>>();
+  const proxies = new WeakMap<object, object>();
+  const track = <T extends object>(target: T): T => {
+    const known = proxies.get(target);
+    if (known !== undefined) return known as T;
+    read.set(target, new Set());
+    const p = new Proxy(target, {
+      get(t, k, r) {
+        read.get(t)?.add(k);
+        const v: unknown = Reflect.get(t, k, r);
+        return typeof v === 'object' && v !== null ? track(v) : v;
+      },
+    });
+    proxies.set(target, p);
+    return p;
+  };
+  Model.prototype.validate.call(track(model));
+  const unknown: string[] = [];
+  const walk = (v: unknown, path: string): void => {
+    if (Array.isArray(v)) {
+      v.forEach((x, i) => walk(x, `${path}/${i}`));
+      return;
+    }
+    if (!isObj(v)) return;
+    const seen = read.get(v) ?? new Set<PropertyKey>();
+    for (const [k, x] of Object.entries(v)) {
+      if (!seen.has(k)) unknown.push(`${path}/${k}`);
+      else walk(x, `${path}/${k}`);
+    }
+  };
+  walk(model, '');
+  if (unknown.length > 0) throw new Error(`${key}: unknown field${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}`);
+}
+
+/** Every manifest: file name → its parsed documents. */
+function loadManifests(): Map<string, unknown[]> {
+  const out = new Map<string, unknown[]>();
+  for (const name of readdirSync(DIR).sort()) {
+    if (!name.endsWith('.yaml') || name === 'kustomization.yaml') continue;
+    const docs = parseAllDocuments(readFileSync(join(DIR, name), 'utf8'));
+    const values = docs.map((d, i) => {
+      assert.deepEqual(d.errors, [], `${name} document ${i}`);
+      return d.toJS({ maxAliasCount: 0 }) as unknown;
+    });
+    out.set(name, values);
+  }
+  return out;
+}
+
+const manifests = loadManifests();
+const allDocs = [...manifests.values()].flat();
+
+function only(kind: string): Obj {
+  const found = allDocs.filter((d) => isObj(d) && d.kind === kind);
+  assert.equal(found.length, 1, `exactly one ${kind}`);
+  return found[0] as Obj;
+}
+
+/** `o.a.b.c` with a clear failure when a step is missing. */
+function at(o: unknown, ...path: (string | number)[]): unknown {
+  let v = o;
+  for (const k of path) {
+    assert.ok(typeof v === 'object' && v !== null, `${path.join('.')}: ${String(k)} of a non-object`);
+    v = (v as Record<string | number, unknown>)[k];
+  }
+  return v;
+}
+
+function clone<T>(v: T): T {
+  return structuredClone(v);
+}
+
+interface Container {
+  name: string;
+  args?: string[];
+  command?: string[];
+  env?: Obj[];
+  ports?: Obj[];
+  volumeMounts?: { name: string; mountPath: string; readOnly?: boolean; mountPropagation?: string }[];
+  securityContext?: Obj;
+  resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
+  livenessProbe?: Obj;
+  readinessProbe?: Obj;
+}
+interface Volume {
+  name: string;
+  hostPath?: { path: string; type?: string };
+  emptyDir?: Obj;
+}
+
+const ds = only('DaemonSet');
+const podSpec = at(ds, 'spec', 'template', 'spec') as Obj;
+const containers = podSpec.containers as Container[];
+const initContainers = (podSpec.initContainers ?? []) as Container[];
+const volumes = podSpec.volumes as Volume[];
+const daemonC = containers.find((c) => c.name === 'ipwarden') as Container;
+const initC = initContainers.find((c) => c.name === 'install-cni') as Container;
+
+/** The value after `--flag` in args (the manifest passes each flag and its value as two items). */
+function flag(args: readonly string[], name: string): string | undefined {
+  const i = args.indexOf(name);
+  return i < 0 ? undefined : args[i + 1];
+}
+
+function hostPathVolume(path: string): Volume {
+  const v = volumes.find((x) => x.hostPath?.path === path);
+  assert.ok(v !== undefined, `a hostPath volume of ${path}`);
+  return v;
+}
+
+/** The mount of `c` whose mountPath is `path` or an ancestor of it, and the volume behind it. */
+function mountCovering(c: Container, path: string): { mountPath: string; volume: Volume; readOnly: boolean; propagation: string | undefined } | null {
+  let best: { mountPath: string; volume: Volume; readOnly: boolean; propagation: string | undefined } | null = null;
+  for (const m of c.volumeMounts ?? []) {
+    const mp = m.mountPath.replace(/\/$/, '');
+    if (path !== mp && !path.startsWith(`${mp}/`)) continue;
+    if (best !== null && best.mountPath.length >= mp.length) continue;
+    const volume = volumes.find((v) => v.name === m.name);
+    assert.ok(volume !== undefined, `volume ${m.name} of mount ${m.mountPath}`);
+    best = { mountPath: mp, volume, readOnly: m.readOnly === true, propagation: m.mountPropagation };
+  }
+  return best;
+}
+
+/** The host path the container sees at `path` (null when it is not a hostPath mount). */
+function hostPathAt(c: Container, path: string): string | null {
+  const m = mountCovering(c, path);
+  if (m === null || m.volume.hostPath === undefined) return null;
+  return posix.join(m.volume.hostPath.path, path.slice(m.mountPath.length));
+}
+
+/** A Kubernetes memory quantity in bytes (the suffixes used here). */
+function bytes(q: string): number {
+  const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|k|M|G)?$/.exec(q);
+  assert.ok(m !== null, `memory quantity ${q}`);
+  const mult: Record<string, number> = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, k: 1e3, M: 1e6, G: 1e9 };
+  return Number(m[1]) * (m[2] === undefined ? 1 : (mult[m[2]] as number));
+}
+
+/** The long flags a verb's `--help` lists. */
+async function helpFlags(verb: string): Promise<Set<string>> {
+  let out = '';
+  const ctx: CliContext = { stdout: (t) => void (out += t), stderr: (t) => void (out += t), env: {}, now: () => 0 };
+  const code = await runMain([verb, '--help'], ctx);
+  assert.equal(code, 0, out);
+  return new Set([...out.matchAll(/(?:^|\s)(--[a-z][a-z-]*)/g)].map((m) => m[1] as string));
+}
+
+describe('deploy/kubernetes: schema validation', () => {
+  it('every manifest parses into API objects of a known kind', () => {
+    assert.ok(manifests.size >= 5, [...manifests.keys()].join(', '));
+    for (const [name, docs] of manifests) {
+      assert.ok(docs.length > 0, `${name} has a document`);
+      for (const d of docs) assert.ok(isObj(d) && `${String(d.apiVersion)}/${String(d.kind)}` in MODELS, `${name}: ${JSON.stringify(d).slice(0, 80)}`);
+    }
+  });
+
+  for (const [name, docs] of manifests) {
+    it(`${name} validates against the API schema with no unknown field`, () => {
+      for (const d of docs) validateStrict(d);
+    });
+  }
+
+  it('a wrong field type fails the schema check', () => {
+    const bad = clone(ds);
+    (at(bad, 'spec', 'template', 'spec') as Obj).hostPID = 'yes';
+    assert.throws(() => validateStrict(bad), /hostPID must be boolean/);
+    const badPort = clone(ds);
+    ((at(badPort, 'spec', 'template', 'spec', 'containers', 0, 'ports', 0) as Obj).containerPort) = '9617';
+    assert.throws(() => validateStrict(badPort), /containerPort must be integer/);
+    const badRule = clone(only('PrometheusRule'));
+    (at(badRule, 'spec', 'groups', 0, 'rules', 0) as Obj).for = 300;
+    assert.throws(() => validateStrict(badRule), /for must be string/);
+    const badSm = clone(only('ServiceMonitor'));
+    (at(badSm, 'spec', 'endpoints', 0) as Obj).port = 9617;
+    assert.throws(() => validateStrict(badSm), /port must be string/);
+  });
+
+  it('a missing required field fails the schema check', () => {
+    const bad = clone(ds);
+    delete (at(bad, 'spec', 'template', 'spec', 'containers', 0) as Obj).name;
+    assert.throws(() => validateStrict(bad), /must have required property 'name'|required property name/);
+  });
+
+  it('an unknown field fails, at any depth', () => {
+    const typo = clone(ds);
+    (at(typo, 'spec', 'template', 'spec') as Obj).hostPid = true;
+    assert.throws(() => validateStrict(typo), /unknown field \/spec\/template\/spec\/hostPid$/);
+    const deep = clone(ds);
+    (at(deep, 'spec', 'template', 'spec', 'containers', 0, 'securityContext', 'capabilities') as Obj).addd = ['NET_ADMIN'];
+    assert.throws(() => validateStrict(deep), /\/spec\/template\/spec\/containers\/0\/securityContext\/capabilities\/addd/);
+    const top = clone(only('Service'));
+    (top as Obj).specs = {};
+    assert.throws(() => validateStrict(top), /unknown field \/specs/);
+    const rule = clone(only('PrometheusRule'));
+    (at(rule, 'spec', 'groups', 0, 'rules', 0) as Obj).severity = 'warning';
+    assert.throws(() => validateStrict(rule), /rules\/0\/severity/);
+    // Map keys (labels, resources) are read by the validator: an extra label is not "unknown".
+    const label = clone(ds);
+    (at(label, 'metadata', 'labels') as Obj).extra = 'x';
+    validateStrict(label);
+  });
+
+  it('an object of an unknown kind fails', () => {
+    assert.throws(() => validateStrict({ apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'x' } }), /no schema/);
+  });
+});
+
+describe('deploy/kubernetes: the DaemonSet', () => {
+  it('runs in the host network and PID namespace, on every node, as node-critical', () => {
+    assert.equal(podSpec.hostNetwork, true);
+    assert.equal(podSpec.hostPID, true);
+    assert.equal(podSpec.priorityClassName, 'system-node-critical');
+    const tolerations = podSpec.tolerations as Obj[];
+    assert.ok(tolerations.some((t) => t.operator === 'Exists' && t.key === undefined && t.effect === undefined), 'a toleration of every taint');
+    assert.equal(podSpec.automountServiceAccountToken, false);
+  });
+
+  it('rolls one node at a time without surge', () => {
+    assert.equal(at(ds, 'spec', 'updateStrategy', 'type'), 'RollingUpdate');
+    assert.ok(at(ds, 'spec', 'updateStrategy', 'rollingUpdate', 'maxUnavailable') !== undefined);
+    assert.equal(at(ds, 'spec', 'updateStrategy', 'rollingUpdate', 'maxSurge'), 0);
+  });
+
+  it('selects its own pods', () => {
+    const sel = at(ds, 'spec', 'selector', 'matchLabels') as Record<string, string>;
+    const labels = at(ds, 'spec', 'template', 'metadata', 'labels') as Record<string, string>;
+    for (const [k, v] of Object.entries(sel)) assert.equal(labels[k], v, k);
+  });
+
+  it('mounts the host paths the issue lists', () => {
+    const types: Record<string, string> = {
+      '/opt/cni/bin': 'DirectoryOrCreate',
+      '/etc/cni/net.d': 'DirectoryOrCreate',
+      '/var/lib/cni/networks': 'DirectoryOrCreate',
+      '/run/netns': 'DirectoryOrCreate',
+      '/var/run/netns': 'DirectoryOrCreate',
+      '/run/containerd': 'Directory',
+      '/run/ipwarden': 'DirectoryOrCreate',
+    };
+    for (const [path, type] of Object.entries(types)) assert.equal(hostPathVolume(path).hostPath?.type, type, path);
+    // Nothing else of the host, and every volume is used.
+    const hostPaths = volumes.filter((v) => v.hostPath !== undefined).map((v) => v.hostPath?.path);
+    assert.deepEqual(hostPaths.sort(), Object.keys(types).sort());
+    const used = new Set([...containers, ...initContainers].flatMap((c) => (c.volumeMounts ?? []).map((m) => m.name)));
+    for (const v of volumes) assert.ok(used.has(v.name), `volume ${v.name} is mounted`);
+  });
+
+  it('the init step installs the plugin into the host CNI bin dir, then the daemon starts', () => {
+    assert.equal(initContainers.length, 1);
+    assert.ok(initC !== undefined, 'an init container named install-cni');
+    assert.equal(initC.command, undefined, 'the image entrypoint (ipwarden) runs');
+    const args = initC.args ?? [];
+    assert.equal(args[0], 'install-cni');
+    const dest = flag(args, '--dest');
+    assert.ok(dest !== undefined);
+    assert.equal(hostPathAt(initC, dest), '/opt/cni/bin', '--dest is the host /opt/cni/bin');
+    assert.equal(mountCovering(initC, dest)?.readOnly, false);
+    const socket = flag(args, '--socket');
+    assert.ok(socket !== undefined);
+    validateSocketPath(socket);
+    assert.equal(socket, flag(daemonC.args ?? [], '--socket'), 'the shim connects where the daemon listens');
+    assert.equal(containers.length, 1);
+    assert.equal(daemonC.command, undefined);
+    assert.equal((daemonC.args ?? [])[0], 'daemon');
+  });
+
+  it("install-cni's arguments are flags install-cni accepts", async () => {
+    const known = await helpFlags('install-cni');
+    const args = (initC.args ?? []).slice(1);
+    for (let i = 0; i < args.length; i += 2) assert.ok(known.has(args[i] as string), `${args[i]} is an install-cni flag (${[...known].join(' ')})`);
+    assert.equal(args.length % 2, 0, 'every flag has its value');
+  });
+
+  it("the daemon's arguments are flags `ipwarden daemon` accepts, with valid values", async () => {
+    const args = (daemonC.args ?? []).slice(1);
+    const known = await helpFlags('daemon');
+    for (const a of args.filter((x) => x.startsWith('--'))) assert.ok(known.has(a), `${a} is a daemon flag`);
+    let stderr = '';
+    let got: DaemonOptions | null = null;
+    const ctx: CliContext = { stdout: () => {}, stderr: (t) => void (stderr += t), env: {}, now: () => 0 };
+    const code = await runMain(['daemon', ...args], ctx, { daemon: async (o) => ((got = o), 0) });
+    assert.equal(code, 0, stderr);
+    const o = got as DaemonOptions | null;
+    assert.ok(o !== null);
+    // The paths the daemon uses are the host's, mounted at the same place.
+    assert.equal(hostPathAt(daemonC, o.dataDir), o.dataDir);
+    assert.equal(mountCovering(daemonC, o.dataDir)?.readOnly, false, 'the data dir is written');
+    assert.equal(hostPathAt(daemonC, o.cniConfDir), o.cniConfDir);
+    assert.equal(hostPathAt(daemonC, dirname(o.socket)), dirname(o.socket), 'the socket directory is the host one (the shim runs on the host)');
+    assert.equal(mountCovering(daemonC, dirname(o.socket))?.readOnly, false);
+    assert.equal(hostPathVolume(dirname(o.socket)).hostPath?.path, '/run/ipwarden');
+    assert.ok(o.runtimeEndpoint !== null);
+    const sock = o.runtimeEndpoint.replace(/^unix:\/\//, '');
+    assert.equal(hostPathAt(daemonC, sock), sock, 'the runtime socket is reachable at its host path');
+    // The CLI run through `kubectl exec` asks the same runtime.
+    const env = daemonC.env ?? [];
+    assert.ok(env.some((e) => e.name === 'CONTAINER_RUNTIME_ENDPOINT' && e.value === o.runtimeEndpoint));
+    // Metrics: reachable by the kubelet's probes and Prometheus at the pod's (= the node's) IP.
+    assert.notEqual(o.metricsAddress.host, '127.0.0.1');
+    assert.notEqual(o.metricsAddress.host, 'localhost');
+    const port = (daemonC.ports ?? []).find((p) => p.name === 'metrics');
+    assert.ok(port !== undefined, 'a port named metrics');
+    assert.equal(port.containerPort, o.metricsAddress.port);
+    assert.equal(port.hostPort, o.metricsAddress.port, 'host network: hostPort = containerPort');
+  });
+
+  it('sees every netns directory the kernel evidence reads (but Docker\'s), with host-to-container propagation', () => {
+    for (const d of DEFAULT_NETNS_DIRS) {
+      if (d.startsWith('/var/run/docker/')) continue; // no dockershim since Kubernetes 1.24
+      assert.equal(hostPathAt(daemonC, d), d, d);
+      const m = mountCovering(daemonC, d);
+      assert.equal(m?.propagation, 'HostToContainer', `${d}: namespaces pinned after the pod started must appear in it`);
+    }
+  });
+
+  it('NODE_NAME comes from the downward API', () => {
+    const env = (daemonC.env ?? []).find((e) => e.name === 'NODE_NAME');
+    assert.equal(at(env, 'valueFrom', 'fieldRef', 'fieldPath'), 'spec.nodeName');
+  });
+
+  it('probes /healthz and /readyz on the metrics port', () => {
+    assert.equal(at(daemonC.livenessProbe, 'httpGet', 'path'), '/healthz');
+    assert.equal(at(daemonC.livenessProbe, 'httpGet', 'port'), 'metrics');
+    assert.equal(at(daemonC.readinessProbe, 'httpGet', 'path'), '/readyz');
+    assert.equal(at(daemonC.readinessProbe, 'httpGet', 'port'), 'metrics');
+  });
+
+  it('every container: root, read-only root filesystem, all capabilities dropped, only the needed ones added', () => {
+    const added: Record<string, string[]> = { 'install-cni': [], ipwarden: ['DAC_READ_SEARCH', 'SYS_ADMIN', 'SYS_PTRACE'] };
+    for (const c of [...initContainers, ...containers]) {
+      const sc = c.securityContext ?? {};
+      assert.equal(sc.runAsUser, 0, c.name);
+      assert.equal(sc.readOnlyRootFilesystem, true, c.name);
+      assert.notEqual(sc.privileged, true, c.name);
+      assert.deepEqual(at(sc, 'capabilities', 'drop'), ['ALL'], c.name);
+      const add = ((at(sc, 'capabilities', 'add') ?? []) as string[]).slice().sort();
+      assert.deepEqual(add, added[c.name], c.name);
+      // API server validation: allowPrivilegeEscalation=false is rejected together with CAP_SYS_ADMIN.
+      if (add.includes('SYS_ADMIN')) assert.notEqual(sc.allowPrivilegeEscalation, false, c.name);
+      else assert.equal(sc.allowPrivilegeEscalation, false, c.name);
+      // A read-only root: install-cni's scratch dir (os.tmpdir()) must be writable.
+      assert.equal(mountCovering(c, '/tmp')?.volume.emptyDir !== undefined, true, `${c.name}: /tmp is an emptyDir`);
+    }
+    assert.equal(at(daemonC.securityContext, 'appArmorProfile', 'type'), 'Unconfined');
+  });
+
+  it('requests and limits cover the measured daemon memory (docs/benchmarks.md "Daemon memory")', () => {
+    for (const c of [...initContainers, ...containers]) {
+      for (const r of ['cpu', 'memory']) {
+        assert.ok(c.resources?.requests?.[r] !== undefined, `${c.name} requests ${r}`);
+        assert.ok(c.resources?.limits?.[r] !== undefined, `${c.name} limits ${r}`);
+      }
+    }
+    const MB = 2 ** 20;
+    const req = bytes(daemonC.resources?.requests?.memory as string);
+    const lim = bytes(daemonC.resources?.limits?.memory as string);
+    assert.ok(req >= 65 * MB, 'the request covers the idle daemon (64.7 MB)');
+    assert.ok(lim >= 150 * MB, 'the limit covers a pass over a fully reserved /16 (peak 149.0 MB)');
+    assert.ok(req <= lim);
+  });
+});
+
+describe('deploy/kubernetes: monitoring and kustomization', () => {
+  it('the PrometheusRule carries exactly the alert rules of docs/metrics.md', () => {
+    const doc = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
+    const section = doc.slice(doc.indexOf('## Example alert rules'));
+    const m = /```yaml\n([\s\S]*?)```/.exec(section);
+    assert.ok(m !== null, 'the yaml block of "Example alert rules"');
+    const fromDocs = parseYaml(m[1] as string) as Obj;
+    const rule = only('PrometheusRule');
+    assert.deepEqual(at(rule, 'spec'), fromDocs);
+    const alerts = (at(fromDocs, 'groups', 0, 'rules') as Obj[]).map((r) => r.alert);
+    assert.ok(alerts.length >= 5 && alerts.includes('IpwardenDown'), alerts.join(', '));
+  });
+
+  it('the Service selects the DaemonSet pods, the ServiceMonitor the Service, with job="ipwarden"', () => {
+    const svc = only('Service');
+    const sm = only('ServiceMonitor');
+    const podLabels = at(ds, 'spec', 'template', 'metadata', 'labels') as Record<string, string>;
+    for (const [k, v] of Object.entries(at(svc, 'spec', 'selector') as Record<string, string>)) assert.equal(podLabels[k], v, k);
+    assert.equal(at(svc, 'spec', 'clusterIP'), 'None');
+    const svcPort = (at(svc, 'spec', 'ports') as Obj[]).find((p) => p.name === 'metrics');
+    assert.equal(svcPort?.targetPort, 'metrics');
+    const svcLabels = at(svc, 'metadata', 'labels') as Record<string, string>;
+    for (const [k, v] of Object.entries(at(sm, 'spec', 'selector', 'matchLabels') as Record<string, string>)) assert.equal(svcLabels[k], v, k);
+    assert.deepEqual(at(sm, 'spec', 'namespaceSelector', 'matchNames'), [at(svc, 'metadata', 'namespace')]);
+    assert.equal(at(sm, 'spec', 'endpoints', 0, 'port'), 'metrics');
+    // The Prometheus Operator's job label: the Service's label named by jobLabel, else its name.
+    const jobLabel = at(sm, 'spec', 'jobLabel') as string | undefined;
+    const job = jobLabel === undefined ? at(svc, 'metadata', 'name') : svcLabels[jobLabel];
+    assert.equal(job, 'ipwarden', 'IpwardenDown matches up{job="ipwarden"}');
+  });
+
+  it('every namespaced object is in the namespace of namespace.yaml', () => {
+    const ns = at(only('Namespace'), 'metadata', 'name');
+    assert.equal(at(only('Namespace'), 'metadata', 'labels', 'pod-security.kubernetes.io/enforce'), 'privileged');
+    for (const d of allDocs) {
+      if (isObj(d) && d.kind !== 'Namespace') assert.equal(at(d, 'metadata', 'namespace'), ns, String(d.kind));
+    }
+  });
+
+  it('kustomization.yaml lists every manifest, and only existing files', () => {
+    const k = parseYaml(readFileSync(join(DIR, 'kustomization.yaml'), 'utf8')) as Obj;
+    assert.equal(k.apiVersion, 'kustomize.config.k8s.io/v1beta1');
+    assert.equal(k.kind, 'Kustomization');
+    assert.deepEqual(Object.keys(k).sort(), ['apiVersion', 'kind', 'resources']);
+    assert.deepEqual((k.resources as string[]).slice().sort(), [...manifests.keys()].sort());
+  });
+});
