@@ -9,12 +9,12 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { HOST_LOCAL, haveHostLocal, requireOrSkip, ROOT, runCni, snapshotDir, type Invocation, type Outcome } from '../helpers/cni.ts';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
+import { startTestDaemon, type TestDaemon, hasOpen } from '../helpers/daemon.ts';
 import { cniEnv, runViaDaemon, sendRaw } from '../helpers/daemon-client.ts';
 import { startHostileCri, type HostileCri } from '../helpers/hostile-cri.ts';
 import { encodeRequest, HEADER_BYTES, MAX_STDIN_BYTES } from '../../src/daemon/protocol.ts';
@@ -82,22 +82,6 @@ async function until(cond: () => boolean): Promise<void> {
   while (!cond()) await new Promise((r) => setImmediate(r));
 }
 
-/** True when process `pid` has `path` open. */
-function hasOpen(pid: number, path: string): boolean {
-  let fds: string[];
-  try {
-    fds = readdirSync(`/proc/${pid}/fd`);
-  } catch {
-    return false;
-  }
-  return fds.some((fd) => {
-    try {
-      return readlinkSync(`/proc/${pid}/fd/${fd}`) === path;
-    } catch {
-      return false;
-    }
-  });
-}
 
 /** Hold `DIR/lock` from another process (test/fixtures/hold-lock.cjs) until `release()`. */
 async function holdLock(lockPath: string): Promise<{ release(): Promise<void> }> {

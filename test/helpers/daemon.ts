@@ -7,7 +7,7 @@
  * Requires `npm run build`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROOT } from './cni.ts';
@@ -157,4 +157,21 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
     throw e;
   }
   return d;
+}
+
+/** True when process `pid` has `path` open (its /proc/PID/fd links; false when unreadable). */
+export function hasOpen(pid: number, path: string): boolean {
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return false;
+  }
+  return fds.some((fd) => {
+    try {
+      return readlinkSync(`/proc/${pid}/fd/${fd}`) === path;
+    } catch {
+      return false;
+    }
+  });
 }

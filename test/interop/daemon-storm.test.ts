@@ -31,11 +31,11 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { haveHostLocal, HOST_LOCAL, installedPlugin, pluginSocket, requireOrSkip, ROOT, tempDir, type Outcome } from '../helpers/cni.ts';
-import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
+import { startTestDaemon, type TestDaemon, hasOpen } from '../helpers/daemon.ts';
 import { rng } from '../helpers/rng.ts';
 import { lockExclusive } from '../../src/store/file/flock.ts';
 
@@ -86,22 +86,6 @@ function exec(bin: string, env: Record<string, string>, stdin: string, onSpawn: 
   });
 }
 
-/** True when process `pid` has `path` open (false once it is gone). */
-function hasOpen(pid: number, path: string): boolean {
-  let fds: string[];
-  try {
-    fds = readdirSync(`/proc/${pid}/fd`);
-  } catch {
-    return false;
-  }
-  return fds.some((fd) => {
-    try {
-      return readlinkSync(`/proc/${pid}/fd/${fd}`) === path;
-    } catch {
-      return false;
-    }
-  });
-}
 
 /** Yield until `cond()` holds (the test's timeout bounds it); the pause only spares the CPU. */
 async function until(cond: () => boolean): Promise<void> {

@@ -128,7 +128,7 @@ function decodeRecord(bytes: Uint8Array): string | null {
  * ifnames): that case is decoded without validation or an intermediate view (one string per
  * record, 65,534 of them on a full /16).
  */
-function decodeBuffer(buf: Buffer, n: number): string | null {
+export function decodeBuffer(buf: Buffer, n: number): string | null {
   if (n === 0 || n > MAX_RECORD_BYTES) return null;
   let ascii = true;
   for (let i = 0; i < n; i++) {
@@ -140,6 +140,25 @@ function decodeBuffer(buf: Buffer, n: number): string | null {
   if (ascii) return buf.toString('latin1', 0, n);
   const view = buf.subarray(0, n);
   return isUtf8(view) ? view.toString('utf8') : bytesToText(view);
+}
+
+/**
+ * The rest of a record longer than the read buffer `head` (a long container ID: ipwarden and
+ * host-local write any length the environment allows), read from `fd` until its end or until it
+ * is longer than {@link MAX_RECORD_BYTES} (then corrupt: null). Shared with the daemon's index.
+ */
+export function readLongRecord(fd: number, head: Buffer): string | null {
+  const chunks: Buffer[] = [Buffer.from(head)];
+  let total = head.length;
+  for (;;) {
+    const chunk = Buffer.allocUnsafe(65536);
+    const got = readSync(fd, chunk, 0, chunk.length, null);
+    if (got === 0) break;
+    chunks.push(chunk.subarray(0, got));
+    total += got;
+    if (total > MAX_RECORD_BYTES) return null;
+  }
+  return decodeBuffer(Buffer.concat(chunks, total), total);
 }
 
 /**
@@ -578,7 +597,7 @@ export class FileStore implements Store {
       // Empty (a FIFO reads as empty) or longer than the buffer (a device reads on and on): only a
       // regular file is a record. Without `withMtime` this costs an fstat only in these rare cases.
       if ((n === 0 || n === buf.length) && !withMtime && !fstatSync(fd).isFile()) return null;
-      const text = n === buf.length ? this.#readLong(fd, buf) : decodeBuffer(buf, n);
+      const text = n === buf.length ? readLongRecord(fd, buf) : decodeBuffer(buf, n);
       return { trimmed: text === null ? null : goTrimSpace(text), mtimeMs };
     } catch (e) {
       const code = errnoCode(e);
@@ -593,24 +612,6 @@ export class FileStore implements Store {
     }
   }
 
-  /**
-   * The rest of a record longer than the read buffer (a long container ID: ipwarden and
-   * host-local write any length the environment allows), read until its end or until it is
-   * longer than {@link MAX_RECORD_BYTES} (then corrupt: null).
-   */
-  #readLong(fd: number, head: Buffer): string | null {
-    const chunks: Buffer[] = [Buffer.from(head)];
-    let total = head.length;
-    for (;;) {
-      const chunk = Buffer.allocUnsafe(65536);
-      const got = readSync(fd, chunk, 0, chunk.length, null);
-      if (got === 0) break;
-      chunks.push(chunk.subarray(0, got));
-      total += got;
-      if (total > MAX_RECORD_BYTES) return null;
-    }
-    return decodeBuffer(Buffer.concat(chunks, total), total);
-  }
 
   #tempPath(): string {
     // Unique among live writers (pid) and within this process (counter); a leftover of a dead

@@ -62,11 +62,9 @@
  * prototype `daemon-index.cjs`, `mtime.c`, `stress.py`); docs/daemon.md "The index".
  */
 import { closeSync, constants as fsConstants, existsSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, unlinkSync } from 'node:fs';
-import { isUtf8 } from 'node:buffer';
 import { gunzipSync } from 'node:zlib';
 import { release as osRelease } from 'node:os';
 import { join } from 'node:path';
-import { bytesToText } from '../../common/bytes.ts';
 import { AppError, ClosedError, errnoCode } from '../../common/errors.ts';
 import type { ListOptions, Owner, Reservation, ReservationIndex, Store } from '../store.ts';
 import {
@@ -76,8 +74,9 @@ import {
   goTrimSpace,
   isCanonicalIPName,
   LOCK_FILE_NAME,
-  MAX_RECORD_BYTES,
+  decodeBuffer,
   parseTrimmedRecord,
+  readLongRecord,
   TEMP_PREFIX,
   TEMP_SUFFIX,
 } from './file-store.ts';
@@ -1077,7 +1076,7 @@ export function readEntry(path: string, buf: Buffer): EntryState | null {
       if (got === 0 || got < want || n === buf.length) break;
     }
     if ((n === 0 || n === buf.length) && !fstatSync(fd).isFile()) return { kind: 'unusable' };
-    const text = n === buf.length ? readLong(fd, buf) : decodeBuffer(buf, n);
+    const text = n === buf.length ? readLongRecord(fd, buf) : decodeBuffer(buf, n);
     const trimmed = text === null ? null : goTrimSpace(text);
     return { kind: 'record', trimmed, owner: trimmed === null ? null : parseTrimmedRecord(trimmed) };
   } catch (e) {
@@ -1093,35 +1092,6 @@ export function readEntry(path: string, buf: Buffer): EntryState | null {
   }
 }
 
-/** As FileStore's `#readLong`: the rest of a record longer than `head`, null beyond MAX_RECORD_BYTES. */
-function readLong(fd: number, head: Buffer): string | null {
-  const chunks: Buffer[] = [Buffer.from(head)];
-  let total = head.length;
-  for (;;) {
-    const chunk = Buffer.allocUnsafe(65536);
-    const got = readSync(fd, chunk, 0, chunk.length, null);
-    if (got === 0) break;
-    chunks.push(chunk.subarray(0, got));
-    total += got;
-    if (total > MAX_RECORD_BYTES) return null;
-  }
-  return decodeBuffer(Buffer.concat(chunks, total), total);
-}
-
-/** As FileStore's `decodeBuffer` (lossless text of a record; null when empty or too long). */
-function decodeBuffer(buf: Buffer, n: number): string | null {
-  if (n === 0 || n > MAX_RECORD_BYTES) return null;
-  let ascii = true;
-  for (let i = 0; i < n; i++) {
-    if ((buf[i] as number) >= 0x80) {
-      ascii = false;
-      break;
-    }
-  }
-  if (ascii) return buf.toString('latin1', 0, n);
-  const view = buf.subarray(0, n);
-  return isUtf8(view) ? view.toString('utf8') : bytesToText(view);
-}
 
 function fsyncDirQuietly(dir: string): void {
   try {
