@@ -62,7 +62,10 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
   const socket = opts.socket ?? join(own, 'run', 'plugin.sock');
   const dataDir = opts.dataDir ?? join(own, 'data');
   const cniConfDir = opts.cniConfDir ?? join(own, 'net.d');
-  const args = [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', cniConfDir, '--log-level', opts.logLevel ?? 'debug', ...(opts.args ?? [])];
+  // An ephemeral metrics port unless the test names one (a later --metrics-address wins): two test
+  // daemons at once (a live-socket refusal, parallel files on a shared machine) must not collide on
+  // the default 127.0.0.1:9617, which the daemon binds before its socket.
+  const args = [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', cniConfDir, '--log-level', opts.logLevel ?? 'debug', '--metrics-address', '127.0.0.1:0', ...(opts.args ?? [])];
   const child: ChildProcess = spawn(process.execPath, args, { env: { PATH: '/usr/bin:/bin', ...(opts.env ?? {}) }, stdio: ['ignore', 'ignore', 'pipe'] });
   const pid = child.pid;
   if (pid === undefined) throw new Error('the daemon did not start');
