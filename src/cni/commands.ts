@@ -13,7 +13,7 @@ import { loadIPAMConfig, loadNetworkIdentity } from '../ipam/config.ts';
 import { parseResolvConf } from '../ipam/dns.ts';
 import { formatIP, ipEquals, parseIP } from '../ipam/ip.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
-import type { DNS, IPAMConfig, Range, RangeSet } from '../ipam/types.ts';
+import type { DNS, IPAMConfig, NetworkIdentity, Range, RangeSet } from '../ipam/types.ts';
 import { ownerMatches, type Owner, type Store } from '../store/store.ts';
 import type { HealHooks, ReclaimSummary } from '../reconcile/reclaim.ts';
 import type { IPAMResult } from './result.ts';
@@ -33,7 +33,24 @@ export interface PluginDeps {
    * behaves as host-local (exhaustion fails at once, an empty directory is trusted).
    */
   heal?: HealHooks;
+  /**
+   * The config decoders (default {@link DIRECT_DECODERS}: `loadIPAMConfig` and
+   * `loadNetworkIdentity` of src/ipam/config.ts, run on every request). The daemon passes memoised
+   * ones (src/daemon/config-memo.ts): same values for the same bytes, same errors.
+   */
+  decoders?: ConfigDecoders;
 }
+
+/** Decoders of a request's network config (pure: the same input gives the same value or error). */
+export interface ConfigDecoders {
+  /** As `loadIPAMConfig(stdin, cniArgs)`: the full config; throws its AppErrors. */
+  ipam(stdin: Uint8Array, cniArgs: string): IPAMConfig;
+  /** As `loadNetworkIdentity(stdin)`: what DEL, GC and STATUS need; throws its AppErrors. */
+  identity(stdin: Uint8Array): NetworkIdentity;
+}
+
+/** The decoders of src/ipam/config.ts, called directly (the standalone plugin decodes once per exec). */
+export const DIRECT_DECODERS: ConfigDecoders = { ipam: loadIPAMConfig, identity: loadNetworkIdentity };
 
 /**
  * The self-healing hooks' contract is declared by the reconciler that implements it
@@ -43,12 +60,13 @@ export type { HealHooks, ReclaimSummary };
 
 /** Build the five handlers over `deps`. */
 export function makeHandlers(deps: PluginDeps): PluginHandlers {
+  const dec = deps.decoders ?? DIRECT_DECODERS;
   return {
-    add: (a) => cmdAdd(deps, a),
-    del: (a) => cmdDel(deps, a),
-    check: (a) => cmdCheck(deps, a),
-    gc: (a) => cmdGC(deps, a),
-    status: (a) => cmdStatus(deps, a),
+    add: (a) => cmdAdd(deps, dec, a),
+    del: (a) => cmdDel(deps, dec, a),
+    check: (a) => cmdCheck(deps, dec, a),
+    gc: (a) => cmdGC(deps, dec, a),
+    status: (a) => cmdStatus(deps, dec, a),
   };
 }
 
@@ -78,8 +96,8 @@ function readDNS(deps: PluginDeps, conf: IPAMConfig): DNS {
  * exhausted and a reclaim hook is present, reclaim leaked reservations under the same lock and
  * retry once. On any failure nothing of this ADD stays on disk (the allocator rolls back).
  */
-async function cmdAdd(deps: PluginDeps, a: CmdArgs): Promise<IPAMResult> {
-  const conf = loadIPAMConfig(a.stdinData, a.args);
+async function cmdAdd(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<IPAMResult> {
+  const conf = dec.ipam(a.stdinData, a.args);
   const dns = readDNS(deps, conf);
   const store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: true });
   if (store === null) throw new AppError('INTERNAL', 'store could not be opened');
@@ -159,8 +177,8 @@ function withDetails(e: AppError, details: string | undefined, extra: string): A
  * network directory is missing (nothing to release; nothing is created) and when the config's
  * ranges no longer parse: only the network identity is needed. CNI_ARGS is not interpreted.
  */
-async function cmdDel(deps: PluginDeps, a: CmdArgs): Promise<void> {
-  const id = loadNetworkIdentity(a.stdinData);
+async function cmdDel(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<void> {
+  const id = dec.identity(a.stdinData);
   const store = await deps.openStore({ dataDir: id.dataDir, network: id.name, create: false });
   if (store === null) return;
   await withLockedStore(store, id.lockTimeoutSeconds, (s) => s.releaseByOwner(a.containerId, a.ifname));
@@ -202,8 +220,8 @@ function prevResultIPs(stdin: Uint8Array, rangeSets: readonly RangeSet[]): strin
  * address of prevResult inside this config's ranges must be reserved by it (SPEC.md §CHECK:
  * "error if an IP reservation is missing").
  */
-async function cmdCheck(deps: PluginDeps, a: CmdArgs): Promise<void> {
-  const conf = loadIPAMConfig(a.stdinData, a.args);
+async function cmdCheck(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<void> {
+  const conf = dec.ipam(a.stdinData, a.args);
   const wanted = prevResultIPs(a.stdinData, conf.rangeSets);
   const notFound = new AppError('IPAM_NOT_FOUND', `ipwarden: Failed to find address added by container ${a.containerId}`);
   const store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: false });
@@ -262,8 +280,8 @@ function ownerIsValid(owner: Owner, valid: readonly Attachment[]): boolean {
  * attachment, and every corrupt record. Never touches `lock` or `last_reserved_ip.*` (they are not
  * reservations). Continues past errors and reports them all at the end.
  */
-async function cmdGC(deps: PluginDeps, a: CmdArgs): Promise<void> {
-  const id = loadNetworkIdentity(a.stdinData);
+async function cmdGC(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<void> {
+  const id = dec.identity(a.stdinData);
   const valid = validAttachments(a.stdinData);
   const store = await deps.openStore({ dataDir: id.dataDir, network: id.name, create: false });
   if (store === null) return;
@@ -303,8 +321,8 @@ async function cmdGC(deps: PluginDeps, a: CmdArgs): Promise<void> {
  * corrupt records count as free when automatic reclaim is on and the evidence rules would release
  * them: the next ADD does). The message carries the breakdown.
  */
-async function cmdStatus(deps: PluginDeps, a: CmdArgs): Promise<void> {
-  const conf = loadIPAMConfig(a.stdinData, a.args);
+async function cmdStatus(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<void> {
+  const conf = dec.ipam(a.stdinData, a.args);
   const notWritable = (details?: string): AppError =>
     new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`, details === undefined ? {} : { details });
   let store: Store | null;

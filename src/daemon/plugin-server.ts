@@ -33,6 +33,7 @@ import { pluginMain, type PluginIO } from '../cni/skel.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import { openFileStore } from '../store/file/file-store.ts';
 import type { ListOptions, Owner, Reservation, Store } from '../store/store.ts';
+import { memoConfigDecoders } from './config-memo.ts';
 import type { Logger } from './log.ts';
 import { encodeAnswer, RequestDecoder, type PluginRequest } from './protocol.ts';
 
@@ -337,6 +338,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   /** Connections whose request is complete (being served or queued). */
   const serving = new Set<Conn>();
   const pending = new Set<Promise<void>>();
+  /** One network config decoded once for all its requests (src/daemon/config-memo.ts). */
+  const decoders = memoConfigDecoders();
   let closing = false;
 
   prepareSocketDir(dirname(path));
@@ -362,6 +365,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         return s === null ? null : new GuardedStore(s, conn);
       },
       readTextFile: (p) => readFileSync(p, 'utf8'),
+      decoders,
       ...(h === undefined ? {} : { heal: h }),
     };
   };

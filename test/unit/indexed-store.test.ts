@@ -411,6 +411,40 @@ describe('IndexedStore: validation', () => {
     assert.equal(readEntry(join(dir, '10.0.0.77'), Buffer.alloc(64)), null);
   });
 
+  it('last_reserved_ip is read once per hold, follows our own reserve, and is re-read by the next hold', async () => {
+    const { open, dir, clock } = fixture();
+    const last = join(dir, 'last_reserved_ip.0');
+    await withLocked(open, async (s) => {
+      assert.equal(await s.lastReservedIP(0), null);
+      assert.equal(await s.reserve('10.0.0.2', C1, 0), true);
+      // Our own write is seen at once (the remembered value was dropped by reserve).
+      assert.equal(await s.lastReservedIP(0), '10.0.0.2');
+      // A refused reserve (EEXIST) writes nothing: the file's value is still read back.
+      assert.equal(await s.reserve('10.0.0.2', C2, 0), false);
+      assert.equal(await s.lastReservedIP(0), '10.0.0.2');
+    });
+    clock.advance(2 * TICK);
+    // host-local rewrites the file in place under the lock (DIR's stamp unchanged): the next hold reads it.
+    const h = await lockExclusive(join(dir, 'lock'), 1);
+    writeFileSync(last, '10.0.0.7');
+    h.release();
+    await withLocked(open, async (s) => {
+      assert.equal(await s.lastReservedIP(0), '10.0.0.7');
+      assert.equal(await s.lastReservedIP(0), '10.0.0.7');
+    });
+    clock.advance(2 * TICK);
+    // Without the lock, every call reads the file.
+    const s = await open();
+    try {
+      writeFileSync(last, '10.0.0.8');
+      assert.equal(await s.lastReservedIP(0), '10.0.0.8');
+      writeFileSync(last, '10.0.0.9');
+      assert.equal(await s.lastReservedIP(0), '10.0.0.9');
+    } finally {
+      await s.close();
+    }
+  });
+
   it('DEL re-reads before unlinking and falls back to a full scan when the index is wrong', async () => {
     const { ix, open, dir, clock } = fixture({ fullRebuildBelow: 0 });
     await withLocked(open, (s) => s.reserve('10.0.0.2', C1, 0));

@@ -302,6 +302,9 @@ export class FileStore implements Store {
     const target = join(this.dir, ip);
     const tmp = this.#writeTemp(content, RESERVATION_FILE_MODE);
     let linked = false;
+    // The temp name is removed right after the link; `finally` retries only if that failed (an
+    // unlink that finds nothing costs a syscall and a thrown ENOENT error on every ADD).
+    let tmpGone = false;
     try {
       try {
         linkSync(tmp, target);
@@ -310,7 +313,7 @@ export class FileStore implements Store {
         if (errnoCode(e) === 'EEXIST') return false;
         throw e;
       }
-      unlinkQuietly(tmp);
+      tmpGone = unlinkQuietly(tmp);
       if (rangeSetIndex !== null) {
         const lastTmp = this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE);
         try {
@@ -326,7 +329,7 @@ export class FileStore implements Store {
       if (linked) unlinkQuietly(target);
       throw ioError(`cannot reserve ${ip} in ${this.dir}`, e);
     } finally {
-      unlinkQuietly(tmp);
+      if (!tmpGone) unlinkQuietly(tmp);
     }
   }
 
@@ -683,11 +686,14 @@ function ioError(what: string, e: unknown): AppError {
   return new AppError('STORE_IO', `${what}: ${describe(e)}`, { cause: e });
 }
 
-function unlinkQuietly(path: string): void {
+/** Unlink `path`, ignoring errors; true when the name is gone (removed now, or ENOENT). */
+function unlinkQuietly(path: string): boolean {
   try {
     unlinkSync(path);
-  } catch {
+    return true;
+  } catch (e) {
     // already gone, or will be cleaned up as a temp leftover
+    return errnoCode(e) === 'ENOENT';
   }
 }
 

@@ -731,6 +731,13 @@ export class IndexedStore implements Store {
   readonly #st: NetState;
   #closed = false;
   #holding = false;
+  /**
+   * `last_reserved_ip.<N>` as read during this handle's current hold of the lock (range set index →
+   * value). Every writer changes that file only with the lock held, so it cannot change under us
+   * while we hold it; our own `reserve` forgets the entry it may rewrite; cleared when the hold
+   * ends. (ADD reads each file twice: the "new data directory" check, then the allocator.)
+   */
+  readonly #lastReserved = new Map<number, string | null>();
 
   /** Use {@link NetworkIndexes.open}. */
   constructor(ix: NetworkIndexes, st: NetState, network: string) {
@@ -758,6 +765,7 @@ export class IndexedStore implements Store {
     this.#assertOpen();
     if (this.#holding) throw new AppError('INTERNAL', `the lock on ${this.#st.lockPath} is already held by this store`);
     await this.#ix.acquire(this.#st, this, timeoutSeconds);
+    this.#lastReserved.clear();
     this.#holding = true;
     if (this.#closed) {
       this.#holding = false;
@@ -797,6 +805,7 @@ export class IndexedStore implements Store {
     const d = this.#index();
     const had = d?.hasName(ip) ?? false;
     this.#touchDir();
+    this.#lastReserved.delete(rangeSetIndex);
     const ok = await this.#guard(() => this.#st.inner.reserve(ip, owner, rangeSetIndex));
     this.#afterReserve(d, had, ip, owner, ok);
     return ok;
@@ -826,8 +835,14 @@ export class IndexedStore implements Store {
 
   async lastReservedIP(rangeSetIndex: number): Promise<string | null> {
     this.#assertOpen();
-    // Not cached: host-local rewrites last_reserved_ip.<N> in place (no change to DIR's stamp).
-    return this.#st.inner.lastReservedIP(rangeSetIndex);
+    // Not cached across holds: host-local rewrites last_reserved_ip.<N> in place (no change to
+    // DIR's stamp). Within one hold of the lock nobody else writes it.
+    if (!this.#holding) return this.#st.inner.lastReservedIP(rangeSetIndex);
+    const known = this.#lastReserved.get(rangeSetIndex);
+    if (known !== undefined) return known;
+    const v = await this.#st.inner.lastReservedIP(rangeSetIndex);
+    if (this.#holding) this.#lastReserved.set(rangeSetIndex, v);
+    return v;
   }
 
   async release(ip: string, expected: Owner | null): Promise<boolean> {
@@ -944,6 +959,7 @@ export class IndexedStore implements Store {
   }
 
   async #done(): Promise<void> {
+    this.#lastReserved.clear();
     if (!this.#holding) return;
     try {
       await this.#ix.verify(this.#st, this, 'request');
