@@ -117,12 +117,18 @@ static long long timeout_ms(void) {
 
 static char *no_args[2];               /* argv when the shim was run with argc == 0 */
 
-/* Run DIR/ipwarden-standalone (DIR = directory of /proc/self/exe) in this process, with argv[0]
- * replaced by its path. No return. */
+/* Run DIR/ipwarden-standalone (DIR = directory of /proc/self/exe; without /proc, of an absolute
+ * argv[0], which is how runtimes exec plugins) in this process, with argv[0] replaced by its
+ * path. No return. */
 static void exec_standalone(char **argv, char **envp) {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self);
+  if (n <= 0 && argv[0] != NULL && argv[0][0] == '/' && strlen(argv[0]) < sizeof self) {
+    n = (ssize_t)strlen(argv[0]);
+    memcpy(self, argv[0], (size_t)n);
+  }
   if (n <= 0) die("cannot run the standalone plugin", errno);
+  if ((size_t)n >= sizeof self) die("cannot run the standalone plugin", ENAMETOOLONG);
   char *slash = memrchr(self, '/', (size_t)n);
   if (slash == NULL || (size_t)(slash + 1 - self) + sizeof STANDALONE > sizeof self) die("cannot run the standalone plugin", ENAMETOOLONG);
   memcpy(slash + 1, STANDALONE, sizeof STANDALONE);

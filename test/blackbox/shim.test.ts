@@ -181,6 +181,16 @@ describe('shim: a valid answer is relayed exactly', () => {
 });
 
 describe('shim: every daemon failure falls back to the standalone plugin', () => {
+  it('without /proc (no /proc/self/exe) the fallback finds the standalone from the absolute argv[0]', { skip: process.getuid?.() !== 0 ? 'needs root' : false }, () => {
+    const r = spawnSync('unshare', ['-m', 'sh', '-c', 'umount -l /proc && exec "$0"', bin], {
+      input: '{"cniVersion":"1.0.0"}',
+      env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION' },
+      encoding: 'utf8',
+    });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout), { cniVersion: '1.0.0', supportedVersions: ['0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'] });
+  });
+
   it('a listener of another user on the socket path is never trusted: the standalone answers (SO_PEERCRED)', { skip: process.getuid?.() !== 0 ? 'needs root' : false }, async () => {
     const s = shim();
     // The socket's directory handed to nobody, who then listens there and answers every request
