@@ -11,6 +11,7 @@
 import type { DaemonOptions } from '../common/daemon-options.ts';
 import { createLogger, flushLog, type Logger } from './log.ts';
 import {
+  checkSocketPath,
   startPluginServer,
   type HealFactory,
   type PluginServer,
@@ -107,6 +108,9 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
   const parts: DaemonPart[] = [];
   let server: PluginServer;
   try {
+    // The socket first: a daemon that cannot serve it refuses before any part starts (no metrics
+    // port opened, no reconcile pass run).
+    await checkSocketPath(options.socket);
     for (const f of deps.parts ?? []) parts.push(await f({ options, log }));
     const hooks = [...parts.flatMap((p) => (p.hooks === undefined ? [] : [p.hooks])), ...(deps.hooks === undefined ? [] : [deps.hooks])];
     server = await startPluginServer({

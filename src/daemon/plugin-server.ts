@@ -206,16 +206,32 @@ function answers(path: string): Promise<boolean> {
  * nothing to do.
  * @throws SocketSetupError when it is not a socket, or a live one (another daemon).
  */
-async function clearStaleSocket(path: string): Promise<void> {
+async function clearStaleSocket(path: string, log: Logger): Promise<void> {
   const st = lstatOrNull(path);
   if (st === null) return;
   if (!st.isSocket()) throw new SocketSetupError(`${path} exists and is not a socket; remove it or choose another --socket`);
   if (await answers(path)) throw new SocketSetupError(`another process is serving ${path} (a daemon already running?)`);
+  log.info({ socket: path }, 'removing a stale socket (nobody accepts on it)');
   try {
     unlinkSync(path);
   } catch (e) {
     if (errnoCode(e) !== 'ENOENT') throw new SocketSetupError(`cannot remove the stale socket ${path}: ${e instanceof Error ? e.message : String(e)}`, e);
   }
+}
+
+/**
+ * Check, before anything else of the daemon starts, that `path` can be served: its directory as
+ * {@link prepareSocketDir} demands (created 0700 when missing), and nothing at `path` but nothing
+ * or a stale socket. So a second daemon, or one given an unsafe path, refuses at once — before it
+ * opens its metrics port or runs a reconcile pass.
+ * @throws SocketSetupError as `prepareSocketDir` and {@link startPluginServer} do.
+ */
+export async function checkSocketPath(path: string): Promise<void> {
+  prepareSocketDir(dirname(path));
+  const st = lstatOrNull(path);
+  if (st === null) return;
+  if (!st.isSocket()) throw new SocketSetupError(`${path} exists and is not a socket; remove it or choose another --socket`);
+  if (await answers(path)) throw new SocketSetupError(`another process is serving ${path} (a daemon already running?)`);
 }
 
 /** FIFO counting semaphore. */
@@ -343,7 +359,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   let closing = false;
 
   prepareSocketDir(dirname(path));
-  await clearStaleSocket(path);
+  await clearStaleSocket(path, log);
 
   const reject = (conn: Conn, e: MalformedEvent): void => {
     log.warn({ kind: e.kind, reason: e.reason }, 'malformed request: closed without an answer');
