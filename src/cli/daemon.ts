@@ -31,30 +31,18 @@ import {
   type LogLevel,
 } from '../common/daemon-options.ts';
 import { validateNetworkName } from '../ipam/config.ts';
+import { DEFAULT_CNI_CONF_DIR, DEFAULT_DATA_DIR, DEFAULT_GRACE, type RawReconcileOptions } from '../reconcile/options.ts';
 import { POLICIES } from '../reconcile/plan.ts';
 import { parseRuntimeEndpoint } from '../runtime/endpoint.ts';
 import type { CliContext } from './context.ts';
 
-/** Default `--data-dir` (host-local's `dataDir` default). */
-const DEFAULT_DATA_DIR = '/var/lib/cni/networks';
-/** Default `--grace`. */
-const DEFAULT_GRACE = '5m';
-/** Default `--cni-conf-dir`. */
-const DEFAULT_CNI_CONF_DIR = '/etc/cni/net.d';
 
 /** The flags as commander hands them over (all strings, absent when not given). */
-export interface DaemonCommandOptions {
+export interface DaemonCommandOptions extends Pick<RawReconcileOptions, 'dataDir' | 'network' | 'runtimeEndpoint' | 'grace' | 'policy' | 'cniConfDir' | 'auditLog'> {
   interval?: string;
   metricsAddress?: string;
   socket?: string;
   logLevel?: string;
-  dataDir?: string;
-  network?: string;
-  runtimeEndpoint?: string;
-  grace?: string;
-  policy?: string;
-  cniConfDir?: string;
-  auditLog?: string;
 }
 
 /**

@@ -35,7 +35,8 @@ export interface Outcome {
   json: Record<string, unknown> | null;
 }
 
-function envFor(inv: Invocation): Record<string, string> {
+/** The environment a runtime gives the plugin for `inv` (PATH, the CNI variables, then `inv.env`). */
+export function envFor(inv: Invocation): Record<string, string> {
   const env: Record<string, string> = { PATH: '/usr/bin:/bin', CNI_COMMAND: inv.command };
   if (inv.containerId !== undefined) env['CNI_CONTAINERID'] = inv.containerId;
   if (inv.ifname !== undefined) env['CNI_IFNAME'] = inv.ifname;

@@ -5,7 +5,7 @@
  */
 import { createConnection, type Socket } from 'node:net';
 import { AnswerDecoder, encodeRequest, type PluginAnswer } from '../../src/daemon/protocol.ts';
-import type { Invocation, Outcome } from './cni.ts';
+import { envFor, type Invocation, type Outcome } from './cni.ts';
 
 /** What came back for one request. */
 export type ClientResult =
@@ -64,15 +64,8 @@ export function sendRaw(socketPath: string, bytes: Uint8Array, opts: SendOptions
 
 /** The CNI environment of `inv`, the way test/helpers/cni.ts builds it for an exec. */
 export function cniEnv(inv: Invocation): Record<string, string> {
-  const env: Record<string, string> = { PATH: '/usr/bin:/bin', CNI_COMMAND: inv.command };
-  if (inv.containerId !== undefined) env['CNI_CONTAINERID'] = inv.containerId;
-  if (inv.ifname !== undefined) env['CNI_IFNAME'] = inv.ifname;
-  env['CNI_NETNS'] = inv.netns ?? (inv.command === 'ADD' || inv.command === 'CHECK' ? '/var/run/netns/ipwarden-test' : '');
-  if (inv.args !== undefined) env['CNI_ARGS'] = inv.args;
-  env['CNI_PATH'] = inv.path ?? '/usr/lib/cni';
-  const all = { ...env, ...(inv.env ?? {}) };
   // Only what the shim forwards (docs/daemon.md "What the shim passes on").
-  return Object.fromEntries(Object.entries(all).filter(([k]) => k.startsWith('CNI_') || k === 'CONTAINER_RUNTIME_ENDPOINT' || k === 'PATH'));
+  return Object.fromEntries(Object.entries(envFor(inv)).filter(([k]) => k.startsWith('CNI_') || k === 'CONTAINER_RUNTIME_ENDPOINT' || k === 'PATH'));
 }
 
 /**

@@ -143,6 +143,22 @@ export function decodeBuffer(buf: Buffer, n: number): string | null {
 }
 
 /**
+ * Read the start of a record from `fd` into `buf`; returns the bytes read (`buf.length` when the
+ * record may be longer: see {@link readLongRecord}). A short read of a regular file is its end:
+ * that saves the second read(2) that would return 0 (one syscall per reservation, 65,534 of them
+ * on a full /16). Shared with the daemon's index.
+ */
+export function readRecordHead(fd: number, buf: Buffer): number {
+  let n = 0;
+  for (;;) {
+    const want = buf.length - n;
+    const got = readSync(fd, buf, n, want, null);
+    n += got;
+    if (got === 0 || got < want || n === buf.length) return n;
+  }
+}
+
+/**
  * The rest of a record longer than the read buffer `head` (a long container ID: ipwarden and
  * host-local write any length the environment allows), read from `fd` until its end or until it
  * is longer than {@link MAX_RECORD_BYTES} (then corrupt: null). Shared with the daemon's index.
@@ -588,15 +604,7 @@ export class FileStore implements Store {
         mtimeMs = st.mtimeMs;
       }
       const buf = this.#buf;
-      let n = 0;
-      for (;;) {
-        const want = buf.length - n;
-        const got = readSync(fd, buf, n, want, null);
-        n += got;
-        // A short read of a regular file is its end: saves the second read(2) that would return 0
-        // (one syscall per reservation, 65,534 of them on a full /16).
-        if (got === 0 || got < want || n === buf.length) break;
-      }
+      const n = readRecordHead(fd, buf);
       // Empty (a FIFO reads as empty) or longer than the buffer (a device reads on and on): only a
       // regular file is a record. Without `withMtime` this costs an fstat only in these rare cases.
       if ((n === 0 || n === buf.length) && !withMtime && !fstatSync(fd).isFile()) return null;

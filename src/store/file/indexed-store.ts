@@ -61,7 +61,7 @@
  * Source of the numbers and the rule: `../shared/reference/fast-path-measurements.md` §3 (measured
  * prototype `daemon-index.cjs`, `mtime.c`, `stress.py`); docs/daemon.md "The index".
  */
-import { closeSync, constants as fsConstants, existsSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, statSync, unlinkSync } from 'node:fs';
+import { closeSync, constants as fsConstants, existsSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
 import { gunzipSync } from 'node:zlib';
 import { release as osRelease } from 'node:os';
 import { join } from 'node:path';
@@ -77,6 +77,7 @@ import {
   decodeBuffer,
   parseTrimmedRecord,
   readLongRecord,
+  readRecordHead,
   TEMP_PREFIX,
   TEMP_SUFFIX,
 } from './file-store.ts';
@@ -1084,13 +1085,7 @@ export function readEntry(path: string, buf: Buffer): EntryState | null {
     throw new AppError('STORE_IO', `cannot read ${path}: ${describe(e)}`, { cause: e });
   }
   try {
-    let n = 0;
-    for (;;) {
-      const want = buf.length - n;
-      const got = readSync(fd, buf, n, want, null);
-      n += got;
-      if (got === 0 || got < want || n === buf.length) break;
-    }
+    const n = readRecordHead(fd, buf);
     if ((n === 0 || n === buf.length) && !fstatSync(fd).isFile()) return { kind: 'unusable' };
     const text = n === buf.length ? readLongRecord(fd, buf) : decodeBuffer(buf, n);
     const trimmed = text === null ? null : goTrimSpace(text);
