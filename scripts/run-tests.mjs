@@ -40,7 +40,7 @@ if (files.length === 0) {
 } else {
   const first = runNodeTest(files, { ...process.env, IPWARDEN_TEST_DAEMON: '0' });
   let second = 0;
-  if (daemonPass.length > 0 && process.env['IPWARDEN_SKIP_DAEMON_PASS'] !== '1') {
+  if (daemonPass.length > 0) {
     console.log(`\n# second pass, daemon up (IPWARDEN_TEST_DAEMON=1): ${daemonPass.length} black-box and interop files`);
     second = runNodeTest(daemonPass, { ...process.env, IPWARDEN_TEST_DAEMON: '1' });
   }

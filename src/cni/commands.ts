@@ -11,7 +11,7 @@ import { AppError, errnoCode } from '../common/errors.ts';
 import { allocate, RangeExhaustedError } from '../ipam/allocator.ts';
 import { loadIPAMConfig, loadNetworkIdentity } from '../ipam/config.ts';
 import { parseResolvConf } from '../ipam/dns.ts';
-import { formatIP, ipEquals, parseIP } from '../ipam/ip.ts';
+import { formatIP, ipEquals, parseIP } from '../common/ip.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { DNS, IPAMConfig, NetworkIdentity, Range, RangeSet } from '../ipam/types.ts';
 import { ownerMatches, type Owner, type Store } from '../store/store.ts';

@@ -13,8 +13,7 @@
  * candidate address (up to ~65k per ADD).
  *
  * A leaf module (layer common): the IPAM math, the stores (reservation file names), the node
- * readers and the reconciler all import it, as every plugin imports `pkg/ip`. `src/ipam/ip.ts`
- * re-exports it for existing importers.
+ * readers and the reconciler all import it, as every plugin imports `pkg/ip`.
  */
 
 /** An IP address as a family plus an unsigned integer value (IPv4: 32 bits, IPv6: 128 bits). */

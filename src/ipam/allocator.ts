@@ -22,7 +22,7 @@
 import { AppError, isAppError } from '../common/errors.ts';
 import type { Owner, Reservation, ReservationIndex, Store } from '../store/store.ts';
 import { ownerMatches } from '../store/store.ts';
-import { compareIP, formatIP, ipEquals, parseIP } from './ip.ts';
+import { compareIP, formatIP, ipEquals, parseIP } from '../common/ip.ts';
 import { RangeSetIterator } from './iterator.ts';
 import { rangeContains, rangeFor, rangeSetContains, rangeSetSize, rangeSetString } from './range.ts';
 import type { IP, Range, RangeSet } from './types.ts';

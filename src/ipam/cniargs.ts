@@ -7,7 +7,7 @@
 
 import { AppError } from '../common/errors.ts';
 import { goQuote, goQuoteList } from '../common/goquote.ts';
-import { parseCIDR, parseIP } from './ip.ts';
+import { parseCIDR, parseIP } from '../common/ip.ts';
 import type { IP } from './types.ts';
 
 /** What host-local takes from `CNI_ARGS`. */

@@ -7,7 +7,7 @@
  * /64 costs nothing up front.
  */
 
-import { ipAdd, ipEquals } from './ip.ts';
+import { ipAdd, ipEquals } from '../common/ip.ts';
 import { rangeContains } from './range.ts';
 import type { IP, Range, RangeSet } from './types.ts';
 

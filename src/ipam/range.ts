@@ -8,8 +8,8 @@
  */
 
 import { AppError } from '../common/errors.ts';
-import type { ParsedCIDR } from './ip.ts';
-import { familyBits, formatIP, ipAdd, lastAddress, maskIP, subnetContains } from './ip.ts';
+import type { ParsedCIDR } from '../common/ip.ts';
+import { familyBits, formatIP, ipAdd, lastAddress, maskIP, subnetContains } from '../common/ip.ts';
 import type { IP, Range, RangeSet, Subnet } from './types.ts';
 
 /**

@@ -4,7 +4,7 @@ import { AppError } from '../../src/common/errors.ts';
 import type { Allocation } from '../../src/ipam/allocator.ts';
 import { allocate, RangeExhaustedError } from '../../src/ipam/allocator.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { formatIP, parseIP } from '../../src/ipam/ip.ts';
+import { formatIP, parseIP } from '../../src/common/ip.ts';
 import type { IP, RangeSet } from '../../src/ipam/types.ts';
 import type { MemoryStoreOptions } from '../../src/store/memory/memory-store.ts';
 import { MemoryStore } from '../../src/store/memory/memory-store.ts';

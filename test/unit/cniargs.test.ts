@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { goQuote } from '../../src/common/goquote.ts';
 import { parseCniArgs } from '../../src/ipam/cniargs.ts';
-import { formatIP } from '../../src/ipam/ip.ts';
+import { formatIP } from '../../src/common/ip.ts';
 
 describe('parseCniArgs (libcni LoadArgs into host-local IPAMEnvArgs)', () => {
   // [CNI_ARGS, requested IP (text) or null, ignoreUnknown]

@@ -7,7 +7,7 @@ import {
   validateIfname,
   validateNetworkName,
 } from '../../src/ipam/config.ts';
-import { formatIP } from '../../src/ipam/ip.ts';
+import { formatIP } from '../../src/common/ip.ts';
 import { rangeSetString } from '../../src/ipam/range.ts';
 import { parseResolvConf } from '../../src/ipam/dns.ts';
 import type { IPAMConfig } from '../../src/ipam/types.ts';

@@ -16,7 +16,7 @@ import { after, describe, it } from 'node:test';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { allocate, iteratorSegments } from '../../src/ipam/allocator.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { formatIP, parseIP } from '../../src/ipam/ip.ts';
+import { formatIP, parseIP } from '../../src/common/ip.ts';
 import { RangeSetIterator } from '../../src/ipam/iterator.ts';
 import type { IP, RangeSet } from '../../src/ipam/types.ts';
 import { lockExclusive } from '../../src/store/file/flock.ts';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { formatIP, parseCIDR, parseIP } from '../../src/ipam/ip.ts';
+import { formatIP, parseCIDR, parseIP } from '../../src/common/ip.ts';
 import { RangeSetIterator } from '../../src/ipam/iterator.ts';
 import type { RawRange } from '../../src/ipam/range.ts';
 import {

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { addressMap, cellTitle, escapeHtml } from '../../src/cli/html.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { formatIP } from '../../src/ipam/ip.ts';
+import { formatIP } from '../../src/common/ip.ts';
 import { parseCniConfig, readCniConfigs } from '../../src/node/cni-conf.ts';
 import { findPluginBinary } from '../../src/node/plugins.ts';
 import {
