@@ -130,7 +130,16 @@ class World {
     for (const c of this.children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
     for (const s of this.servers) await s.close();
     for (const ns of this.namespaces) {
-      spawnSync('ip', ['netns', 'del', ns.name], { stdio: 'ignore' });
+      // `ip netns del` fails (EBUSY) while the pin is still in use, e.g. by a reader of the
+      // previous test that has not ended yet on a loaded machine; a namespace left pinned would be
+      // seen by the next test's kernel evidence. Retry until the pin is gone (a condition), then
+      // fail loudly rather than leak it into the next test.
+      for (let i = 0; existsSync(ns.via); i++) {
+        spawnSync('ip', ['netns', 'del', ns.name], { stdio: 'ignore' });
+        if (!existsSync(ns.via)) break;
+        if (i === 200) throw new Error(`cannot delete network namespace ${ns.name}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
       liveNamespaces.delete(ns.name);
     }
     rmSync(this.dd, { recursive: true, force: true });
