@@ -427,6 +427,7 @@ function main() {
       archive,
       image: imageName,
       digest: m.digest,
+      configDigest: manifest.config.digest,
       archiveSha256: `sha256:${sha256File(archive)}`,
       sizeBytes: statSync(archive).size,
       layers: manifest.layers.map((l) => ({ digest: l.digest, size: l.size })),
