@@ -335,6 +335,17 @@ describe('deploy/kubernetes: the DaemonSet', () => {
     assert.equal((daemonC.args ?? [])[0], 'daemon');
   });
 
+  it('runs the image npm run image builds: localhost/ipwarden:<package.json version> in every container, its entrypoint (no command)', () => {
+    const version = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+    for (const c of [...initContainers, ...containers]) {
+      const raw = (at(podSpec, c === daemonC ? 'containers' : 'initContainers', 0) as Obj);
+      assert.equal(raw.image, `localhost/ipwarden:${version}`, `${c.name}: the name ctr images import gives the archive (a localhost/ name never pulls from the internet)`);
+      assert.equal(raw.imagePullPolicy, 'IfNotPresent', c.name);
+      assert.equal(c.command, undefined, `${c.name}: the image's entrypoint /usr/bin/ipwarden runs`);
+    }
+    assert.equal(at(ds, 'metadata', 'labels', 'app.kubernetes.io/version'), version);
+  });
+
   it("install-cni's arguments are flags install-cni accepts", async () => {
     const known = await helpFlags('install-cni');
     const args = (initC.args ?? []).slice(1);
