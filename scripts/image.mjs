@@ -39,7 +39,7 @@
 // Needs Linux, mmdebstrap and umoci (Debian: apt-get install mmdebstrap umoci), GNU tar, readelf
 // (binutils), dpkg-deb; mmdebstrap runs in its root mode as root, else in its unshare mode.
 // Exit status: 0 built; 1 a tool, an input or a step failed (the message says which); 2 usage.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
   chmodSync,
@@ -103,15 +103,37 @@ function fail(msg) {
   throw new BuildError(msg);
 }
 
-/** Runs `cmd args`; returns stdout. @throws BuildError naming the command and its stderr tail. */
+/** The step running now (its child process), so a signal can end it; set by {@link run}. */
+let current;
+/** The signal that interrupted the build, if one did. */
+let interrupted;
+
+/**
+ * Runs `cmd args` (no shell); resolves with its stdout.
+ * @throws BuildError naming the command and the tail of its output, or the signal that interrupted the build.
+ */
 function run(cmd, args, opts = {}) {
-  const r = spawnSync(cmd, args, { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024, ...opts });
-  if (r.error !== undefined) fail(`${cmd}: cannot run it (${r.error.code ?? r.error.message})`);
-  if (r.status !== 0) {
-    const tail = `${r.stderr ?? ''}${r.stdout ?? ''}`.trim().split('\n').slice(-20).join('\n');
-    fail(`${cmd} ${args.join(' ')} failed (exit ${r.status ?? r.signal}):\n${tail}`);
-  }
-  return r.stdout;
+  if (interrupted !== undefined) return Promise.reject(new BuildError(`interrupted by ${interrupted}`));
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], ...opts });
+    current = child;
+    const out = [];
+    const err = [];
+    child.stdout.on('data', (c) => out.push(c));
+    child.stderr.on('data', (c) => err.push(c));
+    child.once('error', (e) => {
+      current = undefined;
+      reject(new BuildError(`${cmd}: cannot run it (${e.code ?? e.message})`));
+    });
+    child.once('close', (code, signal) => {
+      current = undefined;
+      const stdout = Buffer.concat(out).toString('utf8');
+      if (interrupted !== undefined) return reject(new BuildError(`interrupted by ${interrupted}`));
+      if (code === 0) return resolve(stdout);
+      const tail = `${Buffer.concat(err).toString('utf8')}${stdout}`.trim().split('\n').slice(-20).join('\n');
+      reject(new BuildError(`${cmd} ${args.join(' ')} failed (exit ${code ?? signal}):\n${tail}`));
+    });
+  });
 }
 
 function onPath(bin) {
@@ -225,14 +247,14 @@ function elfInterpreter(path) {
 }
 
 /** DT_NEEDED sonames of `path` (from `readelf -d`). */
-function neededLibraries(path) {
-  const out = run('readelf', ['-d', '--wide', path], { env: { ...process.env, LC_ALL: 'C' } });
+async function neededLibraries(path) {
+  const out = await run('readelf', ['-d', '--wide', path], { env: { ...process.env, LC_ALL: 'C' } });
   return [...out.matchAll(/\(NEEDED\)\s+Shared library: \[([^\]]+)\]/g)].map((m) => m[1]);
 }
 
 /** Members of an uncompressed tar (`tar -t`), without the leading `./`. */
-function tarMembers(tar) {
-  return run('tar', ['-tf', tar]).split('\n').filter((l) => l !== '').map((l) => l.replace(/^\.\//, '').replace(/\/$/, ''));
+async function tarMembers(tar) {
+  return (await run('tar', ['-tf', tar])).split('\n').filter((l) => l !== '').map((l) => l.replace(/^\.\//, '').replace(/\/$/, ''));
 }
 
 /**
@@ -240,13 +262,13 @@ function tarMembers(tar) {
  * up where Debian's ld.so finds them without ld.so.cache: /lib/<triplet>, /usr/lib/<triplet>, and
  * the interpreter path itself). @throws BuildError naming the missing file and the binary.
  */
-function checkLibraries(dist, baseMembers, triplet) {
+async function checkLibraries(dist, baseMembers, triplet) {
   const have = new Set(baseMembers);
   const report = [];
   for (const b of BINARIES) {
     const path = join(dist, b.name);
     const interp = elfInterpreter(path);
-    const needed = b.name.endsWith('.node') || interp !== undefined ? neededLibraries(path) : [];
+    const needed = b.name.endsWith('.node') || interp !== undefined ? await neededLibraries(path) : [];
     if (b.name !== 'ipwarden-flock.node' && interp === undefined && needed.length === 0) {
       report.push({ binary: b.name, linked: 'static' });
       continue;
@@ -262,15 +284,16 @@ function checkLibraries(dist, baseMembers, triplet) {
 }
 
 /** name version arch sha256 of each .deb in `dir`, sorted by name. */
-function packagesOf(dir) {
+async function packagesOf(dir) {
   const debs = readdirSync(dir).filter((n) => n.endsWith('.deb')).sort();
   if (debs.length === 0) fail('mmdebstrap downloaded no package');
-  return debs
-    .map((n) => {
-      const p = join(dir, n);
-      const f = (field) => run('dpkg-deb', ['-f', p, field]).trim();
-      return { name: f('Package'), version: f('Version'), architecture: f('Architecture'), sha256: createHash('sha256').update(readFileSync(p)).digest('hex') };
-    })
+  const out = [];
+  for (const n of debs) {
+    const p = join(dir, n);
+    const [name, version, architecture] = (await run('dpkg-deb', ['--show', '--showformat=${Package}\\t${Version}\\t${Architecture}', p])).split('\t');
+    out.push({ name, version, architecture, sha256: createHash('sha256').update(readFileSync(p)).digest('hex') });
+  }
+  return out
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
@@ -278,7 +301,7 @@ function sha256File(path) {
   return createHash('sha256').update(readFileSync(path)).digest('hex');
 }
 
-function main() {
+async function main() {
   const o = parseArgs(process.argv.slice(2));
   const say = o.json ? () => {} : (l) => process.stderr.write(`image: ${l}\n`);
   if (process.platform !== 'linux') fail('the image is built on Linux');
@@ -287,7 +310,7 @@ function main() {
   for (const [tool, pkg] of [['readelf', 'binutils'], ['dpkg-deb', 'dpkg'], ['tar', 'tar']]) {
     if (!onPath(tool)) fail(`npm run image needs ${tool} (Debian: apt-get install -y ${pkg})`);
   }
-  if (!run('tar', ['--version']).startsWith('tar (GNU tar)')) fail('npm run image needs GNU tar (Debian: apt-get install -y tar)');
+  if (!(await run('tar', ['--version'])).startsWith('tar (GNU tar)')) fail('npm run image needs GNU tar (Debian: apt-get install -y tar)');
   for (const b of BINARIES) {
     const p = join(o.dist, b.name);
     if (!existsSync(p) || !statSync(p).isFile()) fail(`no ${p}: run "npm run build" first`);
@@ -302,6 +325,7 @@ function main() {
   const t0 = performance.now();
 
   const work = mkdtempSync(join(tmpdir(), 'ipwarden-image-'));
+  let tmpArchive;
   const env = { ...process.env, SOURCE_DATE_EPOCH: String(epoch), LC_ALL: 'C' };
   try {
     // Layer 1: the Debian root.
@@ -311,7 +335,7 @@ function main() {
     const sources = [`deb ${o.mirror} ${o.suite} main`, `deb ${o.mirror} ${o.suite}-updates main`];
     if (o.securityMirror !== 'none') sources.push(`deb ${o.securityMirror} ${o.suite}-security main`);
     say(`mmdebstrap ${o.suite} (${arch}): ${DEBIAN_PACKAGES.join(', ')}`);
-    run(
+    await run(
       'mmdebstrap',
       [
         '--quiet',
@@ -329,10 +353,10 @@ function main() {
       ],
       { env },
     );
-    run('tar', ['--delete', '-f', base, ...NOT_IN_IMAGE], { env });
-    const packages = packagesOf(debs);
-    const baseMembers = tarMembers(base);
-    const linking = checkLibraries(o.dist, baseMembers, triplet);
+    await run('tar', ['--delete', '-f', base, ...NOT_IN_IMAGE], { env });
+    const packages = await packagesOf(debs);
+    const baseMembers = await tarMembers(base);
+    const linking = await checkLibraries(o.dist, baseMembers, triplet);
     const packageLines = packages.map((p) => `${p.name} ${p.version} ${p.architecture} sha256:${p.sha256}\n`).join('');
 
     // Layer 2: ipwarden.
@@ -354,16 +378,16 @@ function main() {
     // Directories 0755 whatever the umask (mkdtemp makes 0700: the image's / must not be).
     for (const d of ['.', 'usr', 'usr/bin', 'usr/lib', LIB_DIR, 'usr/share', 'usr/share/ipwarden', 'etc']) chmodSync(join(app, d), 0o755);
     const appTar = join(work, 'app.tar');
-    run('tar', [...TAR_OPTS(epoch), '-C', app, '-cf', appTar, '.'], { env });
+    await run('tar', [...TAR_OPTS(epoch), '-C', app, '-cf', appTar, '.'], { env });
 
     // The OCI layout.
     const layout = join(work, 'oci');
     const ref = `${layout}:${version}`;
     say('umoci: layout, 2 layers, config');
-    run('umoci', ['init', '--layout', layout], { env });
-    run('umoci', ['new', '--image', ref], { env });
-    run('umoci', ['raw', 'add-layer', '--image', ref, '--history.created', created, '--history.created_by', `mmdebstrap --variant=extract ${o.suite}: ${packages.map((p) => `${p.name}=${p.version}`).join(' ')}`, base], { env });
-    run('umoci', ['raw', 'add-layer', '--image', ref, '--history.created', created, '--history.created_by', `ipwarden ${version} (${revision}): ${BINARIES.map((b) => b.name).join(' ')}`, appTar], { env });
+    await run('umoci', ['init', '--layout', layout], { env });
+    await run('umoci', ['new', '--image', ref], { env });
+    await run('umoci', ['raw', 'add-layer', '--image', ref, '--history.created', created, '--history.created_by', `mmdebstrap --variant=extract ${o.suite}: ${packages.map((p) => `${p.name}=${p.version}`).join(' ')}`, base], { env });
+    await run('umoci', ['raw', 'add-layer', '--image', ref, '--history.created', created, '--history.created_by', `ipwarden ${version} (${revision}): ${BINARIES.map((b) => b.name).join(' ')}`, appTar], { env });
     const annotations = {
       'org.opencontainers.image.title': 'ipwarden',
       'org.opencontainers.image.description': 'Leak-proof pod IP address management: host-local compatible CNI IPAM plugin, exec shim and node daemon',
@@ -378,7 +402,7 @@ function main() {
       'io.ipwarden.debian.suite': o.suite,
       'io.ipwarden.debian.packages': packages.map((p) => `${p.name}=${p.version}`).join(' '),
     };
-    run(
+    await run(
       'umoci',
       [
         'config',
@@ -399,7 +423,7 @@ function main() {
       ],
       { env },
     );
-    run('umoci', ['gc', '--layout', layout], { env });
+    await run('umoci', ['gc', '--layout', layout], { env });
 
     // index.json: the name ctr gives the image on import, and the platform.
     const indexPath = join(layout, 'index.json');
@@ -420,9 +444,11 @@ function main() {
     mkdirSync(o.out, { recursive: true });
     const archive = join(o.out, `ipwarden-${version}.oci.tar`);
     const tmp = `${archive}.tmp-${process.pid}`;
+    tmpArchive = tmp;
     rmSync(tmp, { force: true });
-    run('tar', [...TAR_OPTS(epoch), '--mode=u=rwX,go=rX', '-C', layout, '-cf', tmp, 'oci-layout', 'index.json', 'blobs'], { env });
+    await run('tar', [...TAR_OPTS(epoch), '--mode=u=rwX,go=rX', '-C', layout, '-cf', tmp, 'oci-layout', 'index.json', 'blobs'], { env });
     renameSync(tmp, archive);
+    tmpArchive = undefined;
     const result = {
       archive,
       image: imageName,
@@ -450,19 +476,34 @@ function main() {
       process.stdout.write(`load it: ctr -n k8s.io images import ${archive}\n`);
     }
   } finally {
+    if (tmpArchive !== undefined) rmSync(tmpArchive, { force: true });
     if (o.keepWork) say(`kept ${work}`);
     else rmSync(work, { recursive: true, force: true });
   }
 }
 
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.on(sig, () => {
+    // End the running step (by its pid); main's finally removes the scratch dir and the temporary archive.
+    interrupted = sig;
+    if (current?.pid !== undefined) {
+      try {
+        process.kill(current.pid, sig);
+      } catch {
+        // already gone
+      }
+    }
+  });
+}
+
 try {
-  main();
+  await main();
 } catch (e) {
   if (e instanceof UsageErr) {
     process.stderr.write(`image: ${e.message}\nusage: node scripts/image.mjs [--out DIR] [--dist DIR] [--mirror URL] [--security-mirror URL|none] [--suite NAME] [--keep-work] [--json]\n`);
     process.exitCode = 2;
   } else if (e instanceof BuildError) {
     process.stderr.write(`image: ${e.message}\n`);
-    process.exitCode = 1;
+    process.exitCode = interrupted === 'SIGINT' ? 130 : interrupted === 'SIGTERM' ? 143 : 1;
   } else throw e;
 }

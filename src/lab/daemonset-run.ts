@@ -43,6 +43,13 @@ const REPO = fileURLToPath(new URL('../..', import.meta.url));
 /** `leakGracePeriod` of the lab network: the plugin (in the daemon) reclaims leaks older than this. */
 export const DS_GRACE_SECONDS = 2;
 
+/** Debian packages (= their commands) the image build needs beyond the lab's: installed with `installPackages`. */
+const IMAGE_PACKAGES = ['mmdebstrap', 'umoci'];
+
+function onPath(bin: string): boolean {
+  return (process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').some((d) => d !== '' && existsSync(join(d, bin)));
+}
+
 /** What `node scripts/image.mjs --json` prints (the fields the run reads). */
 export interface ImageBuild {
   readonly archive: string;
@@ -122,6 +129,7 @@ export interface DaemonSetRunOptions {
   image?: ImageBuild;
   /** The directory whose binaries the image holds (default `<repo>/dist`), to compare what install-cni wrote. */
   dist?: string;
+  /** Install the lab's Debian packages and mmdebstrap and umoci with apt-get when missing. Default false. */
   installPackages?: boolean;
   log?: (line: string) => void;
 }
@@ -156,6 +164,13 @@ export class DaemonSetRun {
    * passing) and builds the image unless given. On failure the lab is stopped.
    */
   static async start(opts: DaemonSetRunOptions, r: Reporter): Promise<DaemonSetRun> {
+    const missing = IMAGE_PACKAGES.filter((p) => !onPath(p));
+    if (missing.length > 0 && opts.installPackages === true && opts.image === undefined) {
+      opts.log?.(`installing ${missing.join(' ')} with apt-get`);
+      const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+      await run('apt-get', ['update'], { timeoutSeconds: 300, env });
+      await run('apt-get', ['install', '-y', '--no-install-recommends', ...missing], { timeoutSeconds: 600, env });
+    }
     const lab = await startLab({
       ipam: 'ipwarden',
       installPlugin: false,
