@@ -17,7 +17,9 @@
  *   the runtime exec'd (CNI SPEC.md §Parameters).
  *
  * Node cannot `setns(2)`, so namespaces that only a pinned file holds are read by ONE helper
- * process for all of them: `perl` (Essential on Debian, `perl-base`) calling `setns` per file, or
+ * process for all of them: ipwarden's own static `ipwarden-netns` (native/netns.c) beside the
+ * running program, so a node or an image with nothing but the kernel and libc needs no other
+ * program (issue 10); else `perl` (Essential on Debian, `perl-base`) calling `setns` per file; or
  * failing that one `sh` loop over `nsenter --net=FILE cat …` (util-linux).
  *
  * Blind spots (documented, not reported as `incomplete`): a namespace kept alive only by an open
@@ -27,7 +29,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import { closeSync, existsSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, realpathSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { formatIP, parseIP } from '../common/ip.ts';
 
@@ -322,9 +325,34 @@ function spawnFailure(e: unknown): string {
   return `exit status ${String(status)}${stderr === '' ? '' : `: ${stderr}`}`;
 }
 
+/** File name of the static pinned-namespace helper (native/netns.c), installed beside the program. */
+export const NETNS_HELPER_NAME = 'ipwarden-netns';
+
+/**
+ * Path of the static pinned-namespace helper beside the running program — `dist/` for the built
+ * bundle, the directory of the single executable (`/opt/cni/bin`, the image's `/usr/lib/ipwarden`)
+ * — or null when there is none there (running from source: the perl and sh helpers are used). Only
+ * a regular file counts (a symlink planted there is not followed). It is trusted as the program
+ * itself is: it lives in the same directory.
+ */
+export function netnsHelperPath(): string | null {
+  let dir: string;
+  try {
+    dir = dirname(fileURLToPath(import.meta.url));
+  } catch {
+    return null;
+  }
+  const p = join(dir, NETNS_HELPER_NAME);
+  try {
+    return lstatSync(p).isFile() ? p : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Read `fib_trie` and `if_inet6` inside each of the namespace `files` with ONE helper process:
- * `perl -e` calling `setns(2)` per file when perl exists and `process.arch` is one of x64, arm64,
+ * `ipwarden-netns` ({@link netnsHelperPath}) when it is installed beside the program; else `perl -e` calling `setns(2)` per file when perl exists and `process.arch` is one of x64, arm64,
  * riscv64, loong64 (about 7 ms for 50 files here); else `sh -c` looping over `nsenter --net=FILE cat
  * …` (about 2.5 ms per file). Synchronous; {@link PINNED_HELPER_TIMEOUT_MS} timeout (no fallback
  * after a timeout). Needs CAP_SYS_ADMIN (root).
@@ -332,16 +360,27 @@ function spawnFailure(e: unknown): string {
 export function readPinnedNamespaces(files: readonly string[]): PinnedRead {
   if (files.length === 0) return { entries: [], failure: null };
   const opts = { encoding: 'utf8' as const, maxBuffer: 256 * 1024 * 1024, timeout: PINNED_HELPER_TIMEOUT_MS, stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'] };
+  const own = netnsHelperPath();
+  let ownFailure: string | null = null;
+  if (own !== null) {
+    try {
+      const out = execFileSync(own, [...files], opts);
+      return { entries: parseNetnsDump(out, files), failure: null };
+    } catch (e) {
+      ownFailure = `${NETNS_HELPER_NAME}: ${spawnFailure(e)}`;
+      if (errnoCode(e) === 'ETIMEDOUT') return { entries: [], failure: ownFailure };
+    }
+  }
   const nr = SETNS_NR[process.arch];
-  let perlFailure: string | null = null;
+  let failures: string | null = ownFailure;
   if (nr !== undefined) {
     try {
       const out = execFileSync('perl', ['-e', PERL_HELPER, String(nr), ...files], opts);
       return { entries: parseNetnsDump(out, files), failure: null };
     } catch (e) {
-      perlFailure = `perl: ${spawnFailure(e)}`;
+      failures = `${ownFailure === null ? '' : `${ownFailure}; `}perl: ${spawnFailure(e)}`;
       // Timed out: the files hang whatever reads them; no second helper (the caller holds a lock).
-      if (errnoCode(e) === 'ETIMEDOUT') return { entries: [], failure: perlFailure };
+      if (errnoCode(e) === 'ETIMEDOUT') return { entries: [], failure: failures };
     }
   }
   try {
@@ -349,7 +388,7 @@ export function readPinnedNamespaces(files: readonly string[]): PinnedRead {
     return { entries: parseNetnsDump(out, files), failure: null };
   } catch (e) {
     const sh = `sh/nsenter: ${spawnFailure(e)}`;
-    return { entries: [], failure: perlFailure === null ? sh : `${perlFailure}; ${sh}` };
+    return { entries: [], failure: failures === null ? sh : `${failures}; ${sh}` };
   }
 }
 
