@@ -293,11 +293,12 @@ describe('shim: every daemon failure falls back to the standalone plugin', () =>
     await new Promise<void>((res) => holder.stdout.once('data', () => res()));
     let pid = 0;
     const done = run(s, runtimeEnv('ADD'), config(dd), (p) => (pid = p));
-    const node = realpathSync(process.execPath);
-    // Wait until the pid the shim started as runs Node, blocked on the held lock.
+    const standalone = realpathSync(join(binDir, 'ipwarden-standalone'));
+    // Wait until the pid the shim started as runs the standalone (a single executable: its own
+    // /proc/PID/exe, no interpreter), blocked on the held lock.
     await waitFor('the shim to exec the standalone', () => {
       try {
-        return pid !== 0 && readlinkSync(`/proc/${pid}/exe`) === node;
+        return pid !== 0 && readlinkSync(`/proc/${pid}/exe`) === standalone;
       } catch {
         return false;
       }
