@@ -199,7 +199,8 @@ function install(): { bin: string; standalone: string; socket: string } {
 }
 
 /**
- * Start `ipwarden daemon` on `socket` for the whole test process (daemon mode), with an empty
+ * Start `ipwarden daemon` on `socket` for the whole test process (daemon mode) — the built
+ * single executable `dist/ipwarden-standalone daemon`, as the image runs it — with an empty
  * data dir and CNI config dir of its own (its loop touches nothing of the tests'), and wait —
  * synchronously, bounded — until it listens. Returns a function that SIGKILLs it by pid.
  * Throws when it exits or does not listen within 60 s (its log is in the error).
@@ -211,7 +212,7 @@ function startSuiteDaemon(bundle: string, socket: string, dir: string): () => vo
   // (a test runner's timeout), when no 'exit' handler runs.
   const child = spawn(
     '/usr/bin/setpriv',
-    ['--pdeathsig', 'KILL', '--', process.execPath, bundle, 'daemon', '--socket', socket, '--data-dir', join(dir, 'data'), '--cni-conf-dir', join(dir, 'net.d'), '--metrics-address', '127.0.0.1:0', '--log-level', 'warn'],
+    ['--pdeathsig', 'KILL', '--', join(dirname(bundle), 'ipwarden-standalone'), 'daemon', '--socket', socket, '--data-dir', join(dir, 'data'), '--cni-conf-dir', join(dir, 'net.d'), '--metrics-address', '127.0.0.1:0', '--log-level', 'warn'],
     { env: { PATH: '/usr/bin:/bin' }, stdio: ['ignore', 'ignore', logFd] },
   );
   closeSync(logFd);
