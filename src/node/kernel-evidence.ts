@@ -209,7 +209,7 @@ export interface NetnsDumpEntry {
   readonly file: string;
   /** The concatenated `fib_trie` and `if_inet6` text read inside; null when `error` is set. */
   readonly text: string | null;
-  /** Inode of `/proc/thread-self/net/fib_trie` inside (perl helper only), else null. */
+  /** Inode of `/proc/thread-self/net/fib_trie` inside (the static and perl helpers), else null. */
   readonly fibIno: number | null;
   /** errno number of the failure (0 when the helper could not tell), null on success. */
   readonly errno: number | null;
@@ -221,27 +221,39 @@ export interface NetnsDumpEntry {
  * Parse the helper's output: per file, in argument order, a record `\0F <file>\n`, optionally
  * `\0I <fib_trie inode>\n`, then either `\0P\n<text>` or `\0E <errno> <message>\n`. Pure; the
  * helper is {@link readPinnedNamespaces}.
+ *
+ * Exactly one entry per element of `files`, in order, whatever the helper printed: a file with no
+ * record of its own (the helper stopped early, or printed fewer records) is an error entry
+ * (errno 0: a gap in the evidence, never "deleted"); so is a record that names another file than
+ * the one at its position (the static helper prints a newline in a name as a space). Records
+ * beyond the last file make every entry an error: the output cannot be matched to the files.
  */
 export function parseNetnsDump(out: string, files: readonly string[]): NetnsDumpEntry[] {
   const entries: NetnsDumpEntry[] = [];
   const records = out.split('\0');
   let idx = -1;
+  let named = '';
   let fibIno: number | null = null;
   let text: string | null = null;
   let errno: number | null = null;
   let error: string | null = null;
   const flush = (): void => {
-    if (idx < 0) return;
-    if (text === null && error === null) {
+    if (idx < 0 || idx >= files.length) return;
+    const expected = files[idx] as string;
+    if (named !== expected && named !== expected.replace(/\n/g, ' ')) {
+      error = `the helper's record ${idx + 1} names ${JSON.stringify(named)}, not this file`;
+      errno = 0;
+    } else if (text === null && error === null) {
       error = 'the helper printed nothing for it';
       errno = 0;
     }
-    entries.push({ file: files[idx] ?? '?', text: error === null ? text : null, fibIno, errno, error });
+    entries.push({ file: expected, text: error === null ? text : null, fibIno, errno, error });
   };
   for (const r of records) {
     if (r.startsWith('F ')) {
       flush();
       idx++;
+      named = r.endsWith('\n') ? r.slice(2, -1) : r.slice(2);
       fibIno = null;
       text = null;
       errno = null;
@@ -260,6 +272,13 @@ export function parseNetnsDump(out: string, files: readonly string[]): NetnsDump
     }
   }
   flush();
+  if (idx >= files.length) {
+    const why = `the helper printed ${idx + 1} records for ${files.length} files`;
+    return files.map((file) => ({ file, text: null, fibIno: null, errno: 0, error: why }));
+  }
+  for (let i = entries.length; i < files.length; i++) {
+    entries.push({ file: files[i] as string, text: null, fibIno: null, errno: 0, error: 'the helper printed no record for it' });
+  }
   return entries;
 }
 
@@ -329,25 +348,47 @@ function spawnFailure(e: unknown): string {
 export const NETNS_HELPER_NAME = 'ipwarden-netns';
 
 /**
- * Path of the static pinned-namespace helper beside the running program — `dist/` for the built
- * bundle, the directory of the single executable (`/opt/cni/bin`, the image's `/usr/lib/ipwarden`)
- * — or null when there is none there (running from source: the perl and sh helpers are used). Only
- * a regular file counts (a symlink planted there is not followed). It is trusted as the program
- * itself is: it lives in the same directory.
+ * Is `st` (of a file or a directory) safe for root to run or trust: owned by root or by the
+ * effective user, and writable by neither group nor others? Else the reason, one clause.
  */
-export function netnsHelperPath(): string | null {
+function untrusted(what: string, st: { uid: number; mode: number }, euid: number): string | null {
+  if (st.uid !== 0 && st.uid !== euid) return `${what} is owned by uid ${st.uid}`;
+  if ((st.mode & 0o022) !== 0) return `${what} is writable by group or others (mode ${(st.mode & 0o7777).toString(8)})`;
+  return null;
+}
+
+/**
+ * The static pinned-namespace helper beside the running program — `dist/` for the built bundle,
+ * the directory of the single executable (`/opt/cni/bin`, the image's `/usr/lib/ipwarden`) — as
+ * `{ path }`, or `{ path: null, why }` when there is none there (running from source: the perl and
+ * sh helpers are used) or it is not to be trusted: only a regular file (a symlink planted there is
+ * not followed), owned by root or the effective user, in a directory of the same owners, neither
+ * writable by group or others (else anyone who can write there would run code as root, and could
+ * print records that make the evidence look complete). `opts.dir` (default: this program's
+ * directory) and `opts.euid` (default `process.geteuid()`) are for tests.
+ */
+export function locateNetnsHelper(opts: { dir?: string; euid?: number } = {}): { path: string; why: null } | { path: null; why: string } {
+  const euid = opts.euid ?? process.geteuid?.() ?? 0;
   let dir: string;
   try {
-    dir = dirname(fileURLToPath(import.meta.url));
+    dir = opts.dir ?? dirname(fileURLToPath(import.meta.url));
   } catch {
-    return null;
+    return { path: null, why: 'the program has no file location' };
   }
   const p = join(dir, NETNS_HELPER_NAME);
   try {
-    return lstatSync(p).isFile() ? p : null;
-  } catch {
-    return null;
+    const st = lstatSync(p);
+    if (!st.isFile()) return { path: null, why: `${p} is not a regular file` };
+    const bad = untrusted(p, st, euid) ?? untrusted(dir, statSync(dir), euid);
+    return bad === null ? { path: p, why: null } : { path: null, why: `${bad}: not run` };
+  } catch (e) {
+    return { path: null, why: `no ${NETNS_HELPER_NAME} beside the program in ${dir} (${errnoCode(e) ?? 'error'})` };
   }
+}
+
+/** Path of the trusted helper ({@link locateNetnsHelper}), or null. */
+export function netnsHelperPath(): string | null {
+  return locateNetnsHelper().path;
 }
 
 /**
@@ -360,11 +401,11 @@ export function netnsHelperPath(): string | null {
 export function readPinnedNamespaces(files: readonly string[]): PinnedRead {
   if (files.length === 0) return { entries: [], failure: null };
   const opts = { encoding: 'utf8' as const, maxBuffer: 256 * 1024 * 1024, timeout: PINNED_HELPER_TIMEOUT_MS, stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'] };
-  const own = netnsHelperPath();
-  let ownFailure: string | null = null;
-  if (own !== null) {
+  const own = locateNetnsHelper();
+  let ownFailure: string | null = own.why;
+  if (own.path !== null) {
     try {
-      const out = execFileSync(own, [...files], opts);
+      const out = execFileSync(own.path, [...files], opts);
       return { entries: parseNetnsDump(out, files), failure: null };
     } catch (e) {
       ownFailure = `${NETNS_HELPER_NAME}: ${spawnFailure(e)}`;
@@ -658,16 +699,23 @@ export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvid
   const pinnedNs = new Set<string>();
   for (const d of netnsDirs) {
     let real: string;
-    let entries: string[];
+    let raw: Buffer[];
     try {
       real = realpathSync(d);
       if (seenDirs.has(real)) continue;
       seenDirs.add(real);
-      entries = readdirSync(d);
+      raw = readdirSync(d, { encoding: 'buffer' });
     } catch (e) {
       if (errnoCode(e) === 'ENOENT' || errnoCode(e) === 'ENOTDIR') continue;
       pinFailures.add(`${d}: ${errText(e)}`);
       continue;
+    }
+    const entries: string[] = [];
+    for (const b of raw) {
+      const name = b.toString('utf8');
+      // A name that is not UTF-8 cannot be passed on by its text: a pin we cannot read is a gap.
+      if (!Buffer.from(name, 'utf8').equals(b)) pinFailures.add(`${d}/${b.toString('latin1')}: a name that is not UTF-8 (hex ${b.toString('hex')})`);
+      else entries.push(name);
     }
     for (const name of entries.sort()) {
       const file = join(d, name);
@@ -675,8 +723,9 @@ export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvid
       try {
         // lstat: a symlink here is never followed (root follows no link it did not make).
         st = lstatSync(file);
-      } catch {
-        continue; // removed meanwhile
+      } catch (e) {
+        if (errnoCode(e) !== 'ENOENT') pinFailures.add(`${file}: ${errText(e)}`);
+        continue; // ENOENT: removed meanwhile
       }
       // An nsfs bind mount has the nsfs device; a plain or stale file (unmounted) does not.
       if (nsfsDev === null || st.dev !== nsfsDev || !st.isFile()) continue;

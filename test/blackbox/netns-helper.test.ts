@@ -11,12 +11,12 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { requireOrSkip, ROOT } from '../helpers/cni.ts';
-import { netnsHelperPath, parseNetnsDump, readPinnedNamespaces } from '../../src/node/kernel-evidence.ts';
+import { locateNetnsHelper, netnsHelperPath, parseNetnsDump, readPinnedNamespaces } from '../../src/node/kernel-evidence.ts';
 
 const HELPER = join(ROOT, 'dist/ipwarden-netns');
 const isRoot = process.getuid?.() === 0;
@@ -74,5 +74,31 @@ describe('ipwarden-netns (static helper) vs the perl helper', { skip }, () => {
   it('bad usage: no file is exit status 2 with a usage line', () => {
     const r = spawnSync(HELPER, [], { encoding: 'utf8' });
     assert.deepEqual([r.status, r.stdout, r.stderr], [2, '', 'usage: ipwarden-netns FILE...\n']);
+  });
+});
+
+describe('which helper beside the program root trusts', { skip }, () => {
+  it('only a regular file owned by root (or the euid), in a directory of the same owners, neither writable by group or others', () => {
+    const d = join(dir, 'prog');
+    mkdirSync(d, { mode: 0o755 });
+    chmodSync(d, 0o755);
+    const h = join(d, 'ipwarden-netns');
+    copyFileSync(HELPER, h);
+    chmodSync(h, 0o755);
+    assert.deepEqual(locateNetnsHelper({ dir: d }), { path: h, why: null });
+    chmodSync(h, 0o775);
+    assert.deepEqual(locateNetnsHelper({ dir: d }), { path: null, why: `${h} is writable by group or others (mode 775): not run` });
+    chmodSync(h, 0o755);
+    chownSync(h, 65534, 65534);
+    assert.deepEqual(locateNetnsHelper({ dir: d }), { path: null, why: `${h} is owned by uid 65534: not run` });
+    chownSync(h, 0, 0);
+    chmodSync(d, 0o1777);
+    assert.deepEqual(locateNetnsHelper({ dir: d }), { path: null, why: `${d} is writable by group or others (mode 1777): not run` });
+    chmodSync(d, 0o755);
+    rmSync(h);
+    symlinkSync(HELPER, h);
+    assert.deepEqual(locateNetnsHelper({ dir: d }), { path: null, why: `${h} is not a regular file` });
+    rmSync(h);
+    assert.deepEqual(locateNetnsHelper({ dir: d }), { path: null, why: `no ipwarden-netns beside the program in ${d} (ENOENT)` });
   });
 });
