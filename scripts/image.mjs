@@ -37,7 +37,8 @@
 //   --keep-work        keep the scratch directory (printed) for inspection
 //   --json             print one JSON object instead of the human lines
 // Needs Linux, mmdebstrap and umoci (Debian: apt-get install mmdebstrap umoci), GNU tar, readelf
-// (binutils), dpkg-deb; mmdebstrap runs in its root mode as root, else in its unshare mode.
+// (binutils), dpkg-deb. Run as root (mmdebstrap's root mode; its unshare mode, chosen for another
+// user, needs /etc/subuid ranges and is not tested).
 // Exit status: 0 built; 1 a tool, an input or a step failed (the message says which); 2 usage.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
