@@ -365,7 +365,7 @@ export class DaemonSetRun {
     const stopped = await pod.stop();
     const st = stopped.get('ipwarden');
     r.say(`StopContainer ipwarden (grace ${pod.plan.graceSeconds} s) → exited ${st?.exitCode} (${st?.reason}); StopPodSandbox ${short(pod.sandboxId)}`);
-    r.check(st?.state === 'exited' && st.exitCode === 0, 'the daemon stopped cleanly on SIGTERM (exit 0)');
+    r.check(st?.state === 'exited' && st.exitCode === 0 && st.reason === 'Completed', 'the daemon stopped cleanly on SIGTERM (exit 0, Completed)');
     r.check(!existsSync(lab.pluginSocket), 'the daemon removed its socket');
     const before = fallbackLines(lab).length;
     const p = await tryRunPod(lab, 'after-daemonset');
@@ -378,7 +378,8 @@ export class DaemonSetRun {
     }
     const counted = fallbackLines(lab).slice(before);
     r.say(`standalone-requests.log: ${counted.join(', ')}`);
-    r.check(counted.filter((l) => l === 'ADD ok').length === 1 && counted.filter((l) => l === 'DEL ok').length >= 1 && counted.every((l) => l.endsWith(' ok')), 'standalone-requests.log counts exactly that ADD (ok) and its DEL (ok)');
+    // StopPodSandbox runs DEL, RemovePodSandbox runs it again (containerd-lab.md §2): two DELs.
+    r.check(counted.join(', ') === 'ADD ok, DEL ok, DEL ok', 'standalone-requests.log counts exactly that ADD and its two DELs (StopPodSandbox, RemovePodSandbox), all ok');
     await pod.remove();
     pod.close();
     await runCtr(lab, ['images', 'rm', this.image.image]);
