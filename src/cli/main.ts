@@ -36,7 +36,8 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .description('print the ipwarden version and the CNI spec versions it speaks')
     .action(async () => {
       const { SUPPORTED_VERSIONS } = await import('../cni/version.ts');
-      ctx.stdout(`ipwarden ${VERSION}\nNode.js ${process.version}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`);
+      const problem = await (await import('../store/file/flock.ts')).flockBindingProblem();
+      ctx.stdout(`ipwarden ${VERSION}\nNode.js ${process.version}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\nflock binding: ${problem ?? 'ok'}\n`);
       setCode(0);
     });
 
