@@ -43,7 +43,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
 
   program
     .command('install-cni')
-    .description('write DIR/ipwarden (the exec shim), DIR/ipwarden-standalone (the Node plugin) and DIR/ipwarden-flock.node')
+    .description('write DIR/ipwarden-flock.node, DIR/ipwarden-netns, DIR/ipwarden-standalone (the plugin, with its own Node.js) and DIR/ipwarden (the exec shim)')
     .requiredOption('--dest <DIR>', 'CNI bin directory, e.g. /opt/cni/bin')
     .option('--socket <PATH>', "the daemon's socket, patched into the shim (absolute, at most 107 bytes; default /run/ipwarden/plugin.sock)")
     .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n')
