@@ -1,8 +1,10 @@
 // `npm run image` (scripts/image.mjs, issue 10; docs/deploy.md "The image"):
 //
-// - reproducible: two builds of this commit, each from scratch (mmdebstrap, both tars, umoci),
-//   give byte-identical archives and so the same manifest digest; every tar entry is owned 0:0 and
-//   dated no later than SOURCE_DATE_EPOCH (the commit time);
+// - reproducible: two builds of this commit, each in a fresh clone of it (`git clone --shared`,
+//   HEAD checked out) and each from scratch — `npm run image`'s own steps: the build with
+//   IPWARDEN_NO_CODE_CACHE=1, then scripts/image.mjs (mmdebstrap, both tars, umoci) — give
+//   byte-identical binaries and archives, and so the same manifest digest; every tar entry is owned
+//   0:0 and dated no later than SOURCE_DATE_EPOCH (the commit time);
 // - the config and index: entrypoint, cmd, labels (version, revision, created, the Debian package
 //   versions, equal to the packages file inside the image), the name `ctr images import` gives it;
 // - the root is minimal and enough: no node, no shell, no perl, no nsenter, no apt/dpkg state, no
@@ -17,7 +19,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROOT } from '../helpers/cni.ts';
@@ -59,8 +61,23 @@ function image(args: string[], env: Record<string, string> = {}): { status: numb
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 
-function build(out: string, extra: string[] = []): Build {
-  const r = image(['--json', '--out', out, ...extra]);
+/**
+ * `npm run image` in a fresh clone of this commit under `dir`: clone (objects shared, HEAD checked
+ * out, node_modules linked), `IPWARDEN_NO_CODE_CACHE=1 node scripts/build.mjs` (what the `image`
+ * script of package.json runs), then the clone's scripts/image.mjs into `<dir>/out`.
+ */
+function buildInClone(dir: string): Build {
+  const head = git(['rev-parse', 'HEAD']);
+  assert.match(head, /^[0-9a-f]{40}$/, 'the checkout is a git repository');
+  const sh = (cmd: string, args: string[], opts: { cwd?: string; env?: Record<string, string> } = {}): void => {
+    const r = spawnSync(cmd, args, { encoding: 'utf8', timeout: 600_000, maxBuffer: 64 * 1024 * 1024, ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }), env: { ...process.env, ...(opts.env ?? {}) } });
+    assert.equal(r.status, 0, `${cmd} ${args.join(' ')}: ${r.stderr}`);
+  };
+  sh('git', ['clone', '--quiet', '--shared', '--no-checkout', ROOT, dir]);
+  sh('git', ['-C', dir, 'checkout', '--quiet', '--detach', head]);
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+  sh(process.execPath, ['scripts/build.mjs'], { cwd: dir, env: { IPWARDEN_NO_CODE_CACHE: '1' } });
+  const r = spawnSync(process.execPath, [join(dir, 'scripts/image.mjs'), '--json', '--out', join(dir, 'out')], { encoding: 'utf8', timeout: 600_000, maxBuffer: 64 * 1024 * 1024 });
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(r.stdout) as Build;
 }
@@ -90,10 +107,13 @@ describe('npm run image: the OCI archive, reproducible, minimal, and enough to r
   let manifest: { config: { digest: string }; layers: { mediaType: string; digest: string }[]; annotations?: Record<string, string> };
   let config: { created: string; architecture: string; os: string; config: { Entrypoint: string[]; Cmd: string[]; Env: string[]; Labels: Record<string, string> }; history: { created: string }[] };
 
+  /** The binaries the first build's image holds. */
+  const distA = join(work, 'a', 'dist');
+
   before(() => {
     if (unavailable !== undefined) throw new Error(`CI=true but the prerequisites are missing: ${unavailable}`);
-    first = build(join(work, 'a'));
-    second = build(join(work, 'b'));
+    first = buildInClone(join(work, 'a'));
+    second = buildInClone(join(work, 'b'));
     mkdirSync(layout);
     assert.equal(spawnSync('tar', ['-C', layout, '-xf', first.archive]).status, 0);
     const blob = (d: string): string => join(layout, 'blobs', 'sha256', d.replace(/^sha256:/, ''));
@@ -104,7 +124,8 @@ describe('npm run image: the OCI archive, reproducible, minimal, and enough to r
   });
   after(() => rmSync(work, { recursive: true, force: true }));
 
-  it('two builds of this commit, each from scratch, are byte-identical: same archive, same manifest digest', (t) => {
+  it('two builds of this commit, each in its own clone and from scratch, are byte-identical: same binaries, same archive, same manifest digest', (t) => {
+    for (const n of BINARIES) assert.ok(readFileSync(join(work, 'b', 'dist', n)).equals(readFileSync(join(distA, n))), `dist/${n}`);
     assert.equal(second.archiveSha256, first.archiveSha256);
     assert.equal(second.digest, first.digest);
     assert.ok(readFileSync(second.archive).equals(readFileSync(first.archive)));
@@ -114,11 +135,9 @@ describe('npm run image: the OCI archive, reproducible, minimal, and enough to r
 
   it('is named ipwarden-<version>.oci.tar and dated by the commit: SOURCE_DATE_EPOCH = the commit time of HEAD, revision = HEAD', () => {
     const version = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
-    assert.equal(first.archive, join(work, 'a', `ipwarden-${version}.oci.tar`));
+    assert.equal(first.archive, join(work, 'a', 'out', `ipwarden-${version}.oci.tar`));
     assert.equal(first.sourceDateEpoch, Number(git(['log', '-1', '--format=%ct', 'HEAD'])));
-    const head = git(['rev-parse', 'HEAD']);
-    const dirty = git(['status', '--porcelain', '--untracked-files=no']) !== '';
-    assert.equal(first.revision, dirty ? `${head}-dirty` : head);
+    assert.equal(first.revision, git(['rev-parse', 'HEAD']), 'a clean clone: no -dirty');
     assert.equal(first.created, new Date(first.sourceDateEpoch * 1000).toISOString().replace(/\.000Z$/, 'Z'));
   });
 
@@ -172,7 +191,7 @@ describe('npm run image: the OCI archive, reproducible, minimal, and enough to r
   it('the ipwarden layer: the 4 binaries of dist/ byte for byte, 0755; /usr/bin/ipwarden → the standalone; root only in passwd/group', () => {
     for (const n of BINARIES) {
       const p = join(rootfs, 'usr/lib/ipwarden', n);
-      assert.ok(readFileSync(p).equals(readFileSync(join(DIST, n))), n);
+      assert.ok(readFileSync(p).equals(readFileSync(join(distA, n))), n);
       assert.equal(statSync(p).mode & 0o7777, 0o755, n);
     }
     assert.deepEqual(readdirSync(join(rootfs, 'usr/bin')), ['ipwarden']);
