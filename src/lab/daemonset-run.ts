@@ -202,6 +202,10 @@ export class DaemonSetRun {
     return this.node.ports.get(9617) as number;
   }
 
+  /**
+   * GET /metrics from the pod's port (host network: the machine's loopback), parsed.
+   * @throws Error when the endpoint answers other than 200.
+   */
   async scrape(): Promise<Sample[]> {
     const res = await fetch(`http://127.0.0.1:${this.metricsPort}/metrics`);
     if (res.status !== 200) throw new Error(`GET /metrics: ${res.status}`);
@@ -250,7 +254,7 @@ export class DaemonSetRun {
     return pod === undefined ? [] : pod.jsonLog('ipwarden');
   }
 
-  /** The daemon's `request served` lines for ADD of `id`. */
+  /** The current daemon's `request served` log lines for `command` (default ADD) of container `id`. */
   servedLines(id: string, command = 'ADD'): Array<Record<string, unknown>> {
     return this.#daemonLog().filter((l) => l.msg === 'request served' && l['command'] === command && l['containerId'] === id);
   }
