@@ -1,0 +1,172 @@
+/**
+ * Cluster pools through the installed plugin (issue 11): a real etcd (test/helpers/etcd-cluster.ts,
+ * one member on loopback) and two simulated nodes — the standalone plugin exec'd with different
+ * NODE_NAMEs — sharing one pool: exact block claims, no address twice (also under concurrent
+ * ADDs), repeated ADD, DEL releases and is idempotent, CHECK, and exact errors and codes for bad
+ * configs, bad node names, corrupt etcd values, an unreachable etcd and a missing TLS file. One
+ * test goes through the shim (`installedPlugin()`), so the daemon pass (IPWARDEN_TEST_DAEMON=1)
+ * runs it through the daemon's pool sessions. Needs `npm run build`. With CI=true a missing
+ * /usr/bin/etcd fails instead of skipping.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
+import { installedPlugin, runCni, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
+import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
+
+const CI = process.env['CI'] === 'true';
+const skip = haveEtcd() || CI ? false : '/usr/bin/etcd not installed';
+
+let cluster: EtcdCluster | undefined;
+let kv: EtcdKV | undefined;
+let n = 0;
+
+/** A fresh key prefix per test, so tests share the etcd but no keys. */
+function prefix(): string {
+  return `/bb${process.pid}-${++n}`;
+}
+
+function conf(p: string, extra: Record<string, unknown> = {}, pool: Record<string, unknown> = {}) {
+  return {
+    cniVersion: '1.0.0',
+    name: 'poolnet',
+    ipam: {
+      type: 'ipwarden',
+      // A /27 as two /28 blocks: 10.81.0.0/28 (.2–.15: .1 is the gateway) and 10.81.0.16/28 (.16–.30).
+      ranges: [[{ subnet: '10.81.0.0/27' }]],
+      pool: { name: 'bbpool', etcd: { endpoints: (cluster as EtcdCluster).endpoints, prefix: p }, blockSize: 28, ...pool },
+      ...extra,
+    },
+  };
+}
+
+function add(stdin: object, id: string, node: string, bin = standalonePlugin()): Outcome {
+  return runCni(bin, { command: 'ADD', containerId: id, ifname: 'eth0', stdin, env: { NODE_NAME: node } });
+}
+function del(stdin: object, id: string, node: string, bin = standalonePlugin()): Outcome {
+  return runCni(bin, { command: 'DEL', containerId: id, ifname: 'eth0', stdin, env: { NODE_NAME: node } });
+}
+function address(r: Outcome): string {
+  assert.equal(r.exitCode, 0, `${r.stdout}\n${r.stderr}`);
+  return ((r.json?.['ips'] as Array<{ address: string }>)[0] as { address: string }).address;
+}
+function cniError(r: Outcome): { code: number; msg: string } {
+  assert.equal(r.exitCode, 1, r.stdout);
+  return { code: r.json?.['code'] as number, msg: r.json?.['msg'] as string };
+}
+/** Block keys per node from the affinity index. */
+async function claims(p: string): Promise<Record<string, string[]>> {
+  const out: Record<string, string[]> = {};
+  const base = `${p}/pools/bbpool/nodes/`;
+  for (const e of await (kv as EtcdKV).list(base, { keysOnly: true })) {
+    const [node, , block] = e.key.slice(base.length).split('/');
+    (out[node as string] ??= []).push(block as string);
+  }
+  return out;
+}
+
+describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
+  before(async () => {
+    cluster = await startEtcdCluster({ members: 1, prefix: 'ipwarden-pool-bb-' });
+    kv = new EtcdKV({ endpoints: cluster.endpoints });
+  });
+  after(async () => {
+    await kv?.close();
+    await cluster?.close();
+  });
+
+  it('two nodes share one pool: each claims its own block; a repeated ADD returns the same address', async () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    assert.equal(address(add(conf(p), 'c2', 'node-b')), '10.81.0.2/27');
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    assert.deepEqual(await claims(p), { 'node-a': ['10.81.0.16-28'], 'node-b': ['10.81.0.0-28'] });
+    const r = add(conf(p), 'c3', 'node-a');
+    assert.deepEqual(r.json, { cniVersion: '1.0.0', ips: [{ address: '10.81.0.17/27', gateway: '10.81.0.1' }], dns: {} });
+  });
+
+  it('concurrent ADDs of both nodes never give one address twice; after all DELs no handle is left and each node keeps one block', async () => {
+    const p = prefix();
+    const bin = standalonePlugin();
+    const ids = Array.from({ length: 10 }, (_, i) => ({ id: `k${i}`, node: i % 2 === 0 ? 'node-a' : 'node-b' }));
+    const rs = await Promise.all(ids.map((x) => runCniAsync(bin, { command: 'ADD', containerId: x.id, ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: x.node } })));
+    const got = rs.map(address);
+    assert.equal(new Set(got).size, 10, got.join(' '));
+    const dels = await Promise.all(ids.map((x) => runCniAsync(bin, { command: 'DEL', containerId: x.id, ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: x.node } })));
+    for (const d of dels) assert.equal(d.exitCode, 0, d.stdout);
+    assert.deepEqual(await (kv as EtcdKV).list(`${p}/pools/bbpool/handles/`, { keysOnly: true }), []);
+    const c = await claims(p);
+    assert.deepEqual(Object.values(c).map((b) => b.length), [1, 1]);
+  });
+
+  it('DEL releases (round robin moves on), is idempotent, and CHECK sees what is held', async () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    const d = del(conf(p), 'c1', 'node-a');
+    assert.deepEqual([d.exitCode, d.stdout], [0, '']);
+    const again = del(conf(p), 'c1', 'node-a');
+    assert.deepEqual([again.exitCode, again.stdout], [0, '']);
+    assert.equal(address(add(conf(p), 'c2', 'node-a')), '10.81.0.17/27');
+    const bin = standalonePlugin();
+    const ok = runCni(bin, { command: 'CHECK', containerId: 'c2', ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: 'node-a' } });
+    assert.equal(ok.exitCode, 0, ok.stdout);
+    const missing = runCni(bin, { command: 'CHECK', containerId: 'c1', ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: 'node-a' } });
+    assert.deepEqual(cniError(missing), { code: 999, msg: 'ipwarden: Failed to find address added by container c1' });
+  });
+
+  it('through the shim (the daemon in the daemon pass): ADD, repeated ADD, DEL', () => {
+    const p = prefix();
+    const bin = installedPlugin();
+    const first = address(add(conf(p), 's1', 'node-s', bin));
+    assert.match(first, /^10\.81\.0\.[0-9]+\/27$/);
+    assert.equal(address(add(conf(p), 's1', 'node-s', bin)), first);
+    assert.equal(del(conf(p), 's1', 'node-s', bin).exitCode, 0);
+  });
+
+  it('a full pool fails with host-local\'s text and writes nothing', async () => {
+    const p = prefix();
+    const tiny = conf(p, { ranges: [[{ subnet: '10.81.1.0/30' }]] }); // .2 only (.1 gateway)
+    assert.equal(address(add(tiny, 't1', 'node-a')), '10.81.1.2/30');
+    assert.deepEqual(cniError(add(tiny, 't2', 'node-b')), { code: 999, msg: 'failed to allocate for range 0: no IP addresses available in range set: 10.81.1.1-10.81.1.2' });
+    assert.equal(await (kv as EtcdKV).get(`${p}/pools/bbpool/handles/t2/eth0`), null);
+  });
+
+  it('bad configs and node names: code 7, exact messages', () => {
+    const p = prefix();
+    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 19 }), 'c1', 'node-a')), { code: 7, msg: 'ipam.pool.blockSize must be an integer from 20 to 32, got 19' });
+    assert.deepEqual(cniError(add(conf(p, {}, { etcd: { endpoints: ['127.0.0.1:2379'] } }), 'c1', 'node-a')), {
+      code: 7,
+      msg: 'ipam.pool.etcd.endpoints[0] must be http://HOST:PORT or https://HOST:PORT, got "127.0.0.1:2379"',
+    });
+    assert.deepEqual(cniError(add(conf(p), 'c1', 'bad name')), {
+      code: 7,
+      msg: `NODE_NAME must be a node name of at most 253 letters, digits, '_', '.' or '-' starting with a letter or digit, got "bad name"`,
+    });
+    // Another layout of the same pool (its meta was written by the first ADD).
+    address(add(conf(p), 'c1', 'node-a'));
+    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 27 }), 'c2', 'node-b')), { code: 7, msg: "pool bbpool is defined in etcd with other ranges or block sizes than this network's config" });
+  });
+
+  it('a corrupt etcd value is code 999 naming the key; nothing is allocated from it or released', async () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    const bk = `${p}/pools/bbpool/blocks/10.81.0.16-28`;
+    await (kv as EtcdKV).txn([], [{ put: bk, value: '{"v":1,"cidr":"10.81.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":"x"}' }]);
+    assert.deepEqual(cniError(add(conf(p), 'c2', 'node-a')), { code: 999, msg: `etcd key ${bk}: "seq" must be a non-negative integer` });
+    assert.deepEqual(cniError(del(conf(p), 'c1', 'node-a')), { code: 999, msg: `etcd key ${bk}: "seq" must be a non-negative integer` });
+    assert.notEqual(await (kv as EtcdKV).get(`${p}/pools/bbpool/handles/c1/eth0`), null, 'the handle was not released');
+    assert.equal(await (kv as EtcdKV).get(`${p}/pools/bbpool/handles/c2/eth0`), null);
+  });
+
+  it('an unreachable etcd is code 11 (try again later); a TLS file that cannot be read is code 5', () => {
+    const p = prefix();
+    const down = add(conf(p, {}, { etcd: { endpoints: ['http://127.0.0.1:1'], prefix: p } }), 'c1', 'node-a');
+    const e = cniError(down);
+    assert.equal(e.code, 11);
+    assert.ok(e.msg.startsWith(`etcd at http://127.0.0.1:1 is unavailable: get ${p}/pools/bbpool/meta: UNAVAILABLE: `), e.msg);
+    const tls = add(conf(p, {}, { etcd: { endpoints: ['https://127.0.0.1:1'], tls: { ca: '/nonexistent/ipwarden-pool-ca.pem' } } }), 'c1', 'node-a');
+    assert.deepEqual(cniError(tls), { code: 5, msg: 'ipam.pool.etcd.tls.ca: open /nonexistent/ipwarden-pool-ca.pem: no such file or directory' });
+    // DEL with etcd down is not lost silently: it fails (11) and the runtime retries it.
+    assert.equal(cniError(del(conf(p, {}, { etcd: { endpoints: ['http://127.0.0.1:1'], prefix: p } }), 'c1', 'node-a')).code, 11);
+  });
+});
