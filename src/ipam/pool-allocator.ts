@@ -372,6 +372,12 @@ export class PoolAllocator {
           const key = a.key.slice(prefix.length);
           const b = await this.#block(key, blocks);
           if (b === null || b.value.node !== this.#o.node) throw corrupt(a.key, `names block ${key}, which ${b === null ? 'does not exist' : `belongs to node ${b.value.node}`}`);
+          // The node is back: it vetoes a removal begun while it was away (docs/cluster.md
+          // "Reclaiming a dead node's blocks"); the write goes in this ADD's transaction.
+          if (b.value.state === 'pendingRelease') {
+            b.value.state = 'owned';
+            b.dirty = true;
+          }
           mine.push(b);
         }
         let claimed: Set<string> | null = null;
@@ -604,5 +610,125 @@ export class PoolAllocator {
       if (ok.succeeded) return true;
     }
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${ip} lost to concurrent writers; try again`);
+  }
+
+  /**
+   * Veto a removal of this node: every block of it in `pendingRelease` goes back to `owned`
+   * (one revision-checked write each). Returns the blocks vetoed. The daemon calls it at start;
+   * every ADD of the node does it too.
+   */
+  async veto(): Promise<string[]> {
+    const kv = this.#o.kv;
+    const prefix = `${this.#base}/nodes/${this.#o.node}/blocks/`;
+    const out: string[] = [];
+    for (const a of await kv.list(prefix, { keysOnly: true })) {
+      const key = a.key.slice(prefix.length);
+      for (let i = 0; i < MAX_ATTEMPTS; i++) {
+        const b = await this.#block(key, new Map());
+        if (b === null || b.value.state !== 'pendingRelease' || b.value.node !== this.#o.node) break;
+        b.value.state = 'owned';
+        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
+          out.push(key);
+          break;
+        }
+      }
+    }
+    return out.sort();
+  }
+
+  /**
+   * Step 1 of `pool remove-node target`: every block of `target` goes `owned → pendingRelease`
+   * (CAS each): no new allocation in it from then on. Returns the blocks now pending (also those
+   * that already were). The target vetoes by writing them back ({@link veto}).
+   */
+  async markForRemoval(target: string): Promise<string[]> {
+    const kv = this.#o.kv;
+    const prefix = `${this.#base}/nodes/${target}/blocks/`;
+    const out: string[] = [];
+    for (const a of await kv.list(prefix, { keysOnly: true })) {
+      const key = a.key.slice(prefix.length);
+      for (let i = 0; i < MAX_ATTEMPTS; i++) {
+        const b = await this.#block(key, new Map());
+        if (b === null || b.value.node !== target) break;
+        if (b.value.state === 'pendingRelease') {
+          out.push(key);
+          break;
+        }
+        b.value.state = 'pendingRelease';
+        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
+          out.push(key);
+          break;
+        }
+      }
+    }
+    return out.sort();
+  }
+
+  /**
+   * Step 2 of `pool remove-node target`, after the veto window: release every allocation
+   * `target` made (its handles), provided each of `target`'s blocks the handle touches is still
+   * `pendingRelease` at the revision read (a veto changes it: that handle is kept); then delete
+   * each of `target`'s blocks left `pendingRelease` and empty, with its affinity. Allocations other
+   * nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease` until their DELs).
+   * Returns what was released and what was kept.
+   */
+  async finishRemoval(target: string): Promise<{ released: string[]; deletedBlocks: string[]; keptBlocks: string[] }> {
+    const kv = this.#o.kv;
+    const released: string[] = [];
+    const hprefix = `${this.#base}/handles/`;
+    for (const e of await kv.list(hprefix)) {
+      const h = decodeHandle(e);
+      if (h.node !== target) continue;
+      const [containerId, ifname] = e.key.slice(hprefix.length).split('/') as [string, string];
+      for (let i = 0; i < MAX_ATTEMPTS; i++) {
+        const cur = await this.#o.kv.get(e.key);
+        if (cur === null) break;
+        const hv = decodeHandle(cur);
+        const blocks = new Map<string, Working | null>();
+        let vetoed = false;
+        const freed: string[] = [];
+        for (const x of hv.ips) {
+          const b = await this.#block(x.block, blocks);
+          if (b !== null && b.value.node === target && b.value.state !== 'pendingRelease') vetoed = true;
+          const a = b?.value.allocs[String(x.ordinal)];
+          if (b === null || a === undefined || a.seq !== x.seq || a.id !== containerId || a.ifname !== ifname) continue;
+          delete b.value.allocs[String(x.ordinal)];
+          b.dirty = true;
+          freed.push(x.ip);
+        }
+        if (vetoed) break;
+        const compares: KVCompare[] = [{ key: cur.key, modRevision: cur.modRevision }];
+        const ops: KVOp[] = [{ delete: cur.key }];
+        for (const b of blocks.values()) {
+          if (b === null || !b.dirty) continue;
+          compares.push({ key: this.blockKey(b.key), modRevision: b.rev as string });
+          ops.push({ put: this.blockKey(b.key), value: JSON.stringify(b.value) });
+        }
+        if ((await kv.txn(compares, ops)).succeeded) {
+          released.push(...freed);
+          break;
+        }
+      }
+    }
+    const deletedBlocks: string[] = [];
+    const keptBlocks: string[] = [];
+    const aprefix = `${this.#base}/nodes/${target}/blocks/`;
+    for (const a of await kv.list(aprefix)) {
+      const key = a.key.slice(aprefix.length);
+      const b = await this.#block(key, new Map());
+      if (b === null || b.value.state !== 'pendingRelease' || Object.keys(b.value.allocs).length > 0) {
+        keptBlocks.push(key);
+        continue;
+      }
+      const ok = await kv.txn(
+        [
+          { key: this.blockKey(key), modRevision: b.rev as string },
+          { key: a.key, modRevision: a.modRevision },
+        ],
+        [{ delete: this.blockKey(key) }, { delete: a.key }],
+      );
+      (ok.succeeded ? deletedBlocks : keptBlocks).push(key);
+    }
+    return { released: released.sort(), deletedBlocks: deletedBlocks.sort(), keptBlocks: keptBlocks.sort() };
   }
 }

@@ -185,4 +185,51 @@ describe('PoolAllocator', () => {
     kv.failNext = 1;
     await assert.rejects(a.add([{ containerId: 'c1', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.cniCode === 11);
   });
+
+  describe('remove-node: pendingRelease, the node\'s veto, then the reclaim', () => {
+    it('a marked block takes no new allocation; the reclaim frees the node\'s addresses and gives the block back', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const b = allocator(kv, 'node-b');
+      const op = allocator(kv, 'operator');
+      assert.equal(await one(a, 'c1'), '10.80.0.16');
+      assert.equal(await one(b, 'c2'), '10.80.0.2');
+      assert.deepEqual(await op.markForRemoval('node-a'), ['10.80.0.16-28']);
+      assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'pendingRelease');
+      assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
+      assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined);
+      for (let i = 3; i <= 15; i++) await one(b, `f${i}`); // node-b fills its own block
+      assert.equal(await one(b, 'g1'), '10.80.0.16', 'the reclaimed block is free again: node-b claims it');
+    });
+
+    it('a node that returns before the reclaim vetoes it: its block and addresses stay (no duplicate)', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const op = allocator(kv, 'operator');
+      assert.equal(await one(a, 'c1'), '10.80.0.16');
+      await op.markForRemoval('node-a');
+      // node-a was only partitioned: its next ADD (or its daemon's start) vetoes.
+      assert.equal(await one(a, 'c2'), '10.80.0.17');
+      assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'owned');
+      assert.deepEqual(await op.finishRemoval('node-a'), { released: [], deletedBlocks: [], keptBlocks: ['10.80.0.16-28'] });
+      assert.deepEqual((await a.find({ containerId: 'c1', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), ['10.80.0.16']);
+      await op.markForRemoval('node-a');
+      assert.deepEqual(await a.veto(), ['10.80.0.16-28']);
+      assert.deepEqual(await a.veto(), []);
+    });
+
+    it('addresses other nodes borrowed in the removed node\'s block stay, and so does the block', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const b = allocator(kv, 'node-b');
+      const op = allocator(kv, 'operator');
+      await one(b, 'b0');
+      for (let i = 0; i < 15; i++) await one(a, `a${i}`); // node-a's block full
+      assert.equal(await one(a, 'borrower'), '10.80.0.3'); // node-a borrows in node-b's block
+      await op.markForRemoval('node-b');
+      const r = await op.finishRemoval('node-b');
+      assert.deepEqual(r, { released: ['10.80.0.2'], deletedBlocks: [], keptBlocks: ['10.80.0.0-28'] });
+      assert.deepEqual((await a.find({ containerId: 'borrower', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), ['10.80.0.3']);
+    });
+  });
 });
