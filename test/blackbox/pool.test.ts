@@ -10,8 +10,10 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { installedPlugin, runCni, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
+import { installedPlugin, ROOT, runCni, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 
 const CI = process.env['CI'] === 'true';
@@ -168,5 +170,66 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.deepEqual(cniError(tls), { code: 5, msg: 'ipam.pool.etcd.tls.ca: open /nonexistent/ipwarden-pool-ca.pem: no such file or directory' });
     // DEL with etcd down is not lost silently: it fails (11) and the runtime retries it.
     assert.equal(cniError(del(conf(p, {}, { etcd: { endpoints: ['http://127.0.0.1:1'], prefix: p } }), 'c1', 'node-a')).code, 11);
+  });
+
+  /** `ipwarden pool …` of the built CLI. */
+  function cli(p: string, ...args: string[]): { status: number | null; stdout: string; stderr: string } {
+    const r = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', ...args, '--pool', 'bbpool', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8', timeout: 60_000 });
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+  }
+
+  it('pool status --json: blocks per node, usage and free cluster-wide, exactly', () => {
+    const p = prefix();
+    add(conf(p), 'c1', 'node-a');
+    add(conf(p), 'c2', 'node-b');
+    add(conf(p), 'c3', 'node-a');
+    const r = cli(p, 'status', '--json');
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout), {
+      version: 1,
+      pool: 'bbpool',
+      blockSize: 28,
+      blockSize6: 122,
+      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, free: '26', blocksClaimed: 2 }],
+      nodes: [
+        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0 },
+        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0 },
+      ],
+      blocks: [
+        { cidr: '10.81.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0 },
+        { cidr: '10.81.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0 },
+      ],
+    });
+    const unknown = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'status', '--pool', 'nope', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8' });
+    assert.equal(unknown.status, 1);
+    assert.equal(unknown.stderr, `ipwarden: pool nope has no data in etcd ${(cluster as EtcdCluster).endpoints.join(',')} under ${p} (no ${p}/pools/nope/meta key: never used)\n`);
+  });
+
+  it('pool remove-node on a node that is merely partitioned, then returns: its next ADD vetoes, --finish releases nothing, no duplicate', () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    const mark = cli(p, 'remove-node', 'node-a', '--json');
+    assert.equal(mark.status, 0, mark.stderr);
+    assert.deepEqual(JSON.parse(mark.stdout), { version: 1, node: 'node-a', pendingRelease: ['10.81.0.16-28'] });
+    // node-b cannot borrow in the pending block; it claims the other one.
+    assert.equal(address(add(conf(p), 'c2', 'node-b')), '10.81.0.2/27');
+    // node-a returns: its ADD vetoes the removal.
+    assert.equal(address(add(conf(p), 'c3', 'node-a')), '10.81.0.17/27');
+    const fin = cli(p, 'remove-node', 'node-a', '--finish', '--json');
+    assert.equal(fin.status, 0, fin.stderr);
+    assert.deepEqual(JSON.parse(fin.stdout), { version: 1, node: 'node-a', released: [], deletedBlocks: [], keptBlocks: ['10.81.0.16-28'] });
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27', 'c1 still holds its address');
+  });
+
+  it('pool remove-node of a node that is gone: --finish releases its addresses and frees its block', () => {
+    const p = prefix();
+    add(conf(p), 'c1', 'node-a');
+    add(conf(p), 'c2', 'node-b');
+    assert.equal(cli(p, 'remove-node', 'node-a').status, 0);
+    const fin = cli(p, 'remove-node', 'node-a', '--finish');
+    assert.deepEqual([fin.status, fin.stdout], [0, 'released 1 address of node-a; deleted 1 block(s): 10.81.0.16-28\n']);
+    const st = JSON.parse(cli(p, 'status', '--json').stdout) as { nodes: Array<{ node: string }>; rangeSets: Array<{ free: string }> };
+    assert.deepEqual(st.nodes.map((x) => x.node), ['node-b']);
+    assert.equal(st.rangeSets[0]?.free, '28');
   });
 });

@@ -1,0 +1,115 @@
+/**
+ * `ipwarden pool` — cluster pools on etcd (issue 11, docs/cluster.md).
+ *
+ * Usage:
+ *   ipwarden pool status      --pool NAME --etcd-endpoints URL[,URL…] [--etcd-prefix P]
+ *                             [--etcd-ca FILE [--etcd-cert FILE --etcd-key FILE]] [--json]
+ *   ipwarden pool remove-node NODE --pool NAME --etcd-endpoints … [--finish] [--json]
+ * Examples:
+ *   ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
+ *   ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
+ *   ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --finish
+ *
+ * A thin verb: flags → the same validation as `ipam.pool` (so the flags take exactly what a
+ * network config takes) → the engines of src/ipam/pool-status.ts and src/ipam/pool-allocator.ts →
+ * table or JSON. `remove-node` without `--finish` marks the node's blocks `pendingRelease` (the
+ * node vetoes when it returns); with `--finish`, after the veto window, it releases what the node
+ * held. Exit status: 0; 1 on an etcd or data error; 2 usage error.
+ */
+import { AppError, UsageError } from '../common/errors.ts';
+import { PoolAllocator } from '../ipam/pool-allocator.ts';
+import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
+import { poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
+import { etcdFor } from '../cni/pool.ts';
+import type { CliContext } from './context.ts';
+import { renderTable } from './format.ts';
+
+/** Options of `pool status` / `pool remove-node` as commander parses them. */
+export interface PoolOptions {
+  pool?: string;
+  etcdEndpoints?: string;
+  etcdPrefix?: string;
+  etcdCa?: string;
+  etcdCert?: string;
+  etcdKey?: string;
+  json?: boolean;
+  finish?: boolean;
+}
+
+/** Flags → a validated {@link PoolConfig} (the `ipam.pool` rules; their messages, as a UsageError naming the flag's key). */
+export function poolFromFlags(o: PoolOptions): PoolConfig {
+  if (o.pool === undefined) throw new UsageError('--pool NAME is required');
+  if (o.etcdEndpoints === undefined) throw new UsageError('--etcd-endpoints URL[,URL...] is required');
+  const tls = o.etcdCa === undefined && o.etcdCert === undefined && o.etcdKey === undefined ? undefined : { ca: o.etcdCa, cert: o.etcdCert, key: o.etcdKey };
+  try {
+    return decodePoolConfig({
+      pool: {
+        name: o.pool,
+        etcd: { endpoints: o.etcdEndpoints.split(',').filter((e) => e !== ''), ...(tls === undefined ? {} : { tls }), ...(o.etcdPrefix === undefined ? {} : { prefix: o.etcdPrefix }) },
+      },
+    }) as PoolConfig;
+  } catch (e) {
+    if (e instanceof AppError && e.code === 'IPAM_INVALID_CONFIG') throw new UsageError(`${e.message} (from the flags)`);
+    throw e;
+  }
+}
+
+/** The human report of `pool status`. */
+export function poolStatusTable(s: PoolStatus): string {
+  let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
+  out += renderTable(
+    ['SET', 'RANGES', 'SIZE', 'USED', 'FREE', 'BLOCKS'],
+    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), r.free, String(r.blocksClaimed)]),
+  );
+  out += renderTable(
+    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED'],
+    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed)]),
+  );
+  out += renderTable(
+    ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED'],
+    s.blocks.map((b) => [b.cidr, String(b.rangeSet), b.node, b.state, String(b.capacity), String(b.used), String(b.borrowed)]),
+  );
+  return out;
+}
+
+/** CLI action of `ipwarden pool status`; resolves to the exit status. */
+export async function runStatus(opts: PoolOptions, ctx: CliContext): Promise<number> {
+  const pool = poolFromFlags(opts);
+  const kv = etcdFor(pool);
+  try {
+    const s = await poolStatus(kv, pool.etcd.prefix, pool.name);
+    ctx.stdout(opts.json === true ? `${JSON.stringify(s)}\n` : poolStatusTable(s));
+    return 0;
+  } finally {
+    await kv.close();
+  }
+}
+
+/** CLI action of `ipwarden pool remove-node NODE`; resolves to the exit status. */
+export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliContext): Promise<number> {
+  if (!validNodeName(node)) throw new UsageError(`invalid node name ${JSON.stringify(node)}`);
+  const pool = poolFromFlags(opts);
+  const kv = etcdFor(pool);
+  try {
+    // The operator acts as no node: it never allocates, so the allocator needs no ranges.
+    const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
+    if (opts.finish !== true) {
+      const marked = await op.markForRemoval(node);
+      if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked })}\n`);
+      else {
+        ctx.stdout(`${marked.length} block${marked.length === 1 ? '' : 's'} of ${node} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
+        if (marked.length > 0) ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone, run again with --finish\n`);
+      }
+      return 0;
+    }
+    const r = await op.finishRemoval(node);
+    if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, ...r })}\n`);
+    else {
+      ctx.stdout(`released ${r.released.length} address${r.released.length === 1 ? '' : 'es'} of ${node}; deleted ${r.deletedBlocks.length} block(s)${r.deletedBlocks.length > 0 ? `: ${r.deletedBlocks.join(' ')}` : ''}\n`);
+      if (r.keptBlocks.length > 0) ctx.stdout(`kept ${r.keptBlocks.length} block(s) (vetoed, not marked, or holding other nodes' addresses): ${r.keptBlocks.join(' ')}\n`);
+    }
+    return 0;
+  } finally {
+    await kv.close();
+  }
+}
