@@ -1,0 +1,75 @@
+/**
+ * The daemon's pool front (src/cni/pool.ts `PoolSessions`) on a real etcd (test/helpers/etcd-cluster.ts):
+ * concurrent ADDs of one node go out in few transactions (batched), every address once; the etcd
+ * write count per allocation is what docs/cluster.md states; the first ADD is sent alone (no added
+ * delay). Also `resolveNodeName`'s order and errors. With CI=true a missing /usr/bin/etcd fails.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { isAppError } from '../../src/common/errors.ts';
+import { formatIP } from '../../src/common/ip.ts';
+import { loadIPAMConfig } from '../../src/ipam/config.ts';
+import type { PoolConfig } from '../../src/ipam/pool-config.ts';
+import type { PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
+import { PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
+import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
+
+const CI = process.env['CI'] === 'true';
+const skip = haveEtcd() || CI ? false : '/usr/bin/etcd not installed';
+
+describe('resolveNodeName', () => {
+  const pool = (nodeName: string | null): PoolConfig => ({ name: 'p', etcd: { endpoints: ['http://127.0.0.1:1'], tls: null, prefix: '/ipwarden' }, blockSize4: 26, blockSize6: 122, nodeName });
+  it('ipam.nodeName, else NODE_NAME, else the host name', () => {
+    assert.equal(resolveNodeName(pool('cfg'), { NODE_NAME: 'env' }, () => 'host'), 'cfg');
+    assert.equal(resolveNodeName(pool(null), { NODE_NAME: 'env' }, () => 'host'), 'env');
+    assert.equal(resolveNodeName(pool(null), { NODE_NAME: '' }, () => 'host'), 'host');
+    assert.equal(resolveNodeName(pool(null), {}, () => 'host'), 'host');
+  });
+  it('an unusable host name is code 7 naming its source', () => {
+    assert.throws(() => resolveNodeName(pool(null), {}, () => 'bad host'), (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.message === `the host name must be a node name of at most 253 letters, digits, '_', '.' or '-' starting with a letter or digit, got "bad host"`);
+  });
+});
+
+describe('PoolSessions on a real etcd', { skip }, () => {
+  let cluster: EtcdCluster | undefined;
+  before(async () => {
+    cluster = await startEtcdCluster({ members: 1, prefix: 'ipwarden-pool-sessions-' });
+  });
+  after(async () => {
+    await cluster?.close();
+  });
+
+  it('48 concurrent ADDs of one node: batched into few transactions, every address once; writes per allocation as documented', async () => {
+    const c = cluster as EtcdCluster;
+    let made: EtcdKV | undefined;
+    const sessions = new PoolSessions({ NODE_NAME: 'node-d' }, (p) => (made = new EtcdKV({ endpoints: p.etcd.endpoints })));
+    try {
+      const conf = loadIPAMConfig(
+        JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.82.0.0/24' }]], pool: { name: 'sp', etcd: { endpoints: c.endpoints, prefix: `/s${process.pid}` } } } }),
+        undefined,
+      );
+      const rs = await Promise.all(Array.from({ length: 48 }, (_, i) => sessions.add(conf, { containerId: `c${i}`, ifname: 'eth0' })));
+      const ips = rs.map((r) => formatIP((r[0] as PoolAllocation).ip));
+      assert.equal(new Set(ips).size, 48);
+      const sizes = (sessions.batchSizes[0] as number[]);
+      assert.equal(sizes.reduce((a, b) => a + b, 0), 48);
+      // All 48 arrive in one tick: the first goes alone at once (no added delay), the others wait
+      // for it and go in batches of at most 24 (the transaction op limit).
+      assert.deepEqual(sizes, [1, 24, 23]);
+      const st = (made as EtcdKV).stats;
+      // One writer, so every transaction succeeds at once: meta + 3 batches. Keys put: meta 1;
+      // batch 1: handle + block + affinity (the claim); batch 2: 24 handles + the block; batch 3:
+      // 23 handles + the block (48 addresses fit in the first /26's 62).
+      assert.deepEqual({ txns: st.txns, txnsSucceeded: st.txnsSucceeded, puts: st.puts, deletes: st.deletes }, { txns: 4, txnsSucceeded: 4, puts: 1 + 3 + 25 + 24, deletes: 0 });
+      const perAllocation = (st.puts - 1) / 48;
+      process.stdout.write(`# 48 ADDs: ${sizes.length} batches (${sizes.join(',')}), ${st.txns} transactions, ${st.puts} keys put: ${perAllocation.toFixed(2)} per allocation\n`);
+      const d = await sessions.del(conf, { containerId: 'c0', ifname: 'eth0' });
+      assert.deepEqual(d, [ips[0]]);
+    } finally {
+      await sessions.close();
+      await sessions.close();
+    }
+    await assert.rejects(sessions.del({ cniVersion: '1.0.0', name: 'net1', dataDir: '/x', lockTimeoutSeconds: 1, pool: { name: 'sp', etcd: { endpoints: c.endpoints, tls: null, prefix: '/x' }, blockSize4: 26, blockSize6: 122, nodeName: null } }, { containerId: 'c1', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'CLOSED'));
+  });
+});
