@@ -37,7 +37,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .description('print the ipwarden version and the CNI spec versions it speaks')
     .action(async () => {
       const { SUPPORTED_VERSIONS } = await import('../cni/version.ts');
-      ctx.stdout(`ipwarden ${VERSION}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`);
+      ctx.stdout(`ipwarden ${VERSION}\nNode.js ${process.version}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`);
       setCode(0);
     });
 

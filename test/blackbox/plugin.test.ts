@@ -8,6 +8,7 @@ import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { spawn, spawnSync } from 'node:child_process';
 import { installedPlugin, ROOT, runCni, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
+import { readShimFields } from '../../src/cli/install-cni.ts';
 
 const NET = 'bbnet';
 let bin = '';
@@ -353,22 +354,34 @@ describe('resolvConf, routes and static requests', () => {
 });
 
 describe('install-cni', () => {
-  it('writes the shim, the standalone executable (with a non-empty V8 code cache) and the flock binding, and no warning', () => {
+  it('writes the shim, the standalone single executable, the flock binding and the namespace helper, with versions, and no warning', () => {
     const dest = join(dataDir(), 'bin');
     const r = spawnSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', dest], { encoding: 'utf8' });
     assert.deepEqual([r.status, r.stderr], [0, '']);
+    const size = statSync(join(ROOT, 'dist/ipwarden-standalone')).size;
     assert.equal(
       r.stdout,
-      `installed ${join(dest, 'ipwarden')} (shim, socket /run/ipwarden/plugin.sock)\n` +
-        `installed ${join(dest, 'ipwarden-standalone')} (node ${process.execPath})\n` +
-        `installed ${join(dest, 'ipwarden-flock.node')}\n`,
+      `installed ${join(dest, 'ipwarden')} (exec shim, protocol v1, socket /run/ipwarden/plugin.sock)\n` +
+        `installed ${join(dest, 'ipwarden-standalone')} (ipwarden 0.1.0, Node.js ${process.version}, ${size} bytes)\n` +
+        `installed ${join(dest, 'ipwarden-flock.node')} (flock binding)\n` +
+        `installed ${join(dest, 'ipwarden-netns')} (namespace helper)\n`,
     );
     assert.deepEqual(readFileSync(join(dest, 'ipwarden')), readFileSync(join(ROOT, 'dist/ipwarden-shim')));
-    const text = readFileSync(join(dest, 'ipwarden-standalone'), 'latin1');
-    assert.ok(text.startsWith(`#!${process.execPath}\n`));
-    const cache = text.slice(text.indexOf('\nIPWARDEN-CACHE\n') + 16, text.indexOf('\nIPWARDEN-COLD\n'));
-    assert.ok(cache.length > 10_000, `code cache of ${cache.length} base64 bytes`);
-    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node', 'ipwarden-standalone']);
+    for (const f of ['ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns']) assert.deepEqual(readFileSync(join(dest, f)), readFileSync(join(ROOT, 'dist', f)), f);
+    // An ELF executable, not a script: no interpreter line names a Node.js on the host.
+    assert.deepEqual([...readFileSync(join(dest, 'ipwarden-standalone')).subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46]);
+    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node', 'ipwarden-netns', 'ipwarden-standalone']);
+  });
+
+  it('the installed standalone installs again by itself (as the image does), without Node.js on PATH', () => {
+    const first = join(dataDir(), 'bin');
+    assert.equal(spawnSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', first], { encoding: 'utf8' }).status, 0);
+    const second = join(dataDir(), 'bin2');
+    const r = spawnSync(join(first, 'ipwarden-standalone'), ['install-cni', '--dest', second, '--socket', '/run/ipw-test/p.sock'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
+    assert.deepEqual([r.status, r.stderr], [0, '']);
+    assert.match(r.stdout, new RegExp(`^installed ${second}/ipwarden \\(exec shim, protocol v1, socket /run/ipw-test/p\\.sock\\)\\n`));
+    for (const f of ['ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns']) assert.deepEqual(readFileSync(join(second, f)), readFileSync(join(first, f)), f);
+    assert.equal(readShimFields(readFileSync(join(second, 'ipwarden'))).socket, '/run/ipw-test/p.sock');
   });
 
   it('refuses a --dest whose parent does not exist', () => {
