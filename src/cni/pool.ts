@@ -46,6 +46,23 @@ export function resolveNodeName(pool: PoolConfig, env: Readonly<Record<string, s
   return h;
 }
 
+/**
+ * The node name for a DEL: as {@link resolveNodeName}, but an unusable name does not fail the
+ * DEL (a runtime retries a failed DEL forever): the node name only decides whether an emptied
+ * block is given back, so without one the addresses are still released and every block is kept.
+ * `NO_NODE` matches no block's node (node names start with a letter or digit).
+ */
+function delNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>): string {
+  try {
+    return resolveNodeName(pool, env);
+  } catch {
+    return NO_NODE;
+  }
+}
+
+/** A node name no block has (see {@link delNodeName}). */
+export const NO_NODE = '-';
+
 /** Read one TLS file; `IPAM_IO` (CNI 5) naming the key and the path when it cannot be read. */
 function readPem(key: string, path: string): Buffer {
   try {
@@ -113,7 +130,7 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
     },
     del: (id, req) => {
       const pool = id.pool as PoolConfig;
-      const node = resolveNodeName(pool, env);
+      const node = delNodeName(pool, env);
       return withKV(pool, (kv) => allocatorFor(kv, pool, node, id.name, []).del(req));
     },
     find: (conf, req) => {
@@ -245,7 +262,7 @@ export class PoolSessions implements PoolHooks {
 
   async del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
     const pool = id.pool as PoolConfig;
-    return allocatorFor(this.#kv(pool), pool, resolveNodeName(pool, this.#env), id.name, []).del(req);
+    return allocatorFor(this.#kv(pool), pool, delNodeName(pool, this.#env), id.name, []).del(req);
   }
 
   async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {

@@ -144,6 +144,11 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
       code: 7,
       msg: `NODE_NAME must be a node name of at most 253 letters, digits, '_', '.' or '-' starting with a letter or digit, got "bad name"`,
     });
+    // DEL does not fail on a bad node name (the runtime would retry it forever): it releases.
+    assert.equal(address(add(conf(p), 'd1', 'node-a')), '10.81.0.16/27');
+    const d = del(conf(p), 'd1', 'bad name');
+    assert.deepEqual([d.exitCode, d.stdout], [0, '']);
+    assert.equal(address(add(conf(p), 'd2', 'node-a')), '10.81.0.17/27');
     // Another layout of the same pool (its meta was written by the first ADD).
     address(add(conf(p), 'c1', 'node-a'));
     assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 27 }), 'c2', 'node-b')), { code: 7, msg: "pool bbpool is defined in etcd with other ranges or block sizes than this network's config" });
