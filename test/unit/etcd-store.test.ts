@@ -62,6 +62,16 @@ describe('EtcdStore on a real etcd', { skip: etcdSkip }, () => {
     await f.store.close();
   });
 
+  it('fails over: a dead first endpoint, then the live one answers', async () => {
+    const two = new EtcdKV({ endpoints: ['http://127.0.0.1:1', ...(cluster as EtcdCluster).endpoints] });
+    try {
+      assert.deepEqual(await two.txn([], [{ put: '/failover/x', value: 'y' }]).then((r) => r.succeeded), true);
+      assert.equal((await two.get('/failover/x'))?.value, 'y');
+    } finally {
+      await two.close();
+    }
+  });
+
   it('an unreachable etcd is STORE_UNAVAILABLE (CNI 11, retryable), within the call deadline', async () => {
     const dead = new EtcdKV({ endpoints: ['http://127.0.0.1:1'], callTimeoutMs: 500 });
     try {

@@ -12,9 +12,13 @@
  * - use after `close()` → `ClosedError`.
  *
  * Endpoints: one channel per endpoint, made when first needed. A call goes to the endpoint that
- * last answered; on an "unavailable" error it is tried once on each other endpoint (in order),
- * each attempt with its own deadline (`callTimeoutMs`, default 5000 ms), so a partitioned node
- * answers well within kubelet's 4-minute sandbox budget. A transaction retried after a lost answer
+ * last answered; on an "unavailable" error it is tried once on each other endpoint (in order).
+ * The call's budget (`callTimeoutMs`, default 5000 ms) is shared by the attempts: each gets
+ * `max(1000, callTimeoutMs / endpoints)` ms, so a hung member (SIGSTOPped: its socket accepts and
+ * never answers) costs a fraction of the budget before the next one is asked, and a partitioned
+ * node answers well within kubelet's 4-minute sandbox budget. Reads are linearizable (etcd's
+ * default; never `serializable`), so a member cut off from the quorum answers an error, not
+ * stale data. A transaction retried after a lost answer
  * may already have been applied: it then fails its compares, and the callers re-read (every
  * writer in ipwarden decides from what it reads).
  */
@@ -31,7 +35,7 @@ export interface EtcdKVOptions {
   readonly endpoints: readonly string[];
   /** TLS material, already read (PEM bytes): `ca` verifies the server; `cert` + `key` authenticate us. */
   readonly tls?: { readonly ca?: Buffer; readonly cert?: Buffer; readonly key?: Buffer } | undefined;
-  /** Deadline of each attempt, milliseconds (default 5000). */
+  /** Budget of one call over all endpoints, milliseconds (default 5000; each attempt gets its share, at least 1000). */
   readonly callTimeoutMs?: number;
 }
 
@@ -93,7 +97,7 @@ export class EtcdKV implements KV {
     if (opts.endpoints.length === 0) throw new AppError('IPAM_INVALID_CONFIG', 'etcd: no endpoints');
     this.#endpoints = [...opts.endpoints];
     this.description = `etcd ${opts.endpoints.join(',')}`;
-    this.#timeout = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.#timeout = Math.max(1000, Math.floor((opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS) / opts.endpoints.length));
     const t = opts.tls;
     this.#creds = t?.ca === undefined ? grpc.credentials.createInsecure() : grpc.credentials.createSsl(t.ca, t.key ?? null, t.cert ?? null);
   }
