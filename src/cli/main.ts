@@ -128,6 +128,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     });
   etcdFlags(pool.command('remove-node').argument('<NODE>', 'the node that is gone').description("reclaim a gone node's blocks: mark them pendingRelease (the node vetoes if it returns), then --finish"))
     .option('--finish', 'after the veto window: release what the node held and delete its emptied blocks')
+    .option('--force', "act although the node's heartbeat is live (its daemon renews its lease)")
     .addHelpText('after', '\nExamples:\n  ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n  ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --finish\n')
     .action(async (node: string, opts: PoolOptions) => {
       const m = await import('./pool.ts');

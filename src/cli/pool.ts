@@ -4,7 +4,7 @@
  * Usage:
  *   ipwarden pool status      --pool NAME --etcd-endpoints URL[,URL…] [--etcd-prefix P]
  *                             [--etcd-ca FILE [--etcd-cert FILE --etcd-key FILE]] [--json]
- *   ipwarden pool remove-node NODE --pool NAME --etcd-endpoints … [--finish] [--json]
+ *   ipwarden pool remove-node NODE --pool NAME --etcd-endpoints … [--finish] [--force] [--json]
  * Examples:
  *   ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
  *   ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
@@ -14,7 +14,8 @@
  * network config takes) → the engines of src/ipam/pool-status.ts and src/ipam/pool-allocator.ts →
  * table or JSON. `remove-node` without `--finish` marks the node's blocks `pendingRelease` (the
  * node vetoes when it returns); with `--finish`, after the veto window, it releases what the node
- * held. Exit status: 0; 1 on an etcd or data error; 2 usage error.
+ * held. Both refuse (exit 1) while the node's heartbeat key exists, unless `--force`.
+ * Exit status: 0; 1 on an etcd or data error or a refusal; 2 usage error.
  */
 import { AppError, UsageError } from '../common/errors.ts';
 import { PoolAllocator } from '../ipam/pool-allocator.ts';
@@ -34,6 +35,7 @@ export interface PoolOptions {
   etcdKey?: string;
   json?: boolean;
   finish?: boolean;
+  force?: boolean;
 }
 
 /** Flags → a validated {@link PoolConfig} (the `ipam.pool` rules; their messages, as a UsageError naming the flag's key). */
@@ -62,8 +64,8 @@ export function poolStatusTable(s: PoolStatus): string {
     s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), r.free, String(r.blocksClaimed)]),
   );
   out += renderTable(
-    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED'],
-    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed)]),
+    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'HEARTBEAT'],
+    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), n.alive ? 'yes' : 'no']),
   );
   out += renderTable(
     ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED'],
@@ -93,6 +95,14 @@ export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliCon
   try {
     // The operator acts as no node: it never allocates, so the allocator needs no ranges.
     const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
+    // A heartbeat says the node's daemon renewed its lease within the last TTL: it may be alive.
+    // Refuse (exit 1) unless --force: removing a live node's blocks is what must never happen by
+    // mistake. Its absence proves nothing (a lease also lapses in a partition); the operator decides.
+    const beat = await kv.get(op.aliveKey(node));
+    if (beat !== null && opts.force !== true) {
+      ctx.stderr(`ipwarden: node ${node} has a live heartbeat in pool ${pool.name} (${op.aliveKey(node)}): it is not gone; stop its daemon first, or pass --force if you are sure\n`);
+      return 1;
+    }
     if (opts.finish !== true) {
       const marked = await op.markForRemoval(node);
       if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked })}\n`);

@@ -17,7 +17,7 @@ import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
 import { MAX_BATCH, metaOf, PoolAllocator, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
-import type { KV } from '../store/kv.ts';
+import type { KV, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
@@ -209,6 +209,72 @@ function settle(batch: readonly Waiter[], results: ReadonlyArray<PoolAllocation[
   });
 }
 
+/** TTL of a node's heartbeat lease, seconds (renewed every third of it). */
+export const HEARTBEAT_TTL_SECONDS = 30;
+
+/** Schedules `fn` every `ms` milliseconds; returns the cancel function (injected in tests). */
+export type Every = (fn: () => void, ms: number) => () => void;
+
+const realEvery: Every = (fn, ms) => {
+  const t = setInterval(fn, ms);
+  t.unref();
+  return () => clearInterval(t);
+};
+
+/**
+ * A node's heartbeat in a pool: the key `aliveKey(node)` put with a lease of
+ * {@link HEARTBEAT_TTL_SECONDS}, renewed every third of it; when the lease is found expired (a
+ * long pause, a partition) a new one is granted and the key put again. A heartbeat is only a hint
+ * that the node may be alive (it is what `pool remove-node` refuses to override without
+ * `--force`); no allocation ever reads it. Its failures never fail a request: they are counted.
+ */
+export class Heartbeat {
+  readonly #kv: KV & Leases;
+  readonly #key: string;
+  readonly #value: string;
+  readonly #every: Every;
+  #lease: string | null = null;
+  #cancel: (() => void) | null = null;
+  #stopped = false;
+  /** Renewals and grants that failed (etcd unreachable); the next beat tries again. */
+  failures = 0;
+
+  constructor(kv: KV & Leases, key: string, node: string, now: () => number = Date.now, every: Every = realEvery) {
+    this.#kv = kv;
+    this.#key = key;
+    this.#value = JSON.stringify({ v: 1, node, since: now() });
+    this.#every = every;
+  }
+
+  /** Grant, put, and schedule the renewals. Never throws (a failure is retried by the next beat). */
+  async start(): Promise<void> {
+    if (this.#stopped || this.#cancel !== null) return;
+    this.#cancel = this.#every(() => void this.beat(), (HEARTBEAT_TTL_SECONDS * 1000) / 3);
+    await this.beat();
+  }
+
+  /** One beat: renew the lease, or (none yet, or expired) grant one and put the key with it. */
+  async beat(): Promise<void> {
+    if (this.#stopped) return;
+    try {
+      if (this.#lease !== null && (await this.#kv.keepAlive(this.#lease)) > 0) return;
+      const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
+      await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
+      this.#lease = id;
+    } catch {
+      this.failures++;
+    }
+  }
+
+  /** Stop renewing and revoke the lease (the key goes). Idempotent; best effort. */
+  async stop(): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#cancel?.();
+    if (this.#lease !== null) await this.#kv.revokeLease(this.#lease).catch(() => undefined);
+  }
+}
+
 /** Requests per batch (the allocator's limit). */
 const MAX_BATCH_REQUESTS = MAX_BATCH;
 
@@ -221,17 +287,25 @@ const MAX_BATCH_REQUESTS = MAX_BATCH;
  */
 export class PoolSessions implements PoolHooks {
   readonly #env: Readonly<Record<string, string | undefined>>;
-  readonly #make: (pool: PoolConfig) => KV;
-  readonly #kvs = new Map<string, KV>();
+  readonly #make: (pool: PoolConfig) => KV & Leases;
+  readonly #every: Every;
+  readonly #kvs = new Map<string, KV & Leases>();
   readonly #batchers = new Map<string, Batcher>();
+  readonly #heartbeats = new Map<string, Heartbeat>();
   #closed = false;
 
-  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV = etcdFor) {
+  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery) {
     this.#env = env;
     this.#make = make;
+    this.#every = every;
   }
 
-  #kv(pool: PoolConfig): KV {
+  /** The heartbeats started so far (one per pool and node), by key. */
+  get heartbeats(): ReadonlyMap<string, Heartbeat> {
+    return this.#heartbeats;
+  }
+
+  #kv(pool: PoolConfig): KV & Leases {
     if (this.#closed) throw new ClosedError('pool sessions');
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls]);
     let kv = this.#kvs.get(key);
@@ -254,8 +328,16 @@ export class PoolSessions implements PoolHooks {
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
     let b = this.#batchers.get(key);
     if (b === undefined) {
-      b = new Batcher(allocatorFor(kv, pool, node, conf.name, conf.rangeSets));
+      const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets);
+      b = new Batcher(alloc);
       this.#batchers.set(key, b);
+      const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
+      if (!this.#heartbeats.has(hkey)) {
+        // The daemon is this node's agent: it announces the node in the pool from its first ADD on.
+        const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every);
+        this.#heartbeats.set(hkey, hb);
+        void hb.start();
+      }
     }
     return b.submit(req);
   }
@@ -273,6 +355,7 @@ export class PoolSessions implements PoolHooks {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    for (const hb of this.#heartbeats.values()) await hb.stop();
     for (const kv of this.#kvs.values()) await kv.close();
     this.#kvs.clear();
   }

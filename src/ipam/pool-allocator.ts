@@ -254,6 +254,14 @@ export class PoolAllocator {
   affinityKey(node: string, b: string): string {
     return `${this.#base}/nodes/${node}/blocks/${b}`;
   }
+  /**
+   * Key of `node`'s heartbeat (`P/pools/<pool>/alive/<node>` → `{"v":1,"node","since"}`, put with
+   * a lease by the node's daemon): present = the node may be alive. Never read to decide an
+   * allocation; only `pool remove-node` refuses to start while it exists.
+   */
+  aliveKey(node: string): string {
+    return `${this.#base}/alive/${node}`;
+  }
   /** Key of the handle of (containerId, ifname). */
   handleKey(containerId: string, ifname: string): string {
     return `${this.#base}/handles/${containerId}/${ifname}`;

@@ -37,6 +37,8 @@ export interface PoolNodeStatus {
   readonly used: number;
   /** Of `used`, those in other nodes' blocks. */
   readonly borrowed: number;
+  /** Its heartbeat key exists (its daemon renews a lease): it may be alive. A hint, never a decision. */
+  readonly alive: boolean;
 }
 
 /** One range set in the report. */
@@ -112,6 +114,12 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     if (x === undefined) nodes.set(n, (x = { blocks: 0, capacity: 0, used: 0, borrowed: 0 }));
     return x;
   };
+  const alive = new Set<string>();
+  for (const e of await kv.list(`${base}/alive/`, { keysOnly: true })) {
+    const n = e.key.slice(`${base}/alive/`.length);
+    alive.add(n);
+    node(n);
+  }
   const usedPerSet = meta.rangeSets.map(() => 0);
   const claimedPerSet = meta.rangeSets.map(() => 0);
   for (const e of await kv.list(`${base}/blocks/`)) {
@@ -147,7 +155,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       const used = usedPerSet[i] as number;
       return { index: i, ranges: rangeSetString(rs), size: String(size), used, free: String(size - BigInt(used)), blocksClaimed: claimedPerSet[i] as number };
     }),
-    nodes: [...nodes].sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([n, x]) => ({ node: n, ...x })),
+    nodes: [...nodes].sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([n, x]) => ({ node: n, ...x, alive: alive.has(n) })),
     blocks,
   };
 }

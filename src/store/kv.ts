@@ -91,6 +91,20 @@ export interface KV {
   close(): Promise<void>;
 }
 
+/**
+ * Leases, for node heartbeats only (never for correctness: on etcd 3.4 a lease's TTL restarts on
+ * every leader change, and a client may learn of an expiry late). A key put with a lease is
+ * deleted by etcd when the lease expires or is revoked.
+ */
+export interface Leases {
+  /** Grant a lease of `ttlSeconds` (≥ 1); resolves to its ID (decimal text). Errors as {@link KV.get}. */
+  grantLease(ttlSeconds: number): Promise<string>;
+  /** Renew lease `id`; resolves to its new TTL in seconds, 0 when it has expired (or never existed). */
+  keepAlive(id: string): Promise<number>;
+  /** Revoke lease `id` (its keys go at once). A lease already gone is fine. */
+  revokeLease(id: string): Promise<void>;
+}
+
 /** etcd's default `--max-txn-ops` (etcd.io/docs/latest/op-guide/configuration). */
 export const MAX_TXN_OPS = 128;
 

@@ -197,8 +197,8 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
       blockSize6: 122,
       rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, free: '26', blocksClaimed: 2 }],
       nodes: [
-        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0 },
-        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0 },
+        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, alive: false },
+        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, alive: false },
       ],
       blocks: [
         { cidr: '10.81.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0 },
@@ -226,10 +226,19 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27', 'c1 still holds its address');
   });
 
-  it('pool remove-node of a node that is gone: --finish releases its addresses and frees its block', () => {
+  it('pool remove-node of a node that is gone: refused while its heartbeat is live; --finish releases its addresses and frees its block', async () => {
     const p = prefix();
     add(conf(p), 'c1', 'node-a');
     add(conf(p), 'c2', 'node-b');
+    // node-a's daemon heartbeat (a lease-backed key), as PoolSessions writes it.
+    const lease = await (kv as EtcdKV).grantLease(30);
+    const ak = `${p}/pools/bbpool/alive/node-a`;
+    await (kv as EtcdKV).txn([], [{ put: ak, value: '{"v":1,"node":"node-a","since":1}', lease }]);
+    const refused = cli(p, 'remove-node', 'node-a');
+    assert.deepEqual([refused.status, refused.stdout, refused.stderr], [1, '', `ipwarden: node node-a has a live heartbeat in pool bbpool (${ak}): it is not gone; stop its daemon first, or pass --force if you are sure\n`]);
+    assert.equal(JSON.parse(cli(p, 'status', '--json').stdout).nodes[0].alive, true);
+    await (kv as EtcdKV).revokeLease(lease);
+    assert.equal(await (kv as EtcdKV).get(ak), null, 'a revoked lease takes its key');
     assert.equal(cli(p, 'remove-node', 'node-a').status, 0);
     const fin = cli(p, 'remove-node', 'node-a', '--finish');
     assert.deepEqual([fin.status, fin.stdout], [0, 'released 1 address of node-a; deleted 1 block(s): 10.81.0.16-28\n']);

@@ -12,7 +12,8 @@ import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import type { PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
+import { Heartbeat, HEARTBEAT_TTL_SECONDS, PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
+import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 
 const CI = process.env['CI'] === 'true';
@@ -28,6 +29,34 @@ describe('resolveNodeName', () => {
   });
   it('an unusable host name is code 7 naming its source', () => {
     assert.throws(() => resolveNodeName(pool(null), {}, () => 'bad host'), (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.message === `the host name must be a node name of at most 253 letters, digits, '_', '.' or '-' starting with a letter or digit, got "bad host"`);
+  });
+});
+
+describe('Heartbeat (memory KV, injected schedule)', () => {
+  it('puts its key with a lease, renews it, puts it again after an expiry, and revokes it at stop', async () => {
+    const kv = new MemoryKV();
+    const ticks: Array<{ fn: () => void; ms: number }> = [];
+    const hb = new Heartbeat(kv, '/p/alive/n1', 'n1', () => 7, (fn, ms) => {
+      ticks.push({ fn, ms });
+      return () => void ticks.splice(0);
+    });
+    await hb.start();
+    assert.deepEqual(ticks.map((t) => t.ms), [(HEARTBEAT_TTL_SECONDS * 1000) / 3]);
+    assert.equal(kv.dump()['/p/alive/n1'], '{"v":1,"node":"n1","since":7}');
+    const puts = kv.stats.puts;
+    await hb.beat();
+    assert.equal(kv.stats.puts, puts, 'a renewal writes nothing');
+    kv.expireLease('4097'); // the first lease MemoryKV grants
+    assert.equal(kv.dump()['/p/alive/n1'], undefined);
+    await hb.beat();
+    assert.equal(kv.dump()['/p/alive/n1'], '{"v":1,"node":"n1","since":7}', 'a new lease, the key again');
+    kv.failNext = 1;
+    await hb.beat();
+    assert.equal(hb.failures, 1, 'an unavailable etcd is counted, never thrown');
+    await hb.stop();
+    await hb.stop();
+    assert.equal(kv.dump()['/p/alive/n1'], undefined);
+    assert.deepEqual(ticks, [], 'the schedule is cancelled');
   });
 });
 
@@ -57,18 +86,30 @@ describe('PoolSessions on a real etcd', { skip }, () => {
       // All 48 arrive in one tick: the first goes alone at once (no added delay), the others wait
       // for it and go in batches of at most 24 (the transaction op limit).
       assert.deepEqual(sizes, [1, 24, 23]);
+      // The daemon's heartbeat for node-d starts with the first ADD (in the background): wait for
+      // its key (bounded), so its one transaction is in the counts below.
+      const alive = `/s${process.pid}/pools/sp/alive/node-d`;
+      for (let i = 0; i < 200 && (await (made as EtcdKV).get(alive)) === null; i++) await new Promise((r) => setTimeout(r, 25));
+      assert.notEqual(await (made as EtcdKV).get(alive), null, 'the heartbeat key exists');
       const st = (made as EtcdKV).stats;
-      // One writer, so every transaction succeeds at once: meta + 3 batches. Keys put: meta 1;
+      // One writer, so every transaction succeeds at once: meta + 3 batches + the heartbeat's put. Keys put: meta 1, heartbeat 1;
       // batch 1: handle + block + affinity (the claim); batch 2: 24 handles + the block; batch 3:
       // 23 handles + the block (48 addresses fit in the first /26's 62).
-      assert.deepEqual({ txns: st.txns, txnsSucceeded: st.txnsSucceeded, puts: st.puts, deletes: st.deletes }, { txns: 4, txnsSucceeded: 4, puts: 1 + 3 + 25 + 24, deletes: 0 });
-      const perAllocation = (st.puts - 1) / 48;
+      assert.deepEqual({ txns: st.txns, txnsSucceeded: st.txnsSucceeded, puts: st.puts, deletes: st.deletes }, { txns: 5, txnsSucceeded: 5, puts: 1 + 1 + 3 + 25 + 24, deletes: 0 });
+      const perAllocation = (st.puts - 2) / 48;
       process.stdout.write(`# 48 ADDs: ${sizes.length} batches (${sizes.join(',')}), ${st.txns} transactions, ${st.puts} keys put: ${perAllocation.toFixed(2)} per allocation\n`);
       const d = await sessions.del(conf, { containerId: 'c0', ifname: 'eth0' });
       assert.deepEqual(d, [ips[0]]);
     } finally {
       await sessions.close();
       await sessions.close();
+    }
+    // close() revoked the heartbeat's lease: its key is gone.
+    const check = new EtcdKV({ endpoints: c.endpoints });
+    try {
+      assert.equal(await check.get(`/s${process.pid}/pools/sp/alive/node-d`), null);
+    } finally {
+      await check.close();
     }
     await assert.rejects(sessions.del({ cniVersion: '1.0.0', name: 'net1', dataDir: '/x', lockTimeoutSeconds: 1, pool: { name: 'sp', etcd: { endpoints: c.endpoints, tls: null, prefix: '/x' }, blockSize4: 26, blockSize6: 122, nodeName: null } }, { containerId: 'c1', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'CLOSED'));
   });

@@ -26,7 +26,7 @@ import * as grpc from '@grpc/grpc-js';
 import { fromJSON, type MethodDefinition, type PackageDefinition, type ServiceDefinition } from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
 import { AppError, ClosedError } from '../../common/errors.ts';
-import { MAX_TXN_OPS, prefixEnd, zeroStats, type KV, type KVCompare, type KVEntry, type KVOp, type KVStats, type KVTxnResult } from '../kv.ts';
+import { MAX_TXN_OPS, prefixEnd, zeroStats, type KV, type KVCompare, type KVEntry, type KVOp, type KVStats, type KVTxnResult, type Leases } from '../kv.ts';
 import { ETCD_PROTO } from './etcd-proto.ts';
 
 /** Options of {@link EtcdKV}. */
@@ -42,15 +42,22 @@ export interface EtcdKVOptions {
 /** Default deadline of one etcd call attempt, milliseconds. */
 export const DEFAULT_CALL_TIMEOUT_MS = 5000;
 
-const SERVICE = 'etcdserverpb.KV';
+type MethodName = 'Range' | 'Txn' | 'LeaseGrant' | 'LeaseRevoke' | 'LeaseKeepAlive';
+const SERVICE_OF: Readonly<Record<MethodName, string>> = {
+  Range: 'etcdserverpb.KV',
+  Txn: 'etcdserverpb.KV',
+  LeaseGrant: 'etcdserverpb.Lease',
+  LeaseRevoke: 'etcdserverpb.Lease',
+  LeaseKeepAlive: 'etcdserverpb.Lease',
+};
 const LOADER_OPTIONS = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true } as const;
 let packageDefinition: PackageDefinition | undefined;
 
-function method(name: 'Range' | 'Txn'): MethodDefinition<object, object> {
+function method(name: MethodName): MethodDefinition<object, object> {
   if (packageDefinition === undefined) {
     packageDefinition = fromJSON(protobuf.parse(ETCD_PROTO, { keepCase: true }).root.toJSON(), LOADER_OPTIONS);
   }
-  const m = (packageDefinition[SERVICE] as ServiceDefinition)[name];
+  const m = (packageDefinition[SERVICE_OF[name]] as ServiceDefinition)[name];
   if (m === undefined) throw new AppError('INTERNAL', `etcd method ${name} missing from etcd-proto.ts`);
   return m as MethodDefinition<object, object>;
 }
@@ -83,7 +90,7 @@ interface RawKV {
 }
 
 /** {@link KV} on etcd v3. See the module comment. */
-export class EtcdKV implements KV {
+export class EtcdKV implements KV, Leases {
   readonly description: string;
   readonly stats: KVStats = zeroStats();
   readonly #endpoints: readonly string[];
@@ -112,8 +119,32 @@ export class EtcdKV implements KV {
     return c;
   }
 
-  #unary<T>(i: number, name: 'Range' | 'Txn', req: object): Promise<T> {
+  #unary<T>(i: number, name: MethodName, req: object): Promise<T> {
     const def = method(name);
+    if (name === 'LeaseKeepAlive') {
+      // A bidirectional stream in etcd's API: one request, one answer, then the stream is closed.
+      return new Promise<T>((resolve, reject) => {
+        const call = this.#client(i).makeBidiStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, new grpc.Metadata(), { deadline: Date.now() + this.#timeout });
+        let done = false;
+        call.on('data', (v: T) => {
+          if (done) return;
+          done = true;
+          resolve(v);
+          call.cancel();
+        });
+        call.on('error', (e: grpc.ServiceError) => {
+          if (done) return;
+          done = true;
+          reject(e);
+        });
+        call.on('end', () => {
+          if (done) return;
+          done = true;
+          reject(Object.assign(new Error('the keep-alive stream ended without an answer'), { code: grpc.status.UNAVAILABLE, details: 'the keep-alive stream ended without an answer' }));
+        });
+        call.write(req);
+      });
+    }
     return new Promise<T>((resolve, reject) => {
       this.#client(i).makeUnaryRequest(def.path, def.requestSerialize, def.responseDeserialize, req, new grpc.Metadata(), { deadline: Date.now() + this.#timeout }, (err, value) => {
         if (err) reject(err);
@@ -123,7 +154,7 @@ export class EtcdKV implements KV {
   }
 
   /** Call `name` on the current endpoint, failing over to each other one on an "unavailable" error. */
-  async #call<T>(what: string, name: 'Range' | 'Txn', req: object): Promise<T> {
+  async #call<T>(what: string, name: MethodName, req: object): Promise<T> {
     if (this.#closed) throw new ClosedError(`etcd client (${this.#endpoints.join(',')})`);
     let last: AppError | null = null;
     for (let k = 0; k < this.#endpoints.length; k++) {
@@ -185,6 +216,28 @@ export class EtcdKV implements KV {
       }
     }
     return { succeeded: r.succeeded, revision: String(r.header?.revision ?? '0') };
+  }
+
+  async grantLease(ttlSeconds: number): Promise<string> {
+    if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1) throw new AppError('INTERNAL', `a lease TTL must be a whole number of seconds ≥ 1, got ${ttlSeconds}`);
+    const r = await this.#call<{ ID: string; error: string }>(`grant a lease of ${ttlSeconds}s`, 'LeaseGrant', { TTL: String(ttlSeconds) });
+    if (r.error !== '') throw new AppError('STORE_IO', `etcd: grant a lease of ${ttlSeconds}s failed: ${r.error}`);
+    return String(r.ID);
+  }
+
+  async keepAlive(id: string): Promise<number> {
+    const r = await this.#call<{ TTL: string }>(`keep lease ${id} alive`, 'LeaseKeepAlive', { ID: id });
+    return Math.max(0, Number(r.TTL));
+  }
+
+  async revokeLease(id: string): Promise<void> {
+    try {
+      await this.#call(`revoke lease ${id}`, 'LeaseRevoke', { ID: id });
+    } catch (e) {
+      // etcd: `etcdserver: requested lease not found` — already gone is what revoking wants.
+      if (e instanceof AppError && /lease not found/.test(e.message)) return;
+      throw e;
+    }
   }
 
   async close(): Promise<void> {
