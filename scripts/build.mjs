@@ -130,7 +130,7 @@ function seaNode() {
   process.exit(1);
 }
 
-/** A V8 code cache of `code` made by `node` after one warm-up ADD in a scratch dir; empty if that fails. */
+/** A V8 code cache of `code` made by `node` after one warm-up ADD in a scratch dir; exits the build when the ADD fails. */
 function warmCodeCache(node, code, cold) {
   const scratch = mkdtempSync(join(tmpdir(), 'ipwarden-build-'));
   try {
@@ -155,8 +155,11 @@ function warmCodeCache(node, code, cold) {
       timeout: 60_000,
     });
     if (r.status === 0 && existsSync(cacheFile)) return readFileSync(cacheFile);
-    console.error(`build: warning: no V8 code cache (the warm-up ADD failed: ${(r.stdout + r.stderr).trim().split('\n')[0] ?? r.status}); the standalone compiles its code at every start`);
-    return Buffer.alloc(0);
+    // The warm-up runs the very code of the standalone on the very Node it is made from: when it
+    // cannot ADD (most often: the flock binding was built for another Node ABI), neither can the
+    // standalone. Fail the build instead of shipping a plugin whose every ADD fails.
+    console.error(`build: the warm-up ADD of the standalone with ${node} failed (${`${r.stdout ?? ''}${r.stderr ?? ''}`.trim().split('\n').slice(0, 3).join(' | ') || r.error?.message || r.status}); is dist/${FLOCK} built for this Node (npm ci with it)?`);
+    process.exit(1);
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
@@ -171,10 +174,12 @@ function warmCodeCache(node, code, cold) {
     writeFileSync(join(work, 'loader.js'), SEA_LOADER);
     writeFileSync(join(work, 'hot.js'), hot);
     writeFileSync(join(work, 'cold.js.gz'), gzipSync(Buffer.from(cold, 'utf8'), { level: 9 }));
-    // An asset may not be empty: a 1-byte cache means "none" to the loader.
-    // IPWARDEN_NO_CODE_CACHE=1: no cache (a V8 code cache differs from build to build; docs/deploy.md).
-    const cache = process.env['IPWARDEN_NO_CODE_CACHE'] === '1' ? Buffer.alloc(0) : warmCodeCache(node, hot, cold);
-    writeFileSync(join(work, 'cache.bin'), cache.length > 0 ? cache : Buffer.alloc(1));
+    // The warm-up always runs (it proves the standalone can ADD); IPWARDEN_NO_CODE_CACHE=1 leaves
+    // its cache out, for a bit-for-bit reproducible standalone (a V8 code cache differs from one
+    // build to the next; docs/deploy.md). An asset may not be empty: 1 byte means "none" to the loader.
+    const cache = warmCodeCache(node, hot, cold);
+    const keep = process.env['IPWARDEN_NO_CODE_CACHE'] !== '1';
+    writeFileSync(join(work, 'cache.bin'), keep ? cache : Buffer.alloc(1));
     // Paths relative to the scratch dir (the blob records the main script's path as given).
     const config = {
       main: 'loader.js',

@@ -21,11 +21,13 @@
  * installed CNI bin dir (where the shim is named `ipwarden`).
  */
 import { spawnSync } from 'node:child_process';
-import { closeSync, constants, existsSync, fchmodSync, fsyncSync, mkdirSync, openSync, readFileSync, readSync, realpathSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { closeSync, constants, existsSync, fchmodSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AppError, UsageError, errnoCode } from '../common/errors.ts';
+import { untrustedReason } from '../common/trust.ts';
 import type { CliContext } from './context.ts';
 
 const require = createRequire(import.meta.url);
@@ -73,8 +75,25 @@ export function sourceDir(): string {
     const here = fileURLToPath(import.meta.url);
     dir = here.endsWith('.ts') ? resolve(dirname(here), '../../dist') : dirname(here);
   }
-  if (!existsSync(join(dir, STANDALONE_NAME))) throw new UsageError(`no ${STANDALONE_NAME} in ${dir}: run "npm run build" first`);
+  if (!existsSync(join(dir, STANDALONE_NAME))) throw new UsageError(`no ${STANDALONE_NAME} in ${dir}: run "npm run build" first (or copy the whole directory, not one file)`);
   return dir;
+}
+
+/**
+ * Throw UsageError unless `file` — a file about to be copied into a CNI bin dir, where root execs
+ * it — is a regular file (not a symlink) owned by root or the effective user in a directory of the
+ * same owners, neither writable by group or others (src/common/trust.ts).
+ */
+export function checkTrusted(file: string, euid: number = process.geteuid?.() ?? 0): void {
+  let st;
+  try {
+    st = lstatSync(file);
+  } catch (e) {
+    throw new UsageError(`install-cni: no ${basename(file)} in ${dirname(file)} (${errnoCode(e) ?? 'error'}): run "npm run build" first (or copy the whole directory, not one file)`);
+  }
+  if (!st.isFile()) throw new UsageError(`install-cni: ${file} is not a regular file: refusing to install it`);
+  const bad = untrustedReason(file, st, euid) ?? untrustedReason(dirname(file), statSync(dirname(file)), euid);
+  if (bad !== null) throw new UsageError(`install-cni: ${bad}: refusing to install from there`);
 }
 
 /**
@@ -157,6 +176,7 @@ export function patchShim(binary: Uint8Array, opts: { socket?: string; timeoutSe
  */
 function selfCheck(target: string): void {
   const r = spawnSync(target, [], { input: '{"cniVersion":"1.0.0"}', env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION' }, encoding: 'utf8', timeout: 60_000 });
+  const said = `${r.stdout ?? ''}${r.stderr ?? ''}`.trim().split('\n').slice(0, 3).join(' | ');
   let ok = false;
   try {
     ok = r.status === 0 && Array.isArray((JSON.parse(r.stdout) as { supportedVersions?: unknown }).supportedVersions);
@@ -164,46 +184,49 @@ function selfCheck(target: string): void {
     ok = false;
   }
   if (!ok) {
-    throw new AppError('INTERNAL', `installed ${target} but it does not run as a CNI plugin: ${(r.stdout + r.stderr).trim().split('\n').slice(0, 3).join(' | ') || String(r.error ?? r.status)}`);
+    throw new AppError('INTERNAL', `${target} does not run as a CNI plugin: ${said || String(r.error ?? r.status)}`);
   }
 }
 
 /**
- * What the installed standalone says it is (`ipwarden-standalone version`): `ipwarden 0.1.0, Node.js
- * v20.20.2`. Throws AppError('INTERNAL') when it does not answer.
+ * What a standalone says it is (`ipwarden-standalone version`): `ipwarden 0.1.0, Node.js
+ * v20.20.2`. Throws AppError('INTERNAL') when it does not answer, or cannot load the flock binding
+ * beside it (a binding built for another Node ABI would fail every ADD with code 5).
  */
 function standaloneVersion(target: string): string {
   const r = spawnSync(target, ['version'], { env: { PATH: '/usr/bin:/bin' }, encoding: 'utf8', timeout: 60_000 });
-  const ipw = /^ipwarden (\S+)$/m.exec(r.stdout);
-  const node = /^Node\.js (\S+)$/m.exec(r.stdout);
-  if (r.status !== 0 || ipw === null || node === null) {
-    throw new AppError('INTERNAL', `installed ${target} but "version" does not answer: ${(r.stdout + r.stderr).trim().split('\n').slice(0, 3).join(' | ') || String(r.error ?? r.status)}`);
+  const out = r.stdout ?? '';
+  const ipw = /^ipwarden (\S+)$/m.exec(out);
+  const node = /^Node\.js (\S+)$/m.exec(out);
+  const flock = /^flock binding: (.*)$/m.exec(out);
+  if (r.status !== 0 || ipw === null || node === null || flock === null) {
+    throw new AppError('INTERNAL', `${target} does not answer "version": ${`${out}${r.stderr ?? ''}`.trim().split('\n').slice(0, 3).join(' | ') || String(r.error ?? r.status)}`);
   }
+  if (flock[1] !== 'ok') throw new AppError('INTERNAL', `${target}: ${flock[1] as string}`);
   return `ipwarden ${ipw[1] as string}, Node.js ${node[1] as string}`;
 }
 
 /**
  * Write `data` — bytes, a string, or `{ copyOf: FILE }` (copied in 1 MiB chunks, never held whole
  * in memory: the standalone is ~100 MB) — to `path` atomically: a temporary file
- * `<path>.tmp-<pid>` in the same directory, created with O_CREAT|O_EXCL|O_NOFOLLOW (a file or
- * symlink already at that name — a crashed install's leftover, or a planted link — is unlinked,
- * never followed, and the create retried once), written, given `mode` (fchmod: no umask),
- * fsynced, renamed over `path`; then the directory is fsynced. On failure the temporary file is
- * removed and the error rethrown (Node's errno errors; AppError('INTERNAL') when the name stays taken).
+ * `<path>.tmp-<pid>-<16 random hex digits>` in the same directory, created with
+ * O_CREAT|O_EXCL|O_NOFOLLOW (a name already taken — another installer's file, a planted link —
+ * is never followed nor removed: another random name is tried, 3 times), written, given `mode`
+ * (fchmod: no umask), fsynced; then `verify(tmp)` (throws to refuse: the old file stays), rename
+ * over `path`, fsync of the directory. Two installers at once (init containers are pid 1 each)
+ * never share a temporary file. On failure the temporary file is removed and the error rethrown
+ * (Node's errno errors; AppError('INTERNAL') when no name could be created).
  */
-export function atomicWrite(path: string, data: Uint8Array | string | { readonly copyOf: string }, mode: number): void {
-  const tmp = `${path}.tmp-${process.pid}`;
+export function atomicWrite(path: string, data: Uint8Array | string | { readonly copyOf: string }, mode: number, verify?: (tmp: string) => void): void {
   const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
-  let fd: number;
-  try {
-    fd = openSync(tmp, flags, 0o600);
-  } catch (e) {
-    if (errnoCode(e) !== 'EEXIST') throw e;
-    unlinkSync(tmp); // removes the name itself, a symlink included
+  let fd = -1;
+  let tmp = '';
+  for (let attempt = 0; fd < 0; attempt++) {
+    tmp = `${path}.tmp-${process.pid}-${randomBytes(8).toString('hex')}`;
     try {
       fd = openSync(tmp, flags, 0o600);
-    } catch (e2) {
-      throw new AppError('INTERNAL', `install-cni: cannot create ${tmp}: ${e2 instanceof Error ? e2.message : String(e2)}`);
+    } catch (e) {
+      if (errnoCode(e) !== 'EEXIST' || attempt >= 2) throw new AppError('INTERNAL', `install-cni: cannot create ${tmp}: ${e instanceof Error ? e.message : String(e)}`);
     }
   }
   try {
@@ -216,6 +239,7 @@ export function atomicWrite(path: string, data: Uint8Array | string | { readonly
     fsyncSync(fd);
     closeSync(fd);
     fd = -1;
+    verify?.(tmp);
     renameSync(tmp, path);
   } catch (e) {
     if (fd >= 0) closeSync(fd);
@@ -279,8 +303,9 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
   if (opts.socket !== undefined) validateSocketPath(opts.socket);
   const from = sourceDir();
   const files = { binding: join(from, FLOCK_BINDING_NAME), netns: join(from, NETNS_HELPER_NAME), standalone: join(from, STANDALONE_NAME) };
-  for (const f of Object.values(files)) if (!existsSync(f)) throw new UsageError(`no ${basename(f)} in ${from}: run "npm run build" first`);
-  const shim = patchShim(readFileSync(locateShim(from)), opts.socket === undefined ? {} : { socket: opts.socket });
+  const shimSource = locateShim(from);
+  for (const f of [...Object.values(files), shimSource]) checkTrusted(f);
+  const shim = patchShim(readFileSync(shimSource), opts.socket === undefined ? {} : { socket: opts.socket });
   // DIR itself is created when missing, but not its parents: a typo in --dest must not go unnoticed.
   const parent = dirname(resolve(dest));
   if (!existsSync(parent)) throw new UsageError(`install-cni: ${parent} does not exist (--dest ${dest})`);
@@ -289,17 +314,30 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
   const bindingOut = join(dir, FLOCK_BINDING_NAME);
   const netnsOut = join(dir, NETNS_HELPER_NAME);
   const standalone = join(dir, STANDALONE_NAME);
-  const same = (a: string, b: string): boolean => existsSync(b) && realpathSync(a) === realpathSync(b);
-  // Installing a directory onto itself (the standalone re-running install-cni into its own dir)
-  // rewrites nothing but the shim.
+  // The same file (a directory installed onto itself): a regular file at the destination with the
+  // source's device and inode. Anything else — a symlink to the source included — is rewritten.
+  const same = (src: string, out: string): boolean => {
+    try {
+      const a = lstatSync(src);
+      const b = lstatSync(out);
+      return b.isFile() && a.dev === b.dev && a.ino === b.ino;
+    } catch {
+      return false;
+    }
+  };
   if (!same(files.binding, bindingOut)) atomicWrite(bindingOut, { copyOf: files.binding }, 0o755);
   if (!same(files.netns, netnsOut)) atomicWrite(netnsOut, { copyOf: files.netns }, 0o755);
-  if (!same(files.standalone, standalone)) atomicWrite(standalone, { copyOf: files.standalone }, 0o755);
-  selfCheck(standalone);
-  const version = standaloneVersion(standalone);
+  // The standalone is checked before it replaces the old one: it answers CNI VERSION and "version",
+  // and loads the flock binding beside it (the binding is in place already).
+  let version = '';
+  const checkStandalone = (f: string): void => {
+    selfCheck(f);
+    version = standaloneVersion(f);
+  };
+  if (!same(files.standalone, standalone)) atomicWrite(standalone, { copyOf: files.standalone }, 0o755, checkStandalone);
+  else checkStandalone(standalone);
   const target = join(dir, PLUGIN_NAME);
-  atomicWrite(target, shim, 0o755);
-  selfCheck(target);
+  atomicWrite(target, shim, 0o755, selfCheck);
   return {
     target,
     standalone,
@@ -314,9 +352,10 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
 /** CLI action: install, then print one line per file written. */
 export function run(opts: { dest?: string; socket?: string }, ctx: CliContext): number {
   const r = installCni(opts.dest ?? '', opts.socket === undefined ? {} : { socket: opts.socket });
-  ctx.stdout(`installed ${r.target} (exec shim, protocol v1, socket ${r.socket})\n`);
-  ctx.stdout(`installed ${r.standalone} (${r.standaloneVersion}, ${r.standaloneBytes} bytes)\n`);
+  // In the order written.
   ctx.stdout(`installed ${r.binding} (flock binding)\n`);
   ctx.stdout(`installed ${r.netnsHelper} (namespace helper)\n`);
+  ctx.stdout(`installed ${r.standalone} (${r.standaloneVersion}, ${r.standaloneBytes} bytes)\n`);
+  ctx.stdout(`installed ${r.target} (exec shim, protocol v1, socket ${r.socket})\n`);
   return 0;
 }

@@ -37,13 +37,14 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .description('print the ipwarden version and the CNI spec versions it speaks')
     .action(async () => {
       const { SUPPORTED_VERSIONS } = await import('../cni/version.ts');
-      ctx.stdout(`ipwarden ${VERSION}\nNode.js ${process.version}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`);
+      const problem = await (await import('../store/file/flock.ts')).flockBindingProblem();
+      ctx.stdout(`ipwarden ${VERSION}\nNode.js ${process.version}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\nflock binding: ${problem ?? 'ok'}\n`);
       setCode(0);
     });
 
   program
     .command('install-cni')
-    .description('write DIR/ipwarden (the exec shim), DIR/ipwarden-standalone (the Node plugin) and DIR/ipwarden-flock.node')
+    .description('write DIR/ipwarden-flock.node, DIR/ipwarden-netns, DIR/ipwarden-standalone (the plugin, with its own Node.js) and DIR/ipwarden (the exec shim)')
     .requiredOption('--dest <DIR>', 'CNI bin directory, e.g. /opt/cni/bin')
     .option('--socket <PATH>', "the daemon's socket, patched into the shim (absolute, at most 107 bytes; default /run/ipwarden/plugin.sock)")
     .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n')

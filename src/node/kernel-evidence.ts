@@ -33,6 +33,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { formatIP, parseIP } from '../common/ip.ts';
+import { untrustedReason } from '../common/trust.ts';
 
 /** One network namespace in which an address is configured. */
 export interface AddressHolder {
@@ -348,16 +349,6 @@ function spawnFailure(e: unknown): string {
 export const NETNS_HELPER_NAME = 'ipwarden-netns';
 
 /**
- * Is `st` (of a file or a directory) safe for root to run or trust: owned by root or by the
- * effective user, and writable by neither group nor others? Else the reason, one clause.
- */
-function untrusted(what: string, st: { uid: number; mode: number }, euid: number): string | null {
-  if (st.uid !== 0 && st.uid !== euid) return `${what} is owned by uid ${st.uid}`;
-  if ((st.mode & 0o022) !== 0) return `${what} is writable by group or others (mode ${(st.mode & 0o7777).toString(8)})`;
-  return null;
-}
-
-/**
  * The static pinned-namespace helper beside the running program — `dist/` for the built bundle,
  * the directory of the single executable (`/opt/cni/bin`, the image's `/usr/lib/ipwarden`) — as
  * `{ path }`, or `{ path: null, why }` when there is none there (running from source: the perl and
@@ -379,7 +370,7 @@ export function locateNetnsHelper(opts: { dir?: string; euid?: number } = {}): {
   try {
     const st = lstatSync(p);
     if (!st.isFile()) return { path: null, why: `${p} is not a regular file` };
-    const bad = untrusted(p, st, euid) ?? untrusted(dir, statSync(dir), euid);
+    const bad = untrustedReason(p, st, euid) ?? untrustedReason(dir, statSync(dir), euid);
     return bad === null ? { path: p, why: null } : { path: null, why: `${bad}: not run` };
   } catch (e) {
     return { path: null, why: `no ${NETNS_HELPER_NAME} beside the program in ${dir} (${errnoCode(e) ?? 'error'})` };
