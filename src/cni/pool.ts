@@ -101,8 +101,22 @@ export const PER_REQUEST: KVSource = {
   release: async (_pool, kv) => kv.close(),
 };
 
+/**
+ * The retry policy of a lost race (house style 7: one policy, not loops in business code): a
+ * random delay in [0, min(200, 5·2^attempt)) ms ("full jitter"), so the processes of one node that
+ * race for one block spread out instead of colliding again.
+ */
+export function jitteredBackoff(attempt: number, random: () => number = Math.random): Promise<void> {
+  return new Promise((r) => setTimeout(r, backoffMs(attempt, random)));
+}
+
+/** The delay of {@link jitteredBackoff}, milliseconds: `floor(random() · min(200, 5·2^attempt))`. */
+export function backoffMs(attempt: number, random: () => number = Math.random): number {
+  return Math.floor(random() * Math.min(200, 5 * 2 ** attempt));
+}
+
 function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets']): PoolAllocator {
-  return new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node, network, rangeSets, sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
+  return new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node, network, rangeSets, sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 }, backoff: jitteredBackoff });
 }
 
 /**

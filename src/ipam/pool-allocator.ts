@@ -126,6 +126,12 @@ export interface PoolAllocatorOptions {
   readonly sizes: BlockSizes;
   /** Clock, milliseconds since the epoch (default `Date.now`). */
   readonly now?: () => number;
+  /**
+   * Awaited before attempt `attempt` (≥ 1) of an operation whose transaction lost a race (the
+   * retry policy, house style 7; default none). The plugin passes a jittered exponential delay so
+   * the processes of one node racing for one block spread out.
+   */
+  readonly backoff?: (attempt: number) => Promise<void>;
 }
 
 function corrupt(key: string, why: string): AppError {
@@ -354,6 +360,7 @@ export class PoolAllocator {
     await this.checkMeta();
     const kv = this.#o.kv;
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      if (attempt > 0) await this.#o.backoff?.(attempt);
       const blocks = new Map<string, Working | null>();
       const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
       const handles = await Promise.all(reqs.map((r) => this.#handle(r)));
@@ -542,6 +549,7 @@ export class PoolAllocator {
     const kv = this.#o.kv;
     const id = req.containerId.trim();
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      if (attempt > 0) await this.#o.backoff?.(attempt);
       const h = await this.#handle(req);
       if (h === null) return [];
       const blocks = new Map<string, Working | null>();

@@ -16,9 +16,9 @@ const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (ordinals 2–15 allocatable: .0 network, .1 gateway) and 10.80.0.16/28 (16–30). */
 const SMALL = [[{ subnet: '10.80.0.0/27' }]];
 
-function allocator(kv: MemoryKV, node: string, ranges: unknown = SMALL, blockSize = 28): PoolAllocator {
+function allocator(kv: MemoryKV, node: string, ranges: unknown = SMALL, blockSize = 28, backoff?: (attempt: number) => Promise<void>): PoolAllocator {
   const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges } }), undefined);
-  return new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node, network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: blockSize, blockSize6: 122 }, now: () => 1000 });
+  return new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node, network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: blockSize, blockSize6: 122 }, now: () => 1000, ...(backoff === undefined ? {} : { backoff }) });
 }
 
 function ips(r: PoolAllocation[] | AppError): string[] {
@@ -117,9 +117,10 @@ describe('PoolAllocator', () => {
     assert.equal(kv.stats.puts - p0, 6, '4 handles + 1 block + 1 affinity');
   });
 
-  it('a lost race is re-read and decided again: no address twice', async () => {
+  it('a lost race is re-read and decided again (after the backoff): no address twice', async () => {
     const kv = new MemoryKV();
-    const a = allocator(kv, 'node-a');
+    const waited: number[] = [];
+    const a = allocator(kv, 'node-a', SMALL, 28, async (n) => void waited.push(n));
     await one(a, 'c0');
     const bk = `${P}/blocks/10.80.0.16-28`;
     kv.beforeTxn = () => {
@@ -134,6 +135,7 @@ describe('PoolAllocator', () => {
     const t0 = kv.stats.txns;
     assert.equal(await one(a, 'c1'), '10.80.0.18');
     assert.equal(kv.stats.txns - t0, 2, 'the first transaction failed its compare, the second succeeded');
+    assert.deepEqual(waited, [1], 'one backoff, before the second attempt');
     const b = JSON.parse(kv.dump()[bk] as string);
     assert.deepEqual(Object.fromEntries(Object.entries(b.allocs).map(([k, v]) => [k, (v as { id: string; seq: number }).id + '#' + (v as { seq: number }).seq])), { '0': 'c0#1', '1': 'racer#2', '2': 'c1#3' });
   });

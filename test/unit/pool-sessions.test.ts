@@ -12,7 +12,7 @@ import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import type { PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { Heartbeat, HEARTBEAT_TTL_SECONDS, PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
+import { backoffMs, Heartbeat, HEARTBEAT_TTL_SECONDS, PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 
@@ -29,6 +29,14 @@ describe('resolveNodeName', () => {
   });
   it('an unusable host name is code 7 naming its source', () => {
     assert.throws(() => resolveNodeName(pool(null), {}, () => 'bad host'), (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.message === `the host name must be a node name of at most 253 letters, digits, '_', '.' or '-' starting with a letter or digit, got "bad host"`);
+  });
+});
+
+describe('backoffMs (the retry policy of a lost race)', () => {
+  it('is a random share of min(200, 5·2^attempt) ms', () => {
+    assert.deepEqual([1, 2, 3, 5, 6, 30].map((a) => backoffMs(a, () => 0.999)), [9, 19, 39, 159, 199, 199]);
+    assert.equal(backoffMs(4, () => 0), 0);
+    assert.equal(backoffMs(4, () => 0.5), 40);
   });
 });
 
