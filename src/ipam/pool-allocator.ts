@@ -478,7 +478,10 @@ export class PoolAllocator {
           ops.push({ put: bk, value: JSON.stringify(b.value) });
         }
       }
-      if (ops.length > 0 && !(await kv.txn(compares, ops)).succeeded) continue;
+      // Nothing to write unless some request got its addresses: an ADD that failed (a full range
+      // set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.
+      const anyHandle = compares.some((c) => 'absent' in c && c.key.startsWith(`${this.#base}/handles/`));
+      if (anyHandle && !(await kv.txn(compares, ops)).succeeded) continue;
       // Duplicates inside the batch get the first one's answer.
       return reqs.map((r, i) => {
         const first = firstOf.get(this.handleKey(r.containerId.trim(), r.ifname));

@@ -92,6 +92,19 @@ describe('PoolAllocator', () => {
     assert.equal(kv.dump()[`${P}/handles/last/eth0`], undefined, 'a failed ADD leaves nothing');
   });
 
+  it('an ADD failing in its second range set writes nothing at all (no claim of the first set\'s block)', async () => {
+    const kv = new MemoryKV();
+    // Range set 1 is a /30 whose one address (.2) node-b takes first.
+    const ranges = [[{ subnet: '10.80.0.0/27' }], [{ subnet: '10.80.1.0/30' }]];
+    const b = allocator(kv, 'node-b', ranges);
+    assert.deepEqual(ips((await b.add([{ containerId: 'b1', ifname: 'eth0' }]))[0] as PoolAllocation[]), ['10.80.0.2', '10.80.1.2']);
+    const a = allocator(kv, 'node-a', ranges);
+    const before = kv.dump();
+    const [r] = await a.add([{ containerId: 'a1', ifname: 'eth0' }]);
+    assert.equal((r as AppError).message, 'failed to allocate for range 1: no IP addresses available in range set: 10.80.1.1-10.80.1.2');
+    assert.deepEqual(kv.dump(), before);
+  });
+
   it('DEL releases, is idempotent, and a late release of a re-allocated address is refused (sequence number)', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a', [[{ subnet: '10.80.0.16/28', rangeStart: '10.80.0.20', rangeEnd: '10.80.0.20' }]]);
