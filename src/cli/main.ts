@@ -111,7 +111,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     });
 
   // pool (issue 11): cluster pools on etcd. Engine in src/ipam/pool-status.ts, pool-allocator.ts.
-  const pool = program.command('pool').description('cluster pools on etcd: status, remove-node (docs/cluster.md)');
+  const pool = program.command('pool').description('cluster pools on etcd: status, leaks, remove-node (docs/cluster.md)');
   const etcdFlags = (c: Command): Command =>
     c
       .requiredOption('--pool <NAME>', 'the pool (ipam.pool.name)')
@@ -126,6 +126,15 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .action(async (opts: PoolOptions) => {
       const m = await import('./pool.ts');
       setCode(await m.runStatus(opts, ctx));
+    });
+  etcdFlags(pool.command('leaks').description("this node's attachments in the pool that its runtime and kernel no longer show (lists only)"))
+    .option('--node <NODE>', 'the node (default: $NODE_NAME, else the host name); run it on that node')
+    .option('--runtime-endpoint <URL>', 'CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, else containerd, else CRI-O)')
+    .option('--grace <DUR>', 'attachments younger than this are "grace" (Go duration)', '5m')
+    .addHelpText('after', '\nExamples:\n  ipwarden pool leaks --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n')
+    .action(async (opts: PoolOptions) => {
+      const m = await import('./pool.ts');
+      setCode(await m.runLeaks(opts, ctx));
     });
   etcdFlags(pool.command('remove-node').argument('<NODE>', 'the node that is gone').description("reclaim a gone node's blocks: mark them pendingRelease (the node vetoes if it returns), then --finish"))
     .option('--finish', 'after the veto window: release what the node held and delete its emptied blocks')

@@ -5,6 +5,8 @@
  *   ipwarden pool status      --pool NAME --etcd-endpoints URL[,URL…] [--etcd-prefix P]
  *                             [--etcd-ca FILE [--etcd-cert FILE --etcd-key FILE]] [--json]
  *   ipwarden pool remove-node NODE --pool NAME --etcd-endpoints … [--finish] [--force] [--json]
+ *   ipwarden pool leaks       --pool NAME --etcd-endpoints … [--node NODE] [--runtime-endpoint URL]
+ *                             [--grace DUR] [--json]
  * Examples:
  *   ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
  *   ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
@@ -21,9 +23,13 @@ import { AppError, UsageError } from '../common/errors.ts';
 import { PoolAllocator } from '../ipam/pool-allocator.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import { poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
-import { etcdFor } from '../cni/pool.ts';
+import { etcdFor, resolveNodeName } from '../cni/pool.ts';
+import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
+import { inUseReason } from '../reconcile/evidence.ts';
+import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
+import { takeSnapshot } from '../reconcile/snapshot.ts';
 import type { CliContext } from './context.ts';
-import { renderTable } from './format.ts';
+import { renderTable, shortId } from './format.ts';
 
 /** Options of `pool status` / `pool remove-node` as commander parses them. */
 export interface PoolOptions {
@@ -36,6 +42,10 @@ export interface PoolOptions {
   json?: boolean;
   finish?: boolean;
   force?: boolean;
+  /** `pool leaks`: the node (default: NODE_NAME, else the host name). */
+  node?: string;
+  runtimeEndpoint?: string;
+  grace?: string;
 }
 
 /** Flags → a validated {@link PoolConfig} (the `ipam.pool` rules; their messages, as a UsageError naming the flag's key). */
@@ -117,6 +127,62 @@ export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliCon
     else {
       ctx.stdout(`released ${r.released.length} address${r.released.length === 1 ? '' : 'es'} of ${node}; deleted ${r.deletedBlocks.length} block(s)${r.deletedBlocks.length > 0 ? `: ${r.deletedBlocks.join(' ')}` : ''}\n`);
       if (r.keptBlocks.length > 0) ctx.stdout(`kept ${r.keptBlocks.length} block(s) (vetoed, not marked, or holding other nodes' addresses): ${r.keptBlocks.join(' ')}\n`);
+    }
+    return 0;
+  } finally {
+    await kv.close();
+  }
+}
+
+/** The human report of `pool leaks`. */
+export function poolLeaksTable(node: string, verdicts: readonly PoolLeakVerdict[]): string {
+  const rows = verdicts.map((v) => [shortId(v.containerId), v.ifname, v.ips.join(','), `${Math.round(v.ageSeconds)}s`, v.verdict, v.reason]);
+  const leaked = verdicts.filter((v) => v.verdict === 'leaked').length;
+  return `${renderTable(['CONTAINER', 'IFNAME', 'ADDRESSES', 'AGE', 'VERDICT', 'REASON'], rows)}node ${node}: ${verdicts.length} attachment${verdicts.length === 1 ? '' : 's'}, ${leaked} leak candidate${leaked === 1 ? '' : 's'} (nothing released)\n`;
+}
+
+/**
+ * CLI action of `ipwarden pool leaks` (run on the node itself: the kernel evidence is this
+ * host's): the node's handles in the pool classified by the evidence rules (src/ipam/pool-leaks.ts)
+ * — the runtime's sandbox list first, then the kernel, as the node-local reconciler does. Lists
+ * only. Exit status: 0; 1 when the runtime could not be asked or the kernel evidence is incomplete
+ * (the report is still printed, every verdict `unknown`).
+ */
+export async function runLeaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
+  const pool = poolFromFlags(opts);
+  const graceSeconds = parseGrace(opts.grace ?? DEFAULT_GRACE);
+  const node = opts.node ?? resolveNodeName(pool, ctx.env);
+  if (!validNodeName(node)) throw new UsageError(`invalid node name ${JSON.stringify(node)}`);
+  const kv = etcdFor(pool);
+  try {
+    const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node, network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
+    // The runtime first, then the kernel (takeSnapshot), then etcd: a handle made after the
+    // snapshot is younger than it and so in grace, never a leak.
+    const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), warnOtherRuntimes: false }, ctx);
+    const handles = await op.handlesOf(node);
+    const sb = snap.sandboxes;
+    const sandboxes = sb === null ? null : sb instanceof Map ? new Map([...sb].map(([id, st]) => [id, String(st).replace('notready', 'not ready')])) : new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
+    const verdicts = classifyPoolHandles({
+      handles,
+      sandboxes,
+      runtimeError: snap.runtime.error ?? null,
+      inUse: (ip, id) => inUseReason(snap.evidence, ip, id),
+      evidenceIncomplete: snap.evidence.incomplete,
+      snapshotAtMs: snap.snapshotAtMs,
+      graceSeconds,
+    });
+    ctx.stdout(
+      opts.json === true
+        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, handles: verdicts })}\n`
+        : poolLeaksTable(node, verdicts),
+    );
+    if (snap.runtime.error !== undefined) {
+      ctx.stderr(`ipwarden: runtime not reachable: ${snap.runtime.error}; no verdict is possible\n`);
+      return 1;
+    }
+    if (snap.evidence.incomplete !== null) {
+      ctx.stderr(`ipwarden: kernel evidence incomplete (${snap.evidence.incomplete}); no verdict is possible\n`);
+      return 1;
     }
     return 0;
   } finally {

@@ -750,4 +750,17 @@ export class PoolAllocator {
     }
     return { released: released.sort(), deletedBlocks: deletedBlocks.sort(), keptBlocks: keptBlocks.sort() };
   }
+
+  /** Every handle `node` made, sorted by key (one prefix read of the pool's handles). */
+  async handlesOf(node: string): Promise<Array<{ containerId: string; ifname: string; value: HandleValue }>> {
+    const prefix = `${this.#base}/handles/`;
+    const out: Array<{ containerId: string; ifname: string; value: HandleValue }> = [];
+    for (const e of await this.#o.kv.list(prefix)) {
+      const value = decodeHandle(e);
+      if (value.node !== node) continue;
+      const [containerId, ifname] = e.key.slice(prefix.length).split('/') as [string, string];
+      out.push({ containerId, ifname, value });
+    }
+    return out;
+  }
 }
