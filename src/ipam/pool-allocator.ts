@@ -241,6 +241,15 @@ export class PoolAllocator {
   readonly #base: string;
   readonly #now: () => number;
   #metaChecked = false;
+  /**
+   * This node's blocks as this allocator last read or wrote them (values and revisions), or null.
+   * An ADD first tries a transaction built on it, reading only the handles (in parallel); any
+   * compare that fails — a stale block, a handle created meanwhile, a removal begun — drops it and
+   * the attempt is redone from fresh reads, and so is a full range set seen in it. Correctness is
+   * the compares'; the cache only saves round trips (the daemon's long-lived allocators: one read
+   * round trip and one transaction per batch in the common case).
+   */
+  #cache: Map<string, { cidr: Subnet; value: BlockValue; rev: string }> | null = null;
 
   constructor(o: PoolAllocatorOptions) {
     this.#o = o;
@@ -363,6 +372,8 @@ export class PoolAllocator {
       if (attempt > 0) await this.#o.backoff?.(attempt);
       const blocks = new Map<string, Working | null>();
       const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
+      // Fast path: the first attempt builds on the cached blocks, reading only the handles.
+      const cached = attempt === 0 ? this.#cache : null;
       const handles = await Promise.all(reqs.map((r) => this.#handle(r)));
       const compares: KVCompare[] = [];
       const ops: KVOp[] = [];
@@ -379,12 +390,20 @@ export class PoolAllocator {
           pending.push(i);
         }
       }
+      let mineComplete = false;
       if (pending.length > 0) {
+        mineComplete = true;
         // This node's blocks (affinity index), read once per attempt.
         const prefix = `${this.#base}/nodes/${this.#o.node}/blocks/`;
         const mine: Working[] = [];
-        for (const a of await kv.list(prefix, { keysOnly: true })) {
+        const listed =
+          cached !== null
+            ? [...cached.keys()].map((k) => ({ key: `${prefix}${k}` }))
+            : await kv.list(prefix, { keysOnly: true });
+        for (const a of listed) {
           const key = a.key.slice(prefix.length);
+          const c = cached?.get(key);
+          if (c !== undefined) blocks.set(key, { key, cidr: c.cidr, value: structuredClone(c.value), rev: c.rev, dirty: false });
           const b = await this.#block(key, blocks);
           if (b === null || b.value.node !== this.#o.node) throw corrupt(a.key, `names block ${key}, which ${b === null ? 'does not exist' : `belongs to node ${b.value.node}`}`);
           // The node is back: it vetoes a removal begun while it was away (docs/cluster.md
@@ -481,7 +500,21 @@ export class PoolAllocator {
       // Nothing to write unless some request got its addresses: an ADD that failed (a full range
       // set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.
       const anyHandle = compares.some((c) => 'absent' in c && c.key.startsWith(`${this.#base}/handles/`));
-      if (anyHandle && !(await kv.txn(compares, ops)).succeeded) continue;
+      // A failure decided on cached blocks (a full range set) may be stale: decide it on fresh reads.
+      if (cached !== null && results.some((r) => r instanceof AppError)) {
+        this.#cache = null;
+        continue;
+      }
+      if (anyHandle) {
+        const t = await kv.txn(compares, ops);
+        if (!t.succeeded) {
+          this.#cache = null;
+          continue;
+        }
+        if (mineComplete) this.#remember(blocks, t.revision);
+      } else if (cached === null && mineComplete) {
+        this.#remember(blocks, null);
+      }
       // Duplicates inside the batch get the first one's answer.
       return reqs.map((r, i) => {
         const first = firstOf.get(this.handleKey(r.containerId.trim(), r.ifname));
@@ -489,6 +522,22 @@ export class PoolAllocator {
       });
     }
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} transactions lost to concurrent writers; try again`);
+  }
+
+  /**
+   * After a successful ADD (or a read-only one): cache this node's blocks as now stored — the
+   * written ones at `revision` (every key a transaction writes gets its revision), the others at
+   * the revision read. `revision` null: nothing was written.
+   */
+  #remember(blocks: ReadonlyMap<string, Working | null>, revision: string | null): void {
+    const next = new Map<string, { cidr: Subnet; value: BlockValue; rev: string }>();
+    for (const b of blocks.values()) {
+      if (b === null || b.value.node !== this.#o.node) continue;
+      const rev = b.dirty && revision !== null ? revision : b.rev;
+      if (rev === null) continue; // a claim that was not written
+      next.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev });
+    }
+    this.#cache = next;
   }
 
   /** A free (unclaimed) block of range set `s` for this node, as a new working block, or null. */
@@ -594,7 +643,17 @@ export class PoolAllocator {
         }
         ops.push({ put: bk, value: JSON.stringify(b.value) });
       }
-      if ((await kv.txn(compares, ops)).succeeded) return released.sort();
+      const t = await kv.txn(compares, ops);
+      if (t.succeeded) {
+        // Blocks this DEL deleted leave the cache; those it wrote get the new revision.
+        if (this.#cache !== null) {
+          for (const op of ops) if ('delete' in op && op.delete.startsWith(`${this.#base}/blocks/`)) this.#cache.delete(op.delete.slice(`${this.#base}/blocks/`.length));
+          for (const b of blocks.values()) {
+            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev: t.revision });
+          }
+        }
+        return released.sort();
+      }
     }
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
   }

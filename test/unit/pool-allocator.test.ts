@@ -63,6 +63,31 @@ describe('PoolAllocator', () => {
     assert.equal(await one(a, 'c1', 'net1'), '10.80.0.17', 'another ifname is another attachment');
   });
 
+  it('a long-lived allocator (the daemon\'s) builds its next ADD on its cached blocks: one read (the handle), one transaction', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await one(a, 'c1');
+    const r0 = kv.stats.reads;
+    const t0 = kv.stats.txns;
+    assert.equal(await one(a, 'c2'), '10.80.0.17');
+    assert.deepEqual([kv.stats.reads - r0, kv.stats.txns - t0], [1, 1]);
+    await a.del({ containerId: 'c1', ifname: 'eth0' });
+    const r1 = kv.stats.reads;
+    assert.equal(await one(a, 'c3'), '10.80.0.18');
+    assert.equal(kv.stats.reads - r1, 1, 'the DEL kept the cache current');
+  });
+
+  it('a cache that says "full" is not believed: another process of the node freed an address, the ADD gets it', async () => {
+    const kv = new MemoryKV();
+    const only = [[{ subnet: '10.80.0.16/28', rangeStart: '10.80.0.20', rangeEnd: '10.80.0.21' }]];
+    const a = allocator(kv, 'node-a', only);
+    assert.equal(await one(a, 'c1'), '10.80.0.20');
+    assert.equal(await one(a, 'c2'), '10.80.0.21');
+    // The standalone fallback on the same node (another allocator) releases c1.
+    assert.deepEqual(await allocator(kv, 'node-a', only).del({ containerId: 'c1', ifname: 'eth0' }), ['10.80.0.20']);
+    assert.equal(await one(a, 'c3'), '10.80.0.20');
+  });
+
   it('a second node claims the other block; within a block addresses go round robin', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a');
