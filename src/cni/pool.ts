@@ -14,7 +14,7 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
-import { MAX_BATCH, metaOf, PoolAllocator, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
+import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import type { KV, Leases } from '../store/kv.ts';
@@ -115,8 +115,18 @@ export function backoffMs(attempt: number, random: () => number = Math.random): 
   return Math.floor(random() * Math.min(200, 5 * 2 ** attempt));
 }
 
-function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets']): PoolAllocator {
-  return new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node, network, rangeSets, sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 }, backoff: jitteredBackoff });
+function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache): PoolAllocator {
+  return new PoolAllocator({
+    kv,
+    pool: pool.name,
+    prefix: pool.etcd.prefix,
+    node,
+    network,
+    rangeSets,
+    sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
+    backoff: jitteredBackoff,
+    ...(cache === undefined ? {} : { cache }),
+  });
 }
 
 /**
@@ -306,12 +316,21 @@ export class PoolSessions implements PoolHooks {
   readonly #kvs = new Map<string, KV & Leases>();
   readonly #batchers = new Map<string, Batcher>();
   readonly #heartbeats = new Map<string, Heartbeat>();
+  /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
+  readonly #caches = new Map<string, BlockCache>();
   #closed = false;
 
   constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery) {
     this.#env = env;
     this.#make = make;
     this.#every = every;
+  }
+
+  #cacheFor(pool: PoolConfig, node: string): BlockCache {
+    const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
+    let c = this.#caches.get(key);
+    if (c === undefined) this.#caches.set(key, (c = new BlockCache()));
+    return c;
   }
 
   /** The heartbeats started so far (one per pool and node), by key. */
@@ -342,7 +361,7 @@ export class PoolSessions implements PoolHooks {
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
     let b = this.#batchers.get(key);
     if (b === undefined) {
-      const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets);
+      const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
       b = new Batcher(alloc);
       this.#batchers.set(key, b);
       const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
@@ -358,7 +377,8 @@ export class PoolSessions implements PoolHooks {
 
   async del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
     const pool = id.pool as PoolConfig;
-    return allocatorFor(this.#kv(pool), pool, delNodeName(pool, this.#env), id.name, []).del(req);
+    const node = delNodeName(pool, this.#env);
+    return allocatorFor(this.#kv(pool), pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
   }
 
   async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {

@@ -132,6 +132,23 @@ export interface PoolAllocatorOptions {
    * the processes of one node racing for one block spread out.
    */
   readonly backoff?: (attempt: number) => Promise<void>;
+  /**
+   * The node's cached blocks, shared by the allocators of one pool and node (the daemon passes
+   * one per pool and node, so its DELs keep its ADDs' cache current). Default: this allocator's own.
+   */
+  readonly cache?: BlockCache;
+}
+
+/** One cached block: its CIDR, its value and the revision it has in etcd. */
+export interface CachedBlock {
+  readonly cidr: Subnet;
+  readonly value: BlockValue;
+  readonly rev: string;
+}
+
+/** A node's blocks as last read or written (see `PoolAllocator`'s fast path); `blocks` null = unknown. */
+export class BlockCache {
+  blocks: Map<string, CachedBlock> | null = null;
 }
 
 function corrupt(key: string, why: string): AppError {
@@ -249,12 +266,19 @@ export class PoolAllocator {
    * the compares'; the cache only saves round trips (the daemon's long-lived allocators: one read
    * round trip and one transaction per batch in the common case).
    */
-  #cache: Map<string, { cidr: Subnet; value: BlockValue; rev: string }> | null = null;
+  readonly #shared: BlockCache;
+  get #cache(): Map<string, CachedBlock> | null {
+    return this.#shared.blocks;
+  }
+  set #cache(v: Map<string, CachedBlock> | null) {
+    this.#shared.blocks = v;
+  }
 
   constructor(o: PoolAllocatorOptions) {
     this.#o = o;
     this.#base = `${o.prefix}/pools/${o.pool}`;
     this.#now = o.now ?? Date.now;
+    this.#shared = o.cache ?? new BlockCache();
   }
 
   /** Key of the pool's `meta`. */
@@ -530,7 +554,7 @@ export class PoolAllocator {
    * the revision read. `revision` null: nothing was written.
    */
   #remember(blocks: ReadonlyMap<string, Working | null>, revision: string | null): void {
-    const next = new Map<string, { cidr: Subnet; value: BlockValue; rev: string }>();
+    const next = new Map<string, CachedBlock>();
     for (const b of blocks.values()) {
       if (b === null || b.value.node !== this.#o.node) continue;
       const rev = b.dirty && revision !== null ? revision : b.rev;

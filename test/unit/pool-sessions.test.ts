@@ -108,6 +108,12 @@ describe('PoolSessions on a real etcd', { skip }, () => {
       process.stdout.write(`# 48 ADDs: ${sizes.length} batches (${sizes.join(',')}), ${st.txns} transactions, ${st.puts} keys put: ${perAllocation.toFixed(2)} per allocation\n`);
       const d = await sessions.del(conf, { containerId: 'c0', ifname: 'eth0' });
       assert.deepEqual(d, [ips[0]]);
+      // The DEL kept the node's shared block cache current: the next ADD reads only its handle
+      // and its one transaction succeeds.
+      const before = { ...(made as EtcdKV).stats };
+      await sessions.add(conf, { containerId: 'c99', ifname: 'eth0' });
+      const after = (made as EtcdKV).stats;
+      assert.deepEqual([after.reads - before.reads, after.txns - before.txns, after.txnsSucceeded - before.txnsSucceeded], [1, 1, 1]);
     } finally {
       await sessions.close();
       await sessions.close();
