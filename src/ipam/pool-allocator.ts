@@ -716,8 +716,8 @@ export class PoolAllocator {
 
   /**
    * Veto a removal of this node: every block of it in `pendingRelease` goes back to `owned`
-   * (one revision-checked write each). Returns the blocks vetoed. The daemon calls it at start;
-   * every ADD of the node does it too.
+   * (one revision-checked write each). Returns the blocks vetoed. Every ADD of the node that
+   * allocates does the same inside its own transaction; this is the explicit form (tools, tests).
    */
   async veto(): Promise<string[]> {
     const kv = this.#o.kv;
