@@ -9,7 +9,8 @@
  * transaction per ADD. The daemon passes a {@link PoolSessions} that keeps one client per pool and
  * batches the concurrent ADDs of the node into one transaction (`src/daemon/`).
  *
- * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses etcd3.
+ * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
+ * client and its gRPC stack.
  */
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';

@@ -6,7 +6,7 @@
  * (etcd-io/etcd api/etcdserverpb/rpc.proto `TxnRequest`; etcd's "Transaction" guide:
  * "compares … all true → success ops, applied atomically").
  *
- * Implementations: `store/etcd/etcd-kv.ts` (a real etcd through the `etcd3` client; its errors
+ * Implementations: `store/etcd/etcd-kv.ts` (a real etcd over grpc-js with our own etcd .proto; its errors
  * converted at that boundary) and `store/memory/memory-kv.ts` (the fake, same revision rules).
  *
  * Revisions are etcd's int64 counters as decimal strings (`"0"` = no such key). Values are UTF-8
