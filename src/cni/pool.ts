@@ -1,0 +1,397 @@
+/**
+ * The plugin's way into a cluster pool (issue 11; docs/cluster.md): for a network whose `ipam`
+ * has `pool`, ADD/DEL/CHECK go to etcd through the pool allocator (src/ipam/pool-allocator.ts)
+ * instead of the node's files. The edge work happens here: the node name is resolved
+ * (`ipam.nodeName`, else `NODE_NAME` — a DaemonSet's downward API `spec.nodeName` — else the host
+ * name), the TLS files are read, and the etcd client is made and closed.
+ *
+ * The standalone plugin makes one client per request (one process per request) and sends one
+ * transaction per ADD. The daemon passes a {@link PoolSessions} that keeps one client per pool and
+ * batches the concurrent ADDs of the node into one transaction (`src/daemon/`).
+ *
+ * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
+ * client and its gRPC stack.
+ */
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
+import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
+import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
+import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
+import type { KV, Leases } from '../store/kv.ts';
+import { EtcdKV } from '../store/etcd/etcd-kv.ts';
+
+/** The pool operations the command handlers call (src/cni/commands.ts). */
+export interface PoolHooks {
+  /** ADD: the container's addresses, one per range set (existing ones on a repeated ADD). Throws AppErrors. */
+  add(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[]>;
+  /** DEL: release by owner; idempotent. Returns the released addresses. */
+  del(id: NetworkIdentity, req: PoolRequest): Promise<string[]>;
+  /** CHECK: the container's allocations, or null when it has none. */
+  find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null>;
+}
+
+/**
+ * The node name for `pool`: `ipam.nodeName`, else `env.NODE_NAME`, else `host()`.
+ * @throws AppError IPAM_INVALID_CONFIG (CNI 7) naming the source when the name is unusable.
+ */
+export function resolveNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>, host: () => string = hostname): string {
+  if (pool.nodeName !== null) return pool.nodeName;
+  const fromEnv = env['NODE_NAME'];
+  if (fromEnv !== undefined && fromEnv !== '') {
+    if (!validNodeName(fromEnv)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('NODE_NAME', fromEnv));
+    return fromEnv;
+  }
+  const h = host();
+  if (!validNodeName(h)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('the host name', h));
+  return h;
+}
+
+/**
+ * The node name for a DEL: as {@link resolveNodeName}, but an unusable name does not fail the
+ * DEL (a runtime retries a failed DEL forever): the node name only decides whether an emptied
+ * block is given back, so without one the addresses are still released and every block is kept.
+ * `NO_NODE` matches no block's node (node names start with a letter or digit).
+ */
+function delNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>): string {
+  try {
+    return resolveNodeName(pool, env);
+  } catch {
+    return NO_NODE;
+  }
+}
+
+/** A node name no block has (see {@link delNodeName}). */
+export const NO_NODE = '-';
+
+/** Read one TLS file; `IPAM_IO` (CNI 5) naming the key and the path when it cannot be read. */
+function readPem(key: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (e) {
+    const why = errnoCode(e) === 'ENOENT' ? 'no such file or directory' : e instanceof Error ? e.message : String(e);
+    throw new AppError('IPAM_IO', `ipam.pool.etcd.tls.${key}: open ${path}: ${why}`);
+  }
+}
+
+/** A new etcd client for `pool` (TLS files read now). The caller closes it. */
+export function etcdFor(pool: PoolConfig): EtcdKV {
+  const t = pool.etcd.tls;
+  return new EtcdKV({
+    endpoints: pool.etcd.endpoints,
+    tls:
+      t === null
+        ? undefined
+        : {
+            ca: readPem('ca', t.ca),
+            ...(t.cert === null ? {} : { cert: readPem('cert', t.cert) }),
+            ...(t.key === null ? {} : { key: readPem('key', t.key) }),
+          },
+  });
+}
+
+/** Where the hooks get a KV for a pool and give it back. */
+export interface KVSource {
+  acquire(pool: PoolConfig): Promise<KV>;
+  release(pool: PoolConfig, kv: KV): Promise<void>;
+}
+
+/** One client per request, closed after it (the standalone plugin). */
+export const PER_REQUEST: KVSource = {
+  acquire: async (pool) => etcdFor(pool),
+  release: async (_pool, kv) => kv.close(),
+};
+
+/**
+ * The retry policy of a lost race (house style 7: one policy, not loops in business code): a
+ * random delay in [0, min(200, 5·2^attempt)) ms ("full jitter"), so the processes of one node that
+ * race for one block spread out instead of colliding again.
+ */
+export function jitteredBackoff(attempt: number, random: () => number = Math.random): Promise<void> {
+  return new Promise((r) => setTimeout(r, backoffMs(attempt, random)));
+}
+
+/** The delay of {@link jitteredBackoff}, milliseconds: `floor(random() · min(200, 5·2^attempt))`. */
+export function backoffMs(attempt: number, random: () => number = Math.random): number {
+  return Math.floor(random() * Math.min(200, 5 * 2 ** attempt));
+}
+
+function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache): PoolAllocator {
+  return new PoolAllocator({
+    kv,
+    pool: pool.name,
+    prefix: pool.etcd.prefix,
+    node,
+    network,
+    rangeSets,
+    sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
+    backoff: jitteredBackoff,
+    ...(cache === undefined ? {} : { cache }),
+  });
+}
+
+/**
+ * The standalone plugin's hooks over `source` (default: a client per request, one transaction per
+ * ADD), resolving the node name from `env` (the request's environment).
+ */
+export function poolHooks(env: Readonly<Record<string, string | undefined>>, source: KVSource = PER_REQUEST): PoolHooks {
+  async function withKV<T>(pool: PoolConfig, f: (kv: KV) => Promise<T>): Promise<T> {
+    const kv = await source.acquire(pool);
+    try {
+      return await f(kv);
+    } finally {
+      await source.release(pool, kv);
+    }
+  }
+  return {
+    add: (conf, req) => {
+      const pool = conf.pool as PoolConfig;
+      const node = resolveNodeName(pool, env);
+      return withKV(pool, async (kv) => {
+        const [r] = await allocatorFor(kv, pool, node, conf.name, conf.rangeSets).add([req]);
+        if (r instanceof AppError) throw r;
+        return r as PoolAllocation[];
+      });
+    },
+    del: (id, req) => {
+      const pool = id.pool as PoolConfig;
+      const node = delNodeName(pool, env);
+      return withKV(pool, (kv) => allocatorFor(kv, pool, node, id.name, []).del(req));
+    },
+    find: (conf, req) => {
+      const pool = conf.pool as PoolConfig;
+      const node = resolveNodeName(pool, env);
+      return withKV(pool, (kv) => allocatorFor(kv, pool, node, conf.name, conf.rangeSets).find(req));
+    },
+  };
+}
+
+interface Waiter {
+  readonly req: PoolRequest;
+  readonly resolve: (r: PoolAllocation[]) => void;
+  readonly reject: (e: unknown) => void;
+}
+
+/**
+ * The ADDs of one node for one network config, batched: the first ADD is sent at once; ADDs that
+ * arrive while a transaction is in flight wait and go together in the next one (at most
+ * `MAX_BATCH`), so under load a node sends one transaction for many pods (the batching Calico
+ * proposed, projectcalico/cni-plugin#985) and when idle it adds no delay. A batch that fails as a
+ * whole (a corrupt handle of one request, a conflict) is retried one request at a time, so one bad
+ * request fails only itself.
+ */
+class Batcher {
+  readonly #alloc: PoolAllocator;
+  readonly #queue: Waiter[] = [];
+  #running = false;
+  /** Transactions' batch sizes so far (tests and metrics). */
+  readonly sizes: number[] = [];
+
+  constructor(alloc: PoolAllocator) {
+    this.#alloc = alloc;
+  }
+
+  submit(req: PoolRequest): Promise<PoolAllocation[]> {
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ req, resolve, reject });
+      if (!this.#running) void this.#drain();
+    });
+  }
+
+  async #drain(): Promise<void> {
+    this.#running = true;
+    try {
+      while (this.#queue.length > 0) {
+        const batch = this.#queue.splice(0, MAX_BATCH_REQUESTS);
+        this.sizes.push(batch.length);
+        try {
+          settle(batch, await this.#alloc.add(batch.map((w) => w.req)));
+        } catch (e) {
+          if (batch.length === 1) {
+            (batch[0] as Waiter).reject(e);
+            continue;
+          }
+          for (const w of batch) {
+            try {
+              settle([w], await this.#alloc.add([w.req]));
+            } catch (e1) {
+              w.reject(e1);
+            }
+          }
+        }
+      }
+    } finally {
+      this.#running = false;
+    }
+  }
+}
+
+function settle(batch: readonly Waiter[], results: ReadonlyArray<PoolAllocation[] | AppError>): void {
+  batch.forEach((w, i) => {
+    const r = results[i];
+    if (r instanceof AppError || r === undefined) w.reject(r ?? new AppError('INTERNAL', 'no answer for a batched request'));
+    else w.resolve(r);
+  });
+}
+
+/** TTL of a node's heartbeat lease, seconds (renewed every third of it). */
+export const HEARTBEAT_TTL_SECONDS = 30;
+
+/** Schedules `fn` every `ms` milliseconds; returns the cancel function (injected in tests). */
+export type Every = (fn: () => void, ms: number) => () => void;
+
+const realEvery: Every = (fn, ms) => {
+  const t = setInterval(fn, ms);
+  t.unref();
+  return () => clearInterval(t);
+};
+
+/**
+ * A node's heartbeat in a pool: the key `aliveKey(node)` put with a lease of
+ * {@link HEARTBEAT_TTL_SECONDS}, renewed every third of it; when the lease is found expired (a
+ * long pause, a partition) a new one is granted and the key put again. A heartbeat is only a hint
+ * that the node may be alive (it is what `pool remove-node` refuses to override without
+ * `--force`); no allocation ever reads it. Its failures never fail a request: they are counted.
+ */
+export class Heartbeat {
+  readonly #kv: KV & Leases;
+  readonly #key: string;
+  readonly #value: string;
+  readonly #every: Every;
+  #lease: string | null = null;
+  #cancel: (() => void) | null = null;
+  #stopped = false;
+  /** Renewals and grants that failed (etcd unreachable); the next beat tries again. */
+  failures = 0;
+
+  constructor(kv: KV & Leases, key: string, node: string, now: () => number = Date.now, every: Every = realEvery) {
+    this.#kv = kv;
+    this.#key = key;
+    this.#value = JSON.stringify({ v: 1, node, since: now() });
+    this.#every = every;
+  }
+
+  /** Grant, put, and schedule the renewals. Never throws (a failure is retried by the next beat). */
+  async start(): Promise<void> {
+    if (this.#stopped || this.#cancel !== null) return;
+    this.#cancel = this.#every(() => void this.beat(), (HEARTBEAT_TTL_SECONDS * 1000) / 3);
+    await this.beat();
+  }
+
+  /** One beat: renew the lease, or (none yet, or expired) grant one and put the key with it. */
+  async beat(): Promise<void> {
+    if (this.#stopped) return;
+    try {
+      if (this.#lease !== null && (await this.#kv.keepAlive(this.#lease)) > 0) return;
+      const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
+      await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
+      this.#lease = id;
+    } catch {
+      this.failures++;
+    }
+  }
+
+  /** Stop renewing and revoke the lease (the key goes). Idempotent; best effort. */
+  async stop(): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#cancel?.();
+    if (this.#lease !== null) await this.#kv.revokeLease(this.#lease).catch(() => undefined);
+  }
+}
+
+/** Requests per batch (the allocator's limit). */
+const MAX_BATCH_REQUESTS = MAX_BATCH;
+
+/**
+ * The daemon's pool hooks: one etcd client per pool (endpoints + prefix), kept until `close()`,
+ * and the node's concurrent ADDs of one network batched into one transaction ({@link Batcher}).
+ * The node name comes from the daemon's own environment (`NODE_NAME` of the DaemonSet), not the
+ * request's: the daemon is the node. Lifecycle: `close()` is idempotent; later calls throw
+ * `ClosedError`.
+ */
+export class PoolSessions implements PoolHooks {
+  readonly #env: Readonly<Record<string, string | undefined>>;
+  readonly #make: (pool: PoolConfig) => KV & Leases;
+  readonly #every: Every;
+  readonly #kvs = new Map<string, KV & Leases>();
+  readonly #batchers = new Map<string, Batcher>();
+  readonly #heartbeats = new Map<string, Heartbeat>();
+  /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
+  readonly #caches = new Map<string, BlockCache>();
+  #closed = false;
+
+  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery) {
+    this.#env = env;
+    this.#make = make;
+    this.#every = every;
+  }
+
+  #cacheFor(pool: PoolConfig, node: string): BlockCache {
+    const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
+    let c = this.#caches.get(key);
+    if (c === undefined) this.#caches.set(key, (c = new BlockCache()));
+    return c;
+  }
+
+  /** The heartbeats started so far (one per pool and node), by key. */
+  get heartbeats(): ReadonlyMap<string, Heartbeat> {
+    return this.#heartbeats;
+  }
+
+  #kv(pool: PoolConfig): KV & Leases {
+    if (this.#closed) throw new ClosedError('pool sessions');
+    const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls]);
+    let kv = this.#kvs.get(key);
+    if (kv === undefined) {
+      kv = this.#make(pool);
+      this.#kvs.set(key, kv);
+    }
+    return kv;
+  }
+
+  /** Batch sizes of every transaction sent for ADDs so far, per network config (tests). */
+  get batchSizes(): number[][] {
+    return [...this.#batchers.values()].map((b) => [...b.sizes]);
+  }
+
+  async add(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[]> {
+    const pool = conf.pool as PoolConfig;
+    const node = resolveNodeName(pool, this.#env);
+    const kv = this.#kv(pool);
+    const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
+    let b = this.#batchers.get(key);
+    if (b === undefined) {
+      const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
+      b = new Batcher(alloc);
+      this.#batchers.set(key, b);
+      const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
+      if (!this.#heartbeats.has(hkey)) {
+        // The daemon is this node's agent: it announces the node in the pool from its first ADD on.
+        const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every);
+        this.#heartbeats.set(hkey, hb);
+        void hb.start();
+      }
+    }
+    return b.submit(req);
+  }
+
+  async del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
+    const pool = id.pool as PoolConfig;
+    const node = delNodeName(pool, this.#env);
+    return allocatorFor(this.#kv(pool), pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
+  }
+
+  async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
+    const pool = conf.pool as PoolConfig;
+    return allocatorFor(this.#kv(pool), pool, resolveNodeName(pool, this.#env), conf.name, conf.rangeSets).find(req);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const hb of this.#heartbeats.values()) await hb.stop();
+    for (const kv of this.#kvs.values()) await kv.close();
+    this.#kvs.clear();
+  }
+}
