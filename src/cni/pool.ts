@@ -261,14 +261,23 @@ export class Heartbeat {
   #lease: string | null = null;
   #cancel: (() => void) | null = null;
   #stopped = false;
+  readonly #onBeat: (() => Promise<unknown>) | null;
   /** Renewals and grants that failed (etcd unreachable); the next beat tries again. */
   failures = 0;
+  /** Beats whose `onBeat` (the node's veto) failed; the next beat tries again. */
+  vetoFailures = 0;
 
-  constructor(kv: KV & Leases, key: string, node: string, now: () => number = Date.now, every: Every = realEvery) {
+  /**
+   * @param onBeat awaited after every beat, also a failed one (the daemon passes the node's
+   *   {@link PoolAllocator.vetoIfMarked}, so a returning node vetoes a removal begun while it
+   *   was away within one beat: review F2b). Its failures are counted in `vetoFailures`.
+   */
+  constructor(kv: KV & Leases, key: string, node: string, now: () => number = Date.now, every: Every = realEvery, onBeat: (() => Promise<unknown>) | null = null) {
     this.#kv = kv;
     this.#key = key;
     this.#value = JSON.stringify({ v: 1, node, since: now() });
     this.#every = every;
+    this.#onBeat = onBeat;
   }
 
   /** Grant, put, and schedule the renewals. Never throws (a failure is retried by the next beat). */
@@ -282,12 +291,19 @@ export class Heartbeat {
   async beat(): Promise<void> {
     if (this.#stopped) return;
     try {
-      if (this.#lease !== null && (await this.#kv.keepAlive(this.#lease)) > 0) return;
-      const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
-      await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
-      this.#lease = id;
+      if (this.#lease === null || (await this.#kv.keepAlive(this.#lease)) <= 0) {
+        const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
+        await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
+        this.#lease = id;
+      }
     } catch {
       this.failures++;
+    }
+    if (this.#onBeat === null || this.#stopped) return;
+    try {
+      await this.#onBeat();
+    } catch {
+      this.vetoFailures++;
     }
   }
 
@@ -365,15 +381,36 @@ export class PoolSessions implements PoolHooks {
       const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
       b = new Batcher(alloc);
       this.#batchers.set(key, b);
-      const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
-      if (!this.#heartbeats.has(hkey)) {
-        // The daemon is this node's agent: it announces the node in the pool from its first ADD on.
-        const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every);
-        this.#heartbeats.set(hkey, hb);
-        void hb.start();
-      }
+      this.#startHeartbeat(kv, pool, node, alloc);
     }
     return b.submit(req);
+  }
+
+  /**
+   * The daemon is this node's agent: it announces the node in the pool (its heartbeat) from the
+   * pool's first use on, and on every beat vetoes a removal of the node begun while it was away.
+   */
+  #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
+    const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
+    if (this.#heartbeats.has(hkey)) return;
+    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, () => alloc.vetoIfMarked());
+    this.#heartbeats.set(hkey, hb);
+    void hb.start();
+  }
+
+  /**
+   * Start the node's heartbeat in `conf`'s pool now (and veto a removal of the node begun while
+   * it was away), without waiting for the pool's first ADD: what the daemon calls at start for
+   * every pool network of the node's CNI configuration, so an idle returning node vetoes too
+   * (review F2b). Idempotent per pool and node. Never throws for etcd trouble (the heartbeat
+   * retries on its next beat); throws `ClosedError` after `close()`, `IPAM_INVALID_CONFIG` for an
+   * unusable node name.
+   */
+  announce(conf: IPAMConfig): void {
+    const pool = conf.pool as PoolConfig;
+    const node = resolveNodeName(pool, this.#env);
+    const kv = this.#kv(pool);
+    this.#startHeartbeat(kv, pool, node, allocatorFor(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
   }
 
   async del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {

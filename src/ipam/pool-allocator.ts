@@ -155,6 +155,26 @@ function corrupt(key: string, why: string): AppError {
   return new AppError('STORE_CORRUPT', `etcd key ${key}: ${why}`);
 }
 
+/**
+ * `pool remove-node` refused to go on (the node may be alive): no heartbeat override, no veto
+ * ignored. Code `STORE_CONFLICT`; the CLI prints the message and exits 1.
+ */
+export class RemovalRefusedError extends AppError {
+  constructor(message: string) {
+    super('STORE_CONFLICT', message);
+  }
+}
+
+function heartbeatRefusal(pool: string, node: string, key: string, finish = false): RemovalRefusedError {
+  return new RemovalRefusedError(
+    `node ${node} has a live heartbeat in pool ${pool} (${key}): it is not gone; stop its daemon first${finish ? ' (--finish never overrides a heartbeat)' : ', or pass --force if you are sure'}`,
+  );
+}
+
+function vetoRefusal(pool: string, node: string, key: string): RemovalRefusedError {
+  return new RemovalRefusedError(`node ${node} vetoed its removal from pool ${pool} (${key} was deleted or re-created): it is back; nothing more was released`);
+}
+
 function parseJson(e: KVEntry): Record<string, unknown> {
   let o: unknown;
   try {
@@ -301,6 +321,15 @@ export class PoolAllocator {
   aliveKey(node: string): string {
     return `${this.#base}/alive/${node}`;
   }
+  /**
+   * Key of the removal marker of `node` (`P/pools/<pool>/removing/<node>` → `{"v":1,"node","at"}`):
+   * created (create-only) by step 1 of `pool remove-node`, deleted by the node's veto. While it
+   * exists no ADD of `node` commits (each compares it absent); every transaction of
+   * `--finish` compares its revision, so a veto (its deletion) stops the reclaim (review F1/F2).
+   */
+  removingKey(node: string): string {
+    return `${this.#base}/removing/${node}`;
+  }
   /** Key of the handle of (containerId, ifname). */
   handleKey(containerId: string, ifname: string): string {
     return `${this.#base}/handles/${containerId}/${ifname}`;
@@ -415,6 +444,7 @@ export class PoolAllocator {
         }
       }
       let mineComplete = false;
+      let lostRace = false;
       if (pending.length > 0) {
         mineComplete = true;
         // This node's blocks (affinity index), read once per attempt.
@@ -429,7 +459,19 @@ export class PoolAllocator {
           const c = cached?.get(key);
           if (c !== undefined) blocks.set(key, { key, cidr: c.cidr, value: structuredClone(c.value), rev: c.rev, dirty: false });
           const b = await this.#block(key, blocks);
-          if (b === null || b.value.node !== this.#o.node) throw corrupt(a.key, `names block ${key}, which ${b === null ? 'does not exist' : `belongs to node ${b.value.node}`}`);
+          if (b === null || b.value.node !== this.#o.node) {
+            // Another process of this node may have given the block back (a DEL that emptied
+            // it), and another node claimed it since, between our affinity list and this read: a
+            // lost race (review F3). Corrupt only when the affinity is still the one we listed
+            // (same mod_revision, so it existed all along): a claim and a give-back write the
+            // block and its affinity in one transaction, so they cannot disagree at one revision.
+            const again = 'modRevision' in a ? await kv.get(a.key) : null;
+            if (again !== null && again.modRevision === (a as KVEntry).modRevision) {
+              throw corrupt(a.key, `names block ${key}, which ${b === null ? 'does not exist' : `belongs to node ${b.value.node}`}`);
+            }
+            lostRace = true;
+            break;
+          }
           // The node is back: it vetoes a removal begun while it was away (docs/cluster.md
           // "Reclaiming a dead node's blocks"); the write goes in this ADD's transaction.
           if (b.value.state === 'pendingRelease') {
@@ -437,6 +479,10 @@ export class PoolAllocator {
             b.dirty = true;
           }
           mine.push(b);
+        }
+        if (lostRace) {
+          this.#cache = null;
+          continue;
         }
         let claimed: Set<string> | null = null;
         let others: Working[] | null = null;
@@ -530,9 +576,14 @@ export class PoolAllocator {
         continue;
       }
       if (anyHandle) {
+        // No ADD of this node commits while a removal of it is begun (review F2): the marker's
+        // absence is compared inside the transaction, so a stale cache cannot skip the veto.
+        compares.push({ key: this.removingKey(this.#o.node), absent: true });
         const t = await kv.txn(compares, ops);
         if (!t.succeeded) {
           this.#cache = null;
+          // The node is back: it vetoes a removal begun while it was away, then decides again.
+          if ((await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
           continue;
         }
         if (mineComplete) this.#remember(blocks, t.revision);
@@ -715,12 +766,16 @@ export class PoolAllocator {
   }
 
   /**
-   * Veto a removal of this node: every block of it in `pendingRelease` goes back to `owned`
-   * (one revision-checked write each). Returns the blocks vetoed. Every ADD of the node that
-   * allocates does the same inside its own transaction; this is the explicit form (tools, tests).
+   * Veto a removal of this node (docs/cluster.md "Reclaiming a dead node's blocks"): delete its
+   * marker `removing/<node>` first — from then on every `--finish` transaction, which compares
+   * the marker's revision, fails — then write each of its blocks in `pendingRelease` back to
+   * `owned` (one revision-checked write each). Returns the blocks written back. Called by an ADD
+   * that finds the marker (its transaction compares it absent), by the daemon at the start of a
+   * pool and on every heartbeat ({@link vetoIfMarked}), and by tools and tests.
    */
   async veto(): Promise<string[]> {
     const kv = this.#o.kv;
+    await kv.txn([], [{ delete: this.removingKey(this.#o.node) }]);
     const prefix = `${this.#base}/nodes/${this.#o.node}/blocks/`;
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {
@@ -735,16 +790,46 @@ export class PoolAllocator {
         }
       }
     }
+    this.#cache = null;
     return out.sort();
   }
 
   /**
-   * Step 1 of `pool remove-node target`: every block of `target` goes `owned → pendingRelease`
-   * (CAS each): no new allocation in it from then on. Returns the blocks now pending (also those
-   * that already were). The target vetoes by writing them back ({@link veto}).
+   * {@link veto} only when this node's removal marker exists (one read otherwise): what the
+   * daemon runs at the start of a pool and on every heartbeat, so an idle node that returns from
+   * a partition vetoes within one heartbeat period (review F2b). Returns the blocks written back,
+   * or null when no removal was begun.
    */
-  async markForRemoval(target: string): Promise<string[]> {
+  async vetoIfMarked(): Promise<string[] | null> {
+    if ((await this.#o.kv.get(this.removingKey(this.#o.node))) === null) return null;
+    return this.veto();
+  }
+
+  /**
+   * Step 1 of `pool remove-node target`: create the marker `removing/<target>` (create-only; an
+   * existing marker is kept, so running step 1 again is harmless), then every block of `target`
+   * goes `owned → pendingRelease` (a CAS each, also comparing the marker's revision: a veto meanwhile
+   * stops the marking). No new allocation in a marked block, and no ADD of `target` commits
+   * while the marker exists. Unless `force`, the marker is created only if `target`'s heartbeat
+   * key is absent (compared in the same transaction).
+   * Returns the blocks now pending (also those that already were).
+   * @throws RemovalRefusedError when `target` has a heartbeat (without `force`), or it vetoed
+   *   during the marking.
+   */
+  async markForRemoval(target: string, opts: { readonly force?: boolean } = {}): Promise<string[]> {
     const kv = this.#o.kv;
+    const mk = this.removingKey(target);
+    let marker: KVEntry | null = null;
+    for (let i = 0; i < MAX_ATTEMPTS && marker === null; i++) {
+      marker = await kv.get(mk);
+      if (marker !== null) break;
+      const compares: KVCompare[] = [{ key: mk, absent: true }];
+      if (opts.force !== true) compares.push({ key: this.aliveKey(target), absent: true });
+      if (!(await kv.txn(compares, [{ put: mk, value: JSON.stringify({ v: 1, node: target, at: this.#now() }) }])).succeeded) {
+        if (opts.force !== true && (await kv.get(this.aliveKey(target))) !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target));
+      }
+    }
+    if (marker === null) throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${mk} lost to concurrent writers; try again`);
     const prefix = `${this.#base}/nodes/${target}/blocks/`;
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {
@@ -757,10 +842,11 @@ export class PoolAllocator {
           break;
         }
         b.value.state = 'pendingRelease';
-        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
+        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }, { key: mk, modRevision: marker.modRevision }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
           out.push(key);
           break;
         }
+        if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
       }
     }
     return out.sort();
@@ -768,14 +854,35 @@ export class PoolAllocator {
 
   /**
    * Step 2 of `pool remove-node target`, after the veto window: release every allocation
-   * `target` made (its handles), provided each of `target`'s blocks the handle touches is still
-   * `pendingRelease` at the revision read (a veto changes it: that handle is kept); then delete
-   * each of `target`'s blocks left `pendingRelease` and empty, with its affinity. Allocations other
-   * nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease` until their DELs).
-   * Returns what was released and what was kept.
+   * `target` made (its handles, also those whose addresses are borrowed in other nodes' blocks),
+   * then delete each of `target`'s blocks left `pendingRelease` and empty, with its affinity,
+   * and finally the marker when no block of `target` is left. Every transaction compares the
+   * marker's revision as read at the start and that `target`'s heartbeat key is absent, and a
+   * handle is released only if each of `target`'s blocks it touches is still `pendingRelease`
+   * at the revision read. A veto deletes the marker, so nothing is released after it (review F1).
+   * Allocations other nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease`
+   * until their DELs). Returns what was released and what was kept.
+   * @throws RemovalRefusedError when step 1 was not run (no marker), the node vetoed (the marker
+   *   is gone or was re-created), or its heartbeat key exists.
    */
   async finishRemoval(target: string): Promise<{ released: string[]; deletedBlocks: string[]; keptBlocks: string[] }> {
     const kv = this.#o.kv;
+    const mk = this.removingKey(target);
+    const ak = this.aliveKey(target);
+    const marker = await kv.get(mk);
+    if (marker === null) {
+      throw new RemovalRefusedError(`node ${target} is not marked for removal in pool ${this.#o.pool} (no ${mk}): run remove-node without --finish first, or it vetoed (it is back)`);
+    }
+    if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
+    const guard: KVCompare[] = [
+      { key: mk, modRevision: marker.modRevision },
+      { key: ak, absent: true },
+    ];
+    /** After a failed transaction: a veto or a heartbeat stops everything; else it was another writer. */
+    const recheck = async (): Promise<void> => {
+      if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
+      if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
+    };
     const released: string[] = [];
     const hprefix = `${this.#base}/handles/`;
     for (const e of await kv.list(hprefix)) {
@@ -786,6 +893,7 @@ export class PoolAllocator {
         const cur = await this.#o.kv.get(e.key);
         if (cur === null) break;
         const hv = decodeHandle(cur);
+        if (hv.node !== target) break;
         const blocks = new Map<string, Working | null>();
         let vetoed = false;
         const freed: string[] = [];
@@ -799,7 +907,7 @@ export class PoolAllocator {
           freed.push(x.ip);
         }
         if (vetoed) break;
-        const compares: KVCompare[] = [{ key: cur.key, modRevision: cur.modRevision }];
+        const compares: KVCompare[] = [...guard, { key: cur.key, modRevision: cur.modRevision }];
         const ops: KVOp[] = [{ delete: cur.key }];
         for (const b of blocks.values()) {
           if (b === null || !b.dirty) continue;
@@ -810,6 +918,7 @@ export class PoolAllocator {
           released.push(...freed);
           break;
         }
+        await recheck();
       }
     }
     const deletedBlocks: string[] = [];
@@ -823,14 +932,17 @@ export class PoolAllocator {
         continue;
       }
       const ok = await kv.txn(
-        [
-          { key: this.blockKey(key), modRevision: b.rev as string },
-          { key: a.key, modRevision: a.modRevision },
-        ],
+        [...guard, { key: this.blockKey(key), modRevision: b.rev as string }, { key: a.key, modRevision: a.modRevision }],
         [{ delete: this.blockKey(key) }, { delete: a.key }],
       );
-      (ok.succeeded ? deletedBlocks : keptBlocks).push(key);
+      if (ok.succeeded) deletedBlocks.push(key);
+      else {
+        await recheck();
+        keptBlocks.push(key);
+      }
     }
+    // Done with the node: the marker goes too (a node of that name that joins later starts clean).
+    if (keptBlocks.length === 0) await kv.txn(guard, [{ delete: mk }]);
     return { released: released.sort(), deletedBlocks: deletedBlocks.sort(), keptBlocks: keptBlocks.sort() };
   }
 

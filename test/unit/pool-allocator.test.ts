@@ -9,8 +9,9 @@ import assert from 'node:assert/strict';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { PoolAllocator, RemovalRefusedError, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
+import type { KV } from '../../src/store/kv.ts';
 
 const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (ordinals 2–15 allocatable: .0 network, .1 gateway) and 10.80.0.16/28 (16–30). */
@@ -226,6 +227,49 @@ describe('PoolAllocator', () => {
     await assert.rejects(a.add([{ containerId: 'c1', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.cniCode === 11);
   });
 
+  describe('F3: an ADD racing a DEL of the same node that gives a block back', () => {
+    /** node-a with two /28 blocks, the second holding only `victim`; returns the DEL's allocator. */
+    async function twoBlocks(kv: MemoryKV): Promise<{ del: PoolAllocator; victim: string }> {
+      const d = allocator(kv, 'node-a');
+      for (let i = 0; i < 15; i++) await one(d, `c${i}`); // 10.80.0.16/28 full
+      assert.equal(await one(d, 'victim'), '10.80.0.2'); // a second block: 10.80.0.0/28
+      return { del: d, victim: 'victim' };
+    }
+    it('is a lost race, re-read: the ADD succeeds (not STORE_CORRUPT "names block …, which does not exist")', async () => {
+      const kv = new MemoryKV();
+      const { del, victim } = await twoBlocks(kv);
+      // Between the ADD's affinity list and its block read, the DEL empties 10.80.0.0/28 and gives it back.
+      let fired = false;
+      const racing: KV = {
+        description: 'racing',
+        stats: kv.stats,
+        get: async (key) => {
+          if (!fired && key === `${P}/blocks/10.80.0.0-28`) {
+            fired = true;
+            assert.deepEqual(await del.del({ containerId: victim, ifname: 'eth0' }), ['10.80.0.2']);
+            assert.equal(kv.dump()[`${P}/blocks/10.80.0.0-28`], undefined, 'the DEL gave the block back');
+          }
+          return kv.get(key);
+        },
+        list: (p, o) => kv.list(p, o),
+        txn: (c, o) => kv.txn(c, o),
+        close: () => kv.close(),
+      };
+      const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: SMALL } }), undefined);
+      const add = new PoolAllocator({ kv: racing, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 1000 });
+      const [r] = await add.add([{ containerId: 'newpod', ifname: 'eth0' }]);
+      assert.ok(fired);
+      assert.deepEqual(ips(r as PoolAllocation[]), ['10.80.0.2'], 'the ADD claims the given-back block again');
+    });
+    it('an affinity that names a missing block at one revision (unchanged across the re-read) is still STORE_CORRUPT', async () => {
+      const kv = new MemoryKV();
+      await twoBlocks(kv);
+      kv.apply([], [{ delete: `${P}/blocks/10.80.0.0-28` }]); // the block key alone is gone: etcd data damaged
+      const fresh = allocator(kv, 'node-a');
+      await assert.rejects(fresh.add([{ containerId: 'newpod', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/nodes/node-a/blocks/10.80.0.0-28: names block 10.80.0.0-28, which does not exist`);
+    });
+  });
+
   describe('remove-node: pendingRelease, the node\'s veto, then the reclaim', () => {
     it('a marked block takes no new allocation; the reclaim frees the node\'s addresses and gives the block back', async () => {
       const kv = new MemoryKV();
@@ -238,24 +282,109 @@ describe('PoolAllocator', () => {
       assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'pendingRelease');
       assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
       assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined);
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'no block of node-a left: the marker goes too');
       for (let i = 3; i <= 15; i++) await one(b, `f${i}`); // node-b fills its own block
       assert.equal(await one(b, 'g1'), '10.80.0.16', 'the reclaimed block is free again: node-b claims it');
     });
 
-    it('a node that returns before the reclaim vetoes it: its block and addresses stay (no duplicate)', async () => {
+    it('a node that returns before the reclaim vetoes it: its block and addresses stay, --finish refuses (no duplicate)', async () => {
       const kv = new MemoryKV();
       const a = allocator(kv, 'node-a');
       const op = allocator(kv, 'operator');
       assert.equal(await one(a, 'c1'), '10.80.0.16');
       await op.markForRemoval('node-a');
-      // node-a was only partitioned: its next ADD (or its daemon's start) vetoes.
+      assert.ok(kv.dump()[`${P}/removing/node-a`] !== undefined, 'step 1 writes the marker');
+      // node-a was only partitioned: its next ADD finds the marker (its transaction compares it absent) and vetoes.
       assert.equal(await one(a, 'c2'), '10.80.0.17');
       assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'owned');
-      assert.deepEqual(await op.finishRemoval('node-a'), { released: [], deletedBlocks: [], keptBlocks: ['10.80.0.16-28'] });
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the veto deletes the marker');
+      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a is not marked for removal in pool p1 (no ${P}/removing/node-a): run remove-node without --finish first, or it vetoed (it is back)`);
       assert.deepEqual((await a.find({ containerId: 'c1', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), ['10.80.0.16']);
       await op.markForRemoval('node-a');
       assert.deepEqual(await a.veto(), ['10.80.0.16-28']);
       assert.deepEqual(await a.veto(), []);
+      assert.equal(await a.vetoIfMarked(), null);
+    });
+
+    it('F1: --finish after the node returned does not free its borrowed addresses (all in other nodes\' blocks)', async () => {
+      // /26 in /28 blocks = 4 blocks; three nodes claim one each, node-t fills the fourth, then borrows.
+      const kv = new MemoryKV();
+      const R = [[{ subnet: '10.80.0.0/26' }]];
+      const [a, b, c, t] = ['node-a', 'node-b', 'node-c', 'node-t'].map((n) => allocator(kv, n, R));
+      const op = allocator(kv, 'operator', R);
+      for (const [x, n] of [[a, 'a'], [b, 'b'], [c, 'c']] as const) await one(x as PoolAllocator, `${n}0`);
+      let n = 0;
+      for (; n < 16; n++) await one(t as PoolAllocator, `t${n}`);
+      const borrowed = await one(t as PoolAllocator, 'tBorrow');
+      await op.markForRemoval('node-t');
+      const again = await one(t as PoolAllocator, 'tAfterReturn'); // the return: this ADD vetoes
+      await assert.rejects(op.finishRemoval('node-t'), RemovalRefusedError);
+      assert.deepEqual((await (t as PoolAllocator).find({ containerId: 'tBorrow', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [borrowed]);
+      assert.deepEqual((await (t as PoolAllocator).find({ containerId: 'tAfterReturn', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [again]);
+    });
+
+    it('F1b: --finish without step 1 refuses and releases nothing (a node with no block of its own)', async () => {
+      const kv = new MemoryKV();
+      const R = [[{ subnet: '10.80.0.0/26' }]];
+      for (const n of ['node-a', 'node-b', 'node-c', 'node-d']) await one(allocator(kv, n, R), `${n}-0`);
+      const t = allocator(kv, 'node-t', R);
+      const ip = await one(t, 'tpod'); // borrowed: every block is claimed
+      const before = kv.dump();
+      await assert.rejects(allocator(kv, 'operator', R).finishRemoval('node-t'), RemovalRefusedError);
+      assert.deepEqual(kv.dump(), before);
+      assert.deepEqual((await t.find({ containerId: 'tpod', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [ip]);
+    });
+
+    it('F2a: a returning node whose cached block is full (its ADD claims a new block) still vetoes, and --finish refuses', async () => {
+      const kv = new MemoryKV();
+      const R = [[{ subnet: '10.80.0.0/26' }]];
+      const a = allocator(kv, 'node-a', R); // one long-lived allocator: the daemon's, with its block cache
+      for (let i = 0; i < 15; i++) await one(a, `c${i}`); // fills its first /28
+      const op = allocator(kv, 'operator', R);
+      assert.equal((await op.markForRemoval('node-a')).length, 1);
+      const ip = await one(a, 'c15'); // on cached data this claims a second block; the marker compare fails it
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined);
+      for (const [k, v] of Object.entries(kv.dump())) if (/\/blocks\/[^/]+$/.test(k) && !k.includes('/nodes/')) assert.equal(JSON.parse(v).state, 'owned', k);
+      await assert.rejects(op.finishRemoval('node-a'), RemovalRefusedError);
+      assert.deepEqual((await a.find({ containerId: 'c15', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [ip]);
+      assert.equal(Object.keys(kv.dump()).filter((k) => k.startsWith(`${P}/handles/`)).length, 16);
+    });
+
+    it('F1/F2: a veto that lands while --finish runs stops it before the next release (every finish transaction compares the marker)', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const op = allocator(kv, 'operator');
+      await one(a, 'c1');
+      await one(a, 'c2');
+      await op.markForRemoval('node-a');
+      let fired = false;
+      kv.beforeTxn = () => {
+        if (fired) return;
+        fired = true;
+        kv.apply([], [{ delete: `${P}/removing/node-a` }]); // node-a's veto, between finish's reads and its first transaction
+      };
+      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a vetoed its removal from pool p1 (${P}/removing/node-a was deleted or re-created): it is back; nothing more was released`);
+      kv.beforeTxn = null;
+      assert.ok(kv.dump()[`${P}/handles/c1/eth0`] !== undefined && kv.dump()[`${P}/handles/c2/eth0`] !== undefined);
+    });
+
+    it('a heartbeat refuses step 1 (unless force) and always --finish, also one that appears during --finish', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const op = allocator(kv, 'operator');
+      await one(a, 'c1');
+      kv.apply([], [{ put: a.aliveKey('node-a'), value: '{"v":1,"node":"node-a","since":1}' }]);
+      await assert.rejects(op.markForRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a has a live heartbeat in pool p1 (${P}/alive/node-a): it is not gone; stop its daemon first, or pass --force if you are sure`);
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined);
+      assert.deepEqual(await op.markForRemoval('node-a', { force: true }), ['10.80.0.16-28']);
+      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message.endsWith('stop its daemon first (--finish never overrides a heartbeat)'));
+      kv.apply([], [{ delete: a.aliveKey('node-a') }]);
+      kv.beforeTxn = () => {
+        kv.beforeTxn = null;
+        kv.apply([], [{ put: a.aliveKey('node-a'), value: '{"v":1,"node":"node-a","since":2}' }]);
+      };
+      await assert.rejects(op.finishRemoval('node-a'), RemovalRefusedError);
+      assert.ok(kv.dump()[`${P}/handles/c1/eth0`] !== undefined);
     });
 
     it('addresses other nodes borrowed in the removed node\'s block stay, and so does the block', async () => {
