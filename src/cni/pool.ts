@@ -15,7 +15,7 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
-import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
+import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import type { KV, Leases } from '../store/kv.ts';
@@ -117,6 +117,7 @@ export function backoffMs(attempt: number, random: () => number = Math.random): 
 }
 
 function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache): PoolAllocator {
+  const leases = 'grantLease' in kv ? (kv as KV & Leases) : null;
   return new PoolAllocator({
     kv,
     pool: pool.name,
@@ -127,6 +128,7 @@ function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, r
     sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
     backoff: jitteredBackoff,
     ...(cache === undefined ? {} : { cache }),
+    ...(leases === null ? {} : { tombstoneLease: () => leases.grantLease(TOMBSTONE_TTL_SECONDS) }),
   });
 }
 
@@ -168,6 +170,7 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
 
 interface Waiter {
   readonly req: PoolRequest;
+  readonly signal?: AbortSignal;
   readonly resolve: (r: PoolAllocation[]) => void;
   readonly reject: (e: unknown) => void;
 }
@@ -191,17 +194,43 @@ class Batcher {
     this.#alloc = alloc;
   }
 
-  submit(req: PoolRequest): Promise<PoolAllocation[]> {
+  submit(req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
     return new Promise((resolve, reject) => {
-      this.#queue.push({ req, resolve, reject });
+      this.#queue.push({ req, resolve, reject, ...(signal === undefined ? {} : { signal }) });
       if (!this.#running) void this.#drain();
     });
+  }
+
+  /**
+   * Take (containerId, ifname)'s ADDs out of the queue (not one in flight), rejected with
+   * `STORE_CONFLICT` (CNI 11): a DEL of that container came, so whoever asked has given up.
+   * Returns how many were taken.
+   */
+  cancel(req: PoolRequest, why: string): number {
+    let n = 0;
+    for (let i = this.#queue.length - 1; i >= 0; i--) {
+      const w = this.#queue[i] as Waiter;
+      if (w.req.containerId.trim() !== req.containerId.trim() || w.req.ifname !== req.ifname) continue;
+      this.#queue.splice(i, 1);
+      w.reject(new AppError('STORE_CONFLICT', why));
+      n++;
+    }
+    return n;
   }
 
   async #drain(): Promise<void> {
     this.#running = true;
     try {
       while (this.#queue.length > 0) {
+        // A waiter whose client has gone (its signal aborted) is not sent: nobody would get its answer.
+        for (let i = this.#queue.length - 1; i >= 0; i--) {
+          const w = this.#queue[i] as Waiter;
+          if (w.signal?.aborted === true) {
+            this.#queue.splice(i, 1);
+            w.reject(new AppError('STORE_CONFLICT', `ADD of ${w.req.containerId.trim()}/${w.req.ifname} not sent: its client has gone`));
+          }
+        }
+        if (this.#queue.length === 0) break;
         const batch = this.#queue.splice(0, MAX_BATCH_REQUESTS);
         this.sizes.push(batch.length);
         try {
@@ -316,6 +345,16 @@ export class Heartbeat {
   }
 }
 
+/** A pool's identity in the daemon: its etcd (endpoints, prefix) and its name. */
+function poolKey(pool: PoolConfig): string {
+  return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name]);
+}
+
+/** One attachment of one pool: (pool, containerId, ifname). */
+function attachmentKey(pool: PoolConfig, req: PoolRequest): string {
+  return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, req.containerId.trim(), req.ifname]);
+}
+
 /** Requests per batch (the allocator's limit). */
 const MAX_BATCH_REQUESTS = MAX_BATCH;
 
@@ -335,6 +374,10 @@ export class PoolSessions implements PoolHooks {
   readonly #heartbeats = new Map<string, Heartbeat>();
   /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
   readonly #caches = new Map<string, BlockCache>();
+  /** Batchers by pool (endpoints, prefix, name): where a DEL looks for queued ADDs of its container. */
+  readonly #batchersOfPool = new Map<string, Set<Batcher>>();
+  /** (pool, containerId, ifname) → the ADDs of it not yet answered (queued or in flight). */
+  readonly #pendingAdds = new Map<string, Set<Promise<unknown>>>();
   #closed = false;
 
   constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery) {
@@ -371,7 +414,14 @@ export class PoolSessions implements PoolHooks {
     return [...this.#batchers.values()].map((b) => [...b.sizes]);
   }
 
-  async add(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[]> {
+  /**
+   * ADD, batched with the node's other ADDs of `conf`. `signal` (optional): when it has aborted
+   * by the time the request's batch is taken (its client went away), the request is not sent
+   * and fails `STORE_CONFLICT`. A DEL of the same (pool, containerId, ifname) that arrives while
+   * this ADD is queued takes it out of the queue (rejected `STORE_CONFLICT`); one in flight is
+   * waited for by the DEL ({@link del}).
+   */
+  async add(conf: IPAMConfig, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
     const pool = conf.pool as PoolConfig;
     const node = resolveNodeName(pool, this.#env);
     const kv = this.#kv(pool);
@@ -381,9 +431,27 @@ export class PoolSessions implements PoolHooks {
       const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
       b = new Batcher(alloc);
       this.#batchers.set(key, b);
+      const pk = poolKey(pool);
+      let set = this.#batchersOfPool.get(pk);
+      if (set === undefined) this.#batchersOfPool.set(pk, (set = new Set()));
+      set.add(b);
       this.#startHeartbeat(kv, pool, node, alloc);
     }
-    return b.submit(req);
+    const p = b.submit(req, signal);
+    // Remember it until answered, so a DEL of the same container is ordered after it (review F4).
+    const ak = attachmentKey(pool, req);
+    let pend = this.#pendingAdds.get(ak);
+    if (pend === undefined) this.#pendingAdds.set(ak, (pend = new Set()));
+    const settled = p.then(
+      () => undefined,
+      () => undefined,
+    );
+    pend.add(settled);
+    void settled.then(() => {
+      pend.delete(settled);
+      if (pend.size === 0 && this.#pendingAdds.get(ak) === pend) this.#pendingAdds.delete(ak);
+    });
+    return p;
   }
 
   /**
@@ -413,10 +481,22 @@ export class PoolSessions implements PoolHooks {
     this.#startHeartbeat(kv, pool, node, allocatorFor(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
   }
 
+  /**
+   * DEL, ordered after every ADD of the same (pool, containerId, ifname) this daemon has not
+   * answered yet (review F4: otherwise a DEL that overtakes a queued or in-flight ADD answers
+   * "nothing held", then the ADD commits and its address leaks): a queued ADD is taken out of the
+   * queue (the runtime gave up on it: it only sends a DEL after the ADD's answer or its
+   * deadline), one in flight is waited for (whatever its outcome), then the release runs.
+   */
   async del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
     const pool = id.pool as PoolConfig;
     const node = delNodeName(pool, this.#env);
-    return allocatorFor(this.#kv(pool), pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
+    const kv = this.#kv(pool);
+    const why = `ADD of ${req.containerId.trim()}/${req.ifname} cancelled: a DEL of the same container came first`;
+    for (const b of this.#batchersOfPool.get(poolKey(pool)) ?? []) b.cancel(req, why);
+    const pend = this.#pendingAdds.get(attachmentKey(pool, req));
+    if (pend !== undefined) await Promise.all([...pend]);
+    return allocatorFor(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
   }
 
   async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {

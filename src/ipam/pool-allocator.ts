@@ -44,6 +44,13 @@ export const POOL_VALUE_VERSION = 1;
 export const MAX_ATTEMPTS = 16;
 /** How many free blocks a node chooses among (by its name's hash) when it claims one. */
 export const CLAIM_SPREAD = 16;
+/**
+ * Lifetime of a DEL's tombstone handle, seconds (its lease; a leader change on etcd 3.4 only
+ * makes it longer). A late transaction lands within seconds of its sender giving up (etcd
+ * applies or drops a proposal within its request timeout, 5 s per call here): 10 minutes is
+ * a wide margin.
+ */
+export const TOMBSTONE_TTL_SECONDS = 600;
 /** Most requests batched into one transaction (each costs 2 ops; etcd allows 128 per txn). */
 export const MAX_BATCH = 24;
 
@@ -86,6 +93,14 @@ export interface HandleValue {
   network: string;
   at: number;
   ips: HandleIP[];
+  /**
+   * True for a tombstone (`"deleted":true`, `ips` empty): written by a DEL that found no handle,
+   * so a late ADD transaction (sent by a process that gave up, applied by etcd after the DEL)
+   * fails its create-only compare instead of leaking (review F4). A fresh ADD overwrites it by
+   * comparing its revision; it is put with a lease of {@link TOMBSTONE_TTL_SECONDS} when the KV
+   * has leases. Never an allocation: find, handlesOf and `--finish` skip it.
+   */
+  deleted?: true;
 }
 
 /** One address handed to a container. */
@@ -137,6 +152,12 @@ export interface PoolAllocatorOptions {
    * one per pool and node, so its DELs keep its ADDs' cache current). Default: this allocator's own.
    */
   readonly cache?: BlockCache;
+  /**
+   * Grants the lease a DEL's tombstone handle is put with ({@link HandleValue.deleted}); default
+   * none (the tombstone stays until an ADD of that container overwrites it). The plugin passes
+   * `grantLease(TOMBSTONE_TTL_SECONDS)` of its etcd client.
+   */
+  readonly tombstoneLease?: () => Promise<string>;
 }
 
 /** One cached block: its CIDR, its value and the revision it has in etcd. */
@@ -226,6 +247,7 @@ export function decodeHandle(e: KVEntry): HandleValue {
   if (typeof r['network'] !== 'string') throw corrupt(e.key, '"network" must be a string');
   if (typeof r['at'] !== 'number') throw corrupt(e.key, '"at" must be a number');
   if (!Array.isArray(r['ips'])) throw corrupt(e.key, '"ips" must be an array');
+  if (r['deleted'] !== undefined && (r['deleted'] !== true || r['ips'].length !== 0)) throw corrupt(e.key, '"deleted" must be true, with "ips" empty');
   const ips: HandleIP[] = r['ips'].map((x: unknown, i: number) => {
     const o = x as Record<string, unknown> | null;
     if (typeof o !== 'object' || o === null) throw corrupt(e.key, `ips[${i}] must be an object`);
@@ -235,7 +257,7 @@ export function decodeHandle(e: KVEntry): HandleValue {
     if (!isNat(o['ordinal']) || !isNat(o['seq']) || !isNat(o['rangeSet'])) throw corrupt(e.key, `ips[${i}]: "ordinal", "seq" and "rangeSet" must be non-negative integers`);
     return { ip: o['ip'] as string, block: o['block'], ordinal: o['ordinal'], seq: o['seq'], rangeSet: o['rangeSet'] };
   });
-  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips };
+  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips, ...(r['deleted'] === true ? { deleted: true as const } : {}) };
 }
 
 /** The CIDR text of a block key (`10.80.0.64-26` → `10.80.0.64/26`), or null. */
@@ -432,15 +454,18 @@ export class PoolAllocator {
       const ops: KVOp[] = [];
       const firstOf = new Map<string, number>();
       const pending: number[] = [];
+      /** Handle key → revision of the DEL's tombstone there (a fresh ADD overwrites it by that revision). */
+      const tombstones = new Map<string, string>();
       for (let i = 0; i < reqs.length; i++) {
         const r = reqs[i] as PoolRequest;
         const h = handles[i];
         const hk = this.handleKey(r.containerId.trim(), r.ifname);
-        if (h !== null && h !== undefined) {
+        if (h !== null && h !== undefined && h.value.deleted !== true) {
           results[i] = await this.#existing(h.value, blocks, r, hk);
         } else if (!firstOf.has(hk)) {
           firstOf.set(hk, i);
           pending.push(i);
+          if (h !== null && h !== undefined) tombstones.set(hk, h.entry.modRevision);
         }
       }
       let mineComplete = false;
@@ -551,7 +576,8 @@ export class PoolAllocator {
             at: this.#now(),
             ips: got.map((g, k) => ({ ip: formatIP((allocs[k] as PoolAllocation).ip), block: g.b.key, ordinal: g.o, seq: (allocs[k] as PoolAllocation).seq, rangeSet: g.rs })),
           };
-          compares.push({ key: hk, absent: true });
+          const tomb = tombstones.get(hk);
+          compares.push(tomb === undefined ? { key: hk, absent: true } : { key: hk, modRevision: tomb });
           ops.push({ put: hk, value: JSON.stringify(hv) });
         }
         for (const b of blocks.values()) {
@@ -569,7 +595,7 @@ export class PoolAllocator {
       }
       // Nothing to write unless some request got its addresses: an ADD that failed (a full range
       // set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.
-      const anyHandle = compares.some((c) => 'absent' in c && c.key.startsWith(`${this.#base}/handles/`));
+      const anyHandle = compares.some((c) => c.key.startsWith(`${this.#base}/handles/`));
       // A failure decided on cached blocks (a full range set) may be stale: decide it on fresh reads.
       if (cached !== null && results.some((r) => r instanceof AppError)) {
         this.#cache = null;
@@ -661,7 +687,7 @@ export class PoolAllocator {
    */
   async find(req: PoolRequest): Promise<PoolAllocation[] | null> {
     const h = await this.#handle(req);
-    if (h === null) return null;
+    if (h === null || h.value.deleted === true) return null;
     return this.#existing(h.value, new Map(), req, h.entry.key);
   }
 
@@ -678,7 +704,14 @@ export class PoolAllocator {
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       if (attempt > 0) await this.#o.backoff?.(attempt);
       const h = await this.#handle(req);
-      if (h === null) return [];
+      if (h === null) {
+        // Nothing held: leave a tombstone, so an ADD of this container whose transaction etcd
+        // applies only now (its sender gave up: the runtime's DEL came after an error) fails its
+        // create-only compare instead of holding an address nobody will release (review F4).
+        if (await this.#tombstone(req)) return [];
+        continue; // a handle appeared meanwhile: release it
+      }
+      if (h.value.deleted === true) return [];
       const blocks = new Map<string, Working | null>();
       const released: string[] = [];
       for (const x of h.value.ips) {
@@ -731,6 +764,14 @@ export class PoolAllocator {
       }
     }
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
+  }
+
+  /** Put a tombstone at (containerId, ifname)'s handle key if it is absent; false when a handle exists. */
+  async #tombstone(req: PoolRequest): Promise<boolean> {
+    const hk = this.handleKey(req.containerId.trim(), req.ifname);
+    const lease = this.#o.tombstoneLease === undefined ? undefined : await this.#o.tombstoneLease();
+    const value = JSON.stringify({ v: 1, node: this.#o.node, network: this.#o.network, at: this.#now(), ips: [], deleted: true });
+    return (await this.#o.kv.txn([{ key: hk, absent: true }], [{ put: hk, value, ...(lease === undefined ? {} : { lease }) }])).succeeded;
   }
 
   /**
@@ -887,13 +928,13 @@ export class PoolAllocator {
     const hprefix = `${this.#base}/handles/`;
     for (const e of await kv.list(hprefix)) {
       const h = decodeHandle(e);
-      if (h.node !== target) continue;
+      if (h.node !== target || h.deleted === true) continue;
       const [containerId, ifname] = e.key.slice(hprefix.length).split('/') as [string, string];
       for (let i = 0; i < MAX_ATTEMPTS; i++) {
         const cur = await this.#o.kv.get(e.key);
         if (cur === null) break;
         const hv = decodeHandle(cur);
-        if (hv.node !== target) break;
+        if (hv.node !== target || hv.deleted === true) break;
         const blocks = new Map<string, Working | null>();
         let vetoed = false;
         const freed: string[] = [];
@@ -952,7 +993,7 @@ export class PoolAllocator {
     const out: Array<{ containerId: string; ifname: string; value: HandleValue }> = [];
     for (const e of await this.#o.kv.list(prefix)) {
       const value = decodeHandle(e);
-      if (value.node !== node) continue;
+      if (value.node !== node || value.deleted === true) continue;
       const [containerId, ifname] = e.key.slice(prefix.length).split('/') as [string, string];
       out.push({ containerId, ifname, value });
     }

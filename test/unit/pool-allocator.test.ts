@@ -9,9 +9,9 @@ import assert from 'node:assert/strict';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator, RemovalRefusedError, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { PoolAllocator, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
-import type { KV } from '../../src/store/kv.ts';
+import type { KV, KVCompare, KVOp } from '../../src/store/kv.ts';
 
 const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (ordinals 2–15 allocatable: .0 network, .1 gateway) and 10.80.0.16/28 (16–30). */
@@ -225,6 +225,57 @@ describe('PoolAllocator', () => {
     const a = allocator(kv, 'node-a');
     kv.failNext = 1;
     await assert.rejects(a.add([{ containerId: 'c1', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.cniCode === 11);
+  });
+
+  describe('F4: a DEL that finds no handle leaves a tombstone', () => {
+    it('a late ADD transaction (its sender gave up with code 11) fails against it; a fresh ADD overwrites it; a second DEL writes nothing', async () => {
+      const kv = new MemoryKV();
+      await one(allocator(kv, 'node-a'), 'warm');
+      // The ADD's transaction reaches etcd, but its answer is lost and the process gives up (11);
+      // etcd applies the transaction only later (captured here, applied below).
+      let late: { c: readonly KVCompare[]; o: readonly KVOp[] } | null = null;
+      const lossy: KV = {
+        description: 'lossy',
+        stats: kv.stats,
+        get: (k) => kv.get(k),
+        list: (p, o) => kv.list(p, o),
+        txn: async (c, o) => {
+          late = { c, o };
+          throw new AppError('STORE_UNAVAILABLE', 'etcd: deadline exceeded');
+        },
+        close: () => kv.close(),
+      };
+      const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: SMALL } }), undefined);
+      const gaveUp = new PoolAllocator({ kv: lossy, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 1000 });
+      await assert.rejects(gaveUp.add([{ containerId: 'c2', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE'));
+      // The runtime's DEL finds nothing: it answers [] and leaves a tombstone (with a lease when the KV has leases).
+      const leases: string[] = [];
+      const d = new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 2000, tombstoneLease: async () => {
+        const id = await kv.grantLease(TOMBSTONE_TTL_SECONDS);
+        leases.push(id);
+        return id;
+      } });
+      assert.deepEqual(await d.del({ containerId: 'c2', ifname: 'eth0' }), []);
+      assert.equal(kv.dump()[`${P}/handles/c2/eth0`], '{"v":1,"node":"node-a","network":"net1","at":2000,"ips":[],"deleted":true}');
+      assert.equal(leases.length, 1);
+      // Now etcd applies the late transaction: its create-only compare on the handle fails.
+      const l = late as unknown as { c: readonly KVCompare[]; o: readonly KVOp[] };
+      assert.ok(l.c.some((x) => x.key === `${P}/handles/c2/eth0` && 'absent' in x));
+      assert.equal(kv.apply(l.c, l.o).succeeded, false, 'the late commit does not land');
+      assert.equal((await allocator(kv, 'node-a').find({ containerId: 'c2', ifname: 'eth0' })), null, 'CHECK: a tombstone holds nothing');
+      const puts = kv.stats.puts;
+      assert.deepEqual(await d.del({ containerId: 'c2', ifname: 'eth0' }), []);
+      assert.equal(kv.stats.puts, puts, 'a DEL that finds a tombstone writes nothing');
+      assert.deepEqual(await allocator(kv, 'node-a').handlesOf('node-a').then((h) => h.map((x) => x.containerId)), ['warm']);
+      // A fresh ADD of that container (a runtime retrying with the same ID) overwrites the tombstone by its revision.
+      assert.equal(await one(allocator(kv, 'node-a'), 'c2'), '10.80.0.17');
+      assert.equal(JSON.parse(kv.dump()[`${P}/handles/c2/eth0`] as string).deleted, undefined);
+    });
+    it('a tombstone value that is not exactly {"deleted":true,"ips":[]} is STORE_CORRUPT', async () => {
+      const kv = new MemoryKV();
+      kv.apply([], [{ put: `${P}/handles/c9/eth0`, value: '{"v":1,"node":"node-a","network":"net1","at":1,"ips":[],"deleted":1}' }]);
+      await assert.rejects(allocator(kv, 'node-a').del({ containerId: 'c9', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/handles/c9/eth0: "deleted" must be true, with "ips" empty`);
+    });
   });
 
   describe('F3: an ADD racing a DEL of the same node that gives a block back', () => {
