@@ -210,7 +210,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(unknown.stderr, `ipwarden: pool nope has no data in etcd ${(cluster as EtcdCluster).endpoints.join(',')} under ${p} (no ${p}/pools/nope/meta key: never used)\n`);
   });
 
-  it('pool remove-node on a node that is merely partitioned, then returns: its next ADD vetoes, --finish releases nothing, no duplicate', () => {
+  it('pool remove-node on a node that is merely partitioned, then returns: its next ADD vetoes, --finish refuses (exit 1), no duplicate', () => {
     const p = prefix();
     assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
     const mark = cli(p, 'remove-node', 'node-a', '--json');
@@ -221,9 +221,19 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     // node-a returns: its ADD vetoes the removal.
     assert.equal(address(add(conf(p), 'c3', 'node-a')), '10.81.0.17/27');
     const fin = cli(p, 'remove-node', 'node-a', '--finish', '--json');
-    assert.equal(fin.status, 0, fin.stderr);
-    assert.deepEqual(JSON.parse(fin.stdout), { version: 1, node: 'node-a', released: [], deletedBlocks: [], keptBlocks: ['10.81.0.16-28'] });
+    assert.deepEqual([fin.status, fin.stdout, fin.stderr], [1, '', `ipwarden: node node-a is not marked for removal in pool bbpool (no ${p}/pools/bbpool/removing/node-a): run remove-node without --finish first, or it vetoed (it is back)\n`]);
     assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27', 'c1 still holds its address');
+  });
+
+  it('pool remove-node --finish without step 1 refuses (exit 1) and releases nothing, also a node holding only borrowed addresses (review F1b)', async () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    assert.equal(address(add(conf(p), 'c2', 'node-b')), '10.81.0.2/27');
+    assert.equal(address(add(conf(p), 'c3', 'node-c')), '10.81.0.3/27', 'node-c: no free block, it borrows (in node-b\'s block)');
+    const before = (await (kv as EtcdKV).list(`${p}/`)).map((e) => `${e.key}@${e.modRevision}`);
+    const fin = cli(p, 'remove-node', 'node-c', '--finish');
+    assert.deepEqual([fin.status, fin.stdout, fin.stderr], [1, '', `ipwarden: node node-c is not marked for removal in pool bbpool (no ${p}/pools/bbpool/removing/node-c): run remove-node without --finish first, or it vetoed (it is back)\n`]);
+    assert.deepEqual((await (kv as EtcdKV).list(`${p}/`)).map((e) => `${e.key}@${e.modRevision}`), before, 'nothing written');
   });
 
   it('pool remove-node of a node that is gone: refused while its heartbeat is live; --finish releases its addresses and frees its block', async () => {
