@@ -32,7 +32,7 @@
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, parseIP, type IP, type Subnet } from '../common/ip.ts';
 import { CNI_NAME_RE } from '../common/names.ts';
-import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
+import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
 import { RangeExhaustedError } from './allocator.ts';
 import { blockAddresses, blockCidrText, blockKeyText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './pool-blocks.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from './range.ts';
@@ -601,6 +601,13 @@ export class PoolAllocator {
         this.#cache = null;
         continue;
       }
+      // etcd refuses a transaction of more than 128 compares + ops (`--max-txn-ops`): with small
+      // blocks (/31, /32) a batch claims a block per request. Split the batch in halves (the
+      // halves re-read; nothing was written) instead of failing it as a whole (review).
+      if (anyHandle && reqs.length > 1 && compares.length + ops.length + 1 > MAX_TXN_OPS) {
+        const half = Math.ceil(reqs.length / 2);
+        return [...(await this.add(reqs.slice(0, half))), ...(await this.add(reqs.slice(half)))];
+      }
       if (anyHandle) {
         // No ADD of this node commits while a removal of it is begun (review F2): the marker's
         // absence is compared inside the transaction, so a stale cache cannot skip the veto.
@@ -741,10 +748,13 @@ export class PoolAllocator {
           const same = mineByRs.get(b.value.rangeSet) ?? [];
           const ak = this.affinityKey(this.#o.node, b.key);
           const aff = same.find((e) => e.key === ak);
-          if (same.length > 1 && aff !== undefined) {
-            // Empty and not the node's last block of this range set: give it back to the pool.
+          const kept = same.find((e) => e !== aff);
+          if (kept !== undefined && aff !== undefined) {
+            // Empty and not the node's last block of this range set: give it back to the pool —
+            // provided the block we keep is still there (compared), so two DELs of the node that
+            // each empty one of its last two blocks cannot give back both (review).
             mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
-            compares.push({ key: ak, modRevision: aff.modRevision });
+            compares.push({ key: ak, modRevision: aff.modRevision }, { key: kept.key, modRevision: kept.modRevision });
             ops.push({ delete: bk }, { delete: ak });
             continue;
           }

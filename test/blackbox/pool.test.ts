@@ -135,7 +135,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
 
   it('bad configs and node names: code 7, exact messages', () => {
     const p = prefix();
-    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 19 }), 'c1', 'node-a')), { code: 7, msg: 'ipam.pool.blockSize must be an integer from 20 to 32, got 19' });
+    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 19 }), 'c1', 'node-a')), { code: 7, msg: 'ipam.pool.blockSize must be an integer from 24 to 32, got 19' });
     assert.deepEqual(cniError(add(conf(p, {}, { etcd: { endpoints: ['127.0.0.1:2379'] } }), 'c1', 'node-a')), {
       code: 7,
       msg: 'ipam.pool.etcd.endpoints[0] must be http://HOST:PORT or https://HOST:PORT, got "127.0.0.1:2379"',

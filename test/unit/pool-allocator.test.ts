@@ -227,6 +227,46 @@ describe('PoolAllocator', () => {
     await assert.rejects(a.add([{ containerId: 'c1', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.cniCode === 11);
   });
 
+  it('a batch that would exceed etcd\'s 128 txn ops (/32 blocks: a claim per request) is split, not failed with INTERNAL', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a', [[{ subnet: '10.80.1.0/24' }]], 32);
+    const rs = await a.add(Array.from({ length: 24 }, (_, i) => ({ containerId: `c${i}`, ifname: 'eth0' })));
+    const got = rs.map((r) => ips(r as PoolAllocation[])[0]);
+    assert.equal(new Set(got).size, 24);
+    // 24 claims × 6 compares + ops + the marker compare = 145 > 128: halves of 12 (73 each), each one transaction (+ meta).
+    assert.deepEqual({ txns: kv.stats.txns, ok: kv.stats.txnsSucceeded }, { txns: 3, ok: 3 });
+  });
+
+  it('two DELs of one node that each empty one of its last two blocks give back only one (the kept block is compared)', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    for (let i = 0; i < 15; i++) await one(a, `c${i}`); // 10.80.0.16/28 full
+    assert.equal(await one(a, 'y'), '10.80.0.2'); // second block 10.80.0.0/28
+    for (let i = 1; i < 15; i++) await a.del({ containerId: `c${i}`, ifname: 'eth0' }); // 10.80.0.16/28 holds only c0
+    // Both DELs read everything before either transaction is evaluated (a barrier of two in txn).
+    let arrived = 0;
+    let open: () => void = () => undefined;
+    const barrier = new Promise<void>((r) => (open = r));
+    const racing: KV = {
+      description: 'racing',
+      stats: kv.stats,
+      get: (k) => kv.get(k),
+      list: (p, o) => kv.list(p, o),
+      txn: async (c, o) => {
+        if (++arrived === 2) open();
+        if (arrived <= 2) await barrier;
+        return kv.txn(c, o);
+      },
+      close: () => kv.close(),
+    };
+    const mk = () => new PoolAllocator({ kv: racing, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 } });
+    const [r1, r2] = await Promise.all([mk().del({ containerId: 'c0', ifname: 'eth0' }), mk().del({ containerId: 'y', ifname: 'eth0' })]);
+    assert.deepEqual([r1, r2], [['10.80.0.16'], ['10.80.0.2']]);
+    const left = Object.keys(kv.dump()).filter((k) => k.startsWith(`${P}/nodes/node-a/blocks/`));
+    assert.equal(left.length, 1, `node-a keeps one block, got ${JSON.stringify(left)}`);
+    assert.ok(kv.dump()[`${P}/blocks/${(left[0] as string).split('/').pop() as string}`] !== undefined, 'and its block key');
+  });
+
   describe('F4: a DEL that finds no handle leaves a tombstone', () => {
     it('a late ADD transaction (its sender gave up with code 11) fails against it; a fresh ADD overwrites it; a second DEL writes nothing', async () => {
       const kv = new MemoryKV();
