@@ -116,6 +116,27 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.deepEqual(cniError(missing), { code: 999, msg: 'ipwarden: Failed to find address added by container c1' });
   });
 
+  it('a DEL that finds no handle leaves a leased tombstone: a late ADD transaction fails on it, a fresh ADD overwrites it (review F4)', async () => {
+    const p = prefix();
+    const hk = `${p}/pools/bbpool/handles/ghost/eth0`;
+    const d = del(conf(p), 'ghost', 'node-a');
+    assert.deepEqual([d.exitCode, d.stdout], [0, '']);
+    const t = await (kv as EtcdKV).get(hk);
+    assert.deepEqual(JSON.parse(t?.value ?? 'null'), { v: 1, node: 'node-a', network: 'poolnet', at: JSON.parse(t?.value ?? '{}').at, ips: [], deleted: true });
+    // Put with a lease of 600 s (etcdctl shows the key's lease and its granted TTL).
+    const ctl = (...a: string[]) => spawnSync('/usr/bin/etcdctl', ['--endpoints', (cluster as EtcdCluster).endpoints.join(','), ...a], { encoding: 'utf8', env: { ...process.env, ETCDCTL_API: '3' } });
+    // (the lease ID is an int64: read it as text, JSON numbers lose its low bits)
+    const lease = BigInt(/"lease":([0-9]+)/.exec(ctl('get', hk, '-w', 'json').stdout)?.[1] ?? '0');
+    assert.ok(lease > 0n, 'the tombstone has a lease');
+    assert.match(ctl('lease', 'timetolive', lease.toString(16)).stdout, /granted with TTL\(600s\)/);
+    // What a late ADD transaction of ghost (sent before the DEL, applied by etcd after it) compares: the handle absent.
+    assert.equal((await (kv as EtcdKV).txn([{ key: hk, absent: true }], [{ put: hk, value: '{"late":true}' }])).succeeded, false);
+    assert.deepEqual(cniError(runCni(standalonePlugin(), { command: 'CHECK', containerId: 'ghost', ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: 'node-a' } })), { code: 999, msg: 'ipwarden: Failed to find address added by container ghost' });
+    assert.equal(address(add(conf(p), 'ghost', 'node-a')), '10.81.0.16/27', 'a fresh ADD overwrites the tombstone');
+    assert.equal(del(conf(p), 'ghost', 'node-a').exitCode, 0);
+    assert.equal(await (kv as EtcdKV).get(hk), null);
+  });
+
   it('through the shim (the daemon in the daemon pass): ADD, repeated ADD, DEL', () => {
     const p = prefix();
     const bin = installedPlugin();
