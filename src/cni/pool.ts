@@ -23,8 +23,13 @@ import { EtcdKV } from '../store/etcd/etcd-kv.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
 export interface PoolHooks {
-  /** ADD: the container's addresses, one per range set (existing ones on a repeated ADD). Throws AppErrors. */
-  add(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[]>;
+  /**
+   * ADD: the container's addresses, one per range set (existing ones on a repeated ADD). Throws
+   * AppErrors. `signal` (optional): aborted when the client has gone; the daemon's sessions then
+   * do not send a request still queued (the standalone plugin ignores it: its client is its
+   * parent process).
+   */
+  add(conf: IPAMConfig, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]>;
   /** DEL: release by owner; idempotent. Returns the released addresses. */
   del(id: NetworkIdentity, req: PoolRequest): Promise<string[]>;
   /** CHECK: the container's allocations, or null when it has none. */

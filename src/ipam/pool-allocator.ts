@@ -787,8 +787,9 @@ export class PoolAllocator {
   /**
    * Release one address only if its allocation still has sequence number `seq` and owner
    * (containerId, ifname) — the reconciler's guard against a stale view (Calico's per-ordinal
-   * sequence numbers). Returns false when the address is free or re-allocated since (`seq`
-   * differs). Does not touch the handle's other addresses; deletes the handle when it held only
+   * sequence numbers). Returns false when the address is not held by that owner with that `seq`
+   * (free, re-allocated since, or released by an earlier attempt of the caller whose answer was
+   * lost: false means "not held", not "not released by this call"). Does not touch the handle's other addresses; deletes the handle when it held only
    * this one.
    */
   async releaseIfSeq(ip: string, seq: number, owner: PoolRequest): Promise<boolean> {
