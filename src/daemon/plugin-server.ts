@@ -133,8 +133,9 @@ export interface PluginServerOptions {
   readonly requestTimeoutSeconds?: number;
   readonly hooks?: PluginServerHooks;
   /**
-   * Which paths are the host's (default {@link hostView}(): in the host's mount namespace, all).
-   * A request whose data directory or `resolvConf` is not is declined (see {@link DeclinedEvent}).
+   * Which paths the requester (the shim's pid) sees as the daemon does (default {@link hostView}():
+   * in the requester's mount namespace, all). A request whose data directory or `resolvConf` is
+   * not the same file for both is declined (see {@link DeclinedEvent}).
    */
   readonly hostView?: HostView;
   /**
@@ -408,7 +409,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     const h = heal({ env: req.env, pid: req.pid });
     /** Throw (and mark the request declined) unless `path` is the host's file in our view. */
     const hostOnly = (path: string): void => {
-      const why = conn.declined ?? view.notHostPath(path);
+      const why = conn.declined ?? view.notHostPath(path, req.pid);
       if (why === null) return;
       conn.declined = why;
       throw new DeclinedError(why);
