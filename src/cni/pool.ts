@@ -270,6 +270,8 @@ function settle(batch: readonly Waiter[], results: ReadonlyArray<PoolAllocation[
 
 /** TTL of a node's heartbeat lease, seconds (renewed every third of it). */
 export const HEARTBEAT_TTL_SECONDS = 30;
+/** Period of the extra beats while beats fail, milliseconds. */
+export const HEARTBEAT_RETRY_MS = 1000;
 
 /** Schedules `fn` every `ms` milliseconds; returns the cancel function (injected in tests). */
 export type Every = (fn: () => void, ms: number) => () => void;
@@ -286,6 +288,10 @@ const realEvery: Every = (fn, ms) => {
  * long pause, a partition) a new one is granted and the key put again. A heartbeat is only a hint
  * that the node may be alive (it is what `pool remove-node` refuses to override without
  * `--force`); no allocation ever reads it. Its failures never fail a request: they are counted.
+ * While beats fail (etcd unreachable: a partition) it also beats every
+ * {@link HEARTBEAT_RETRY_MS}, so a node whose partition heals puts its key back and vetoes a
+ * removal begun meanwhile within about a second, not up to a full period later (review F2c).
+ * Beats never overlap (a beat due while one runs is skipped).
  */
 export class Heartbeat {
   readonly #kv: KV & Leases;
@@ -294,6 +300,8 @@ export class Heartbeat {
   readonly #every: Every;
   #lease: string | null = null;
   #cancel: (() => void) | null = null;
+  #cancelRetry: (() => void) | null = null;
+  #beating = false;
   #stopped = false;
   readonly #onBeat: (() => Promise<unknown>) | null;
   /** Renewals and grants that failed (etcd unreachable); the next beat tries again. */
@@ -323,7 +331,27 @@ export class Heartbeat {
 
   /** One beat: renew the lease, or (none yet, or expired) grant one and put the key with it. */
   async beat(): Promise<void> {
-    if (this.#stopped) return;
+    if (this.#stopped || this.#beating) return;
+    this.#beating = true;
+    try {
+      this.#retrying(!(await this.#beatOnce()));
+    } finally {
+      this.#beating = false;
+    }
+  }
+
+  /** Start (`on`) or stop the fast retries while beats fail. */
+  #retrying(on: boolean): void {
+    if (on && this.#cancelRetry === null && !this.#stopped) this.#cancelRetry = this.#every(() => void this.beat(), HEARTBEAT_RETRY_MS);
+    if (!on && this.#cancelRetry !== null) {
+      this.#cancelRetry();
+      this.#cancelRetry = null;
+    }
+  }
+
+  /** Renew or grant, then `onBeat`; true when both worked. */
+  async #beatOnce(): Promise<boolean> {
+    let ok = true;
     try {
       if (this.#lease === null || (await this.#kv.keepAlive(this.#lease)) <= 0) {
         const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
@@ -332,13 +360,16 @@ export class Heartbeat {
       }
     } catch {
       this.failures++;
+      ok = false;
     }
-    if (this.#onBeat === null || this.#stopped) return;
+    if (this.#onBeat === null || this.#stopped) return ok;
     try {
       await this.#onBeat();
     } catch {
       this.vetoFailures++;
+      ok = false;
     }
+    return ok;
   }
 
   /** Stop renewing and revoke the lease (the key goes). Idempotent; best effort. */
@@ -346,6 +377,8 @@ export class Heartbeat {
     if (this.#stopped) return;
     this.#stopped = true;
     this.#cancel?.();
+    this.#cancelRetry?.();
+    this.#cancelRetry = null;
     if (this.#lease !== null) await this.#kv.revokeLease(this.#lease).catch(() => undefined);
   }
 }

@@ -13,7 +13,7 @@ import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import type { KVCompare, KVOp, KVTxnResult } from '../../src/store/kv.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { backoffMs, Heartbeat, HEARTBEAT_TTL_SECONDS, PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
+import { backoffMs, Heartbeat, HEARTBEAT_RETRY_MS, HEARTBEAT_TTL_SECONDS, PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 
@@ -93,6 +93,37 @@ async function until(cond: () => boolean, what: string): Promise<void> {
   for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setImmediate(r));
   assert.ok(cond(), what);
 }
+
+describe('Heartbeat while etcd is unreachable (review F2c)', () => {
+  it('a failed beat adds a beat every HEARTBEAT_RETRY_MS until one works (key back, veto run), then only the period is left', async () => {
+    const kv = new MemoryKV();
+    const timers = new Map<number, { fn: () => void; ms: number }>();
+    let id = 0;
+    const every = (fn: () => void, ms: number) => {
+      const k = ++id;
+      timers.set(k, { fn, ms });
+      return () => void timers.delete(k);
+    };
+    let vetoes = 0;
+    const hb = new Heartbeat(kv, '/p/alive/n1', 'n1', () => 7, every, async () => void vetoes++);
+    await hb.start();
+    assert.deepEqual([...timers.values()].map((t) => t.ms), [(HEARTBEAT_TTL_SECONDS * 1000) / 3]);
+    assert.equal(vetoes, 1, 'the first beat runs the veto');
+    kv.expireLease('4097');
+    kv.failNext = 1; // the partition: the renewal fails
+    await hb.beat();
+    assert.equal(hb.failures, 1);
+    assert.deepEqual([...timers.values()].map((t) => t.ms).sort((a, b) => a - b), [HEARTBEAT_RETRY_MS, (HEARTBEAT_TTL_SECONDS * 1000) / 3]);
+    assert.equal(kv.dump()['/p/alive/n1'], undefined);
+    // The partition heals: the next fast beat puts the key back, runs the veto, and stops the fast beats.
+    const fast = [...timers.values()].find((t) => t.ms === HEARTBEAT_RETRY_MS) as { fn: () => void };
+    fast.fn();
+    await until(() => kv.dump()['/p/alive/n1'] !== undefined && vetoes === 3, 'key back and veto run');
+    await until(() => timers.size === 1, 'the fast beats stop');
+    await hb.stop();
+    assert.equal(timers.size, 0);
+  });
+});
 
 describe('PoolSessions: a DEL is ordered after the same container\'s pending ADD (memory KV; review F4)', () => {
   const conf = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.82.0.0/24' }]], pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'] } } } }), undefined);
