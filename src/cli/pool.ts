@@ -110,8 +110,8 @@ export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliCon
       const marked = await op.markForRemoval(node, { force: opts.force === true });
       if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked })}\n`);
       else {
-        ctx.stdout(`${marked.length} block${marked.length === 1 ? '' : 's'} of ${node} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
-        if (marked.length > 0) ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone, run again with --finish\n`);
+        ctx.stdout(`removal of ${node} begun (${op.removingKey(node)}); ${marked.length} block${marked.length === 1 ? '' : 's'} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
+        ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone, run again with --finish\n`);
       }
       return 0;
     }

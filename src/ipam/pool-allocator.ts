@@ -622,6 +622,9 @@ export class PoolAllocator {
         if (mineComplete) this.#remember(blocks, t.revision);
       } else if (cached === null && mineComplete) {
         this.#remember(blocks, null);
+        // An ADD that sent nothing (every request failed: a full pool) is still a sign of life:
+        // veto a removal begun (one read, on this failure path only).
+        if (pending.length > 0) await this.vetoIfMarked();
       }
       // Duplicates inside the batch get the first one's answer.
       return reqs.map((r, i) => {
@@ -761,7 +764,11 @@ export class PoolAllocator {
         }
         ops.push({ put: bk, value: JSON.stringify(b.value) });
       }
+      // A DEL of this node is a sign of life too: it commits only while no removal of the node
+      // is begun, else it vetoes and decides again (the same one compare as an ADD's).
+      compares.push({ key: this.removingKey(this.#o.node), absent: true });
       const t = await kv.txn(compares, ops);
+      if (!t.succeeded && (await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
       if (t.succeeded) {
         // Blocks this DEL deleted leave the cache; those it wrote get the new revision.
         if (this.#cache !== null) {

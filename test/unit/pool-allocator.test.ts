@@ -414,6 +414,28 @@ describe('PoolAllocator', () => {
       assert.deepEqual((await (t as PoolAllocator).find({ containerId: 'tAfterReturn', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [again]);
     });
 
+    it('a DEL of the node, or an ADD that fails on a full pool, vetoes too (signs of life)', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const b = allocator(kv, 'node-b');
+      const op = allocator(kv, 'operator');
+      await one(a, 'c1');
+      await one(a, 'c2');
+      await op.markForRemoval('node-a');
+      assert.deepEqual(await a.del({ containerId: 'c2', ifname: 'eth0' }), ['10.80.0.17']);
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the DEL vetoed');
+      assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'owned');
+      // A full pool: node-a's ADD sends no transaction, but still vetoes.
+      for (let i = 0; i < 14; i++) await one(b, `b${i}`);
+      for (let i = 3; i < 17; i++) await one(a, `a${i}`);
+      const [full] = await a.add([{ containerId: 'late', ifname: 'eth0' }]);
+      assert.ok(full instanceof AppError, 'the pool is full');
+      await op.markForRemoval('node-a');
+      const [again] = await allocator(kv, 'node-a').add([{ containerId: 'late', ifname: 'eth0' }]);
+      assert.ok(again instanceof AppError);
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the failed ADD vetoed');
+    });
+
     it('F1b: --finish without step 1 refuses and releases nothing (a node with no block of its own)', async () => {
       const kv = new MemoryKV();
       const R = [[{ subnet: '10.80.0.0/26' }]];
