@@ -21,7 +21,7 @@
  * Exit status: 0; 1 on an etcd or data error or a refusal; 2 usage error.
  */
 import { AppError, UsageError } from '../common/errors.ts';
-import { PoolAllocator, RemovalRefusedError } from '../ipam/pool-allocator.ts';
+import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError } from '../ipam/pool-allocator.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import { poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
 import { etcdFor, resolveNodeName } from '../cni/pool.ts';
@@ -107,11 +107,11 @@ export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliCon
     // The operator acts as no node: it never allocates, so the allocator needs no ranges.
     const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
     if (opts.finish !== true) {
-      const marked = await op.markForRemoval(node, { force: opts.force === true });
+      const marked = await op.markForRemoval(node, { force: opts.force === true, windowLease: () => kv.grantLease(REMOVAL_WINDOW_SECONDS) });
       if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked })}\n`);
       else {
         ctx.stdout(`removal of ${node} begun (${op.removingKey(node)}); ${marked.length} block${marked.length === 1 ? '' : 's'} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
-        ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone, run again with --finish\n`);
+        ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone (and at least ${REMOVAL_WINDOW_SECONDS} s from now), run again with --finish\n`);
       }
       return 0;
     }

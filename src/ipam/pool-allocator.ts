@@ -51,6 +51,12 @@ export const CLAIM_SPREAD = 16;
  * a wide margin.
  */
 export const TOMBSTONE_TTL_SECONDS = 600;
+/**
+ * The least veto window of `pool remove-node`, seconds: `--finish` refuses until this long after
+ * step 1 (2 heartbeat TTLs: a node's daemon reachable in that time has beaten, and vetoed, at
+ * least five times).
+ */
+export const REMOVAL_WINDOW_SECONDS = 60;
 /** Most requests batched into one transaction (each costs 2 ops; etcd allows 128 per txn). */
 export const MAX_BATCH = 24;
 
@@ -190,6 +196,10 @@ function heartbeatRefusal(pool: string, node: string, key: string, finish = fals
   return new RemovalRefusedError(
     `node ${node} has a live heartbeat in pool ${pool} (${key}): it is not gone; stop its daemon first${finish ? ' (--finish never overrides a heartbeat)' : ', or pass --force if you are sure'}`,
   );
+}
+
+function windowRefusal(pool: string, node: string, key: string): RemovalRefusedError {
+  return new RemovalRefusedError(`the veto window of node ${node}'s removal from pool ${pool} has not passed (${key} exists until its ${REMOVAL_WINDOW_SECONDS} s lease expires): try --finish again later`);
 }
 
 function vetoRefusal(pool: string, node: string, key: string): RemovalRefusedError {
@@ -351,6 +361,16 @@ export class PoolAllocator {
    */
   removingKey(node: string): string {
     return `${this.#base}/removing/${node}`;
+  }
+  /**
+   * Key of the veto window of `node`'s removal (`P/pools/<pool>/removal-window/<node>` →
+   * `{"v":1,"node","at"}`), put by step 1 with a lease of {@link REMOVAL_WINDOW_SECONDS}:
+   * `--finish` refuses while it exists (compared absent in every one of its transactions). A
+   * lease can only outlive its TTL (a leader change on etcd 3.4 restarts it), never expire early,
+   * so its absence proves the window has passed.
+   */
+  windowKey(node: string): string {
+    return `${this.#base}/removal-window/${node}`;
   }
   /** Key of the handle of (containerId, ifname). */
   handleKey(containerId: string, ifname: string): string {
@@ -868,14 +888,15 @@ export class PoolAllocator {
    * Step 1 of `pool remove-node target`: create the marker `removing/<target>` (create-only; an
    * existing marker is kept, so running step 1 again is harmless), then every block of `target`
    * goes `owned → pendingRelease` (a CAS each, also comparing the marker's revision: a veto meanwhile
-   * stops the marking). No new allocation in a marked block, and no ADD of `target` commits
+   * stops the marking). With `windowLease` (the CLI: a lease of {@link REMOVAL_WINDOW_SECONDS})
+   * the window key is put with the marker, and `--finish` refuses until it has expired. No new allocation in a marked block, and no ADD of `target` commits
    * while the marker exists. Unless `force`, the marker is created only if `target`'s heartbeat
    * key is absent (compared in the same transaction).
    * Returns the blocks now pending (also those that already were).
    * @throws RemovalRefusedError when `target` has a heartbeat (without `force`), or it vetoed
    *   during the marking.
    */
-  async markForRemoval(target: string, opts: { readonly force?: boolean } = {}): Promise<string[]> {
+  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: () => Promise<string> } = {}): Promise<string[]> {
     const kv = this.#o.kv;
     const mk = this.removingKey(target);
     let marker: KVEntry | null = null;
@@ -884,7 +905,10 @@ export class PoolAllocator {
       if (marker !== null) break;
       const compares: KVCompare[] = [{ key: mk, absent: true }];
       if (opts.force !== true) compares.push({ key: this.aliveKey(target), absent: true });
-      if (!(await kv.txn(compares, [{ put: mk, value: JSON.stringify({ v: 1, node: target, at: this.#now() }) }])).succeeded) {
+      const value = JSON.stringify({ v: 1, node: target, at: this.#now() });
+      const ops: KVOp[] = [{ put: mk, value }];
+      if (opts.windowLease !== undefined) ops.push({ put: this.windowKey(target), value, lease: await opts.windowLease() });
+      if (!(await kv.txn(compares, ops)).succeeded) {
         if (opts.force !== true && (await kv.get(this.aliveKey(target))) !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target));
       }
     }
@@ -933,14 +957,18 @@ export class PoolAllocator {
       throw new RemovalRefusedError(`node ${target} is not marked for removal in pool ${this.#o.pool} (no ${mk}): run remove-node without --finish first, or it vetoed (it is back)`);
     }
     if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
+    const wk = this.windowKey(target);
+    if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk);
     const guard: KVCompare[] = [
       { key: mk, modRevision: marker.modRevision },
       { key: ak, absent: true },
+      { key: wk, absent: true },
     ];
     /** After a failed transaction: a veto or a heartbeat stops everything; else it was another writer. */
     const recheck = async (): Promise<void> => {
       if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
       if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
+      if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk);
     };
     const released: string[] = [];
     const hprefix = `${this.#base}/handles/`;

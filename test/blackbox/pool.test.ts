@@ -271,7 +271,18 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     await (kv as EtcdKV).revokeLease(lease);
     assert.equal(await (kv as EtcdKV).get(ak), null, 'a revoked lease takes its key');
     const mark = cli(p, 'remove-node', 'node-a');
-    assert.deepEqual([mark.status, mark.stdout], [0, `removal of node-a begun (${p}/pools/bbpool/removing/node-a); 1 block marked pendingRelease: 10.81.0.16-28\nif node-a comes back it vetoes this; once it is surely gone, run again with --finish\n`]);
+    assert.deepEqual([mark.status, mark.stdout], [0, `removal of node-a begun (${p}/pools/bbpool/removing/node-a); 1 block marked pendingRelease: 10.81.0.16-28\nif node-a comes back it vetoes this; once it is surely gone (and at least 60 s from now), run again with --finish\n`]);
+    // The veto window: --finish refuses while step 1's leased window key exists.
+    const wk = `${p}/pools/bbpool/removal-window/node-a`;
+    const early = cli(p, 'remove-node', 'node-a', '--finish');
+    assert.deepEqual([early.status, early.stdout, early.stderr], [1, '', `ipwarden: the veto window of node node-a's removal from pool bbpool has not passed (${wk} exists until its 60 s lease expires): try --finish again later\n`]);
+    // Let the window pass: revoke its lease (etcdctl; the lease ID read as text, an int64).
+    const ctl = (...a: string[]) => spawnSync('/usr/bin/etcdctl', ['--endpoints', (cluster as EtcdCluster).endpoints.join(','), ...a], { encoding: 'utf8', env: { ...process.env, ETCDCTL_API: '3' } });
+    const wlease = BigInt(/"lease":([0-9]+)/.exec(ctl('get', wk, '-w', 'json').stdout)?.[1] ?? '0');
+    assert.ok(wlease > 0n, 'the window key has a lease');
+    assert.match(ctl('lease', 'timetolive', wlease.toString(16)).stdout, /granted with TTL\(60s\)/);
+    assert.equal(ctl('lease', 'revoke', wlease.toString(16)).status, 0);
+    assert.equal(await (kv as EtcdKV).get(wk), null);
     const fin = cli(p, 'remove-node', 'node-a', '--finish');
     assert.deepEqual([fin.status, fin.stdout], [0, 'released 1 address of node-a; deleted 1 block(s): 10.81.0.16-28\n']);
     const st = JSON.parse(cli(p, 'status', '--json').stdout) as { nodes: Array<{ node: string }>; rangeSets: Array<{ free: string }> };

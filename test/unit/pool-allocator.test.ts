@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import type { KV, KVCompare, KVOp } from '../../src/store/kv.ts';
 
@@ -434,6 +434,22 @@ describe('PoolAllocator', () => {
       const [again] = await allocator(kv, 'node-a').add([{ containerId: 'late', ifname: 'eth0' }]);
       assert.ok(again instanceof AppError);
       assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the failed ADD vetoed');
+    });
+
+    it('the veto window: --finish refuses until step 1\'s leased window key has expired', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const op = allocator(kv, 'operator');
+      await one(a, 'c1');
+      const leases: string[] = [];
+      await op.markForRemoval('node-a', { windowLease: async () => (leases.push(await kv.grantLease(REMOVAL_WINDOW_SECONDS)), leases[0] as string) });
+      assert.equal(REMOVAL_WINDOW_SECONDS, 60);
+      assert.ok(kv.dump()[`${P}/removal-window/node-a`] !== undefined);
+      const before = kv.dump();
+      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `the veto window of node node-a's removal from pool p1 has not passed (${P}/removal-window/node-a exists until its 60 s lease expires): try --finish again later`);
+      assert.deepEqual(kv.dump(), before);
+      kv.expireLease(leases[0] as string);
+      assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
     });
 
     it('F1b: --finish without step 1 refuses and releases nothing (a node with no block of its own)', async () => {
