@@ -101,6 +101,7 @@ export async function runStatus(opts: PoolOptions, ctx: CliContext): Promise<num
 /** CLI action of `ipwarden pool remove-node NODE`; resolves to the exit status. */
 export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliContext): Promise<number> {
   if (!validNodeName(node)) throw new UsageError(`invalid node name ${JSON.stringify(node)}`);
+  if (opts.finish === true && opts.force === true) throw new UsageError('--force applies to step 1 only: --finish never overrides a live heartbeat');
   const pool = poolFromFlags(opts);
   const kv = etcdFor(pool);
   try {

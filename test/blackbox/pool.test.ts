@@ -272,6 +272,8 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(await (kv as EtcdKV).get(ak), null, 'a revoked lease takes its key');
     const mark = cli(p, 'remove-node', 'node-a');
     assert.deepEqual([mark.status, mark.stdout], [0, `removal of node-a begun (${p}/pools/bbpool/removing/node-a); 1 block marked pendingRelease: 10.81.0.16-28\nif node-a comes back it vetoes this; once it is surely gone (and at least 60 s from now), run again with --finish\n`]);
+    const forced = cli(p, 'remove-node', 'node-a', '--finish', '--force');
+    assert.deepEqual([forced.status, forced.stderr], [2, 'ipwarden: --force applies to step 1 only: --finish never overrides a live heartbeat\n']);
     // The veto window: --finish refuses while step 1's leased window key exists.
     const wk = `${p}/pools/bbpool/removal-window/node-a`;
     const early = cli(p, 'remove-node', 'node-a', '--finish');
