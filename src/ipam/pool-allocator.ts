@@ -192,6 +192,9 @@ export class RemovalRefusedError extends AppError {
   }
 }
 
+/** A read that raced with a writer (not corruption): the caller re-reads and decides again. */
+class LostRace extends Error {}
+
 function heartbeatRefusal(pool: string, node: string, key: string, finish = false): RemovalRefusedError {
   return new RemovalRefusedError(
     `node ${node} has a live heartbeat in pool ${pool} (${key}): it is not gone; stop its daemon first${finish ? ' (--finish never overrides a heartbeat)' : ', or pass --force if you are sure'}`,
@@ -418,14 +421,22 @@ export class PoolAllocator {
     return w;
   }
 
-  /** The allocations a handle names, checked against their blocks (repeated ADD, CHECK). */
-  #existing(h: HandleValue, blocks: Map<string, Working | null>, req: PoolRequest, hkey: string): Promise<PoolAllocation[]> {
+  /**
+   * The allocations a handle names, checked against their blocks (repeated ADD, CHECK). Throws
+   * {@link LostRace} when a block lacks the allocation but the handle changed since it was read
+   * (a release between the two reads: `--finish`, a DEL), STORE_CORRUPT when the handle is
+   * unchanged across a re-read (handle and allocations are written in one transaction, so they
+   * never disagree at one revision).
+   */
+  #existing(h: { entry: KVEntry; value: HandleValue }, blocks: Map<string, Working | null>, req: PoolRequest): Promise<PoolAllocation[]> {
     return Promise.all(
-      h.ips.map(async (x) => {
+      h.value.ips.map(async (x) => {
         const b = await this.#block(x.block, blocks);
         const a = b?.value.allocs[String(x.ordinal)];
         if (b === null || a === undefined || a.seq !== x.seq || a.id !== req.containerId.trim() || a.ifname !== req.ifname) {
-          throw corrupt(hkey, `names ${x.ip} (block ${x.block}, sequence ${x.seq}) but the block holds no such allocation`);
+          const again = await this.#o.kv.get(h.entry.key);
+          if (again === null || again.modRevision !== h.entry.modRevision) throw new LostRace();
+          throw corrupt(h.entry.key, `names ${x.ip} (block ${x.block}, sequence ${x.seq}) but the block holds no such allocation`);
         }
         return this.#allocation(x.rangeSet, b, x.ordinal, a.seq, true);
       }),
@@ -474,6 +485,7 @@ export class PoolAllocator {
       const ops: KVOp[] = [];
       const firstOf = new Map<string, number>();
       const pending: number[] = [];
+      let lostRace = false;
       /** Handle key → revision of the DEL's tombstone there (a fresh ADD overwrites it by that revision). */
       const tombstones = new Map<string, string>();
       for (let i = 0; i < reqs.length; i++) {
@@ -481,7 +493,13 @@ export class PoolAllocator {
         const h = handles[i];
         const hk = this.handleKey(r.containerId.trim(), r.ifname);
         if (h !== null && h !== undefined && h.value.deleted !== true) {
-          results[i] = await this.#existing(h.value, blocks, r, hk);
+          try {
+            results[i] = await this.#existing(h, blocks, r);
+          } catch (e) {
+            if (!(e instanceof LostRace)) throw e;
+            lostRace = true;
+            break;
+          }
         } else if (!firstOf.has(hk)) {
           firstOf.set(hk, i);
           pending.push(i);
@@ -489,7 +507,10 @@ export class PoolAllocator {
         }
       }
       let mineComplete = false;
-      let lostRace = false;
+      if (lostRace) {
+        this.#cache = null;
+        continue;
+      }
       if (pending.length > 0) {
         mineComplete = true;
         // This node's blocks (affinity index), read once per attempt.
@@ -716,9 +737,16 @@ export class PoolAllocator {
    * no handle (CHECK). Throws STORE_CORRUPT when the handle names an allocation its block lacks.
    */
   async find(req: PoolRequest): Promise<PoolAllocation[] | null> {
-    const h = await this.#handle(req);
-    if (h === null || h.value.deleted === true) return null;
-    return this.#existing(h.value, new Map(), req, h.entry.key);
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const h = await this.#handle(req);
+      if (h === null || h.value.deleted === true) return null;
+      try {
+        return await this.#existing(h, new Map(), req);
+      } catch (e) {
+        if (!(e instanceof LostRace)) throw e;
+      }
+    }
+    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reads of ${req.containerId.trim()}/${req.ifname} raced with releases; try again`);
   }
 
   /**

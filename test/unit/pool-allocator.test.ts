@@ -352,6 +352,40 @@ describe('PoolAllocator', () => {
       assert.ok(fired);
       assert.deepEqual(ips(r as PoolAllocation[]), ['10.80.0.2'], 'the ADD claims the given-back block again');
     });
+    it('a CHECK racing the release of its handle (between the handle read and the block read) re-reads: null, not 999', async () => {
+      const kv = new MemoryKV();
+      const d = allocator(kv, 'node-a');
+      await one(d, 'c1');
+      let fired = 0;
+      const racing: KV = {
+        description: 'racing',
+        stats: kv.stats,
+        get: async (key) => {
+          if (fired === 0 && key === `${P}/blocks/10.80.0.16-28`) {
+            fired++;
+            await d.del({ containerId: 'c1', ifname: 'eth0' }); // a release between CHECK's handle read and its block read
+          }
+          return kv.get(key);
+        },
+        list: (p, o) => kv.list(p, o),
+        txn: (c, o) => kv.txn(c, o),
+        close: () => kv.close(),
+      };
+      const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: SMALL } }), undefined);
+      const other = new PoolAllocator({ kv: racing, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 1000 });
+      assert.equal(await other.find({ containerId: 'c1', ifname: 'eth0' }), null, 'CHECK after the release: nothing held');
+      assert.equal(fired, 1);
+    });
+    it('a handle naming an allocation its block lacks, unchanged across a re-read, is still STORE_CORRUPT', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      await one(a, 'c1');
+      const bk = `${P}/blocks/10.80.0.16-28`;
+      const b = JSON.parse(kv.dump()[bk] as string);
+      b.allocs = {};
+      kv.apply([], [{ put: bk, value: JSON.stringify(b) }]);
+      await assert.rejects(a.find({ containerId: 'c1', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/handles/c1/eth0: names 10.80.0.16 (block 10.80.0.16-28, sequence 1) but the block holds no such allocation`);
+    });
     it('an affinity that names a missing block at one revision (unchanged across the re-read) is still STORE_CORRUPT', async () => {
       const kv = new MemoryKV();
       await twoBlocks(kv);
