@@ -243,6 +243,32 @@ describe('PoolSessions on a real etcd', { skip }, () => {
     await cluster?.close();
   });
 
+  it('review F2a on etcd: a daemon whose cached block is full, marked for removal, vetoes with its next ADD; --finish then refuses', async () => {
+    const c = cluster as EtcdCluster;
+    const prefix = `/f2${process.pid}`;
+    const sessions = new PoolSessions({ NODE_NAME: 'node-f' }, (p) => new EtcdKV({ endpoints: p.etcd.endpoints }), () => () => undefined);
+    const direct = new EtcdKV({ endpoints: c.endpoints });
+    try {
+      const conf = loadIPAMConfig(
+        JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.82.1.0/26' }]], pool: { name: 'fp', etcd: { endpoints: c.endpoints, prefix }, blockSize: 28 } } }),
+        undefined,
+      );
+      for (let i = 0; i < 15; i++) await sessions.add(conf, { containerId: `c${i}`, ifname: 'eth0' }); // one /28 full, in the cache
+      const op = new PoolAllocator({ kv: direct, pool: 'fp', prefix, node: 'operator', network: '', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 } });
+      // The daemon's heartbeat exists: an operator overriding it with --force.
+      assert.equal((await op.markForRemoval('node-f', { force: true })).length, 1);
+      const r = await sessions.add(conf, { containerId: 'c15', ifname: 'eth0' }); // claims a second block on cached data: the marker compare fails it, it vetoes
+      assert.equal(r.length, 1);
+      assert.equal(await direct.get(`${prefix}/pools/fp/removing/node-f`), null, 'vetoed: the marker is gone');
+      for (const e of await direct.list(`${prefix}/pools/fp/blocks/`)) assert.equal(JSON.parse(e.value).state, 'owned', e.key);
+      await assert.rejects(op.finishRemoval('node-f'), (e: unknown) => e instanceof Error && e.message.startsWith('node node-f is not marked for removal'));
+      assert.equal((await direct.list(`${prefix}/pools/fp/handles/`, { keysOnly: true })).length, 16);
+    } finally {
+      await sessions.close();
+      await direct.close();
+    }
+  });
+
   it('48 concurrent ADDs of one node: batched into few transactions, every address once; writes per allocation as documented', async () => {
     const c = cluster as EtcdCluster;
     let made: EtcdKV | undefined;
