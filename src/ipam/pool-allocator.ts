@@ -15,7 +15,12 @@
  *   "allocs":{"<ordinal>":{"id","ifname","node","seq","at"}}}`;
  * - `nodes/<node>/blocks/<block>` → `{"v":1,"rangeSet"}` — the affinity index (a node finds its
  *   blocks with one prefix read);
- * - `handles/<containerID>/<ifname>` → `{"v":1,"node","network","at","ips":[{"ip","block","ordinal","seq","rangeSet"}]}`.
+ * - `handles/<containerID>/<ifname>` → `{"v":1,"node","network","at","ips":[{"ip","block","ordinal","seq","rangeSet"}]}`,
+ *   or a DEL's tombstone `{…,"ips":[],"deleted":true}` (leased; a late ADD's create-only compare fails on it);
+ * - `removing/<node>` → `{"v":1,"node","at"}` — `pool remove-node` step 1's marker: no ADD or DEL
+ *   of `node` commits while it exists (they compare it absent, and veto: delete it); every
+ *   `--finish` transaction compares its revision; `removal-window/<node>` (same value, a 60 s
+ *   lease) — `--finish` refuses while it exists.
  *
  * Rules, each enforced inside one etcd transaction by revision compares (never a lock or lease):
  * - claim a block: `blocks/<b>` and `nodes/<me>/blocks/<b>` both absent (`create_revision == 0`);
@@ -351,7 +356,8 @@ export class PoolAllocator {
   /**
    * Key of `node`'s heartbeat (`P/pools/<pool>/alive/<node>` → `{"v":1,"node","since"}`, put with
    * a lease by the node's daemon): present = the node may be alive. Never read to decide an
-   * allocation; only `pool remove-node` refuses to start while it exists.
+   * allocation; `pool remove-node` step 1 compares it absent (unless `--force`) and every
+   * `--finish` transaction compares it absent.
    */
   aliveKey(node: string): string {
     return `${this.#base}/alive/${node}`;
