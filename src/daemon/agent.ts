@@ -10,6 +10,7 @@ import { join, dirname } from 'node:path';
 import { AppError } from '../common/errors.ts';
 import { NetworkIndexes } from '../store/file/indexed-store.ts';
 import { PoolSessions } from '../cni/pool.ts';
+import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
 import { reconcileLoopPart, type ReconcileLoop } from './loop.ts';
 import { DaemonMetrics, startMetricsServer } from './metrics.ts';
@@ -40,7 +41,26 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   // Cluster pools: one etcd client per pool for the daemon's life, the node's ADDs batched; the
   // node name is the daemon's own (NODE_NAME from the DaemonSet's downward API, else the host name).
   const pools = new PoolSessions(process.env);
-  const poolPart: DaemonPartFactory = () => ({ name: 'pools', close: () => pools.close() });
+  // At start, announce the node in every pool its CNI configurations name, so a node that comes
+  // back idle vetoes a removal begun while it was away (docs/cluster.md "remove-node", review F2b).
+  const poolPart: DaemonPartFactory = ({ log }) => {
+    let networks: CniNetwork[] = [];
+    try {
+      networks = readCniConfigs(options.cniConfDir);
+    } catch (e) {
+      log.warn({ part: 'pools', error: e instanceof Error ? e.message : String(e) }, 'cannot read the CNI configurations: no pool announced at start');
+    }
+    for (const n of networks) {
+      if (n.ipam?.pool === null || n.ipam?.pool === undefined) continue;
+      try {
+        pools.announce(n.ipam);
+        log.info({ part: 'pools', network: n.name, pool: n.ipam.pool.name }, 'pool announced');
+      } catch (e) {
+        log.warn({ part: 'pools', network: n.name, error: e instanceof Error ? e.message : String(e) }, 'pool not announced');
+      }
+    }
+    return { name: 'pools', close: () => pools.close() };
+  };
   const metrics = new DaemonMetrics();
   metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
   over.onMetrics?.(metrics);

@@ -304,6 +304,19 @@ interface Conn {
   containerId: string;
   /** Set when the request names a path that is not the host's: no answer, the shim falls back. */
   declined: string | null;
+  /** Aborted when the client goes away: a cluster pool ADD still queued is then not sent (review F4). */
+  readonly abort: AbortController;
+}
+
+/** `hooks` with every ADD given `signal`. */
+function withSignal(hooks: PoolHooks, signal: AbortSignal): PoolHooks {
+  return { add: (conf, req) => hooks.add(conf, req, signal), del: (id, req) => hooks.del(id, req), find: (conf, req) => hooks.find(conf, req) };
+}
+
+/** The client went away: nothing can be answered any more; a queued pool ADD is not sent. */
+function markGone(conn: Conn): void {
+  conn.gone = true;
+  conn.abort.abort();
 }
 
 /**
@@ -401,7 +414,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   const reject = (conn: Conn, e: MalformedEvent): void => {
     log.warn({ kind: e.kind, reason: e.reason }, 'malformed request: closed without an answer');
     hooks.onMalformed?.(e);
-    conn.gone = true;
+    markGone(conn);
     conn.sock.destroy();
   };
 
@@ -432,7 +445,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       },
       decoders,
       ...(h === undefined ? {} : { heal: h }),
-      ...(opts.pool === undefined ? {} : { pool: opts.pool }),
+      // The request's pool ADD carries its client's signal: queued, it is not sent once the shim is gone.
+      ...(opts.pool === undefined ? {} : { pool: withSignal(opts.pool, conn.abort.signal) }),
     };
   };
 
@@ -503,7 +517,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   };
 
   const server: Server = createServer((sock) => {
-    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '', declined: null };
+    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '', declined: null, abort: new AbortController() };
     if (closing) {
       sock.destroy();
       return;
@@ -537,7 +551,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     });
     sock.on('end', () => {
       if (conn.gone) return;
-      conn.gone = true;
+      markGone(conn);
       if (!started) {
         clearTimeout(timer);
         const st = decoder.end();
@@ -547,11 +561,11 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       }
     });
     sock.on('error', (e) => {
-      conn.gone = true;
+      markGone(conn);
       log.debug({ error: e.message }, 'connection error');
     });
     sock.on('close', () => {
-      conn.gone = true;
+      markGone(conn);
       clearTimeout(timer);
       conns.delete(conn);
     });

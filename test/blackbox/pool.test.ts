@@ -11,7 +11,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { startTestDaemon } from '../helpers/daemon.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { installedPlugin, ROOT, runCni, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
@@ -255,6 +258,38 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     const fin = cli(p, 'remove-node', 'node-c', '--finish');
     assert.deepEqual([fin.status, fin.stdout, fin.stderr], [1, '', `ipwarden: node node-c is not marked for removal in pool bbpool (no ${p}/pools/bbpool/removing/node-c): run remove-node without --finish first, or it vetoed (it is back)\n`]);
     assert.deepEqual((await (kv as EtcdKV).list(`${p}/`)).map((e) => `${e.key}@${e.modRevision}`), before, 'nothing written');
+  });
+
+  it('the daemon announces its node in every pool its CNI configurations name at start: an idle node that comes back vetoes a removal begun while it was away', async () => {
+    const p = prefix();
+    const held = address(add(conf(p), 'c1', 'node-x'));
+    const mark = cli(p, 'remove-node', 'node-x');
+    assert.equal(mark.status, 0, mark.stderr);
+    const rk = `${p}/pools/bbpool/removing/node-x`;
+    assert.notEqual(await (kv as EtcdKV).get(rk), null);
+    const netd = mkdtempSync(join(tmpdir(), 'ipwarden-pool-bb-netd-'));
+    try {
+      const { name, cniVersion, ...plugin } = conf(p);
+      writeFileSync(join(netd, '10-pool.conflist'), JSON.stringify({ cniVersion, name, plugins: [{ type: 'macvlan', ...plugin }] }));
+      const d = await startTestDaemon({ cniConfDir: netd, env: { NODE_NAME: 'node-x' } });
+      try {
+        const line = await d.waitForLog((l) => l.msg === 'pool announced');
+        assert.deepEqual([line['network'], line['pool']], ['poolnet', 'bbpool']);
+        // No CNI request reached it: the heartbeat alone vetoes (the marker goes, the block is owned again).
+        for (let i = 0; (await (kv as EtcdKV).get(rk)) !== null; i++) {
+          assert.ok(i < 600, 'the daemon vetoed within 60 s');
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        assert.notEqual(await (kv as EtcdKV).get(`${p}/pools/bbpool/alive/node-x`), null, 'its heartbeat key');
+        const fin = cli(p, 'remove-node', 'node-x', '--finish');
+        assert.equal(fin.status, 1);
+        assert.equal(address(add(conf(p), 'c1', 'node-x')), held, 'its pod keeps its address');
+      } finally {
+        await d.stop();
+      }
+    } finally {
+      rmSync(netd, { recursive: true, force: true });
+    }
   });
 
   it('pool remove-node of a node that is gone: refused while its heartbeat is live; --finish releases its addresses and frees its block', async () => {
