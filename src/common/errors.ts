@@ -30,6 +30,8 @@ export type ErrorCode =
   | 'STORE_LOCK_TIMEOUT'
   | 'STORE_CORRUPT'
   | 'STORE_IO'
+  | 'STORE_UNAVAILABLE'
+  | 'STORE_CONFLICT'
   | 'RUNTIME_UNAVAILABLE'
   | 'RUNTIME_PERMISSION_DENIED'
   | 'RUNTIME_NOT_CRI'
@@ -60,6 +62,10 @@ export const CNI_CODE: Readonly<Record<ErrorCode, number>> = {
   STORE_LOCK_TIMEOUT: 11,
   STORE_CORRUPT: 999,
   STORE_IO: 5,
+  // etcd (cluster pools): the cluster cannot be reached or has no leader, or a compare-and-swap
+  // kept losing to other writers; the same request may succeed later (SPEC.md: 11 try again later).
+  STORE_UNAVAILABLE: 11,
+  STORE_CONFLICT: 11,
   RUNTIME_UNAVAILABLE: 11,
   RUNTIME_PERMISSION_DENIED: 999,
   RUNTIME_NOT_CRI: 999,
@@ -117,7 +123,7 @@ export class AppError extends Error {
     this.name = 'AppError';
     this.code = code;
     this.details = opts.details;
-    this.isRetryable = opts.retryable ?? code === 'STORE_LOCK_TIMEOUT';
+    this.isRetryable = opts.retryable ?? (code === 'STORE_LOCK_TIMEOUT' || code === 'STORE_UNAVAILABLE' || code === 'STORE_CONFLICT');
   }
 
   /** The CNI spec code this error is reported with. */

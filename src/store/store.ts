@@ -23,6 +23,13 @@ export interface Owner {
   readonly containerId: string;
   /** The interface name, or null for a legacy ID-only record. */
   readonly ifname: string | null;
+  /**
+   * The node that made the reservation, when the backend is shared by many nodes (etcd: the
+   * writer's node name, `docs/cluster.md`). Absent for node-local stores (the file store: the
+   * node is the host itself; host-local's format has no room for it). Not compared by
+   * {@link sameOwner} or {@link ownerMatches}: a container ID is unique cluster-wide.
+   */
+  readonly node?: string;
 }
 
 /** One reservation as found in the store. */
@@ -35,8 +42,22 @@ export interface Reservation {
    * the lock: nobody is writing them (every writer holds the same lock while writing).
    */
   readonly owner: Owner | null;
-  /** Last modification time of the record, milliseconds since the Unix epoch. */
+  /**
+   * When the reservation was made or last refreshed (`rewrite`, `touch`), milliseconds since the
+   * Unix epoch: the reservation time the reconciler's grace period runs from. The file store
+   * reads it from the file's mtime (host-local has no other record of it); the etcd store from
+   * the `at` field of the key's JSON value (written by the writer's clock); the memory store
+   * from its injected clock. NaN when the caller asked for no times (`list({mtime: false})`).
+   */
   readonly mtimeMs: number;
+  /**
+   * An opaque revision of this record for compare-and-swap: it changes on every write of the
+   * record, and a write that names it succeeds only if the record is unchanged since
+   * (etcd: the key's `mod_revision` in decimal; memory: a counter). Absent when the backend
+   * serialises every writer under its lock and re-reads under it instead (the file store:
+   * host-local's `flock` is the only guard the upstream binary honours).
+   */
+  readonly revision?: string;
 }
 
 /**
@@ -94,6 +115,31 @@ export interface ReservationIndex {
    * caller's range: the caller bounds it). O(log n) in the number of entries.
    */
   nextFree(family: 4 | 6, from: bigint): bigint;
+}
+
+/**
+ * A place that holds the stores of many networks (house style 1): the file backend is a data dir
+ * (`<dataDir>/<network>/`), the etcd backend a key prefix (`<prefix>/networks/<network>/`), the
+ * memory backend a map. Only this interface and {@link Store} cross module lines.
+ */
+export interface StoreBackend {
+  /** What the backend is, for messages (`file:/var/lib/cni/networks`, `etcd:http://…`). */
+  readonly description: string;
+  /**
+   * The names of the networks that have a store here, sorted; a name that is not a valid network
+   * name (`CNI_NAME_RE`) is never returned. Throws `AppError('STORE_IO')` (file) or
+   * `AppError('STORE_UNAVAILABLE')` (etcd unreachable) when the listing cannot be read.
+   */
+  listNetworks(): Promise<string[]>;
+  /**
+   * Open the store of `network`; with `create: false`, null when the network has no store here
+   * (DEL, GC and CHECK of a network never seen create nothing). The caller closes the store.
+   * Throws what the backend's open throws (`STORE_IO`, `STORE_UNAVAILABLE`, `IPAM_INVALID_CONFIG`
+   * for a bad name).
+   */
+  open(network: string, opts: { create: boolean }): Promise<Store | null>;
+  /** Free the backend's resources (the etcd client). Idempotent; later calls throw `ClosedError`. */
+  close(): Promise<void>;
 }
 
 /** The per-network reservation store. See the module comment for the locking rule. */

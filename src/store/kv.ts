@@ -1,0 +1,107 @@
+/**
+ * `KV`: the transactional key-value seam under the cluster stores (the etcd `Store` of
+ * `store/etcd/etcd-store.ts` and the pool allocator of `src/ipam/pool-allocator.ts`), the few
+ * etcd v3 calls they need and nothing more: read one key, read a prefix, and one transaction
+ * whose compares are revision checks and whose success branch is puts and deletes
+ * (etcd-io/etcd api/etcdserverpb/rpc.proto `TxnRequest`; etcd's "Transaction" guide:
+ * "compares … all true → success ops, applied atomically").
+ *
+ * Implementations: `store/etcd/etcd-kv.ts` (a real etcd through the `etcd3` client; its errors
+ * converted at that boundary) and `store/memory/memory-kv.ts` (the fake, same revision rules).
+ *
+ * Revisions are etcd's int64 counters as decimal strings (`"0"` = no such key). Values are UTF-8
+ * text (the stores write JSON). No locks and no leases here: correctness rests on the compares
+ * (Jepsen, etcd 3.4.3: etcd's locks are not safe for mutual exclusion; daemons-and-pools.md §3).
+ */
+
+/** One key as read. */
+export interface KVEntry {
+  readonly key: string;
+  /** The value as UTF-8 text; `""` for a key read with `keysOnly`. */
+  readonly value: string;
+  /** Revision of the key's last write (etcd `mod_revision`). */
+  readonly modRevision: string;
+  /** Revision of the key's creation (etcd `create_revision`). */
+  readonly createRevision: string;
+}
+
+/**
+ * One compare of a transaction: `absent` holds when the key does not exist (etcd
+ * `create_revision == 0`); `modRevision` holds when the key exists and was last written at
+ * exactly that revision (etcd `mod_revision ==`).
+ */
+export type KVCompare = { readonly key: string; readonly absent: true } | { readonly key: string; readonly modRevision: string };
+
+/** One write of a transaction's success branch. */
+export type KVOp = { readonly put: string; readonly value: string; readonly lease?: string } | { readonly delete: string };
+
+/** The answer of {@link KV.txn}. */
+export interface KVTxnResult {
+  /** True when every compare held and every op was applied (atomically); false: nothing was written. */
+  readonly succeeded: boolean;
+  /** The store's revision after the transaction (a successful write's keys now have this `modRevision`). */
+  readonly revision: string;
+}
+
+/** Counts of round trips and writes since the KV was made (benchmarks: etcd writes per allocation). */
+export interface KVStats {
+  /** Read round trips (`get`, `list`). */
+  reads: number;
+  /** Transactions sent. */
+  txns: number;
+  /** Transactions that succeeded. */
+  txnsSucceeded: number;
+  /** Keys put by successful transactions. */
+  puts: number;
+  /** Keys deleted by successful transactions. */
+  deletes: number;
+}
+
+/** A fresh zeroed {@link KVStats}. */
+export function zeroStats(): KVStats {
+  return { reads: 0, txns: 0, txnsSucceeded: 0, puts: 0, deletes: 0 };
+}
+
+/** The transactional key-value seam. See the module comment. */
+export interface KV {
+  /** What it is, for messages (`etcd http://127.0.0.1:2379`). */
+  readonly description: string;
+  /** Round trips and writes so far. */
+  readonly stats: KVStats;
+  /**
+   * The key, or null when absent. Throws `AppError('STORE_UNAVAILABLE')` (CNI 11) when the store
+   * cannot be reached in time, `AppError('STORE_IO')` for any other failure, `ClosedError` after
+   * `close()`.
+   */
+  get(key: string): Promise<KVEntry | null>;
+  /**
+   * Every key starting with `prefix`, sorted by key (byte order), with values unless `keysOnly`.
+   * All from one revision (one etcd range request). Errors as {@link get}.
+   */
+  list(prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]>;
+  /**
+   * One transaction: if every compare holds, apply every op atomically. At most 128 compares plus
+   * ops in total (etcd `--max-txn-ops` default 128; anchors.md §6): more throws
+   * `AppError('INTERNAL')` before anything is sent. Errors as {@link get}. A transaction whose
+   * answer was lost (a timeout) may or may not have been applied: callers re-read and decide by
+   * the revisions they see (every writer in ipwarden is idempotent under that rule).
+   */
+  txn(compare: readonly KVCompare[], ops: readonly KVOp[]): Promise<KVTxnResult>;
+  /** Close the connection. Idempotent; later calls throw `ClosedError`. */
+  close(): Promise<void>;
+}
+
+/** etcd's default `--max-txn-ops` (etcd.io/docs/latest/op-guide/configuration). */
+export const MAX_TXN_OPS = 128;
+
+/** The smallest key greater than every key with prefix `p` (etcd's range_end for a prefix: last byte + 1). */
+export function prefixEnd(p: Buffer): Buffer {
+  const end = Buffer.from(p);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if ((end[i] as number) < 0xff) {
+      end[i] = (end[i] as number) + 1;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return Buffer.from([0]); // all 0xff: etcd's "to the end of the keyspace"
+}
