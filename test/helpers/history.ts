@@ -194,9 +194,10 @@ export function checkHistory(h: History): Violation[] {
         const b = list[j];
         if (b === undefined || b.from >= a.to) continue;
         if (b.holder === a.holder) continue;
+        const certain = b.add.end <= (a.del?.start ?? Infinity) && a.add.end <= b.firstDelStart;
         out.push({
           kind: 'duplicate',
-          message: `${ip} held by ${a.holder} [${a.from.toFixed(1)}, ${a.to.toFixed(1)}) and ${b.holder} from ${b.from.toFixed(1)}: ${fmtOp(a.add)}${a.del ? ` released by ${fmtOp(a.del)}` : ' (never released)'}; ${fmtOp(b.add)}`,
+          message: `${certain ? '(certain: both ADDs had returned before either DEL started) ' : ''}${ip} held by ${a.holder} [${a.from.toFixed(1)}, ${a.to.toFixed(1)}) and ${b.holder} from ${b.from.toFixed(1)}: ${fmtOp(a.add)}${a.del ? ` released by ${fmtOp(a.del)}` : ' (never released)'}; ${fmtOp(b.add)}`,
           ops: [a.add.id, ...(a.del ? [a.del.id] : []), b.add.id],
         });
       }

@@ -28,10 +28,20 @@ export interface WhereaboutsModelOptions {
   subnet: string;
   /** CAS attempts per operation before it fails (default 100, Whereabouts' `DatastoreRetries`). */
   maxAttempts?: number;
+  /**
+   * `lowest` (default): the lowest free offset, as Whereabouts. `roundRobin`: the first free
+   * offset after the last one handed out (`next` in the value), as host-local — for fault runs
+   * whose checker holds an address until its DEL's end, where lowest-free reuses a just-freed
+   * address under a concurrent DEL (legitimate, but indistinguishable from a duplicate there).
+   * The benchmark is indifferent: every operation rewrites the one key either way.
+   */
+  order?: 'lowest' | 'roundRobin';
 }
 
 interface PoolValue {
   allocations: Record<string, { id: string; ifname: string }>;
+  /** roundRobin: the offset after the last one handed out. */
+  next?: number;
 }
 
 /** What one ADD or DEL did. */
@@ -59,6 +69,7 @@ export class WhereaboutsModel {
   readonly #base: IP;
   readonly #size: number;
   readonly #maxAttempts: number;
+  readonly #roundRobin: boolean;
 
   /** Throws TypeError on a subnet that is not an IPv4 CIDR with at least 4 addresses. */
   constructor(kv: KV, opts: WhereaboutsModelOptions) {
@@ -69,6 +80,7 @@ export class WhereaboutsModel {
     this.#base = c.subnet.ip;
     this.#size = 2 ** (32 - c.subnet.prefix);
     this.#maxAttempts = opts.maxAttempts ?? 100;
+    this.#roundRobin = opts.order === 'roundRobin';
   }
 
   async #read(): Promise<{ value: PoolValue; rev: string | null }> {
@@ -104,7 +116,10 @@ export class WhereaboutsModel {
       const { value, rev } = await this.#read();
       for (const [off, o] of Object.entries(value.allocations)) if (o.id === containerId && o.ifname === ifname) return { ip: this.#ip(Number(off)), attempts: attempt - 1 };
       let free = -1;
-      for (let off = 1; off <= this.#size - 2; off++) {
+      const n = this.#size - 2; // offsets 1..n
+      const from = this.#roundRobin && typeof value.next === 'number' && value.next >= 1 && value.next <= n ? value.next : 1;
+      for (let k = 0; k < n; k++) {
+        const off = ((from - 1 + k) % n) + 1;
         if (value.allocations[String(off)] === undefined) {
           free = off;
           break;
@@ -112,6 +127,7 @@ export class WhereaboutsModel {
       }
       if (free < 0) throw new WhereaboutsModelError('exhausted', `whereabouts model: no free address in ${formatIP(this.#base)}`);
       value.allocations[String(free)] = { id: containerId, ifname };
+      if (this.#roundRobin) value.next = (free % n) + 1;
       if (await this.#cas(rev, value)) return { ip: this.#ip(free), attempts: attempt };
     }
     throw new WhereaboutsModelError('conflict', `whereabouts model: ${this.#maxAttempts} CAS attempts failed`);
@@ -139,7 +155,7 @@ export class WhereaboutsModel {
 /**
  * One simulated node's allocator process: `node --import tsx test/helpers/whereabouts-model.ts`
  * with `WM_ENDPOINTS` (comma-separated etcd URLs: the node's proxies), `WM_KEY`, `WM_SUBNET`,
- * `NODE_NAME` and optionally `WM_CALL_TIMEOUT_MS` (default 2000). Reads one JSON request per
+ * `NODE_NAME` and optionally `WM_ORDER` (`roundRobin`) and `WM_CALL_TIMEOUT_MS` (default 2000). Reads one JSON request per
  * stdin line, `{"id": N, "op": "ADD"|"DEL", "containerId": "...", "ifname": "..."}`, answers one
  * line per request, in completion order: `{"id": N, "ok": true, "ip": "..."|null, "attempts": N}`
  * or `{"id": N, "ok": false, "code": 11|999, "msg": "..."}` (11: the store was unavailable or the
@@ -152,7 +168,7 @@ async function serve(): Promise<void> {
   const env = process.env;
   const endpoints = (env['WM_ENDPOINTS'] ?? '').split(',').filter((s) => s !== '');
   const kv = new EtcdKV({ endpoints, callTimeoutMs: Number(env['WM_CALL_TIMEOUT_MS'] ?? 2000), dialTimeoutMs: 2000 });
-  const model = new WhereaboutsModel(kv, { key: env['WM_KEY'] ?? '/whereabouts-model/pool', subnet: env['WM_SUBNET'] ?? '' });
+  const model = new WhereaboutsModel(kv, { key: env['WM_KEY'] ?? '/whereabouts-model/pool', subnet: env['WM_SUBNET'] ?? '', order: env['WM_ORDER'] === 'roundRobin' ? 'roundRobin' : 'lowest' });
   const pending = new Set<Promise<void>>();
   const rl = createInterface({ input: process.stdin });
   for await (const line of rl) {
