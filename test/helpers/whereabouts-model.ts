@@ -157,7 +157,8 @@ export class WhereaboutsModel {
  * with `WM_ENDPOINTS` (comma-separated etcd URLs: the node's proxies), `WM_KEY`, `WM_SUBNET`,
  * `NODE_NAME` and optionally `WM_ORDER` (`roundRobin`) and `WM_CALL_TIMEOUT_MS` (default 2000). Reads one JSON request per
  * stdin line, `{"id": N, "op": "ADD"|"DEL", "containerId": "...", "ifname": "..."}`, answers one
- * line per request, in completion order: `{"id": N, "ok": true, "ip": "..."|null, "attempts": N}`
+ * line per request, in completion order (first `{"id": -1, "ready": true}` once a first read of the
+ * key answered): `{"id": N, "ok": true, "ip": "..."|null, "attempts": N}`
  * or `{"id": N, "ok": false, "code": 11|999, "msg": "..."}` (11: the store was unavailable or the
  * CAS kept conflicting, as the plugin's busy code). Requests run concurrently. Exits when stdin ends.
  */
@@ -169,6 +170,17 @@ async function serve(): Promise<void> {
   const endpoints = (env['WM_ENDPOINTS'] ?? '').split(',').filter((s) => s !== '');
   const kv = new EtcdKV({ endpoints, callTimeoutMs: Number(env['WM_CALL_TIMEOUT_MS'] ?? 2000), dialTimeoutMs: 2000 });
   const model = new WhereaboutsModel(kv, { key: env['WM_KEY'] ?? '/whereabouts-model/pool', subnet: env['WM_SUBNET'] ?? '', order: env['WM_ORDER'] === 'roundRobin' ? 'roundRobin' : 'lowest' });
+  // Ready once a first read answered (bounded by the KV's call timeout, retried): the
+  // connection is up and the modules are loaded before the run's clock starts.
+  for (let i = 0; ; i++) {
+    try {
+      await kv.get(env['WM_KEY'] ?? '/whereabouts-model/pool');
+      break;
+    } catch (e) {
+      if (i >= 30) throw e;
+    }
+  }
+  process.stdout.write(`${JSON.stringify({ id: -1, ready: true })}\n`);
   const pending = new Set<Promise<void>>();
   const rl = createInterface({ input: process.stdin });
   for await (const line of rl) {
