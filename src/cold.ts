@@ -13,6 +13,7 @@ import type { CliContext } from './cli/context.ts';
 import type { DaemonStarter } from './cli/daemon.ts';
 
 export { criHeal } from './cni/heal.ts';
+export { poolHooks } from './cni/pool.ts';
 
 /** `ipwarden daemon`: run the node agent (src/daemon/agent.ts: plugin server, metrics, reconcile loop) until SIGTERM/SIGINT. */
 const startDaemon: DaemonStarter = async (options) => (await import('./daemon/agent.ts')).runAgent(options);

@@ -8,7 +8,12 @@
 export async function main(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): Promise<number> {
   if ((env['CNI_COMMAND'] ?? '') !== '') {
     const { fileDepsWith, runPlugin } = await import('./cni/plugin.ts');
-    return runPlugin(fileDepsWith(async () => (await import('./cold.ts')).criHeal));
+    return runPlugin(
+      fileDepsWith(
+        async () => (await import('./cold.ts')).criHeal,
+        async () => (await import('./cold.ts')).poolHooks,
+      ),
+    );
   }
   const { runMain } = await import('./cold.ts');
   return runMain(argv);

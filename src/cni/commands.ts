@@ -16,8 +16,10 @@ import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { DNS, IPAMConfig, NetworkIdentity, Range, RangeSet } from '../ipam/types.ts';
 import { ownerMatches, type Owner, type Store } from '../store/store.ts';
 import type { HealHooks, ReclaimSummary } from '../reconcile/reclaim.ts';
+import type { PoolAllocation } from '../ipam/pool-allocator.ts';
 import type { IPAMResult } from './result.ts';
 import type { CmdArgs, PluginHandlers } from './skel.ts';
+import type { PoolHooks } from './pool.ts';
 
 /** What the handlers need from the outside world. */
 export interface PluginDeps {
@@ -39,6 +41,12 @@ export interface PluginDeps {
    * ones (src/daemon/config-memo.ts): same values for the same bytes, same errors.
    */
   decoders?: ConfigDecoders;
+  /**
+   * Cluster pools (issue 11, src/cni/pool.ts): ADD, DEL and CHECK of a network whose `ipam` has
+   * `pool` go here instead of the node's files. Without it such a network fails with
+   * `AppError('INTERNAL')`.
+   */
+  pool?: PoolHooks;
 }
 
 /** Decoders of a request's network config (pure: the same input gives the same value or error). */
@@ -99,6 +107,10 @@ function readDNS(deps: PluginDeps, conf: IPAMConfig): DNS {
 async function cmdAdd(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<IPAMResult> {
   const conf = dec.ipam(a.stdinData, a.args);
   const dns = readDNS(deps, conf);
+  if (conf.pool) {
+    const allocs = await poolHooks(deps).add(conf, { containerId: a.containerId, ifname: a.ifname });
+    return poolResult(allocs, conf, dns);
+  }
   const store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: true });
   if (store === null) throw new AppError('INTERNAL', 'store could not be opened');
   const allocs = await withLockedStore(store, conf.lockTimeoutSeconds, async (s) => {
@@ -156,6 +168,21 @@ async function cmdAdd(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promis
   };
 }
 
+/** The pool hooks, or INTERNAL when the plugin was built without them. */
+function poolHooks(deps: PluginDeps): PoolHooks {
+  if (deps.pool === undefined) throw new AppError('INTERNAL', 'this plugin was started without cluster pool support (ipam.pool)');
+  return deps.pool;
+}
+
+/** The result of a pool ADD: one address per range set, as the node-local ADD gives it. */
+function poolResult(allocs: readonly PoolAllocation[], conf: IPAMConfig, dns: DNS): IPAMResult {
+  return {
+    ips: allocs.map((x) => ({ family: x.ip.family, address: `${formatIP(x.ip)}/${x.range.subnet.prefix}`, gateway: formatIP(x.range.gateway) })),
+    routes: conf.routes,
+    dns,
+  };
+}
+
 /** The requested IPs of `conf` that a reservation of another owner holds (canonical text). */
 function heldByOthers(conf: IPAMConfig, listed: readonly { ip: string; owner: Owner | null }[], containerId: string, ifname: string): string[] {
   const wanted = new Set(conf.requestedIPs.map(formatIP));
@@ -179,6 +206,10 @@ function withDetails(e: AppError, details: string | undefined, extra: string): A
  */
 async function cmdDel(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<void> {
   const id = dec.identity(a.stdinData);
+  if (id.pool) {
+    await poolHooks(deps).del(id, { containerId: a.containerId, ifname: a.ifname });
+    return;
+  }
   const store = await deps.openStore({ dataDir: id.dataDir, network: id.name, create: false });
   if (store === null) return;
   await withLockedStore(store, id.lockTimeoutSeconds, (s) => s.releaseByOwner(a.containerId, a.ifname));
@@ -224,6 +255,16 @@ async function cmdCheck(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Prom
   const conf = dec.ipam(a.stdinData, a.args);
   const wanted = prevResultIPs(a.stdinData, conf.rangeSets);
   const notFound = new AppError('IPAM_NOT_FOUND', `ipwarden: Failed to find address added by container ${a.containerId}`);
+  if (conf.pool) {
+    const found = await poolHooks(deps).find(conf, { containerId: a.containerId, ifname: a.ifname });
+    if (found === null || found.length === 0) throw notFound;
+    const mine = found.map((x) => formatIP(x.ip));
+    const missing = wanted.filter((ip) => !mine.includes(ip));
+    if (missing.length > 0) {
+      throw new AppError('IPAM_NOT_FOUND', `ipwarden: address ${missing.join(', ')} of container ${a.containerId} is not reserved for it`);
+    }
+    return;
+  }
   const store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: false });
   if (store === null) throw notFound;
   await withLockedStore(store, conf.lockTimeoutSeconds, async (s) => {
@@ -283,6 +324,9 @@ function ownerIsValid(owner: Owner, valid: readonly Attachment[]): boolean {
 async function cmdGC(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<void> {
   const id = dec.identity(a.stdinData);
   const valid = validAttachments(a.stdinData);
+  // A pool's attachments live in etcd across nodes; GC of pools is not built yet (docs/cluster.md
+  // "Not built yet"): succeed and release nothing, as a plugin without GC would.
+  if (id.pool) return;
   const store = await deps.openStore({ dataDir: id.dataDir, network: id.name, create: false });
   if (store === null) return;
   const errors: string[] = [];
@@ -323,6 +367,9 @@ async function cmdGC(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise
  */
 async function cmdStatus(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<void> {
   const conf = dec.ipam(a.stdinData, a.args);
+  // A pool network: the config is valid, which is all STATUS checks without asking etcd (a STATUS
+  // error takes the whole node NotReady; an unreachable etcd fails the ADDs with code 11 instead).
+  if (conf.pool) return;
   const notWritable = (details?: string): AppError =>
     new AppError('IPAM_NOT_AVAILABLE', `data directory ${conf.dataDir} is not writable`, details === undefined ? {} : { details });
   let store: Store | null;

@@ -13,15 +13,29 @@ import { pluginMain, type PluginIO } from './skel.ts';
 /** Loads the CRI-backed heal (`criHeal` of src/cni/heal.ts), lazily: the entry passes the cold part's. */
 export type CriHealLoader = () => Promise<typeof import('./heal.ts').criHeal>;
 
+/** Loads the cluster pool hooks' factory (`poolHooks` of src/cni/pool.ts) lazily, like {@link CriHealLoader}. */
+export type PoolHooksLoader = () => Promise<typeof import('./pool.ts').poolHooks>;
+
 /**
  * Production dependencies: the file store under `dataDir`, real file reads, and self-healing over
  * CRI and the kernel through `loadHeal`. The entry (src/main.ts) passes a loader of the cold part
  * (the gRPC client and the /proc readers), so it is loaded only when a hook fires: a full range
  * set, a static request a leak holds, or a network with no reservation and no round-robin state.
  * (Taking it as a parameter keeps this module below the entry: no import runs up the layers.)
+ * `loadPool` likewise loads the cluster pool hooks (src/cni/pool.ts) for a network with `ipam.pool`.
  */
-export function fileDepsWith(loadHeal: CriHealLoader): PluginDeps {
+export function fileDepsWith(loadHeal: CriHealLoader, loadPool?: PoolHooksLoader): PluginDeps {
   return {
+    // Cluster pools (ipam.pool): etcd3 and its gRPC stack are loaded only for such a network.
+    ...(loadPool === undefined
+      ? {}
+      : {
+          pool: {
+            add: async (conf, req) => (await loadPool())(process.env).add(conf, req),
+            del: async (id, req) => (await loadPool())(process.env).del(id, req),
+            find: async (conf, req) => (await loadPool())(process.env).find(conf, req),
+          },
+        }),
     openStore: async ({ dataDir, network, create }) =>
       // DEL/GC/CHECK on a network that has no directory have nothing to do: create nothing.
       !create && !existsSync(join(dataDir, network)) ? null : openFileStore({ dataDir, network }),

@@ -9,6 +9,7 @@ import type { ReconcileDeps } from '../reconcile/options.ts';
 import { join, dirname } from 'node:path';
 import { AppError } from '../common/errors.ts';
 import { NetworkIndexes } from '../store/file/indexed-store.ts';
+import { PoolSessions } from '../cni/pool.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
 import { reconcileLoopPart, type ReconcileLoop } from './loop.ts';
 import { DaemonMetrics, startMetricsServer } from './metrics.ts';
@@ -36,6 +37,10 @@ export interface AgentOverrides {
 export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): DaemonDeps {
   const indexes = new NetworkIndexes();
   const indexPart: DaemonPartFactory = () => ({ name: 'index', close: () => indexes.close() });
+  // Cluster pools: one etcd client per pool for the daemon's life, the node's ADDs batched; the
+  // node name is the daemon's own (NODE_NAME from the DaemonSet's downward API, else the host name).
+  const pools = new PoolSessions(process.env);
+  const poolPart: DaemonPartFactory = () => ({ name: 'pools', close: () => pools.close() });
   const metrics = new DaemonMetrics();
   metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
   over.onMetrics?.(metrics);
@@ -76,8 +81,9 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   };
   const loopPart = reconcileLoopPart({ reconcile, metrics, ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) }, over.onLoop);
   return {
-    parts: [indexPart, metricsPart, loopPart],
+    parts: [poolPart, indexPart, metricsPart, loopPart],
     openStore: (o) => indexes.openStore(o),
+    pool: pools,
     onState: (s) => {
       state = s;
     },

@@ -8,6 +8,7 @@
  * answer what is in flight, remove the socket file), then the parts in reverse order, then the
  * log is flushed. {@link Daemon.close} is idempotent.
  */
+import type { PoolHooks } from '../cni/pool.ts';
 import type { DaemonOptions } from '../common/daemon-options.ts';
 import { createLogger, flushLog, type Logger } from './log.ts';
 import {
@@ -52,6 +53,8 @@ export interface DaemonDeps {
   readonly requestTimeoutSeconds?: number;
   /** Told when the socket listens (`started`) and when the stop begins (`stopping`): readiness. */
   readonly onState?: (state: 'started' | 'stopping') => void;
+  /** Cluster pool hooks of the plugin server (src/cni/pool.ts `PoolSessions`, closed by a part). */
+  readonly pool?: PoolHooks;
 }
 
 /** A running daemon. */
@@ -119,6 +122,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
       hooks: fanIn(hooks, log),
       ...(deps.openStore === undefined ? {} : { openStore: deps.openStore }),
       ...(deps.heal === undefined ? {} : { heal: deps.heal }),
+      ...(deps.pool === undefined ? {} : { pool: deps.pool }),
       ...(deps.maxInFlight === undefined ? {} : { maxInFlight: deps.maxInFlight }),
       ...(deps.maxConnections === undefined ? {} : { maxConnections: deps.maxConnections }),
       ...(deps.requestTimeoutSeconds === undefined ? {} : { requestTimeoutSeconds: deps.requestTimeoutSeconds }),

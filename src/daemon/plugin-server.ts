@@ -22,6 +22,7 @@
  *   {@link PluginServerOptions.maxConnections} connections are open (more are refused by the
  *   kernel backlog / closed at once: the shim falls back).
  */
+import type { PoolHooks } from '../cni/pool.ts';
 import { existsSync, lstatSync, mkdirSync, readFileSync, unlinkSync, type Stats } from 'node:fs';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -117,6 +118,12 @@ export interface PluginServerOptions {
   /** Seconds a client has to send its whole request (default 10; the shim sends it at once). */
   readonly requestTimeoutSeconds?: number;
   readonly hooks?: PluginServerHooks;
+  /**
+   * Cluster pools (issue 11): ADD/DEL/CHECK of networks with `ipam.pool` (src/cni/pool.ts
+   * `PoolSessions`: one etcd client per pool, the node's concurrent ADDs batched). Without it such
+   * a request fails with `INTERNAL`.
+   */
+  readonly pool?: PoolHooks;
 }
 
 /** A running plugin server. */
@@ -383,6 +390,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       readTextFile: (p) => readFileSync(p, 'utf8'),
       decoders,
       ...(h === undefined ? {} : { heal: h }),
+      ...(opts.pool === undefined ? {} : { pool: opts.pool }),
     };
   };
 

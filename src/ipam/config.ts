@@ -40,6 +40,7 @@ import { familyBits, formatIP, parseCIDR, parseIP } from '../common/ip.ts';
 import type { RawRange } from './range.ts';
 import { canonicalizeRangeSet, rangeSetOverlaps } from './range.ts';
 import type { IP, IPAMConfig, NetworkIdentity, RangeSet, Route } from './types.ts';
+import { decodePoolConfig } from './pool-config.ts';
 
 /** host-local's default `dataDir` (defined in `src/common/names.ts`). */
 export { DEFAULT_DATA_DIR };
@@ -389,7 +390,9 @@ function decodeName(doc: JsonObject): string {
  * - ipwarden keys: `ipam.reclaimOnExhaustion` (boolean, default true),
  *   `ipam.failStatusOnExhaustion` (boolean, default false), `ipam.leakGracePeriod`
  *   (Go duration, default `5m`), `ipam.runtimeEndpoint` (string, default null),
- *   `ipam.lockTimeout` (Go duration, default `30s`); durations must not be negative.
+ *   `ipam.lockTimeout` (Go duration, default `30s`); durations must not be negative;
+ * - `ipam.pool` and `ipam.nodeName` (src/ipam/pool-config.ts; a pool refuses static requests:
+ *   `ipam.pool does not support static IP requests (CNI_ARGS IP=, args.cni.ips, runtimeConfig.ips)`).
  *
  * @param stdin the request's stdin (UTF-8 JSON)
  * @param cniArgs `CNI_ARGS`, or undefined when unset
@@ -440,6 +443,7 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
   const leakGracePeriodSeconds = decodeDuration(ipam, 'leakGracePeriod', DEFAULT_LEAK_GRACE_PERIOD);
   const runtimeEndpoint = decodeRuntimeEndpoint(optString(ipam, 'runtimeEndpoint', 'ipam.runtimeEndpoint') || null);
   const lockTimeoutSeconds = decodeDuration(ipam, 'lockTimeout', DEFAULT_LOCK_TIMEOUT);
+  const pool = decodePoolConfig(ipam);
 
   // --- requested IPs: CNI_ARGS, args.cni.ips, runtimeConfig.ips; deduplicated ---
   const envArgs = parseCniArgs(cniArgs);
@@ -454,6 +458,10 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
     if (seen.has(key)) continue;
     seen.add(key);
     requested.push(ip);
+  }
+
+  if (pool !== null && requested.length > 0) {
+    throw invalidConfig('ipam.pool does not support static IP requests (CNI_ARGS IP=, args.cni.ips, runtimeConfig.ips)');
   }
 
   // --- range sets: runtimeConfig.ipRanges, legacy range, ranges ---
@@ -500,6 +508,8 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
     leakGracePeriodSeconds,
     runtimeEndpoint,
     lockTimeoutSeconds,
+    // Absent for a node-local network: its config value is exactly what it was before pools.
+    ...(pool === null ? {} : { pool }),
   };
 }
 
@@ -520,10 +530,12 @@ export function loadNetworkIdentity(stdin: string | Uint8Array): NetworkIdentity
   const rawVersion = optString(doc, 'cniVersion', 'cniVersion') ?? '';
   const ipam = optObject(doc, 'ipam', 'ipam');
   if (ipam === undefined) throw invalidConfig("IPAM config missing 'ipam' key");
+  const pool = decodePoolConfig(ipam);
   return {
     cniVersion: rawVersion === '' ? DEFAULT_CNI_VERSION : rawVersion,
     name,
     dataDir: decodeDataDir(ipam),
     lockTimeoutSeconds: decodeDuration(ipam, 'lockTimeout', DEFAULT_LOCK_TIMEOUT),
+    ...(pool === null ? {} : { pool }),
   };
 }

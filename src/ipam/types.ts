@@ -4,6 +4,7 @@
  */
 
 import type { IP, Subnet } from '../common/ip.ts';
+import type { PoolConfig } from './pool-config.ts';
 
 /** {@link IP} and {@link Subnet} are defined with the IP helpers (`src/common/ip.ts`). */
 export type { IP, Subnet };
@@ -75,6 +76,11 @@ export interface IPAMConfig {
   readonly runtimeEndpoint: string | null;
   /** ipwarden: how long to wait for `DIR/lock`, seconds (ipam `lockTimeout`, Go duration, default 30s). */
   readonly lockTimeoutSeconds: number;
+  /**
+   * ipwarden: the cluster pool (`ipam.pool`, src/ipam/pool-config.ts), or null/absent for a
+   * node-local network (the host-local files). With a pool the ranges are shared through etcd.
+   */
+  readonly pool?: PoolConfig | null;
 }
 
 /**
@@ -86,4 +92,6 @@ export interface NetworkIdentity {
   readonly name: string;
   readonly dataDir: string;
   readonly lockTimeoutSeconds: number;
+  /** `ipam.pool` as in {@link IPAMConfig.pool}: DEL of a pool network releases in etcd. */
+  readonly pool?: PoolConfig | null;
 }

@@ -63,7 +63,7 @@ describe('EtcdStore on a real etcd', { skip: etcdSkip }, () => {
   });
 
   it('an unreachable etcd is STORE_UNAVAILABLE (CNI 11, retryable), within the call deadline', async () => {
-    const dead = new EtcdKV({ endpoints: ['http://127.0.0.1:1'], callTimeoutMs: 500, dialTimeoutMs: 500 });
+    const dead = new EtcdKV({ endpoints: ['http://127.0.0.1:1'], callTimeoutMs: 500 });
     try {
       await assert.rejects(dead.get('/x'), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.cniCode === 11 && e.isRetryable && e.message.startsWith('etcd at http://127.0.0.1:1 is unavailable: get /x: '));
     } finally {

@@ -1,24 +1,29 @@
 /**
- * `EtcdKV`: the {@link KV} seam on a real etcd v3 through the `etcd3` npm client
- * (microsoft/etcd3 1.1.2; chosen in docs/dependencies.md). Only this file imports `etcd3`: it
- * wraps the raw `KV` gRPC service (`range`, `txn`) and converts every foreign error at this
- * boundary (house style 7, like etcd3's own `castGrpcError`):
+ * `EtcdKV`: the {@link KV} seam on a real etcd v3, over `@grpc/grpc-js` with ipwarden's own
+ * minimal `.proto` of etcd's `KV` service (src/store/etcd/etcd-proto.ts; the choice against the
+ * `etcd3` npm client is in docs/dependencies.md). Only `Range` and `Txn` are called. Every foreign
+ * error is converted at this boundary (house style 7, the way etcd3's `castGrpcError` does):
  *
- * - unreachable, no leader, deadline exceeded, cancelled, a circuit broken by repeated failures
- *   (`GRPCUnavailableError`, `GRPCDeadlineExceededError`, `GRPCCancelledError`, cockatiel's
- *   `BrokenCircuitError`, etcd's `etcdserver: no leader` / `leader changed` / `request timed
- *   out`) → `AppError('STORE_UNAVAILABLE')` (CNI 11, retryable);
- * - the client closed → `ClosedError`;
- * - anything else (permission denied, bad auth, a refused request) → `AppError('STORE_IO')` (CNI 5).
+ * - `UNAVAILABLE` (no connection, `etcdserver: no leader`, `etcdserver: request timed out`),
+ *   `DEADLINE_EXCEEDED`, `CANCELLED`, `RESOURCE_EXHAUSTED` (`etcdserver: too many requests`)
+ *   → `AppError('STORE_UNAVAILABLE')` (CNI 11, retryable);
+ * - anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, `INVALID_ARGUMENT`, …) →
+ *   `AppError('STORE_IO')` (CNI 5), the gRPC status name and etcd's text in the message;
+ * - use after `close()` → `ClosedError`.
  *
- * Every call carries a deadline (`callTimeoutMs`, default 5000 ms) so a partitioned node answers
- * within kubelet's 4-minute sandbox budget instead of hanging. The client's default fault policy
- * stays (3 attempts over the endpoints, a circuit breaker per host): a retried transaction whose
- * first attempt was applied fails its compares the second time, and the callers re-read.
+ * Endpoints: one channel per endpoint, made when first needed. A call goes to the endpoint that
+ * last answered; on an "unavailable" error it is tried once on each other endpoint (in order),
+ * each attempt with its own deadline (`callTimeoutMs`, default 5000 ms), so a partitioned node
+ * answers well within kubelet's 4-minute sandbox budget. A transaction retried after a lost answer
+ * may already have been applied: it then fails its compares, and the callers re-read (every
+ * writer in ipwarden decides from what it reads).
  */
-import { Etcd3, type IOptions } from 'etcd3';
+import * as grpc from '@grpc/grpc-js';
+import { fromJSON, type MethodDefinition, type PackageDefinition, type ServiceDefinition } from '@grpc/proto-loader';
+import protobuf from 'protobufjs';
 import { AppError, ClosedError } from '../../common/errors.ts';
 import { MAX_TXN_OPS, prefixEnd, zeroStats, type KV, type KVCompare, type KVEntry, type KVOp, type KVStats, type KVTxnResult } from '../kv.ts';
+import { ETCD_PROTO } from './etcd-proto.ts';
 
 /** Options of {@link EtcdKV}. */
 export interface EtcdKVOptions {
@@ -26,81 +31,115 @@ export interface EtcdKVOptions {
   readonly endpoints: readonly string[];
   /** TLS material, already read (PEM bytes): `ca` verifies the server; `cert` + `key` authenticate us. */
   readonly tls?: { readonly ca?: Buffer; readonly cert?: Buffer; readonly key?: Buffer } | undefined;
-  /** Deadline of each call, milliseconds (default 5000). */
+  /** Deadline of each attempt, milliseconds (default 5000). */
   readonly callTimeoutMs?: number;
-  /** Time to wait for a connection, milliseconds (default 3000). */
-  readonly dialTimeoutMs?: number;
 }
 
-/** Default deadline of one etcd call, milliseconds. */
+/** Default deadline of one etcd call attempt, milliseconds. */
 export const DEFAULT_CALL_TIMEOUT_MS = 5000;
 
-const UNAVAILABLE_NAMES = new Set(['GRPCUnavailableError', 'GRPCDeadlineExceededError', 'GRPCCancelledError', 'BrokenCircuitError', 'TaskCancelledError']);
-const UNAVAILABLE_TEXT = /no leader|leader changed|request timed out|timed out|too many requests|ECONNREFUSED|UNAVAILABLE|DEADLINE_EXCEEDED|No connection established|Failed to connect/i;
+const SERVICE = 'etcdserverpb.KV';
+const LOADER_OPTIONS = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true } as const;
+let packageDefinition: PackageDefinition | undefined;
+
+function method(name: 'Range' | 'Txn'): MethodDefinition<object, object> {
+  if (packageDefinition === undefined) {
+    packageDefinition = fromJSON(protobuf.parse(ETCD_PROTO, { keepCase: true }).root.toJSON(), LOADER_OPTIONS);
+  }
+  const m = (packageDefinition[SERVICE] as ServiceDefinition)[name];
+  if (m === undefined) throw new AppError('INTERNAL', `etcd method ${name} missing from etcd-proto.ts`);
+  return m as MethodDefinition<object, object>;
+}
+
+const UNAVAILABLE_CODES: ReadonlySet<number> = new Set([grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED, grpc.status.CANCELLED, grpc.status.RESOURCE_EXHAUSTED]);
 
 /**
- * Convert an error thrown by the etcd3 client (or grpc-js under it) into ours. `what` names the
- * call (`range /ipwarden/pools/p1/blocks/`), `where` the endpoints.
+ * Convert an error of a gRPC call to etcd into ours. `what` names the call (`range
+ * /ipwarden/pools/p1/blocks/`), `where` the endpoint.
  */
 export function convertEtcdError(e: unknown, what: string, where: string): AppError {
   if (e instanceof AppError) return e;
-  const name = e instanceof Error ? e.constructor.name : '';
-  const text = e instanceof Error ? e.message : String(e);
-  if (name === 'ClientClosedError') return new ClosedError(`etcd client (${where})`);
-  if (UNAVAILABLE_NAMES.has(name) || UNAVAILABLE_TEXT.test(text)) {
-    return new AppError('STORE_UNAVAILABLE', `etcd at ${where} is unavailable: ${what}: ${text}`, { cause: e, retryable: true });
+  const err = e as Partial<grpc.ServiceError>;
+  const text = typeof err.details === 'string' && err.details !== '' ? err.details : e instanceof Error ? e.message : String(e);
+  if (typeof err.code === 'number') {
+    const name = grpc.status[err.code] ?? `code ${err.code}`;
+    if (UNAVAILABLE_CODES.has(err.code)) {
+      return new AppError('STORE_UNAVAILABLE', `etcd at ${where} is unavailable: ${what}: ${name}: ${text}`, { cause: e, retryable: true });
+    }
+    return new AppError('STORE_IO', `etcd at ${where}: ${what} failed: ${name}: ${text}`, { cause: e });
   }
   return new AppError('STORE_IO', `etcd at ${where}: ${what} failed: ${text}`, { cause: e });
+}
+
+interface RawKV {
+  key: Buffer;
+  value: Buffer;
+  mod_revision: string;
+  create_revision: string;
 }
 
 /** {@link KV} on etcd v3. See the module comment. */
 export class EtcdKV implements KV {
   readonly description: string;
   readonly stats: KVStats = zeroStats();
-  readonly #client: Etcd3;
+  readonly #endpoints: readonly string[];
+  readonly #creds: grpc.ChannelCredentials;
   readonly #timeout: number;
+  readonly #clients = new Map<number, grpc.Client>();
+  #current = 0;
   #closed = false;
 
   constructor(opts: EtcdKVOptions) {
     if (opts.endpoints.length === 0) throw new AppError('IPAM_INVALID_CONFIG', 'etcd: no endpoints');
+    this.#endpoints = [...opts.endpoints];
     this.description = `etcd ${opts.endpoints.join(',')}`;
     this.#timeout = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
-    const o: IOptions = {
-      hosts: [...opts.endpoints],
-      dialTimeout: opts.dialTimeoutMs ?? 3000,
-      defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + this.#timeout }),
-    };
     const t = opts.tls;
-    if (t !== undefined && t.ca !== undefined) {
-      o.credentials = {
-        rootCertificate: t.ca,
-        ...(t.key === undefined ? {} : { privateKey: t.key }),
-        ...(t.cert === undefined ? {} : { certChain: t.cert }),
-      };
+    this.#creds = t?.ca === undefined ? grpc.credentials.createInsecure() : grpc.credentials.createSsl(t.ca, t.key ?? null, t.cert ?? null);
+  }
+
+  #client(i: number): grpc.Client {
+    let c = this.#clients.get(i);
+    if (c === undefined) {
+      const target = (this.#endpoints[i] as string).replace(/^https?:\/\//, '');
+      c = new grpc.Client(target, this.#creds, { 'grpc.use_local_subchannel_pool': 1, 'grpc.max_receive_message_length': 64 * 1024 * 1024 });
+      this.#clients.set(i, c);
     }
-    this.#client = new Etcd3(o);
+    return c;
   }
 
-  #where(): string {
-    return this.description.slice('etcd '.length);
+  #unary<T>(i: number, name: 'Range' | 'Txn', req: object): Promise<T> {
+    const def = method(name);
+    return new Promise<T>((resolve, reject) => {
+      this.#client(i).makeUnaryRequest(def.path, def.requestSerialize, def.responseDeserialize, req, new grpc.Metadata(), { deadline: Date.now() + this.#timeout }, (err, value) => {
+        if (err) reject(err);
+        else resolve(value as T);
+      });
+    });
   }
 
-  #open(): void {
-    if (this.#closed) throw new ClosedError(`etcd client (${this.#where()})`);
-  }
-
-  async #call<T>(what: string, f: () => Promise<T>): Promise<T> {
-    this.#open();
-    try {
-      return await f();
-    } catch (e) {
-      throw convertEtcdError(e, what, this.#where());
+  /** Call `name` on the current endpoint, failing over to each other one on an "unavailable" error. */
+  async #call<T>(what: string, name: 'Range' | 'Txn', req: object): Promise<T> {
+    if (this.#closed) throw new ClosedError(`etcd client (${this.#endpoints.join(',')})`);
+    let last: AppError | null = null;
+    for (let k = 0; k < this.#endpoints.length; k++) {
+      const i = (this.#current + k) % this.#endpoints.length;
+      try {
+        const r = await this.#unary<T>(i, name, req);
+        this.#current = i;
+        return r;
+      } catch (e) {
+        if (this.#closed) throw new ClosedError(`etcd client (${this.#endpoints.join(',')})`);
+        last = convertEtcdError(e, what, this.#endpoints[i] as string);
+        if (last.code !== 'STORE_UNAVAILABLE') throw last;
+      }
     }
+    throw last as AppError;
   }
 
   async get(key: string): Promise<KVEntry | null> {
     this.stats.reads++;
-    const r = await this.#call(`get ${key}`, () => this.#client.kv.range({ key: Buffer.from(key) }));
+    const r = await this.#call<{ kvs: RawKV[] }>(`get ${key}`, 'Range', { key: Buffer.from(key) });
     const kv = r.kvs[0];
     return kv === undefined ? null : entry(kv, false);
   }
@@ -109,8 +148,8 @@ export class EtcdKV implements KV {
     this.stats.reads++;
     const p = Buffer.from(prefix);
     const keysOnly = opts.keysOnly === true;
-    const r = await this.#call(`range ${prefix}`, () => this.#client.kv.range({ key: p, range_end: prefixEnd(p), keys_only: keysOnly } as Parameters<Etcd3['kv']['range']>[0]));
-    if (r.more) throw new AppError('STORE_IO', `etcd at ${this.#where()}: range ${prefix} returned a partial answer`);
+    const r = await this.#call<{ kvs: RawKV[]; more: boolean }>(`range ${prefix}`, 'Range', { key: p, range_end: prefixEnd(p), keys_only: keysOnly });
+    if (r.more) throw new AppError('STORE_IO', `etcd: range ${prefix} returned a partial answer`);
     return r.kvs.map((kv) => entry(kv, keysOnly));
   }
 
@@ -118,12 +157,13 @@ export class EtcdKV implements KV {
     if (compare.length + ops.length > MAX_TXN_OPS) {
       throw new AppError('INTERNAL', `transaction of ${compare.length + ops.length} compares and ops exceeds etcd's limit of ${MAX_TXN_OPS}`);
     }
+    if (this.#closed) throw new ClosedError(`etcd client (${this.#endpoints.join(',')})`);
     this.stats.txns++;
     const req = {
       compare: compare.map((c) =>
         'absent' in c
-          ? { key: Buffer.from(c.key), target: 'Create' as const, result: 'Equal' as const, create_revision: 0 }
-          : { key: Buffer.from(c.key), target: 'Mod' as const, result: 'Equal' as const, mod_revision: c.modRevision },
+          ? { key: Buffer.from(c.key), target: 'Create', result: 'Equal', create_revision: '0' }
+          : { key: Buffer.from(c.key), target: 'Mod', result: 'Equal', mod_revision: c.modRevision },
       ),
       success: ops.map((op) =>
         'put' in op
@@ -132,7 +172,7 @@ export class EtcdKV implements KV {
       ),
       failure: [],
     };
-    const r = await this.#call(`txn (${compare.length} compares, ${ops.length} ops)`, () => this.#client.kv.txn(req));
+    const r = await this.#call<{ succeeded: boolean; header: { revision: string } | null }>(`txn (${compare.length} compares, ${ops.length} ops)`, 'Txn', req);
     if (r.succeeded) {
       this.stats.txnsSucceeded++;
       for (const op of ops) {
@@ -140,23 +180,18 @@ export class EtcdKV implements KV {
         else this.stats.deletes++;
       }
     }
-    return { succeeded: r.succeeded, revision: String(r.header.revision) };
-  }
-
-  /** The underlying client, for the node heartbeat lease (src/store/etcd/heartbeat.ts) only. */
-  get client(): Etcd3 {
-    this.#open();
-    return this.#client;
+    return { succeeded: r.succeeded, revision: String(r.header?.revision ?? '0') };
   }
 
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#client.close();
+    for (const c of this.#clients.values()) c.close();
+    this.#clients.clear();
   }
 }
 
-function entry(kv: { key: Buffer; value: Buffer; mod_revision: string; create_revision: string }, keysOnly: boolean): KVEntry {
+function entry(kv: RawKV, keysOnly: boolean): KVEntry {
   return {
     key: kv.key.toString('utf8'),
     value: keysOnly ? '' : kv.value.toString('utf8'),

@@ -1,0 +1,608 @@
+/**
+ * The cluster pool allocator (issue 11; docs/cluster.md): logic that takes a {@link KV} (house
+ * style 2: no I/O of its own), like the node allocator takes a Store. Calico's design (blocks with
+ * a node affinity, per-address sequence numbers; anchors.md §5.1, daemons-and-pools.md §2.1) with
+ * the batching Calico proposed and never built (projectcalico/cni-plugin#985): many ADDs of one
+ * node in one transaction.
+ *
+ * Keys under `P/pools/<pool>/` (`P` = `ipam.pool.etcd.prefix`, default `/ipwarden`), values JSON
+ * with a version field `v` (docs/cluster.md "Key layout"):
+ *
+ * - `meta` → `{"v":1,"rangeSets":[[{"subnet","rangeStart","rangeEnd","gateway"}]],"blockSize","blockSize6"}`
+ *   — written once by the first node; every node checks its config against it (two nodes cutting
+ *   one range into different blocks would hand out one address twice);
+ * - `blocks/<block>` (`10.80.0.64-26`) → `{"v":1,"cidr","rangeSet","node","state":"owned","seq","next",
+ *   "allocs":{"<ordinal>":{"id","ifname","node","seq","at"}}}`;
+ * - `nodes/<node>/blocks/<block>` → `{"v":1,"rangeSet"}` — the affinity index (a node finds its
+ *   blocks with one prefix read);
+ * - `handles/<containerID>/<ifname>` → `{"v":1,"node","network","at","ips":[{"ip","block","ordinal","seq","rangeSet"}]}`.
+ *
+ * Rules, each enforced inside one etcd transaction by revision compares (never a lock or lease):
+ * - claim a block: `blocks/<b>` and `nodes/<me>/blocks/<b>` both absent (`create_revision == 0`);
+ * - allocate: every block written has the `mod_revision` it was read at, the handle is absent;
+ * - release: the handle and every block written have the revisions read; an address is freed only
+ *   when its allocation still has the handle's sequence number and owner (a late release of an
+ *   address re-allocated since is refused); an owned block left empty is deleted with its affinity
+ *   unless it is the node's last block of its range set;
+ * - borrow from another node's block only when no block of the range set is free.
+ * A lost race re-reads everything and decides again (at most {@link MAX_ATTEMPTS} times, then
+ * `STORE_CONFLICT`, CNI 11). A transaction whose answer was lost is decided by the re-read: a
+ * handle that now exists with our allocation is our own earlier success (the repeated-ADD rule).
+ */
+import { AppError } from '../common/errors.ts';
+import { formatIP, parseCIDR, parseIP, type IP, type Subnet } from '../common/ip.ts';
+import { CNI_NAME_RE } from '../common/names.ts';
+import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
+import { RangeExhaustedError } from './allocator.ts';
+import { blockAddresses, blockCidrText, blockKeyText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './pool-blocks.ts';
+import { rangeFor, rangeSetSize, rangeSetString } from './range.ts';
+import type { Range, RangeSet } from './types.ts';
+
+/** Value version written and accepted. */
+export const POOL_VALUE_VERSION = 1;
+/** Attempts of one operation before `STORE_CONFLICT`. */
+export const MAX_ATTEMPTS = 16;
+/** How many free blocks a node chooses among (by its name's hash) when it claims one. */
+export const CLAIM_SPREAD = 16;
+/** Most requests batched into one transaction (each costs 2 ops; etcd allows 128 per txn). */
+export const MAX_BATCH = 24;
+
+/** One allocation, stored in its block. */
+export interface AllocValue {
+  id: string;
+  ifname: string;
+  node: string;
+  seq: number;
+  at: number;
+}
+
+/** A block as stored. */
+export interface BlockValue {
+  v: 1;
+  cidr: string;
+  rangeSet: number;
+  node: string;
+  state: 'owned' | 'pendingRelease';
+  /** Last sequence number handed out in this block (only grows). */
+  seq: number;
+  /** Ordinal where the next search starts (round robin inside the block). */
+  next: number;
+  allocs: Record<string, AllocValue>;
+}
+
+/** One address of a handle. */
+export interface HandleIP {
+  ip: string;
+  block: string;
+  ordinal: number;
+  seq: number;
+  rangeSet: number;
+}
+
+/** A handle (container ID + ifname → its addresses) as stored. */
+export interface HandleValue {
+  v: 1;
+  node: string;
+  network: string;
+  at: number;
+  ips: HandleIP[];
+}
+
+/** One address handed to a container. */
+export interface PoolAllocation {
+  readonly rangeSetIndex: number;
+  readonly ip: IP;
+  /** The range of the config holding `ip` (prefix and gateway of the result). */
+  readonly range: Range;
+  /** The block's key text. */
+  readonly block: string;
+  /** The allocation's sequence number in its block. */
+  readonly seq: number;
+  /** True when the handle existed before this call (a repeated ADD). */
+  readonly existing: boolean;
+  /** True when the block belongs to another node (borrowed). */
+  readonly borrowed: boolean;
+}
+
+/** Who asks. */
+export interface PoolRequest {
+  readonly containerId: string;
+  readonly ifname: string;
+}
+
+/** Options of {@link PoolAllocator}. */
+export interface PoolAllocatorOptions {
+  readonly kv: KV;
+  /** Pool name (`ipam.pool.name`). */
+  readonly pool: string;
+  /** Key prefix (`ipam.pool.etcd.prefix`). */
+  readonly prefix: string;
+  /** This node's name (validated by the caller). */
+  readonly node: string;
+  /** The network config's name (recorded in handles). */
+  readonly network: string;
+  /** The config's range sets; `[]` for DEL (which needs none). */
+  readonly rangeSets: readonly RangeSet[];
+  readonly sizes: BlockSizes;
+  /** Clock, milliseconds since the epoch (default `Date.now`). */
+  readonly now?: () => number;
+}
+
+function corrupt(key: string, why: string): AppError {
+  return new AppError('STORE_CORRUPT', `etcd key ${key}: ${why}`);
+}
+
+function parseJson(e: KVEntry): Record<string, unknown> {
+  let o: unknown;
+  try {
+    o = JSON.parse(e.value);
+  } catch {
+    throw corrupt(e.key, 'not valid JSON');
+  }
+  if (typeof o !== 'object' || o === null || Array.isArray(o)) throw corrupt(e.key, 'not a JSON object');
+  const r = o as Record<string, unknown>;
+  if (r['v'] !== POOL_VALUE_VERSION) throw corrupt(e.key, `unknown value version ${JSON.stringify(r['v'] ?? null)} (this ipwarden writes ${POOL_VALUE_VERSION})`);
+  return r;
+}
+
+const isNat = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/** Decode a block value; throws STORE_CORRUPT naming the key and the field. */
+export function decodeBlock(e: KVEntry, expectCidr: string): BlockValue {
+  const r = parseJson(e);
+  if (r['cidr'] !== expectCidr) throw corrupt(e.key, `"cidr" must be ${JSON.stringify(expectCidr)}, got ${JSON.stringify(r['cidr'] ?? null)}`);
+  const cidr = parseCIDR(expectCidr);
+  if (cidr === null) throw corrupt(e.key, '"cidr" is not a CIDR');
+  const size = Number(blockAddresses(cidr.ip.family, cidr.subnet.prefix));
+  if (!isNat(r['rangeSet'])) throw corrupt(e.key, '"rangeSet" must be a non-negative integer');
+  if (typeof r['node'] !== 'string' || !CNI_NAME_RE.test(r['node'])) throw corrupt(e.key, '"node" must be a node name');
+  if (r['state'] !== 'owned' && r['state'] !== 'pendingRelease') throw corrupt(e.key, '"state" must be "owned" or "pendingRelease"');
+  if (!isNat(r['seq'])) throw corrupt(e.key, '"seq" must be a non-negative integer');
+  if (!isNat(r['next']) || r['next'] > size) throw corrupt(e.key, `"next" must be an integer from 0 to ${size}`);
+  const allocs = r['allocs'];
+  if (typeof allocs !== 'object' || allocs === null || Array.isArray(allocs)) throw corrupt(e.key, '"allocs" must be an object');
+  const out: Record<string, AllocValue> = {};
+  for (const [k, a] of Object.entries(allocs as Record<string, unknown>)) {
+    if (!/^(0|[1-9][0-9]*)$/.test(k) || Number(k) >= size) throw corrupt(e.key, `allocation ordinal ${JSON.stringify(k)} is not an ordinal of a block of ${size} addresses`);
+    const x = a as Record<string, unknown> | null;
+    if (typeof x !== 'object' || x === null) throw corrupt(e.key, `allocation ${k} must be an object`);
+    if (typeof x['id'] !== 'string' || !CNI_NAME_RE.test(x['id'])) throw corrupt(e.key, `allocation ${k}: "id" must be a container ID`);
+    if (typeof x['ifname'] !== 'string' || x['ifname'] === '') throw corrupt(e.key, `allocation ${k}: "ifname" must be a non-empty string`);
+    if (typeof x['node'] !== 'string' || !CNI_NAME_RE.test(x['node'])) throw corrupt(e.key, `allocation ${k}: "node" must be a node name`);
+    if (!isNat(x['seq']) || x['seq'] < 1 || x['seq'] > (r['seq'] as number)) throw corrupt(e.key, `allocation ${k}: "seq" must be an integer from 1 to the block's seq ${r['seq'] as number}`);
+    if (typeof x['at'] !== 'number' || !Number.isFinite(x['at'])) throw corrupt(e.key, `allocation ${k}: "at" must be a number`);
+    out[k] = { id: x['id'], ifname: x['ifname'], node: x['node'], seq: x['seq'], at: x['at'] };
+  }
+  return { v: 1, cidr: expectCidr, rangeSet: r['rangeSet'], node: r['node'], state: r['state'], seq: r['seq'], next: r['next'], allocs: out };
+}
+
+/** Decode a handle value; throws STORE_CORRUPT naming the key and the field. */
+export function decodeHandle(e: KVEntry): HandleValue {
+  const r = parseJson(e);
+  if (typeof r['node'] !== 'string') throw corrupt(e.key, '"node" must be a string');
+  if (typeof r['network'] !== 'string') throw corrupt(e.key, '"network" must be a string');
+  if (typeof r['at'] !== 'number') throw corrupt(e.key, '"at" must be a number');
+  if (!Array.isArray(r['ips'])) throw corrupt(e.key, '"ips" must be an array');
+  const ips: HandleIP[] = r['ips'].map((x: unknown, i: number) => {
+    const o = x as Record<string, unknown> | null;
+    if (typeof o !== 'object' || o === null) throw corrupt(e.key, `ips[${i}] must be an object`);
+    const ip = typeof o['ip'] === 'string' ? parseIP(o['ip']) : null;
+    if (ip === null || formatIP(ip) !== o['ip']) throw corrupt(e.key, `ips[${i}].ip must be a canonical IP`);
+    if (typeof o['block'] !== 'string' || !/^[0-9a-f.:]+-[0-9]{1,3}$/.test(o['block'])) throw corrupt(e.key, `ips[${i}].block must be a block key`);
+    if (!isNat(o['ordinal']) || !isNat(o['seq']) || !isNat(o['rangeSet'])) throw corrupt(e.key, `ips[${i}]: "ordinal", "seq" and "rangeSet" must be non-negative integers`);
+    return { ip: o['ip'] as string, block: o['block'], ordinal: o['ordinal'], seq: o['seq'], rangeSet: o['rangeSet'] };
+  });
+  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips };
+}
+
+/** The CIDR text of a block key (`10.80.0.64-26` → `10.80.0.64/26`), or null. */
+export function blockKeyCidr(key: string): string | null {
+  const m = /^(.+)-([0-9]{1,3})$/.exec(key);
+  if (m === null) return null;
+  const c = parseCIDR(`${m[1] as string}/${m[2] as string}`);
+  return c === null || formatIP(c.ip) !== m[1] || c.ip.value !== c.subnet.ip.value ? null : `${m[1] as string}/${m[2] as string}`;
+}
+
+/** The canonical description of a pool's layout, stored in `meta`. */
+export function metaOf(rangeSets: readonly RangeSet[], sizes: BlockSizes): string {
+  return JSON.stringify({
+    v: POOL_VALUE_VERSION,
+    rangeSets: rangeSets.map((rs) =>
+      rs.map((r) => ({
+        subnet: `${formatIP(r.subnet.ip)}/${r.subnet.prefix}`,
+        rangeStart: formatIP(r.rangeStart),
+        rangeEnd: formatIP(r.rangeEnd),
+        gateway: formatIP(r.gateway),
+      })),
+    ),
+    blockSize: sizes.blockSize4,
+    blockSize6: sizes.blockSize6,
+  });
+}
+
+interface Working {
+  key: string;
+  cidr: Subnet;
+  value: BlockValue;
+  /** Revision read, or null for a block this attempt claims. */
+  rev: string | null;
+  dirty: boolean;
+}
+
+/** The cluster pool allocator. See the module comment. */
+export class PoolAllocator {
+  readonly #o: PoolAllocatorOptions;
+  readonly #base: string;
+  readonly #now: () => number;
+  #metaChecked = false;
+
+  constructor(o: PoolAllocatorOptions) {
+    this.#o = o;
+    this.#base = `${o.prefix}/pools/${o.pool}`;
+    this.#now = o.now ?? Date.now;
+  }
+
+  /** Key of the pool's `meta`. */
+  get metaKey(): string {
+    return `${this.#base}/meta`;
+  }
+  /** Key of block `b` (key text). */
+  blockKey(b: string): string {
+    return `${this.#base}/blocks/${b}`;
+  }
+  /** Key of the affinity of block `b` to `node`. */
+  affinityKey(node: string, b: string): string {
+    return `${this.#base}/nodes/${node}/blocks/${b}`;
+  }
+  /** Key of the handle of (containerId, ifname). */
+  handleKey(containerId: string, ifname: string): string {
+    return `${this.#base}/handles/${containerId}/${ifname}`;
+  }
+
+  /**
+   * Write `meta` if absent, else check it equals this config's layout. Throws
+   * `IPAM_INVALID_CONFIG` on a mismatch (the message shows both), `STORE_CORRUPT` for a bad value.
+   */
+  async checkMeta(): Promise<void> {
+    if (this.#metaChecked) return;
+    const want = metaOf(this.#o.rangeSets, this.#o.sizes);
+    for (let i = 0; i < MAX_ATTEMPTS; i++) {
+      const e = await this.#o.kv.get(this.metaKey);
+      if (e === null) {
+        if ((await this.#o.kv.txn([{ key: this.metaKey, absent: true }], [{ put: this.metaKey, value: want }])).succeeded) break;
+        continue;
+      }
+      parseJson(e);
+      if (e.value !== want) {
+        throw new AppError('IPAM_INVALID_CONFIG', `pool ${this.#o.pool} is defined in etcd with other ranges or block sizes than this network's config`, {
+          details: `etcd ${this.metaKey}: ${e.value}; this config: ${want}`,
+        });
+      }
+      break;
+    }
+    this.#metaChecked = true;
+  }
+
+  /** The handle of (containerId, ifname) with its revision, or null. */
+  async #handle(req: PoolRequest): Promise<{ entry: KVEntry; value: HandleValue } | null> {
+    const e = await this.#o.kv.get(this.handleKey(req.containerId.trim(), req.ifname));
+    return e === null ? null : { entry: e, value: decodeHandle(e) };
+  }
+
+  async #block(key: string, cache: Map<string, Working | null>): Promise<Working | null> {
+    if (cache.has(key)) return cache.get(key) as Working | null;
+    const cidrText = blockKeyCidr(key);
+    if (cidrText === null) throw corrupt(this.blockKey(key), 'not a block key');
+    const e = await this.#o.kv.get(this.blockKey(key));
+    const w: Working | null =
+      e === null ? null : { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, dirty: false };
+    cache.set(key, w);
+    return w;
+  }
+
+  /** The allocations a handle names, checked against their blocks (repeated ADD, CHECK). */
+  #existing(h: HandleValue, blocks: Map<string, Working | null>, req: PoolRequest, hkey: string): Promise<PoolAllocation[]> {
+    return Promise.all(
+      h.ips.map(async (x) => {
+        const b = await this.#block(x.block, blocks);
+        const a = b?.value.allocs[String(x.ordinal)];
+        if (b === null || a === undefined || a.seq !== x.seq || a.id !== req.containerId.trim() || a.ifname !== req.ifname) {
+          throw corrupt(hkey, `names ${x.ip} (block ${x.block}, sequence ${x.seq}) but the block holds no such allocation`);
+        }
+        return this.#allocation(x.rangeSet, b, x.ordinal, a.seq, true);
+      }),
+    );
+  }
+
+  #allocation(rangeSetIndex: number, b: Working, ordinal: number, seq: number, existing: boolean): PoolAllocation {
+    const ip = ordinalIP(b.cidr, ordinal);
+    const rs = this.#o.rangeSets[rangeSetIndex];
+    const k = rs === undefined ? -1 : rangeFor(rs, ip);
+    if (rs === undefined || k < 0) throw corrupt(this.blockKey(b.key), `holds ${formatIP(ip)}, outside range set ${rangeSetIndex} of this network's config`);
+    return { rangeSetIndex, ip, range: rs[k] as Range, block: b.key, seq, existing, borrowed: b.value.node !== this.#o.node };
+  }
+
+  /** A free allocatable ordinal of `b` from its `next` (round robin), or -1. */
+  #freeOrdinal(b: Working): number {
+    const rs = this.#o.rangeSets[b.value.rangeSet];
+    if (rs === undefined || b.value.state !== 'owned') return -1;
+    const n = Number(blockAddresses(b.cidr.ip.family, b.cidr.prefix));
+    for (let k = 0; k < n; k++) {
+      const o = (b.value.next + k) % n;
+      if (b.value.allocs[String(o)] === undefined && isAllocatable(rs, b.cidr, o)) return o;
+    }
+    return -1;
+  }
+
+  /**
+   * ADD for a batch of requests of this node, in one transaction per attempt. Returns, per
+   * request in order, its allocations (one per range set) or the AppError it failed with (a full
+   * range set: host-local's `failed to allocate for range <i>: no IP addresses available in range
+   * set: <set>`). Whole-batch failures (etcd unavailable, `STORE_CONFLICT`, `STORE_CORRUPT`,
+   * a `meta` mismatch) are thrown. At most {@link MAX_BATCH} requests.
+   */
+  async add(reqs: readonly PoolRequest[]): Promise<Array<PoolAllocation[] | AppError>> {
+    if (reqs.length > MAX_BATCH) throw new AppError('INTERNAL', `a pool batch holds at most ${MAX_BATCH} requests, got ${reqs.length}`);
+    await this.checkMeta();
+    const kv = this.#o.kv;
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const blocks = new Map<string, Working | null>();
+      const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
+      const handles = await Promise.all(reqs.map((r) => this.#handle(r)));
+      const compares: KVCompare[] = [];
+      const ops: KVOp[] = [];
+      const firstOf = new Map<string, number>();
+      const pending: number[] = [];
+      for (let i = 0; i < reqs.length; i++) {
+        const r = reqs[i] as PoolRequest;
+        const h = handles[i];
+        const hk = this.handleKey(r.containerId.trim(), r.ifname);
+        if (h !== null && h !== undefined) {
+          results[i] = await this.#existing(h.value, blocks, r, hk);
+        } else if (!firstOf.has(hk)) {
+          firstOf.set(hk, i);
+          pending.push(i);
+        }
+      }
+      if (pending.length > 0) {
+        // This node's blocks (affinity index), read once per attempt.
+        const prefix = `${this.#base}/nodes/${this.#o.node}/blocks/`;
+        const mine: Working[] = [];
+        for (const a of await kv.list(prefix, { keysOnly: true })) {
+          const key = a.key.slice(prefix.length);
+          const b = await this.#block(key, blocks);
+          if (b === null || b.value.node !== this.#o.node) throw corrupt(a.key, `names block ${key}, which ${b === null ? 'does not exist' : `belongs to node ${b.value.node}`}`);
+          mine.push(b);
+        }
+        let claimed: Set<string> | null = null;
+        let others: Working[] | null = null;
+        for (const i of pending) {
+          const r = reqs[i] as PoolRequest;
+          const got: Array<{ b: Working; o: number; rs: number }> = [];
+          let failed: AppError | null = null;
+          for (let s = 0; s < this.#o.rangeSets.length && failed === null; s++) {
+            let pick: { b: Working; o: number } | null = null;
+            for (const b of mine) {
+              if (b.value.rangeSet !== s) continue;
+              const o = this.#freeOrdinal(b);
+              if (o >= 0) {
+                pick = { b, o };
+                break;
+              }
+            }
+            if (pick === null) {
+              claimed ??= new Set((await kv.list(`${this.#base}/blocks/`, { keysOnly: true })).map((e) => e.key.slice(`${this.#base}/blocks/`.length)));
+              const nb = this.#claimable(s, claimed);
+              if (nb !== null) {
+                claimed.add(nb.key);
+                blocks.set(nb.key, nb);
+                mine.push(nb);
+                pick = { b: nb, o: this.#freeOrdinal(nb) };
+              }
+            }
+            if (pick === null) {
+              // No free block anywhere in the pool: borrow from another node's block.
+              others ??= await this.#othersBlocks(blocks);
+              for (const b of others) {
+                if (b.value.rangeSet !== s) continue;
+                const o = this.#freeOrdinal(b);
+                if (o >= 0) {
+                  pick = { b, o };
+                  break;
+                }
+              }
+            }
+            if (pick === null || pick.o < 0) {
+              const rs = this.#o.rangeSets[s] as RangeSet;
+              failed = new RangeExhaustedError({ rangeSetIndex: s, rangeSet: rangeSetString(rs), size: rangeSetSize(rs), reserved: Number(rangeSetSize(rs)) }, {
+                details: `pool ${this.#o.pool}: every block of range set ${s} is claimed and none has a free address`,
+              });
+              break;
+            }
+            const b = pick.b;
+            b.value.seq += 1;
+            b.value.allocs[String(pick.o)] = { id: r.containerId.trim(), ifname: r.ifname, node: this.#o.node, seq: b.value.seq, at: this.#now() };
+            b.value.next = (pick.o + 1) % Number(blockAddresses(b.cidr.ip.family, b.cidr.prefix));
+            b.dirty = true;
+            got.push({ b, o: pick.o, rs: s });
+          }
+          if (failed !== null) {
+            for (const g of got) delete g.b.value.allocs[String(g.o)];
+            results[i] = failed;
+            continue;
+          }
+          const allocs = got.map((g) => this.#allocation(g.rs, g.b, g.o, (g.b.value.allocs[String(g.o)] as AllocValue).seq, false));
+          results[i] = allocs;
+          const hk = this.handleKey(r.containerId.trim(), r.ifname);
+          const hv: HandleValue = {
+            v: 1,
+            node: this.#o.node,
+            network: this.#o.network,
+            at: this.#now(),
+            ips: got.map((g, k) => ({ ip: formatIP((allocs[k] as PoolAllocation).ip), block: g.b.key, ordinal: g.o, seq: (allocs[k] as PoolAllocation).seq, rangeSet: g.rs })),
+          };
+          compares.push({ key: hk, absent: true });
+          ops.push({ put: hk, value: JSON.stringify(hv) });
+        }
+        for (const b of blocks.values()) {
+          if (b === null || !b.dirty) continue;
+          const bk = this.blockKey(b.key);
+          if (b.rev === null) {
+            const ak = this.affinityKey(this.#o.node, b.key);
+            compares.push({ key: bk, absent: true }, { key: ak, absent: true });
+            ops.push({ put: ak, value: JSON.stringify({ v: 1, rangeSet: b.value.rangeSet }) });
+          } else {
+            compares.push({ key: bk, modRevision: b.rev });
+          }
+          ops.push({ put: bk, value: JSON.stringify(b.value) });
+        }
+      }
+      if (ops.length > 0 && !(await kv.txn(compares, ops)).succeeded) continue;
+      // Duplicates inside the batch get the first one's answer.
+      return reqs.map((r, i) => {
+        const first = firstOf.get(this.handleKey(r.containerId.trim(), r.ifname));
+        return (results[i] ?? results[first as number]) as PoolAllocation[] | AppError;
+      });
+    }
+    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} transactions lost to concurrent writers; try again`);
+  }
+
+  /** A free (unclaimed) block of range set `s` for this node, as a new working block, or null. */
+  #claimable(s: number, claimed: ReadonlySet<string>): Working | null {
+    const rs = this.#o.rangeSets[s] as RangeSet;
+    const free: Subnet[] = [];
+    for (const b of blocksOf(rs, s, this.#o.sizes)) {
+      if (!claimed.has(blockKeyText(b.cidr))) free.push(b.cidr);
+      if (free.length >= CLAIM_SPREAD) break;
+    }
+    if (free.length === 0) return null;
+    const cidr = free[nodeHash(this.#o.node) % free.length] as Subnet;
+    const key = blockKeyText(cidr);
+    return {
+      key,
+      cidr,
+      value: { v: 1, cidr: blockCidrText(cidr), rangeSet: s, node: this.#o.node, state: 'owned', seq: 0, next: 0, allocs: {} },
+      rev: null,
+      dirty: true,
+    };
+  }
+
+  /** Every block of the pool owned by other nodes (one prefix read), cached in `blocks`. */
+  async #othersBlocks(blocks: Map<string, Working | null>): Promise<Working[]> {
+    const prefix = `${this.#base}/blocks/`;
+    const out: Working[] = [];
+    for (const e of await this.#o.kv.list(prefix)) {
+      const key = e.key.slice(prefix.length);
+      if (blocks.has(key)) {
+        const w = blocks.get(key);
+        if (w !== null && w !== undefined && w.value.node !== this.#o.node) out.push(w);
+        continue;
+      }
+      const cidrText = blockKeyCidr(key);
+      if (cidrText === null) throw corrupt(e.key, 'not a block key');
+      const w: Working = { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, dirty: false };
+      blocks.set(key, w);
+      if (w.value.node !== this.#o.node) out.push(w);
+    }
+    return out;
+  }
+
+  /**
+   * The allocations of (containerId, ifname), checked against their blocks, or null when it has
+   * no handle (CHECK). Throws STORE_CORRUPT when the handle names an allocation its block lacks.
+   */
+  async find(req: PoolRequest): Promise<PoolAllocation[] | null> {
+    const h = await this.#handle(req);
+    if (h === null) return null;
+    return this.#existing(h.value, new Map(), req, h.entry.key);
+  }
+
+  /**
+   * DEL: release the addresses of (containerId, ifname) and delete its handle, in one
+   * transaction. Idempotent: no handle → `[]`. An address whose allocation no longer carries the
+   * handle's sequence number and owner (re-allocated since) is not touched. An owned block left
+   * empty is deleted with its affinity unless it is the node's last block of its range set.
+   * Returns the released addresses (canonical text, sorted).
+   */
+  async del(req: PoolRequest): Promise<string[]> {
+    const kv = this.#o.kv;
+    const id = req.containerId.trim();
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const h = await this.#handle(req);
+      if (h === null) return [];
+      const blocks = new Map<string, Working | null>();
+      const released: string[] = [];
+      for (const x of h.value.ips) {
+        const b = await this.#block(x.block, blocks);
+        const a = b?.value.allocs[String(x.ordinal)];
+        if (b === null || a === undefined || a.seq !== x.seq || a.id !== id || a.ifname !== req.ifname) continue;
+        delete b.value.allocs[String(x.ordinal)];
+        b.dirty = true;
+        released.push(x.ip);
+      }
+      const compares: KVCompare[] = [{ key: h.entry.key, modRevision: h.entry.modRevision }];
+      const ops: KVOp[] = [{ delete: h.entry.key }];
+      let mineByRs: Map<number, KVEntry[]> | null = null;
+      for (const b of blocks.values()) {
+        if (b === null || !b.dirty) continue;
+        const bk = this.blockKey(b.key);
+        compares.push({ key: bk, modRevision: b.rev as string });
+        if (Object.keys(b.value.allocs).length === 0 && b.value.node === this.#o.node && b.value.state === 'owned') {
+          if (mineByRs === null) {
+            mineByRs = new Map();
+            for (const e of await kv.list(`${this.#base}/nodes/${this.#o.node}/blocks/`)) {
+              const rs = parseJson(e)['rangeSet'];
+              if (!isNat(rs)) throw corrupt(e.key, '"rangeSet" must be a non-negative integer');
+              mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
+            }
+          }
+          const same = mineByRs.get(b.value.rangeSet) ?? [];
+          const ak = this.affinityKey(this.#o.node, b.key);
+          const aff = same.find((e) => e.key === ak);
+          if (same.length > 1 && aff !== undefined) {
+            // Empty and not the node's last block of this range set: give it back to the pool.
+            mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
+            compares.push({ key: ak, modRevision: aff.modRevision });
+            ops.push({ delete: bk }, { delete: ak });
+            continue;
+          }
+        }
+        ops.push({ put: bk, value: JSON.stringify(b.value) });
+      }
+      if ((await kv.txn(compares, ops)).succeeded) return released.sort();
+    }
+    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
+  }
+
+  /**
+   * Release one address only if its allocation still has sequence number `seq` and owner
+   * (containerId, ifname) — the reconciler's guard against a stale view (Calico's per-ordinal
+   * sequence numbers). Returns false when the address is free or re-allocated since (`seq`
+   * differs). Does not touch the handle's other addresses; deletes the handle when it held only
+   * this one.
+   */
+  async releaseIfSeq(ip: string, seq: number, owner: PoolRequest): Promise<boolean> {
+    const kv = this.#o.kv;
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const h = await this.#handle(owner);
+      const x = h?.value.ips.find((i) => i.ip === ip);
+      if (h === null || x === undefined || x.seq !== seq) return false;
+      const blocks = new Map<string, Working | null>();
+      const b = await this.#block(x.block, blocks);
+      const a = b?.value.allocs[String(x.ordinal)];
+      if (b === null || a === undefined || a.seq !== seq || a.id !== owner.containerId.trim() || a.ifname !== owner.ifname) return false;
+      delete b.value.allocs[String(x.ordinal)];
+      const rest = h.value.ips.filter((i) => i !== x);
+      const hop: KVOp = rest.length === 0 ? { delete: h.entry.key } : { put: h.entry.key, value: JSON.stringify({ ...h.value, ips: rest }) };
+      const ok = await kv.txn(
+        [
+          { key: h.entry.key, modRevision: h.entry.modRevision },
+          { key: this.blockKey(b.key), modRevision: b.rev as string },
+        ],
+        [hop, { put: this.blockKey(b.key), value: JSON.stringify(b.value) }],
+      );
+      if (ok.succeeded) return true;
+    }
+    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${ip} lost to concurrent writers; try again`);
+  }
+}

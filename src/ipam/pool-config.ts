@@ -1,0 +1,166 @@
+/**
+ * The `ipam.pool` key (issue 11, docs/cluster.md "Configuration"): a network whose `ranges` are
+ * shared by every node through etcd, handed out in blocks. Pure: decodes and validates JSON
+ * values; the TLS files are read and the node name resolved at the CNI edge (`src/cni/pool.ts`).
+ *
+ * ```json
+ * "ipam": {
+ *   "type": "ipwarden",
+ *   "ranges": [[{"subnet": "10.80.0.0/16"}]],
+ *   "nodeName": "worker-1",
+ *   "pool": {
+ *     "name": "net1-pool",
+ *     "etcd": {"endpoints": ["https://10.0.0.5:2379"], "tls": {"ca": "/etc/ipwarden/etcd-ca.pem",
+ *              "cert": "/etc/ipwarden/etcd.pem", "key": "/etc/ipwarden/etcd-key.pem"},
+ *              "prefix": "/ipwarden"},
+ *     "blockSize": 26,
+ *     "blockSize6": 122
+ *   }
+ * }
+ * ```
+ *
+ * Every error is `AppError('IPAM_INVALID_CONFIG')` (CNI 7) with the exact texts listed in
+ * docs/cluster.md; each names the key.
+ */
+import { AppError } from '../common/errors.ts';
+import { CNI_NAME_RE } from '../common/names.ts';
+
+/** Default IPv4 block prefix length (Calico's IPPool default /26; anchors.md §5.1). */
+export const DEFAULT_BLOCK_SIZE4 = 26;
+/** Default IPv6 block prefix length (Calico's default /122). */
+export const DEFAULT_BLOCK_SIZE6 = 122;
+/** Allowed IPv4 block prefix lengths (Calico's range, 20–32). */
+export const BLOCK_SIZE4_RANGE = [20, 32] as const;
+/** Allowed IPv6 block prefix lengths (Calico's range, 116–128). */
+export const BLOCK_SIZE6_RANGE = [116, 128] as const;
+/** Default etcd key prefix. */
+export const DEFAULT_POOL_PREFIX = '/ipwarden';
+/** Longest node name accepted (a Kubernetes node name is a DNS subdomain: at most 253 characters). */
+export const MAX_NODE_NAME = 253;
+
+/** The decoded `ipam.pool`. */
+export interface PoolConfig {
+  /** Pool name (`CNI_NAME_RE`): every network naming it shares its blocks. */
+  readonly name: string;
+  readonly etcd: {
+    /** `http://host:port` / `https://host:port`, as given (all of one scheme). */
+    readonly endpoints: readonly string[];
+    /** Absolute paths of PEM files, or null when the endpoints are `http://`. */
+    readonly tls: { readonly ca: string; readonly cert: string | null; readonly key: string | null } | null;
+    /** Key prefix, `/`-led without a trailing `/` (default `/ipwarden`). */
+    readonly prefix: string;
+  };
+  /** IPv4 block prefix length (default 26). */
+  readonly blockSize4: number;
+  /** IPv6 block prefix length (default 122). */
+  readonly blockSize6: number;
+  /** `ipam.nodeName`, or null: then `NODE_NAME`, else the host name (resolved at the edge). */
+  readonly nodeName: string | null;
+}
+
+type Obj = Record<string, unknown>;
+
+function bad(msg: string): AppError {
+  return new AppError('IPAM_INVALID_CONFIG', msg);
+}
+
+function jsonType(v: unknown): string {
+  return v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v;
+}
+
+function isObj(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Is `name` usable as a node name (in etcd keys): `CNI_NAME_RE`, at most 253 characters. */
+export function validNodeName(name: string): boolean {
+  return name.length <= MAX_NODE_NAME && CNI_NAME_RE.test(name);
+}
+
+/** The message for an unusable node name from `source` (`ipam.nodeName`, `NODE_NAME`, `the host name`). */
+export function badNodeNameMessage(source: string, name: string): string {
+  return `${source} must be a node name of at most ${MAX_NODE_NAME} letters, digits, '_', '.' or '-' starting with a letter or digit, got ${JSON.stringify(name)}`;
+}
+
+function decodeEndpoint(v: unknown, path: string): { url: string; tls: boolean } {
+  if (typeof v !== 'string') throw bad(`${path} must be a string, got ${jsonType(v)}`);
+  const m = /^(https?):\/\/(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$/.exec(v);
+  const port = m === null ? 0 : Number(m[3]);
+  if (m === null || port < 1 || port > 65535) throw bad(`${path} must be http://HOST:PORT or https://HOST:PORT, got ${JSON.stringify(v)}`);
+  return { url: v, tls: m[1] === 'https' };
+}
+
+function decodePath(tls: Obj, name: string): string | null {
+  const v = tls[name];
+  if (v === undefined || v === null) return null;
+  const path = `ipam.pool.etcd.tls.${name}`;
+  if (typeof v !== 'string' || !v.startsWith('/') || v.includes('\0')) throw bad(`${path} must be an absolute path, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function decodeBlockSize(pool: Obj, name: string, range: readonly [number, number], dflt: number): number {
+  const v = pool[name];
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < range[0] || v > range[1]) {
+    throw bad(`ipam.pool.${name} must be an integer from ${range[0]} to ${range[1]}, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+/**
+ * Decode `ipam.pool` (and `ipam.nodeName`). Returns null when `ipam.pool` is absent or null.
+ * @param ipam the `ipam` object of the network config
+ * @throws AppError IPAM_INVALID_CONFIG with the texts of docs/cluster.md "Configuration errors"
+ */
+export function decodePoolConfig(ipam: Obj): PoolConfig | null {
+  const raw = ipam['pool'];
+  if (raw === undefined || raw === null) return null;
+  if (!isObj(raw)) throw bad(`ipam.pool must be an object, got ${jsonType(raw)}`);
+  const name = raw['name'];
+  if (typeof name !== 'string' || !CNI_NAME_RE.test(name)) {
+    throw bad(`ipam.pool.name must be a name of letters, digits, '_', '.' or '-' starting with a letter or digit, got ${JSON.stringify(name ?? null)}`);
+  }
+  const etcd = raw['etcd'];
+  if (etcd === undefined || etcd === null) throw bad('ipam.pool.etcd is required');
+  if (!isObj(etcd)) throw bad(`ipam.pool.etcd must be an object, got ${jsonType(etcd)}`);
+  const eps = etcd['endpoints'];
+  if (!Array.isArray(eps) || eps.length === 0) throw bad(`ipam.pool.etcd.endpoints must be a non-empty array of URLs, got ${Array.isArray(eps) ? '[]' : jsonType(eps ?? null)}`);
+  const endpoints = eps.map((e, i) => decodeEndpoint(e, `ipam.pool.etcd.endpoints[${i}]`));
+  const secure = endpoints.some((e) => e.tls);
+  if (secure && endpoints.some((e) => !e.tls)) throw bad('ipam.pool.etcd.endpoints mix http:// and https://');
+  const rawTls = etcd['tls'];
+  let tls: PoolConfig['etcd']['tls'] = null;
+  if (rawTls !== undefined && rawTls !== null) {
+    if (!isObj(rawTls)) throw bad(`ipam.pool.etcd.tls must be an object, got ${jsonType(rawTls)}`);
+    if (!secure) throw bad('ipam.pool.etcd.tls is given but the endpoints are http://');
+    const ca = decodePath(rawTls, 'ca');
+    const cert = decodePath(rawTls, 'cert');
+    const key = decodePath(rawTls, 'key');
+    if (ca === null) throw bad('ipam.pool.etcd.tls.ca is required with https:// endpoints');
+    if ((cert === null) !== (key === null)) throw bad('ipam.pool.etcd.tls.cert and ipam.pool.etcd.tls.key must be given together');
+    tls = { ca, cert, key };
+  } else if (secure) {
+    throw bad('ipam.pool.etcd.tls.ca is required with https:// endpoints');
+  }
+  const rawPrefix = etcd['prefix'];
+  let prefix = DEFAULT_POOL_PREFIX;
+  if (rawPrefix !== undefined && rawPrefix !== null) {
+    if (typeof rawPrefix !== 'string' || !/^(\/[A-Za-z0-9_.-]+)+$/.test(rawPrefix)) {
+      throw bad(`ipam.pool.etcd.prefix must be /-separated names of letters, digits, '_', '.' or '-' without a trailing /, got ${JSON.stringify(rawPrefix)}`);
+    }
+    prefix = rawPrefix;
+  }
+  const rawNode = ipam['nodeName'];
+  let nodeName: string | null = null;
+  if (rawNode !== undefined && rawNode !== null && rawNode !== '') {
+    if (typeof rawNode !== 'string' || !validNodeName(rawNode)) throw bad(badNodeNameMessage('ipam.nodeName', String(rawNode)));
+    nodeName = rawNode;
+  }
+  return {
+    name,
+    etcd: { endpoints: endpoints.map((e) => e.url), tls, prefix },
+    blockSize4: decodeBlockSize(raw, 'blockSize', BLOCK_SIZE4_RANGE, DEFAULT_BLOCK_SIZE4),
+    blockSize6: decodeBlockSize(raw, 'blockSize6', BLOCK_SIZE6_RANGE, DEFAULT_BLOCK_SIZE6),
+    nodeName,
+  };
+}

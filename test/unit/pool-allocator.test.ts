@@ -1,0 +1,188 @@
+/**
+ * The cluster pool allocator (src/ipam/pool-allocator.ts) on the memory KV: exact block claims,
+ * keys and values, repeated ADD, DEL, borrowing, exhaustion, batching (one transaction), lost
+ * races re-decided, the sequence-number guard, empty blocks released except the node's last, the
+ * meta check, and malformed values as exact STORE_CORRUPT errors.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { AppError, isAppError } from '../../src/common/errors.ts';
+import { formatIP } from '../../src/common/ip.ts';
+import { loadIPAMConfig } from '../../src/ipam/config.ts';
+import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
+
+const P = '/ipwarden/pools/p1';
+/** A /27 cut into two /28 blocks: 10.80.0.0/28 (ordinals 2–15 allocatable: .0 network, .1 gateway) and 10.80.0.16/28 (16–30). */
+const SMALL = [[{ subnet: '10.80.0.0/27' }]];
+
+function allocator(kv: MemoryKV, node: string, ranges: unknown = SMALL, blockSize = 28): PoolAllocator {
+  const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges } }), undefined);
+  return new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node, network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: blockSize, blockSize6: 122 }, now: () => 1000 });
+}
+
+function ips(r: PoolAllocation[] | AppError): string[] {
+  if (r instanceof AppError) throw r;
+  return r.map((a) => formatIP(a.ip));
+}
+
+async function one(a: PoolAllocator, id: string, ifname = 'eth0'): Promise<string> {
+  const [r] = await a.add([{ containerId: id, ifname }]);
+  return (ips(r as PoolAllocation[]) as [string])[0];
+}
+
+describe('PoolAllocator', () => {
+  it('the first ADD claims a block (node-a → 10.80.0.16/28 by its name hash) and writes exactly these keys in one transaction', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    assert.equal(await one(a, 'c1'), '10.80.0.16');
+    const d = kv.dump();
+    assert.deepEqual(Object.keys(d), [`${P}/blocks/10.80.0.16-28`, `${P}/handles/c1/eth0`, `${P}/meta`, `${P}/nodes/node-a/blocks/10.80.0.16-28`]);
+    assert.deepEqual(JSON.parse(d[`${P}/blocks/10.80.0.16-28`] as string), {
+      v: 1, cidr: '10.80.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', seq: 1, next: 1,
+      allocs: { '0': { id: 'c1', ifname: 'eth0', node: 'node-a', seq: 1, at: 1000 } },
+    });
+    assert.deepEqual(JSON.parse(d[`${P}/handles/c1/eth0`] as string), {
+      v: 1, node: 'node-a', network: 'net1', at: 1000, ips: [{ ip: '10.80.0.16', block: '10.80.0.16-28', ordinal: 0, seq: 1, rangeSet: 0 }],
+    });
+    assert.deepEqual(JSON.parse(d[`${P}/nodes/node-a/blocks/10.80.0.16-28`] as string), { v: 1, rangeSet: 0 });
+    // Reads: meta, the handle, the node's affinities, the pool's block keys. Writes: meta (1 txn,
+    // 1 put) + the ADD (1 txn: block, affinity, handle).
+    assert.deepEqual(kv.stats, { reads: 4, txns: 2, txnsSucceeded: 2, puts: 4, deletes: 0 });
+  });
+
+  it('a repeated ADD returns the same address and writes nothing', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await one(a, 'c1');
+    const before = kv.stats.txns;
+    const [r] = await a.add([{ containerId: 'c1', ifname: 'eth0' }]);
+    assert.deepEqual(ips(r as PoolAllocation[]), ['10.80.0.16']);
+    assert.equal((r as PoolAllocation[])[0]?.existing, true);
+    assert.equal(kv.stats.txns, before);
+    assert.equal(await one(a, 'c1', 'net1'), '10.80.0.17', 'another ifname is another attachment');
+  });
+
+  it('a second node claims the other block; within a block addresses go round robin', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const b = allocator(kv, 'node-b');
+    assert.equal(await one(a, 'c1'), '10.80.0.16');
+    assert.equal(await one(b, 'c2'), '10.80.0.2');
+    assert.equal(await one(b, 'c3'), '10.80.0.3');
+    await b.del({ containerId: 'c2', ifname: 'eth0' });
+    assert.equal(await one(b, 'c4'), '10.80.0.4', 'the freed .2 is not reused at once');
+  });
+
+  it('borrows from another node only when the pool has no free block, then fails with host-local text', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const b = allocator(kv, 'node-b');
+    await one(b, 'b0'); // node-b owns 10.80.0.0/28
+    const got: string[] = [];
+    for (let i = 0; i < 15; i++) got.push(await one(a, `a${i}`)); // fills 10.80.0.16/28 (16..30)
+    assert.equal(got.at(-1), '10.80.0.30');
+    const [r] = await a.add([{ containerId: 'a15', ifname: 'eth0' }]);
+    assert.deepEqual(ips(r as PoolAllocation[]), ['10.80.0.3']);
+    assert.equal((r as PoolAllocation[])[0]?.borrowed, true);
+    for (let i = 16; i < 28; i++) await one(a, `a${i}`); // the rest of node-b's block: .4 … .15
+    const [full] = await a.add([{ containerId: 'last', ifname: 'eth0' }]);
+    assert.ok(isAppError(full, 'IPAM_RANGE_EXHAUSTED'));
+    assert.equal((full as AppError).message, 'failed to allocate for range 0: no IP addresses available in range set: 10.80.0.1-10.80.0.30');
+    assert.equal(kv.dump()[`${P}/handles/last/eth0`], undefined, 'a failed ADD leaves nothing');
+  });
+
+  it('DEL releases, is idempotent, and a late release of a re-allocated address is refused (sequence number)', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a', [[{ subnet: '10.80.0.16/28', rangeStart: '10.80.0.20', rangeEnd: '10.80.0.20' }]]);
+    assert.equal(await one(a, 'old'), '10.80.0.20');
+    const seqOld = 1;
+    assert.deepEqual(await a.del({ containerId: 'old', ifname: 'eth0' }), ['10.80.0.20']);
+    assert.deepEqual(await a.del({ containerId: 'old', ifname: 'eth0' }), []);
+    assert.equal(await one(a, 'new'), '10.80.0.20');
+    assert.equal(await a.releaseIfSeq('10.80.0.20', seqOld, { containerId: 'new', ifname: 'eth0' }), false, 'seq 1 was the old allocation');
+    assert.equal(await a.releaseIfSeq('10.80.0.20', 2, { containerId: 'new', ifname: 'eth0' }), true);
+    assert.deepEqual(await a.find({ containerId: 'new', ifname: 'eth0' }), null);
+  });
+
+  it('a batch of ADDs is one transaction with distinct addresses; duplicates in it get one answer', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await a.checkMeta();
+    const t0 = kv.stats.txns;
+    const p0 = kv.stats.puts;
+    const rs = await a.add(['c1', 'c2', 'c3', 'c4', 'c2'].map((id) => ({ containerId: id, ifname: 'eth0' })));
+    assert.deepEqual(rs.map((r) => ips(r)[0]), ['10.80.0.16', '10.80.0.17', '10.80.0.18', '10.80.0.19', '10.80.0.17']);
+    assert.equal(kv.stats.txns - t0, 1);
+    assert.equal(kv.stats.puts - p0, 6, '4 handles + 1 block + 1 affinity');
+  });
+
+  it('a lost race is re-read and decided again: no address twice', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await one(a, 'c0');
+    const bk = `${P}/blocks/10.80.0.16-28`;
+    kv.beforeTxn = () => {
+      kv.beforeTxn = null;
+      // Another process of the node allocates .17 in the same block between our read and our transaction.
+      const b = JSON.parse(kv.dump()[bk] as string);
+      b.seq += 1;
+      b.allocs['1'] = { id: 'racer', ifname: 'eth0', node: 'node-a', seq: b.seq, at: 5 };
+      b.next = 2;
+      kv.apply([], [{ put: bk, value: JSON.stringify(b) }]);
+    };
+    const t0 = kv.stats.txns;
+    assert.equal(await one(a, 'c1'), '10.80.0.18');
+    assert.equal(kv.stats.txns - t0, 2, 'the first transaction failed its compare, the second succeeded');
+    const b = JSON.parse(kv.dump()[bk] as string);
+    assert.deepEqual(Object.fromEntries(Object.entries(b.allocs).map(([k, v]) => [k, (v as { id: string; seq: number }).id + '#' + (v as { seq: number }).seq])), { '0': 'c0#1', '1': 'racer#2', '2': 'c1#3' });
+  });
+
+  it('an owned block left empty goes back to the pool, except the node\'s last one', async () => {
+    const kv = new MemoryKV();
+    // A /26 of four /28 blocks.
+    const a = allocator(kv, 'node-a', [[{ subnet: '10.80.0.0/26' }]]);
+    for (let i = 0; i < 16; i++) await one(a, `c${i}`); // 15 fill the first claimed block, the 16th claims a second
+    const mine = () => Object.keys(kv.dump()).filter((k) => k.startsWith(`${P}/nodes/node-a/blocks/`)).map((k) => k.slice(`${P}/nodes/node-a/blocks/`.length));
+    assert.equal(mine().length, 2);
+    await a.del({ containerId: 'c15', ifname: 'eth0' });
+    assert.equal(mine().length, 1, 'the emptied second block was released');
+    for (let i = 0; i < 15; i++) await a.del({ containerId: `c${i}`, ifname: 'eth0' });
+    assert.equal(mine().length, 1, 'the last block is kept');
+    assert.deepEqual(Object.keys(kv.dump()).filter((k) => k.includes('/handles/')), []);
+  });
+
+  it('a node whose config cuts the pool differently is refused (meta)', async () => {
+    const kv = new MemoryKV();
+    await one(allocator(kv, 'node-a'), 'c1');
+    const other = allocator(kv, 'node-b', SMALL, 27);
+    await assert.rejects(other.add([{ containerId: 'c2', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.cniCode === 7 && e.message === 'pool p1 is defined in etcd with other ranges or block sizes than this network\'s config');
+  });
+
+  const corrupt: Array<[string, string, string]> = [
+    ['not JSON', '{', `etcd key ${P}/blocks/10.80.0.16-28: not valid JSON`],
+    ['another version', '{"v":7}', `etcd key ${P}/blocks/10.80.0.16-28: unknown value version 7 (this ipwarden writes 1)`],
+    ['a wrong cidr', '{"v":1,"cidr":"10.80.0.0/28"}', `etcd key ${P}/blocks/10.80.0.16-28: "cidr" must be "10.80.0.16/28", got "10.80.0.0/28"`],
+    ['an ordinal outside the block', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":1,"next":0,"allocs":{"16":{"id":"c","ifname":"e","node":"node-a","seq":1,"at":1}}}', `etcd key ${P}/blocks/10.80.0.16-28: allocation ordinal "16" is not an ordinal of a block of 16 addresses`],
+    ['a sequence above the block\'s', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":1,"next":0,"allocs":{"3":{"id":"c","ifname":"e","node":"node-a","seq":2,"at":1}}}', `etcd key ${P}/blocks/10.80.0.16-28: allocation 3: "seq" must be an integer from 1 to the block's seq 1`],
+  ];
+  for (const [name, value, msg] of corrupt) {
+    it(`a block value with ${name} is STORE_CORRUPT, and nothing is allocated from it`, async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      await one(a, 'c1');
+      kv.plant(`${P}/blocks/10.80.0.16-28`, value);
+      const before = kv.dump();
+      await assert.rejects(a.add([{ containerId: 'c2', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === msg);
+      await assert.rejects(a.del({ containerId: 'c1', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === msg);
+      assert.deepEqual(kv.dump(), before);
+    });
+  }
+
+  it('an unavailable store is STORE_UNAVAILABLE (CNI 11)', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    kv.failNext = 1;
+    await assert.rejects(a.add([{ containerId: 'c1', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.cniCode === 11);
+  });
+});

@@ -1,0 +1,90 @@
+/** `ipam.pool` decoding (src/ipam/pool-config.ts, through loadIPAMConfig): defaults and every error text, exactly. */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { isAppError } from '../../src/common/errors.ts';
+import { loadIPAMConfig, loadNetworkIdentity } from '../../src/ipam/config.ts';
+
+const ETCD = { endpoints: ['http://127.0.0.1:2379'] };
+function conf(ipamExtra: Record<string, unknown>): string {
+  return JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/16' }]], ...ipamExtra } });
+}
+
+describe('ipam.pool', () => {
+  it('decodes with defaults: blocks /26 and /122, prefix /ipwarden, no node name', () => {
+    const c = loadIPAMConfig(conf({ pool: { name: 'p1', etcd: ETCD } }), undefined);
+    assert.deepEqual(c.pool, {
+      name: 'p1',
+      etcd: { endpoints: ['http://127.0.0.1:2379'], tls: null, prefix: '/ipwarden' },
+      blockSize4: 26,
+      blockSize6: 122,
+      nodeName: null,
+    });
+  });
+
+  it('decodes every key', () => {
+    const c = loadIPAMConfig(
+      conf({
+        nodeName: 'worker-1',
+        pool: {
+          name: 'p1',
+          blockSize: 28,
+          blockSize6: 120,
+          etcd: { endpoints: ['https://10.0.0.5:2379', 'https://[fd80::5]:2379'], prefix: '/x/y', tls: { ca: '/etc/ca.pem', cert: '/etc/c.pem', key: '/etc/k.pem' } },
+        },
+      }),
+      undefined,
+    );
+    assert.deepEqual(c.pool, {
+      name: 'p1',
+      etcd: { endpoints: ['https://10.0.0.5:2379', 'https://[fd80::5]:2379'], tls: { ca: '/etc/ca.pem', cert: '/etc/c.pem', key: '/etc/k.pem' }, prefix: '/x/y' },
+      blockSize4: 28,
+      blockSize6: 120,
+      nodeName: 'worker-1',
+    });
+  });
+
+  it('a config without pool has no pool key (unchanged)', () => {
+    assert.equal('pool' in loadIPAMConfig(conf({}), undefined), false);
+  });
+
+  it('DEL sees the pool even when ranges no longer parse', () => {
+    const id = loadNetworkIdentity(JSON.stringify({ name: 'net1', ipam: { ranges: 'garbage', pool: { name: 'p1', etcd: ETCD } } }));
+    assert.equal(id.pool?.name, 'p1');
+  });
+
+  const errors: Array<[string, Record<string, unknown>, string]> = [
+    ['pool not an object', { pool: 3 }, 'ipam.pool must be an object, got number'],
+    ['no name', { pool: { etcd: ETCD } }, "ipam.pool.name must be a name of letters, digits, '_', '.' or '-' starting with a letter or digit, got null"],
+    ['bad name', { pool: { name: 'a/b', etcd: ETCD } }, `ipam.pool.name must be a name of letters, digits, '_', '.' or '-' starting with a letter or digit, got "a/b"`],
+    ['no etcd', { pool: { name: 'p1' } }, 'ipam.pool.etcd is required'],
+    ['etcd not an object', { pool: { name: 'p1', etcd: [] } }, 'ipam.pool.etcd must be an object, got array'],
+    ['no endpoints', { pool: { name: 'p1', etcd: {} } }, 'ipam.pool.etcd.endpoints must be a non-empty array of URLs, got null'],
+    ['empty endpoints', { pool: { name: 'p1', etcd: { endpoints: [] } } }, 'ipam.pool.etcd.endpoints must be a non-empty array of URLs, got []'],
+    ['endpoint not a string', { pool: { name: 'p1', etcd: { endpoints: [1] } } }, 'ipam.pool.etcd.endpoints[0] must be a string, got number'],
+    ['endpoint without port', { pool: { name: 'p1', etcd: { endpoints: ['http://h'] } } }, 'ipam.pool.etcd.endpoints[0] must be http://HOST:PORT or https://HOST:PORT, got "http://h"'],
+    ['endpoint port 0', { pool: { name: 'p1', etcd: { endpoints: ['http://h:0'] } } }, 'ipam.pool.etcd.endpoints[0] must be http://HOST:PORT or https://HOST:PORT, got "http://h:0"'],
+    ['mixed schemes', { pool: { name: 'p1', etcd: { endpoints: ['http://a:1', 'https://b:2'], tls: { ca: '/c' } } } }, 'ipam.pool.etcd.endpoints mix http:// and https://'],
+    ['https without tls', { pool: { name: 'p1', etcd: { endpoints: ['https://a:1'] } } }, 'ipam.pool.etcd.tls.ca is required with https:// endpoints'],
+    ['tls without ca', { pool: { name: 'p1', etcd: { endpoints: ['https://a:1'], tls: {} } } }, 'ipam.pool.etcd.tls.ca is required with https:// endpoints'],
+    ['tls with http', { pool: { name: 'p1', etcd: { endpoints: ['http://a:1'], tls: { ca: '/c' } } } }, 'ipam.pool.etcd.tls is given but the endpoints are http://'],
+    ['relative ca', { pool: { name: 'p1', etcd: { endpoints: ['https://a:1'], tls: { ca: 'c.pem' } } } }, 'ipam.pool.etcd.tls.ca must be an absolute path, got "c.pem"'],
+    ['cert without key', { pool: { name: 'p1', etcd: { endpoints: ['https://a:1'], tls: { ca: '/c', cert: '/d' } } } }, 'ipam.pool.etcd.tls.cert and ipam.pool.etcd.tls.key must be given together'],
+    ['bad prefix', { pool: { name: 'p1', etcd: { ...ETCD, prefix: 'x/' } } }, `ipam.pool.etcd.prefix must be /-separated names of letters, digits, '_', '.' or '-' without a trailing /, got "x/"`],
+    ['blockSize too small', { pool: { name: 'p1', etcd: ETCD, blockSize: 19 } }, 'ipam.pool.blockSize must be an integer from 20 to 32, got 19'],
+    ['blockSize not integer', { pool: { name: 'p1', etcd: ETCD, blockSize: '26' } }, 'ipam.pool.blockSize must be an integer from 20 to 32, got "26"'],
+    ['blockSize6 too big', { pool: { name: 'p1', etcd: ETCD, blockSize6: 129 } }, 'ipam.pool.blockSize6 must be an integer from 116 to 128, got 129'],
+    ['bad nodeName', { nodeName: 'a b', pool: { name: 'p1', etcd: ETCD } }, `ipam.nodeName must be a node name of at most 253 letters, digits, '_', '.' or '-' starting with a letter or digit, got "a b"`],
+  ];
+  for (const [name, extra, msg] of errors) {
+    it(`${name}: IPAM_INVALID_CONFIG (CNI 7) "${msg}"`, () => {
+      assert.throws(() => loadIPAMConfig(conf(extra), undefined), (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.cniCode === 7 && e.message === msg);
+    });
+  }
+
+  it('refuses static requests on a pool network', () => {
+    assert.throws(
+      () => loadIPAMConfig(conf({ pool: { name: 'p1', etcd: ETCD } }), 'IP=10.80.0.9'),
+      (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.message === 'ipam.pool does not support static IP requests (CNI_ARGS IP=, args.cni.ips, runtimeConfig.ips)',
+    );
+  });
+});
