@@ -30,7 +30,17 @@
  * 7. `zombie`: the state lists no allocation of a holder that cannot hold anything then: every
  *    ADD of it (of any outcome — a failed ADD may have committed) started after the read ended,
  *    or was followed by a successful DEL that ended before the read started.
- * 8. `bad-op`: an operation whose own record is malformed (end before start, a successful ADD
+ * 8. With the store's own history (`storeEvents`: every allocation and release as committed, in
+ *    revision order — for etcd, read back from its MVCC history with a watch from revision 1):
+ *    - `store-duplicate`: no address held by two holders at any revision (exact: revisions are
+ *      a total order of commits);
+ *    - `unconfirmed`: every successful ADD's address was committed for its holder (a success the
+ *      store never had is a lost allocation);
+ *    - a `duplicate` of rule 1 that is not certain (the ADD and the other holder's DEL ran at
+ *      overlapping times, so real time cannot order them) is dropped when the store's history
+ *      orders the two holds: the first holder's release committed at a revision before the
+ *      second holder's allocation. Without store events for both holds it stands.
+ * 9. `bad-op`: an operation whose own record is malformed (end before start, a successful ADD
  *    without IPs, an IP that is not an address) — a broken recorder must not pass silently;
  *    `bad-state`: likewise a state entry whose IP or block CIDR does not parse.
  */
@@ -81,14 +91,64 @@ export interface Checkpoint {
   final?: boolean;
 }
 
+/**
+ * One committed change of one address in the store: at revision `rev` the address became held by
+ * `holder` (containerId/ifname), or free (`holder` null).
+ */
+export interface StoreEvent {
+  rev: number;
+  ip: string;
+  holder: { containerId: string; ifname: string } | null;
+}
+
 /** A recorded run. */
 export interface History {
   ops: Op[];
   checkpoints: Checkpoint[];
+  /** The store's committed allocation history, if the store can give it (rule 8). */
+  storeEvents?: StoreEvent[];
+}
+
+/** A hold in the store's history: `holder` held `ip` from revision `from` until `to` (Infinity: still held). */
+export interface StoreHold {
+  ip: string;
+  holder: string;
+  from: number;
+  to: number;
+}
+
+/**
+ * The holds of `events` (sorted here by revision; events of one revision keep their order, a
+ * release before an allocation). Also returns the revisions where an address changed holder
+ * without a release in between (`overlaps`: the store itself had two holders).
+ */
+export function storeHoldsOf(events: readonly StoreEvent[]): { holds: StoreHold[]; overlaps: { ip: string; first: StoreHold; second: StoreHold }[] } {
+  const sorted = events.map((e, i) => ({ e, i })).sort((a, b) => a.e.rev - b.e.rev || (a.e.holder === null ? 0 : 1) - (b.e.holder === null ? 0 : 1) || a.i - b.i);
+  const open = new Map<string, StoreHold>();
+  const holds: StoreHold[] = [];
+  const overlaps: { ip: string; first: StoreHold; second: StoreHold }[] = [];
+  for (const { e } of sorted) {
+    const ip = canonicalIP(e.ip) ?? e.ip;
+    const cur = open.get(ip);
+    if (e.holder === null) {
+      if (cur !== undefined) {
+        cur.to = e.rev;
+        open.delete(ip);
+      }
+      continue;
+    }
+    const holder = holderOf(e.holder.containerId, e.holder.ifname);
+    if (cur !== undefined && cur.holder === holder) continue; // rewritten, same holder
+    const h: StoreHold = { ip, holder, from: e.rev, to: Infinity };
+    if (cur !== undefined) overlaps.push({ ip, first: cur, second: h });
+    holds.push(h);
+    open.set(ip, h);
+  }
+  return { holds, overlaps };
 }
 
 /** The kinds of violation; see the module comment. */
-export type ViolationKind = 'duplicate' | 'lost' | 'state-duplicate' | 'block-owners' | 'not-empty' | 'readd-changed' | 'zombie' | 'bad-op' | 'bad-state';
+export type ViolationKind = 'duplicate' | 'lost' | 'state-duplicate' | 'block-owners' | 'not-empty' | 'readd-changed' | 'zombie' | 'store-duplicate' | 'unconfirmed' | 'bad-op' | 'bad-state';
 
 /** One violation, with the ops (by id) and a readable message. */
 export interface Violation {
@@ -178,6 +238,22 @@ export function checkHistory(h: History): Violation[] {
     opsByHolder.set(k, l);
   }
 
+  const store = h.storeEvents === undefined ? null : storeHoldsOf(h.storeEvents);
+  const storeByKey = new Map<string, StoreHold[]>();
+  for (const x of store?.holds ?? []) {
+    const k = `${x.ip} ${x.holder}`;
+    const l = storeByKey.get(k) ?? [];
+    l.push(x);
+    storeByKey.set(k, l);
+  }
+  /** True when the store's history puts every hold of `a` on `ip` before every hold of `b` (or after). */
+  const storeOrders = (ip: string, a: string, b: string): boolean => {
+    const ha = storeByKey.get(`${ip} ${a}`) ?? [];
+    const hb = storeByKey.get(`${ip} ${b}`) ?? [];
+    if (ha.length === 0 || hb.length === 0) return false;
+    return ha.every((x) => hb.every((y) => x.to <= y.from || y.to <= x.from));
+  };
+
   // 1. duplicate: per IP, any two holds of different holders that overlap.
   const byIp = new Map<string, Hold[]>();
   for (const x of holds) {
@@ -195,6 +271,7 @@ export function checkHistory(h: History): Violation[] {
         if (b === undefined || b.from >= a.to) continue;
         if (b.holder === a.holder) continue;
         const certain = b.add.end <= (a.del?.start ?? Infinity) && a.add.end <= b.firstDelStart;
+        if (!certain && storeOrders(ip, a.holder, b.holder)) continue; // rule 8: the commits order them
         out.push({
           kind: 'duplicate',
           message: `${certain ? '(certain: both ADDs had returned before either DEL started) ' : ''}${ip} held by ${a.holder} [${a.from.toFixed(1)}, ${a.to.toFixed(1)}) and ${b.holder} from ${b.from.toFixed(1)}: ${fmtOp(a.add)}${a.del ? ` released by ${fmtOp(a.del)}` : ' (never released)'}; ${fmtOp(b.add)}`,
@@ -220,6 +297,22 @@ export function checkHistory(h: History): Violation[] {
         if (!bIps.has(a.ip)) {
           out.push({ kind: 'readd-changed', message: `${holder} held ${a.ip} (${fmtOp(a.add)}) and a repeated ADD returned ${[...bIps].join(',')} (${fmtOp(b.add)})`, ops: [a.add.id, b.add.id] });
         }
+      }
+    }
+  }
+
+  // 8. store-duplicate and unconfirmed
+  if (store !== null) {
+    for (const o of store.overlaps) {
+      out.push({
+        kind: 'store-duplicate',
+        message: `${o.ip} held in the store by ${o.first.holder} from revision ${o.first.from} and by ${o.second.holder} from revision ${o.second.from} without a release in between`,
+        ops: [],
+      });
+    }
+    for (const x of holds) {
+      if ((storeByKey.get(`${x.ip} ${x.holder}`) ?? []).length === 0) {
+        out.push({ kind: 'unconfirmed', message: `${fmtOp(x.add)}: the store never committed ${x.ip} for ${x.holder}`, ops: [x.add.id] });
       }
     }
   }

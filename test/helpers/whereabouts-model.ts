@@ -168,7 +168,7 @@ async function serve(): Promise<void> {
   const { createInterface } = await import('node:readline');
   const env = process.env;
   const endpoints = (env['WM_ENDPOINTS'] ?? '').split(',').filter((s) => s !== '');
-  const kv = new EtcdKV({ endpoints, callTimeoutMs: Number(env['WM_CALL_TIMEOUT_MS'] ?? 2000), dialTimeoutMs: 2000 });
+  const kv = new EtcdKV({ endpoints, callTimeoutMs: Number(env['WM_CALL_TIMEOUT_MS'] ?? 2000) });
   const model = new WhereaboutsModel(kv, { key: env['WM_KEY'] ?? '/whereabouts-model/pool', subnet: env['WM_SUBNET'] ?? '', order: env['WM_ORDER'] === 'roundRobin' ? 'roundRobin' : 'lowest' });
   // Ready once a first read answered (bounded by the KV's call timeout, retried): the
   // connection is up and the modules are loaded before the run's clock starts.

@@ -3,7 +3,7 @@
 // history built to have exactly it, and the conservative edges go the safe way.
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkHistory, HistoryRecorder, holdsOf, resultIps, type Checkpoint, type History, type Op, type ViolationKind } from '../helpers/history.ts';
+import { checkHistory, HistoryRecorder, holdsOf, resultIps, storeHoldsOf, type Checkpoint, type History, type Op, type ViolationKind } from '../helpers/history.ts';
 
 let nextId = 0;
 function op(kind: 'ADD' | 'DEL', cid: string, start: number, end: number, outcome: Op['outcome'] = 'ok', ips?: string[], node = 'n1', ifname = 'eth0'): Op {
@@ -173,5 +173,48 @@ describe('history checker', () => {
     );
     assert.deepEqual([h.checkpoints[0]?.start, h.checkpoints[0]?.end], [3, 4]);
     assert.deepEqual(checkHistory(h), []);
+  });
+});
+
+describe('history checker with the store\'s own history', () => {
+  const ev = (rev: number, ip: string, cid: string | null) => ({ rev, ip, holder: cid === null ? null : { containerId: cid, ifname: 'eth0' } });
+
+  it('an ambiguous duplicate (ADD overlapping the other\'s DEL) is dropped when the commits order the holds', () => {
+    const ops = [op('ADD', 'a', 0, 10, 'ok', ['10.81.0.1']), op('DEL', 'a', 20, 30), op('ADD', 'b', 25, 35, 'ok', ['10.81.0.1'])];
+    assert.deepEqual(kinds({ ops, checkpoints: [] }), ['duplicate']);
+    assert.deepEqual(kinds({ ops, checkpoints: [], storeEvents: [ev(5, '10.81.0.1', 'a'), ev(12, '10.81.0.1', null), ev(13, '10.81.0.1', 'b')] }), []);
+  });
+
+  it('…but stands when the commits overlap, when a hold has no store event, and always when it is certain', () => {
+    const ops = [op('ADD', 'a', 0, 10, 'ok', ['10.81.0.1']), op('DEL', 'a', 20, 30), op('ADD', 'b', 25, 35, 'ok', ['10.81.0.1'])];
+    // b committed before a's release: the store had two holders.
+    assert.deepEqual(kinds({ ops, checkpoints: [], storeEvents: [ev(5, '10.81.0.1', 'a'), ev(12, '10.81.0.1', 'b'), ev(13, '10.81.0.1', null)] }), ['duplicate', 'store-duplicate']);
+    // no event for b: its success is also unconfirmed.
+    assert.deepEqual(kinds({ ops, checkpoints: [], storeEvents: [ev(5, '10.81.0.1', 'a'), ev(12, '10.81.0.1', null)] }), ['duplicate', 'unconfirmed']);
+    const certain = [op('ADD', 'a', 0, 10, 'ok', ['10.81.0.1']), op('ADD', 'b', 11, 12, 'ok', ['10.81.0.1']), op('DEL', 'a', 20, 30)];
+    assert.deepEqual(kinds({ ops: certain, checkpoints: [], storeEvents: [ev(5, '10.81.0.1', 'a'), ev(12, '10.81.0.1', null), ev(13, '10.81.0.1', 'b')] }), ['duplicate']);
+  });
+
+  it('store-duplicate: two holders without a release, across blocks; same-holder rewrites are not one', () => {
+    const events = [ev(1, '10.81.0.1', 'a'), ev(2, '10.81.0.1', 'a'), ev(3, '10.81.0.1', 'b'), ev(4, '10.81.0.001', 'c')];
+    const v = checkHistory({ ops: [], checkpoints: [], storeEvents: events });
+    assert.deepEqual(v.map((x) => x.kind), ['store-duplicate']);
+    assert.match(v[0]?.message ?? '', /10\.81\.0\.1 held in the store by a\/eth0 from revision 1 and by b\/eth0 from revision 3/);
+  });
+
+  it('unconfirmed: a successful ADD the store never committed for its holder', () => {
+    const ops = [op('ADD', 'a', 0, 10, 'ok', ['10.81.0.1'])];
+    assert.deepEqual(kinds({ ops, checkpoints: [], storeEvents: [ev(5, '10.81.0.1', 'x')] }), ['unconfirmed']);
+    assert.deepEqual(kinds({ ops, checkpoints: [], storeEvents: [ev(5, '10.81.0.1', 'a')] }), []);
+    assert.deepEqual(kinds({ ops, checkpoints: [] }), [], 'without store events, nothing to confirm against');
+  });
+
+  it('storeHoldsOf: release before allocation within one revision; sorted by revision', () => {
+    const { holds, overlaps } = storeHoldsOf([ev(7, '10.81.0.1', 'b'), ev(7, '10.81.0.1', null), ev(3, '10.81.0.1', 'a')]);
+    assert.deepEqual(holds.map((x) => [x.holder, x.from, x.to]), [
+      ['a/eth0', 3, 7],
+      ['b/eth0', 7, Infinity],
+    ]);
+    assert.deepEqual(overlaps, []);
   });
 });
