@@ -31,7 +31,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -41,6 +41,8 @@ import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cl
 import { Etcd3 } from 'etcd3';
 import { checkHistory, HistoryRecorder, resultIps, type OpOutcome, type StoreEvent, type StateAllocation, type StateBlock } from '../helpers/history.ts';
 import { startNodeProxies, type NodeProxies } from '../helpers/tcp-proxy.ts';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
+import { execFileSync } from 'node:child_process';
 import { WhereaboutsModel } from '../helpers/whereabouts-model.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { formatIP, ipAdd, parseCIDR } from '../../src/common/ip.ts';
@@ -83,6 +85,8 @@ interface Subject {
   readState(): Promise<{ blocks: StateBlock[]; allocations: StateAllocation[] }>;
   /** The store's committed allocation history, when the subject can read it (checker rule 8). */
   storeEvents?(): Promise<StoreEvent[]>;
+  /** Crash a node's agent (kill -9); resolves with the function that starts it again (daemons only). */
+  crash?(node: string): Promise<() => Promise<void>>;
   close(): Promise<void>;
 }
 
@@ -342,44 +346,7 @@ function poolSubject(cluster: EtcdCluster, n: PoolNames, dataDir: string): Subje
         name,
         proxies,
         clockFile,
-        run(kind, containerId, ifname) {
-          const env = { ...envFor({ command: kind, containerId, ifname, stdin }), NODE_NAME: name, ...clockEnv(clockFile) };
-          return new Promise<Answer>((res) => {
-            const p = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', bin], { env, stdio: ['pipe', 'pipe', 'pipe'] });
-            let out = '';
-            let err = '';
-            let timedOut = false;
-            p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
-            p.stderr.on('data', (c: Buffer) => (err = (err + c.toString('utf8')).slice(-2000)));
-            const t = setTimeout(() => {
-              timedOut = true;
-              void killChild(p);
-            }, OP_TIMEOUT_MS);
-            p.on('error', (e) => {
-              clearTimeout(t);
-              res({ outcome: 'unknown', error: { msg: `spawn: ${e.message}` } });
-            });
-            p.on('close', (code, sig) => {
-              clearTimeout(t);
-              let json: Record<string, unknown> | null = null;
-              try {
-                json = out.trim() === '' ? null : (JSON.parse(out) as Record<string, unknown>);
-              } catch {
-                json = null;
-              }
-              if (timedOut || sig !== null) return res({ outcome: 'unknown', error: { msg: timedOut ? `killed after ${OP_TIMEOUT_MS} ms` : `signal ${sig}` } });
-              if (code === 0) {
-                if (kind === 'DEL') return res({ outcome: 'ok' });
-                const ips = resultIps(json);
-                // A "success" without an address is not a success we can check: record it as unknown.
-                return res(ips.length > 0 ? { outcome: 'ok', ips } : { outcome: 'unknown', error: { msg: `exit 0 without ips: ${out}` } });
-              }
-              if (json !== null && typeof json['code'] === 'number') return res({ outcome: 'error', error: { code: json['code'], msg: String(json['msg']) } });
-              res({ outcome: 'unknown', error: { msg: `exit ${code}, stdout ${JSON.stringify(out)}, stderr ${err}` } });
-            });
-            p.stdin.end(stdin);
-          });
-        },
+        run: (kind, containerId, ifname) => execPlugin(bin, kind, containerId, ifname, stdin, { NODE_NAME: name, ...clockEnv(clockFile) }),
         async close() {},
       };
     },
@@ -392,6 +359,108 @@ function poolSubject(cluster: EtcdCluster, n: PoolNames, dataDir: string): Subje
     },
     storeEvents: () => poolStoreEvents(cluster.endpoints, n),
     async close() {
+      await direct.close();
+    },
+  };
+}
+
+/** Run one plugin executable as a runtime does (env, config on stdin) and turn what it did into an {@link Answer}. */
+function execPlugin(bin: string, kind: 'ADD' | 'DEL', containerId: string, ifname: string, stdin: string, env: Record<string, string>): Promise<Answer> {
+  const full = { ...envFor({ command: kind, containerId, ifname, stdin }), ...env };
+  return new Promise<Answer>((res) => {
+    const p = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', bin], { env: full, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    let timedOut = false;
+    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    p.stderr.on('data', (c: Buffer) => (err = (err + c.toString('utf8')).slice(-2000)));
+    const t = setTimeout(() => {
+      timedOut = true;
+      void killChild(p);
+    }, OP_TIMEOUT_MS);
+    p.on('error', (e) => {
+      clearTimeout(t);
+      res({ outcome: 'unknown', error: { msg: `spawn: ${e.message}` } });
+    });
+    p.on('close', (code, sig) => {
+      clearTimeout(t);
+      let json: Record<string, unknown> | null = null;
+      try {
+        json = out.trim() === '' ? null : (JSON.parse(out) as Record<string, unknown>);
+      } catch {
+        json = null;
+      }
+      if (timedOut || sig !== null) return res({ outcome: 'unknown', error: { msg: timedOut ? `killed after ${OP_TIMEOUT_MS} ms` : `signal ${sig}` } });
+      if (code === 0) {
+        if (kind === 'DEL') return res({ outcome: 'ok' });
+        const ips = resultIps(json);
+        // A "success" without an address is not a success we can check: record it as unknown.
+        return res(ips.length > 0 ? { outcome: 'ok', ips } : { outcome: 'unknown', error: { msg: `exit 0 without ips: ${out}` } });
+      }
+      if (json !== null && typeof json['code'] === 'number') return res({ outcome: 'error', error: { code: json['code'], msg: String(json['msg']) } });
+      res({ outcome: 'unknown', error: { msg: `exit ${code}, stdout ${JSON.stringify(out)}, stderr ${err}` } });
+    });
+    p.stdin.end(stdin);
+  });
+}
+
+/**
+ * The ipwarden pool through daemons: every simulated node runs `ipwarden daemon` with its own
+ * NODE_NAME, socket and faked clock, and its own installed shim (`install-cni --socket`); every
+ * operation execs that shim, which forwards it to the node's daemon (one etcd client per pool,
+ * the node's concurrent ADDs batched into one transaction) and falls back to the standalone
+ * plugin (NODE_NAME from the exec's env) when the daemon is down. `crash(node)` kills -9 a
+ * node's daemon and starts it again after the returned function is called.
+ */
+function daemonPoolSubject(cluster: EtcdCluster, n: PoolNames, dir: string): Subject & { handles(): Promise<string[]>; crash(name: string): Promise<() => Promise<void>> } {
+  const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
+  const daemons = new Map<string, { d: TestDaemon; env: Record<string, string>; socket: string }>();
+  const conf = (endpoints: string[]) => ({
+    cniVersion: '1.0.0',
+    name: 'jepsen-net',
+    ipam: { type: 'ipwarden', dataDir: join(dir, 'data'), ranges: [[{ subnet: n.subnet }]], pool: { name: n.pool, etcd: { endpoints, prefix: n.prefix }, blockSize: n.blockSize } },
+  });
+  return {
+    name: 'ipwarden pool (daemons + shim)',
+    async startNode(name, proxies, clockFile) {
+      const nodeDir = join(dir, name);
+      const binDir = join(nodeDir, 'bin');
+      const socket = join(nodeDir, 'run', 'plugin.sock');
+      mkdirSync(binDir, { recursive: true, mode: 0o700 });
+      execFileSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', binDir, '--socket', socket], { stdio: 'pipe' });
+      const env = { NODE_NAME: name, ...clockEnv(clockFile) };
+      const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d') });
+      daemons.set(name, { d, env, socket });
+      const stdin = JSON.stringify(conf(proxies.endpoints));
+      return {
+        name,
+        proxies,
+        clockFile,
+        run: (kind, containerId, ifname) => execPlugin(join(binDir, 'ipwarden'), kind, containerId, ifname, stdin, env),
+        async close() {
+          await daemons.get(name)?.d.stop();
+        },
+      };
+    },
+    async crash(name) {
+      const x = daemons.get(name);
+      if (x === undefined) throw new Error(`no daemon for ${name}`);
+      x.d.kill('SIGKILL');
+      await x.d.exited;
+      return async () => {
+        x.d = await startTestDaemon({ socket: x.socket, env: x.env, logLevel: 'info', dataDir: join(dir, name, 'd-data'), cniConfDir: join(dir, name, 'net.d') });
+      };
+    },
+    async readState() {
+      const s = await readPoolState(direct, n);
+      return { blocks: s.blocks, allocations: s.allocations };
+    },
+    async handles() {
+      return (await readPoolState(direct, n)).handles;
+    },
+    storeEvents: () => poolStoreEvents(cluster.endpoints, n),
+    async close() {
+      for (const x of daemons.values()) await x.d.stop();
       await direct.close();
     },
   };
@@ -570,6 +639,15 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
       await untilOps(step);
       writeFileSync(stepped.clockFile, '+0\n');
       await checkpoint('clock steps');
+      // 8. crash a node's daemon (kill -9, requests in flight die with it; the shim falls back)
+      const crashed = nodes[5];
+      if (subject.crash !== undefined && crashed !== undefined) {
+        say(`kill -9 the daemon of ${crashed.name}`);
+        const restart = await subject.crash(crashed.name);
+        await untilOps(step);
+        await restart();
+        await checkpoint('daemon crash');
+      }
     })().finally(() => {
       faultsDone = true;
     });
@@ -665,6 +743,22 @@ describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_
     const names: PoolNames = { prefix: `/ipwarden-jepsen-${process.pid}`, pool: 'jepsen', subnet: '10.86.4.0/22', blockSize: 26 };
     const subject = poolSubject(cluster, names, join(dir, 'data'));
     const o = { nodes: NODES, lanes: POOL_LANES, cycles: CYCLES };
+    try {
+      assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
+      assert.deepEqual(await subject.handles(), [], 'handles left after every DEL');
+    } finally {
+      await subject.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it(`the ipwarden pool through daemons and the shim: ${NODES} nodes, the same faults plus a daemon kill -9 — the checker finds nothing, no handle is left`, async () => {
+    if (!existsSync(join(ROOT, 'dist/ipwarden.cjs'))) throw new Error('run "npm run build" first');
+    cluster ??= await startEtcdCluster({ members: 3 });
+    const dir = mkdtempSync(join(tmpdir(), 'ipwarden-jepsen-daemons-'));
+    const names: PoolNames = { prefix: `/ipwarden-jepsen-d-${process.pid}`, pool: 'jepsen', subnet: '10.86.8.0/22', blockSize: 26 };
+    const subject = daemonPoolSubject(cluster, names, dir);
+    const o = { nodes: NODES, lanes: LANES, cycles: CYCLES };
     try {
       assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
       assert.deepEqual(await subject.handles(), [], 'handles left after every DEL');
