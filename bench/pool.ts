@@ -145,6 +145,10 @@ async function worker(): Promise<void> {
     }),
   );
   const base = sumStats(fronts.map((f) => f.front.stats()));
+  const since = (b: KVStats): KVStats => {
+    const a = sumStats(fronts.map((f) => f.front.stats()));
+    return { reads: a.reads - b.reads, txns: a.txns - b.txns, txnsSucceeded: a.txnsSucceeded - b.txnsSucceeded, puts: a.puts - b.puts, deletes: a.deletes - b.deletes };
+  };
   process.send?.({ ready: true });
   await new Promise<void>((res) => process.once('message', () => res()));
   const r: WorkerResult = { adds: 0, addFailures: 0, dels: 0, delFailures: 0, latencies: [], stats: base, firstError: null };
@@ -207,10 +211,19 @@ async function worker(): Promise<void> {
         }
       }),
     );
-    await Promise.all(inflight);
+    // Drain, bounded: pods still unanswered 30 s after the last start count as failed ADDs.
+    let settled = 0;
+    for (const p of inflight) void p.finally(() => settled++);
+    await Promise.race([Promise.all(inflight), new Promise((res) => setTimeout(res, 30_000))]);
+    if (settled < inflight.length) {
+      r.addFailures += inflight.length - settled;
+      r.firstError ??= `${inflight.length - settled} pods still unanswered 30 s after the last start`;
+      // Abandon what is still in flight: the main process kills this worker once it has the result.
+      process.send?.({ result: { ...r, stats: since(base) } });
+      return;
+    }
   }
-  const after = sumStats(fronts.map((f) => f.front.stats()));
-  r.stats = { reads: after.reads - base.reads, txns: after.txns - base.txns, txnsSucceeded: after.txnsSucceeded - base.txnsSucceeded, puts: after.puts - base.puts, deletes: after.deletes - base.deletes };
+  r.stats = since(base);
   for (const f of fronts) await f.front.close();
   process.send?.({ result: r });
 }
@@ -231,6 +244,10 @@ interface Measurement {
   addFailures: number;
   adds: number;
   txnsPerAlloc: number;
+  /** Transactions that failed their compares (lost a race), per allocation. */
+  conflictsPerAlloc: number;
+  /** open: the offered rate, pods/s per node (0 for closed). */
+  rate: number;
   keysPerAlloc: number;
   serverWritesPerAlloc: number;
   firstError: string | null;
@@ -314,6 +331,8 @@ async function measure(cluster: EtcdCluster, subject: SubjectName, mode: 'closed
       addFailures: rs.reduce((s, r) => s + r.addFailures, 0),
       adds,
       txnsPerAlloc: st.txns / Math.max(1, adds),
+      conflictsPerAlloc: (st.txns - st.txnsSucceeded) / Math.max(1, adds),
+      rate: mode === 'open' ? o.rate : 0,
       keysPerAlloc: (st.puts + st.deletes) / Math.max(1, adds),
       serverWritesPerAlloc: (w1 - w0) / Math.max(1, adds),
       firstError: rs.map((r) => r.firstError).find((e) => e !== null) ?? null,
@@ -334,35 +353,35 @@ interface Row {
   /** closed loop (saturating): medians over rounds. */
   pool: Measurement;
   base: Measurement;
-  /** open loop at the fixed per-node rate: latencies pooled over rounds. */
-  poolOpen: Measurement;
-  baseOpen: Measurement;
+  /** open loop, one per rate: latencies pooled over rounds. */
+  poolOpen: Measurement[];
+  baseOpen: Measurement[];
 }
 
 /** A two-panel SVG: closed-loop allocations/s (left) and open-loop p99 ADD latency (right) vs nodes. */
-function svg(rows: Row[], rate: number): string {
+function svg(rows: Row[], rates: number[]): string {
   const W = 380;
   const H = 250;
   const pad = 52;
-  const panel = (x0: number, title: string, getP: (r: Row) => number, getB: (r: Row) => number, unit: string, target?: number): string => {
-    const ys = rows.flatMap((r) => [getP(r), getB(r)]).filter(Number.isFinite);
-    const yMax = Math.max(1, target ?? 0, ...ys) * 1.1;
+  const panel = (x0: number, title: string, series: { get: (r: Row) => number; color: string; dash?: string }[], unit: string, target?: number, yCap?: number): string => {
+    const ys = rows.flatMap((r) => series.map((x) => x.get(r))).filter(Number.isFinite);
+    const yMax = Math.min(yCap ?? Infinity, Math.max(1, target ?? 0, ...ys) * 1.1);
     const xs = rows.map((r) => r.nodes);
     const xMax = Math.max(...xs);
     const px = (n: number) => x0 + pad + ((W - 2 * pad) * n) / xMax;
     const py = (v: number) => H - pad + 10 - ((H - 2 * pad) * Math.min(v, yMax)) / yMax;
-    const line = (get: (r: Row) => number, color: string) =>
-      `<polyline fill="none" stroke="${color}" stroke-width="2" points="${rows.map((r) => `${px(r.nodes).toFixed(1)},${py(get(r)).toFixed(1)}`).join(' ')}"/>` +
+    const line = (get: (r: Row) => number, color: string, dash?: string) =>
+      `<polyline fill="none" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ''} points="${rows.map((r) => `${px(r.nodes).toFixed(1)},${py(get(r)).toFixed(1)}`).join(' ')}"/>` +
       rows.map((r) => `<circle cx="${px(r.nodes).toFixed(1)}" cy="${py(get(r)).toFixed(1)}" r="3" fill="${color}"/>`).join('');
     const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => `<text x="${x0 + pad - 6}" y="${py(f * yMax) + 4}" font-size="10" text-anchor="end">${(f * yMax).toFixed(yMax < 10 ? 1 : 0)}</text><line x1="${x0 + pad}" x2="${x0 + W - pad}" y1="${py(f * yMax)}" y2="${py(f * yMax)}" stroke="#ddd"/>`).join('');
     const xt = xs.map((n) => `<text x="${px(n)}" y="${H - pad + 26}" font-size="10" text-anchor="middle">${n}</text>`).join('');
     const tl = target === undefined ? '' : `<line x1="${x0 + pad}" x2="${x0 + W - pad}" y1="${py(target)}" y2="${py(target)}" stroke="#888" stroke-dasharray="4 3"/><text x="${x0 + W - pad}" y="${py(target) - 4}" font-size="10" text-anchor="end">target ${target} ${unit}</text>`;
-    return `<g><text x="${x0 + W / 2}" y="18" font-size="13" text-anchor="middle" font-weight="bold">${title}</text>${ticks}${xt}${tl}<text x="${x0 + W / 2}" y="${H - 4}" font-size="11" text-anchor="middle">simulated nodes</text><text x="${x0 + 12}" y="${H / 2}" font-size="11" transform="rotate(-90 ${x0 + 12} ${H / 2})" text-anchor="middle">${unit}</text>${line(getB, '#c0392b')}${line(getP, '#2471a3')}</g>`;
+    return `<g><text x="${x0 + W / 2}" y="18" font-size="13" text-anchor="middle" font-weight="bold">${title}</text>${ticks}${xt}${tl}<text x="${x0 + W / 2}" y="${H - 4}" font-size="11" text-anchor="middle">simulated nodes</text><text x="${x0 + 12}" y="${H / 2}" font-size="11" transform="rotate(-90 ${x0 + 12} ${H / 2})" text-anchor="middle">${unit}</text>${series.map((x) => line(x.get, x.color, x.dash)).join('')}</g>`;
   };
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${2 * W}" height="${H + 28}" font-family="sans-serif">
 <rect width="100%" height="100%" fill="white"/>
-${panel(0, 'allocations/s (closed loop, saturating)', (r) => r.pool.allocsPerSec, (r) => r.base.allocsPerSec, 'ADDs/s')}
-${panel(W, `p99 ADD latency (open loop, ${rate} pod/s per node)`, (r) => r.poolOpen.p99, (r) => r.baseOpen.p99, 'ms', 100)}
+${panel(0, 'allocations/s (closed loop, saturating)', [{ get: (r) => r.base.allocsPerSec, color: '#c0392b' }, { get: (r) => r.pool.allocsPerSec, color: '#2471a3' }], 'ADDs/s')}
+${panel(W, `p99 ADD latency, open loop (${rates.join(' / ')} pod/s per node: solid / dashed)`, rates.flatMap((_, ri) => [{ get: (r: Row) => (r.baseOpen[ri] as Measurement).p99, color: '#c0392b', ...(ri > 0 ? { dash: '5 3' } : {}) }, { get: (r: Row) => (r.poolOpen[ri] as Measurement).p99, color: '#2471a3', ...(ri > 0 ? { dash: '5 3' } : {}) }]), 'ms', 100, 1000)}
 <g font-size="11"><rect x="${W - 170}" y="${H + 10}" width="12" height="4" fill="#2471a3"/><text x="${W - 154}" y="${H + 16}">ipwarden pool</text><rect x="${W - 60}" y="${H + 10}" width="12" height="4" fill="#c0392b"/><text x="${W - 44}" y="${H + 16}">Whereabouts model (one key, CAS)</text></g>
 </svg>
 `;
@@ -373,15 +392,16 @@ async function main(): Promise<void> {
   const o = {
     seconds: Number(process.env['BENCH_POOL_SECONDS'] ?? 5),
     openSeconds: Number(process.env['BENCH_POOL_OPEN_SECONDS'] ?? 10),
-    rate: Number(process.env['BENCH_POOL_RATE'] ?? 0.5),
+    rate: 0,
     pods: Number(process.env['BENCH_POOL_PODS'] ?? 4),
     workers: Number(process.env['BENCH_POOL_WORKERS'] ?? 2),
   };
   const rounds = Number(process.env['BENCH_POOL_ROUNDS'] ?? 2);
+  const rates = (process.env['BENCH_POOL_RATES'] ?? '0.5,1').split(',').map(Number);
   console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
   console.log(
     `pool benchmark: one 3-member etcd (/usr/bin/etcd, default raft timings); closed loop: ${o.pods} pods per node churning ADD→DEL back to back for ${o.seconds} s; ` +
-      `open loop: ${o.rate} new pod/s per node for ${o.openSeconds} s; ${o.workers} worker processes; ${rounds} interleaved rounds`,
+      `open loop: ${rates.join(' and ')} new pod/s per node for ${o.openSeconds} s; ${o.workers} worker processes; ${rounds} interleaved rounds`,
   );
   const cluster = await startEtcdCluster({ members: 3, heartbeatMs: 100, electionMs: 1000, prefix: 'ipwarden-bench-etcd-' });
   const all: Measurement[] = [];
@@ -389,12 +409,12 @@ async function main(): Promise<void> {
     for (let round = 0; round < rounds; round++) {
       for (const n of nodeCounts) {
         const order: SubjectName[] = round % 2 === 0 ? ['pool', 'baseline'] : ['baseline', 'pool'];
-        for (const mode of ['closed', 'open'] as const) {
+        for (const [mode, rate] of [['closed', 0] as const, ...rates.map((r) => ['open', r] as const)]) {
           for (const s of order) {
-            const m = await measure(cluster, s, mode, n, round, o);
+            const m = await measure(cluster, s, mode, n, round, { ...o, rate });
             all.push(m);
             console.log(
-              `  round ${round} ${mode.padEnd(6)} ${s.padEnd(8)} ${String(n).padStart(2)} nodes: ${m.allocsPerSec.toFixed(1)} allocs/s, p50 ${m.p50.toFixed(1)} ms, p99 ${m.p99.toFixed(1)} ms, ${m.addFailures} failed ADDs${m.firstError ? ` (first: ${m.firstError.slice(0, 120)})` : ''}`,
+              `  round ${round} ${mode === 'open' ? `open ${rate}` : 'closed'} ${s.padEnd(8)} ${String(n).padStart(2)} nodes: ${m.allocsPerSec.toFixed(1)} allocs/s, p50 ${m.p50.toFixed(1)} ms, p99 ${m.p99.toFixed(1)} ms, ${m.addFailures} failed ADDs${m.firstError ? ` (first: ${m.firstError.slice(0, 120)})` : ''}`,
             );
           }
         }
@@ -403,9 +423,9 @@ async function main(): Promise<void> {
   } finally {
     await cluster.close();
   }
-  const sel = (s: SubjectName, mode: 'closed' | 'open', n: number) => all.filter((m) => m.subject === s && m.mode === mode && m.nodes === n);
-  const pick = (s: SubjectName, mode: 'closed' | 'open', n: number): Measurement => {
-    const ms = sel(s, mode, n);
+  const sel = (s: SubjectName, mode: 'closed' | 'open', n: number, rate: number) => all.filter((m) => m.subject === s && m.mode === mode && m.nodes === n && m.rate === rate);
+  const pick = (s: SubjectName, mode: 'closed' | 'open', n: number, rate = 0): Measurement => {
+    const ms = sel(s, mode, n, rate);
     const med = (f: (m: Measurement) => number) => median(ms.map(f));
     const lat = ms.flatMap((m) => m.latencies).sort((a, b) => a - b);
     const first = ms[0] as Measurement;
@@ -418,35 +438,47 @@ async function main(): Promise<void> {
       addFailures: ms.reduce((t, m) => t + m.addFailures, 0),
       adds: ms.reduce((t, m) => t + m.adds, 0),
       txnsPerAlloc: med((m) => m.txnsPerAlloc),
+      conflictsPerAlloc: med((m) => m.conflictsPerAlloc),
       keysPerAlloc: med((m) => m.keysPerAlloc),
       serverWritesPerAlloc: med((m) => m.serverWritesPerAlloc),
     };
   };
-  const rows: Row[] = nodeCounts.map((n) => ({ nodes: n, pool: pick('pool', 'closed', n), base: pick('baseline', 'closed', n), poolOpen: pick('pool', 'open', n), baseOpen: pick('baseline', 'open', n) }));
+  const rows: Row[] = nodeCounts.map((n) => ({
+    nodes: n,
+    pool: pick('pool', 'closed', n),
+    base: pick('baseline', 'closed', n),
+    poolOpen: rates.map((r) => pick('pool', 'open', n, r)),
+    baseOpen: rates.map((r) => pick('baseline', 'open', n, r)),
+  }));
   const f2 = (x: number) => x.toFixed(2);
   console.log(`\nclosed loop (${o.pods} pods per node back to back; medians of ${rounds} rounds):`);
-  console.log('| nodes | pool allocs/s | baseline allocs/s | pool ÷ baseline | pool p50 / p99 ms | baseline p50 / p99 ms | pool: txns / keys written / server writes per alloc | baseline: same | failed ADDs pool / baseline |');
+  console.log('| nodes | pool allocs/s | baseline allocs/s | pool ÷ baseline | pool p50 / p99 ms | baseline p50 / p99 ms | pool: txns (of which lost races) / keys written / server writes per alloc | baseline: same | failed ADDs pool / baseline |');
   console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of rows) {
-    const w = (m: Measurement) => `${f2(m.txnsPerAlloc)} / ${f2(m.keysPerAlloc)} / ${f2(m.serverWritesPerAlloc)}`;
+    const w = (m: Measurement) => `${f2(m.txnsPerAlloc)} (${f2(m.conflictsPerAlloc)}) / ${f2(m.keysPerAlloc)} / ${f2(m.serverWritesPerAlloc)}`;
     console.log(`| ${r.nodes} | ${r.pool.allocsPerSec.toFixed(1)} | ${r.base.allocsPerSec.toFixed(1)} | ${(r.pool.allocsPerSec / r.base.allocsPerSec).toFixed(1)} × | ${r.pool.p50.toFixed(0)} / ${r.pool.p99.toFixed(0)} | ${r.base.p50.toFixed(0)} / ${r.base.p99.toFixed(0)} | ${w(r.pool)} | ${w(r.base)} | ${r.pool.addFailures} / ${r.base.addFailures} |`);
   }
-  console.log(`\nopen loop (${o.rate} new pod/s per node, ADD then DEL; latencies pooled over ${rounds} rounds):`);
-  console.log('| nodes | offered pods/s | pool p50 / p99 ms | baseline p50 / p99 ms | baseline p99 ÷ pool p99 | ADDs measured pool / baseline | failed ADDs pool / baseline |');
-  console.log('|---:|---:|---:|---:|---:|---:|---:|');
-  for (const r of rows) {
-    console.log(`| ${r.nodes} | ${(r.nodes * o.rate).toFixed(1)} | ${r.poolOpen.p50.toFixed(1)} / ${r.poolOpen.p99.toFixed(1)} | ${r.baseOpen.p50.toFixed(1)} / ${r.baseOpen.p99.toFixed(1)} | ${(r.baseOpen.p99 / r.poolOpen.p99).toFixed(1)} × | ${r.poolOpen.adds} / ${r.baseOpen.adds} | ${r.poolOpen.addFailures} / ${r.baseOpen.addFailures} |`);
-  }
+  rates.forEach((rate, ri) => {
+    console.log(`\nopen loop (${rate} new pod/s per node, ADD then DEL; latencies pooled over ${rounds} rounds):`);
+    console.log('| nodes | offered pods/s | pool p50 / p99 ms | baseline p50 / p99 ms | baseline p99 ÷ pool p99 | ADDs answered pool / baseline | failed or unanswered ADDs pool / baseline |');
+    console.log('|---:|---:|---:|---:|---:|---:|---:|');
+    for (const r of rows) {
+      const p = r.poolOpen[ri] as Measurement;
+      const b = r.baseOpen[ri] as Measurement;
+      console.log(`| ${r.nodes} | ${(r.nodes * rate).toFixed(1)} | ${p.p50.toFixed(1)} / ${p.p99.toFixed(1)} | ${b.p50.toFixed(1)} / ${b.p99.toFixed(1)} | ${(b.p99 / p.p99).toFixed(1)} × | ${p.adds} / ${b.adds} | ${p.addFailures} / ${b.addFailures} |`);
+    }
+  });
   const top = rows[rows.length - 1];
   if (top !== undefined) {
     const x = top.pool.allocsPerSec / top.base.allocsPerSec;
-    console.log(
-      `\nat ${top.nodes} nodes: pool ${x.toFixed(1)} × the baseline's throughput (target ≥ 10 ×: ${x >= 10 ? 'met' : 'NOT met'}); ` +
-        `pool p99 ADD ${top.poolOpen.p99.toFixed(1)} ms at ${(top.nodes * o.rate).toFixed(0)} pods/s offered (target ≤ 100 ms: ${top.poolOpen.p99 <= 100 ? 'met' : 'NOT met'}), ${top.pool.p99.toFixed(0)} ms saturated`,
-    );
+    const lat = rates.map((rate, ri) => {
+      const p99 = (top.poolOpen[ri] as Measurement).p99;
+      return `${p99.toFixed(1)} ms at ${(top.nodes * rate).toFixed(0)} pods/s offered (${p99 <= 100 ? 'met' : 'NOT met'})`;
+    });
+    console.log(`\nat ${top.nodes} nodes: pool ${x.toFixed(1)} × the baseline's throughput (target ≥ 10 ×: ${x >= 10 ? 'met' : 'NOT met'}); pool p99 ADD (target ≤ 100 ms): ${lat.join(', ')}; ${top.pool.p99.toFixed(0)} ms saturated (closed loop)`);
   }
   const svgPath = process.env['BENCH_POOL_SVG'];
-  if (svgPath) writeFileSync(svgPath, svg(rows, o.rate));
+  if (svgPath) writeFileSync(svgPath, svg(rows, rates));
   const jsonPath = process.env['BENCH_POOL_JSON'];
   if (jsonPath) writeFileSync(jsonPath, JSON.stringify({ options: { ...o, rounds, nodeCounts }, measurements: all.map((m) => ({ ...m, latencies: undefined })) }, null, 1));
 }
