@@ -174,8 +174,10 @@ async function worker(): Promise<void> {
       }
     }
   };
+  let addsPending = 0;
   const lifecycle = async (front: NodeFront, cid: string): Promise<void> => {
     const t0 = performance.now();
+    addsPending++;
     try {
       await front.add(cid);
       r.latencies.push(performance.now() - t0);
@@ -183,6 +185,8 @@ async function worker(): Promise<void> {
     } catch (e) {
       r.addFailures++;
       r.firstError ??= e instanceof Error ? e.message : String(e);
+    } finally {
+      addsPending--;
     }
     try {
       await front.del(cid);
@@ -216,8 +220,9 @@ async function worker(): Promise<void> {
     for (const p of inflight) void p.finally(() => settled++);
     await Promise.race([Promise.all(inflight), new Promise((res) => setTimeout(res, 30_000))]);
     if (settled < inflight.length) {
-      r.addFailures += inflight.length - settled;
-      r.firstError ??= `${inflight.length - settled} pods still unanswered 30 s after the last start`;
+      // ADDs still unanswered count as failed (their pods would have hit the runtime's timeout).
+      r.addFailures += addsPending;
+      r.firstError ??= `${addsPending} ADDs and ${inflight.length - settled - addsPending} DELs still unanswered 30 s after the last start`;
       // Abandon what is still in flight: the main process kills this worker once it has the result.
       process.send?.({ result: { ...r, stats: since(base) } });
       return;
