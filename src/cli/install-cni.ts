@@ -3,10 +3,12 @@
  * docs/cli.md): writes into the CNI bin directory DIR
  *
  * - `DIR/ipwarden-flock.node`: the native flock binding the standalone plugin loads from beside itself;
- * - `DIR/ipwarden-standalone`: the self-contained Node plugin (the esbuild bundle with a first
- *   line naming the absolute path of the Node.js running this install);
- * - `DIR/ipwarden`: the static C exec shim (`dist/ipwarden-shim`, native/shim.c), which forwards
- *   each request to the daemon's socket and falls back to `DIR/ipwarden-standalone`; with
+ * - `DIR/ipwarden-netns`: the static pinned-namespace reader of the kernel evidence (native/netns.c);
+ * - `DIR/ipwarden-standalone`: the standalone plugin — one executable carrying its own Node (a Node
+ *   single executable application made by `npm run build`, scripts/build.mjs), so the node needs no
+ *   Node.js (issue 10); the whole program: the plugin when `CNI_COMMAND` is set, the CLI otherwise;
+ * - `DIR/ipwarden`: the static C exec shim (`ipwarden-shim`, native/shim.c), which forwards each
+ *   request to the daemon's socket and falls back to `DIR/ipwarden-standalone`; with
  *   `--socket PATH` the copy written has PATH in its patchable socket field.
  *
  * in that order (the shim last, so a runtime exec'ing `DIR/ipwarden` during an upgrade always finds
@@ -14,22 +16,21 @@
  * through a symlink planted at its name), fsync, rename(2), fsync of DIR. A runtime sees the old or
  * the new file, never a partial one.
  *
- * The runtime execs the plugin once per pod, so start-up time matters (docs/benchmarks.md).
- * Node 20 has no compile cache (`module.enableCompileCache` is 22+), so the standalone carries
- * its own: a small loader, then — inside one comment, base64 — the hot bundle, a V8 code cache made
- * at install time by the very Node that the first line names after a warm-up ADD, and the cold
- * bundle (CLI, gRPC; gzipped), inflated only when a command needs it. The loader
- * compiles the bundle with that cache (`vm.Script` `cachedData`); if V8 rejects it (Node was
- * upgraded) it compiles normally, so the cache only ever saves time.
+ * The files come from the directory of the program running the install ({@link sourceDir}): `dist/`
+ * of a built checkout, the image's `/usr/lib/ipwarden` when the single executable runs it, or an
+ * installed CNI bin dir (where the shim is named `ipwarden`).
  */
 import { spawnSync } from 'node:child_process';
-import { closeSync, constants, existsSync, fchmodSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { closeSync, constants, existsSync, fchmodSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { basename, dirname, join, resolve } from 'node:path';
-import { gunzipSync, gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import { AppError, UsageError, errnoCode } from '../common/errors.ts';
+import { untrustedReason } from '../common/trust.ts';
 import type { CliContext } from './context.ts';
+
+const require = createRequire(import.meta.url);
 
 /** File name of the native flock binding installed beside the plugin. */
 export const FLOCK_BINDING_NAME = 'ipwarden-flock.node';
@@ -49,28 +50,63 @@ export const DEFAULT_SOCKET = '/run/ipwarden/plugin.sock';
 /** Longest socket path: `sun_path` is 108 bytes including the NUL (unix(7)). */
 export const MAX_SOCKET_PATH_BYTES = 107;
 
-/**
- * Where the runnable bundle is: this file itself when running bundled, else `<repo>/dist/ipwarden.cjs`.
- * Throws UsageError when the project has not been built.
- */
-export function locateBundle(): string {
-  const here = fileURLToPath(import.meta.url);
-  const bundle = here.endsWith('.ts') ? resolve(dirname(here), '../../dist/ipwarden.cjs') : here;
-  if (!existsSync(bundle)) throw new UsageError(`no built bundle at ${bundle}: run "npm run build" first`);
-  return bundle;
+/** File name of the pinned-namespace helper (native/netns.c), in dist/ and installed alike. */
+export const NETNS_HELPER_NAME = 'ipwarden-netns';
+
+/** True when this process is the single executable (a Node SEA), false under plain Node. */
+export function runningAsSea(): boolean {
+  try {
+    return (require('node:sea') as { isSea(): boolean }).isSea();
+  } catch {
+    return false; // Node before 20.12 has no node:sea: never a SEA
+  }
 }
 
 /**
- * The shim binary to install: `ipwarden-shim` beside the bundle (dist/), or, when the bundle is an
- * installed standalone, the installed `ipwarden` beside it if that is a shim (it holds the socket
- * field's marker). Throws UsageError when there is none (the project was not built).
+ * The directory the files to install come from: the single executable's own directory when this
+ * process is it (`process.execPath` is its real path), else the built `dist/` — beside this bundle,
+ * or `<repo>/dist` when running from source. Throws UsageError when it holds no standalone
+ * executable (the project was not built: `npm run build`).
  */
-export function locateShim(bundle: string): string {
-  const built = join(dirname(bundle), BUILT_SHIM_NAME);
+export function sourceDir(): string {
+  let dir: string;
+  if (runningAsSea()) dir = dirname(process.execPath);
+  else {
+    const here = fileURLToPath(import.meta.url);
+    dir = here.endsWith('.ts') ? resolve(dirname(here), '../../dist') : dirname(here);
+  }
+  if (!existsSync(join(dir, STANDALONE_NAME))) throw new UsageError(`no ${STANDALONE_NAME} in ${dir}: run "npm run build" first (or copy the whole directory, not one file)`);
+  return dir;
+}
+
+/**
+ * Throw UsageError unless `file` — a file about to be copied into a CNI bin dir, where root execs
+ * it — is a regular file (not a symlink) owned by root or the effective user in a directory of the
+ * same owners, neither writable by group or others (src/common/trust.ts).
+ */
+export function checkTrusted(file: string, euid: number = process.geteuid?.() ?? 0): void {
+  let st;
+  try {
+    st = lstatSync(file);
+  } catch (e) {
+    throw new UsageError(`install-cni: no ${basename(file)} in ${dirname(file)} (${errnoCode(e) ?? 'error'}): run "npm run build" first (or copy the whole directory, not one file)`);
+  }
+  if (!st.isFile()) throw new UsageError(`install-cni: ${file} is not a regular file: refusing to install it`);
+  const bad = untrustedReason(file, st, euid) ?? untrustedReason(dirname(file), statSync(dirname(file)), euid);
+  if (bad !== null) throw new UsageError(`install-cni: ${bad}: refusing to install from there`);
+}
+
+/**
+ * The shim binary to install from `dir`: `ipwarden-shim` (dist/, the image), or an installed
+ * `ipwarden` that is a shim (it holds the socket field's marker). Throws UsageError when there is
+ * none (the project was not built: it needs gcc).
+ */
+export function locateShim(dir: string): string {
+  const built = join(dir, BUILT_SHIM_NAME);
   if (existsSync(built)) return built;
-  const installed = join(dirname(bundle), PLUGIN_NAME);
-  if (basename(bundle) === STANDALONE_NAME && existsSync(installed) && readFileSync(installed).includes(SOCKET_FIELD.marker, 0, 'latin1')) return installed;
-  throw new UsageError(`no exec shim at ${built}: run "npm run build" first (it needs gcc)`);
+  const installed = join(dir, PLUGIN_NAME);
+  if (existsSync(installed) && readFileSync(installed).includes(SOCKET_FIELD.marker, 0, 'latin1')) return installed;
+  throw new UsageError(`no exec shim ${built}: run "npm run build" first (it needs gcc)`);
 }
 
 /**
@@ -134,104 +170,13 @@ export function patchShim(binary: Uint8Array, opts: { socket?: string; timeoutSe
   return out;
 }
 
-/** Markers of the payload comment of an installed executable. */
-const CODE_MARK = '\n/*IPWARDEN-CODE\n';
-const CACHE_MARK = '\nIPWARDEN-CACHE\n';
-const COLD_MARK = '\nIPWARDEN-COLD\n';
-const END_MARK = '\nIPWARDEN-END*/\n';
-
-/** File name of the cold bundle beside the built hot bundle (dist/). */
-export const COLD_BUNDLE_NAME = 'ipwarden-cold.cjs';
-
-/** The function wrapper the loader compiles the bundle in (the CommonJS module signature). */
-const WRAP_HEAD = '(function (exports, require, module, __filename, __dirname) {';
-const WRAP_TAIL = '\n})';
-
-/**
- * The loader at the top of an installed executable: reads its own file, decodes the hot bundle
- * and its code cache from the payload comment, registers a hook that inflates the cold bundle
- * (CLI, gRPC) from the same payload only if the program asks for it, then compiles and runs the
- * hot bundle as this module.
- */
-const LOADER = `'use strict';
-(() => {
-  const fs = require('node:fs');
-  const text = fs.readFileSync(__filename, 'latin1');
-  const a = text.indexOf(${JSON.stringify(CODE_MARK)});
-  const b = text.indexOf(${JSON.stringify(CACHE_MARK)}, a);
-  const c = text.indexOf(${JSON.stringify(COLD_MARK)}, b);
-  const d = text.indexOf(${JSON.stringify(END_MARK)}, c);
-  globalThis[Symbol.for('ipwarden.coldSource')] = () =>
-    require('node:zlib').gunzipSync(Buffer.from(text.slice(c + ${COLD_MARK.length}, d), 'base64')).toString('utf8');
-  const code = Buffer.from(text.slice(a + ${CODE_MARK.length}, b), 'base64').toString('utf8');
-  const cache = Buffer.from(text.slice(b + ${CACHE_MARK.length}, c), 'base64');
-  const script = new (require('node:vm').Script)(${JSON.stringify(WRAP_HEAD)} + code + ${JSON.stringify(WRAP_TAIL)}, {
-    filename: __filename,
-    cachedData: cache.length > 0 ? cache : undefined,
-  });
-  script.runInThisContext()(exports, require, module, __filename, __dirname);
-})();
-`;
-
-/** The hot and cold bundle code behind `path`: a built dist/ bundle, or an installed executable. */
-export function readBundles(path: string): { hot: string; cold: string } {
-  const text = readFileSync(path, 'latin1');
-  const a = text.indexOf(CODE_MARK);
-  if (a >= 0) {
-    const b = text.indexOf(CACHE_MARK, a);
-    const c = text.indexOf(COLD_MARK, b);
-    const d = text.indexOf(END_MARK, c);
-    return {
-      hot: Buffer.from(text.slice(a + CODE_MARK.length, b), 'base64').toString('utf8'),
-      cold: gunzipSync(Buffer.from(text.slice(c + COLD_MARK.length, d), 'base64')).toString('utf8'),
-    };
-  }
-  let hot = readFileSync(path, 'utf8');
-  if (hot.startsWith('#!')) hot = hot.slice(hot.indexOf('\n') + 1);
-  const coldPath = join(dirname(path), COLD_BUNDLE_NAME);
-  if (!existsSync(coldPath)) throw new UsageError(`no ${COLD_BUNDLE_NAME} beside ${path}: run "npm run build" first`);
-  return { hot, cold: readFileSync(coldPath, 'utf8') };
-}
-
-/**
- * A V8 code cache for `code` made by `nodePath` after one warm-up ADD (so the functions an ADD
- * runs are compiled into it), or an empty buffer when that fails (the plugin then compiles at
- * start-up as before). Uses a scratch data directory, removed afterwards.
- */
-export function makeCodeCache(code: string, cold: string, nodePath: string, bindingDir: string): Buffer {
-  const scratch = mkdtempSync(join(tmpdir(), 'ipwarden-install-'));
-  try {
-    const codeFile = join(scratch, 'bundle.js');
-    const cacheFile = join(scratch, 'cache.bin');
-    writeFileSync(codeFile, code);
-    writeFileSync(join(scratch, COLD_BUNDLE_NAME), cold);
-    const warm = `
-      const fs = require('node:fs'), vm = require('node:vm');
-      globalThis[Symbol.for('ipwarden.coldSource')] = () => fs.readFileSync(${JSON.stringify(join(scratch, COLD_BUNDLE_NAME))}, 'utf8');
-      const script = new vm.Script(${JSON.stringify(WRAP_HEAD)} + fs.readFileSync(${JSON.stringify(codeFile)}, 'utf8') + ${JSON.stringify(WRAP_TAIL)}, { filename: ${JSON.stringify(join(bindingDir, STANDALONE_NAME))} });
-      process.on('exit', () => fs.writeFileSync(${JSON.stringify(cacheFile)}, script.createCachedData()));
-      const m = { exports: {} };
-      script.runInThisContext()(m.exports, require, m, ${JSON.stringify(join(bindingDir, STANDALONE_NAME))}, ${JSON.stringify(bindingDir)});`;
-    const conf = JSON.stringify({ cniVersion: '1.0.0', name: 'warmup', ipam: { type: 'ipwarden', dataDir: join(scratch, 'data'), ranges: [[{ subnet: '10.255.0.0/30' }]] } });
-    const r = spawnSync(nodePath, ['-e', warm], {
-      input: conf,
-      env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'warmup', CNI_IFNAME: 'eth0', CNI_NETNS: '/warmup', CNI_PATH: '/warmup', CONTAINER_RUNTIME_ENDPOINT: join(scratch, 'no-runtime.sock') },
-      encoding: 'utf8',
-      timeout: 30_000,
-    });
-    return r.status === 0 && existsSync(cacheFile) ? readFileSync(cacheFile) : Buffer.alloc(0);
-  } finally {
-    rmSync(scratch, { recursive: true, force: true });
-  }
-}
-
 /**
  * Run the installed executable once the way a runtime would (CNI VERSION) and throw
- * `AppError('INTERNAL')` with what it printed unless it answers with its supported versions
- * (e.g. a parent directory's package.json with `"type": "module"` makes Node load it as ESM).
+ * `AppError('INTERNAL')` with what it printed unless it answers with its supported versions.
  */
 function selfCheck(target: string): void {
-  const r = spawnSync(target, [], { input: '{"cniVersion":"1.0.0"}', env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION' }, encoding: 'utf8', timeout: 30_000 });
+  const r = spawnSync(target, [], { input: '{"cniVersion":"1.0.0"}', env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION' }, encoding: 'utf8', timeout: 60_000 });
+  const said = `${r.stdout ?? ''}${r.stderr ?? ''}`.trim().split('\n').slice(0, 3).join(' | ');
   let ok = false;
   try {
     ok = r.status === 0 && Array.isArray((JSON.parse(r.stdout) as { supportedVersions?: unknown }).supportedVersions);
@@ -239,40 +184,62 @@ function selfCheck(target: string): void {
     ok = false;
   }
   if (!ok) {
-    throw new AppError('INTERNAL', `installed ${target} but it does not run as a CNI plugin: ${(r.stdout + r.stderr).trim().split('\n').slice(0, 3).join(' | ') || String(r.error ?? r.status)}`);
+    throw new AppError('INTERNAL', `${target} does not run as a CNI plugin: ${said || String(r.error ?? r.status)}`);
   }
 }
 
 /**
- * Write `data` to `path` atomically: a temporary file `<path>.tmp-<pid>` in the same directory,
- * created with O_CREAT|O_EXCL|O_NOFOLLOW (a file or symlink already at that name — a crashed
- * install's leftover, or a planted link — is unlinked, never followed, and the create retried
- * once), written, given `mode` (fchmod: no umask), fsynced, renamed over `path`; then the
- * directory is fsynced. On failure the temporary file is removed and the error rethrown (Node's
- * errno errors; AppError('INTERNAL') when the name stays taken).
+ * What a standalone says it is (`ipwarden-standalone version`): `ipwarden 0.1.0, Node.js
+ * v20.20.2`. Throws AppError('INTERNAL') when it does not answer, or cannot load the flock binding
+ * beside it (a binding built for another Node ABI would fail every ADD with code 5).
  */
-export function atomicWrite(path: string, data: Uint8Array | string, mode: number): void {
-  const tmp = `${path}.tmp-${process.pid}`;
+function standaloneVersion(target: string): string {
+  const r = spawnSync(target, ['version'], { env: { PATH: '/usr/bin:/bin' }, encoding: 'utf8', timeout: 60_000 });
+  const out = r.stdout ?? '';
+  const ipw = /^ipwarden (\S+)$/m.exec(out);
+  const node = /^Node\.js (\S+)$/m.exec(out);
+  const flock = /^flock binding: (.*)$/m.exec(out);
+  if (r.status !== 0 || ipw === null || node === null || flock === null) {
+    throw new AppError('INTERNAL', `${target} does not answer "version": ${`${out}${r.stderr ?? ''}`.trim().split('\n').slice(0, 3).join(' | ') || String(r.error ?? r.status)}`);
+  }
+  if (flock[1] !== 'ok') throw new AppError('INTERNAL', `${target}: ${flock[1] as string}`);
+  return `ipwarden ${ipw[1] as string}, Node.js ${node[1] as string}`;
+}
+
+/**
+ * Write `data` — bytes, a string, or `{ copyOf: FILE }` (copied in 1 MiB chunks, never held whole
+ * in memory: the standalone is ~100 MB) — to `path` atomically: a temporary file
+ * `<path>.tmp-<pid>-<16 random hex digits>` in the same directory, created with
+ * O_CREAT|O_EXCL|O_NOFOLLOW (a name already taken — another installer's file, a planted link —
+ * is never followed nor removed: another random name is tried, 3 times), written, given `mode`
+ * (fchmod: no umask), fsynced; then `verify(tmp)` (throws to refuse: the old file stays), rename
+ * over `path`, fsync of the directory. Two installers at once (init containers are pid 1 each)
+ * never share a temporary file. On failure the temporary file is removed and the error rethrown
+ * (Node's errno errors; AppError('INTERNAL') when no name could be created).
+ */
+export function atomicWrite(path: string, data: Uint8Array | string | { readonly copyOf: string }, mode: number, verify?: (tmp: string) => void): void {
   const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
-  let fd: number;
-  try {
-    fd = openSync(tmp, flags, 0o600);
-  } catch (e) {
-    if (errnoCode(e) !== 'EEXIST') throw e;
-    unlinkSync(tmp); // removes the name itself, a symlink included
+  let fd = -1;
+  let tmp = '';
+  for (let attempt = 0; fd < 0; attempt++) {
+    tmp = `${path}.tmp-${process.pid}-${randomBytes(8).toString('hex')}`;
     try {
       fd = openSync(tmp, flags, 0o600);
-    } catch (e2) {
-      throw new AppError('INTERNAL', `install-cni: cannot create ${tmp}: ${e2 instanceof Error ? e2.message : String(e2)}`);
+    } catch (e) {
+      if (errnoCode(e) !== 'EEXIST' || attempt >= 2) throw new AppError('INTERNAL', `install-cni: cannot create ${tmp}: ${e instanceof Error ? e.message : String(e)}`);
     }
   }
   try {
-    const b = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
-    for (let off = 0; off < b.length; ) off += writeSync(fd, b, off, b.length - off);
+    if (typeof data === 'object' && 'copyOf' in data) copyInto(fd, data.copyOf);
+    else {
+      const b = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+      for (let off = 0; off < b.length; ) off += writeSync(fd, b, off, b.length - off);
+    }
     fchmodSync(fd, mode);
     fsyncSync(fd);
     closeSync(fd);
     fd = -1;
+    verify?.(tmp);
     renameSync(tmp, path);
   } catch (e) {
     if (fd >= 0) closeSync(fd);
@@ -287,24 +254,41 @@ export function atomicWrite(path: string, data: Uint8Array | string, mode: numbe
   }
 }
 
+/** Append the whole of regular file `src` to `fd` in 1 MiB chunks. */
+function copyInto(fd: number, src: string): void {
+  const inFd = openSync(src, constants.O_RDONLY);
+  try {
+    const buf = Buffer.allocUnsafe(1 << 20);
+    for (;;) {
+      const n = readSync(inFd, buf, 0, buf.length, null);
+      if (n === 0) break;
+      for (let off = 0; off < n; ) off += writeSync(fd, buf, off, n - off);
+    }
+  } finally {
+    closeSync(inFd);
+  }
+}
+
 /** What {@link installCni} wrote. */
 export interface Installed {
   /** Path of the shim, `DIR/ipwarden` (what CNI configurations name). */
   readonly target: string;
-  /** Path of the standalone Node plugin, `DIR/ipwarden-standalone`. */
+  /** Path of the standalone plugin, `DIR/ipwarden-standalone`. */
   readonly standalone: string;
+  /** What the standalone says it is: `ipwarden 0.1.0, Node.js v20.20.2`. */
+  readonly standaloneVersion: string;
+  /** Size of the standalone, bytes. */
+  readonly standaloneBytes: number;
   /** Path of the flock binding, `DIR/ipwarden-flock.node`. */
   readonly binding: string;
+  /** Path of the namespace helper, `DIR/ipwarden-netns`. */
+  readonly netnsHelper: string;
   /** The socket path in the installed shim's field. */
   readonly socket: string;
-  /** Size of the embedded V8 code cache, bytes (0: it could not be made; the plugin then compiles at start-up). */
-  readonly cacheBytes: number;
 }
 
 /** Options of {@link installCni}. */
 export interface InstallOptions {
-  /** Node.js the standalone plugin's first line names; default the one running this install. */
-  readonly nodePath?: string;
   /** Socket path patched into the shim (validated: absolute, ≤ 107 bytes, no NUL); default the compiled one. */
   readonly socket?: string;
 }
@@ -315,47 +299,63 @@ export interface InstallOptions {
  * answer CNI VERSION; errno errors of the writes.
  */
 export function installCni(dest: string, opts: InstallOptions = {}): Installed {
-  const nodePath = opts.nodePath ?? process.execPath;
   if (dest === '') throw new UsageError('install-cni: --dest DIR is required');
   if (opts.socket !== undefined) validateSocketPath(opts.socket);
-  const bundle = locateBundle();
-  const binding = join(dirname(bundle), FLOCK_BINDING_NAME);
-  if (!existsSync(binding)) throw new UsageError(`no flock binding at ${binding}: run "npm run build" first`);
-  const shim = patchShim(readFileSync(locateShim(bundle)), opts.socket === undefined ? {} : { socket: opts.socket });
+  const from = sourceDir();
+  const files = { binding: join(from, FLOCK_BINDING_NAME), netns: join(from, NETNS_HELPER_NAME), standalone: join(from, STANDALONE_NAME) };
+  const shimSource = locateShim(from);
+  for (const f of [...Object.values(files), shimSource]) checkTrusted(f);
+  const shim = patchShim(readFileSync(shimSource), opts.socket === undefined ? {} : { socket: opts.socket });
   // DIR itself is created when missing, but not its parents: a typo in --dest must not go unnoticed.
   const parent = dirname(resolve(dest));
   if (!existsSync(parent)) throw new UsageError(`install-cni: ${parent} does not exist (--dest ${dest})`);
   if (!existsSync(dest)) mkdirSync(dest, { mode: 0o755 });
   const dir = resolve(dest);
-  const { hot: code, cold } = readBundles(bundle);
   const bindingOut = join(dir, FLOCK_BINDING_NAME);
-  atomicWrite(bindingOut, readFileSync(binding), 0o755);
-  // The warm-up ADD behind the code cache runs the standalone code itself, never the shim.
-  const cache = makeCodeCache(code, cold, nodePath, dir);
-  const payload = [
-    CODE_MARK,
-    Buffer.from(code, 'utf8').toString('base64'),
-    CACHE_MARK,
-    cache.toString('base64'),
-    COLD_MARK,
-    gzipSync(Buffer.from(cold, 'utf8'), { level: 9 }).toString('base64'),
-    END_MARK,
-  ].join('');
+  const netnsOut = join(dir, NETNS_HELPER_NAME);
   const standalone = join(dir, STANDALONE_NAME);
-  atomicWrite(standalone, `#!${nodePath}\n${LOADER}${payload}`, 0o755);
-  selfCheck(standalone);
+  // The same file (a directory installed onto itself): a regular file at the destination with the
+  // source's device and inode. Anything else — a symlink to the source included — is rewritten.
+  const same = (src: string, out: string): boolean => {
+    try {
+      const a = lstatSync(src);
+      const b = lstatSync(out);
+      return b.isFile() && a.dev === b.dev && a.ino === b.ino;
+    } catch {
+      return false;
+    }
+  };
+  if (!same(files.binding, bindingOut)) atomicWrite(bindingOut, { copyOf: files.binding }, 0o755);
+  if (!same(files.netns, netnsOut)) atomicWrite(netnsOut, { copyOf: files.netns }, 0o755);
+  // The standalone is checked before it replaces the old one: it answers CNI VERSION and "version",
+  // and loads the flock binding beside it (the binding is in place already).
+  let version = '';
+  const checkStandalone = (f: string): void => {
+    selfCheck(f);
+    version = standaloneVersion(f);
+  };
+  if (!same(files.standalone, standalone)) atomicWrite(standalone, { copyOf: files.standalone }, 0o755, checkStandalone);
+  else checkStandalone(standalone);
   const target = join(dir, PLUGIN_NAME);
-  atomicWrite(target, shim, 0o755);
-  selfCheck(target);
-  return { target, standalone, binding: bindingOut, socket: readShimFields(shim).socket, cacheBytes: cache.length };
+  atomicWrite(target, shim, 0o755, selfCheck);
+  return {
+    target,
+    standalone,
+    standaloneVersion: version,
+    standaloneBytes: statSync(standalone).size,
+    binding: bindingOut,
+    netnsHelper: netnsOut,
+    socket: readShimFields(shim).socket,
+  };
 }
 
 /** CLI action: install, then print one line per file written. */
 export function run(opts: { dest?: string; socket?: string }, ctx: CliContext): number {
   const r = installCni(opts.dest ?? '', opts.socket === undefined ? {} : { socket: opts.socket });
-  ctx.stdout(`installed ${r.target} (shim, socket ${r.socket})\n`);
-  ctx.stdout(`installed ${r.standalone} (node ${process.execPath})\n`);
-  ctx.stdout(`installed ${r.binding}\n`);
-  if (r.cacheBytes === 0) ctx.stderr('ipwarden: warning: no V8 code cache could be made; the plugin will compile its code at every start\n');
+  // In the order written.
+  ctx.stdout(`installed ${r.binding} (flock binding)\n`);
+  ctx.stdout(`installed ${r.netnsHelper} (namespace helper)\n`);
+  ctx.stdout(`installed ${r.standalone} (${r.standaloneVersion}, ${r.standaloneBytes} bytes)\n`);
+  ctx.stdout(`installed ${r.target} (exec shim, protocol v1, socket ${r.socket})\n`);
   return 0;
 }

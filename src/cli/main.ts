@@ -11,6 +11,7 @@ import type { ReconcileCommandOptions } from './leaks.ts';
 import type { StatusOptions } from './status.ts';
 import type { DoctorOptions } from './doctor.ts';
 import type { DaemonCommandOptions, DaemonStarter } from './daemon.ts';
+import type { PoolOptions } from './pool.ts';
 
 /** ipwarden's version (package.json). */
 export const VERSION = '0.1.0';
@@ -36,13 +37,14 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .description('print the ipwarden version and the CNI spec versions it speaks')
     .action(async () => {
       const { SUPPORTED_VERSIONS } = await import('../cni/version.ts');
-      ctx.stdout(`ipwarden ${VERSION}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`);
+      const problem = await (await import('../store/file/flock.ts')).flockBindingProblem();
+      ctx.stdout(`ipwarden ${VERSION}\nNode.js ${process.version}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\nflock binding: ${problem ?? 'ok'}\n`);
       setCode(0);
     });
 
   program
     .command('install-cni')
-    .description('write DIR/ipwarden (the exec shim), DIR/ipwarden-standalone (the Node plugin) and DIR/ipwarden-flock.node')
+    .description('write DIR/ipwarden-flock.node, DIR/ipwarden-netns, DIR/ipwarden-standalone (the plugin, with its own Node.js) and DIR/ipwarden (the exec shim)')
     .requiredOption('--dest <DIR>', 'CNI bin directory, e.g. /opt/cni/bin')
     .option('--socket <PATH>', "the daemon's socket, patched into the shim (absolute, at most 107 bytes; default /run/ipwarden/plugin.sock)")
     .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n')
@@ -106,6 +108,41 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .action(async (opts: DoctorOptions) => {
       const m = await import('./doctor.ts');
       setCode(await m.run(opts, ctx));
+    });
+
+  // pool (issue 11): cluster pools on etcd. Engine in src/ipam/pool-status.ts, pool-allocator.ts.
+  const pool = program.command('pool').description('cluster pools on etcd: status, leaks, remove-node (docs/cluster.md)');
+  const etcdFlags = (c: Command): Command =>
+    c
+      .requiredOption('--pool <NAME>', 'the pool (ipam.pool.name)')
+      .requiredOption('--etcd-endpoints <URLS>', 'etcd endpoints, comma-separated (http://HOST:PORT or https://HOST:PORT)')
+      .option('--etcd-prefix <P>', 'key prefix (ipam.pool.etcd.prefix)', '/ipwarden')
+      .option('--etcd-ca <FILE>', 'CA of the etcd servers (PEM; required with https://)')
+      .option('--etcd-cert <FILE>', 'client certificate (PEM)')
+      .option('--etcd-key <FILE>', 'client key (PEM)')
+      .option('--json', 'print the documented JSON');
+  etcdFlags(pool.command('status').description('blocks per node, usage and free addresses cluster-wide'))
+    .addHelpText('after', '\nExamples:\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --json\n')
+    .action(async (opts: PoolOptions) => {
+      const m = await import('./pool.ts');
+      setCode(await m.runStatus(opts, ctx));
+    });
+  etcdFlags(pool.command('leaks').description("this node's attachments in the pool that its runtime and kernel no longer show (lists only)"))
+    .option('--node <NODE>', 'the node (default: $NODE_NAME, else the host name); run it on that node')
+    .option('--runtime-endpoint <URL>', 'CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, else containerd, else CRI-O)')
+    .option('--grace <DUR>', 'attachments younger than this are "grace" (Go duration)', '5m')
+    .addHelpText('after', '\nExamples:\n  ipwarden pool leaks --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n')
+    .action(async (opts: PoolOptions) => {
+      const m = await import('./pool.ts');
+      setCode(await m.runLeaks(opts, ctx));
+    });
+  etcdFlags(pool.command('remove-node').argument('<NODE>', 'the node that is gone').description("reclaim a gone node's blocks: mark them pendingRelease (the node vetoes if it returns), then --finish"))
+    .option('--finish', 'after the veto window: release what the node held and delete its emptied blocks')
+    .option('--force', "act although the node's heartbeat is live (its daemon renews its lease)")
+    .addHelpText('after', '\nExamples:\n  ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n  ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --finish\n')
+    .action(async (node: string, opts: PoolOptions) => {
+      const m = await import('./pool.ts');
+      setCode(await m.runRemoveNode(node, opts, ctx));
     });
 
   // daemon (issue 9): flags → DaemonOptions here (./daemon.ts), the daemon itself is injected.

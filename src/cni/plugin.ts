@@ -26,7 +26,7 @@ export type PoolHooksLoader = () => Promise<typeof import('./pool.ts').poolHooks
  */
 export function fileDepsWith(loadHeal: CriHealLoader, loadPool?: PoolHooksLoader): PluginDeps {
   return {
-    // Cluster pools (ipam.pool): etcd3 and its gRPC stack are loaded only for such a network.
+    // Cluster pools (ipam.pool): the etcd client and its gRPC stack are loaded only for such a network.
     ...(loadPool === undefined
       ? {}
       : {

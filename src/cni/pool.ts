@@ -9,15 +9,16 @@
  * transaction per ADD. The daemon passes a {@link PoolSessions} that keeps one client per pool and
  * batches the concurrent ADDs of the node into one transaction (`src/daemon/`).
  *
- * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses etcd3.
+ * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
+ * client and its gRPC stack.
  */
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
-import { MAX_BATCH, metaOf, PoolAllocator, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
+import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
-import type { KV } from '../store/kv.ts';
+import type { KV, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
@@ -45,6 +46,23 @@ export function resolveNodeName(pool: PoolConfig, env: Readonly<Record<string, s
   if (!validNodeName(h)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('the host name', h));
   return h;
 }
+
+/**
+ * The node name for a DEL: as {@link resolveNodeName}, but an unusable name does not fail the
+ * DEL (a runtime retries a failed DEL forever): the node name only decides whether an emptied
+ * block is given back, so without one the addresses are still released and every block is kept.
+ * `NO_NODE` matches no block's node (node names start with a letter or digit).
+ */
+function delNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>): string {
+  try {
+    return resolveNodeName(pool, env);
+  } catch {
+    return NO_NODE;
+  }
+}
+
+/** A node name no block has (see {@link delNodeName}). */
+export const NO_NODE = '-';
 
 /** Read one TLS file; `IPAM_IO` (CNI 5) naming the key and the path when it cannot be read. */
 function readPem(key: string, path: string): Buffer {
@@ -84,8 +102,32 @@ export const PER_REQUEST: KVSource = {
   release: async (_pool, kv) => kv.close(),
 };
 
-function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets']): PoolAllocator {
-  return new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node, network, rangeSets, sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
+/**
+ * The retry policy of a lost race (house style 7: one policy, not loops in business code): a
+ * random delay in [0, min(200, 5·2^attempt)) ms ("full jitter"), so the processes of one node that
+ * race for one block spread out instead of colliding again.
+ */
+export function jitteredBackoff(attempt: number, random: () => number = Math.random): Promise<void> {
+  return new Promise((r) => setTimeout(r, backoffMs(attempt, random)));
+}
+
+/** The delay of {@link jitteredBackoff}, milliseconds: `floor(random() · min(200, 5·2^attempt))`. */
+export function backoffMs(attempt: number, random: () => number = Math.random): number {
+  return Math.floor(random() * Math.min(200, 5 * 2 ** attempt));
+}
+
+function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache): PoolAllocator {
+  return new PoolAllocator({
+    kv,
+    pool: pool.name,
+    prefix: pool.etcd.prefix,
+    node,
+    network,
+    rangeSets,
+    sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
+    backoff: jitteredBackoff,
+    ...(cache === undefined ? {} : { cache }),
+  });
 }
 
 /**
@@ -113,7 +155,7 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
     },
     del: (id, req) => {
       const pool = id.pool as PoolConfig;
-      const node = resolveNodeName(pool, env);
+      const node = delNodeName(pool, env);
       return withKV(pool, (kv) => allocatorFor(kv, pool, node, id.name, []).del(req));
     },
     find: (conf, req) => {
@@ -192,6 +234,72 @@ function settle(batch: readonly Waiter[], results: ReadonlyArray<PoolAllocation[
   });
 }
 
+/** TTL of a node's heartbeat lease, seconds (renewed every third of it). */
+export const HEARTBEAT_TTL_SECONDS = 30;
+
+/** Schedules `fn` every `ms` milliseconds; returns the cancel function (injected in tests). */
+export type Every = (fn: () => void, ms: number) => () => void;
+
+const realEvery: Every = (fn, ms) => {
+  const t = setInterval(fn, ms);
+  t.unref();
+  return () => clearInterval(t);
+};
+
+/**
+ * A node's heartbeat in a pool: the key `aliveKey(node)` put with a lease of
+ * {@link HEARTBEAT_TTL_SECONDS}, renewed every third of it; when the lease is found expired (a
+ * long pause, a partition) a new one is granted and the key put again. A heartbeat is only a hint
+ * that the node may be alive (it is what `pool remove-node` refuses to override without
+ * `--force`); no allocation ever reads it. Its failures never fail a request: they are counted.
+ */
+export class Heartbeat {
+  readonly #kv: KV & Leases;
+  readonly #key: string;
+  readonly #value: string;
+  readonly #every: Every;
+  #lease: string | null = null;
+  #cancel: (() => void) | null = null;
+  #stopped = false;
+  /** Renewals and grants that failed (etcd unreachable); the next beat tries again. */
+  failures = 0;
+
+  constructor(kv: KV & Leases, key: string, node: string, now: () => number = Date.now, every: Every = realEvery) {
+    this.#kv = kv;
+    this.#key = key;
+    this.#value = JSON.stringify({ v: 1, node, since: now() });
+    this.#every = every;
+  }
+
+  /** Grant, put, and schedule the renewals. Never throws (a failure is retried by the next beat). */
+  async start(): Promise<void> {
+    if (this.#stopped || this.#cancel !== null) return;
+    this.#cancel = this.#every(() => void this.beat(), (HEARTBEAT_TTL_SECONDS * 1000) / 3);
+    await this.beat();
+  }
+
+  /** One beat: renew the lease, or (none yet, or expired) grant one and put the key with it. */
+  async beat(): Promise<void> {
+    if (this.#stopped) return;
+    try {
+      if (this.#lease !== null && (await this.#kv.keepAlive(this.#lease)) > 0) return;
+      const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
+      await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
+      this.#lease = id;
+    } catch {
+      this.failures++;
+    }
+  }
+
+  /** Stop renewing and revoke the lease (the key goes). Idempotent; best effort. */
+  async stop(): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#cancel?.();
+    if (this.#lease !== null) await this.#kv.revokeLease(this.#lease).catch(() => undefined);
+  }
+}
+
 /** Requests per batch (the allocator's limit). */
 const MAX_BATCH_REQUESTS = MAX_BATCH;
 
@@ -204,17 +312,34 @@ const MAX_BATCH_REQUESTS = MAX_BATCH;
  */
 export class PoolSessions implements PoolHooks {
   readonly #env: Readonly<Record<string, string | undefined>>;
-  readonly #make: (pool: PoolConfig) => KV;
-  readonly #kvs = new Map<string, KV>();
+  readonly #make: (pool: PoolConfig) => KV & Leases;
+  readonly #every: Every;
+  readonly #kvs = new Map<string, KV & Leases>();
   readonly #batchers = new Map<string, Batcher>();
+  readonly #heartbeats = new Map<string, Heartbeat>();
+  /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
+  readonly #caches = new Map<string, BlockCache>();
   #closed = false;
 
-  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV = etcdFor) {
+  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery) {
     this.#env = env;
     this.#make = make;
+    this.#every = every;
   }
 
-  #kv(pool: PoolConfig): KV {
+  #cacheFor(pool: PoolConfig, node: string): BlockCache {
+    const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
+    let c = this.#caches.get(key);
+    if (c === undefined) this.#caches.set(key, (c = new BlockCache()));
+    return c;
+  }
+
+  /** The heartbeats started so far (one per pool and node), by key. */
+  get heartbeats(): ReadonlyMap<string, Heartbeat> {
+    return this.#heartbeats;
+  }
+
+  #kv(pool: PoolConfig): KV & Leases {
     if (this.#closed) throw new ClosedError('pool sessions');
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls]);
     let kv = this.#kvs.get(key);
@@ -237,15 +362,24 @@ export class PoolSessions implements PoolHooks {
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
     let b = this.#batchers.get(key);
     if (b === undefined) {
-      b = new Batcher(allocatorFor(kv, pool, node, conf.name, conf.rangeSets));
+      const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
+      b = new Batcher(alloc);
       this.#batchers.set(key, b);
+      const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
+      if (!this.#heartbeats.has(hkey)) {
+        // The daemon is this node's agent: it announces the node in the pool from its first ADD on.
+        const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every);
+        this.#heartbeats.set(hkey, hb);
+        void hb.start();
+      }
     }
     return b.submit(req);
   }
 
   async del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
     const pool = id.pool as PoolConfig;
-    return allocatorFor(this.#kv(pool), pool, resolveNodeName(pool, this.#env), id.name, []).del(req);
+    const node = delNodeName(pool, this.#env);
+    return allocatorFor(this.#kv(pool), pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
   }
 
   async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
@@ -256,6 +390,7 @@ export class PoolSessions implements PoolHooks {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    for (const hb of this.#heartbeats.values()) await hb.stop();
     for (const kv of this.#kvs.values()) await kv.close();
     this.#kvs.clear();
   }

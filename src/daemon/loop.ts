@@ -189,6 +189,8 @@ class Loop implements ReconcileLoop {
         candidates: new Map(),
         released: [],
         held: null,
+        waiting: 0,
+        deferred: 0,
         errors: [{ kind: 'pass', message }],
         networks: 0,
       };
@@ -216,7 +218,7 @@ class Loop implements ReconcileLoop {
     for (const e of report.errors) this.log.warn({ kind: e.kind, network: e.network, error: e.message }, 'reconcile error');
     const candidates = [...report.candidates.values()].reduce((a, b) => a + b, 0);
     this.log.info(
-      { reason, networks: report.networks, released: report.released.length, candidates, errors: report.errors.length, durationSeconds: report.durationSeconds, sandboxes: report.runtime.sandboxes },
+      { reason, networks: report.networks, released: report.released.length, candidates, waiting: report.waiting, deferred: report.deferred, errors: report.errors.length, durationSeconds: report.durationSeconds, sandboxes: report.runtime.sandboxes },
       'reconcile pass',
     );
     this.rewatch(report);

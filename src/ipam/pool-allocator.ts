@@ -126,6 +126,29 @@ export interface PoolAllocatorOptions {
   readonly sizes: BlockSizes;
   /** Clock, milliseconds since the epoch (default `Date.now`). */
   readonly now?: () => number;
+  /**
+   * Awaited before attempt `attempt` (≥ 1) of an operation whose transaction lost a race (the
+   * retry policy, house style 7; default none). The plugin passes a jittered exponential delay so
+   * the processes of one node racing for one block spread out.
+   */
+  readonly backoff?: (attempt: number) => Promise<void>;
+  /**
+   * The node's cached blocks, shared by the allocators of one pool and node (the daemon passes
+   * one per pool and node, so its DELs keep its ADDs' cache current). Default: this allocator's own.
+   */
+  readonly cache?: BlockCache;
+}
+
+/** One cached block: its CIDR, its value and the revision it has in etcd. */
+export interface CachedBlock {
+  readonly cidr: Subnet;
+  readonly value: BlockValue;
+  readonly rev: string;
+}
+
+/** A node's blocks as last read or written (see `PoolAllocator`'s fast path); `blocks` null = unknown. */
+export class BlockCache {
+  blocks: Map<string, CachedBlock> | null = null;
 }
 
 function corrupt(key: string, why: string): AppError {
@@ -235,11 +258,27 @@ export class PoolAllocator {
   readonly #base: string;
   readonly #now: () => number;
   #metaChecked = false;
+  /**
+   * This node's blocks as this allocator last read or wrote them (values and revisions), or null.
+   * An ADD first tries a transaction built on it, reading only the handles (in parallel); any
+   * compare that fails — a stale block, a handle created meanwhile, a removal begun — drops it and
+   * the attempt is redone from fresh reads, and so is a full range set seen in it. Correctness is
+   * the compares'; the cache only saves round trips (the daemon's long-lived allocators: one read
+   * round trip and one transaction per batch in the common case).
+   */
+  readonly #shared: BlockCache;
+  get #cache(): Map<string, CachedBlock> | null {
+    return this.#shared.blocks;
+  }
+  set #cache(v: Map<string, CachedBlock> | null) {
+    this.#shared.blocks = v;
+  }
 
   constructor(o: PoolAllocatorOptions) {
     this.#o = o;
     this.#base = `${o.prefix}/pools/${o.pool}`;
     this.#now = o.now ?? Date.now;
+    this.#shared = o.cache ?? new BlockCache();
   }
 
   /** Key of the pool's `meta`. */
@@ -253,6 +292,14 @@ export class PoolAllocator {
   /** Key of the affinity of block `b` to `node`. */
   affinityKey(node: string, b: string): string {
     return `${this.#base}/nodes/${node}/blocks/${b}`;
+  }
+  /**
+   * Key of `node`'s heartbeat (`P/pools/<pool>/alive/<node>` → `{"v":1,"node","since"}`, put with
+   * a lease by the node's daemon): present = the node may be alive. Never read to decide an
+   * allocation; only `pool remove-node` refuses to start while it exists.
+   */
+  aliveKey(node: string): string {
+    return `${this.#base}/alive/${node}`;
   }
   /** Key of the handle of (containerId, ifname). */
   handleKey(containerId: string, ifname: string): string {
@@ -346,8 +393,11 @@ export class PoolAllocator {
     await this.checkMeta();
     const kv = this.#o.kv;
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      if (attempt > 0) await this.#o.backoff?.(attempt);
       const blocks = new Map<string, Working | null>();
       const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
+      // Fast path: the first attempt builds on the cached blocks, reading only the handles.
+      const cached = attempt === 0 ? this.#cache : null;
       const handles = await Promise.all(reqs.map((r) => this.#handle(r)));
       const compares: KVCompare[] = [];
       const ops: KVOp[] = [];
@@ -364,14 +414,28 @@ export class PoolAllocator {
           pending.push(i);
         }
       }
+      let mineComplete = false;
       if (pending.length > 0) {
+        mineComplete = true;
         // This node's blocks (affinity index), read once per attempt.
         const prefix = `${this.#base}/nodes/${this.#o.node}/blocks/`;
         const mine: Working[] = [];
-        for (const a of await kv.list(prefix, { keysOnly: true })) {
+        const listed =
+          cached !== null
+            ? [...cached.keys()].map((k) => ({ key: `${prefix}${k}` }))
+            : await kv.list(prefix, { keysOnly: true });
+        for (const a of listed) {
           const key = a.key.slice(prefix.length);
+          const c = cached?.get(key);
+          if (c !== undefined) blocks.set(key, { key, cidr: c.cidr, value: structuredClone(c.value), rev: c.rev, dirty: false });
           const b = await this.#block(key, blocks);
           if (b === null || b.value.node !== this.#o.node) throw corrupt(a.key, `names block ${key}, which ${b === null ? 'does not exist' : `belongs to node ${b.value.node}`}`);
+          // The node is back: it vetoes a removal begun while it was away (docs/cluster.md
+          // "Reclaiming a dead node's blocks"); the write goes in this ADD's transaction.
+          if (b.value.state === 'pendingRelease') {
+            b.value.state = 'owned';
+            b.dirty = true;
+          }
           mine.push(b);
         }
         let claimed: Set<string> | null = null;
@@ -457,7 +521,24 @@ export class PoolAllocator {
           ops.push({ put: bk, value: JSON.stringify(b.value) });
         }
       }
-      if (ops.length > 0 && !(await kv.txn(compares, ops)).succeeded) continue;
+      // Nothing to write unless some request got its addresses: an ADD that failed (a full range
+      // set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.
+      const anyHandle = compares.some((c) => 'absent' in c && c.key.startsWith(`${this.#base}/handles/`));
+      // A failure decided on cached blocks (a full range set) may be stale: decide it on fresh reads.
+      if (cached !== null && results.some((r) => r instanceof AppError)) {
+        this.#cache = null;
+        continue;
+      }
+      if (anyHandle) {
+        const t = await kv.txn(compares, ops);
+        if (!t.succeeded) {
+          this.#cache = null;
+          continue;
+        }
+        if (mineComplete) this.#remember(blocks, t.revision);
+      } else if (cached === null && mineComplete) {
+        this.#remember(blocks, null);
+      }
       // Duplicates inside the batch get the first one's answer.
       return reqs.map((r, i) => {
         const first = firstOf.get(this.handleKey(r.containerId.trim(), r.ifname));
@@ -465,6 +546,22 @@ export class PoolAllocator {
       });
     }
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} transactions lost to concurrent writers; try again`);
+  }
+
+  /**
+   * After a successful ADD (or a read-only one): cache this node's blocks as now stored — the
+   * written ones at `revision` (every key a transaction writes gets its revision), the others at
+   * the revision read. `revision` null: nothing was written.
+   */
+  #remember(blocks: ReadonlyMap<string, Working | null>, revision: string | null): void {
+    const next = new Map<string, CachedBlock>();
+    for (const b of blocks.values()) {
+      if (b === null || b.value.node !== this.#o.node) continue;
+      const rev = b.dirty && revision !== null ? revision : b.rev;
+      if (rev === null) continue; // a claim that was not written
+      next.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev });
+    }
+    this.#cache = next;
   }
 
   /** A free (unclaimed) block of range set `s` for this node, as a new working block, or null. */
@@ -528,6 +625,7 @@ export class PoolAllocator {
     const kv = this.#o.kv;
     const id = req.containerId.trim();
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      if (attempt > 0) await this.#o.backoff?.(attempt);
       const h = await this.#handle(req);
       if (h === null) return [];
       const blocks = new Map<string, Working | null>();
@@ -569,7 +667,17 @@ export class PoolAllocator {
         }
         ops.push({ put: bk, value: JSON.stringify(b.value) });
       }
-      if ((await kv.txn(compares, ops)).succeeded) return released.sort();
+      const t = await kv.txn(compares, ops);
+      if (t.succeeded) {
+        // Blocks this DEL deleted leave the cache; those it wrote get the new revision.
+        if (this.#cache !== null) {
+          for (const op of ops) if ('delete' in op && op.delete.startsWith(`${this.#base}/blocks/`)) this.#cache.delete(op.delete.slice(`${this.#base}/blocks/`.length));
+          for (const b of blocks.values()) {
+            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev: t.revision });
+          }
+        }
+        return released.sort();
+      }
     }
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
   }
@@ -604,5 +712,138 @@ export class PoolAllocator {
       if (ok.succeeded) return true;
     }
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${ip} lost to concurrent writers; try again`);
+  }
+
+  /**
+   * Veto a removal of this node: every block of it in `pendingRelease` goes back to `owned`
+   * (one revision-checked write each). Returns the blocks vetoed. Every ADD of the node that
+   * allocates does the same inside its own transaction; this is the explicit form (tools, tests).
+   */
+  async veto(): Promise<string[]> {
+    const kv = this.#o.kv;
+    const prefix = `${this.#base}/nodes/${this.#o.node}/blocks/`;
+    const out: string[] = [];
+    for (const a of await kv.list(prefix, { keysOnly: true })) {
+      const key = a.key.slice(prefix.length);
+      for (let i = 0; i < MAX_ATTEMPTS; i++) {
+        const b = await this.#block(key, new Map());
+        if (b === null || b.value.state !== 'pendingRelease' || b.value.node !== this.#o.node) break;
+        b.value.state = 'owned';
+        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
+          out.push(key);
+          break;
+        }
+      }
+    }
+    return out.sort();
+  }
+
+  /**
+   * Step 1 of `pool remove-node target`: every block of `target` goes `owned → pendingRelease`
+   * (CAS each): no new allocation in it from then on. Returns the blocks now pending (also those
+   * that already were). The target vetoes by writing them back ({@link veto}).
+   */
+  async markForRemoval(target: string): Promise<string[]> {
+    const kv = this.#o.kv;
+    const prefix = `${this.#base}/nodes/${target}/blocks/`;
+    const out: string[] = [];
+    for (const a of await kv.list(prefix, { keysOnly: true })) {
+      const key = a.key.slice(prefix.length);
+      for (let i = 0; i < MAX_ATTEMPTS; i++) {
+        const b = await this.#block(key, new Map());
+        if (b === null || b.value.node !== target) break;
+        if (b.value.state === 'pendingRelease') {
+          out.push(key);
+          break;
+        }
+        b.value.state = 'pendingRelease';
+        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
+          out.push(key);
+          break;
+        }
+      }
+    }
+    return out.sort();
+  }
+
+  /**
+   * Step 2 of `pool remove-node target`, after the veto window: release every allocation
+   * `target` made (its handles), provided each of `target`'s blocks the handle touches is still
+   * `pendingRelease` at the revision read (a veto changes it: that handle is kept); then delete
+   * each of `target`'s blocks left `pendingRelease` and empty, with its affinity. Allocations other
+   * nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease` until their DELs).
+   * Returns what was released and what was kept.
+   */
+  async finishRemoval(target: string): Promise<{ released: string[]; deletedBlocks: string[]; keptBlocks: string[] }> {
+    const kv = this.#o.kv;
+    const released: string[] = [];
+    const hprefix = `${this.#base}/handles/`;
+    for (const e of await kv.list(hprefix)) {
+      const h = decodeHandle(e);
+      if (h.node !== target) continue;
+      const [containerId, ifname] = e.key.slice(hprefix.length).split('/') as [string, string];
+      for (let i = 0; i < MAX_ATTEMPTS; i++) {
+        const cur = await this.#o.kv.get(e.key);
+        if (cur === null) break;
+        const hv = decodeHandle(cur);
+        const blocks = new Map<string, Working | null>();
+        let vetoed = false;
+        const freed: string[] = [];
+        for (const x of hv.ips) {
+          const b = await this.#block(x.block, blocks);
+          if (b !== null && b.value.node === target && b.value.state !== 'pendingRelease') vetoed = true;
+          const a = b?.value.allocs[String(x.ordinal)];
+          if (b === null || a === undefined || a.seq !== x.seq || a.id !== containerId || a.ifname !== ifname) continue;
+          delete b.value.allocs[String(x.ordinal)];
+          b.dirty = true;
+          freed.push(x.ip);
+        }
+        if (vetoed) break;
+        const compares: KVCompare[] = [{ key: cur.key, modRevision: cur.modRevision }];
+        const ops: KVOp[] = [{ delete: cur.key }];
+        for (const b of blocks.values()) {
+          if (b === null || !b.dirty) continue;
+          compares.push({ key: this.blockKey(b.key), modRevision: b.rev as string });
+          ops.push({ put: this.blockKey(b.key), value: JSON.stringify(b.value) });
+        }
+        if ((await kv.txn(compares, ops)).succeeded) {
+          released.push(...freed);
+          break;
+        }
+      }
+    }
+    const deletedBlocks: string[] = [];
+    const keptBlocks: string[] = [];
+    const aprefix = `${this.#base}/nodes/${target}/blocks/`;
+    for (const a of await kv.list(aprefix)) {
+      const key = a.key.slice(aprefix.length);
+      const b = await this.#block(key, new Map());
+      if (b === null || b.value.state !== 'pendingRelease' || Object.keys(b.value.allocs).length > 0) {
+        keptBlocks.push(key);
+        continue;
+      }
+      const ok = await kv.txn(
+        [
+          { key: this.blockKey(key), modRevision: b.rev as string },
+          { key: a.key, modRevision: a.modRevision },
+        ],
+        [{ delete: this.blockKey(key) }, { delete: a.key }],
+      );
+      (ok.succeeded ? deletedBlocks : keptBlocks).push(key);
+    }
+    return { released: released.sort(), deletedBlocks: deletedBlocks.sort(), keptBlocks: keptBlocks.sort() };
+  }
+
+  /** Every handle `node` made, sorted by key (one prefix read of the pool's handles). */
+  async handlesOf(node: string): Promise<Array<{ containerId: string; ifname: string; value: HandleValue }>> {
+    const prefix = `${this.#base}/handles/`;
+    const out: Array<{ containerId: string; ifname: string; value: HandleValue }> = [];
+    for (const e of await this.#o.kv.list(prefix)) {
+      const value = decodeHandle(e);
+      if (value.node !== node) continue;
+      const [containerId, ifname] = e.key.slice(prefix.length).split('/') as [string, string];
+      out.push({ containerId, ifname, value });
+    }
+    return out;
   }
 }

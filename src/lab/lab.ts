@@ -65,6 +65,19 @@ export interface LabOptions {
    * containerd unless given here, so the plugin never asks the host's runtime.
    */
   ipamExtra?: Record<string, unknown>;
+  /**
+   * With `ipam: 'ipwarden'` and no `ipwardenPath`: install the plugin into the bin dir at start
+   * (`install-cni`, as above). Default true. False leaves the bin dir without ipwarden, for a run
+   * in which something else installs it (the DaemonSet pod's init container, src/lab/daemonset.ts).
+   */
+  installPlugin?: boolean;
+  /**
+   * Make the scratch dir a shared mount of its own (`mount --bind`, `--make-rshared`) before
+   * containerd starts, as `/` is on a systemd node: containerd's CRI refuses a `HostToContainer`
+   * (rslave) mount whose source is on a private mount (`… is not a shared or slave mount`), and
+   * `/` of this machine is private. Undone by {@link Lab.stop}. Default false.
+   */
+  sharedMounts?: boolean;
   /** Pod subnet. Default `10.244.9.0/28` (13 usable addresses, .2–.14). */
   subnet?: string;
   /** Add the chained test plugin after `bridge`, starting in this mode. Default: no chained plugin. */
@@ -132,6 +145,8 @@ export interface Lab {
   readonly cri: CriClient;
   /** Milliseconds spent in each start/stop step. */
   readonly timings: Record<string, number>;
+  /** The unique tag of this lab (6 hex digits), part of every name it creates. */
+  readonly tag: string;
   /** Creates a READY sandbox (unique uid, our cgroup parent) and returns its 64-hex id. */
   runSandbox(name?: string): Promise<string>;
   /** StopPodSandbox then RemovePodSandbox. */
@@ -253,6 +268,14 @@ function mountsUnder(dir: string): string[] {
     .sort((a, b) => b.length - a.length);
 }
 
+/** True when `dir` itself is a mount point (from /proc/self/mountinfo). */
+function isMountPoint(dir: string): boolean {
+  const unescape = (s: string): string => s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .some((l) => l.split(' ')[4] !== undefined && unescape(l.split(' ')[4] as string) === dir);
+}
+
 /** Hierarchy roots under /sys/fs/cgroup (v1 controllers, named, unified; or the v2 root itself). */
 function cgroupHierarchies(): string[] {
   if (existsSync(join(CGROUP_ROOT, 'cgroup.controllers'))) return [CGROUP_ROOT];
@@ -312,7 +335,7 @@ export async function startLab(opts: LabOptions = {}): Promise<Lab> {
   }
   const unavailable = labUnavailableReason();
   if (unavailable !== undefined) throw new Error(unavailable);
-  if (opts.ipam === 'ipwarden' && opts.ipwardenPath === undefined && !existsSync(IPWARDEN_BUNDLE)) {
+  if (opts.ipam === 'ipwarden' && opts.ipwardenPath === undefined && opts.installPlugin !== false && !existsSync(IPWARDEN_BUNDLE)) {
     throw new Error(`startLab: ipam 'ipwarden' needs a built bundle at ${IPWARDEN_BUNDLE} (run "npm run build") or ipwardenPath`);
   }
 
@@ -369,6 +392,7 @@ class LabImpl implements Lab {
   readonly cgroupParent: string;
   readonly subnet: string;
   readonly timings: Record<string, number>;
+  readonly tag: string;
   readonly #opts: LabOptions;
   readonly #log: (line: string) => void;
   readonly #tag: string;
@@ -384,6 +408,7 @@ class LabImpl implements Lab {
   constructor(scratch: string, tag: string, opts: LabOptions, timings: Record<string, number>, log: (line: string) => void) {
     this.scratch = scratch;
     this.#tag = tag;
+    this.tag = tag;
     this.#opts = opts;
     this.#log = log;
     this.timings = timings;
@@ -435,6 +460,10 @@ class LabImpl implements Lab {
     // The daemon's socket dir: root-owned, 0700 (the daemon and the fallback counting require it).
     mkdirSync(dirname(this.pluginSocket), { mode: 0o700 });
     chmodSync(dirname(this.pluginSocket), 0o700);
+    if (this.#opts.sharedMounts === true) {
+      await run('mount', ['--bind', x, x]);
+      await run('mount', ['--make-rshared', x]);
+    }
     const image = await buildPauseImage(join(x, 'image'));
     this.#imageArchive = image.archive;
     this.timings['image'] = since(t);
@@ -442,7 +471,7 @@ class LabImpl implements Lab {
     t = performance.now();
     for (const p of ['bridge', 'host-local', 'loopback', 'portmap']) symlinkSync(join(CNI_SYSTEM_DIR, p), join(this.binDir, p));
     if (this.#opts.ipwardenPath !== undefined) symlinkSync(this.#opts.ipwardenPath, join(this.binDir, 'ipwarden'));
-    else if (this.#opts.ipam === 'ipwarden') {
+    else if (this.#opts.ipam === 'ipwarden' && this.#opts.installPlugin !== false) {
       await run(process.execPath, [IPWARDEN_BUNDLE, 'install-cni', '--dest', this.binDir, '--socket', this.pluginSocket]);
     }
     writeChainPlugin(join(this.binDir, CHAIN_PLUGIN_TYPE), this.#modeFile, this.#chainLogFile);
@@ -728,9 +757,12 @@ class LabImpl implements Lab {
       if (left.length > 0) throw new Error(`could not rmdir ${left.join(', ')}`);
     });
 
-    // 8. The scratch dir (only when nothing is mounted under it any more).
-    await step('scratch', () => {
+    // 8. The scratch dir (only when nothing is mounted under it any more), and its own mount
+    //    (sharedMounts; also one a crashed run left).
+    await step('scratch', async () => {
       if (mountsUnder(this.scratch).length > 0) throw new Error(`not removing ${this.scratch}: mounts left`);
+      for (let i = 0; i < 3 && isMountPoint(this.scratch); i++) await run('umount', ['-l', this.scratch]).catch(() => {});
+      if (isMountPoint(this.scratch)) throw new Error(`not removing ${this.scratch}: still a mount point`);
       rmSync(this.scratch, { recursive: true, force: true });
       if (existsSync(this.scratch) && statSync(this.scratch).isDirectory()) throw new Error(`${this.scratch} still exists`);
     });
@@ -758,6 +790,7 @@ export function labLeftovers(lab: Lab): string[] {
     if (ours) left.push(`process ${pid}: ${argv.join(' ')}`);
   }
   for (const m of mountsUnder(lab.scratch)) left.push(`mount ${m}`);
+  if (isMountPoint(lab.scratch)) left.push(`mount ${lab.scratch}`);
   if (existsSync(`/sys/class/net/${lab.bridge}`)) left.push(`bridge ${lab.bridge}`);
   for (const h of cgroupHierarchies()) {
     if (existsSync(join(h, lab.cgroupParent))) left.push(`cgroup ${join(h, lab.cgroupParent)}`);

@@ -20,9 +20,20 @@
  *   4. a new sandbox starts.
  * Every check prints ✓ or ✗. Each lab is stopped (and checked for leftovers) also on failure.
  *
- * Options: `--runs a,b,c` (default all three).
+ * Run (d), the DaemonSet (issue 10; src/lab/daemonset-run.ts): `npm run image` builds the OCI
+ * image, which is imported into a fresh lab's containerd and run as a pod the way a kubelet runs
+ * deploy/kubernetes/daemonset.yaml (host network and PID namespace, the manifest's host mounts
+ * mapped onto the lab's dirs, the init container install-cni first and to completion, then the
+ * daemon); the plugin appears in the lab's CNI bin dir, pods get their addresses through the shim
+ * and the daemon, leaks (failing chained plugin, then a reboot that loses the runtime's records and
+ * the DaemonSet pod) are healed by the re-created pod's daemon with no pod failing, its metrics are
+ * scraped from the pod's port, and with the pod stopped pods start through the standalone.
+ *
+ * Options: `--runs a,b,c,d` (default all four); `--dist DIR` (the binaries the image is built
+ * from, default dist/).
  * Output ends with one `RESULT:` line; exit status 0 only when every check passed.
  */
+import { DaemonSetRun } from './daemonset-run.ts';
 import { findLabScratchDirs, labLeftovers, reapStaleLab, startLab, type Lab, type LabOptions } from './lab.ts';
 import {
   auditLines,
@@ -200,6 +211,50 @@ async function runFlow(run: Run, installPackages: boolean): Promise<string[]> {
   return failed;
 }
 
+/** Subnet of run (d): its own, so the pods of other labs on this machine never look "in use" to its daemon. */
+const DS_SUBNET = '10.87.94.0/28';
+
+/** Run (d): the DaemonSet on a fresh lab; returns the failed checks. */
+async function runDaemonSet(installPackages: boolean, dist: string | undefined): Promise<string[]> {
+  const failed: string[] = [];
+  const t0 = performance.now();
+  const at = (): string => `[${((performance.now() - t0) / 1000).toFixed(1).padStart(5)}s]`;
+  const reporter = {
+    say: (line: string): void => say(`${at()} ${line}`),
+    check: (ok: boolean, what: string): void => {
+      say(`        ${ok ? '✓' : '✗'} ${what}`);
+      if (!ok) failed.push(`(d) ${what}`);
+    },
+  };
+  say('\n==== run (d): the DaemonSet — the OCI image as a pod on the lab, the way a kubelet runs deploy/kubernetes/daemonset.yaml');
+  const r = await DaemonSetRun.start({ subnet: DS_SUBNET, installPackages, ...(dist === undefined ? {} : { dist }), log: installPackages ? (l) => say(`        ${l}`) : () => {} }, reporter);
+  try {
+    say('  -- 1. the image, imported; the DaemonSet pod: init container install-cni, then the daemon');
+    await r.deploy(1);
+    say('  -- 2. pods on the bridge network get their addresses through the shim and the daemon');
+    await r.serve();
+    say('  -- 3. leaks, a reboot that loses the runtime\'s records, the DaemonSet pod re-created; the daemon heals, no pod fails');
+    await r.heal();
+    say('  -- 4. metrics from the pod\'s port (host network)');
+    await r.metrics();
+    say('  -- 5. the DaemonSet pod stopped: pods start through the standalone (fallback)');
+    await r.fallback();
+  } catch (e) {
+    failed.push(`(d) ${e instanceof Error ? e.message : String(e)}`);
+    say(`${at()} ✗ ${e instanceof Error ? e.message : String(e)}`);
+  } finally {
+    try {
+      await r.stop();
+    } catch (e) {
+      failed.push(`(d) ${e instanceof Error ? e.message : String(e)}`);
+    }
+    const left = labLeftovers(r.lab);
+    reporter.say(`lab stopped in ${r.lab.timings['stop']} ms; left behind: ${left.length === 0 ? 'nothing' : left.join(', ')}`);
+    if (left.length > 0) failed.push(`(d) left behind: ${left.join(', ')}`);
+  }
+  return failed;
+}
+
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) {
     process.stderr.write('npm run lab needs root (it runs its own containerd): sudo npm run lab\n');
@@ -208,10 +263,13 @@ async function main(): Promise<void> {
   }
   const args = process.argv.slice(2);
   const i = args.indexOf('--runs');
-  const wanted = i >= 0 ? (args[i + 1] ?? '').split(',') : ['a', 'b', 'c'];
+  const wanted = i >= 0 ? (args[i + 1] ?? '').split(',') : ['a', 'b', 'c', 'd'];
+  const j = args.indexOf('--dist');
+  const dist = j >= 0 ? args[j + 1] : undefined;
   const runs = RUNS.filter((r) => wanted.includes(r.key));
-  if (runs.length === 0) {
-    process.stderr.write('usage: npm run lab [-- --runs a,b,c]\n');
+  const daemonSet = wanted.includes('d');
+  if ((runs.length === 0 && !daemonSet) || wanted.some((w) => !['a', 'b', 'c', 'd'].includes(w)) || (j >= 0 && dist === undefined)) {
+    process.stderr.write('usage: npm run lab [-- --runs a,b,c,d] [--dist DIR]\n');
     process.exitCode = 2;
     return;
   }
@@ -242,6 +300,16 @@ async function main(): Promise<void> {
       failed.push(`(${run.key}) ${e instanceof Error ? e.message : String(e)}`);
     }
   }
+  if (daemonSet) {
+    if (interrupted) failed.push('(d) skipped: interrupted');
+    else {
+      try {
+        failed.push(...(await runDaemonSet(first, dist)));
+      } catch (e) {
+        failed.push(`(d) ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
+  }
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   const secs = ((performance.now() - t0) / 1000).toFixed(1);
@@ -249,7 +317,8 @@ async function main(): Promise<void> {
     const parts = ['leaks reproduced through a failing chained plugin and a wiped runtime'];
     if (runs.some((r) => !r.heals)) parts.push('gc released exactly the leaked reservations, live READY and NOTREADY sandboxes kept theirs');
     if (runs.some((r) => r.heals)) parts.push('with reclaim on, the plugin healed the exhausted range by itself');
-    say(`\nRESULT: PASS (${secs} s) — runs ${runs.map((r) => r.key).join(',')}: ${parts.join('; ')}`);
+    if (daemonSet) parts.push('the image ran as a DaemonSet pod: install-cni, pods through the daemon, leaks healed with no pod failing, metrics, fallback');
+    say(`\nRESULT: PASS (${secs} s) — runs ${[...runs.map((r) => r.key), ...(daemonSet ? ['d'] : [])].join(',')}: ${parts.join('; ')}`);
     process.exitCode = 0;
   } else {
     say(`\nRESULT: FAIL (${secs} s) — ${failed.length} check(s) failed: ${failed.join(' | ')}`);

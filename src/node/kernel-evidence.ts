@@ -17,7 +17,9 @@
  *   the runtime exec'd (CNI SPEC.md §Parameters).
  *
  * Node cannot `setns(2)`, so namespaces that only a pinned file holds are read by ONE helper
- * process for all of them: `perl` (Essential on Debian, `perl-base`) calling `setns` per file, or
+ * process for all of them: ipwarden's own static `ipwarden-netns` (native/netns.c) beside the
+ * running program, so a node or an image with nothing but the kernel and libc needs no other
+ * program (issue 10); else `perl` (Essential on Debian, `perl-base`) calling `setns` per file; or
  * failing that one `sh` loop over `nsenter --net=FILE cat …` (util-linux).
  *
  * Blind spots (documented, not reported as `incomplete`): a namespace kept alive only by an open
@@ -27,9 +29,11 @@
  */
 import { execFileSync } from 'node:child_process';
 import { closeSync, existsSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, realpathSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { formatIP, parseIP } from '../common/ip.ts';
+import { untrustedReason } from '../common/trust.ts';
 
 /** One network namespace in which an address is configured. */
 export interface AddressHolder {
@@ -206,7 +210,7 @@ export interface NetnsDumpEntry {
   readonly file: string;
   /** The concatenated `fib_trie` and `if_inet6` text read inside; null when `error` is set. */
   readonly text: string | null;
-  /** Inode of `/proc/thread-self/net/fib_trie` inside (perl helper only), else null. */
+  /** Inode of `/proc/thread-self/net/fib_trie` inside (the static and perl helpers), else null. */
   readonly fibIno: number | null;
   /** errno number of the failure (0 when the helper could not tell), null on success. */
   readonly errno: number | null;
@@ -218,27 +222,39 @@ export interface NetnsDumpEntry {
  * Parse the helper's output: per file, in argument order, a record `\0F <file>\n`, optionally
  * `\0I <fib_trie inode>\n`, then either `\0P\n<text>` or `\0E <errno> <message>\n`. Pure; the
  * helper is {@link readPinnedNamespaces}.
+ *
+ * Exactly one entry per element of `files`, in order, whatever the helper printed: a file with no
+ * record of its own (the helper stopped early, or printed fewer records) is an error entry
+ * (errno 0: a gap in the evidence, never "deleted"); so is a record that names another file than
+ * the one at its position (the static helper prints a newline in a name as a space). Records
+ * beyond the last file make every entry an error: the output cannot be matched to the files.
  */
 export function parseNetnsDump(out: string, files: readonly string[]): NetnsDumpEntry[] {
   const entries: NetnsDumpEntry[] = [];
   const records = out.split('\0');
   let idx = -1;
+  let named = '';
   let fibIno: number | null = null;
   let text: string | null = null;
   let errno: number | null = null;
   let error: string | null = null;
   const flush = (): void => {
-    if (idx < 0) return;
-    if (text === null && error === null) {
+    if (idx < 0 || idx >= files.length) return;
+    const expected = files[idx] as string;
+    if (named !== expected && named !== expected.replace(/\n/g, ' ')) {
+      error = `the helper's record ${idx + 1} names ${JSON.stringify(named)}, not this file`;
+      errno = 0;
+    } else if (text === null && error === null) {
       error = 'the helper printed nothing for it';
       errno = 0;
     }
-    entries.push({ file: files[idx] ?? '?', text: error === null ? text : null, fibIno, errno, error });
+    entries.push({ file: expected, text: error === null ? text : null, fibIno, errno, error });
   };
   for (const r of records) {
     if (r.startsWith('F ')) {
       flush();
       idx++;
+      named = r.endsWith('\n') ? r.slice(2, -1) : r.slice(2);
       fibIno = null;
       text = null;
       errno = null;
@@ -257,6 +273,13 @@ export function parseNetnsDump(out: string, files: readonly string[]): NetnsDump
     }
   }
   flush();
+  if (idx >= files.length) {
+    const why = `the helper printed ${idx + 1} records for ${files.length} files`;
+    return files.map((file) => ({ file, text: null, fibIno: null, errno: 0, error: why }));
+  }
+  for (let i = entries.length; i < files.length; i++) {
+    entries.push({ file: files[i] as string, text: null, fibIno: null, errno: 0, error: 'the helper printed no record for it' });
+  }
   return entries;
 }
 
@@ -322,9 +345,46 @@ function spawnFailure(e: unknown): string {
   return `exit status ${String(status)}${stderr === '' ? '' : `: ${stderr}`}`;
 }
 
+/** File name of the static pinned-namespace helper (native/netns.c), installed beside the program. */
+export const NETNS_HELPER_NAME = 'ipwarden-netns';
+
+/**
+ * The static pinned-namespace helper beside the running program — `dist/` for the built bundle,
+ * the directory of the single executable (`/opt/cni/bin`, the image's `/usr/lib/ipwarden`) — as
+ * `{ path }`, or `{ path: null, why }` when there is none there (running from source: the perl and
+ * sh helpers are used) or it is not to be trusted: only a regular file (a symlink planted there is
+ * not followed), owned by root or the effective user, in a directory of the same owners, neither
+ * writable by group or others (else anyone who can write there would run code as root, and could
+ * print records that make the evidence look complete). `opts.dir` (default: this program's
+ * directory) and `opts.euid` (default `process.geteuid()`) are for tests.
+ */
+export function locateNetnsHelper(opts: { dir?: string; euid?: number } = {}): { path: string; why: null } | { path: null; why: string } {
+  const euid = opts.euid ?? process.geteuid?.() ?? 0;
+  let dir: string;
+  try {
+    dir = opts.dir ?? dirname(fileURLToPath(import.meta.url));
+  } catch {
+    return { path: null, why: 'the program has no file location' };
+  }
+  const p = join(dir, NETNS_HELPER_NAME);
+  try {
+    const st = lstatSync(p);
+    if (!st.isFile()) return { path: null, why: `${p} is not a regular file` };
+    const bad = untrustedReason(p, st, euid) ?? untrustedReason(dir, statSync(dir), euid);
+    return bad === null ? { path: p, why: null } : { path: null, why: `${bad}: not run` };
+  } catch (e) {
+    return { path: null, why: `no ${NETNS_HELPER_NAME} beside the program in ${dir} (${errnoCode(e) ?? 'error'})` };
+  }
+}
+
+/** Path of the trusted helper ({@link locateNetnsHelper}), or null. */
+export function netnsHelperPath(): string | null {
+  return locateNetnsHelper().path;
+}
+
 /**
  * Read `fib_trie` and `if_inet6` inside each of the namespace `files` with ONE helper process:
- * `perl -e` calling `setns(2)` per file when perl exists and `process.arch` is one of x64, arm64,
+ * `ipwarden-netns` ({@link netnsHelperPath}) when it is installed beside the program; else `perl -e` calling `setns(2)` per file when perl exists and `process.arch` is one of x64, arm64,
  * riscv64, loong64 (about 7 ms for 50 files here); else `sh -c` looping over `nsenter --net=FILE cat
  * …` (about 2.5 ms per file). Synchronous; {@link PINNED_HELPER_TIMEOUT_MS} timeout (no fallback
  * after a timeout). Needs CAP_SYS_ADMIN (root).
@@ -332,16 +392,27 @@ function spawnFailure(e: unknown): string {
 export function readPinnedNamespaces(files: readonly string[]): PinnedRead {
   if (files.length === 0) return { entries: [], failure: null };
   const opts = { encoding: 'utf8' as const, maxBuffer: 256 * 1024 * 1024, timeout: PINNED_HELPER_TIMEOUT_MS, stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'] };
+  const own = locateNetnsHelper();
+  let ownFailure: string | null = own.why;
+  if (own.path !== null) {
+    try {
+      const out = execFileSync(own.path, [...files], opts);
+      return { entries: parseNetnsDump(out, files), failure: null };
+    } catch (e) {
+      ownFailure = `${NETNS_HELPER_NAME}: ${spawnFailure(e)}`;
+      if (errnoCode(e) === 'ETIMEDOUT') return { entries: [], failure: ownFailure };
+    }
+  }
   const nr = SETNS_NR[process.arch];
-  let perlFailure: string | null = null;
+  let failures: string | null = ownFailure;
   if (nr !== undefined) {
     try {
       const out = execFileSync('perl', ['-e', PERL_HELPER, String(nr), ...files], opts);
       return { entries: parseNetnsDump(out, files), failure: null };
     } catch (e) {
-      perlFailure = `perl: ${spawnFailure(e)}`;
+      failures = `${ownFailure === null ? '' : `${ownFailure}; `}perl: ${spawnFailure(e)}`;
       // Timed out: the files hang whatever reads them; no second helper (the caller holds a lock).
-      if (errnoCode(e) === 'ETIMEDOUT') return { entries: [], failure: perlFailure };
+      if (errnoCode(e) === 'ETIMEDOUT') return { entries: [], failure: failures };
     }
   }
   try {
@@ -349,7 +420,7 @@ export function readPinnedNamespaces(files: readonly string[]): PinnedRead {
     return { entries: parseNetnsDump(out, files), failure: null };
   } catch (e) {
     const sh = `sh/nsenter: ${spawnFailure(e)}`;
-    return { entries: [], failure: perlFailure === null ? sh : `${perlFailure}; ${sh}` };
+    return { entries: [], failure: failures === null ? sh : `${failures}; ${sh}` };
   }
 }
 
@@ -619,16 +690,23 @@ export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvid
   const pinnedNs = new Set<string>();
   for (const d of netnsDirs) {
     let real: string;
-    let entries: string[];
+    let raw: Buffer[];
     try {
       real = realpathSync(d);
       if (seenDirs.has(real)) continue;
       seenDirs.add(real);
-      entries = readdirSync(d);
+      raw = readdirSync(d, { encoding: 'buffer' });
     } catch (e) {
       if (errnoCode(e) === 'ENOENT' || errnoCode(e) === 'ENOTDIR') continue;
       pinFailures.add(`${d}: ${errText(e)}`);
       continue;
+    }
+    const entries: string[] = [];
+    for (const b of raw) {
+      const name = b.toString('utf8');
+      // A name that is not UTF-8 cannot be passed on by its text: a pin we cannot read is a gap.
+      if (!Buffer.from(name, 'utf8').equals(b)) pinFailures.add(`${d}/${b.toString('latin1')}: a name that is not UTF-8 (hex ${b.toString('hex')})`);
+      else entries.push(name);
     }
     for (const name of entries.sort()) {
       const file = join(d, name);
@@ -636,8 +714,9 @@ export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvid
       try {
         // lstat: a symlink here is never followed (root follows no link it did not make).
         st = lstatSync(file);
-      } catch {
-        continue; // removed meanwhile
+      } catch (e) {
+        if (errnoCode(e) !== 'ENOENT') pinFailures.add(`${file}: ${errText(e)}`);
+        continue; // ENOENT: removed meanwhile
       }
       // An nsfs bind mount has the nsfs device; a plain or stale file (unmounted) does not.
       if (nsfsDev === null || st.dev !== nsfsDev || !st.isFile()) continue;

@@ -89,6 +89,10 @@ export interface PassReport {
   readonly released: readonly PassRelease[];
   /** Why the daemon released nothing this pass although candidates were confirmed, else null. */
   readonly held: string | null;
+  /** Candidates seen for less than the grace period (rule 1: first observation, or too recent). */
+  readonly waiting: number;
+  /** Confirmed candidates not released this pass (over the cap, or held by rule 3). */
+  readonly deferred: number;
   readonly errors: readonly PassError[];
   /** Networks read (data dir + name). */
   readonly networks: number;
@@ -243,6 +247,8 @@ export async function runPass(
     candidates: pending,
     released,
     held: decision.held,
+    waiting: decision.waiting.length,
+    deferred: decision.deferred.length,
     errors,
     networks: networksRead,
   };

@@ -6,7 +6,7 @@
  * (etcd-io/etcd api/etcdserverpb/rpc.proto `TxnRequest`; etcd's "Transaction" guide:
  * "compares … all true → success ops, applied atomically").
  *
- * Implementations: `store/etcd/etcd-kv.ts` (a real etcd through the `etcd3` client; its errors
+ * Implementations: `store/etcd/etcd-kv.ts` (a real etcd over grpc-js with our own etcd .proto; its errors
  * converted at that boundary) and `store/memory/memory-kv.ts` (the fake, same revision rules).
  *
  * Revisions are etcd's int64 counters as decimal strings (`"0"` = no such key). Values are UTF-8
@@ -89,6 +89,20 @@ export interface KV {
   txn(compare: readonly KVCompare[], ops: readonly KVOp[]): Promise<KVTxnResult>;
   /** Close the connection. Idempotent; later calls throw `ClosedError`. */
   close(): Promise<void>;
+}
+
+/**
+ * Leases, for node heartbeats only (never for correctness: on etcd 3.4 a lease's TTL restarts on
+ * every leader change, and a client may learn of an expiry late). A key put with a lease is
+ * deleted by etcd when the lease expires or is revoked.
+ */
+export interface Leases {
+  /** Grant a lease of `ttlSeconds` (≥ 1); resolves to its ID (decimal text). Errors as {@link KV.get}. */
+  grantLease(ttlSeconds: number): Promise<string>;
+  /** Renew lease `id`; resolves to its new TTL in seconds, 0 when it has expired (or never existed). */
+  keepAlive(id: string): Promise<number>;
+  /** Revoke lease `id` (its keys go at once). A lease already gone is fine. */
+  revokeLease(id: string): Promise<void>;
 }
 
 /** etcd's default `--max-txn-ops` (etcd.io/docs/latest/op-guide/configuration). */

@@ -30,7 +30,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, before, describe, it } from 'node:test';
-import { HOST_LOCAL, haveHostLocal, installedPlugin, requireOrSkip, ROOT, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
+import { HOST_LOCAL, haveHostLocal, installedPlugin, pluginArgv, requireOrSkip, ROOT, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { startHostileCri, type FakeSandbox, type HostileCri, type HostileCriOptions } from '../helpers/hostile-cri.ts';
 import { runMain } from '../../src/cli/main.ts';
 import type { CliContext } from '../../src/cli/context.ts';
@@ -249,8 +249,8 @@ let bin = '';
  */
 async function add(id: string, config: object, opts: { args?: string; wrap?: readonly string[] } = {}): Promise<{ code: number | null; json: Record<string, unknown> | null; stdout: string; stderr: string }> {
   const env = CNI_ENV('ADD', id, opts.args === undefined ? {} : { CNI_ARGS: opts.args });
-  const target = opts.wrap === undefined ? bin : standalonePlugin();
-  const r = await spawnAsync([...(opts.wrap ?? []), target], env, JSON.stringify(config)).done;
+  const argv = opts.wrap === undefined ? pluginArgv(bin) : [...opts.wrap, standalonePlugin()];
+  const r = await spawnAsync(argv, env, JSON.stringify(config)).done;
   let json: Record<string, unknown> | null = null;
   try {
     json = r.stdout.trim() === '' ? null : (JSON.parse(r.stdout) as Record<string, unknown>);

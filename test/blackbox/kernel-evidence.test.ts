@@ -176,11 +176,11 @@ describe('readKernelEvidence on the real kernel', () => {
     assert.deepEqual(r.addresses['fd00:6b65:2::20'], [{ netns: nsB, via: pinFile, pid: null, ifname: 'kev0' }]);
   });
 
-  it('with neither perl nor nsenter the pinned namespace is named as unread', { skip }, () => {
+  it('with no ipwarden-netns beside the program (from source), neither perl nor nsenter: the pinned namespace is named as unread, and why', { skip }, () => {
     const empty = join(tmp, 'bin-empty');
     mkdirSync(empty);
     const r = readInChild({ netnsDirs: [pinDir], env: { ...process.env, PATH: empty } });
-    assert.equal(r.incomplete, `cannot read ${pinFile}: perl: ENOENT; sh/nsenter: ENOENT`);
+    assert.equal(r.incomplete, `cannot read ${pinFile}: no ipwarden-netns beside the program in ${join(ROOT, 'src/node')} (ENOENT); perl: ENOENT; sh/nsenter: ENOENT`);
     assert.equal(r.addresses['10.250.2.20'], undefined);
   });
 

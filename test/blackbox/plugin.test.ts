@@ -3,11 +3,12 @@
  * spec version, asserting stdout, exit status and the raw files in the network directory.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { installedPlugin, ROOT, runCni, runCniAsync, snapshotDir, tempDir, type Invocation } from '../helpers/cni.ts';
+import { readShimFields } from '../../src/cli/install-cni.ts';
 
 const NET = 'bbnet';
 let bin = '';
@@ -353,22 +354,73 @@ describe('resolvConf, routes and static requests', () => {
 });
 
 describe('install-cni', () => {
-  it('writes the shim, the standalone executable (with a non-empty V8 code cache) and the flock binding, and no warning', () => {
+  it('writes the shim, the standalone single executable, the flock binding and the namespace helper, with versions, and no warning', () => {
     const dest = join(dataDir(), 'bin');
     const r = spawnSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', dest], { encoding: 'utf8' });
     assert.deepEqual([r.status, r.stderr], [0, '']);
+    const size = statSync(join(ROOT, 'dist/ipwarden-standalone')).size;
     assert.equal(
       r.stdout,
-      `installed ${join(dest, 'ipwarden')} (shim, socket /run/ipwarden/plugin.sock)\n` +
-        `installed ${join(dest, 'ipwarden-standalone')} (node ${process.execPath})\n` +
-        `installed ${join(dest, 'ipwarden-flock.node')}\n`,
+      `installed ${join(dest, 'ipwarden-flock.node')} (flock binding)\n` +
+        `installed ${join(dest, 'ipwarden-netns')} (namespace helper)\n` +
+        `installed ${join(dest, 'ipwarden-standalone')} (ipwarden 0.1.0, Node.js ${process.version}, ${size} bytes)\n` +
+        `installed ${join(dest, 'ipwarden')} (exec shim, protocol v1, socket /run/ipwarden/plugin.sock)\n`,
     );
     assert.deepEqual(readFileSync(join(dest, 'ipwarden')), readFileSync(join(ROOT, 'dist/ipwarden-shim')));
-    const text = readFileSync(join(dest, 'ipwarden-standalone'), 'latin1');
-    assert.ok(text.startsWith(`#!${process.execPath}\n`));
-    const cache = text.slice(text.indexOf('\nIPWARDEN-CACHE\n') + 16, text.indexOf('\nIPWARDEN-COLD\n'));
-    assert.ok(cache.length > 10_000, `code cache of ${cache.length} base64 bytes`);
-    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node', 'ipwarden-standalone']);
+    for (const f of ['ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns']) assert.deepEqual(readFileSync(join(dest, f)), readFileSync(join(ROOT, 'dist', f)), f);
+    // An ELF executable, not a script: no interpreter line names a Node.js on the host.
+    assert.deepEqual([...readFileSync(join(dest, 'ipwarden-standalone')).subarray(0, 4)], [0x7f, 0x45, 0x4c, 0x46]);
+    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node', 'ipwarden-netns', 'ipwarden-standalone']);
+  });
+
+  it('the installed standalone installs again by itself (as the image does), without Node.js on PATH', () => {
+    const first = join(dataDir(), 'bin');
+    assert.equal(spawnSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', first], { encoding: 'utf8' }).status, 0);
+    const second = join(dataDir(), 'bin2');
+    const r = spawnSync(join(first, 'ipwarden-standalone'), ['install-cni', '--dest', second, '--socket', '/run/ipw-test/p.sock'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
+    assert.deepEqual([r.status, r.stderr], [0, '']);
+    assert.match(r.stdout, new RegExp(`^installed ${second}/ipwarden \\(exec shim, protocol v1, socket /run/ipw-test/p\\.sock\\)$`, 'm'));
+    for (const f of ['ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns']) assert.deepEqual(readFileSync(join(second, f)), readFileSync(join(first, f)), f);
+    assert.equal(readShimFields(readFileSync(join(second, 'ipwarden'))).socket, '/run/ipw-test/p.sock');
+  });
+
+  /** A copy of dist/'s installable files in a new 0755 dir, to be altered by a test. */
+  const distCopy = (): string => {
+    const d = join(dataDir(), 'dist');
+    mkdirSync(d, { mode: 0o755 });
+    chmodSync(d, 0o755);
+    for (const f of ['ipwarden.cjs', 'ipwarden-cold.cjs', 'ipwarden-flock.node', 'ipwarden-netns', 'ipwarden-shim', 'ipwarden-standalone']) copyFileSync(join(ROOT, 'dist', f), join(d, f));
+    return d;
+  };
+
+  it('refuses to install a file that others could have written (group/other-writable file or directory, another owner); nothing is written', () => {
+    const d = distCopy();
+    const dest = join(dataDir(), 'bin');
+    chmodSync(join(d, 'ipwarden-netns'), 0o777);
+    let r = spawnSync(process.execPath, [join(d, 'ipwarden.cjs'), 'install-cni', '--dest', dest], { encoding: 'utf8' });
+    assert.deepEqual([r.status, r.stdout, r.stderr], [2, '', `ipwarden: install-cni: ${d}/ipwarden-netns is writable by group or others (mode 777): refusing to install from there\n`]);
+    chmodSync(join(d, 'ipwarden-netns'), 0o755);
+    chownSync(join(d, 'ipwarden-shim'), 65534, 65534);
+    r = spawnSync(process.execPath, [join(d, 'ipwarden.cjs'), 'install-cni', '--dest', dest], { encoding: 'utf8' });
+    assert.deepEqual([r.status, r.stderr], [2, `ipwarden: install-cni: ${d}/ipwarden-shim is owned by uid 65534: refusing to install from there\n`]);
+    chownSync(join(d, 'ipwarden-shim'), 0, 0);
+    chmodSync(d, 0o1777);
+    r = spawnSync(process.execPath, [join(d, 'ipwarden.cjs'), 'install-cni', '--dest', dest], { encoding: 'utf8' });
+    assert.deepEqual([r.status, r.stderr], [2, `ipwarden: install-cni: ${d} is writable by group or others (mode 1777): refusing to install from there\n`]);
+    assert.equal(existsSync(dest), false);
+  });
+
+  it('a flock binding the standalone cannot load (another Node ABI) fails the install before the standalone or the shim is replaced', () => {
+    const d = distCopy();
+    const bogus = join(dataDir(), 'bogus.c');
+    writeFileSync(bogus, 'int ipwarden_bogus;\n');
+    execFileSync('gcc', ['-shared', '-fPIC', '-o', join(d, 'ipwarden-flock.node'), bogus]);
+    const dest = join(dataDir(), 'bin');
+    const r = spawnSync(process.execPath, [join(d, 'ipwarden.cjs'), 'install-cni', '--dest', dest], { encoding: 'utf8' });
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, new RegExp(`^ipwarden: ${dest}/ipwarden-standalone\\.tmp-\\d+-[0-9a-f]{16}: cannot load the flock binding \\(ipwarden-flock\\.node beside the plugin\\): `));
+    // The binding went first (it is what failed to load); no standalone, no shim, no temporary file.
+    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden-flock.node', 'ipwarden-netns']);
   });
 
   it('refuses a --dest whose parent does not exist', () => {

@@ -293,11 +293,12 @@ describe('shim: every daemon failure falls back to the standalone plugin', () =>
     await new Promise<void>((res) => holder.stdout.once('data', () => res()));
     let pid = 0;
     const done = run(s, runtimeEnv('ADD'), config(dd), (p) => (pid = p));
-    const node = realpathSync(process.execPath);
-    // Wait until the pid the shim started as runs Node, blocked on the held lock.
+    const standalone = realpathSync(join(binDir, 'ipwarden-standalone'));
+    // Wait until the pid the shim started as runs the standalone (a single executable: its own
+    // /proc/PID/exe, no interpreter), blocked on the held lock.
     await waitFor('the shim to exec the standalone', () => {
       try {
-        return pid !== 0 && readlinkSync(`/proc/${pid}/exe`) === node;
+        return pid !== 0 && readlinkSync(`/proc/${pid}/exe`) === standalone;
       } catch {
         return false;
       }
@@ -434,7 +435,7 @@ describe('install-cni', () => {
     assert.throws(() => validateSocketPath('/run/a\0b'), (e: unknown) => e instanceof UsageError && e.message === 'install-cni: --socket must not contain a NUL byte');
   });
 
-  it('a 107-byte --socket is patched in, and the layout is shim + standalone + binding, each 0755', () => {
+  it('a 107-byte --socket is patched in, and the layout is shim + standalone + binding + namespace helper, each 0755', () => {
     const base = temp('ipw-shim-inst-');
     const dest = join(base, 'bin');
     const socket = `${base}/${'s'.repeat(107 - base.length - 1)}`;
@@ -443,29 +444,47 @@ describe('install-cni', () => {
     assert.deepEqual([r.status, r.stderr], [0, '']);
     assert.equal(
       r.stdout,
-      `installed ${join(dest, 'ipwarden')} (shim, socket ${socket})\n` +
-        `installed ${join(dest, 'ipwarden-standalone')} (node ${process.execPath})\n` +
-        `installed ${join(dest, 'ipwarden-flock.node')}\n`,
+      `installed ${join(dest, 'ipwarden-flock.node')} (flock binding)\n` +
+        `installed ${join(dest, 'ipwarden-netns')} (namespace helper)\n` +
+        `installed ${join(dest, 'ipwarden-standalone')} (ipwarden 0.1.0, Node.js ${process.version}, ${statSync(join(dest, 'ipwarden-standalone')).size} bytes)\n` +
+        `installed ${join(dest, 'ipwarden')} (exec shim, protocol v1, socket ${socket})\n`,
     );
-    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node', 'ipwarden-standalone']);
+    assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node', 'ipwarden-netns', 'ipwarden-standalone']);
     for (const n of readdirSync(dest)) assert.equal(statSync(join(dest, n)).mode & 0o777, 0o755, n);
     assert.equal(readShimFields(readFileSync(join(dest, 'ipwarden'))).socket, socket);
   });
 
-  it('atomic write: a symlink planted at the temporary name is removed, never followed; the file is replaced by rename', () => {
+  it('atomic write: a temporary name is never a guessable one, a planted file or link is neither followed nor removed, and the file is replaced by rename', () => {
     const dir = temp('ipw-shim-atomic-');
     const victim = join(dir, 'victim');
     writeFileSync(victim, 'precious');
     const target = join(dir, 'ipwarden');
     writeFileSync(target, 'old');
     const oldIno = statSync(target).ino;
+    // The former temporary name (<path>.tmp-<pid>), as a link another user or installer planted.
     symlinkSync(victim, `${target}.tmp-${process.pid}`);
-    atomicWrite(target, Buffer.from('new'), 0o755);
+    const seen: string[] = [];
+    atomicWrite(target, Buffer.from('new'), 0o755, (tmp) => {
+      seen.push(tmp);
+      assert.equal(readFileSync(tmp, 'utf8'), 'new', 'verify sees the complete file before the rename');
+      assert.equal(readFileSync(target, 'utf8'), 'old');
+    });
+    assert.equal(seen.length, 1);
+    assert.match(seen[0] as string, new RegExp(`^${target}\\.tmp-${process.pid}-[0-9a-f]{16}$`));
     assert.equal(readFileSync(victim, 'utf8'), 'precious');
     assert.equal(readFileSync(target, 'utf8'), 'new');
     assert.notEqual(statSync(target).ino, oldIno, 'a new inode: renamed into place, not rewritten');
     assert.equal(statSync(target).mode & 0o777, 0o755);
-    assert.deepEqual(readdirSync(dir).sort(), ['ipwarden', 'victim']);
+    assert.deepEqual(readdirSync(dir).sort(), ['ipwarden', `ipwarden.tmp-${process.pid}`, 'victim']);
+  });
+
+  it('atomic write: a verify that throws keeps the old file and removes the temporary one', () => {
+    const dir = temp('ipw-shim-atomic-');
+    const target = join(dir, 'ipwarden');
+    writeFileSync(target, 'old');
+    assert.throws(() => atomicWrite(target, Buffer.from('bad'), 0o755, () => { throw new Error('refused'); }), /refused/);
+    assert.equal(readFileSync(target, 'utf8'), 'old');
+    assert.deepEqual(readdirSync(dir), ['ipwarden']);
   });
 
   it('patchShim refuses a bad timeout and a binary without the marker', () => {

@@ -5,7 +5,8 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+import { makeNoNodeNamespace, type NoNodeNamespace } from './no-node.ts';
 
 /** Upstream host-local from Debian's containernetworking-plugins. */
 export const HOST_LOCAL = '/usr/lib/cni/host-local';
@@ -58,10 +59,21 @@ function outcome(status: number | null, stdout: string, stderr: string): Outcome
   return { exitCode: status ?? -1, stdout, stderr, json };
 }
 
+/**
+ * The argv that execs plugin `bin` as a runtime would: `[bin]`, or — in the no-Node pass
+ * ({@link noNodeMode}) for an executable this process installed — `bin` run inside the mount
+ * namespace that has no Node.js, perl or shell (test/helpers/no-node.ts).
+ */
+export function pluginArgv(bin: string): string[] {
+  if (noNode !== null && installed !== null && bin.startsWith(`${dirname(installed.bin)}/`)) return noNode.argv(bin);
+  return [bin];
+}
+
 /** Run `bin` synchronously. */
 export function runCni(bin: string, inv: Invocation): Outcome {
   const input = typeof inv.stdin === 'string' ? inv.stdin : JSON.stringify(inv.stdin);
-  const r = spawnSync(bin, [], { input, env: envFor(inv), encoding: 'utf8', timeout: 60_000 });
+  const argv = pluginArgv(bin);
+  const r = spawnSync(argv[0] as string, argv.slice(1), { input, env: envFor(inv), encoding: 'utf8', timeout: 60_000 });
   if (r.error) throw r.error;
   return outcome(r.status, r.stdout, r.stderr);
 }
@@ -70,7 +82,8 @@ export function runCni(bin: string, inv: Invocation): Outcome {
 export function runCniAsync(bin: string, inv: Invocation): Promise<Outcome> {
   const input = typeof inv.stdin === 'string' ? inv.stdin : JSON.stringify(inv.stdin);
   return new Promise((res, rej) => {
-    const p = spawn(bin, [], { env: envFor(inv) });
+    const argv = pluginArgv(bin);
+    const p = spawn(argv[0] as string, argv.slice(1), { env: envFor(inv) });
     let out = '';
     let err = '';
     p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
@@ -88,6 +101,7 @@ export function tempDir(prefix = 'ipwarden-test-'): { dir: string; cleanup: () =
 }
 
 let installed: { bin: string; standalone: string; socket: string } | null = null;
+let noNode: NoNodeNamespace | null = null;
 
 /**
  * Install the built plugin (dist/) with `ipwarden install-cni --socket <temp dir>/plugin.sock`
@@ -125,6 +139,45 @@ export function daemonMode(): boolean {
   return process.env['IPWARDEN_TEST_DAEMON'] === '1';
 }
 
+/**
+ * True in the no-Node pass (`IPWARDEN_TEST_NO_NODE=1`, scripts/run-tests.mjs, issue 10): then every
+ * exec of the installed plugin through {@link runCni}/{@link runCniAsync}/{@link pluginArgv} happens
+ * in a mount namespace whose /usr holds only the libraries the installed binaries link — no
+ * Node.js, perl, sh or nsenter — as on a Kubernetes node without Node.js.
+ */
+export function noNodeMode(): boolean {
+  return process.env['IPWARDEN_TEST_NO_NODE'] === '1';
+}
+
+/** Programs that must not exist inside the no-Node namespace (checked when it is made). */
+export const ABSENT_IN_NO_NODE = ['/usr/bin/node', '/usr/local/bin/node', '/usr/bin/perl', '/bin/sh', '/usr/bin/nsenter', '/usr/sbin/ip'] as const;
+
+/**
+ * Make the no-Node namespace for the installed files in `dir` and prove what it lacks: each of
+ * {@link ABSENT_IN_NO_NODE} fails to exec inside it with ENOENT (nsenter exits 127), while the
+ * standalone answers CNI VERSION there. Throws otherwise.
+ */
+function startNoNode(dir: string): NoNodeNamespace {
+  const files = ['ipwarden', 'ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns'].map((f) => join(dir, f));
+  const ns = makeNoNodeNamespace(files);
+  try {
+    for (const prog of ABSENT_IN_NO_NODE) {
+      const argv = ns.argv(prog);
+      const r = spawnSync(argv[0] as string, argv.slice(1), { encoding: 'utf8', input: '' });
+      if (r.status !== 127 || !/No such file or directory/.test(r.stderr)) {
+        throw new Error(`the no-Node namespace still runs ${prog} (status ${r.status}: ${r.stderr.trim()})`);
+      }
+    }
+    const argv = ns.argv(join(dir, 'ipwarden-standalone'));
+    const v = spawnSync(argv[0] as string, argv.slice(1), { encoding: 'utf8', input: '{"cniVersion":"1.0.0"}', env: { CNI_COMMAND: 'VERSION' } });
+    if (v.status !== 0 || !v.stdout.includes('supportedVersions')) throw new Error(`the standalone does not run in the no-Node namespace: ${v.stdout}${v.stderr}`);
+    return ns;
+  } catch (e) {
+    ns.cleanup();
+    throw e;
+  }
+}
+
 function install(): { bin: string; standalone: string; socket: string } {
   if (installed !== null && existsSync(installed.bin)) return installed;
   const bundle = join(ROOT, 'dist/ipwarden.cjs');
@@ -135,8 +188,10 @@ function install(): { bin: string; standalone: string; socket: string } {
   execFileSync(process.execPath, [bundle, 'install-cni', '--dest', dir, '--socket', socket], { stdio: 'pipe' });
   installed = { bin: join(dir, 'ipwarden'), standalone: join(dir, 'ipwarden-standalone'), socket };
   const stopDaemon = daemonMode() ? startSuiteDaemon(bundle, socket, sockDir.dir) : () => undefined;
+  if (noNodeMode()) noNode = startNoNode(dir);
   process.on('exit', () => {
     stopDaemon();
+    noNode?.cleanup();
     rmSync(dir, { recursive: true, force: true });
     sockDir.cleanup();
   });
@@ -144,7 +199,8 @@ function install(): { bin: string; standalone: string; socket: string } {
 }
 
 /**
- * Start `ipwarden daemon` on `socket` for the whole test process (daemon mode), with an empty
+ * Start `ipwarden daemon` on `socket` for the whole test process (daemon mode) — the built
+ * single executable `dist/ipwarden-standalone daemon`, as the image runs it — with an empty
  * data dir and CNI config dir of its own (its loop touches nothing of the tests'), and wait —
  * synchronously, bounded — until it listens. Returns a function that SIGKILLs it by pid.
  * Throws when it exits or does not listen within 60 s (its log is in the error).
@@ -156,7 +212,7 @@ function startSuiteDaemon(bundle: string, socket: string, dir: string): () => vo
   // (a test runner's timeout), when no 'exit' handler runs.
   const child = spawn(
     '/usr/bin/setpriv',
-    ['--pdeathsig', 'KILL', '--', process.execPath, bundle, 'daemon', '--socket', socket, '--data-dir', join(dir, 'data'), '--cni-conf-dir', join(dir, 'net.d'), '--metrics-address', '127.0.0.1:0', '--log-level', 'warn'],
+    ['--pdeathsig', 'KILL', '--', join(dirname(bundle), 'ipwarden-standalone'), 'daemon', '--socket', socket, '--data-dir', join(dir, 'data'), '--cni-conf-dir', join(dir, 'net.d'), '--metrics-address', '127.0.0.1:0', '--log-level', 'warn'],
     { env: { PATH: '/usr/bin:/bin' }, stdio: ['ignore', 'ignore', logFd] },
   );
   closeSync(logFd);

@@ -12,6 +12,9 @@
  *   resources within the measured memory, read-only root, capabilities, probes, the metrics port);
  * - the daemon's and install-cni's arguments are flags those verbs accept (through `runMain` with
  *   an injected starter, and their `--help`);
+ * - the DaemonSet runs the image `npm run image` builds (name, version, its entrypoint), and its pod
+ *   template turns into the CRI requests the lab's kubelet makes (src/lab/daemonset.ts: the paths,
+ *   port, namespaces, mounts, capabilities and resources the e2e run uses);
  * - the PrometheusRule holds exactly the alert rules of docs/metrics.md, the ServiceMonitor and
  *   Service select the DaemonSet's pods with the job label the rules expect, and
  *   kustomization.yaml lists every manifest.
@@ -29,6 +32,7 @@ import type { CliContext } from '../../src/cli/context.ts';
 import { runMain } from '../../src/cli/main.ts';
 import { validateSocketPath } from '../../src/cli/install-cni.ts';
 import { DEFAULT_NETNS_DIRS } from '../../src/node/kernel-evidence.ts';
+import { mapPath, mapValue, memoryBytes, milliCpu, planPod, type LabNode } from '../../src/lab/daemonset.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const DIR = join(ROOT, 'deploy/kubernetes');
@@ -335,6 +339,17 @@ describe('deploy/kubernetes: the DaemonSet', () => {
     assert.equal((daemonC.args ?? [])[0], 'daemon');
   });
 
+  it('runs the image npm run image builds: localhost/ipwarden:<package.json version> in every container, its entrypoint (no command)', () => {
+    const version = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+    for (const c of [...initContainers, ...containers]) {
+      const raw = (at(podSpec, c === daemonC ? 'containers' : 'initContainers', 0) as Obj);
+      assert.equal(raw.image, `localhost/ipwarden:${version}`, `${c.name}: the name ctr images import gives the archive (a localhost/ name never pulls from the internet)`);
+      assert.equal(raw.imagePullPolicy, 'IfNotPresent', c.name);
+      assert.equal(c.command, undefined, `${c.name}: the image's entrypoint /usr/bin/ipwarden runs`);
+    }
+    assert.equal(at(ds, 'metadata', 'labels', 'app.kubernetes.io/version'), version);
+  });
+
   it("install-cni's arguments are flags install-cni accepts", async () => {
     const known = await helpFlags('install-cni');
     const args = (initC.args ?? []).slice(1);
@@ -476,5 +491,101 @@ describe('deploy/kubernetes: monitoring and kustomization', () => {
     assert.equal(k.kind, 'Kustomization');
     assert.deepEqual(Object.keys(k).sort(), ['apiVersion', 'kind', 'resources']);
     assert.deepEqual((k.resources as string[]).slice().sort(), [...manifests.keys()].sort());
+  });
+});
+
+describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/lab/daemonset.ts, test/e2e/daemonset-lab.test.ts)', () => {
+  const node: LabNode = {
+    paths: [
+      ['/opt/cni/bin', '/lab/cni/bin'],
+      ['/etc/cni/net.d', '/lab/cni/net.d'],
+      ['/var/lib/cni/networks', '/lab/cni/networks'],
+      ['/run/ipwarden', '/lab/run/ipwarden'],
+      ['/run/containerd', '/lab/run'],
+      ['/run/netns', '/lab/node/run/netns'],
+      ['/var/run/netns', '/lab/node/run/netns'],
+    ],
+    ports: new Map([[9617, 40123]]),
+    nodeName: 'lab-node',
+    cgroupParent: '/ipwarden-lab-abcdef',
+    podsDir: '/lab/node/pods',
+  };
+  const plan = planPod(ds, node, { name: 'ipwarden-x', uid: 'uid-1' });
+  const init = plan.initContainers[0]!;
+  const daemon = plan.containers[0]!;
+
+  it('moves a host path by its longest mapped prefix, whole components only; values: unix:// endpoints, paths, HOST:PORT', () => {
+    assert.equal(mapPath(node, '/run/ipwarden/plugin.sock'), '/lab/run/ipwarden/plugin.sock');
+    assert.equal(mapPath(node, '/run/containerd/containerd.sock'), '/lab/run/containerd.sock');
+    assert.equal(mapPath(node, '/run/ipwardenx'), '/run/ipwardenx');
+    assert.equal(mapPath(node, '/host/opt/cni/bin'), '/host/opt/cni/bin');
+    assert.equal(mapValue(node, 'unix:///run/containerd/containerd.sock'), 'unix:///lab/run/containerd.sock');
+    assert.equal(mapValue(node, '0.0.0.0:9617'), '0.0.0.0:40123');
+    assert.equal(mapValue(node, '0.0.0.0:9618'), '0.0.0.0:9618');
+    assert.equal(mapValue(node, 'daemon'), 'daemon');
+    assert.equal(memoryBytes('256Mi'), 268435456);
+    assert.equal(milliCpu('50m'), 50);
+    assert.equal(milliCpu('1'), 1000);
+  });
+
+  it('one sandbox in the host network and PID namespace, its logs and cgroup on the lab; the pod\'s labels', () => {
+    assert.deepEqual(plan.sandbox.namespaces, { network: 'NODE', pid: 'NODE', ipc: 'POD' });
+    assert.equal(plan.sandbox.hostname, '');
+    assert.equal(plan.sandbox.namespace, 'ipwarden-system');
+    assert.equal(plan.sandbox.cgroupParent, '/ipwarden-lab-abcdef');
+    assert.equal(plan.sandbox.logDirectory, '/lab/node/pods/ipwarden-system_ipwarden-x_uid-1/logs');
+    assert.equal(plan.sandbox.labels?.['app.kubernetes.io/name'], 'ipwarden');
+    assert.deepEqual(plan.sandbox.portMappings, [{ containerPort: 40123, hostPort: 40123, protocol: 'TCP' }]);
+    assert.equal(plan.graceSeconds, 60);
+  });
+
+  it('the init container: install-cni into the mounted bin dir with the node\'s socket path; no capability, no_new_privs', () => {
+    assert.equal(init.name, 'install-cni');
+    assert.deepEqual(init.command, []);
+    assert.deepEqual(init.args, ['install-cni', '--dest', '/host/opt/cni/bin', '--socket', '/lab/run/ipwarden/plugin.sock']);
+    assert.deepEqual(init.mounts.find((m) => m.containerPath === '/host/opt/cni/bin'), { containerPath: '/host/opt/cni/bin', hostPath: '/lab/cni/bin', readonly: false, propagation: 'PROPAGATION_PRIVATE' });
+    assert.deepEqual(init.security.addCapabilities, []);
+    assert.deepEqual(init.security.dropCapabilities, ['ALL']);
+    assert.equal(init.security.noNewPrivs, true);
+    assert.equal(init.security.readonlyRootfs, true);
+    assert.equal(init.security.runAsUser, 0);
+  });
+
+  it('the daemon: its flags with the node\'s paths and port, the mounts at the node\'s paths (propagation, read-only), three capabilities, the resources as cgroup values', () => {
+    assert.deepEqual(daemon.args, [
+      'daemon', '--socket', '/lab/run/ipwarden/plugin.sock', '--metrics-address', '0.0.0.0:40123', '--data-dir', '/lab/cni/networks',
+      '--cni-conf-dir', '/lab/cni/net.d', '--runtime-endpoint', 'unix:///lab/run/containerd.sock', '--interval', '1m', '--log-level', 'info',
+    ]);
+    assert.deepEqual(daemon.env, [{ key: 'NODE_NAME', value: 'lab-node' }, { key: 'CONTAINER_RUNTIME_ENDPOINT', value: 'unix:///lab/run/containerd.sock' }]);
+    const byPath = new Map(daemon.mounts.map((m) => [m.containerPath, m]));
+    assert.deepEqual(byPath.get('/lab/run'), { containerPath: '/lab/run', hostPath: '/lab/run', readonly: true, propagation: 'PROPAGATION_HOST_TO_CONTAINER' });
+    assert.deepEqual(byPath.get('/lab/run/ipwarden'), { containerPath: '/lab/run/ipwarden', hostPath: '/lab/run/ipwarden', readonly: false, propagation: 'PROPAGATION_PRIVATE' });
+    assert.deepEqual(byPath.get('/lab/cni/networks')?.readonly, false);
+    assert.equal(byPath.get('/tmp')?.hostPath, '/lab/node/pods/ipwarden-system_ipwarden-x_uid-1/volumes/kubernetes.io~empty-dir/tmp');
+    assert.deepEqual(daemon.security.addCapabilities.slice().sort(), ['DAC_READ_SEARCH', 'SYS_ADMIN', 'SYS_PTRACE']);
+    assert.equal(daemon.security.noNewPrivs, false);
+    assert.equal(daemon.security.apparmorProfile, 'unconfined');
+    assert.equal(daemon.security.seLinuxType, 'spc_t');
+    assert.deepEqual(daemon.resources, { cpuPeriod: 100_000, cpuQuota: 100_000, cpuShares: 51, memoryLimitBytes: 256 * 2 ** 20 });
+    assert.deepEqual(plan.readiness.get('ipwarden'), { path: '/readyz', port: 40123 });
+  });
+
+  it('creates the DirectoryOrCreate host paths (0755) and the emptyDirs (0777); requires the Directory ones', () => {
+    assert.deepEqual(plan.mustExist, ['/lab/run']);
+    const dirs = new Map(plan.createDirs.map((d) => [d.path, d.mode]));
+    for (const p of ['/lab/cni/bin', '/lab/cni/net.d', '/lab/cni/networks', '/lab/node/run/netns', '/lab/run/ipwarden']) assert.equal(dirs.get(p), 0o755, p);
+    assert.equal(dirs.get('/lab/node/pods/ipwarden-system_ipwarden-x_uid-1/volumes/kubernetes.io~empty-dir/tmp'), 0o777);
+  });
+
+  it('refuses what it cannot run instead of running something else', () => {
+    const other = clone(ds);
+    ((at(other, 'spec', 'template', 'spec', 'volumes') as Obj[])[0] as Obj).hostPath = { path: '/x', type: 'Socket' };
+    assert.throws(() => planPod(other, node, { name: 'p', uid: 'u' }), /does not run hostPath type "Socket"/);
+    const env = clone(ds);
+    ((at(env, 'spec', 'template', 'spec', 'containers', 0, 'env') as Obj[])[0] as Obj).valueFrom = { fieldRef: { fieldPath: 'status.podIP' } };
+    assert.throws(() => planPod(env, node, { name: 'p', uid: 'u' }), /does not run env NODE_NAME/);
+    const cfg = clone(ds);
+    ((at(cfg, 'spec', 'template', 'spec', 'volumes') as Obj[])[0] as Obj) = { name: 'cni-bin', configMap: { name: 'x' } };
+    assert.throws(() => planPod(cfg, node, { name: 'p', uid: 'u' }), /only hostPath and emptyDir/);
   });
 });

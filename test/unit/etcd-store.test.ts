@@ -62,6 +62,28 @@ describe('EtcdStore on a real etcd', { skip: etcdSkip }, () => {
     await f.store.close();
   });
 
+  it('leases: a key put with one lives while it is renewed and goes when it is revoked', async () => {
+    const k = kv as EtcdKV;
+    const id = await k.grantLease(5);
+    assert.match(id, /^[1-9][0-9]*$/);
+    await k.txn([], [{ put: '/lease/x', value: 'y', lease: id }]);
+    assert.equal(await k.keepAlive(id), 5);
+    await k.revokeLease(id);
+    assert.equal(await k.get('/lease/x'), null);
+    assert.equal(await k.keepAlive(id), 0, 'a revoked lease renews to TTL 0');
+    await k.revokeLease(id); // already gone: fine
+  });
+
+  it('fails over: a dead first endpoint, then the live one answers', async () => {
+    const two = new EtcdKV({ endpoints: ['http://127.0.0.1:1', ...(cluster as EtcdCluster).endpoints] });
+    try {
+      assert.deepEqual(await two.txn([], [{ put: '/failover/x', value: 'y' }]).then((r) => r.succeeded), true);
+      assert.equal((await two.get('/failover/x'))?.value, 'y');
+    } finally {
+      await two.close();
+    }
+  });
+
   it('an unreachable etcd is STORE_UNAVAILABLE (CNI 11, retryable), within the call deadline', async () => {
     const dead = new EtcdKV({ endpoints: ['http://127.0.0.1:1'], callTimeoutMs: 500 });
     try {

@@ -320,6 +320,33 @@ describe('parseNetnsDump (the pinned-namespace helper output)', () => {
       { file: '/run/netns/a', text: null, fibIno: null, errno: 0, error: 'the helper printed nothing for it' },
     ]);
   });
+  it('fewer records than files: every file without its own record is a gap (errno 0), never absence', () => {
+    const out = `\0F /run/netns/a\n\0I 7\n\0P\n${FIB_HOST}`;
+    assert.deepEqual(parseNetnsDump(out, files), [
+      { file: '/run/netns/a', text: FIB_HOST, fibIno: 7, errno: null, error: null },
+      { file: '/run/netns/b', text: null, fibIno: null, errno: 0, error: 'the helper printed no record for it' },
+      { file: '/run/netns/c', text: null, fibIno: null, errno: 0, error: 'the helper printed no record for it' },
+    ]);
+    assert.deepEqual(parseNetnsDump('', files.slice(0, 1)), [{ file: '/run/netns/a', text: null, fibIno: null, errno: 0, error: 'the helper printed no record for it' }]);
+  });
+  it('a record that names another file than the one at its position is a gap', () => {
+    const out = `\0F /run/netns/b\n\0P\n${FIB_HOST}\0F /run/netns/b\n\0P\n${FIB_HOST}`;
+    assert.deepEqual(parseNetnsDump(out, files.slice(0, 2)), [
+      { file: '/run/netns/a', text: null, fibIno: null, errno: 0, error: 'the helper\'s record 1 names "/run/netns/b", not this file' },
+      { file: '/run/netns/b', text: FIB_HOST, fibIno: null, errno: null, error: null },
+    ]);
+  });
+  it('a newline in a file name: the raw name (perl, sh) and the static helper\'s space both match', () => {
+    const f = '/run/netns/x\ny';
+    assert.equal(parseNetnsDump(`\0F /run/netns/x\ny\n\0P\n${FIB_HOST}`, [f])[0]?.error, null);
+    assert.equal(parseNetnsDump(`\0F /run/netns/x y\n\0P\n${FIB_HOST}`, [f])[0]?.error, null);
+  });
+  it('more records than files: nothing can be matched, every entry is a gap', () => {
+    const out = `\0F /run/netns/a\n\0P\n${FIB_HOST}\0F /run/netns/b\n\0P\n${FIB_HOST}`;
+    assert.deepEqual(parseNetnsDump(out, files.slice(0, 1)), [
+      { file: '/run/netns/a', text: null, fibIno: null, errno: 0, error: 'the helper printed 2 records for 1 files' },
+    ]);
+  });
   it('readPinnedNamespaces([]) spawns nothing', () => assert.deepEqual(readPinnedNamespaces([]), { entries: [], failure: null }));
 });
 

@@ -16,9 +16,9 @@ const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (ordinals 2–15 allocatable: .0 network, .1 gateway) and 10.80.0.16/28 (16–30). */
 const SMALL = [[{ subnet: '10.80.0.0/27' }]];
 
-function allocator(kv: MemoryKV, node: string, ranges: unknown = SMALL, blockSize = 28): PoolAllocator {
+function allocator(kv: MemoryKV, node: string, ranges: unknown = SMALL, blockSize = 28, backoff?: (attempt: number) => Promise<void>): PoolAllocator {
   const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges } }), undefined);
-  return new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node, network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: blockSize, blockSize6: 122 }, now: () => 1000 });
+  return new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node, network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: blockSize, blockSize6: 122 }, now: () => 1000, ...(backoff === undefined ? {} : { backoff }) });
 }
 
 function ips(r: PoolAllocation[] | AppError): string[] {
@@ -63,6 +63,31 @@ describe('PoolAllocator', () => {
     assert.equal(await one(a, 'c1', 'net1'), '10.80.0.17', 'another ifname is another attachment');
   });
 
+  it('a long-lived allocator (the daemon\'s) builds its next ADD on its cached blocks: one read (the handle), one transaction', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await one(a, 'c1');
+    const r0 = kv.stats.reads;
+    const t0 = kv.stats.txns;
+    assert.equal(await one(a, 'c2'), '10.80.0.17');
+    assert.deepEqual([kv.stats.reads - r0, kv.stats.txns - t0], [1, 1]);
+    await a.del({ containerId: 'c1', ifname: 'eth0' });
+    const r1 = kv.stats.reads;
+    assert.equal(await one(a, 'c3'), '10.80.0.18');
+    assert.equal(kv.stats.reads - r1, 1, 'the DEL kept the cache current');
+  });
+
+  it('a cache that says "full" is not believed: another process of the node freed an address, the ADD gets it', async () => {
+    const kv = new MemoryKV();
+    const only = [[{ subnet: '10.80.0.16/28', rangeStart: '10.80.0.20', rangeEnd: '10.80.0.21' }]];
+    const a = allocator(kv, 'node-a', only);
+    assert.equal(await one(a, 'c1'), '10.80.0.20');
+    assert.equal(await one(a, 'c2'), '10.80.0.21');
+    // The standalone fallback on the same node (another allocator) releases c1.
+    assert.deepEqual(await allocator(kv, 'node-a', only).del({ containerId: 'c1', ifname: 'eth0' }), ['10.80.0.20']);
+    assert.equal(await one(a, 'c3'), '10.80.0.20');
+  });
+
   it('a second node claims the other block; within a block addresses go round robin', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a');
@@ -92,6 +117,19 @@ describe('PoolAllocator', () => {
     assert.equal(kv.dump()[`${P}/handles/last/eth0`], undefined, 'a failed ADD leaves nothing');
   });
 
+  it('an ADD failing in its second range set writes nothing at all (no claim of the first set\'s block)', async () => {
+    const kv = new MemoryKV();
+    // Range set 1 is a /30 whose one address (.2) node-b takes first.
+    const ranges = [[{ subnet: '10.80.0.0/27' }], [{ subnet: '10.80.1.0/30' }]];
+    const b = allocator(kv, 'node-b', ranges);
+    assert.deepEqual(ips((await b.add([{ containerId: 'b1', ifname: 'eth0' }]))[0] as PoolAllocation[]), ['10.80.0.2', '10.80.1.2']);
+    const a = allocator(kv, 'node-a', ranges);
+    const before = kv.dump();
+    const [r] = await a.add([{ containerId: 'a1', ifname: 'eth0' }]);
+    assert.equal((r as AppError).message, 'failed to allocate for range 1: no IP addresses available in range set: 10.80.1.1-10.80.1.2');
+    assert.deepEqual(kv.dump(), before);
+  });
+
   it('DEL releases, is idempotent, and a late release of a re-allocated address is refused (sequence number)', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a', [[{ subnet: '10.80.0.16/28', rangeStart: '10.80.0.20', rangeEnd: '10.80.0.20' }]]);
@@ -117,9 +155,10 @@ describe('PoolAllocator', () => {
     assert.equal(kv.stats.puts - p0, 6, '4 handles + 1 block + 1 affinity');
   });
 
-  it('a lost race is re-read and decided again: no address twice', async () => {
+  it('a lost race is re-read and decided again (after the backoff): no address twice', async () => {
     const kv = new MemoryKV();
-    const a = allocator(kv, 'node-a');
+    const waited: number[] = [];
+    const a = allocator(kv, 'node-a', SMALL, 28, async (n) => void waited.push(n));
     await one(a, 'c0');
     const bk = `${P}/blocks/10.80.0.16-28`;
     kv.beforeTxn = () => {
@@ -134,6 +173,7 @@ describe('PoolAllocator', () => {
     const t0 = kv.stats.txns;
     assert.equal(await one(a, 'c1'), '10.80.0.18');
     assert.equal(kv.stats.txns - t0, 2, 'the first transaction failed its compare, the second succeeded');
+    assert.deepEqual(waited, [1], 'one backoff, before the second attempt');
     const b = JSON.parse(kv.dump()[bk] as string);
     assert.deepEqual(Object.fromEntries(Object.entries(b.allocs).map(([k, v]) => [k, (v as { id: string; seq: number }).id + '#' + (v as { seq: number }).seq])), { '0': 'c0#1', '1': 'racer#2', '2': 'c1#3' });
   });
@@ -184,5 +224,52 @@ describe('PoolAllocator', () => {
     const a = allocator(kv, 'node-a');
     kv.failNext = 1;
     await assert.rejects(a.add([{ containerId: 'c1', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.cniCode === 11);
+  });
+
+  describe('remove-node: pendingRelease, the node\'s veto, then the reclaim', () => {
+    it('a marked block takes no new allocation; the reclaim frees the node\'s addresses and gives the block back', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const b = allocator(kv, 'node-b');
+      const op = allocator(kv, 'operator');
+      assert.equal(await one(a, 'c1'), '10.80.0.16');
+      assert.equal(await one(b, 'c2'), '10.80.0.2');
+      assert.deepEqual(await op.markForRemoval('node-a'), ['10.80.0.16-28']);
+      assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'pendingRelease');
+      assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
+      assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined);
+      for (let i = 3; i <= 15; i++) await one(b, `f${i}`); // node-b fills its own block
+      assert.equal(await one(b, 'g1'), '10.80.0.16', 'the reclaimed block is free again: node-b claims it');
+    });
+
+    it('a node that returns before the reclaim vetoes it: its block and addresses stay (no duplicate)', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const op = allocator(kv, 'operator');
+      assert.equal(await one(a, 'c1'), '10.80.0.16');
+      await op.markForRemoval('node-a');
+      // node-a was only partitioned: its next ADD (or its daemon's start) vetoes.
+      assert.equal(await one(a, 'c2'), '10.80.0.17');
+      assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'owned');
+      assert.deepEqual(await op.finishRemoval('node-a'), { released: [], deletedBlocks: [], keptBlocks: ['10.80.0.16-28'] });
+      assert.deepEqual((await a.find({ containerId: 'c1', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), ['10.80.0.16']);
+      await op.markForRemoval('node-a');
+      assert.deepEqual(await a.veto(), ['10.80.0.16-28']);
+      assert.deepEqual(await a.veto(), []);
+    });
+
+    it('addresses other nodes borrowed in the removed node\'s block stay, and so does the block', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const b = allocator(kv, 'node-b');
+      const op = allocator(kv, 'operator');
+      await one(b, 'b0');
+      for (let i = 0; i < 15; i++) await one(a, `a${i}`); // node-a's block full
+      assert.equal(await one(a, 'borrower'), '10.80.0.3'); // node-a borrows in node-b's block
+      await op.markForRemoval('node-b');
+      const r = await op.finishRemoval('node-b');
+      assert.deepEqual(r, { released: ['10.80.0.2'], deletedBlocks: [], keptBlocks: ['10.80.0.0-28'] });
+      assert.deepEqual((await a.find({ containerId: 'borrower', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), ['10.80.0.3']);
+    });
   });
 });

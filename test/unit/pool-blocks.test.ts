@@ -2,7 +2,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { allocatableOrdinals, blockCidrText, blockKeyText, blocksOf, countBlocks, nodeHash } from '../../src/ipam/pool-blocks.ts';
+import { allocatableOrdinals, blockCidrText, blockKeyText, blocksOf, countBlocks, nodeHash, type Block } from '../../src/ipam/pool-blocks.ts';
 import type { RangeSet } from '../../src/ipam/types.ts';
 
 function sets(ranges: unknown): readonly RangeSet[] {
@@ -29,7 +29,7 @@ describe('blocksOf', () => {
   it('IPv6 blocks are /122 and lazy on a /64', () => {
     const rs = sets([[{ subnet: 'fd80:1::/64' }]])[0] as RangeSet;
     const it = blocksOf(rs, 0, SIZES);
-    assert.deepEqual([it.next(), it.next()].map((r) => blockCidrText((r.value as { cidr: never }).cidr)), ['fd80:1::/122', 'fd80:1::40/122']);
+    assert.deepEqual([it.next(), it.next()].map((r) => blockCidrText((r.value as Block).cidr)), ['fd80:1::/122', 'fd80:1::40/122']);
     assert.equal(countBlocks(rs, SIZES, 1000n), 1000n);
   });
   it('counts /20 → 64 blocks of /26; blockSize 28 → 256', () => {
@@ -43,10 +43,10 @@ describe('allocatableOrdinals', () => {
   it('the first block of a /24 skips the network address and the gateway (.1); the last skips broadcast', () => {
     const rs = sets([[{ subnet: '10.80.1.0/24' }]])[0] as RangeSet;
     const [first, , , last] = [...blocksOf(rs, 0, SIZES)];
-    const a = allocatableOrdinals(rs, (first as { cidr: never }).cidr);
+    const a = allocatableOrdinals(rs, (first as Block).cidr);
     assert.equal(a.length, 62);
     assert.deepEqual(a.slice(0, 2), [2, 3]);
-    const z = allocatableOrdinals(rs, (last as { cidr: never }).cidr);
+    const z = allocatableOrdinals(rs, (last as Block).cidr);
     assert.equal(z.length, 63);
     assert.equal(z.at(-1), 62);
   });

@@ -12,9 +12,13 @@
  * - use after `close()` → `ClosedError`.
  *
  * Endpoints: one channel per endpoint, made when first needed. A call goes to the endpoint that
- * last answered; on an "unavailable" error it is tried once on each other endpoint (in order),
- * each attempt with its own deadline (`callTimeoutMs`, default 5000 ms), so a partitioned node
- * answers well within kubelet's 4-minute sandbox budget. A transaction retried after a lost answer
+ * last answered; on an "unavailable" error it is tried once on each other endpoint (in order).
+ * The call's budget (`callTimeoutMs`, default 5000 ms) is shared by the attempts: each gets
+ * `max(1000, callTimeoutMs / endpoints)` ms, so a hung member (SIGSTOPped: its socket accepts and
+ * never answers) costs a fraction of the budget before the next one is asked, and a partitioned
+ * node answers well within kubelet's 4-minute sandbox budget. Reads are linearizable (etcd's
+ * default; never `serializable`), so a member cut off from the quorum answers an error, not
+ * stale data. A transaction retried after a lost answer
  * may already have been applied: it then fails its compares, and the callers re-read (every
  * writer in ipwarden decides from what it reads).
  */
@@ -22,7 +26,7 @@ import * as grpc from '@grpc/grpc-js';
 import { fromJSON, type MethodDefinition, type PackageDefinition, type ServiceDefinition } from '@grpc/proto-loader';
 import protobuf from 'protobufjs';
 import { AppError, ClosedError } from '../../common/errors.ts';
-import { MAX_TXN_OPS, prefixEnd, zeroStats, type KV, type KVCompare, type KVEntry, type KVOp, type KVStats, type KVTxnResult } from '../kv.ts';
+import { MAX_TXN_OPS, prefixEnd, zeroStats, type KV, type KVCompare, type KVEntry, type KVOp, type KVStats, type KVTxnResult, type Leases } from '../kv.ts';
 import { ETCD_PROTO } from './etcd-proto.ts';
 
 /** Options of {@link EtcdKV}. */
@@ -31,22 +35,29 @@ export interface EtcdKVOptions {
   readonly endpoints: readonly string[];
   /** TLS material, already read (PEM bytes): `ca` verifies the server; `cert` + `key` authenticate us. */
   readonly tls?: { readonly ca?: Buffer; readonly cert?: Buffer; readonly key?: Buffer } | undefined;
-  /** Deadline of each attempt, milliseconds (default 5000). */
+  /** Budget of one call over all endpoints, milliseconds (default 5000; each attempt gets its share, at least 1000). */
   readonly callTimeoutMs?: number;
 }
 
 /** Default deadline of one etcd call attempt, milliseconds. */
 export const DEFAULT_CALL_TIMEOUT_MS = 5000;
 
-const SERVICE = 'etcdserverpb.KV';
+type MethodName = 'Range' | 'Txn' | 'LeaseGrant' | 'LeaseRevoke' | 'LeaseKeepAlive';
+const SERVICE_OF: Readonly<Record<MethodName, string>> = {
+  Range: 'etcdserverpb.KV',
+  Txn: 'etcdserverpb.KV',
+  LeaseGrant: 'etcdserverpb.Lease',
+  LeaseRevoke: 'etcdserverpb.Lease',
+  LeaseKeepAlive: 'etcdserverpb.Lease',
+};
 const LOADER_OPTIONS = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true } as const;
 let packageDefinition: PackageDefinition | undefined;
 
-function method(name: 'Range' | 'Txn'): MethodDefinition<object, object> {
+function method(name: MethodName): MethodDefinition<object, object> {
   if (packageDefinition === undefined) {
     packageDefinition = fromJSON(protobuf.parse(ETCD_PROTO, { keepCase: true }).root.toJSON(), LOADER_OPTIONS);
   }
-  const m = (packageDefinition[SERVICE] as ServiceDefinition)[name];
+  const m = (packageDefinition[SERVICE_OF[name]] as ServiceDefinition)[name];
   if (m === undefined) throw new AppError('INTERNAL', `etcd method ${name} missing from etcd-proto.ts`);
   return m as MethodDefinition<object, object>;
 }
@@ -79,7 +90,7 @@ interface RawKV {
 }
 
 /** {@link KV} on etcd v3. See the module comment. */
-export class EtcdKV implements KV {
+export class EtcdKV implements KV, Leases {
   readonly description: string;
   readonly stats: KVStats = zeroStats();
   readonly #endpoints: readonly string[];
@@ -93,7 +104,7 @@ export class EtcdKV implements KV {
     if (opts.endpoints.length === 0) throw new AppError('IPAM_INVALID_CONFIG', 'etcd: no endpoints');
     this.#endpoints = [...opts.endpoints];
     this.description = `etcd ${opts.endpoints.join(',')}`;
-    this.#timeout = opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+    this.#timeout = Math.max(1000, Math.floor((opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS) / opts.endpoints.length));
     const t = opts.tls;
     this.#creds = t?.ca === undefined ? grpc.credentials.createInsecure() : grpc.credentials.createSsl(t.ca, t.key ?? null, t.cert ?? null);
   }
@@ -108,8 +119,32 @@ export class EtcdKV implements KV {
     return c;
   }
 
-  #unary<T>(i: number, name: 'Range' | 'Txn', req: object): Promise<T> {
+  #unary<T>(i: number, name: MethodName, req: object): Promise<T> {
     const def = method(name);
+    if (name === 'LeaseKeepAlive') {
+      // A bidirectional stream in etcd's API: one request, one answer, then the stream is closed.
+      return new Promise<T>((resolve, reject) => {
+        const call = this.#client(i).makeBidiStreamRequest(def.path, def.requestSerialize, def.responseDeserialize, new grpc.Metadata(), { deadline: Date.now() + this.#timeout });
+        let done = false;
+        call.on('data', (v: T) => {
+          if (done) return;
+          done = true;
+          resolve(v);
+          call.cancel();
+        });
+        call.on('error', (e: grpc.ServiceError) => {
+          if (done) return;
+          done = true;
+          reject(e);
+        });
+        call.on('end', () => {
+          if (done) return;
+          done = true;
+          reject(Object.assign(new Error('the keep-alive stream ended without an answer'), { code: grpc.status.UNAVAILABLE, details: 'the keep-alive stream ended without an answer' }));
+        });
+        call.write(req);
+      });
+    }
     return new Promise<T>((resolve, reject) => {
       this.#client(i).makeUnaryRequest(def.path, def.requestSerialize, def.responseDeserialize, req, new grpc.Metadata(), { deadline: Date.now() + this.#timeout }, (err, value) => {
         if (err) reject(err);
@@ -119,7 +154,7 @@ export class EtcdKV implements KV {
   }
 
   /** Call `name` on the current endpoint, failing over to each other one on an "unavailable" error. */
-  async #call<T>(what: string, name: 'Range' | 'Txn', req: object): Promise<T> {
+  async #call<T>(what: string, name: MethodName, req: object): Promise<T> {
     if (this.#closed) throw new ClosedError(`etcd client (${this.#endpoints.join(',')})`);
     let last: AppError | null = null;
     for (let k = 0; k < this.#endpoints.length; k++) {
@@ -181,6 +216,28 @@ export class EtcdKV implements KV {
       }
     }
     return { succeeded: r.succeeded, revision: String(r.header?.revision ?? '0') };
+  }
+
+  async grantLease(ttlSeconds: number): Promise<string> {
+    if (!Number.isInteger(ttlSeconds) || ttlSeconds < 1) throw new AppError('INTERNAL', `a lease TTL must be a whole number of seconds ≥ 1, got ${ttlSeconds}`);
+    const r = await this.#call<{ ID: string; error: string }>(`grant a lease of ${ttlSeconds}s`, 'LeaseGrant', { TTL: String(ttlSeconds) });
+    if (r.error !== '') throw new AppError('STORE_IO', `etcd: grant a lease of ${ttlSeconds}s failed: ${r.error}`);
+    return String(r.ID);
+  }
+
+  async keepAlive(id: string): Promise<number> {
+    const r = await this.#call<{ TTL: string }>(`keep lease ${id} alive`, 'LeaseKeepAlive', { ID: id });
+    return Math.max(0, Number(r.TTL));
+  }
+
+  async revokeLease(id: string): Promise<void> {
+    try {
+      await this.#call(`revoke lease ${id}`, 'LeaseRevoke', { ID: id });
+    } catch (e) {
+      // etcd: `etcdserver: requested lease not found` — already gone is what revoking wants.
+      if (e instanceof AppError && /lease not found/.test(e.message)) return;
+      throw e;
+    }
   }
 
   async close(): Promise<void> {

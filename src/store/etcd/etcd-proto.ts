@@ -1,6 +1,7 @@
 /**
- * ipwarden's own minimal subset of etcd's v3 gRPC API (package `etcdserverpb`, service `KV`: only
- * `Range` and `Txn`, and only the fields ipwarden uses), as protobuf text the client parses at run
+ * ipwarden's own minimal subset of etcd's v3 gRPC API (package `etcdserverpb`: service `KV` with only
+ * `Range` and `Txn`, service `Lease` with `LeaseGrant`, `LeaseRevoke`, `LeaseKeepAlive` for node
+ * heartbeats; only the fields ipwarden uses), as protobuf text the client parses at run
  * time — so the single-file bundle needs no `.proto` beside it (the `etcd3` npm client reads its
  * `proto/rpc.proto` from its package directory when loaded, which an installed plugin does not
  * have: docs/dependencies.md). Message names, field numbers and enum values are facts of the
@@ -17,6 +18,42 @@ package etcdserverpb;
 service KV {
   rpc Range(RangeRequest) returns (RangeResponse) {}
   rpc Txn(TxnRequest) returns (TxnResponse) {}
+}
+
+service Lease {
+  rpc LeaseGrant(LeaseGrantRequest) returns (LeaseGrantResponse) {}
+  rpc LeaseRevoke(LeaseRevokeRequest) returns (LeaseRevokeResponse) {}
+  rpc LeaseKeepAlive(stream LeaseKeepAliveRequest) returns (stream LeaseKeepAliveResponse) {}
+}
+
+message LeaseGrantRequest {
+  int64 TTL = 1;
+  int64 ID = 2;
+}
+
+message LeaseGrantResponse {
+  ResponseHeader header = 1;
+  int64 ID = 2;
+  int64 TTL = 3;
+  string error = 4;
+}
+
+message LeaseRevokeRequest {
+  int64 ID = 1;
+}
+
+message LeaseRevokeResponse {
+  ResponseHeader header = 1;
+}
+
+message LeaseKeepAliveRequest {
+  int64 ID = 1;
+}
+
+message LeaseKeepAliveResponse {
+  ResponseHeader header = 1;
+  int64 ID = 2;
+  int64 TTL = 3;
 }
 
 message ResponseHeader {

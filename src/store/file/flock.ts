@@ -29,6 +29,20 @@ async function loadFlock(): Promise<FlockSync> {
 }
 
 /**
+ * Can the native flock binding be loaded (`ipwarden-flock.node` beside the program, built for this
+ * Node's module ABI)? Resolves to null when it loads, else the STORE_IO message a lock would fail
+ * with. `install-cni` checks it through `ipwarden-standalone version` before it installs the shim.
+ */
+export async function flockBindingProblem(): Promise<string | null> {
+  try {
+    await loadFlock();
+    return null;
+  } catch (e) {
+    return e instanceof Error ? e.message : String(e);
+  }
+}
+
+/**
  * Mode the lock file is created with when missing. go-filemutex `New` opens it with
  * `O_CREAT|O_RDONLY` and permission `mkdirPerm = 0750` (filemutex_flock.go); we use the same so
  * the file looks the same whoever created it first (the umask still applies).

@@ -6,16 +6,17 @@
  * before a transaction is evaluated, `failNext` to inject an unavailable store.
  */
 import { AppError, ClosedError } from '../../common/errors.ts';
-import { MAX_TXN_OPS, zeroStats, type KV, type KVCompare, type KVEntry, type KVOp, type KVStats, type KVTxnResult } from '../kv.ts';
+import { MAX_TXN_OPS, zeroStats, type KV, type KVCompare, type KVEntry, type KVOp, type KVStats, type KVTxnResult, type Leases } from '../kv.ts';
 
 interface Stored {
   value: string;
   modRevision: number;
   createRevision: number;
+  lease: string | null;
 }
 
 /** In-memory {@link KV}. See the module comment. */
-export class MemoryKV implements KV {
+export class MemoryKV implements KV, Leases {
   readonly description = 'memory';
   readonly stats: KVStats = zeroStats();
   /** Called once before each transaction is evaluated (a racing writer may write through `this`). */
@@ -24,6 +25,8 @@ export class MemoryKV implements KV {
   failNext = 0;
 
   readonly #data = new Map<string, Stored>();
+  readonly #leases = new Map<string, number>();
+  #nextLease = 0x1000;
   #revision = 1;
   #closed = false;
 
@@ -84,7 +87,7 @@ export class MemoryKV implements KV {
     for (const op of ops) {
       if ('put' in op) {
         const old = this.#data.get(op.put);
-        this.#data.set(op.put, { value: op.value, modRevision: rev, createRevision: old?.createRevision ?? rev });
+        this.#data.set(op.put, { value: op.value, modRevision: rev, createRevision: old?.createRevision ?? rev, lease: op.lease ?? null });
         this.stats.puts++;
       } else if (this.#data.delete(op.delete)) {
         this.stats.deletes++;
@@ -92,6 +95,30 @@ export class MemoryKV implements KV {
     }
     this.stats.txnsSucceeded++;
     return { succeeded: true, revision: String(rev) };
+  }
+
+  async grantLease(ttlSeconds: number): Promise<string> {
+    this.#check();
+    const id = String(++this.#nextLease);
+    this.#leases.set(id, ttlSeconds);
+    return id;
+  }
+
+  async keepAlive(id: string): Promise<number> {
+    this.#check();
+    return this.#leases.get(id) ?? 0;
+  }
+
+  async revokeLease(id: string): Promise<void> {
+    this.#check();
+    this.expireLease(id);
+  }
+
+  /** Let lease `id` expire now: its keys are deleted (test aid; a real etcd does it on its own). */
+  expireLease(id: string): void {
+    if (!this.#leases.delete(id)) return;
+    const keys = [...this.#data].filter(([, s]) => s.lease === id).map(([k]) => k);
+    if (keys.length > 0) this.apply([], keys.map((k) => ({ delete: k })));
   }
 
   /** Put `value` at `key` directly (test aid: a value another writer, or a corruption, left). */

@@ -1,0 +1,191 @@
+/**
+ * `ipwarden pool` — cluster pools on etcd (issue 11, docs/cluster.md).
+ *
+ * Usage:
+ *   ipwarden pool status      --pool NAME --etcd-endpoints URL[,URL…] [--etcd-prefix P]
+ *                             [--etcd-ca FILE [--etcd-cert FILE --etcd-key FILE]] [--json]
+ *   ipwarden pool remove-node NODE --pool NAME --etcd-endpoints … [--finish] [--force] [--json]
+ *   ipwarden pool leaks       --pool NAME --etcd-endpoints … [--node NODE] [--runtime-endpoint URL]
+ *                             [--grace DUR] [--json]
+ * Examples:
+ *   ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
+ *   ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
+ *   ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --finish
+ *
+ * A thin verb: flags → the same validation as `ipam.pool` (so the flags take exactly what a
+ * network config takes) → the engines of src/ipam/pool-status.ts and src/ipam/pool-allocator.ts →
+ * table or JSON. `remove-node` without `--finish` marks the node's blocks `pendingRelease` (the
+ * node vetoes when it returns); with `--finish`, after the veto window, it releases what the node
+ * held. Both refuse (exit 1) while the node's heartbeat key exists, unless `--force`.
+ * Exit status: 0; 1 on an etcd or data error or a refusal; 2 usage error.
+ */
+import { AppError, UsageError } from '../common/errors.ts';
+import { PoolAllocator } from '../ipam/pool-allocator.ts';
+import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
+import { poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
+import { etcdFor, resolveNodeName } from '../cni/pool.ts';
+import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
+import { inUseReason } from '../reconcile/evidence.ts';
+import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
+import { takeSnapshot } from '../reconcile/snapshot.ts';
+import type { CliContext } from './context.ts';
+import { renderTable, shortId } from './format.ts';
+
+/** Options of `pool status` / `pool remove-node` as commander parses them. */
+export interface PoolOptions {
+  pool?: string;
+  etcdEndpoints?: string;
+  etcdPrefix?: string;
+  etcdCa?: string;
+  etcdCert?: string;
+  etcdKey?: string;
+  json?: boolean;
+  finish?: boolean;
+  force?: boolean;
+  /** `pool leaks`: the node (default: NODE_NAME, else the host name). */
+  node?: string;
+  runtimeEndpoint?: string;
+  grace?: string;
+}
+
+/** Flags → a validated {@link PoolConfig} (the `ipam.pool` rules; their messages, as a UsageError naming the flag's key). */
+export function poolFromFlags(o: PoolOptions): PoolConfig {
+  if (o.pool === undefined) throw new UsageError('--pool NAME is required');
+  if (o.etcdEndpoints === undefined) throw new UsageError('--etcd-endpoints URL[,URL...] is required');
+  const tls = o.etcdCa === undefined && o.etcdCert === undefined && o.etcdKey === undefined ? undefined : { ca: o.etcdCa, cert: o.etcdCert, key: o.etcdKey };
+  try {
+    return decodePoolConfig({
+      pool: {
+        name: o.pool,
+        etcd: { endpoints: o.etcdEndpoints.split(',').filter((e) => e !== ''), ...(tls === undefined ? {} : { tls }), ...(o.etcdPrefix === undefined ? {} : { prefix: o.etcdPrefix }) },
+      },
+    }) as PoolConfig;
+  } catch (e) {
+    if (e instanceof AppError && e.code === 'IPAM_INVALID_CONFIG') throw new UsageError(`${e.message} (from the flags)`);
+    throw e;
+  }
+}
+
+/** The human report of `pool status`. */
+export function poolStatusTable(s: PoolStatus): string {
+  let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
+  out += renderTable(
+    ['SET', 'RANGES', 'SIZE', 'USED', 'FREE', 'BLOCKS'],
+    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), r.free, String(r.blocksClaimed)]),
+  );
+  out += renderTable(
+    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'HEARTBEAT'],
+    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), n.alive ? 'yes' : 'no']),
+  );
+  out += renderTable(
+    ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED'],
+    s.blocks.map((b) => [b.cidr, String(b.rangeSet), b.node, b.state, String(b.capacity), String(b.used), String(b.borrowed)]),
+  );
+  return out;
+}
+
+/** CLI action of `ipwarden pool status`; resolves to the exit status. */
+export async function runStatus(opts: PoolOptions, ctx: CliContext): Promise<number> {
+  const pool = poolFromFlags(opts);
+  const kv = etcdFor(pool);
+  try {
+    const s = await poolStatus(kv, pool.etcd.prefix, pool.name);
+    ctx.stdout(opts.json === true ? `${JSON.stringify(s)}\n` : poolStatusTable(s));
+    return 0;
+  } finally {
+    await kv.close();
+  }
+}
+
+/** CLI action of `ipwarden pool remove-node NODE`; resolves to the exit status. */
+export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliContext): Promise<number> {
+  if (!validNodeName(node)) throw new UsageError(`invalid node name ${JSON.stringify(node)}`);
+  const pool = poolFromFlags(opts);
+  const kv = etcdFor(pool);
+  try {
+    // The operator acts as no node: it never allocates, so the allocator needs no ranges.
+    const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
+    // A heartbeat says the node's daemon renewed its lease within the last TTL: it may be alive.
+    // Refuse (exit 1) unless --force: removing a live node's blocks is what must never happen by
+    // mistake. Its absence proves nothing (a lease also lapses in a partition); the operator decides.
+    const beat = await kv.get(op.aliveKey(node));
+    if (beat !== null && opts.force !== true) {
+      ctx.stderr(`ipwarden: node ${node} has a live heartbeat in pool ${pool.name} (${op.aliveKey(node)}): it is not gone; stop its daemon first, or pass --force if you are sure\n`);
+      return 1;
+    }
+    if (opts.finish !== true) {
+      const marked = await op.markForRemoval(node);
+      if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked })}\n`);
+      else {
+        ctx.stdout(`${marked.length} block${marked.length === 1 ? '' : 's'} of ${node} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
+        if (marked.length > 0) ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone, run again with --finish\n`);
+      }
+      return 0;
+    }
+    const r = await op.finishRemoval(node);
+    if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, ...r })}\n`);
+    else {
+      ctx.stdout(`released ${r.released.length} address${r.released.length === 1 ? '' : 'es'} of ${node}; deleted ${r.deletedBlocks.length} block(s)${r.deletedBlocks.length > 0 ? `: ${r.deletedBlocks.join(' ')}` : ''}\n`);
+      if (r.keptBlocks.length > 0) ctx.stdout(`kept ${r.keptBlocks.length} block(s) (vetoed, not marked, or holding other nodes' addresses): ${r.keptBlocks.join(' ')}\n`);
+    }
+    return 0;
+  } finally {
+    await kv.close();
+  }
+}
+
+/** The human report of `pool leaks`. */
+export function poolLeaksTable(node: string, verdicts: readonly PoolLeakVerdict[]): string {
+  const rows = verdicts.map((v) => [shortId(v.containerId), v.ifname, v.ips.join(','), `${Math.round(v.ageSeconds)}s`, v.verdict, v.reason]);
+  const leaked = verdicts.filter((v) => v.verdict === 'leaked').length;
+  return `${renderTable(['CONTAINER', 'IFNAME', 'ADDRESSES', 'AGE', 'VERDICT', 'REASON'], rows)}node ${node}: ${verdicts.length} attachment${verdicts.length === 1 ? '' : 's'}, ${leaked} leak candidate${leaked === 1 ? '' : 's'} (nothing released)\n`;
+}
+
+/**
+ * CLI action of `ipwarden pool leaks` (run on the node itself: the kernel evidence is this
+ * host's): the node's handles in the pool classified by the evidence rules (src/ipam/pool-leaks.ts)
+ * — the runtime's sandbox list first, then the kernel, as the node-local reconciler does. Lists
+ * only. Exit status: 0; 1 when the runtime could not be asked or the kernel evidence is incomplete
+ * (the report is still printed, every verdict `unknown`).
+ */
+export async function runLeaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
+  const pool = poolFromFlags(opts);
+  const graceSeconds = parseGrace(opts.grace ?? DEFAULT_GRACE);
+  const node = opts.node ?? resolveNodeName(pool, ctx.env);
+  if (!validNodeName(node)) throw new UsageError(`invalid node name ${JSON.stringify(node)}`);
+  const kv = etcdFor(pool);
+  try {
+    const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node, network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
+    // The runtime first, then the kernel (takeSnapshot), then etcd: a handle made after the
+    // snapshot is younger than it and so in grace, never a leak.
+    const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), warnOtherRuntimes: false }, ctx);
+    const handles = await op.handlesOf(node);
+    const sb = snap.sandboxes;
+    const sandboxes = sb === null ? null : sb instanceof Map ? new Map([...sb].map(([id, st]) => [id, String(st).replace('notready', 'not ready')])) : new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
+    const verdicts = classifyPoolHandles({
+      handles,
+      sandboxes,
+      runtimeError: snap.runtime.error ?? null,
+      inUse: (ip, id) => inUseReason(snap.evidence, ip, id),
+      evidenceIncomplete: snap.evidence.incomplete,
+      snapshotAtMs: snap.snapshotAtMs,
+      graceSeconds,
+    });
+    ctx.stdout(
+      opts.json === true
+        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, handles: verdicts })}\n`
+        : poolLeaksTable(node, verdicts),
+    );
+    if (snap.runtime.error !== undefined) {
+      ctx.stderr(`ipwarden: runtime not reachable: ${snap.runtime.error}; no verdict is possible\n`);
+      return 1;
+    }
+    if (snap.evidence.incomplete !== null) {
+      ctx.stderr(`ipwarden: kernel evidence incomplete (${snap.evidence.incomplete}); no verdict is possible\n`);
+      return 1;
+    }
+    return 0;
+  } finally {
+    await kv.close();
+  }
+}

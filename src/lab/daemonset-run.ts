@@ -1,0 +1,402 @@
+/**
+ * The lab's DaemonSet run (issue 10): the image `npm run image` builds, imported into the lab's
+ * containerd and run as a pod the way a kubelet runs deploy/kubernetes/daemonset.yaml
+ * (src/lab/daemonset.ts), then, step by step on a network whose IPAM is ipwarden (the lab installs
+ * no plugin: the pod's init container does):
+ *
+ *   1. deploy:   the image imported (ctr lists the digest the build printed); the init container
+ *                `install-cni` runs to completion and writes the shim, the standalone, the flock
+ *                binding and the netns helper into the lab's CNI bin dir (the image's bytes, the shim
+ *                patched with the lab's socket); the daemon container starts and answers /readyz;
+ *   2. serve:    pods on the bridge network get their addresses through the shim and the daemon
+ *                (the daemon logs `request served` for each ADD; nothing is counted as a fallback);
+ *   3. heal:     leaks — 2 READY pods, 2 pods whose chained plugin fails ADD and DEL (NOTREADY),
+ *                then a "reboot" that loses the runtime's records (and the DaemonSet pod with
+ *                them); the kubelet re-creates the DaemonSet pod (init again, daemon again); one
+ *                more NOTREADY pod (live); READY pods fill the range; the next pod's ADD, served by
+ *                the daemon, meets the exhausted range, reclaims exactly the 4 leaked reservations
+ *                and starts — no RunPodSandbox of this step fails;
+ *   4. metrics:  scraped from the pod's port (host network): ADDs through the daemon counted
+ *                exactly, none through the standalone;
+ *   5. fallback: the pod is stopped like a deleted pod (StopContainer with the grace period, the
+ *                daemon exits 0 and removes its socket, then StopPodSandbox); a new pod starts and
+ *                stops through the standalone in the bin dir (counted in standalone-requests.log).
+ *
+ * Each phase only acts and reports: `say` prints the timeline, `check` records an expectation (the
+ * e2e test makes it an assertion, `npm run lab` prints ✓/✗). The daemon's own reconcile passes
+ * keep the manifest's default grace (5 min), so within the run they release nothing and the heal is
+ * the daemon's request path (the plugin's reclaim on exhaustion, `leakGracePeriod: 2s` in the lab's
+ * CNI configuration): one deterministic healer.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { readShimFields } from '../cli/install-cni.ts';
+import { CHAIN_PLUGIN_TYPE } from './chain-plugin.ts';
+import { startLab, type Lab } from './lab.ts';
+import { importImage, labNode, loadDaemonSet, pollUntil, runDaemonSetPod, type DaemonSetPod, type ImportedImage, type LabNode } from './daemonset.ts';
+import { run } from './proc.ts';
+import { auditLines, capacityOf, ipsOf, runBrokenPod, tryRunPod, waitUntilOlder, type Pod } from './scenario.ts';
+
+const REPO = fileURLToPath(new URL('../..', import.meta.url));
+/** `leakGracePeriod` of the lab network: the plugin (in the daemon) reclaims leaks older than this. */
+export const DS_GRACE_SECONDS = 2;
+
+/** Debian packages (= their commands) the image build needs beyond the lab's: installed with `installPackages`. */
+const IMAGE_PACKAGES = ['mmdebstrap', 'umoci'];
+
+function onPath(bin: string): boolean {
+  return (process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').some((d) => d !== '' && existsSync(join(d, bin)));
+}
+
+/** What `node scripts/image.mjs --json` prints (the fields the run reads). */
+export interface ImageBuild {
+  readonly archive: string;
+  readonly image: string;
+  readonly digest: string;
+  /** The image config's digest: containerd's image id (CRI `image_ref`). */
+  readonly configDigest: string;
+  readonly sizeBytes: number;
+  readonly seconds: number;
+  readonly revision: string;
+  readonly packages: ReadonlyArray<{ readonly name: string; readonly version: string }>;
+}
+
+/**
+ * Builds the image: `node scripts/image.mjs --json --out OUT` (the dist/ of this checkout).
+ * @throws Error with the script's stderr when it fails.
+ */
+export function buildImage(out: string, extraArgs: readonly string[] = []): ImageBuild {
+  const r = spawnSync(process.execPath, [join(REPO, 'scripts/image.mjs'), '--json', '--out', out, ...extraArgs], { encoding: 'utf8', timeout: 900_000, maxBuffer: 64 * 1024 * 1024 });
+  if (r.status !== 0) throw new Error(`scripts/image.mjs failed (exit ${String(r.status ?? r.signal)}): ${r.stderr}`);
+  return JSON.parse(r.stdout) as ImageBuild;
+}
+
+/** Reports of a run. */
+export interface Reporter {
+  /** One timeline line. */
+  say(line: string): void;
+  /** An expectation: `ok` must be true. */
+  check(ok: boolean, what: string): void;
+}
+
+const short = (id: string): string => id.slice(0, 12);
+const lastOctets = (ips: readonly string[]): string => (ips.length === 0 ? '(none)' : ips.map((ip) => `.${ip.split('.').pop() ?? ''}`).join(' '));
+const sameSet = (a: readonly string[], b: readonly string[]): boolean => a.length === b.length && [...a].sort().join() === [...b].sort().join();
+
+/** One sample of the exposition text. */
+interface Sample {
+  readonly name: string;
+  readonly labels: Record<string, string>;
+  readonly value: number;
+}
+
+function parseMetrics(text: string): Sample[] {
+  const out: Sample[] = [];
+  for (const l of text.split('\n')) {
+    const m = /^([a-z_:][a-z0-9_:]*)(?:\{(.*)\})? (\S+)$/i.exec(l);
+    if (m === null) continue;
+    const labels: Record<string, string> = {};
+    for (const p of (m[2] ?? '').matchAll(/([a-z_][a-z0-9_]*)="((?:[^"\\]|\\.)*)"/gi)) labels[p[1] as string] = p[2] as string;
+    out.push({ name: m[1] as string, labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+/** Sum of the samples `name` whose labels include `labels` (0 when none: a counter never incremented). */
+export function sampleSum(samples: readonly Sample[], name: string, labels: Record<string, string>): number {
+  return samples.filter((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v)).reduce((a, s) => a + s.value, 0);
+}
+
+/** The fallback counting file's lines as `COMMAND result` (`docs/daemon.md` "Fallback requests in the metrics"). */
+export function fallbackLines(lab: Lab): string[] {
+  try {
+    return readFileSync(join(lab.pluginSocket, '..', 'standalone-requests.log'), 'utf8')
+      .split('\n')
+      .filter((x) => x !== '')
+      .map((x) => x.split(' ').slice(1).join(' '));
+  } catch {
+    return [];
+  }
+}
+
+/** Options of {@link DaemonSetRun.start}. */
+export interface DaemonSetRunOptions {
+  /** The lab network's subnet (a /28). */
+  subnet: string;
+  /** An image already built (else {@link buildImage} into the lab's scratch dir). */
+  image?: ImageBuild;
+  /** The directory whose binaries the image holds (default `<repo>/dist`), to compare what install-cni wrote. */
+  dist?: string;
+  /** Install the lab's Debian packages and mmdebstrap and umoci with apt-get when missing. Default false. */
+  installPackages?: boolean;
+  log?: (line: string) => void;
+}
+
+/** The run's state, phase by phase (see the module comment). */
+export class DaemonSetRun {
+  readonly lab: Lab;
+  readonly node: LabNode;
+  readonly image: ImageBuild;
+  readonly dist: string;
+  imported: ImportedImage | undefined;
+  pod: DaemonSetPod | undefined;
+  /** Pods started in phase 2 (`served`), leaked in phase 3, live at the end of phase 3. */
+  readonly served: Pod[] = [];
+  readonly leaked: Pod[] = [];
+  readonly live: Pod[] = [];
+  healed: Pod | undefined;
+  /** ADDs the second daemon served (phase 3), for the exact metric of phase 4. */
+  addsServedBySecond = 0;
+  readonly #r: Reporter;
+
+  private constructor(lab: Lab, node: LabNode, image: ImageBuild, dist: string, r: Reporter) {
+    this.lab = lab;
+    this.node = node;
+    this.image = image;
+    this.dist = dist;
+    this.#r = r;
+  }
+
+  /**
+   * Starts the lab (ipwarden IPAM, no plugin installed, shared scratch mount, chained test plugin
+   * passing) and builds the image unless given. On failure the lab is stopped.
+   */
+  static async start(opts: DaemonSetRunOptions, r: Reporter): Promise<DaemonSetRun> {
+    const missing = IMAGE_PACKAGES.filter((p) => !onPath(p));
+    if (missing.length > 0 && opts.installPackages === true && opts.image === undefined) {
+      opts.log?.(`installing ${missing.join(' ')} with apt-get`);
+      const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+      await run('apt-get', ['update'], { timeoutSeconds: 300, env });
+      await run('apt-get', ['install', '-y', '--no-install-recommends', ...missing], { timeoutSeconds: 600, env });
+    }
+    const lab = await startLab({
+      ipam: 'ipwarden',
+      installPlugin: false,
+      sharedMounts: true,
+      subnet: opts.subnet,
+      chained: 'pass',
+      ipamExtra: { leakGracePeriod: `${DS_GRACE_SECONDS}s` },
+      installPackages: opts.installPackages ?? false,
+      ...(opts.log === undefined ? {} : { log: opts.log }),
+    });
+    try {
+      r.say(`lab up in ${lab.timings['start']} ms: containerd ${lab.cri.runtimeVersion.runtimeVersion}, network ${lab.networkName} ${opts.subnet}, chain bridge → ipwarden | chained test plugin | portmap; CNI bin dir without ipwarden`);
+      r.check(!existsSync(join(lab.binDir, 'ipwarden')) && !existsSync(join(lab.binDir, 'ipwarden-standalone')), 'before the DaemonSet runs, the CNI bin dir holds no ipwarden file');
+      let image = opts.image;
+      if (image === undefined) {
+        image = buildImage(join(lab.scratch, 'image-build'), opts.dist === undefined ? [] : ['--dist', opts.dist]);
+        r.say(`npm run image: ${image.archive} (${(image.sizeBytes / 2 ** 20).toFixed(1)} MiB, ${image.seconds} s), manifest digest ${image.digest}`);
+      }
+      const node = await labNode(lab);
+      return new DaemonSetRun(lab, node, image, opts.dist ?? join(REPO, 'dist'), r);
+    } catch (e) {
+      await lab.stop().catch(() => {});
+      throw e;
+    }
+  }
+
+  /** The metrics port of this machine the pod's daemon listens on. */
+  get metricsPort(): number {
+    return this.node.ports.get(9617) as number;
+  }
+
+  /**
+   * GET /metrics from the pod's port (host network: the machine's loopback), parsed.
+   * @throws Error when the endpoint answers other than 200.
+   */
+  async scrape(): Promise<Sample[]> {
+    const res = await fetch(`http://127.0.0.1:${this.metricsPort}/metrics`);
+    if (res.status !== 200) throw new Error(`GET /metrics: ${res.status}`);
+    return parseMetrics(await res.text());
+  }
+
+  /** Phase 1 (and again after the reboot in phase 3): import the image, run the DaemonSet pod. */
+  async deploy(attempt: number): Promise<void> {
+    const r = this.#r;
+    const lab = this.lab;
+    const ds = loadDaemonSet();
+    const podSpec = (ds['spec'] as { template: { spec: { initContainers?: { image: string }[]; containers: { image: string }[] } } }).template.spec;
+    const images = new Set([...(podSpec.initContainers ?? []), ...podSpec.containers].map((c) => c.image));
+    r.check(images.size === 1 && images.has(this.image.image), `every container of daemonset.yaml runs the image the archive names (${this.image.image})`);
+    this.imported = await importImage(lab, this.image.archive, this.image.image);
+    r.say(`ctr -n k8s.io images import: ${this.imported.ref} ${this.imported.digest}`);
+    r.check(this.imported.digest === this.image.digest, 'containerd lists the manifest digest npm run image printed');
+    const pod = await runDaemonSetPod(lab, this.node, { daemonSet: ds, name: `ipwarden-${lab.tag}`, uid: `${lab.tag}-ds-${attempt}` });
+    this.pod = pod;
+    const init = pod.initStatus.get('install-cni');
+    r.say(`RunPodSandbox ${short(pod.sandboxId)} (host network, host PID) in ${pod.timings['sandbox']} ms; init container install-cni exited ${init?.exitCode} (${init?.reason}) after ${pod.timings['install-cni']} ms`);
+    for (const e of pod.log('install-cni')) r.say(`  install-cni ${e.stream}: ${e.text}`);
+    r.check(init?.exitCode === 0 && init.reason === 'Completed', 'install-cni ran to completion (exit 0)');
+    const dest = '/host/opt/cni/bin';
+    const printed = pod.log('install-cni').filter((e) => e.stream === 'stdout').map((e) => e.text.split(' ')[1]);
+    r.check(sameSet(printed.map(String), ['ipwarden', 'ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns'].map((n) => `${dest}/${n}`)), 'install-cni printed one "installed" line for each of the 4 files');
+    const files = readdirSync(lab.binDir).filter((n) => n.startsWith('ipwarden') && n !== CHAIN_PLUGIN_TYPE).sort();
+    r.say(`CNI bin dir now: ${files.join(' ')}`);
+    r.check(sameSet(files, ['ipwarden', 'ipwarden-flock.node', 'ipwarden-netns', 'ipwarden-standalone']), 'the plugin appeared in the lab\'s CNI bin dir: shim, standalone, flock binding, netns helper (no temporary file left)');
+    for (const [installed, built] of [['ipwarden-standalone', 'ipwarden-standalone'], ['ipwarden-flock.node', 'ipwarden-flock.node'], ['ipwarden-netns', 'ipwarden-netns']] as const) {
+      r.check(readFileSync(join(lab.binDir, installed)).equals(readFileSync(join(this.dist, built))), `${installed} is the image's file, byte for byte`);
+    }
+    const shim = readFileSync(join(lab.binDir, 'ipwarden'));
+    r.check(readShimFields(shim).socket === lab.pluginSocket && shim.length === statSync(join(this.dist, 'ipwarden-shim')).size, `ipwarden is the image's shim with the socket field ${lab.pluginSocket}`);
+    r.check(files.every((n) => (statSync(join(lab.binDir, n)).mode & 0o777) === 0o755), 'every installed file is mode 0755');
+    const daemon = await pod.status('ipwarden');
+    r.say(`container ipwarden ${daemon.state} (image ${daemon.imageRef}), ready after ${pod.timings['ipwarden']} ms: GET /readyz on 127.0.0.1:${this.metricsPort} → 200`);
+    r.check(daemon.state === 'running' && daemon.imageRef === this.image.configDigest, `the daemon container runs the imported image (containerd's image id is the built config digest ${short(this.image.configDigest.slice(7))})`);
+    const started = pod.jsonLog('ipwarden').find((l) => l.msg === 'daemon started');
+    r.check(started !== undefined, 'the daemon logged "daemon started" (container log)');
+  }
+
+  /** The JSON log lines of the current DaemonSet pod's daemon container ([] without a pod). */
+  #daemonLog(): Array<Record<string, unknown> & { msg?: string }> {
+    const pod: DaemonSetPod | undefined = this.pod;
+    return pod === undefined ? [] : pod.jsonLog('ipwarden');
+  }
+
+  /** The current daemon's `request served` log lines for `command` (default ADD) of container `id`. */
+  servedLines(id: string, command = 'ADD'): Array<Record<string, unknown>> {
+    return this.#daemonLog().filter((l) => l.msg === 'request served' && l['command'] === command && l['containerId'] === id);
+  }
+
+  async #waitServed(id: string, command = 'ADD'): Promise<Record<string, unknown>> {
+    return pollUntil(`the daemon's "request served" ${command} line for ${short(id)}`, 30, () => this.servedLines(id, command)[0]);
+  }
+
+  /** Phase 2: two pods through the shim and the daemon. */
+  async serve(): Promise<void> {
+    const r = this.#r;
+    const lab = this.lab;
+    for (const n of [1, 2]) {
+      const p = await tryRunPod(lab, `web-${n}`);
+      if (!p.ok) throw new Error(`RunPodSandbox web-${n} failed: ${p.error}`);
+      this.served.push(p.pod);
+      const line = await this.#waitServed(p.pod.id);
+      const status = await lab.cri.podSandboxStatus(p.pod.id);
+      r.say(`RunPodSandbox web-${n} ${short(p.pod.id)} READY ${status.network.ip}: daemon "request served" ADD ${String(line['result'])} in ${(Number(line['durationSeconds']) * 1000).toFixed(1)} ms`);
+      r.check(status.network.ip === p.pod.ip && line['result'] === 'ok', `web-${n} got ${p.pod.ip} from the daemon (its pod IP is the reservation's)`);
+    }
+    r.check(fallbackLines(lab).filter((l) => l.startsWith('ADD')).length === 0, 'no ADD went through the standalone fallback');
+  }
+
+  /** Phase 3: leaks, the reboot, the re-created DaemonSet pod, the range filled, the heal. */
+  async heal(): Promise<void> {
+    const r = this.#r;
+    const lab = this.lab;
+    const cap = capacityOf(lab.subnet);
+    lab.setChainedMode('fail');
+    r.say('chained plugin → fail (its ADD and DEL fail: containerd cannot tear the sandbox down, DEL never reaches the IPAM)');
+    const broken: Pod[] = [];
+    for (const n of [1, 2]) {
+      const b = await runBrokenPod(lab, `broken-${n}`);
+      broken.push(b);
+      r.say(`RunPodSandbox broken-${n} ${short(b.id)} NOTREADY, holds ${b.ip}`);
+    }
+    this.leaked.push(...this.served, ...broken);
+    this.pod?.close();
+    this.pod = undefined;
+    await lab.wipeRuntimeState();
+    const listed = await lab.listSandboxes();
+    r.say(`node reboot that loses the runtime's records (containerd, shims, every pod of the node — the DaemonSet pod too — killed; containerd root and state wiped; CNI data kept): ListPodSandbox → ${listed.length}`);
+    r.check(listed.length === 0 && sameSet(lab.reservations().map((x) => x.ip), ipsOf(this.leaked)), `4 reservations owned by nobody: ${lastOctets(ipsOf(this.leaked))}`);
+    r.say('the kubelet re-creates the DaemonSet pod (the image is imported again: the runtime lost it too)');
+    await this.deploy(2);
+    const stale = this.#daemonLog().find((l) => typeof l.msg === 'string' && /stale|removed/i.test(l.msg));
+    r.say(`second daemon: ${stale === undefined ? 'no stale socket line' : `"${String(stale.msg)}"`}`);
+    const notReady = await runBrokenPod(lab, 'broken-live');
+    this.live.push(notReady);
+    r.say(`chained plugin still failing: RunPodSandbox broken-live ${short(notReady.id)} NOTREADY holds ${notReady.ip} (live: listed)`);
+    lab.setChainedMode('pass');
+    let failures = 0;
+    while (lab.reservations().length < cap) {
+      const p = await tryRunPod(lab, `app-${this.live.length}`);
+      if (!p.ok) {
+        failures++;
+        r.say(`RunPodSandbox app-${this.live.length} FAILED: ${p.error}`);
+        break;
+      }
+      this.live.push(p.pod);
+    }
+    r.say(`chained plugin → pass: ${this.live.length - 1} READY pods ${lastOctets(ipsOf(this.live.slice(1)))}; range full: ${lab.reservations().length}/${cap} reserved`);
+    const before = new Map(lab.reservations().map((x) => [x.ip, readFileSync(join(lab.networkDir, x.ip), 'utf8')]));
+    for (const p of this.leaked) before.delete(p.ip);
+    await waitUntilOlder(lab, ipsOf(this.leaked), DS_GRACE_SECONDS);
+    r.say(`waited until the leaked files are older than leakGracePeriod ${DS_GRACE_SECONDS}s`);
+    const more = await tryRunPod(lab, 'one-more');
+    if (more.ok) {
+      this.healed = more.pod;
+      r.say(`RunPodSandbox one-more ${short(more.pod.id)} READY ${more.pod.ip}: the daemon reclaimed the leaked reservations while serving its ADD`);
+    } else {
+      failures++;
+      r.say(`RunPodSandbox one-more FAILED: ${more.error}`);
+    }
+    r.check(failures === 0, 'no RunPodSandbox failed (every pod started at its first attempt)');
+    r.check(more.ok && more.pod.ip === ipsOf(this.leaked)[0], `the pod that met the exhausted range starts, on the first reclaimed address ${ipsOf(this.leaked)[0]}`);
+    if (more.ok) {
+      const line = await this.#waitServed(more.pod.id);
+      r.check(line['result'] === 'ok', 'its ADD was served by the daemon ("request served", result ok)');
+    }
+    const audit = auditLines(lab);
+    for (const a of audit) r.say(`audit: ${a.ip} ${short(a.containerId ?? '-')} ${a.reason}`);
+    r.check(sameSet(audit.map((a) => a.ip), ipsOf(this.leaked)) && audit.every((a) => a.reason.startsWith('reclaimed on exhaustion')), `audit log: one "reclaimed on exhaustion" line per leaked reservation (${audit.length})`);
+    const after = new Map(lab.reservations().map((x) => [x.ip, readFileSync(join(lab.networkDir, x.ip), 'utf8')]));
+    r.check([...before].every(([ip, c]) => after.get(ip) === c), `the live reservations are untouched: NOTREADY ${notReady.ip} and ${this.live.length - 1} READY`);
+    const passes = this.#daemonLog().filter((l) => l.msg === 'reconcile pass');
+    r.check(passes.every((p) => p['released'] === 0), `the daemon's passes (${passes.length}, default grace 5m) released nothing: the heal was the request path's`);
+    this.addsServedBySecond = this.#daemonLog().filter((l) => l.msg === 'request served' && l['command'] === 'ADD' && l['result'] === 'ok').length;
+    r.check(this.addsServedBySecond === this.live.length + 1, `the second daemon served every ADD since it started (${this.addsServedBySecond} = 1 NOTREADY + ${this.live.length - 1} READY + one-more)`);
+  }
+
+  /** Phase 4: the metrics, scraped from the pod's port. */
+  async metrics(): Promise<void> {
+    const r = this.#r;
+    const m = await this.scrape();
+    const daemonAdds = sampleSum(m, 'ipwarden_cni_requests_total', { command: 'ADD', path: 'daemon', result: 'ok' });
+    const fallbackAdds = sampleSum(m, 'ipwarden_cni_requests_total', { command: 'ADD', path: 'standalone' });
+    r.say(`GET http://127.0.0.1:${this.metricsPort}/metrics: ipwarden_cni_requests_total{command="ADD",path="daemon",result="ok"} ${daemonAdds}, {path="standalone"} ${fallbackAdds}`);
+    r.check(daemonAdds === this.addsServedBySecond, `the scraped ADD count through the daemon is ${this.addsServedBySecond}`);
+    r.check(fallbackAdds === 0, 'the scraped ADD count through the standalone is 0');
+    const healthz = await fetch(`http://127.0.0.1:${this.metricsPort}/healthz`);
+    r.check(healthz.status === 200, 'the liveness probe (GET /healthz) answers 200');
+  }
+
+  /** Phase 5: the pod stopped like a deleted pod; pods start and stop through the standalone. */
+  async fallback(): Promise<void> {
+    const r = this.#r;
+    const lab = this.lab;
+    const pod = this.pod;
+    if (pod === undefined) throw new Error('no DaemonSet pod');
+    const stopped = await pod.stop();
+    const st = stopped.get('ipwarden');
+    r.say(`StopContainer ipwarden (grace ${pod.plan.graceSeconds} s) → exited ${st?.exitCode} (${st?.reason}); StopPodSandbox ${short(pod.sandboxId)}`);
+    r.check(st?.state === 'exited' && st.exitCode === 0 && st.reason === 'Completed', 'the daemon stopped cleanly on SIGTERM (exit 0, Completed)');
+    r.check(!existsSync(lab.pluginSocket), 'the daemon removed its socket');
+    const before = fallbackLines(lab).length;
+    const p = await tryRunPod(lab, 'after-daemonset');
+    if (p.ok) r.say(`RunPodSandbox after-daemonset ${short(p.pod.id)} READY ${p.pod.ip} (shim → ipwarden-standalone in the bin dir)`);
+    else r.say(`RunPodSandbox after-daemonset FAILED: ${p.error}`);
+    r.check(p.ok && p.pod.ip !== '', 'with the DaemonSet pod stopped, a pod starts (the fallback path)');
+    if (p.ok) {
+      await lab.stopAndRemove(p.pod.id);
+      r.check(!existsSync(join(lab.networkDir, p.pod.ip)), `and its stop releases ${p.pod.ip}`);
+    }
+    const counted = fallbackLines(lab).slice(before);
+    r.say(`standalone-requests.log: ${counted.join(', ')}`);
+    // StopPodSandbox runs DEL, RemovePodSandbox runs it again (containerd-lab.md §2): two DELs.
+    r.check(counted.join(', ') === 'ADD ok, DEL ok, DEL ok', 'standalone-requests.log counts exactly that ADD and its two DELs (StopPodSandbox, RemovePodSandbox), all ok');
+    await pod.remove();
+    pod.close();
+    await runCtr(lab, ['images', 'rm', this.image.image]);
+    r.say(`RemovePodSandbox ${short(pod.sandboxId)}; ctr images rm ${this.image.image}`);
+  }
+
+  /** Stops the lab (every sandbox, containerd, mounts, the scratch dir with the image). */
+  async stop(): Promise<void> {
+    this.pod?.close();
+    await this.lab.stop();
+  }
+}
+
+async function runCtr(lab: Lab, args: string[]): Promise<void> {
+  await run('ctr', ['--address', lab.socketPath, '-n', 'k8s.io', ...args]);
+}

@@ -1,0 +1,249 @@
+/**
+ * Cluster pools through the installed plugin (issue 11): a real etcd (test/helpers/etcd-cluster.ts,
+ * one member on loopback) and two simulated nodes — the standalone plugin exec'd with different
+ * NODE_NAMEs — sharing one pool: exact block claims, no address twice (also under concurrent
+ * ADDs), repeated ADD, DEL releases and is idempotent, CHECK, and exact errors and codes for bad
+ * configs, bad node names, corrupt etcd values, an unreachable etcd and a missing TLS file. One
+ * test goes through the shim (`installedPlugin()`), so the daemon pass (IPWARDEN_TEST_DAEMON=1)
+ * runs it through the daemon's pool sessions. Needs `npm run build`. With CI=true a missing
+ * /usr/bin/etcd fails instead of skipping.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
+import { installedPlugin, ROOT, runCni, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
+import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
+
+const CI = process.env['CI'] === 'true';
+const skip = haveEtcd() || CI ? false : '/usr/bin/etcd not installed';
+
+let cluster: EtcdCluster | undefined;
+let kv: EtcdKV | undefined;
+let n = 0;
+
+/** A fresh key prefix per test, so tests share the etcd but no keys. */
+function prefix(): string {
+  return `/bb${process.pid}-${++n}`;
+}
+
+function conf(p: string, extra: Record<string, unknown> = {}, pool: Record<string, unknown> = {}) {
+  return {
+    cniVersion: '1.0.0',
+    name: 'poolnet',
+    ipam: {
+      type: 'ipwarden',
+      // A /27 as two /28 blocks: 10.81.0.0/28 (.2–.15: .1 is the gateway) and 10.81.0.16/28 (.16–.30).
+      ranges: [[{ subnet: '10.81.0.0/27' }]],
+      pool: { name: 'bbpool', etcd: { endpoints: (cluster as EtcdCluster).endpoints, prefix: p }, blockSize: 28, ...pool },
+      ...extra,
+    },
+  };
+}
+
+function add(stdin: object, id: string, node: string, bin = standalonePlugin()): Outcome {
+  return runCni(bin, { command: 'ADD', containerId: id, ifname: 'eth0', stdin, env: { NODE_NAME: node } });
+}
+function del(stdin: object, id: string, node: string, bin = standalonePlugin()): Outcome {
+  return runCni(bin, { command: 'DEL', containerId: id, ifname: 'eth0', stdin, env: { NODE_NAME: node } });
+}
+function address(r: Outcome): string {
+  assert.equal(r.exitCode, 0, `${r.stdout}\n${r.stderr}`);
+  return ((r.json?.['ips'] as Array<{ address: string }>)[0] as { address: string }).address;
+}
+function cniError(r: Outcome): { code: number; msg: string } {
+  assert.equal(r.exitCode, 1, r.stdout);
+  return { code: r.json?.['code'] as number, msg: r.json?.['msg'] as string };
+}
+/** Block keys per node from the affinity index. */
+async function claims(p: string): Promise<Record<string, string[]>> {
+  const out: Record<string, string[]> = {};
+  const base = `${p}/pools/bbpool/nodes/`;
+  for (const e of await (kv as EtcdKV).list(base, { keysOnly: true })) {
+    const [node, , block] = e.key.slice(base.length).split('/');
+    (out[node as string] ??= []).push(block as string);
+  }
+  return out;
+}
+
+describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
+  before(async () => {
+    cluster = await startEtcdCluster({ members: 1, prefix: 'ipwarden-pool-bb-' });
+    kv = new EtcdKV({ endpoints: cluster.endpoints });
+  });
+  after(async () => {
+    await kv?.close();
+    await cluster?.close();
+  });
+
+  it('two nodes share one pool: each claims its own block; a repeated ADD returns the same address', async () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    assert.equal(address(add(conf(p), 'c2', 'node-b')), '10.81.0.2/27');
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    assert.deepEqual(await claims(p), { 'node-a': ['10.81.0.16-28'], 'node-b': ['10.81.0.0-28'] });
+    const r = add(conf(p), 'c3', 'node-a');
+    assert.deepEqual(r.json, { cniVersion: '1.0.0', ips: [{ address: '10.81.0.17/27', gateway: '10.81.0.1' }], dns: {} });
+  });
+
+  it('concurrent ADDs of both nodes never give one address twice; after all DELs no handle is left and each node keeps one block', async () => {
+    const p = prefix();
+    const bin = standalonePlugin();
+    const ids = Array.from({ length: 10 }, (_, i) => ({ id: `k${i}`, node: i % 2 === 0 ? 'node-a' : 'node-b' }));
+    const rs = await Promise.all(ids.map((x) => runCniAsync(bin, { command: 'ADD', containerId: x.id, ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: x.node } })));
+    const got = rs.map(address);
+    assert.equal(new Set(got).size, 10, got.join(' '));
+    const dels = await Promise.all(ids.map((x) => runCniAsync(bin, { command: 'DEL', containerId: x.id, ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: x.node } })));
+    for (const d of dels) assert.equal(d.exitCode, 0, d.stdout);
+    assert.deepEqual(await (kv as EtcdKV).list(`${p}/pools/bbpool/handles/`, { keysOnly: true }), []);
+    const c = await claims(p);
+    assert.deepEqual(Object.values(c).map((b) => b.length), [1, 1]);
+  });
+
+  it('DEL releases (round robin moves on), is idempotent, and CHECK sees what is held', async () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    const d = del(conf(p), 'c1', 'node-a');
+    assert.deepEqual([d.exitCode, d.stdout], [0, '']);
+    const again = del(conf(p), 'c1', 'node-a');
+    assert.deepEqual([again.exitCode, again.stdout], [0, '']);
+    assert.equal(address(add(conf(p), 'c2', 'node-a')), '10.81.0.17/27');
+    const bin = standalonePlugin();
+    const ok = runCni(bin, { command: 'CHECK', containerId: 'c2', ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: 'node-a' } });
+    assert.equal(ok.exitCode, 0, ok.stdout);
+    const missing = runCni(bin, { command: 'CHECK', containerId: 'c1', ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: 'node-a' } });
+    assert.deepEqual(cniError(missing), { code: 999, msg: 'ipwarden: Failed to find address added by container c1' });
+  });
+
+  it('through the shim (the daemon in the daemon pass): ADD, repeated ADD, DEL', () => {
+    const p = prefix();
+    const bin = installedPlugin();
+    const first = address(add(conf(p), 's1', 'node-s', bin));
+    assert.match(first, /^10\.81\.0\.[0-9]+\/27$/);
+    assert.equal(address(add(conf(p), 's1', 'node-s', bin)), first);
+    assert.equal(del(conf(p), 's1', 'node-s', bin).exitCode, 0);
+  });
+
+  it('a full pool fails with host-local\'s text and writes nothing', async () => {
+    const p = prefix();
+    const tiny = conf(p, { ranges: [[{ subnet: '10.81.1.0/30' }]] }); // .2 only (.1 gateway)
+    assert.equal(address(add(tiny, 't1', 'node-a')), '10.81.1.2/30');
+    assert.deepEqual(cniError(add(tiny, 't2', 'node-b')), { code: 999, msg: 'failed to allocate for range 0: no IP addresses available in range set: 10.81.1.1-10.81.1.2' });
+    assert.equal(await (kv as EtcdKV).get(`${p}/pools/bbpool/handles/t2/eth0`), null);
+  });
+
+  it('bad configs and node names: code 7, exact messages', () => {
+    const p = prefix();
+    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 19 }), 'c1', 'node-a')), { code: 7, msg: 'ipam.pool.blockSize must be an integer from 20 to 32, got 19' });
+    assert.deepEqual(cniError(add(conf(p, {}, { etcd: { endpoints: ['127.0.0.1:2379'] } }), 'c1', 'node-a')), {
+      code: 7,
+      msg: 'ipam.pool.etcd.endpoints[0] must be http://HOST:PORT or https://HOST:PORT, got "127.0.0.1:2379"',
+    });
+    assert.deepEqual(cniError(add(conf(p), 'c1', 'bad name')), {
+      code: 7,
+      msg: `NODE_NAME must be a node name of at most 253 letters, digits, '_', '.' or '-' starting with a letter or digit, got "bad name"`,
+    });
+    // DEL does not fail on a bad node name (the runtime would retry it forever): it releases.
+    assert.equal(address(add(conf(p), 'd1', 'node-a')), '10.81.0.16/27');
+    const d = del(conf(p), 'd1', 'bad name');
+    assert.deepEqual([d.exitCode, d.stdout], [0, '']);
+    assert.equal(address(add(conf(p), 'd2', 'node-a')), '10.81.0.17/27');
+    // Another layout of the same pool (its meta was written by the first ADD).
+    address(add(conf(p), 'c1', 'node-a'));
+    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 27 }), 'c2', 'node-b')), { code: 7, msg: "pool bbpool is defined in etcd with other ranges or block sizes than this network's config" });
+  });
+
+  it('a corrupt etcd value is code 999 naming the key; nothing is allocated from it or released', async () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    const bk = `${p}/pools/bbpool/blocks/10.81.0.16-28`;
+    await (kv as EtcdKV).txn([], [{ put: bk, value: '{"v":1,"cidr":"10.81.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":"x"}' }]);
+    assert.deepEqual(cniError(add(conf(p), 'c2', 'node-a')), { code: 999, msg: `etcd key ${bk}: "seq" must be a non-negative integer` });
+    assert.deepEqual(cniError(del(conf(p), 'c1', 'node-a')), { code: 999, msg: `etcd key ${bk}: "seq" must be a non-negative integer` });
+    assert.notEqual(await (kv as EtcdKV).get(`${p}/pools/bbpool/handles/c1/eth0`), null, 'the handle was not released');
+    assert.equal(await (kv as EtcdKV).get(`${p}/pools/bbpool/handles/c2/eth0`), null);
+  });
+
+  it('an unreachable etcd is code 11 (try again later); a TLS file that cannot be read is code 5', () => {
+    const p = prefix();
+    const down = add(conf(p, {}, { etcd: { endpoints: ['http://127.0.0.1:1'], prefix: p } }), 'c1', 'node-a');
+    const e = cniError(down);
+    assert.equal(e.code, 11);
+    assert.ok(e.msg.startsWith(`etcd at http://127.0.0.1:1 is unavailable: get ${p}/pools/bbpool/meta: UNAVAILABLE: `), e.msg);
+    const tls = add(conf(p, {}, { etcd: { endpoints: ['https://127.0.0.1:1'], tls: { ca: '/nonexistent/ipwarden-pool-ca.pem' } } }), 'c1', 'node-a');
+    assert.deepEqual(cniError(tls), { code: 5, msg: 'ipam.pool.etcd.tls.ca: open /nonexistent/ipwarden-pool-ca.pem: no such file or directory' });
+    // DEL with etcd down is not lost silently: it fails (11) and the runtime retries it.
+    assert.equal(cniError(del(conf(p, {}, { etcd: { endpoints: ['http://127.0.0.1:1'], prefix: p } }), 'c1', 'node-a')).code, 11);
+  });
+
+  /** `ipwarden pool …` of the built CLI. */
+  function cli(p: string, ...args: string[]): { status: number | null; stdout: string; stderr: string } {
+    const r = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', ...args, '--pool', 'bbpool', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8', timeout: 60_000 });
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+  }
+
+  it('pool status --json: blocks per node, usage and free cluster-wide, exactly', () => {
+    const p = prefix();
+    add(conf(p), 'c1', 'node-a');
+    add(conf(p), 'c2', 'node-b');
+    add(conf(p), 'c3', 'node-a');
+    const r = cli(p, 'status', '--json');
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout), {
+      version: 1,
+      pool: 'bbpool',
+      blockSize: 28,
+      blockSize6: 122,
+      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, free: '26', blocksClaimed: 2 }],
+      nodes: [
+        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, alive: false },
+        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, alive: false },
+      ],
+      blocks: [
+        { cidr: '10.81.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0 },
+        { cidr: '10.81.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0 },
+      ],
+    });
+    const unknown = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'status', '--pool', 'nope', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8' });
+    assert.equal(unknown.status, 1);
+    assert.equal(unknown.stderr, `ipwarden: pool nope has no data in etcd ${(cluster as EtcdCluster).endpoints.join(',')} under ${p} (no ${p}/pools/nope/meta key: never used)\n`);
+  });
+
+  it('pool remove-node on a node that is merely partitioned, then returns: its next ADD vetoes, --finish releases nothing, no duplicate', () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    const mark = cli(p, 'remove-node', 'node-a', '--json');
+    assert.equal(mark.status, 0, mark.stderr);
+    assert.deepEqual(JSON.parse(mark.stdout), { version: 1, node: 'node-a', pendingRelease: ['10.81.0.16-28'] });
+    // node-b cannot borrow in the pending block; it claims the other one.
+    assert.equal(address(add(conf(p), 'c2', 'node-b')), '10.81.0.2/27');
+    // node-a returns: its ADD vetoes the removal.
+    assert.equal(address(add(conf(p), 'c3', 'node-a')), '10.81.0.17/27');
+    const fin = cli(p, 'remove-node', 'node-a', '--finish', '--json');
+    assert.equal(fin.status, 0, fin.stderr);
+    assert.deepEqual(JSON.parse(fin.stdout), { version: 1, node: 'node-a', released: [], deletedBlocks: [], keptBlocks: ['10.81.0.16-28'] });
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27', 'c1 still holds its address');
+  });
+
+  it('pool remove-node of a node that is gone: refused while its heartbeat is live; --finish releases its addresses and frees its block', async () => {
+    const p = prefix();
+    add(conf(p), 'c1', 'node-a');
+    add(conf(p), 'c2', 'node-b');
+    // node-a's daemon heartbeat (a lease-backed key), as PoolSessions writes it.
+    const lease = await (kv as EtcdKV).grantLease(30);
+    const ak = `${p}/pools/bbpool/alive/node-a`;
+    await (kv as EtcdKV).txn([], [{ put: ak, value: '{"v":1,"node":"node-a","since":1}', lease }]);
+    const refused = cli(p, 'remove-node', 'node-a');
+    assert.deepEqual([refused.status, refused.stdout, refused.stderr], [1, '', `ipwarden: node node-a has a live heartbeat in pool bbpool (${ak}): it is not gone; stop its daemon first, or pass --force if you are sure\n`]);
+    assert.equal(JSON.parse(cli(p, 'status', '--json').stdout).nodes[0].alive, true);
+    await (kv as EtcdKV).revokeLease(lease);
+    assert.equal(await (kv as EtcdKV).get(ak), null, 'a revoked lease takes its key');
+    assert.equal(cli(p, 'remove-node', 'node-a').status, 0);
+    const fin = cli(p, 'remove-node', 'node-a', '--finish');
+    assert.deepEqual([fin.status, fin.stdout], [0, 'released 1 address of node-a; deleted 1 block(s): 10.81.0.16-28\n']);
+    const st = JSON.parse(cli(p, 'status', '--json').stdout) as { nodes: Array<{ node: string }>; rangeSets: Array<{ free: string }> };
+    assert.deepEqual(st.nodes.map((x) => x.node), ['node-b']);
+    assert.equal(st.rangeSets[0]?.free, '28');
+  });
+});
