@@ -383,11 +383,11 @@ function svg(rows: Row[], rates: number[]): string {
     const tl = target === undefined ? '' : `<line x1="${x0 + pad}" x2="${x0 + W - pad}" y1="${py(target)}" y2="${py(target)}" stroke="#888" stroke-dasharray="4 3"/><text x="${x0 + W - pad}" y="${py(target) - 4}" font-size="10" text-anchor="end">target ${target} ${unit}</text>`;
     return `<g><text x="${x0 + W / 2}" y="18" font-size="13" text-anchor="middle" font-weight="bold">${title}</text>${ticks}${xt}${tl}<text x="${x0 + W / 2}" y="${H - 4}" font-size="11" text-anchor="middle">simulated nodes</text><text x="${x0 + 12}" y="${H / 2}" font-size="11" transform="rotate(-90 ${x0 + 12} ${H / 2})" text-anchor="middle">${unit}</text>${series.map((x) => line(x.get, x.color, x.dash)).join('')}</g>`;
   };
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${2 * W}" height="${H + 28}" font-family="sans-serif">
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${2 * W}" height="${H + 40}" font-family="sans-serif">
 <rect width="100%" height="100%" fill="white"/>
 ${panel(0, 'allocations/s (closed loop, saturating)', [{ get: (r) => r.base.allocsPerSec, color: '#c0392b' }, { get: (r) => r.pool.allocsPerSec, color: '#2471a3' }], 'ADDs/s')}
-${panel(W, `p99 ADD latency, open loop (${rates.join(' / ')} pod/s per node: solid / dashed)`, rates.flatMap((_, ri) => [{ get: (r: Row) => (r.baseOpen[ri] as Measurement).p99, color: '#c0392b', ...(ri > 0 ? { dash: '5 3' } : {}) }, { get: (r: Row) => (r.poolOpen[ri] as Measurement).p99, color: '#2471a3', ...(ri > 0 ? { dash: '5 3' } : {}) }]), 'ms', 100, 1000)}
-<g font-size="11"><rect x="${W - 170}" y="${H + 10}" width="12" height="4" fill="#2471a3"/><text x="${W - 154}" y="${H + 16}">ipwarden pool</text><rect x="${W - 60}" y="${H + 10}" width="12" height="4" fill="#c0392b"/><text x="${W - 44}" y="${H + 16}">Whereabouts model (one key, CAS)</text></g>
+${panel(W, `p99 ADD, open loop: ${rates.join(' / ')} pod/s per node`, rates.flatMap((_, ri) => [{ get: (r: Row) => (r.baseOpen[ri] as Measurement).p99, color: '#c0392b', ...(ri > 0 ? { dash: '5 3' } : {}) }, { get: (r: Row) => (r.poolOpen[ri] as Measurement).p99, color: '#2471a3', ...(ri > 0 ? { dash: '5 3' } : {}) }]), 'ms', 100, 1000)}
+<g font-size="11"><rect x="${W - 170}" y="${H + 10}" width="12" height="4" fill="#2471a3"/><text x="${W - 154}" y="${H + 16}">ipwarden pool</text><rect x="${W - 60}" y="${H + 10}" width="12" height="4" fill="#c0392b"/><text x="${W - 44}" y="${H + 16}">Whereabouts model (one key, CAS)</text><text x="${W}" y="${H + 32}" text-anchor="middle" fill="#555">right panel: solid ${rates[0] ?? ''}, dashed ${rates.slice(1).join(', ')} pod/s per node; clipped at 1 s</text></g>
 </svg>
 `;
 }
