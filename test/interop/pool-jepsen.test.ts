@@ -10,7 +10,11 @@
  * 5. delays one node's traffic by 300 ms each way, then restores it;
  * 6. resets one node's connections;
  * 7. steps one node's wall clock +1 h, later −1 h (libfaketime with a timestamp file re-read on
- *    every call; the monotonic clock is left alone, as an NTP step leaves it).
+ *    every call; the monotonic clock is left alone, as an NTP step leaves it);
+ * 8. (daemons) kills -9 one node's daemon mid-run, then starts it again (the shim falls back);
+ * 9. (pool) cuts one node off and runs `ipwarden pool remove-node NODE` on it (an operator wrong
+ *    about a node that is merely partitioned), heals it, waits for its next successful ADD (the
+ *    veto), then runs `remove-node --finish`, which must release nothing.
  *
  * Each fault starts and ends at a count of completed operations (never a sleep that decides an
  * outcome); the pool's state is read at a checkpoint after each fault, straight from etcd (not
@@ -87,6 +91,12 @@ interface Subject {
   storeEvents?(): Promise<StoreEvent[]>;
   /** Crash a node's agent (kill -9); resolves with the function that starts it again (daemons only). */
   crash?(node: string): Promise<() => Promise<void>>;
+  /**
+   * `ipwarden pool remove-node NODE` (step 1, or `--finish`), as an operator runs it, straight
+   * against etcd, `--force` (a daemon's heartbeat may still exist: the operator is wrong on
+   * purpose here). Resolves with its JSON answer; throws on a non-zero exit.
+   */
+  removeNode?(node: string, finish: boolean): Promise<Record<string, unknown>>;
   close(): Promise<void>;
 }
 
@@ -358,10 +368,33 @@ function poolSubject(cluster: EtcdCluster, n: PoolNames, dataDir: string): Subje
       return (await readPoolState(direct, n)).handles;
     },
     storeEvents: () => poolStoreEvents(cluster.endpoints, n),
+    removeNode: (node, finish) => removeNodeCli(cluster, n, node, finish),
     async close() {
       await direct.close();
     },
   };
+}
+
+/** `ipwarden pool remove-node` through the built CLI, `--force --json`; see {@link Subject.removeNode}. */
+function removeNodeCli(cluster: EtcdCluster, n: PoolNames, node: string, finish: boolean): Promise<Record<string, unknown>> {
+  const args = [join(ROOT, 'dist/ipwarden.cjs'), 'pool', 'remove-node', node, '--pool', n.pool, '--etcd-endpoints', cluster.endpoints.join(','), '--etcd-prefix', n.prefix, '--force', '--json', ...(finish ? ['--finish'] : [])];
+  return new Promise((res, rej) => {
+    const p = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', process.execPath, ...args], { env: { PATH: '/usr/bin:/bin' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    p.stderr.on('data', (c: Buffer) => (err += c.toString('utf8')));
+    const t = setTimeout(() => void killChild(p), 60_000);
+    p.on('close', (code) => {
+      clearTimeout(t);
+      if (code !== 0) return rej(new Error(`pool remove-node ${node}${finish ? ' --finish' : ''} exited ${code}: ${out} ${err}`));
+      try {
+        res(JSON.parse(out) as Record<string, unknown>);
+      } catch {
+        rej(new Error(`pool remove-node printed no JSON: ${out} ${err}`));
+      }
+    });
+  });
 }
 
 /** Run one plugin executable as a runtime does (env, config on stdin) and turn what it did into an {@link Answer}. */
@@ -459,6 +492,7 @@ function daemonPoolSubject(cluster: EtcdCluster, n: PoolNames, dir: string): Sub
       return (await readPoolState(direct, n)).handles;
     },
     storeEvents: () => poolStoreEvents(cluster.endpoints, n),
+    removeNode: (node, finish) => removeNodeCli(cluster, n, node, finish),
     async close() {
       for (const x of daemons.values()) await x.d.stop();
       await direct.close();
@@ -482,6 +516,8 @@ interface RunReport {
   leaderChanges: number;
   droppedBytes: number;
   checkpoints: number;
+  /** `pool remove-node --finish` answers (fault 9), when the subject has it. */
+  finishReports: Record<string, unknown>[];
   log: string[];
 }
 
@@ -502,6 +538,7 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
   let completed = 0;
   let churnDone = false;
   const leaders: number[] = [];
+  const finishReports: Record<string, unknown>[] = [];
   try {
     for (let i = 0; i < o.nodes; i++) {
       const name = `jepsen-node-${String(i).padStart(2, '0')}`;
@@ -523,6 +560,7 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
       const a = await n.run(kind, cid, 'net1');
       done(a.outcome, { ...(a.ips ? { ips: a.ips } : {}), ...(a.error ? { error: a.error } : {}) });
       completed++;
+      if (a.outcome === 'ok' && kind === 'ADD') okAdds.set(n.name, (okAdds.get(n.name) ?? 0) + 1);
       if (a.outcome !== 'ok') {
         if (n === cut) cutFailures++;
         await sleep(250); // a runtime retries with a backoff; pacing only, no outcome depends on it
@@ -530,6 +568,7 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
       return a;
     };
     const needsDel = new Map<string, SimNode>();
+    const okAdds = new Map<string, number>();
 
     let faultsDone = false;
     // At least `cycles` lifecycles per lane, and on until the faults are over (so every fault
@@ -648,6 +687,26 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         await restart();
         await checkpoint('daemon crash');
       }
+      // 9. pool remove-node on a node that is merely partitioned, then returns: it vetoes with its
+      //    next allocating ADD, and --finish afterwards releases nothing of it.
+      const removed = nodes[6];
+      if (subject.removeNode !== undefined && removed !== undefined) {
+        say(`drop ${removed.name} + pool remove-node ${removed.name}`);
+        removed.proxies.setMode({ kind: 'drop' });
+        const marked = await subject.removeNode(removed.name, false);
+        say(`remove-node: ${JSON.stringify(marked)}`);
+        await untilOps(step);
+        removed.proxies.setMode({ kind: 'pass' });
+        const okBefore = okAdds.get(removed.name) ?? 0;
+        while ((okAdds.get(removed.name) ?? 0) === okBefore && !churnDone) {
+          if (Date.now() > deadline) throw new Error(`${removed.name} never allocated after it returned`);
+          await sleep(20);
+        }
+        const finished = await subject.removeNode(removed.name, true);
+        say(`remove-node --finish after the return: ${JSON.stringify(finished)}`);
+        finishReports.push(finished);
+        await checkpoint('remove-node of a partitioned node that returned');
+      }
     })().finally(() => {
       faultsDone = true;
     });
@@ -687,6 +746,7 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
       leaderChanges: new Set(leaders).size - 1,
       droppedBytes: proxies.reduce((s, np) => s + np.proxies.reduce((t, p) => t + p.stats().droppedBytes, 0), 0),
       checkpoints: h.checkpoints.length,
+      finishReports,
       log,
     };
     const violations = checkHistory(h);
@@ -715,6 +775,7 @@ function assertClean(name: string, r: { violations: ReturnType<typeof checkHisto
   assert.ok(report.droppedBytes > 0, `nothing was dropped: ${summary}`);
   assert.ok(report.leaderChanges >= 1, `the leader never changed: ${summary}`);
   assert.ok(report.checkpoints >= 9, summary);
+  for (const f of report.finishReports) assert.deepEqual(f['released'], [], `remove-node --finish after the node returned released addresses: ${JSON.stringify(f)}`);
 }
 
 describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_DEADLINE_MS }, () => {
