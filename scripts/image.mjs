@@ -76,6 +76,8 @@ const BINARIES = [
 const LIB_DIR = 'usr/lib/ipwarden';
 /** Paths of mmdebstrap's output that belong to apt/dpkg, not to the image (removed from layer 1). */
 const NOT_IN_IMAGE = ['./etc/apt', './etc/dpkg', './var/lib/apt', './var/lib/dpkg', './var/cache', './var/log'];
+/** The build host's files mmdebstrap copies in (removed when present: see their deletion). */
+const HOST_FILES = ['./etc/resolv.conf', './etc/hostname'];
 /** dpkg path filters mmdebstrap applies while extracting (documentation and translations are not needed to run). */
 const PATH_FILTERS = [
   'path-exclude=/usr/share/doc/*',
@@ -354,7 +356,11 @@ async function main() {
       ],
       { env },
     );
-    await run('tar', ['--delete', '-f', base, ...NOT_IN_IMAGE], { env });
+    // mmdebstrap also copies the build host's /etc/resolv.conf and /etc/hostname into the root
+    // (mmdebstrap(1) "SOURCE_DATE_EPOCH"; its customize hooks do not run in the extract variant):
+    // not the image's, and they would make two build hosts' images differ. Removed when present.
+    const hostFiles = new Set(await tarMembers(base));
+    await run('tar', ['--delete', '-f', base, ...NOT_IN_IMAGE, ...HOST_FILES.filter((f) => hostFiles.has(f.slice(2)))], { env });
     const packages = await packagesOf(debs);
     const baseMembers = await tarMembers(base);
     const linking = await checkLibraries(o.dist, baseMembers, triplet);

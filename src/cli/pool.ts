@@ -16,11 +16,12 @@
  * network config takes) → the engines of src/ipam/pool-status.ts and src/ipam/pool-allocator.ts →
  * table or JSON. `remove-node` without `--finish` marks the node's blocks `pendingRelease` (the
  * node vetoes when it returns); with `--finish`, after the veto window, it releases what the node
- * held. Both refuse (exit 1) while the node's heartbeat key exists, unless `--force`.
+ * held. Step 1 refuses (exit 1) while the node's heartbeat key exists, unless `--force`; `--finish`
+ * refuses (exit 1) without step 1's marker, after a veto, or while a heartbeat exists (never forced).
  * Exit status: 0; 1 on an etcd or data error or a refusal; 2 usage error.
  */
 import { AppError, UsageError } from '../common/errors.ts';
-import { PoolAllocator } from '../ipam/pool-allocator.ts';
+import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError } from '../ipam/pool-allocator.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import { poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
 import { etcdFor, resolveNodeName } from '../cni/pool.ts';
@@ -100,25 +101,18 @@ export async function runStatus(opts: PoolOptions, ctx: CliContext): Promise<num
 /** CLI action of `ipwarden pool remove-node NODE`; resolves to the exit status. */
 export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliContext): Promise<number> {
   if (!validNodeName(node)) throw new UsageError(`invalid node name ${JSON.stringify(node)}`);
+  if (opts.finish === true && opts.force === true) throw new UsageError('--force applies to step 1 only: --finish never overrides a live heartbeat');
   const pool = poolFromFlags(opts);
   const kv = etcdFor(pool);
   try {
     // The operator acts as no node: it never allocates, so the allocator needs no ranges.
     const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
-    // A heartbeat says the node's daemon renewed its lease within the last TTL: it may be alive.
-    // Refuse (exit 1) unless --force: removing a live node's blocks is what must never happen by
-    // mistake. Its absence proves nothing (a lease also lapses in a partition); the operator decides.
-    const beat = await kv.get(op.aliveKey(node));
-    if (beat !== null && opts.force !== true) {
-      ctx.stderr(`ipwarden: node ${node} has a live heartbeat in pool ${pool.name} (${op.aliveKey(node)}): it is not gone; stop its daemon first, or pass --force if you are sure\n`);
-      return 1;
-    }
     if (opts.finish !== true) {
-      const marked = await op.markForRemoval(node);
+      const marked = await op.markForRemoval(node, { force: opts.force === true, windowLease: () => kv.grantLease(REMOVAL_WINDOW_SECONDS) });
       if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked })}\n`);
       else {
-        ctx.stdout(`${marked.length} block${marked.length === 1 ? '' : 's'} of ${node} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
-        if (marked.length > 0) ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone, run again with --finish\n`);
+        ctx.stdout(`removal of ${node} begun (${op.removingKey(node)}); ${marked.length} block${marked.length === 1 ? '' : 's'} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
+        ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone (and at least ${REMOVAL_WINDOW_SECONDS} s from now), run again with --finish\n`);
       }
       return 0;
     }
@@ -129,6 +123,13 @@ export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliCon
       if (r.keptBlocks.length > 0) ctx.stdout(`kept ${r.keptBlocks.length} block(s) (vetoed, not marked, or holding other nodes' addresses): ${r.keptBlocks.join(' ')}\n`);
     }
     return 0;
+  } catch (e) {
+    // A live heartbeat, a veto, no step 1: the node may be alive — refuse (nothing more released).
+    if (e instanceof RemovalRefusedError) {
+      ctx.stderr(`ipwarden: ${e.message}\n`);
+      return 1;
+    }
+    throw e;
   } finally {
     await kv.close();
   }

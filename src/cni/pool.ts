@@ -15,7 +15,7 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
-import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
+import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import type { KV, Leases } from '../store/kv.ts';
@@ -23,8 +23,13 @@ import { EtcdKV } from '../store/etcd/etcd-kv.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
 export interface PoolHooks {
-  /** ADD: the container's addresses, one per range set (existing ones on a repeated ADD). Throws AppErrors. */
-  add(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[]>;
+  /**
+   * ADD: the container's addresses, one per range set (existing ones on a repeated ADD). Throws
+   * AppErrors. `signal` (optional): aborted when the client has gone; the daemon's sessions then
+   * do not send a request still queued (the standalone plugin ignores it: its client is its
+   * parent process).
+   */
+  add(conf: IPAMConfig, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]>;
   /** DEL: release by owner; idempotent. Returns the released addresses. */
   del(id: NetworkIdentity, req: PoolRequest): Promise<string[]>;
   /** CHECK: the container's allocations, or null when it has none. */
@@ -117,6 +122,7 @@ export function backoffMs(attempt: number, random: () => number = Math.random): 
 }
 
 function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache): PoolAllocator {
+  const leases = 'grantLease' in kv ? (kv as KV & Leases) : null;
   return new PoolAllocator({
     kv,
     pool: pool.name,
@@ -127,6 +133,7 @@ function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, r
     sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
     backoff: jitteredBackoff,
     ...(cache === undefined ? {} : { cache }),
+    ...(leases === null ? {} : { tombstoneLease: () => leases.grantLease(TOMBSTONE_TTL_SECONDS) }),
   });
 }
 
@@ -168,6 +175,7 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
 
 interface Waiter {
   readonly req: PoolRequest;
+  readonly signal?: AbortSignal;
   readonly resolve: (r: PoolAllocation[]) => void;
   readonly reject: (e: unknown) => void;
 }
@@ -191,17 +199,43 @@ class Batcher {
     this.#alloc = alloc;
   }
 
-  submit(req: PoolRequest): Promise<PoolAllocation[]> {
+  submit(req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
     return new Promise((resolve, reject) => {
-      this.#queue.push({ req, resolve, reject });
+      this.#queue.push({ req, resolve, reject, ...(signal === undefined ? {} : { signal }) });
       if (!this.#running) void this.#drain();
     });
+  }
+
+  /**
+   * Take (containerId, ifname)'s ADDs out of the queue (not one in flight), rejected with
+   * `STORE_CONFLICT` (CNI 11): a DEL of that container came, so whoever asked has given up.
+   * Returns how many were taken.
+   */
+  cancel(req: PoolRequest, why: string): number {
+    let n = 0;
+    for (let i = this.#queue.length - 1; i >= 0; i--) {
+      const w = this.#queue[i] as Waiter;
+      if (w.req.containerId.trim() !== req.containerId.trim() || w.req.ifname !== req.ifname) continue;
+      this.#queue.splice(i, 1);
+      w.reject(new AppError('STORE_CONFLICT', why));
+      n++;
+    }
+    return n;
   }
 
   async #drain(): Promise<void> {
     this.#running = true;
     try {
       while (this.#queue.length > 0) {
+        // A waiter whose client has gone (its signal aborted) is not sent: nobody would get its answer.
+        for (let i = this.#queue.length - 1; i >= 0; i--) {
+          const w = this.#queue[i] as Waiter;
+          if (w.signal?.aborted === true) {
+            this.#queue.splice(i, 1);
+            w.reject(new AppError('STORE_CONFLICT', `ADD of ${w.req.containerId.trim()}/${w.req.ifname} not sent: its client has gone`));
+          }
+        }
+        if (this.#queue.length === 0) break;
         const batch = this.#queue.splice(0, MAX_BATCH_REQUESTS);
         this.sizes.push(batch.length);
         try {
@@ -236,6 +270,8 @@ function settle(batch: readonly Waiter[], results: ReadonlyArray<PoolAllocation[
 
 /** TTL of a node's heartbeat lease, seconds (renewed every third of it). */
 export const HEARTBEAT_TTL_SECONDS = 30;
+/** Period of the extra beats while beats fail, milliseconds. */
+export const HEARTBEAT_RETRY_MS = 1000;
 
 /** Schedules `fn` every `ms` milliseconds; returns the cancel function (injected in tests). */
 export type Every = (fn: () => void, ms: number) => () => void;
@@ -252,6 +288,10 @@ const realEvery: Every = (fn, ms) => {
  * long pause, a partition) a new one is granted and the key put again. A heartbeat is only a hint
  * that the node may be alive (it is what `pool remove-node` refuses to override without
  * `--force`); no allocation ever reads it. Its failures never fail a request: they are counted.
+ * While beats fail (etcd unreachable: a partition) it also beats every
+ * {@link HEARTBEAT_RETRY_MS}, so a node whose partition heals puts its key back and vetoes a
+ * removal begun meanwhile within about a second, not up to a full period later (review F2c).
+ * Beats never overlap (a beat due while one runs is skipped).
  */
 export class Heartbeat {
   readonly #kv: KV & Leases;
@@ -260,15 +300,26 @@ export class Heartbeat {
   readonly #every: Every;
   #lease: string | null = null;
   #cancel: (() => void) | null = null;
+  #cancelRetry: (() => void) | null = null;
+  #beating = false;
   #stopped = false;
+  readonly #onBeat: (() => Promise<unknown>) | null;
   /** Renewals and grants that failed (etcd unreachable); the next beat tries again. */
   failures = 0;
+  /** Beats whose `onBeat` (the node's veto) failed; the next beat tries again. */
+  vetoFailures = 0;
 
-  constructor(kv: KV & Leases, key: string, node: string, now: () => number = Date.now, every: Every = realEvery) {
+  /**
+   * @param onBeat awaited after every beat, also a failed one (the daemon passes the node's
+   *   {@link PoolAllocator.vetoIfMarked}, so a returning node vetoes a removal begun while it
+   *   was away within one beat: review F2b). Its failures are counted in `vetoFailures`.
+   */
+  constructor(kv: KV & Leases, key: string, node: string, now: () => number = Date.now, every: Every = realEvery, onBeat: (() => Promise<unknown>) | null = null) {
     this.#kv = kv;
     this.#key = key;
     this.#value = JSON.stringify({ v: 1, node, since: now() });
     this.#every = every;
+    this.#onBeat = onBeat;
   }
 
   /** Grant, put, and schedule the renewals. Never throws (a failure is retried by the next beat). */
@@ -280,15 +331,45 @@ export class Heartbeat {
 
   /** One beat: renew the lease, or (none yet, or expired) grant one and put the key with it. */
   async beat(): Promise<void> {
-    if (this.#stopped) return;
+    if (this.#stopped || this.#beating) return;
+    this.#beating = true;
     try {
-      if (this.#lease !== null && (await this.#kv.keepAlive(this.#lease)) > 0) return;
-      const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
-      await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
-      this.#lease = id;
+      this.#retrying(!(await this.#beatOnce()));
+    } finally {
+      this.#beating = false;
+    }
+  }
+
+  /** Start (`on`) or stop the fast retries while beats fail. */
+  #retrying(on: boolean): void {
+    if (on && this.#cancelRetry === null && !this.#stopped) this.#cancelRetry = this.#every(() => void this.beat(), HEARTBEAT_RETRY_MS);
+    if (!on && this.#cancelRetry !== null) {
+      this.#cancelRetry();
+      this.#cancelRetry = null;
+    }
+  }
+
+  /** Renew or grant, then `onBeat`; true when both worked. */
+  async #beatOnce(): Promise<boolean> {
+    let ok = true;
+    try {
+      if (this.#lease === null || (await this.#kv.keepAlive(this.#lease)) <= 0) {
+        const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
+        await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
+        this.#lease = id;
+      }
     } catch {
       this.failures++;
+      ok = false;
     }
+    if (this.#onBeat === null || this.#stopped) return ok;
+    try {
+      await this.#onBeat();
+    } catch {
+      this.vetoFailures++;
+      ok = false;
+    }
+    return ok;
   }
 
   /** Stop renewing and revoke the lease (the key goes). Idempotent; best effort. */
@@ -296,8 +377,20 @@ export class Heartbeat {
     if (this.#stopped) return;
     this.#stopped = true;
     this.#cancel?.();
+    this.#cancelRetry?.();
+    this.#cancelRetry = null;
     if (this.#lease !== null) await this.#kv.revokeLease(this.#lease).catch(() => undefined);
   }
+}
+
+/** A pool's identity in the daemon: its etcd (endpoints, prefix) and its name. */
+function poolKey(pool: PoolConfig): string {
+  return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name]);
+}
+
+/** One attachment of one pool: (pool, containerId, ifname). */
+function attachmentKey(pool: PoolConfig, req: PoolRequest): string {
+  return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, req.containerId.trim(), req.ifname]);
 }
 
 /** Requests per batch (the allocator's limit). */
@@ -319,6 +412,10 @@ export class PoolSessions implements PoolHooks {
   readonly #heartbeats = new Map<string, Heartbeat>();
   /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
   readonly #caches = new Map<string, BlockCache>();
+  /** Batchers by pool (endpoints, prefix, name): where a DEL looks for queued ADDs of its container. */
+  readonly #batchersOfPool = new Map<string, Set<Batcher>>();
+  /** (pool, containerId, ifname) → the ADDs of it not yet answered (queued or in flight). */
+  readonly #pendingAdds = new Map<string, Set<Promise<unknown>>>();
   #closed = false;
 
   constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery) {
@@ -355,7 +452,14 @@ export class PoolSessions implements PoolHooks {
     return [...this.#batchers.values()].map((b) => [...b.sizes]);
   }
 
-  async add(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[]> {
+  /**
+   * ADD, batched with the node's other ADDs of `conf`. `signal` (optional): when it has aborted
+   * by the time the request's batch is taken (its client went away), the request is not sent
+   * and fails `STORE_CONFLICT`. A DEL of the same (pool, containerId, ifname) that arrives while
+   * this ADD is queued takes it out of the queue (rejected `STORE_CONFLICT`); one in flight is
+   * waited for by the DEL ({@link del}).
+   */
+  async add(conf: IPAMConfig, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
     const pool = conf.pool as PoolConfig;
     const node = resolveNodeName(pool, this.#env);
     const kv = this.#kv(pool);
@@ -365,21 +469,72 @@ export class PoolSessions implements PoolHooks {
       const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
       b = new Batcher(alloc);
       this.#batchers.set(key, b);
-      const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
-      if (!this.#heartbeats.has(hkey)) {
-        // The daemon is this node's agent: it announces the node in the pool from its first ADD on.
-        const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every);
-        this.#heartbeats.set(hkey, hb);
-        void hb.start();
-      }
+      const pk = poolKey(pool);
+      let set = this.#batchersOfPool.get(pk);
+      if (set === undefined) this.#batchersOfPool.set(pk, (set = new Set()));
+      set.add(b);
+      this.#startHeartbeat(kv, pool, node, alloc);
     }
-    return b.submit(req);
+    const p = b.submit(req, signal);
+    // Remember it until answered, so a DEL of the same container is ordered after it (review F4).
+    const ak = attachmentKey(pool, req);
+    let pend = this.#pendingAdds.get(ak);
+    if (pend === undefined) this.#pendingAdds.set(ak, (pend = new Set()));
+    const settled = p.then(
+      () => undefined,
+      () => undefined,
+    );
+    pend.add(settled);
+    void settled.then(() => {
+      pend.delete(settled);
+      if (pend.size === 0 && this.#pendingAdds.get(ak) === pend) this.#pendingAdds.delete(ak);
+    });
+    return p;
   }
 
+  /**
+   * The daemon is this node's agent: it announces the node in the pool (its heartbeat) from the
+   * pool's first use on, and on every beat vetoes a removal of the node begun while it was away.
+   */
+  #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
+    const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
+    if (this.#heartbeats.has(hkey)) return;
+    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, () => alloc.vetoIfMarked());
+    this.#heartbeats.set(hkey, hb);
+    void hb.start();
+  }
+
+  /**
+   * Start the node's heartbeat in `conf`'s pool now (and veto a removal of the node begun while
+   * it was away), without waiting for the pool's first ADD: what the daemon calls at start for
+   * every pool network of the node's CNI configuration, so an idle returning node vetoes too
+   * (review F2b). Idempotent per pool and node. Never throws for etcd trouble (the heartbeat
+   * retries on its next beat); throws `ClosedError` after `close()`, `IPAM_INVALID_CONFIG` for an
+   * unusable node name.
+   */
+  announce(conf: IPAMConfig): void {
+    const pool = conf.pool as PoolConfig;
+    const node = resolveNodeName(pool, this.#env);
+    const kv = this.#kv(pool);
+    this.#startHeartbeat(kv, pool, node, allocatorFor(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
+  }
+
+  /**
+   * DEL, ordered after every ADD of the same (pool, containerId, ifname) this daemon has not
+   * answered yet (review F4: otherwise a DEL that overtakes a queued or in-flight ADD answers
+   * "nothing held", then the ADD commits and its address leaks): a queued ADD is taken out of the
+   * queue (the runtime gave up on it: it only sends a DEL after the ADD's answer or its
+   * deadline), one in flight is waited for (whatever its outcome), then the release runs.
+   */
   async del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
     const pool = id.pool as PoolConfig;
     const node = delNodeName(pool, this.#env);
-    return allocatorFor(this.#kv(pool), pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
+    const kv = this.#kv(pool);
+    const why = `ADD of ${req.containerId.trim()}/${req.ifname} cancelled: a DEL of the same container came first`;
+    for (const b of this.#batchersOfPool.get(poolKey(pool)) ?? []) b.cancel(req, why);
+    const pend = this.#pendingAdds.get(attachmentKey(pool, req));
+    if (pend !== undefined) await Promise.all([...pend]);
+    return allocatorFor(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
   }
 
   async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {

@@ -64,6 +64,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
       hooks: {
         onRequest: (e) => metrics.recordCniRequest(e.command, e.result, e.durationSeconds),
         onDropped: (e) => metrics.recordCniRequest(e.command, 'dropped', e.durationSeconds),
+        onDeclined: (e) => metrics.recordCniRequest(e.command, 'declined', 0),
       },
       close: () => server.close(),
     };

@@ -85,6 +85,7 @@ function fanIn(list: readonly PluginServerHooks[], log: Logger): PluginServerHoo
   return {
     onRequest: (e) => call('onRequest', e),
     onDropped: (e) => call('onDropped', e),
+    onDeclined: (e) => call('onDeclined', e),
     onMalformed: (e) => call('onMalformed', e),
   };
 }

@@ -144,10 +144,10 @@ export class DaemonMetrics {
   }
 
   /** Count one request the daemon answered (or dropped: result `dropped`). */
-  recordCniRequest(command: string, result: 'ok' | 'error' | 'dropped', durationSeconds: number): void {
+  recordCniRequest(command: string, result: 'ok' | 'error' | 'dropped' | 'declined', durationSeconds: number): void {
     const c = CNI_COMMANDS.has(command) ? command : 'other';
     this.cniRequests.inc({ command: c, path: 'daemon', result });
-    if (result !== 'dropped') this.cniDuration.observe({ command: c }, durationSeconds);
+    if (result !== 'dropped' && result !== 'declined') this.cniDuration.observe({ command: c }, durationSeconds);
   }
 
   /** Count a reconcile error outside a pass's report (e.g. a pass that threw). */

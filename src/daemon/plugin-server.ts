@@ -32,6 +32,7 @@ import { criHeal } from '../cni/heal.ts';
 import { exactEnv } from '../cni/plugin.ts';
 import { pluginMain, type PluginIO } from '../cni/skel.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
+import { hostView, type HostView } from '../node/host-view.ts';
 import { openFileStore } from '../store/file/file-store.ts';
 import type { ListOptions, Owner, Reservation, Store } from '../store/store.ts';
 import { memoConfigDecoders } from './config-memo.ts';
@@ -88,6 +89,18 @@ export interface DroppedEvent {
   readonly durationSeconds: number;
 }
 
+/**
+ * One request declined before anything was read or written because it names a path that is not
+ * the host's in the daemon's view (`onDeclined`; src/node/host-view.ts): closed without an answer,
+ * so the shim runs the standalone plugin on the host.
+ */
+export interface DeclinedEvent {
+  readonly command: string;
+  readonly containerId: string;
+  /** Why, one clause naming the path (HostView.notHostPath). */
+  readonly reason: string;
+}
+
 /** A connection closed without an answer because of what the client sent (`onMalformed`). */
 export interface MalformedEvent {
   /** `malformed`, `unsupported-version` or `timeout`. */
@@ -99,6 +112,7 @@ export interface MalformedEvent {
 export interface PluginServerHooks {
   onRequest?(e: RequestEvent): void;
   onDropped?(e: DroppedEvent): void;
+  onDeclined?(e: DeclinedEvent): void;
   onMalformed?(e: MalformedEvent): void;
 }
 
@@ -118,6 +132,12 @@ export interface PluginServerOptions {
   /** Seconds a client has to send its whole request (default 10; the shim sends it at once). */
   readonly requestTimeoutSeconds?: number;
   readonly hooks?: PluginServerHooks;
+  /**
+   * Which paths the requester (the shim's pid) sees as the daemon does (default {@link hostView}():
+   * in the requester's mount namespace, all). A request whose data directory or `resolvConf` is
+   * not the same file for both is declined (see {@link DeclinedEvent}).
+   */
+  readonly hostView?: HostView;
   /**
    * Cluster pools (issue 11): ADD/DEL/CHECK of networks with `ipam.pool` (src/cni/pool.ts
    * `PoolSessions`: one etcd client per pool, the node's concurrent ADDs batched). Without it such
@@ -148,6 +168,13 @@ export class SocketSetupError extends AppError {
 }
 
 /** Thrown inside the handlers to stop a request whose client went away; never answered. */
+class DeclinedError extends AppError {
+  constructor(reason: string) {
+    super('INTERNAL', `request declined: ${reason}`);
+    this.name = 'DeclinedError';
+  }
+}
+
 class DroppedError extends AppError {
   constructor(stage: DropStage) {
     super('INTERNAL', `request dropped (${stage}): the client went away`);
@@ -275,6 +302,8 @@ interface Conn {
   /** `CNI_COMMAND` and `CNI_CONTAINERID` of the complete request (for log lines). */
   command: string;
   containerId: string;
+  /** Set when the request names a path that is not the host's: no answer, the shim falls back. */
+  declined: string | null;
 }
 
 /**
@@ -363,6 +392,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   const pending = new Set<Promise<void>>();
   /** One network config decoded once for all its requests (src/daemon/config-memo.ts). */
   const decoders = memoConfigDecoders();
+  const view = opts.hostView ?? hostView();
   let closing = false;
 
   prepareSocketDir(dirname(path));
@@ -377,9 +407,18 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
 
   const depsFor = (conn: Conn, req: PluginRequest): PluginDeps => {
     const h = heal({ env: req.env, pid: req.pid });
+    /** Throw (and mark the request declined) unless `path` is the host's file in our view. */
+    const hostOnly = (path: string): void => {
+      const why = conn.declined ?? view.notHostPath(path, req.pid);
+      if (why === null) return;
+      conn.declined = why;
+      throw new DeclinedError(why);
+    };
     return {
       openStore: async (o) => {
         conn.network = o.network;
+        // Before anything is opened or created: nothing of the request has touched a store yet.
+        hostOnly(o.dataDir);
         if (conn.gone) {
           conn.dropped = 'before-store';
           throw new DroppedError('before-store');
@@ -387,7 +426,10 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         const s = await openStore(o);
         return s === null ? null : new GuardedStore(s, conn);
       },
-      readTextFile: (p) => readFileSync(p, 'utf8'),
+      readTextFile: (p) => {
+        hostOnly(p);
+        return readFileSync(p, 'utf8');
+      },
       decoders,
       ...(h === undefined ? {} : { heal: h }),
       ...(opts.pool === undefined ? {} : { pool: opts.pool }),
@@ -417,6 +459,14 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       const status = await pluginMain(makeHandlers(depsFor(conn, req)), io);
       const durationSeconds = seconds(t0);
       const network = conn.network;
+      if (conn.declined !== null) {
+        // Whatever the handlers made of the DeclinedError (STATUS wraps store errors), no answer:
+        // the shim runs the standalone plugin, which sees the host's files.
+        log.warn({ command, containerId, network, reason: conn.declined }, 'request declined (not a host path here): closed without an answer, the shim runs the standalone plugin');
+        hooks.onDeclined?.({ command, containerId, reason: conn.declined });
+        conn.sock.destroy();
+        return;
+      }
       if (conn.dropped !== null) {
         log.info({ command, containerId, network, stage: conn.dropped, durationSeconds }, 'request dropped: the client went away');
         hooks.onDropped?.({ command, containerId, network, stage: conn.dropped, durationSeconds });
@@ -453,7 +503,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   };
 
   const server: Server = createServer((sock) => {
-    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '' };
+    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '', declined: null };
     if (closing) {
       sock.destroy();
       return;

@@ -15,7 +15,12 @@
  *   "allocs":{"<ordinal>":{"id","ifname","node","seq","at"}}}`;
  * - `nodes/<node>/blocks/<block>` → `{"v":1,"rangeSet"}` — the affinity index (a node finds its
  *   blocks with one prefix read);
- * - `handles/<containerID>/<ifname>` → `{"v":1,"node","network","at","ips":[{"ip","block","ordinal","seq","rangeSet"}]}`.
+ * - `handles/<containerID>/<ifname>` → `{"v":1,"node","network","at","ips":[{"ip","block","ordinal","seq","rangeSet"}]}`,
+ *   or a DEL's tombstone `{…,"ips":[],"deleted":true}` (leased; a late ADD's create-only compare fails on it);
+ * - `removing/<node>` → `{"v":1,"node","at"}` — `pool remove-node` step 1's marker: no ADD or DEL
+ *   of `node` commits while it exists (they compare it absent, and veto: delete it); every
+ *   `--finish` transaction compares its revision; `removal-window/<node>` (same value, a 60 s
+ *   lease) — `--finish` refuses while it exists.
  *
  * Rules, each enforced inside one etcd transaction by revision compares (never a lock or lease):
  * - claim a block: `blocks/<b>` and `nodes/<me>/blocks/<b>` both absent (`create_revision == 0`);
@@ -32,7 +37,7 @@
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, parseIP, type IP, type Subnet } from '../common/ip.ts';
 import { CNI_NAME_RE } from '../common/names.ts';
-import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
+import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
 import { RangeExhaustedError } from './allocator.ts';
 import { blockAddresses, blockCidrText, blockKeyText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './pool-blocks.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from './range.ts';
@@ -44,6 +49,19 @@ export const POOL_VALUE_VERSION = 1;
 export const MAX_ATTEMPTS = 16;
 /** How many free blocks a node chooses among (by its name's hash) when it claims one. */
 export const CLAIM_SPREAD = 16;
+/**
+ * Lifetime of a DEL's tombstone handle, seconds (its lease; a leader change on etcd 3.4 only
+ * makes it longer). A late transaction lands within seconds of its sender giving up (etcd
+ * applies or drops a proposal within its request timeout, 5 s per call here): 10 minutes is
+ * a wide margin.
+ */
+export const TOMBSTONE_TTL_SECONDS = 600;
+/**
+ * The least veto window of `pool remove-node`, seconds: `--finish` refuses until this long after
+ * step 1 (2 heartbeat TTLs: a node's daemon reachable in that time has beaten, and vetoed, at
+ * least five times).
+ */
+export const REMOVAL_WINDOW_SECONDS = 60;
 /** Most requests batched into one transaction (each costs 2 ops; etcd allows 128 per txn). */
 export const MAX_BATCH = 24;
 
@@ -86,6 +104,14 @@ export interface HandleValue {
   network: string;
   at: number;
   ips: HandleIP[];
+  /**
+   * True for a tombstone (`"deleted":true`, `ips` empty): written by a DEL that found no handle,
+   * so a late ADD transaction (sent by a process that gave up, applied by etcd after the DEL)
+   * fails its create-only compare instead of leaking (review F4). A fresh ADD overwrites it by
+   * comparing its revision; it is put with a lease of {@link TOMBSTONE_TTL_SECONDS} when the KV
+   * has leases. Never an allocation: find, handlesOf and `--finish` skip it.
+   */
+  deleted?: true;
 }
 
 /** One address handed to a container. */
@@ -137,6 +163,12 @@ export interface PoolAllocatorOptions {
    * one per pool and node, so its DELs keep its ADDs' cache current). Default: this allocator's own.
    */
   readonly cache?: BlockCache;
+  /**
+   * Grants the lease a DEL's tombstone handle is put with ({@link HandleValue.deleted}); default
+   * none (the tombstone stays until an ADD of that container overwrites it). The plugin passes
+   * `grantLease(TOMBSTONE_TTL_SECONDS)` of its etcd client.
+   */
+  readonly tombstoneLease?: () => Promise<string>;
 }
 
 /** One cached block: its CIDR, its value and the revision it has in etcd. */
@@ -153,6 +185,33 @@ export class BlockCache {
 
 function corrupt(key: string, why: string): AppError {
   return new AppError('STORE_CORRUPT', `etcd key ${key}: ${why}`);
+}
+
+/**
+ * `pool remove-node` refused to go on (the node may be alive): no heartbeat override, no veto
+ * ignored. Code `STORE_CONFLICT`; the CLI prints the message and exits 1.
+ */
+export class RemovalRefusedError extends AppError {
+  constructor(message: string) {
+    super('STORE_CONFLICT', message);
+  }
+}
+
+/** A read that raced with a writer (not corruption): the caller re-reads and decides again. */
+class LostRace extends Error {}
+
+function heartbeatRefusal(pool: string, node: string, key: string, finish = false): RemovalRefusedError {
+  return new RemovalRefusedError(
+    `node ${node} has a live heartbeat in pool ${pool} (${key}): it is not gone; stop its daemon first${finish ? ' (--finish never overrides a heartbeat)' : ', or pass --force if you are sure'}`,
+  );
+}
+
+function windowRefusal(pool: string, node: string, key: string): RemovalRefusedError {
+  return new RemovalRefusedError(`the veto window of node ${node}'s removal from pool ${pool} has not passed (${key} exists until its ${REMOVAL_WINDOW_SECONDS} s lease expires): try --finish again later`);
+}
+
+function vetoRefusal(pool: string, node: string, key: string): RemovalRefusedError {
+  return new RemovalRefusedError(`node ${node} vetoed its removal from pool ${pool} (${key} was deleted or re-created): it is back; nothing more was released`);
 }
 
 function parseJson(e: KVEntry): Record<string, unknown> {
@@ -206,6 +265,7 @@ export function decodeHandle(e: KVEntry): HandleValue {
   if (typeof r['network'] !== 'string') throw corrupt(e.key, '"network" must be a string');
   if (typeof r['at'] !== 'number') throw corrupt(e.key, '"at" must be a number');
   if (!Array.isArray(r['ips'])) throw corrupt(e.key, '"ips" must be an array');
+  if (r['deleted'] !== undefined && (r['deleted'] !== true || r['ips'].length !== 0)) throw corrupt(e.key, '"deleted" must be true, with "ips" empty');
   const ips: HandleIP[] = r['ips'].map((x: unknown, i: number) => {
     const o = x as Record<string, unknown> | null;
     if (typeof o !== 'object' || o === null) throw corrupt(e.key, `ips[${i}] must be an object`);
@@ -215,7 +275,7 @@ export function decodeHandle(e: KVEntry): HandleValue {
     if (!isNat(o['ordinal']) || !isNat(o['seq']) || !isNat(o['rangeSet'])) throw corrupt(e.key, `ips[${i}]: "ordinal", "seq" and "rangeSet" must be non-negative integers`);
     return { ip: o['ip'] as string, block: o['block'], ordinal: o['ordinal'], seq: o['seq'], rangeSet: o['rangeSet'] };
   });
-  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips };
+  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips, ...(r['deleted'] === true ? { deleted: true as const } : {}) };
 }
 
 /** The CIDR text of a block key (`10.80.0.64-26` → `10.80.0.64/26`), or null. */
@@ -296,10 +356,30 @@ export class PoolAllocator {
   /**
    * Key of `node`'s heartbeat (`P/pools/<pool>/alive/<node>` → `{"v":1,"node","since"}`, put with
    * a lease by the node's daemon): present = the node may be alive. Never read to decide an
-   * allocation; only `pool remove-node` refuses to start while it exists.
+   * allocation; `pool remove-node` step 1 compares it absent (unless `--force`) and every
+   * `--finish` transaction compares it absent.
    */
   aliveKey(node: string): string {
     return `${this.#base}/alive/${node}`;
+  }
+  /**
+   * Key of the removal marker of `node` (`P/pools/<pool>/removing/<node>` → `{"v":1,"node","at"}`):
+   * created (create-only) by step 1 of `pool remove-node`, deleted by the node's veto. While it
+   * exists no ADD of `node` commits (each compares it absent); every transaction of
+   * `--finish` compares its revision, so a veto (its deletion) stops the reclaim (review F1/F2).
+   */
+  removingKey(node: string): string {
+    return `${this.#base}/removing/${node}`;
+  }
+  /**
+   * Key of the veto window of `node`'s removal (`P/pools/<pool>/removal-window/<node>` →
+   * `{"v":1,"node","at"}`), put by step 1 with a lease of {@link REMOVAL_WINDOW_SECONDS}:
+   * `--finish` refuses while it exists (compared absent in every one of its transactions). A
+   * lease can only outlive its TTL (a leader change on etcd 3.4 restarts it), never expire early,
+   * so its absence proves the window has passed.
+   */
+  windowKey(node: string): string {
+    return `${this.#base}/removal-window/${node}`;
   }
   /** Key of the handle of (containerId, ifname). */
   handleKey(containerId: string, ifname: string): string {
@@ -347,14 +427,22 @@ export class PoolAllocator {
     return w;
   }
 
-  /** The allocations a handle names, checked against their blocks (repeated ADD, CHECK). */
-  #existing(h: HandleValue, blocks: Map<string, Working | null>, req: PoolRequest, hkey: string): Promise<PoolAllocation[]> {
+  /**
+   * The allocations a handle names, checked against their blocks (repeated ADD, CHECK). Throws
+   * {@link LostRace} when a block lacks the allocation but the handle changed since it was read
+   * (a release between the two reads: `--finish`, a DEL), STORE_CORRUPT when the handle is
+   * unchanged across a re-read (handle and allocations are written in one transaction, so they
+   * never disagree at one revision).
+   */
+  #existing(h: { entry: KVEntry; value: HandleValue }, blocks: Map<string, Working | null>, req: PoolRequest): Promise<PoolAllocation[]> {
     return Promise.all(
-      h.ips.map(async (x) => {
+      h.value.ips.map(async (x) => {
         const b = await this.#block(x.block, blocks);
         const a = b?.value.allocs[String(x.ordinal)];
         if (b === null || a === undefined || a.seq !== x.seq || a.id !== req.containerId.trim() || a.ifname !== req.ifname) {
-          throw corrupt(hkey, `names ${x.ip} (block ${x.block}, sequence ${x.seq}) but the block holds no such allocation`);
+          const again = await this.#o.kv.get(h.entry.key);
+          if (again === null || again.modRevision !== h.entry.modRevision) throw new LostRace();
+          throw corrupt(h.entry.key, `names ${x.ip} (block ${x.block}, sequence ${x.seq}) but the block holds no such allocation`);
         }
         return this.#allocation(x.rangeSet, b, x.ordinal, a.seq, true);
       }),
@@ -403,18 +491,32 @@ export class PoolAllocator {
       const ops: KVOp[] = [];
       const firstOf = new Map<string, number>();
       const pending: number[] = [];
+      let lostRace = false;
+      /** Handle key → revision of the DEL's tombstone there (a fresh ADD overwrites it by that revision). */
+      const tombstones = new Map<string, string>();
       for (let i = 0; i < reqs.length; i++) {
         const r = reqs[i] as PoolRequest;
         const h = handles[i];
         const hk = this.handleKey(r.containerId.trim(), r.ifname);
-        if (h !== null && h !== undefined) {
-          results[i] = await this.#existing(h.value, blocks, r, hk);
+        if (h !== null && h !== undefined && h.value.deleted !== true) {
+          try {
+            results[i] = await this.#existing(h, blocks, r);
+          } catch (e) {
+            if (!(e instanceof LostRace)) throw e;
+            lostRace = true;
+            break;
+          }
         } else if (!firstOf.has(hk)) {
           firstOf.set(hk, i);
           pending.push(i);
+          if (h !== null && h !== undefined) tombstones.set(hk, h.entry.modRevision);
         }
       }
       let mineComplete = false;
+      if (lostRace) {
+        this.#cache = null;
+        continue;
+      }
       if (pending.length > 0) {
         mineComplete = true;
         // This node's blocks (affinity index), read once per attempt.
@@ -429,7 +531,19 @@ export class PoolAllocator {
           const c = cached?.get(key);
           if (c !== undefined) blocks.set(key, { key, cidr: c.cidr, value: structuredClone(c.value), rev: c.rev, dirty: false });
           const b = await this.#block(key, blocks);
-          if (b === null || b.value.node !== this.#o.node) throw corrupt(a.key, `names block ${key}, which ${b === null ? 'does not exist' : `belongs to node ${b.value.node}`}`);
+          if (b === null || b.value.node !== this.#o.node) {
+            // Another process of this node may have given the block back (a DEL that emptied
+            // it), and another node claimed it since, between our affinity list and this read: a
+            // lost race (review F3). Corrupt only when the affinity is still the one we listed
+            // (same mod_revision, so it existed all along): a claim and a give-back write the
+            // block and its affinity in one transaction, so they cannot disagree at one revision.
+            const again = 'modRevision' in a ? await kv.get(a.key) : null;
+            if (again !== null && again.modRevision === (a as KVEntry).modRevision) {
+              throw corrupt(a.key, `names block ${key}, which ${b === null ? 'does not exist' : `belongs to node ${b.value.node}`}`);
+            }
+            lostRace = true;
+            break;
+          }
           // The node is back: it vetoes a removal begun while it was away (docs/cluster.md
           // "Reclaiming a dead node's blocks"); the write goes in this ADD's transaction.
           if (b.value.state === 'pendingRelease') {
@@ -437,6 +551,10 @@ export class PoolAllocator {
             b.dirty = true;
           }
           mine.push(b);
+        }
+        if (lostRace) {
+          this.#cache = null;
+          continue;
         }
         let claimed: Set<string> | null = null;
         let others: Working[] | null = null;
@@ -505,7 +623,8 @@ export class PoolAllocator {
             at: this.#now(),
             ips: got.map((g, k) => ({ ip: formatIP((allocs[k] as PoolAllocation).ip), block: g.b.key, ordinal: g.o, seq: (allocs[k] as PoolAllocation).seq, rangeSet: g.rs })),
           };
-          compares.push({ key: hk, absent: true });
+          const tomb = tombstones.get(hk);
+          compares.push(tomb === undefined ? { key: hk, absent: true } : { key: hk, modRevision: tomb });
           ops.push({ put: hk, value: JSON.stringify(hv) });
         }
         for (const b of blocks.values()) {
@@ -523,21 +642,36 @@ export class PoolAllocator {
       }
       // Nothing to write unless some request got its addresses: an ADD that failed (a full range
       // set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.
-      const anyHandle = compares.some((c) => 'absent' in c && c.key.startsWith(`${this.#base}/handles/`));
+      const anyHandle = compares.some((c) => c.key.startsWith(`${this.#base}/handles/`));
       // A failure decided on cached blocks (a full range set) may be stale: decide it on fresh reads.
       if (cached !== null && results.some((r) => r instanceof AppError)) {
         this.#cache = null;
         continue;
       }
+      // etcd refuses a transaction of more than 128 compares + ops (`--max-txn-ops`): with small
+      // blocks (/31, /32) a batch claims a block per request. Split the batch in halves (the
+      // halves re-read; nothing was written) instead of failing it as a whole (review).
+      if (anyHandle && reqs.length > 1 && compares.length + ops.length + 1 > MAX_TXN_OPS) {
+        const half = Math.ceil(reqs.length / 2);
+        return [...(await this.add(reqs.slice(0, half))), ...(await this.add(reqs.slice(half)))];
+      }
       if (anyHandle) {
+        // No ADD of this node commits while a removal of it is begun (review F2): the marker's
+        // absence is compared inside the transaction, so a stale cache cannot skip the veto.
+        compares.push({ key: this.removingKey(this.#o.node), absent: true });
         const t = await kv.txn(compares, ops);
         if (!t.succeeded) {
           this.#cache = null;
+          // The node is back: it vetoes a removal begun while it was away, then decides again.
+          if ((await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
           continue;
         }
         if (mineComplete) this.#remember(blocks, t.revision);
       } else if (cached === null && mineComplete) {
         this.#remember(blocks, null);
+        // An ADD that sent nothing (every request failed: a full pool) is still a sign of life:
+        // veto a removal begun (one read, on this failure path only).
+        if (pending.length > 0) await this.vetoIfMarked();
       }
       // Duplicates inside the batch get the first one's answer.
       return reqs.map((r, i) => {
@@ -609,9 +743,16 @@ export class PoolAllocator {
    * no handle (CHECK). Throws STORE_CORRUPT when the handle names an allocation its block lacks.
    */
   async find(req: PoolRequest): Promise<PoolAllocation[] | null> {
-    const h = await this.#handle(req);
-    if (h === null) return null;
-    return this.#existing(h.value, new Map(), req, h.entry.key);
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const h = await this.#handle(req);
+      if (h === null || h.value.deleted === true) return null;
+      try {
+        return await this.#existing(h, new Map(), req);
+      } catch (e) {
+        if (!(e instanceof LostRace)) throw e;
+      }
+    }
+    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reads of ${req.containerId.trim()}/${req.ifname} raced with releases; try again`);
   }
 
   /**
@@ -627,7 +768,14 @@ export class PoolAllocator {
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       if (attempt > 0) await this.#o.backoff?.(attempt);
       const h = await this.#handle(req);
-      if (h === null) return [];
+      if (h === null) {
+        // Nothing held: leave a tombstone, so an ADD of this container whose transaction etcd
+        // applies only now (its sender gave up: the runtime's DEL came after an error) fails its
+        // create-only compare instead of holding an address nobody will release (review F4).
+        if (await this.#tombstone(req)) return [];
+        continue; // a handle appeared meanwhile: release it
+      }
+      if (h.value.deleted === true) return [];
       const blocks = new Map<string, Working | null>();
       const released: string[] = [];
       for (const x of h.value.ips) {
@@ -657,17 +805,24 @@ export class PoolAllocator {
           const same = mineByRs.get(b.value.rangeSet) ?? [];
           const ak = this.affinityKey(this.#o.node, b.key);
           const aff = same.find((e) => e.key === ak);
-          if (same.length > 1 && aff !== undefined) {
-            // Empty and not the node's last block of this range set: give it back to the pool.
+          const kept = same.find((e) => e !== aff);
+          if (kept !== undefined && aff !== undefined) {
+            // Empty and not the node's last block of this range set: give it back to the pool —
+            // provided the block we keep is still there (compared), so two DELs of the node that
+            // each empty one of its last two blocks cannot give back both (review).
             mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
-            compares.push({ key: ak, modRevision: aff.modRevision });
+            compares.push({ key: ak, modRevision: aff.modRevision }, { key: kept.key, modRevision: kept.modRevision });
             ops.push({ delete: bk }, { delete: ak });
             continue;
           }
         }
         ops.push({ put: bk, value: JSON.stringify(b.value) });
       }
+      // A DEL of this node is a sign of life too: it commits only while no removal of the node
+      // is begun, else it vetoes and decides again (the same one compare as an ADD's).
+      compares.push({ key: this.removingKey(this.#o.node), absent: true });
       const t = await kv.txn(compares, ops);
+      if (!t.succeeded && (await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
       if (t.succeeded) {
         // Blocks this DEL deleted leave the cache; those it wrote get the new revision.
         if (this.#cache !== null) {
@@ -682,11 +837,20 @@ export class PoolAllocator {
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
   }
 
+  /** Put a tombstone at (containerId, ifname)'s handle key if it is absent; false when a handle exists. */
+  async #tombstone(req: PoolRequest): Promise<boolean> {
+    const hk = this.handleKey(req.containerId.trim(), req.ifname);
+    const lease = this.#o.tombstoneLease === undefined ? undefined : await this.#o.tombstoneLease();
+    const value = JSON.stringify({ v: 1, node: this.#o.node, network: this.#o.network, at: this.#now(), ips: [], deleted: true });
+    return (await this.#o.kv.txn([{ key: hk, absent: true }], [{ put: hk, value, ...(lease === undefined ? {} : { lease }) }])).succeeded;
+  }
+
   /**
    * Release one address only if its allocation still has sequence number `seq` and owner
    * (containerId, ifname) — the reconciler's guard against a stale view (Calico's per-ordinal
-   * sequence numbers). Returns false when the address is free or re-allocated since (`seq`
-   * differs). Does not touch the handle's other addresses; deletes the handle when it held only
+   * sequence numbers). Returns false when the address is not held by that owner with that `seq`
+   * (free, re-allocated since, or released by an earlier attempt of the caller whose answer was
+   * lost: false means "not held", not "not released by this call"). Does not touch the handle's other addresses; deletes the handle when it held only
    * this one.
    */
   async releaseIfSeq(ip: string, seq: number, owner: PoolRequest): Promise<boolean> {
@@ -715,12 +879,16 @@ export class PoolAllocator {
   }
 
   /**
-   * Veto a removal of this node: every block of it in `pendingRelease` goes back to `owned`
-   * (one revision-checked write each). Returns the blocks vetoed. Every ADD of the node that
-   * allocates does the same inside its own transaction; this is the explicit form (tools, tests).
+   * Veto a removal of this node (docs/cluster.md "Reclaiming a dead node's blocks"): delete its
+   * marker `removing/<node>` first — from then on every `--finish` transaction, which compares
+   * the marker's revision, fails — then write each of its blocks in `pendingRelease` back to
+   * `owned` (one revision-checked write each). Returns the blocks written back. Called by an ADD
+   * that finds the marker (its transaction compares it absent), by the daemon at the start of a
+   * pool and on every heartbeat ({@link vetoIfMarked}), and by tools and tests.
    */
   async veto(): Promise<string[]> {
     const kv = this.#o.kv;
+    await kv.txn([], [{ delete: this.removingKey(this.#o.node) }]);
     const prefix = `${this.#base}/nodes/${this.#o.node}/blocks/`;
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {
@@ -735,16 +903,50 @@ export class PoolAllocator {
         }
       }
     }
+    this.#cache = null;
     return out.sort();
   }
 
   /**
-   * Step 1 of `pool remove-node target`: every block of `target` goes `owned → pendingRelease`
-   * (CAS each): no new allocation in it from then on. Returns the blocks now pending (also those
-   * that already were). The target vetoes by writing them back ({@link veto}).
+   * {@link veto} only when this node's removal marker exists (one read otherwise): what the
+   * daemon runs at the start of a pool and on every heartbeat, so an idle node that returns from
+   * a partition vetoes within one heartbeat period (review F2b). Returns the blocks written back,
+   * or null when no removal was begun.
    */
-  async markForRemoval(target: string): Promise<string[]> {
+  async vetoIfMarked(): Promise<string[] | null> {
+    if ((await this.#o.kv.get(this.removingKey(this.#o.node))) === null) return null;
+    return this.veto();
+  }
+
+  /**
+   * Step 1 of `pool remove-node target`: create the marker `removing/<target>` (create-only; an
+   * existing marker is kept, so running step 1 again is harmless), then every block of `target`
+   * goes `owned → pendingRelease` (a CAS each, also comparing the marker's revision: a veto meanwhile
+   * stops the marking). With `windowLease` (the CLI: a lease of {@link REMOVAL_WINDOW_SECONDS})
+   * the window key is put with the marker, and `--finish` refuses until it has expired. No new allocation in a marked block, and no ADD of `target` commits
+   * while the marker exists. Unless `force`, the marker is created only if `target`'s heartbeat
+   * key is absent (compared in the same transaction).
+   * Returns the blocks now pending (also those that already were).
+   * @throws RemovalRefusedError when `target` has a heartbeat (without `force`), or it vetoed
+   *   during the marking.
+   */
+  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: () => Promise<string> } = {}): Promise<string[]> {
     const kv = this.#o.kv;
+    const mk = this.removingKey(target);
+    let marker: KVEntry | null = null;
+    for (let i = 0; i < MAX_ATTEMPTS && marker === null; i++) {
+      marker = await kv.get(mk);
+      if (marker !== null) break;
+      const compares: KVCompare[] = [{ key: mk, absent: true }];
+      if (opts.force !== true) compares.push({ key: this.aliveKey(target), absent: true });
+      const value = JSON.stringify({ v: 1, node: target, at: this.#now() });
+      const ops: KVOp[] = [{ put: mk, value }];
+      if (opts.windowLease !== undefined) ops.push({ put: this.windowKey(target), value, lease: await opts.windowLease() });
+      if (!(await kv.txn(compares, ops)).succeeded) {
+        if (opts.force !== true && (await kv.get(this.aliveKey(target))) !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target));
+      }
+    }
+    if (marker === null) throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${mk} lost to concurrent writers; try again`);
     const prefix = `${this.#base}/nodes/${target}/blocks/`;
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {
@@ -757,10 +959,11 @@ export class PoolAllocator {
           break;
         }
         b.value.state = 'pendingRelease';
-        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
+        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }, { key: mk, modRevision: marker.modRevision }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
           out.push(key);
           break;
         }
+        if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
       }
     }
     return out.sort();
@@ -768,24 +971,50 @@ export class PoolAllocator {
 
   /**
    * Step 2 of `pool remove-node target`, after the veto window: release every allocation
-   * `target` made (its handles), provided each of `target`'s blocks the handle touches is still
-   * `pendingRelease` at the revision read (a veto changes it: that handle is kept); then delete
-   * each of `target`'s blocks left `pendingRelease` and empty, with its affinity. Allocations other
-   * nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease` until their DELs).
-   * Returns what was released and what was kept.
+   * `target` made (its handles, also those whose addresses are borrowed in other nodes' blocks),
+   * then delete each of `target`'s blocks left `pendingRelease` and empty, with its affinity,
+   * and finally the marker when no block of `target` is left. Every transaction compares the
+   * marker's revision as read at the start and that `target`'s heartbeat key is absent, and a
+   * handle is released only if each of `target`'s blocks it touches is still `pendingRelease`
+   * at the revision read. A veto deletes the marker, so nothing is released after it (review F1).
+   * Allocations other nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease`
+   * until their DELs). Returns what was released and what was kept.
+   * @throws RemovalRefusedError when step 1 was not run (no marker), the node vetoed (the marker
+   *   is gone or was re-created), or its heartbeat key exists.
    */
   async finishRemoval(target: string): Promise<{ released: string[]; deletedBlocks: string[]; keptBlocks: string[] }> {
     const kv = this.#o.kv;
+    const mk = this.removingKey(target);
+    const ak = this.aliveKey(target);
+    const marker = await kv.get(mk);
+    if (marker === null) {
+      throw new RemovalRefusedError(`node ${target} is not marked for removal in pool ${this.#o.pool} (no ${mk}): run remove-node without --finish first, or it vetoed (it is back)`);
+    }
+    if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
+    const wk = this.windowKey(target);
+    if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk);
+    const guard: KVCompare[] = [
+      { key: mk, modRevision: marker.modRevision },
+      { key: ak, absent: true },
+      { key: wk, absent: true },
+    ];
+    /** After a failed transaction: a veto or a heartbeat stops everything; else it was another writer. */
+    const recheck = async (): Promise<void> => {
+      if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
+      if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
+      if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk);
+    };
     const released: string[] = [];
     const hprefix = `${this.#base}/handles/`;
     for (const e of await kv.list(hprefix)) {
       const h = decodeHandle(e);
-      if (h.node !== target) continue;
+      if (h.node !== target || h.deleted === true) continue;
       const [containerId, ifname] = e.key.slice(hprefix.length).split('/') as [string, string];
       for (let i = 0; i < MAX_ATTEMPTS; i++) {
         const cur = await this.#o.kv.get(e.key);
         if (cur === null) break;
         const hv = decodeHandle(cur);
+        if (hv.node !== target || hv.deleted === true) break;
         const blocks = new Map<string, Working | null>();
         let vetoed = false;
         const freed: string[] = [];
@@ -799,7 +1028,7 @@ export class PoolAllocator {
           freed.push(x.ip);
         }
         if (vetoed) break;
-        const compares: KVCompare[] = [{ key: cur.key, modRevision: cur.modRevision }];
+        const compares: KVCompare[] = [...guard, { key: cur.key, modRevision: cur.modRevision }];
         const ops: KVOp[] = [{ delete: cur.key }];
         for (const b of blocks.values()) {
           if (b === null || !b.dirty) continue;
@@ -810,6 +1039,7 @@ export class PoolAllocator {
           released.push(...freed);
           break;
         }
+        await recheck();
       }
     }
     const deletedBlocks: string[] = [];
@@ -823,14 +1053,17 @@ export class PoolAllocator {
         continue;
       }
       const ok = await kv.txn(
-        [
-          { key: this.blockKey(key), modRevision: b.rev as string },
-          { key: a.key, modRevision: a.modRevision },
-        ],
+        [...guard, { key: this.blockKey(key), modRevision: b.rev as string }, { key: a.key, modRevision: a.modRevision }],
         [{ delete: this.blockKey(key) }, { delete: a.key }],
       );
-      (ok.succeeded ? deletedBlocks : keptBlocks).push(key);
+      if (ok.succeeded) deletedBlocks.push(key);
+      else {
+        await recheck();
+        keptBlocks.push(key);
+      }
     }
+    // Done with the node: the marker goes too (a node of that name that joins later starts clean).
+    if (keptBlocks.length === 0) await kv.txn(guard, [{ delete: mk }]);
     return { released: released.sort(), deletedBlocks: deletedBlocks.sort(), keptBlocks: keptBlocks.sort() };
   }
 
@@ -840,7 +1073,7 @@ export class PoolAllocator {
     const out: Array<{ containerId: string; ifname: string; value: HandleValue }> = [];
     for (const e of await this.#o.kv.list(prefix)) {
       const value = decodeHandle(e);
-      if (value.node !== node) continue;
+      if (value.node !== node || value.deleted === true) continue;
       const [containerId, ifname] = e.key.slice(prefix.length).split('/') as [string, string];
       out.push({ containerId, ifname, value });
     }

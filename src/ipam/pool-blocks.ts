@@ -94,7 +94,7 @@ export function* blocksOf(rs: RangeSet, rangeSetIndex: number, sizes: BlockSizes
 
 function anyAllocatable(rs: RangeSet, cidr: Subnet): boolean {
   const n = blockAddresses(cidr.ip.family, cidr.prefix);
-  // Blocks are small (≤ 4096 addresses at /20): a scan is cheap; stop at the first hit.
+  // Blocks are small (≤ 256 addresses: blockSize ≥ /24, ≥ /120): a scan is cheap; stop at the first hit.
   for (let o = 0n; o < n; o++) if (isAllocatable(rs, cidr, Number(o))) return true;
   return false;
 }

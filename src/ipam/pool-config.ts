@@ -29,10 +29,15 @@ import { CNI_NAME_RE } from '../common/names.ts';
 export const DEFAULT_BLOCK_SIZE4 = 26;
 /** Default IPv6 block prefix length (Calico's default /122). */
 export const DEFAULT_BLOCK_SIZE6 = 122;
-/** Allowed IPv4 block prefix lengths (Calico's range, 20–32). */
-export const BLOCK_SIZE4_RANGE = [20, 32] as const;
-/** Allowed IPv6 block prefix lengths (Calico's range, 116–128). */
-export const BLOCK_SIZE6_RANGE = [116, 128] as const;
+/**
+ * Allowed IPv4 block prefix lengths, 24–32: Calico allows 20–32, but a block is one etcd value
+ * rewritten by every allocation in it (≈ 150 bytes per allocation): a full /20 is ≈ 0.6 MB per
+ * write, and a batch touching three of them exceeds etcd's 1.5 MiB request limit (review); a
+ * full /24 is ≈ 38 KB.
+ */
+export const BLOCK_SIZE4_RANGE = [24, 32] as const;
+/** Allowed IPv6 block prefix lengths, 120–128 (at most 256 addresses per block, as for IPv4). */
+export const BLOCK_SIZE6_RANGE = [120, 128] as const;
 /** Default etcd key prefix. */
 export const DEFAULT_POOL_PREFIX = '/ipwarden';
 /** Longest node name accepted (a Kubernetes node name is a DNS subdomain: at most 253 characters). */

@@ -490,7 +490,7 @@ function hasCniCommand(buf: Buffer): boolean {
 }
 
 /** comm and ppid of a `/proc/<pid>/stat` line (fields after the LAST `)`: comm may hold `)`). */
-function statCommPpid(text: string): { comm: string; ppid: number } | null {
+export function statCommPpid(text: string): { comm: string; ppid: number } | null {
   const open = text.indexOf('(');
   const close = text.lastIndexOf(')');
   if (open < 0 || close < open) return null;

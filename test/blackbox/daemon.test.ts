@@ -502,3 +502,54 @@ describe('ipwarden daemon stop', { skip }, () => {
     }
   });
 });
+
+describe('a daemon in a mount namespace of its own (as in its container) serves only host paths', { skip, timeout: 120_000 }, () => {
+  // The DaemonSet's container sees only its hostPath mounts at the host's paths. Here: the daemon
+  // runs in a new mount namespace where PRIV is a tmpfs of its own (a path of the container, not
+  // the host: like its /tmp emptyDir) while HOST is the host's directory, as mounted.
+  let d: TestDaemon;
+  let shimPid: number;
+  let host = '';
+  let priv = '';
+  before(async () => {
+    host = temp('ipwd-hostview-h-');
+    priv = temp('ipwd-hostview-p-');
+    d = await startTestDaemon({
+      wrap: ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', 'mount -t tmpfs ipwd-hostview "$0" && exec "$@"', priv],
+    });
+    shimPid = await fakeShim();
+  });
+  after(async () => {
+    await d?.stop();
+    cleanupAll();
+  });
+
+  it('a data directory that is the host\'s is served; one that is only the daemon\'s own is declined with no answer, and nothing is written anywhere', async () => {
+    const served = await runViaDaemon(d.socket, { command: 'ADD', containerId: 'hv-1', ifname: 'eth0', stdin: conf(host) }, shimPid);
+    assert.deepEqual([served.exitCode, (JSON.parse(served.stdout) as { ips: Array<{ address: string }> }).ips[0]?.address], [0, '10.93.0.2/28']);
+    assert.equal(readFileSync(join(host, NET, '10.93.0.2'), 'utf8'), 'hv-1\r\neth0');
+
+    await assert.rejects(runViaDaemon(d.socket, { command: 'ADD', containerId: 'hv-2', ifname: 'eth0', stdin: conf(priv) }, shimPid), /the daemon closed without an answer/);
+    const line = await d.waitForLog((l) => l.msg.startsWith('request declined'));
+    assert.deepEqual([line['command'], line['containerId'], line['reason']], ['ADD', 'hv-2', `${priv}: ${priv} here is not the requester's ${priv}: not a host path mounted at the same path`]);
+    // The host's PRIV is untouched (the standalone, which the shim now runs, will write there).
+    assert.deepEqual(readdirSync(priv), []);
+    // A resolvConf that is not the host's file is declined the same way, before anything is reserved.
+    await assert.rejects(runViaDaemon(d.socket, { command: 'ADD', containerId: 'hv-3', ifname: 'eth0', stdin: conf(host, '1.0.0', { resolvConf: join(priv, 'resolv.conf') }) }, shimPid), /closed without an answer/);
+    assert.deepEqual(Object.keys(snapshotDir(join(host, NET))).filter((f) => /^\d/.test(f)), ['10.93.0.2']);
+    // STATUS, which turns a store error into its own answer, is declined too.
+    await assert.rejects(runViaDaemon(d.socket, { command: 'STATUS', containerId: '', ifname: '', stdin: conf(priv) }, shimPid), /closed without an answer/);
+    // The daemon logs each decline before it closes; the line may reach us after the close.
+    await until(() => d.logs.filter((l) => l.msg.startsWith('request declined')).length >= 3);
+    assert.deepEqual(d.logs.filter((l) => l.msg.startsWith('request declined')).map((l) => [l['command'], l['containerId']]), [['ADD', 'hv-2'], ['ADD', 'hv-3'], ['STATUS', '']]);
+  });
+});
+
+describe('outside the host PID namespace the daemon cannot tell host paths and serves none', { skip }, () => {
+  it('hostView() in a new PID namespace refuses every path, naming why', () => {
+    const code = `import { hostView } from ${JSON.stringify(join(ROOT, 'src/node/host-view.ts'))}; process.stdout.write(JSON.stringify(hostView().notHostPath('/tmp', 1)));`;
+    const r = spawnSync('unshare', ['--pid', '--fork', '--mount-proc', process.execPath, '--import', 'tsx', '--input-type=module', '-e', code], { cwd: ROOT, encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(JSON.parse(r.stdout), "/proc is not of the host PID namespace (pid 2 is not kthreadd): the requester's files cannot be told from this container's");
+  });
+});

@@ -91,16 +91,20 @@ for (const v of ALL) {
 }
 
 describe('CNI 1.1.0 GC', () => {
+  // Container IDs of this process only: GC keeps the reservation of a container whose CNI
+  // operation runs anywhere on the node (kernel evidence), so a common ID like "c1" in another
+  // process on the machine would change the outcome.
+  const G = `gc${process.pid}-c`;
   function prepared() {
     const dd = dataDir();
     const dir = join(dd, NET);
     mkdirSync(dir, { recursive: true });
     const files: Record<string, string> = {
-      '10.1.0.2': 'c1\r\neth0',
-      '10.1.0.3': 'c2\r\neth0',
-      '10.1.0.4': 'c3',
+      '10.1.0.2': `${G}1\r\neth0`,
+      '10.1.0.3': `${G}2\r\neth0`,
+      '10.1.0.4': `${G}3`,
       '10.1.0.5': '',
-      '10.1.0.6': 'c1\r\neth1',
+      '10.1.0.6': `${G}1\r\neth1`,
       'last_reserved_ip.0': '10.1.0.6',
       lock: '',
     };
@@ -112,15 +116,15 @@ describe('CNI 1.1.0 GC', () => {
 
   it('releases every reservation not in cni.dev/valid-attachments, and corrupt records', () => {
     const { dd, dir } = prepared();
-    const r = gc(dd, [{ containerID: 'c1', ifname: 'eth0' }, { containerID: 'c3', ifname: 'eth0' }]);
+    const r = gc(dd, [{ containerID: `${G}1`, ifname: 'eth0' }, { containerID: `${G}3`, ifname: 'eth0' }]);
     assert.deepEqual([r.exitCode, r.stdout], [0, '']);
-    assert.deepEqual(snapshotDir(dir), { '10.1.0.2': 'c1\r\neth0', '10.1.0.4': 'c3', 'last_reserved_ip.0': '10.1.0.6', lock: '' });
+    assert.deepEqual(snapshotDir(dir), { '10.1.0.2': `${G}1\r\neth0`, '10.1.0.4': `${G}3`, 'last_reserved_ip.0': '10.1.0.6', lock: '' });
   });
 
   it('falls back to cni.dev/attachments', () => {
     const { dd, dir } = prepared();
-    assert.equal(gc(dd, [{ containerID: 'c2', ifname: 'eth0' }], 'cni.dev/attachments').exitCode, 0);
-    assert.deepEqual(snapshotDir(dir), { '10.1.0.3': 'c2\r\neth0', 'last_reserved_ip.0': '10.1.0.6', lock: '' });
+    assert.equal(gc(dd, [{ containerID: `${G}2`, ifname: 'eth0' }], 'cni.dev/attachments').exitCode, 0);
+    assert.deepEqual(snapshotDir(dir), { '10.1.0.3': `${G}2\r\neth0`, 'last_reserved_ip.0': '10.1.0.6', lock: '' });
   });
 
   it('an empty list means nothing is valid; lock and last_reserved_ip stay', () => {

@@ -116,6 +116,27 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.deepEqual(cniError(missing), { code: 999, msg: 'ipwarden: Failed to find address added by container c1' });
   });
 
+  it('a DEL that finds no handle leaves a leased tombstone: a late ADD transaction fails on it, a fresh ADD overwrites it (review F4)', async () => {
+    const p = prefix();
+    const hk = `${p}/pools/bbpool/handles/ghost/eth0`;
+    const d = del(conf(p), 'ghost', 'node-a');
+    assert.deepEqual([d.exitCode, d.stdout], [0, '']);
+    const t = await (kv as EtcdKV).get(hk);
+    assert.deepEqual(JSON.parse(t?.value ?? 'null'), { v: 1, node: 'node-a', network: 'poolnet', at: JSON.parse(t?.value ?? '{}').at, ips: [], deleted: true });
+    // Put with a lease of 600 s (etcdctl shows the key's lease and its granted TTL).
+    const ctl = (...a: string[]) => spawnSync('/usr/bin/etcdctl', ['--endpoints', (cluster as EtcdCluster).endpoints.join(','), ...a], { encoding: 'utf8', env: { ...process.env, ETCDCTL_API: '3' } });
+    // (the lease ID is an int64: read it as text, JSON numbers lose its low bits)
+    const lease = BigInt(/"lease":([0-9]+)/.exec(ctl('get', hk, '-w', 'json').stdout)?.[1] ?? '0');
+    assert.ok(lease > 0n, 'the tombstone has a lease');
+    assert.match(ctl('lease', 'timetolive', lease.toString(16)).stdout, /granted with TTL\(600s\)/);
+    // What a late ADD transaction of ghost (sent before the DEL, applied by etcd after it) compares: the handle absent.
+    assert.equal((await (kv as EtcdKV).txn([{ key: hk, absent: true }], [{ put: hk, value: '{"late":true}' }])).succeeded, false);
+    assert.deepEqual(cniError(runCni(standalonePlugin(), { command: 'CHECK', containerId: 'ghost', ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: 'node-a' } })), { code: 999, msg: 'ipwarden: Failed to find address added by container ghost' });
+    assert.equal(address(add(conf(p), 'ghost', 'node-a')), '10.81.0.16/27', 'a fresh ADD overwrites the tombstone');
+    assert.equal(del(conf(p), 'ghost', 'node-a').exitCode, 0);
+    assert.equal(await (kv as EtcdKV).get(hk), null);
+  });
+
   it('through the shim (the daemon in the daemon pass): ADD, repeated ADD, DEL', () => {
     const p = prefix();
     const bin = installedPlugin();
@@ -135,7 +156,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
 
   it('bad configs and node names: code 7, exact messages', () => {
     const p = prefix();
-    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 19 }), 'c1', 'node-a')), { code: 7, msg: 'ipam.pool.blockSize must be an integer from 20 to 32, got 19' });
+    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 19 }), 'c1', 'node-a')), { code: 7, msg: 'ipam.pool.blockSize must be an integer from 24 to 32, got 19' });
     assert.deepEqual(cniError(add(conf(p, {}, { etcd: { endpoints: ['127.0.0.1:2379'] } }), 'c1', 'node-a')), {
       code: 7,
       msg: 'ipam.pool.etcd.endpoints[0] must be http://HOST:PORT or https://HOST:PORT, got "127.0.0.1:2379"',
@@ -210,7 +231,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(unknown.stderr, `ipwarden: pool nope has no data in etcd ${(cluster as EtcdCluster).endpoints.join(',')} under ${p} (no ${p}/pools/nope/meta key: never used)\n`);
   });
 
-  it('pool remove-node on a node that is merely partitioned, then returns: its next ADD vetoes, --finish releases nothing, no duplicate', () => {
+  it('pool remove-node on a node that is merely partitioned, then returns: its next ADD vetoes, --finish refuses (exit 1), no duplicate', () => {
     const p = prefix();
     assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
     const mark = cli(p, 'remove-node', 'node-a', '--json');
@@ -221,9 +242,19 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     // node-a returns: its ADD vetoes the removal.
     assert.equal(address(add(conf(p), 'c3', 'node-a')), '10.81.0.17/27');
     const fin = cli(p, 'remove-node', 'node-a', '--finish', '--json');
-    assert.equal(fin.status, 0, fin.stderr);
-    assert.deepEqual(JSON.parse(fin.stdout), { version: 1, node: 'node-a', released: [], deletedBlocks: [], keptBlocks: ['10.81.0.16-28'] });
+    assert.deepEqual([fin.status, fin.stdout, fin.stderr], [1, '', `ipwarden: node node-a is not marked for removal in pool bbpool (no ${p}/pools/bbpool/removing/node-a): run remove-node without --finish first, or it vetoed (it is back)\n`]);
     assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27', 'c1 still holds its address');
+  });
+
+  it('pool remove-node --finish without step 1 refuses (exit 1) and releases nothing, also a node holding only borrowed addresses (review F1b)', async () => {
+    const p = prefix();
+    assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
+    assert.equal(address(add(conf(p), 'c2', 'node-b')), '10.81.0.2/27');
+    assert.equal(address(add(conf(p), 'c3', 'node-c')), '10.81.0.3/27', 'node-c: no free block, it borrows (in node-b\'s block)');
+    const before = (await (kv as EtcdKV).list(`${p}/`)).map((e) => `${e.key}@${e.modRevision}`);
+    const fin = cli(p, 'remove-node', 'node-c', '--finish');
+    assert.deepEqual([fin.status, fin.stdout, fin.stderr], [1, '', `ipwarden: node node-c is not marked for removal in pool bbpool (no ${p}/pools/bbpool/removing/node-c): run remove-node without --finish first, or it vetoed (it is back)\n`]);
+    assert.deepEqual((await (kv as EtcdKV).list(`${p}/`)).map((e) => `${e.key}@${e.modRevision}`), before, 'nothing written');
   });
 
   it('pool remove-node of a node that is gone: refused while its heartbeat is live; --finish releases its addresses and frees its block', async () => {
@@ -239,7 +270,21 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(JSON.parse(cli(p, 'status', '--json').stdout).nodes[0].alive, true);
     await (kv as EtcdKV).revokeLease(lease);
     assert.equal(await (kv as EtcdKV).get(ak), null, 'a revoked lease takes its key');
-    assert.equal(cli(p, 'remove-node', 'node-a').status, 0);
+    const mark = cli(p, 'remove-node', 'node-a');
+    assert.deepEqual([mark.status, mark.stdout], [0, `removal of node-a begun (${p}/pools/bbpool/removing/node-a); 1 block marked pendingRelease: 10.81.0.16-28\nif node-a comes back it vetoes this; once it is surely gone (and at least 60 s from now), run again with --finish\n`]);
+    const forced = cli(p, 'remove-node', 'node-a', '--finish', '--force');
+    assert.deepEqual([forced.status, forced.stderr], [2, 'ipwarden: --force applies to step 1 only: --finish never overrides a live heartbeat\n']);
+    // The veto window: --finish refuses while step 1's leased window key exists.
+    const wk = `${p}/pools/bbpool/removal-window/node-a`;
+    const early = cli(p, 'remove-node', 'node-a', '--finish');
+    assert.deepEqual([early.status, early.stdout, early.stderr], [1, '', `ipwarden: the veto window of node node-a's removal from pool bbpool has not passed (${wk} exists until its 60 s lease expires): try --finish again later\n`]);
+    // Let the window pass: revoke its lease (etcdctl; the lease ID read as text, an int64).
+    const ctl = (...a: string[]) => spawnSync('/usr/bin/etcdctl', ['--endpoints', (cluster as EtcdCluster).endpoints.join(','), ...a], { encoding: 'utf8', env: { ...process.env, ETCDCTL_API: '3' } });
+    const wlease = BigInt(/"lease":([0-9]+)/.exec(ctl('get', wk, '-w', 'json').stdout)?.[1] ?? '0');
+    assert.ok(wlease > 0n, 'the window key has a lease');
+    assert.match(ctl('lease', 'timetolive', wlease.toString(16)).stdout, /granted with TTL\(60s\)/);
+    assert.equal(ctl('lease', 'revoke', wlease.toString(16)).status, 0);
+    assert.equal(await (kv as EtcdKV).get(wk), null);
     const fin = cli(p, 'remove-node', 'node-a', '--finish');
     assert.deepEqual([fin.status, fin.stdout], [0, 'released 1 address of node-a; deleted 1 block(s): 10.81.0.16-28\n']);
     const st = JSON.parse(cli(p, 'status', '--json').stdout) as { nodes: Array<{ node: string }>; rangeSets: Array<{ free: string }> };

@@ -32,6 +32,12 @@ export interface TestDaemonOptions {
   env?: Record<string, string>;
   /** Do not wait for readiness (for tests of a daemon that must refuse to start). */
   noWait?: boolean;
+  /**
+   * A command that execs its arguments (no fork: the pid stays the daemon's), run between setpriv
+   * and node — e.g. `unshare --mount … sh -c '…; exec "$@"' sh` to give the daemon a mount
+   * namespace of its own, as a container has.
+   */
+  wrap?: string[];
 }
 
 /** A daemon child process. */
@@ -67,7 +73,7 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
   const args = [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', cniConfDir, '--log-level', opts.logLevel ?? 'debug', ...metrics, ...(opts.args ?? [])];
   // exec'd through setpriv --pdeathsig: the daemon dies with this test process even when a signal
   // ends it (no 'exit' handler runs then). setpriv execs node, so the pid is the daemon's.
-  const child: ChildProcess = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', process.execPath, ...args], { env: { PATH: '/usr/bin:/bin', ...(opts.env ?? {}) }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const child: ChildProcess = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', ...(opts.wrap ?? []), process.execPath, ...args], { env: { PATH: '/usr/bin:/bin', ...(opts.env ?? {}) }, stdio: ['ignore', 'ignore', 'pipe'] });
   const pid = child.pid;
   if (pid === undefined) throw new Error('the daemon did not start');
   const killOnExit = (): void => {

@@ -75,13 +75,42 @@ describe('EtcdStore on a real etcd', { skip: etcdSkip }, () => {
   });
 
   it('fails over: a dead first endpoint, then the live one answers', async () => {
-    const two = new EtcdKV({ endpoints: ['http://127.0.0.1:1', ...(cluster as EtcdCluster).endpoints] });
+    const two = new EtcdKV({ endpoints: ['http://127.0.0.1:1', ...(cluster as EtcdCluster).endpoints], firstEndpoint: 0 });
     try {
       assert.deepEqual(await two.txn([], [{ put: '/failover/x', value: 'y' }]).then((r) => r.succeeded), true);
       assert.equal((await two.get('/failover/x'))?.value, 'y');
     } finally {
       await two.close();
     }
+  });
+
+  it('starts at a random endpoint by default (processes spread over the members), at firstEndpoint when given', async () => {
+    const eps = ['http://127.0.0.1:1', 'http://127.0.0.1:2', 'http://127.0.0.1:3'];
+    const starts = new Set<string>();
+    // Which endpoint a call tries first shows in the error of an all-dead set: the last one tried is named.
+    for (let i = 0; i < 3; i++) {
+      const k = new EtcdKV({ endpoints: eps, callTimeoutMs: 3000, firstEndpoint: i });
+      try {
+        await assert.rejects(k.get('/x'), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.message.startsWith(`etcd at ${eps[(i + 2) % 3] as string} is unavailable`));
+      } finally {
+        await k.close();
+      }
+    }
+    const orig = Math.random;
+    try {
+      for (const r of [0, 0.4, 0.9]) {
+        Math.random = () => r;
+        const k = new EtcdKV({ endpoints: eps, callTimeoutMs: 3000 });
+        try {
+          await k.get('/x').catch((e: unknown) => starts.add((e as Error).message.slice(0, 'etcd at http://127.0.0.1:1'.length)));
+        } finally {
+          await k.close();
+        }
+      }
+    } finally {
+      Math.random = orig;
+    }
+    assert.deepEqual([...starts].sort(), ['etcd at http://127.0.0.1:1', 'etcd at http://127.0.0.1:2', 'etcd at http://127.0.0.1:3']);
   });
 
   it('an unreachable etcd is STORE_UNAVAILABLE (CNI 11, retryable), within the call deadline', async () => {

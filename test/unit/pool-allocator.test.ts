@@ -9,8 +9,9 @@ import assert from 'node:assert/strict';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
+import type { KV, KVCompare, KVOp } from '../../src/store/kv.ts';
 
 const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (ordinals 2–15 allocatable: .0 network, .1 gateway) and 10.80.0.16/28 (16–30). */
@@ -226,6 +227,174 @@ describe('PoolAllocator', () => {
     await assert.rejects(a.add([{ containerId: 'c1', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.cniCode === 11);
   });
 
+  it('a batch that would exceed etcd\'s 128 txn ops (/32 blocks: a claim per request) is split, not failed with INTERNAL', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a', [[{ subnet: '10.80.1.0/24' }]], 32);
+    const rs = await a.add(Array.from({ length: 24 }, (_, i) => ({ containerId: `c${i}`, ifname: 'eth0' })));
+    const got = rs.map((r) => ips(r as PoolAllocation[])[0]);
+    assert.equal(new Set(got).size, 24);
+    // 24 claims × 6 compares + ops + the marker compare = 145 > 128: halves of 12 (73 each), each one transaction (+ meta).
+    assert.deepEqual({ txns: kv.stats.txns, ok: kv.stats.txnsSucceeded }, { txns: 3, ok: 3 });
+  });
+
+  it('two DELs of one node that each empty one of its last two blocks give back only one (the kept block is compared)', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    for (let i = 0; i < 15; i++) await one(a, `c${i}`); // 10.80.0.16/28 full
+    assert.equal(await one(a, 'y'), '10.80.0.2'); // second block 10.80.0.0/28
+    for (let i = 1; i < 15; i++) await a.del({ containerId: `c${i}`, ifname: 'eth0' }); // 10.80.0.16/28 holds only c0
+    // Both DELs read everything before either transaction is evaluated (a barrier of two in txn).
+    let arrived = 0;
+    let open: () => void = () => undefined;
+    const barrier = new Promise<void>((r) => (open = r));
+    const racing: KV = {
+      description: 'racing',
+      stats: kv.stats,
+      get: (k) => kv.get(k),
+      list: (p, o) => kv.list(p, o),
+      txn: async (c, o) => {
+        if (++arrived === 2) open();
+        if (arrived <= 2) await barrier;
+        return kv.txn(c, o);
+      },
+      close: () => kv.close(),
+    };
+    const mk = () => new PoolAllocator({ kv: racing, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 } });
+    const [r1, r2] = await Promise.all([mk().del({ containerId: 'c0', ifname: 'eth0' }), mk().del({ containerId: 'y', ifname: 'eth0' })]);
+    assert.deepEqual([r1, r2], [['10.80.0.16'], ['10.80.0.2']]);
+    const left = Object.keys(kv.dump()).filter((k) => k.startsWith(`${P}/nodes/node-a/blocks/`));
+    assert.equal(left.length, 1, `node-a keeps one block, got ${JSON.stringify(left)}`);
+    assert.ok(kv.dump()[`${P}/blocks/${(left[0] as string).split('/').pop() as string}`] !== undefined, 'and its block key');
+  });
+
+  describe('F4: a DEL that finds no handle leaves a tombstone', () => {
+    it('a late ADD transaction (its sender gave up with code 11) fails against it; a fresh ADD overwrites it; a second DEL writes nothing', async () => {
+      const kv = new MemoryKV();
+      await one(allocator(kv, 'node-a'), 'warm');
+      // The ADD's transaction reaches etcd, but its answer is lost and the process gives up (11);
+      // etcd applies the transaction only later (captured here, applied below).
+      let late: { c: readonly KVCompare[]; o: readonly KVOp[] } | null = null;
+      const lossy: KV = {
+        description: 'lossy',
+        stats: kv.stats,
+        get: (k) => kv.get(k),
+        list: (p, o) => kv.list(p, o),
+        txn: async (c, o) => {
+          late = { c, o };
+          throw new AppError('STORE_UNAVAILABLE', 'etcd: deadline exceeded');
+        },
+        close: () => kv.close(),
+      };
+      const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: SMALL } }), undefined);
+      const gaveUp = new PoolAllocator({ kv: lossy, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 1000 });
+      await assert.rejects(gaveUp.add([{ containerId: 'c2', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE'));
+      // The runtime's DEL finds nothing: it answers [] and leaves a tombstone (with a lease when the KV has leases).
+      const leases: string[] = [];
+      const d = new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 2000, tombstoneLease: async () => {
+        const id = await kv.grantLease(TOMBSTONE_TTL_SECONDS);
+        leases.push(id);
+        return id;
+      } });
+      assert.deepEqual(await d.del({ containerId: 'c2', ifname: 'eth0' }), []);
+      assert.equal(kv.dump()[`${P}/handles/c2/eth0`], '{"v":1,"node":"node-a","network":"net1","at":2000,"ips":[],"deleted":true}');
+      assert.equal(leases.length, 1);
+      // Now etcd applies the late transaction: its create-only compare on the handle fails.
+      const l = late as unknown as { c: readonly KVCompare[]; o: readonly KVOp[] };
+      assert.ok(l.c.some((x) => x.key === `${P}/handles/c2/eth0` && 'absent' in x));
+      assert.equal(kv.apply(l.c, l.o).succeeded, false, 'the late commit does not land');
+      assert.equal((await allocator(kv, 'node-a').find({ containerId: 'c2', ifname: 'eth0' })), null, 'CHECK: a tombstone holds nothing');
+      const puts = kv.stats.puts;
+      assert.deepEqual(await d.del({ containerId: 'c2', ifname: 'eth0' }), []);
+      assert.equal(kv.stats.puts, puts, 'a DEL that finds a tombstone writes nothing');
+      assert.deepEqual(await allocator(kv, 'node-a').handlesOf('node-a').then((h) => h.map((x) => x.containerId)), ['warm']);
+      // A fresh ADD of that container (a runtime retrying with the same ID) overwrites the tombstone by its revision.
+      assert.equal(await one(allocator(kv, 'node-a'), 'c2'), '10.80.0.17');
+      assert.equal(JSON.parse(kv.dump()[`${P}/handles/c2/eth0`] as string).deleted, undefined);
+    });
+    it('a tombstone value that is not exactly {"deleted":true,"ips":[]} is STORE_CORRUPT', async () => {
+      const kv = new MemoryKV();
+      kv.apply([], [{ put: `${P}/handles/c9/eth0`, value: '{"v":1,"node":"node-a","network":"net1","at":1,"ips":[],"deleted":1}' }]);
+      await assert.rejects(allocator(kv, 'node-a').del({ containerId: 'c9', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/handles/c9/eth0: "deleted" must be true, with "ips" empty`);
+    });
+  });
+
+  describe('F3: an ADD racing a DEL of the same node that gives a block back', () => {
+    /** node-a with two /28 blocks, the second holding only `victim`; returns the DEL's allocator. */
+    async function twoBlocks(kv: MemoryKV): Promise<{ del: PoolAllocator; victim: string }> {
+      const d = allocator(kv, 'node-a');
+      for (let i = 0; i < 15; i++) await one(d, `c${i}`); // 10.80.0.16/28 full
+      assert.equal(await one(d, 'victim'), '10.80.0.2'); // a second block: 10.80.0.0/28
+      return { del: d, victim: 'victim' };
+    }
+    it('is a lost race, re-read: the ADD succeeds (not STORE_CORRUPT "names block …, which does not exist")', async () => {
+      const kv = new MemoryKV();
+      const { del, victim } = await twoBlocks(kv);
+      // Between the ADD's affinity list and its block read, the DEL empties 10.80.0.0/28 and gives it back.
+      let fired = false;
+      const racing: KV = {
+        description: 'racing',
+        stats: kv.stats,
+        get: async (key) => {
+          if (!fired && key === `${P}/blocks/10.80.0.0-28`) {
+            fired = true;
+            assert.deepEqual(await del.del({ containerId: victim, ifname: 'eth0' }), ['10.80.0.2']);
+            assert.equal(kv.dump()[`${P}/blocks/10.80.0.0-28`], undefined, 'the DEL gave the block back');
+          }
+          return kv.get(key);
+        },
+        list: (p, o) => kv.list(p, o),
+        txn: (c, o) => kv.txn(c, o),
+        close: () => kv.close(),
+      };
+      const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: SMALL } }), undefined);
+      const add = new PoolAllocator({ kv: racing, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 1000 });
+      const [r] = await add.add([{ containerId: 'newpod', ifname: 'eth0' }]);
+      assert.ok(fired);
+      assert.deepEqual(ips(r as PoolAllocation[]), ['10.80.0.2'], 'the ADD claims the given-back block again');
+    });
+    it('a CHECK racing the release of its handle (between the handle read and the block read) re-reads: null, not 999', async () => {
+      const kv = new MemoryKV();
+      const d = allocator(kv, 'node-a');
+      await one(d, 'c1');
+      let fired = 0;
+      const racing: KV = {
+        description: 'racing',
+        stats: kv.stats,
+        get: async (key) => {
+          if (fired === 0 && key === `${P}/blocks/10.80.0.16-28`) {
+            fired++;
+            await d.del({ containerId: 'c1', ifname: 'eth0' }); // a release between CHECK's handle read and its block read
+          }
+          return kv.get(key);
+        },
+        list: (p, o) => kv.list(p, o),
+        txn: (c, o) => kv.txn(c, o),
+        close: () => kv.close(),
+      };
+      const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: SMALL } }), undefined);
+      const other = new PoolAllocator({ kv: racing, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 1000 });
+      assert.equal(await other.find({ containerId: 'c1', ifname: 'eth0' }), null, 'CHECK after the release: nothing held');
+      assert.equal(fired, 1);
+    });
+    it('a handle naming an allocation its block lacks, unchanged across a re-read, is still STORE_CORRUPT', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      await one(a, 'c1');
+      const bk = `${P}/blocks/10.80.0.16-28`;
+      const b = JSON.parse(kv.dump()[bk] as string);
+      b.allocs = {};
+      kv.apply([], [{ put: bk, value: JSON.stringify(b) }]);
+      await assert.rejects(a.find({ containerId: 'c1', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/handles/c1/eth0: names 10.80.0.16 (block 10.80.0.16-28, sequence 1) but the block holds no such allocation`);
+    });
+    it('an affinity that names a missing block at one revision (unchanged across the re-read) is still STORE_CORRUPT', async () => {
+      const kv = new MemoryKV();
+      await twoBlocks(kv);
+      kv.apply([], [{ delete: `${P}/blocks/10.80.0.0-28` }]); // the block key alone is gone: etcd data damaged
+      const fresh = allocator(kv, 'node-a');
+      await assert.rejects(fresh.add([{ containerId: 'newpod', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/nodes/node-a/blocks/10.80.0.0-28: names block 10.80.0.0-28, which does not exist`);
+    });
+  });
+
   describe('remove-node: pendingRelease, the node\'s veto, then the reclaim', () => {
     it('a marked block takes no new allocation; the reclaim frees the node\'s addresses and gives the block back', async () => {
       const kv = new MemoryKV();
@@ -238,24 +407,147 @@ describe('PoolAllocator', () => {
       assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'pendingRelease');
       assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
       assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined);
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'no block of node-a left: the marker goes too');
       for (let i = 3; i <= 15; i++) await one(b, `f${i}`); // node-b fills its own block
       assert.equal(await one(b, 'g1'), '10.80.0.16', 'the reclaimed block is free again: node-b claims it');
     });
 
-    it('a node that returns before the reclaim vetoes it: its block and addresses stay (no duplicate)', async () => {
+    it('a node that returns before the reclaim vetoes it: its block and addresses stay, --finish refuses (no duplicate)', async () => {
       const kv = new MemoryKV();
       const a = allocator(kv, 'node-a');
       const op = allocator(kv, 'operator');
       assert.equal(await one(a, 'c1'), '10.80.0.16');
       await op.markForRemoval('node-a');
-      // node-a was only partitioned: its next ADD (or its daemon's start) vetoes.
+      assert.ok(kv.dump()[`${P}/removing/node-a`] !== undefined, 'step 1 writes the marker');
+      // node-a was only partitioned: its next ADD finds the marker (its transaction compares it absent) and vetoes.
       assert.equal(await one(a, 'c2'), '10.80.0.17');
       assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'owned');
-      assert.deepEqual(await op.finishRemoval('node-a'), { released: [], deletedBlocks: [], keptBlocks: ['10.80.0.16-28'] });
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the veto deletes the marker');
+      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a is not marked for removal in pool p1 (no ${P}/removing/node-a): run remove-node without --finish first, or it vetoed (it is back)`);
       assert.deepEqual((await a.find({ containerId: 'c1', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), ['10.80.0.16']);
       await op.markForRemoval('node-a');
       assert.deepEqual(await a.veto(), ['10.80.0.16-28']);
       assert.deepEqual(await a.veto(), []);
+      assert.equal(await a.vetoIfMarked(), null);
+    });
+
+    it('F1: --finish after the node returned does not free its borrowed addresses (all in other nodes\' blocks)', async () => {
+      // /26 in /28 blocks = 4 blocks; three nodes claim one each, node-t fills the fourth, then borrows.
+      const kv = new MemoryKV();
+      const R = [[{ subnet: '10.80.0.0/26' }]];
+      const [a, b, c, t] = ['node-a', 'node-b', 'node-c', 'node-t'].map((n) => allocator(kv, n, R));
+      const op = allocator(kv, 'operator', R);
+      for (const [x, n] of [[a, 'a'], [b, 'b'], [c, 'c']] as const) await one(x as PoolAllocator, `${n}0`);
+      let n = 0;
+      for (; n < 16; n++) await one(t as PoolAllocator, `t${n}`);
+      const borrowed = await one(t as PoolAllocator, 'tBorrow');
+      await op.markForRemoval('node-t');
+      const again = await one(t as PoolAllocator, 'tAfterReturn'); // the return: this ADD vetoes
+      await assert.rejects(op.finishRemoval('node-t'), RemovalRefusedError);
+      assert.deepEqual((await (t as PoolAllocator).find({ containerId: 'tBorrow', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [borrowed]);
+      assert.deepEqual((await (t as PoolAllocator).find({ containerId: 'tAfterReturn', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [again]);
+    });
+
+    it('a DEL of the node, or an ADD that fails on a full pool, vetoes too (signs of life)', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const b = allocator(kv, 'node-b');
+      const op = allocator(kv, 'operator');
+      await one(a, 'c1');
+      await one(a, 'c2');
+      await op.markForRemoval('node-a');
+      assert.deepEqual(await a.del({ containerId: 'c2', ifname: 'eth0' }), ['10.80.0.17']);
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the DEL vetoed');
+      assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'owned');
+      // A full pool: node-a's ADD sends no transaction, but still vetoes.
+      for (let i = 0; i < 14; i++) await one(b, `b${i}`);
+      for (let i = 3; i < 17; i++) await one(a, `a${i}`);
+      const [full] = await a.add([{ containerId: 'late', ifname: 'eth0' }]);
+      assert.ok(full instanceof AppError, 'the pool is full');
+      await op.markForRemoval('node-a');
+      const [again] = await allocator(kv, 'node-a').add([{ containerId: 'late', ifname: 'eth0' }]);
+      assert.ok(again instanceof AppError);
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the failed ADD vetoed');
+    });
+
+    it('the veto window: --finish refuses until step 1\'s leased window key has expired', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const op = allocator(kv, 'operator');
+      await one(a, 'c1');
+      const leases: string[] = [];
+      await op.markForRemoval('node-a', { windowLease: async () => (leases.push(await kv.grantLease(REMOVAL_WINDOW_SECONDS)), leases[0] as string) });
+      assert.equal(REMOVAL_WINDOW_SECONDS, 60);
+      assert.ok(kv.dump()[`${P}/removal-window/node-a`] !== undefined);
+      const before = kv.dump();
+      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `the veto window of node node-a's removal from pool p1 has not passed (${P}/removal-window/node-a exists until its 60 s lease expires): try --finish again later`);
+      assert.deepEqual(kv.dump(), before);
+      kv.expireLease(leases[0] as string);
+      assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
+    });
+
+    it('F1b: --finish without step 1 refuses and releases nothing (a node with no block of its own)', async () => {
+      const kv = new MemoryKV();
+      const R = [[{ subnet: '10.80.0.0/26' }]];
+      for (const n of ['node-a', 'node-b', 'node-c', 'node-d']) await one(allocator(kv, n, R), `${n}-0`);
+      const t = allocator(kv, 'node-t', R);
+      const ip = await one(t, 'tpod'); // borrowed: every block is claimed
+      const before = kv.dump();
+      await assert.rejects(allocator(kv, 'operator', R).finishRemoval('node-t'), RemovalRefusedError);
+      assert.deepEqual(kv.dump(), before);
+      assert.deepEqual((await t.find({ containerId: 'tpod', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [ip]);
+    });
+
+    it('F2a: a returning node whose cached block is full (its ADD claims a new block) still vetoes, and --finish refuses', async () => {
+      const kv = new MemoryKV();
+      const R = [[{ subnet: '10.80.0.0/26' }]];
+      const a = allocator(kv, 'node-a', R); // one long-lived allocator: the daemon's, with its block cache
+      for (let i = 0; i < 15; i++) await one(a, `c${i}`); // fills its first /28
+      const op = allocator(kv, 'operator', R);
+      assert.equal((await op.markForRemoval('node-a')).length, 1);
+      const ip = await one(a, 'c15'); // on cached data this claims a second block; the marker compare fails it
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined);
+      for (const [k, v] of Object.entries(kv.dump())) if (/\/blocks\/[^/]+$/.test(k) && !k.includes('/nodes/')) assert.equal(JSON.parse(v).state, 'owned', k);
+      await assert.rejects(op.finishRemoval('node-a'), RemovalRefusedError);
+      assert.deepEqual((await a.find({ containerId: 'c15', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [ip]);
+      assert.equal(Object.keys(kv.dump()).filter((k) => k.startsWith(`${P}/handles/`)).length, 16);
+    });
+
+    it('F1/F2: a veto that lands while --finish runs stops it before the next release (every finish transaction compares the marker)', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const op = allocator(kv, 'operator');
+      await one(a, 'c1');
+      await one(a, 'c2');
+      await op.markForRemoval('node-a');
+      let fired = false;
+      kv.beforeTxn = () => {
+        if (fired) return;
+        fired = true;
+        kv.apply([], [{ delete: `${P}/removing/node-a` }]); // node-a's veto, between finish's reads and its first transaction
+      };
+      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a vetoed its removal from pool p1 (${P}/removing/node-a was deleted or re-created): it is back; nothing more was released`);
+      kv.beforeTxn = null;
+      assert.ok(kv.dump()[`${P}/handles/c1/eth0`] !== undefined && kv.dump()[`${P}/handles/c2/eth0`] !== undefined);
+    });
+
+    it('a heartbeat refuses step 1 (unless force) and always --finish, also one that appears during --finish', async () => {
+      const kv = new MemoryKV();
+      const a = allocator(kv, 'node-a');
+      const op = allocator(kv, 'operator');
+      await one(a, 'c1');
+      kv.apply([], [{ put: a.aliveKey('node-a'), value: '{"v":1,"node":"node-a","since":1}' }]);
+      await assert.rejects(op.markForRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a has a live heartbeat in pool p1 (${P}/alive/node-a): it is not gone; stop its daemon first, or pass --force if you are sure`);
+      assert.equal(kv.dump()[`${P}/removing/node-a`], undefined);
+      assert.deepEqual(await op.markForRemoval('node-a', { force: true }), ['10.80.0.16-28']);
+      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message.endsWith('stop its daemon first (--finish never overrides a heartbeat)'));
+      kv.apply([], [{ delete: a.aliveKey('node-a') }]);
+      kv.beforeTxn = () => {
+        kv.beforeTxn = null;
+        kv.apply([], [{ put: a.aliveKey('node-a'), value: '{"v":1,"node":"node-a","since":2}' }]);
+      };
+      await assert.rejects(op.finishRemoval('node-a'), RemovalRefusedError);
+      assert.ok(kv.dump()[`${P}/handles/c1/eth0`] !== undefined);
     });
 
     it('addresses other nodes borrowed in the removed node\'s block stay, and so does the block', async () => {

@@ -70,9 +70,10 @@ describe('ipam.pool', () => {
     ['relative ca', { pool: { name: 'p1', etcd: { endpoints: ['https://a:1'], tls: { ca: 'c.pem' } } } }, 'ipam.pool.etcd.tls.ca must be an absolute path, got "c.pem"'],
     ['cert without key', { pool: { name: 'p1', etcd: { endpoints: ['https://a:1'], tls: { ca: '/c', cert: '/d' } } } }, 'ipam.pool.etcd.tls.cert and ipam.pool.etcd.tls.key must be given together'],
     ['bad prefix', { pool: { name: 'p1', etcd: { ...ETCD, prefix: 'x/' } } }, `ipam.pool.etcd.prefix must be /-separated names of letters, digits, '_', '.' or '-' without a trailing /, got "x/"`],
-    ['blockSize too small', { pool: { name: 'p1', etcd: ETCD, blockSize: 19 } }, 'ipam.pool.blockSize must be an integer from 20 to 32, got 19'],
-    ['blockSize not integer', { pool: { name: 'p1', etcd: ETCD, blockSize: '26' } }, 'ipam.pool.blockSize must be an integer from 20 to 32, got "26"'],
-    ['blockSize6 too big', { pool: { name: 'p1', etcd: ETCD, blockSize6: 129 } }, 'ipam.pool.blockSize6 must be an integer from 116 to 128, got 129'],
+    ['blockSize too small (a /23 block is > 64 KB of JSON per write when full)', { pool: { name: 'p1', etcd: ETCD, blockSize: 23 } }, 'ipam.pool.blockSize must be an integer from 24 to 32, got 23'],
+    ['blockSize not integer', { pool: { name: 'p1', etcd: ETCD, blockSize: '26' } }, 'ipam.pool.blockSize must be an integer from 24 to 32, got "26"'],
+    ['blockSize6 too small', { pool: { name: 'p1', etcd: ETCD, blockSize6: 119 } }, 'ipam.pool.blockSize6 must be an integer from 120 to 128, got 119'],
+    ['blockSize6 too big', { pool: { name: 'p1', etcd: ETCD, blockSize6: 129 } }, 'ipam.pool.blockSize6 must be an integer from 120 to 128, got 129'],
     ['bad nodeName', { nodeName: 'a b', pool: { name: 'p1', etcd: ETCD } }, `ipam.nodeName must be a node name of at most 253 letters, digits, '_', '.' or '-' starting with a letter or digit, got "a b"`],
   ];
   for (const [name, extra, msg] of errors) {

@@ -10,9 +10,10 @@ import { isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
-import type { PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import type { KVCompare, KVOp, KVTxnResult } from '../../src/store/kv.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { backoffMs, Heartbeat, HEARTBEAT_TTL_SECONDS, PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
+import { backoffMs, Heartbeat, HEARTBEAT_RETRY_MS, HEARTBEAT_TTL_SECONDS, PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 
@@ -68,6 +69,171 @@ describe('Heartbeat (memory KV, injected schedule)', () => {
   });
 });
 
+/** A memory KV whose transactions wait at a gate while `hold` is set (the test decides when etcd answers). */
+class GatedKV extends MemoryKV {
+  hold = false;
+  waiting = 0;
+  #open: Array<() => void> = [];
+  override async txn(c: readonly KVCompare[], o: readonly KVOp[]): Promise<KVTxnResult> {
+    if (this.hold) {
+      this.waiting++;
+      await new Promise<void>((r) => this.#open.push(r));
+      this.waiting--;
+    }
+    return super.txn(c, o);
+  }
+  release(): void {
+    this.hold = false;
+    for (const r of this.#open.splice(0)) r();
+  }
+}
+
+/** Bounded poll for a condition (no sleep decides an outcome). */
+async function until(cond: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setImmediate(r));
+  assert.ok(cond(), what);
+}
+
+describe('Heartbeat while etcd is unreachable (review F2c)', () => {
+  it('a failed beat adds a beat every HEARTBEAT_RETRY_MS until one works (key back, veto run), then only the period is left', async () => {
+    const kv = new MemoryKV();
+    const timers = new Map<number, { fn: () => void; ms: number }>();
+    let id = 0;
+    const every = (fn: () => void, ms: number) => {
+      const k = ++id;
+      timers.set(k, { fn, ms });
+      return () => void timers.delete(k);
+    };
+    let vetoes = 0;
+    const hb = new Heartbeat(kv, '/p/alive/n1', 'n1', () => 7, every, async () => void vetoes++);
+    await hb.start();
+    assert.deepEqual([...timers.values()].map((t) => t.ms), [(HEARTBEAT_TTL_SECONDS * 1000) / 3]);
+    assert.equal(vetoes, 1, 'the first beat runs the veto');
+    kv.expireLease('4097');
+    kv.failNext = 1; // the partition: the renewal fails
+    await hb.beat();
+    assert.equal(hb.failures, 1);
+    assert.deepEqual([...timers.values()].map((t) => t.ms).sort((a, b) => a - b), [HEARTBEAT_RETRY_MS, (HEARTBEAT_TTL_SECONDS * 1000) / 3]);
+    assert.equal(kv.dump()['/p/alive/n1'], undefined);
+    // The partition heals: the next fast beat puts the key back, runs the veto, and stops the fast beats.
+    const fast = [...timers.values()].find((t) => t.ms === HEARTBEAT_RETRY_MS) as { fn: () => void };
+    fast.fn();
+    await until(() => kv.dump()['/p/alive/n1'] !== undefined && vetoes === 3, 'key back and veto run');
+    await until(() => timers.size === 1, 'the fast beats stop');
+    await hb.stop();
+    assert.equal(timers.size, 0);
+  });
+});
+
+describe('PoolSessions: a DEL is ordered after the same container\'s pending ADD (memory KV; review F4)', () => {
+  const conf = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.82.0.0/24' }]], pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'] } } } }), undefined);
+  const handles = (kv: MemoryKV): string[] => Object.keys(kv.dump()).filter((k) => k.startsWith('/ipwarden/pools/p1/handles/')).sort();
+  const held = (kv: MemoryKV): string[] =>
+    Object.entries(kv.dump())
+      .filter(([k]) => /\/pools\/p1\/blocks\/[^/]+$/.test(k))
+      .flatMap(([, v]) => Object.values(JSON.parse(v).allocs as Record<string, { id: string }>).map((a) => a.id))
+      .sort();
+
+  it('a DEL of a queued ADD takes it out of the queue (rejected, code 11): nothing is left held', async () => {
+    const kv = new GatedKV();
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined);
+    try {
+      await s.add(conf, { containerId: 'warm', ifname: 'eth0' });
+      kv.hold = true;
+      const p1 = s.add(conf, { containerId: 'c1', ifname: 'eth0' }); // in flight
+      await until(() => kv.waiting === 1, 'c1 is in flight');
+      const p2 = s.add(conf, { containerId: 'c2', ifname: 'eth0' }); // queued behind it
+      const p2r = p2.then(() => 'resolved', (e: unknown) => e);
+      // The runtime gave up on c2 and tears its sandbox down: DEL c2.
+      const d = s.del(conf, { containerId: 'c2', ifname: 'eth0' });
+      const e2 = await p2r;
+      assert.ok(isAppError(e2, 'STORE_CONFLICT') && e2.cniCode === 11 && e2.message === 'ADD of c2/eth0 cancelled: a DEL of the same container came first', String(e2));
+      kv.release();
+      await p1;
+      assert.deepEqual(await d, []);
+      assert.deepEqual(held(kv), ['c1', 'warm']);
+      assert.ok(!handles(kv).some((k) => k.includes('/c2/') && !JSON.parse(kv.dump()[k] as string).deleted), 'no live handle of c2');
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('a DEL of an ADD in flight waits for it, then releases its address', async () => {
+    const kv = new GatedKV();
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined);
+    try {
+      await s.add(conf, { containerId: 'warm', ifname: 'eth0' });
+      kv.hold = true;
+      const p1 = s.add(conf, { containerId: 'c1', ifname: 'eth0' });
+      await until(() => kv.waiting === 1, 'c1 is in flight');
+      let delDone = false;
+      const d = s.del(conf, { containerId: 'c1', ifname: 'eth0' }).then((r) => ((delDone = true), r));
+      for (let i = 0; i < 50; i++) await new Promise((r) => setImmediate(r));
+      assert.equal(delDone, false, 'the DEL waits while the ADD is in flight');
+      kv.release();
+      const ip = formatIP(((await p1)[0] as PoolAllocation).ip);
+      assert.deepEqual(await d, [ip]);
+      assert.deepEqual(held(kv), ['warm']);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('an ADD whose client has gone (signal aborted) before its batch is taken is not sent', async () => {
+    const kv = new GatedKV();
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined);
+    try {
+      await s.add(conf, { containerId: 'warm', ifname: 'eth0' });
+      kv.hold = true;
+      const p1 = s.add(conf, { containerId: 'c1', ifname: 'eth0' });
+      await until(() => kv.waiting === 1, 'c1 is in flight');
+      const ac = new AbortController();
+      const p2 = s.add(conf, { containerId: 'c2', ifname: 'eth0' }, ac.signal).then(() => 'resolved', (e: unknown) => e);
+      ac.abort();
+      kv.release();
+      await p1;
+      const e2 = await p2;
+      assert.ok(isAppError(e2, 'STORE_CONFLICT') && e2.message === 'ADD of c2/eth0 not sent: its client has gone', String(e2));
+      assert.deepEqual(held(kv), ['c1', 'warm']);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('the heartbeat vetoes a removal of the node on every beat; announce() starts it without an ADD (review F2b)', async () => {
+    const kv = new MemoryKV();
+    const ticks: Array<() => void> = [];
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, (fn) => (ticks.push(fn), () => undefined));
+    try {
+      await s.add(conf, { containerId: 'c1', ifname: 'eth0' });
+      const op = new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node: 'operator', network: '', rangeSets: [], sizes: { blockSize4: 26, blockSize6: 122 } });
+      const hb = [...s.heartbeats.values()][0] as Heartbeat;
+      await until(() => kv.dump()['/ipwarden/pools/p1/alive/node-a'] !== undefined, 'the heartbeat key');
+      await op.markForRemoval('node-a', { force: true }); // an operator overriding the heartbeat
+      assert.ok(kv.dump()['/ipwarden/pools/p1/removing/node-a'] !== undefined);
+      await hb.beat();
+      assert.equal(kv.dump()['/ipwarden/pools/p1/removing/node-a'], undefined, 'the beat vetoed: marker gone');
+      for (const [k, v] of Object.entries(kv.dump())) if (/\/blocks\/[^/]+$/.test(k) && !k.includes('/nodes/')) assert.equal(JSON.parse(v).state, 'owned');
+    } finally {
+      await s.close();
+    }
+    // A daemon that restarts idle: announce() alone starts the heartbeat, whose first beat vetoes.
+    const kv2 = new MemoryKV();
+    const a = new PoolAllocator({ kv: kv2, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: conf.rangeSets, sizes: { blockSize4: 26, blockSize6: 122 } });
+    await a.add([{ containerId: 'c1', ifname: 'eth0' }]);
+    const op2 = new PoolAllocator({ kv: kv2, pool: 'p1', prefix: '/ipwarden', node: 'operator', network: '', rangeSets: [], sizes: { blockSize4: 26, blockSize6: 122 } });
+    await op2.markForRemoval('node-a');
+    const s2 = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv2, () => () => undefined);
+    try {
+      s2.announce(conf);
+      await until(() => kv2.dump()['/ipwarden/pools/p1/removing/node-a'] === undefined, 'announce() vetoed');
+      await assert.rejects(op2.finishRemoval('node-a'), (e: unknown) => e instanceof Error && e.message.startsWith('node node-a is not marked for removal'));
+    } finally {
+      await s2.close();
+    }
+  });
+});
+
 describe('PoolSessions on a real etcd', { skip }, () => {
   let cluster: EtcdCluster | undefined;
   before(async () => {
@@ -75,6 +241,32 @@ describe('PoolSessions on a real etcd', { skip }, () => {
   });
   after(async () => {
     await cluster?.close();
+  });
+
+  it('review F2a on etcd: a daemon whose cached block is full, marked for removal, vetoes with its next ADD; --finish then refuses', async () => {
+    const c = cluster as EtcdCluster;
+    const prefix = `/f2${process.pid}`;
+    const sessions = new PoolSessions({ NODE_NAME: 'node-f' }, (p) => new EtcdKV({ endpoints: p.etcd.endpoints }), () => () => undefined);
+    const direct = new EtcdKV({ endpoints: c.endpoints });
+    try {
+      const conf = loadIPAMConfig(
+        JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.82.1.0/26' }]], pool: { name: 'fp', etcd: { endpoints: c.endpoints, prefix }, blockSize: 28 } } }),
+        undefined,
+      );
+      for (let i = 0; i < 15; i++) await sessions.add(conf, { containerId: `c${i}`, ifname: 'eth0' }); // one /28 full, in the cache
+      const op = new PoolAllocator({ kv: direct, pool: 'fp', prefix, node: 'operator', network: '', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 } });
+      // The daemon's heartbeat exists: an operator overriding it with --force.
+      assert.equal((await op.markForRemoval('node-f', { force: true })).length, 1);
+      const r = await sessions.add(conf, { containerId: 'c15', ifname: 'eth0' }); // claims a second block on cached data: the marker compare fails it, it vetoes
+      assert.equal(r.length, 1);
+      assert.equal(await direct.get(`${prefix}/pools/fp/removing/node-f`), null, 'vetoed: the marker is gone');
+      for (const e of await direct.list(`${prefix}/pools/fp/blocks/`)) assert.equal(JSON.parse(e.value).state, 'owned', e.key);
+      await assert.rejects(op.finishRemoval('node-f'), (e: unknown) => e instanceof Error && e.message.startsWith('node node-f is not marked for removal'));
+      assert.equal((await direct.list(`${prefix}/pools/fp/handles/`, { keysOnly: true })).length, 16);
+    } finally {
+      await sessions.close();
+      await direct.close();
+    }
   });
 
   it('48 concurrent ADDs of one node: batched into few transactions, every address once; writes per allocation as documented', async () => {

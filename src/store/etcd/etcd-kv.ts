@@ -37,6 +37,12 @@ export interface EtcdKVOptions {
   readonly tls?: { readonly ca?: Buffer; readonly cert?: Buffer; readonly key?: Buffer } | undefined;
   /** Budget of one call over all endpoints, milliseconds (default 5000; each attempt gets its share, at least 1000). */
   readonly callTimeoutMs?: number;
+  /**
+   * Index of the endpoint tried first (then the others in turn). Default: a random one, so the
+   * plugin's processes (one client each) spread over the members instead of all asking the first
+   * (review). Tests pass one to make the order known.
+   */
+  readonly firstEndpoint?: number;
 }
 
 /** Default deadline of one etcd call attempt, milliseconds. */
@@ -103,6 +109,7 @@ export class EtcdKV implements KV, Leases {
   constructor(opts: EtcdKVOptions) {
     if (opts.endpoints.length === 0) throw new AppError('IPAM_INVALID_CONFIG', 'etcd: no endpoints');
     this.#endpoints = [...opts.endpoints];
+    this.#current = (opts.firstEndpoint ?? Math.floor(Math.random() * opts.endpoints.length)) % opts.endpoints.length;
     this.description = `etcd ${opts.endpoints.join(',')}`;
     this.#timeout = Math.max(1000, Math.floor((opts.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS) / opts.endpoints.length));
     const t = opts.tls;
