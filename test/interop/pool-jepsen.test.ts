@@ -14,7 +14,8 @@
  * 8. (daemons) kills -9 one node's daemon mid-run, then starts it again (the shim falls back);
  * 9. (pool) cuts one node off and runs `ipwarden pool remove-node NODE` on it (an operator wrong
  *    about a node that is merely partitioned), heals it, waits for its next successful ADD (the
- *    veto), then runs `remove-node --finish`, which must release nothing.
+ *    veto), then runs `remove-node --finish`, which must release nothing (it refuses: the node
+ *    vetoed, the veto window is still open or the node's heartbeat is live).
  *
  * Each fault starts and ends at a count of completed operations (never a sleep that decides an
  * outcome); the pool's state is read at a checkpoint after each fault, straight from etcd (not
@@ -50,6 +51,9 @@ import { execFileSync } from 'node:child_process';
 import { WhereaboutsModel } from '../helpers/whereabouts-model.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { formatIP, ipAdd, parseCIDR } from '../../src/common/ip.ts';
+
+// One process 'exit' hook per test daemon (test/helpers/daemon.ts): 20 nodes' daemons at once.
+process.setMaxListeners(64);
 
 const FAKETIME_LIB = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
 const skip = requireOrSkip(haveEtcd() && existsSync(FAKETIME_LIB), '/usr/bin/etcd (etcd-server) and libfaketime (faketime)');
@@ -92,11 +96,11 @@ interface Subject {
   /** Crash a node's agent (kill -9); resolves with the function that starts it again (daemons only). */
   crash?(node: string): Promise<() => Promise<void>>;
   /**
-   * `ipwarden pool remove-node NODE` (step 1, or `--finish`), as an operator runs it, straight
-   * against etcd, `--force` (a daemon's heartbeat may still exist: the operator is wrong on
-   * purpose here). Resolves with its JSON answer; throws on a non-zero exit.
+   * `ipwarden pool remove-node NODE` (step 1 with `--force`: a daemon's heartbeat may still exist,
+   * the operator is wrong on purpose here; or `--finish`), as an operator runs it, straight
+   * against etcd.
    */
-  removeNode?(node: string, finish: boolean): Promise<Record<string, unknown>>;
+  removeNode?(node: string, finish: boolean): Promise<RemoveNodeAnswer>;
   close(): Promise<void>;
 }
 
@@ -238,7 +242,8 @@ interface PoolNames {
  * Read the pool's state straight from etcd (one range request over `P/pools/<pool>/`, one
  * revision): every block with its owner from the block key AND from the affinity index (an
  * affinity naming another node than the block is two owners), every allocation inside the
- * blocks (ordinal → address), and the handles (for the final emptiness check).
+ * blocks (ordinal → address), and the handles that are not a DEL's tombstone (for the final
+ * emptiness check).
  * Throws on a value that does not decode (the run then fails loudly).
  */
 async function readPoolState(kv: EtcdKV, n: PoolNames): Promise<{ blocks: StateBlock[]; allocations: StateAllocation[]; handles: string[] }> {
@@ -268,7 +273,10 @@ async function readPoolState(kv: EtcdKV, n: PoolNames): Promise<{ blocks: StateB
       const dash = b.lastIndexOf('-');
       addBlock(`${b.slice(0, dash)}/${b.slice(dash + 1)}`, parts[1] ?? '');
     } else if (parts[0] === 'handles') {
-      handles.push(rest.slice('handles/'.length));
+      // A DEL that found no handle leaves a leased tombstone (`"deleted":true`, no ips; it fences a
+      // late ADD: docs/cluster.md "Key layout"): not an allocation.
+      const v = JSON.parse(e.value) as { ips?: unknown[]; deleted?: boolean };
+      if (!(v.deleted === true && Array.isArray(v.ips) && v.ips.length === 0)) handles.push(`${rest.slice('handles/'.length)} ${e.value}`);
     }
   }
   return { blocks, allocations, handles };
@@ -375,10 +383,17 @@ function poolSubject(cluster: EtcdCluster, n: PoolNames, dataDir: string): Subje
   };
 }
 
-/** `ipwarden pool remove-node` through the built CLI, `--force --json`; see {@link Subject.removeNode}. */
-function removeNodeCli(cluster: EtcdCluster, n: PoolNames, node: string, finish: boolean): Promise<Record<string, unknown>> {
-  const args = [join(ROOT, 'dist/ipwarden.cjs'), 'pool', 'remove-node', node, '--pool', n.pool, '--etcd-endpoints', cluster.endpoints.join(','), '--etcd-prefix', n.prefix, '--force', '--json', ...(finish ? ['--finish'] : [])];
-  return new Promise((res, rej) => {
+/** What `ipwarden pool remove-node` did: its exit status, its JSON answer (exit 0) and its output. */
+interface RemoveNodeAnswer {
+  exitCode: number | null;
+  json: Record<string, unknown> | null;
+  output: string;
+}
+
+/** `ipwarden pool remove-node` through the built CLI, `--json` (step 1 also `--force`); see {@link Subject.removeNode}. */
+function removeNodeCli(cluster: EtcdCluster, n: PoolNames, node: string, finish: boolean): Promise<RemoveNodeAnswer> {
+  const args = [join(ROOT, 'dist/ipwarden.cjs'), 'pool', 'remove-node', node, '--pool', n.pool, '--etcd-endpoints', cluster.endpoints.join(','), '--etcd-prefix', n.prefix, '--json', ...(finish ? ['--finish'] : ['--force'])];
+  return new Promise((res) => {
     const p = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', process.execPath, ...args], { env: { PATH: '/usr/bin:/bin' }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
@@ -387,12 +402,13 @@ function removeNodeCli(cluster: EtcdCluster, n: PoolNames, node: string, finish:
     const t = setTimeout(() => void killChild(p), 60_000);
     p.on('close', (code) => {
       clearTimeout(t);
-      if (code !== 0) return rej(new Error(`pool remove-node ${node}${finish ? ' --finish' : ''} exited ${code}: ${out} ${err}`));
+      let json: Record<string, unknown> | null = null;
       try {
-        res(JSON.parse(out) as Record<string, unknown>);
+        json = code === 0 ? (JSON.parse(out) as Record<string, unknown>) : null;
       } catch {
-        rej(new Error(`pool remove-node printed no JSON: ${out} ${err}`));
+        json = null;
       }
+      res({ exitCode: code, json, output: `${out}${err}`.trim() });
     });
   });
 }
@@ -517,7 +533,7 @@ interface RunReport {
   droppedBytes: number;
   checkpoints: number;
   /** `pool remove-node --finish` answers (fault 9), when the subject has it. */
-  finishReports: Record<string, unknown>[];
+  finishReports: RemoveNodeAnswer[];
   log: string[];
 }
 
@@ -538,7 +554,7 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
   let completed = 0;
   let churnDone = false;
   const leaders: number[] = [];
-  const finishReports: Record<string, unknown>[] = [];
+  const finishReports: RemoveNodeAnswer[] = [];
   try {
     for (let i = 0; i < o.nodes; i++) {
       const name = `jepsen-node-${String(i).padStart(2, '0')}`;
@@ -694,7 +710,8 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         say(`drop ${removed.name} + pool remove-node ${removed.name}`);
         removed.proxies.setMode({ kind: 'drop' });
         const marked = await subject.removeNode(removed.name, false);
-        say(`remove-node: ${JSON.stringify(marked)}`);
+        say(`remove-node: exit ${marked.exitCode} ${marked.output}`);
+        assert.equal(marked.exitCode, 0, `pool remove-node ${removed.name}: ${marked.output}`);
         await untilOps(step);
         removed.proxies.setMode({ kind: 'pass' });
         const okBefore = okAdds.get(removed.name) ?? 0;
@@ -703,7 +720,7 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
           await sleep(20);
         }
         const finished = await subject.removeNode(removed.name, true);
-        say(`remove-node --finish after the return: ${JSON.stringify(finished)}`);
+        say(`remove-node --finish after the return: exit ${finished.exitCode} ${finished.output}`);
         finishReports.push(finished);
         await checkpoint('remove-node of a partitioned node that returned');
       }
@@ -775,7 +792,13 @@ function assertClean(name: string, r: { violations: ReturnType<typeof checkHisto
   assert.ok(report.droppedBytes > 0, `nothing was dropped: ${summary}`);
   assert.ok(report.leaderChanges >= 1, `the leader never changed: ${summary}`);
   assert.ok(report.checkpoints >= 9, summary);
-  for (const f of report.finishReports) assert.deepEqual(f['released'], [], `remove-node --finish after the node returned released addresses: ${JSON.stringify(f)}`);
+  // --finish after the node came back releases nothing: it refuses (exit 1: the veto window has
+  // not passed, the node vetoed so there is no marker, or its heartbeat is live), or it succeeds
+  // with nothing released.
+  for (const f of report.finishReports) {
+    if (f.exitCode === 0) assert.deepEqual(f.json?.['released'], [], `remove-node --finish after the node returned released addresses: ${f.output}`);
+    else assert.equal(f.exitCode, 1, `remove-node --finish: ${f.output}`);
+  }
 }
 
 describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_DEADLINE_MS }, () => {
@@ -806,7 +829,7 @@ describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_
     const o = { nodes: NODES, lanes: POOL_LANES, cycles: CYCLES };
     try {
       assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
-      assert.deepEqual(await subject.handles(), [], 'handles left after every DEL');
+      assert.deepEqual(await subject.handles(), [], 'handles (other than tombstones) left after every DEL');
     } finally {
       await subject.close();
       rmSync(dir, { recursive: true, force: true });
@@ -822,7 +845,7 @@ describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_
     const o = { nodes: NODES, lanes: LANES, cycles: CYCLES };
     try {
       assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
-      assert.deepEqual(await subject.handles(), [], 'handles left after every DEL');
+      assert.deepEqual(await subject.handles(), [], 'handles (other than tombstones) left after every DEL');
     } finally {
       await subject.close();
       rmSync(dir, { recursive: true, force: true });
