@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Etcd3 } from 'etcd3';
 import { requireOrSkip } from '../helpers/cni.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
+import { startNodeProxies } from '../helpers/tcp-proxy.ts';
 
 const skip = requireOrSkip(haveEtcd(), '/usr/bin/etcd (Debian etcd-server)');
 
@@ -148,5 +149,39 @@ describe('etcd harness: a 3-member cluster', { skip }, () => {
     const st = await cluster.status(old);
     const l = await cluster.leader();
     assert.equal(st.leaderId, (await cluster.status(l)).memberId);
+  });
+
+  it('through a node\'s proxies: drop makes calls time out, delay slows them, pass heals (after the reset of the cut connections)', async () => {
+    const np = await startNodeProxies(cluster.endpoints);
+    const pc = client(np.endpoints);
+    try {
+      await pc.put('ipwarden-etcdlab/proxied').value('1');
+      np.setMode({ kind: 'drop' });
+      await assert.rejects(pc.get('ipwarden-etcdlab/proxied').options({ deadline: Date.now() + 500 }).string());
+      assert.ok(np.proxies.some((p) => p.stats().droppedBytes > 0));
+      np.setMode({ kind: 'delay', ms: 100 });
+      // A read through the delaying proxies: its bytes wait in a proxy's queue (decided by the
+      // counters, not a clock), then it answers.
+      let v: string | null = null;
+      let sawQueued = false;
+      for (let i = 0; i < 100 && v !== '1'; i++) {
+        const pending = pc.get('ipwarden-etcdlab/proxied').string().catch(() => null);
+        let settled = false;
+        void pending.finally(() => (settled = true));
+        while (!settled) {
+          if (np.proxies.some((p) => p.stats().queuedBytes > 0)) sawQueued = true;
+          await sleep(1);
+        }
+        v = await pending;
+      }
+      assert.equal(v, '1');
+      assert.ok(sawQueued, 'no bytes were ever held by the delay');
+      np.setMode({ kind: 'pass' });
+      await putEventually(pc, 'ipwarden-etcdlab/proxied', '2');
+      assert.equal(await pc.get('ipwarden-etcdlab/proxied').string(), '2');
+    } finally {
+      pc.close();
+      await np.close();
+    }
   });
 });

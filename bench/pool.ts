@@ -1,0 +1,501 @@
+/**
+ * Cluster pool benchmark (issue 11): simulated nodes churning pods on ONE real 3-member etcd
+ * (test/helpers/etcd-cluster.ts, etcd's default raft timings), the ipwarden pool against the
+ * Whereabouts-model baseline (test/helpers/whereabouts-model.ts: the whole pool in one key,
+ * updated by CAS), measured in the same run on the same etcd, interleaved (each round runs every
+ * node count for both, alternating which goes first), at 5, 10, 20 and 50 nodes.
+ *
+ * A simulated node is one etcd client (its own gRPC connection) and one allocator front:
+ * - pool: `PoolSessions` (src/cni/pool.ts), the daemon's front — one client per pool and the
+ *   node's concurrent ADDs batched into one transaction — with `NODE_NAME` = the node;
+ * - baseline: one `WhereaboutsModel` (lowest free address, CAS retried at once, ≤ 100 attempts).
+ * Each node runs PODS pods at once, each a loop of ADD then DEL for SECONDS. The nodes are spread
+ * over WORKERS processes (forks of this file) so one JavaScript thread is not the bottleneck.
+ * Before the clock starts every node does one ADD+DEL (the pool node claims its first block).
+ *
+ * Printed per node count: allocations (successful ADDs) per second, p50/p99 ADD latency (ms) of
+ * successful ADDs, failed ADDs, and etcd writes per allocation — transactions sent and keys
+ * written (puts + deletes) by the clients (KV stats), both over whole pod lifecycles (ADD + DEL),
+ * and the server's own count (`etcd_mvcc_put_total` + `etcd_mvcc_delete_total` on one member's
+ * /metrics). Ratios pool ÷ baseline. Target (issue 11): ≥ 10× the baseline's throughput and
+ * p99 ≤ 100 ms at 50 nodes. Ratios are printed, never asserted (not part of `npm test`).
+ *
+ * Knobs: BENCH_POOL_NODES (default "5,10,20,50"), BENCH_POOL_SECONDS (default 5),
+ * BENCH_POOL_PODS (default 4), BENCH_POOL_ROUNDS (default 2), BENCH_POOL_WORKERS (default 2),
+ * BENCH_POOL_SVG (write the plot there), BENCH_POOL_JSON (write the raw numbers there).
+ *
+ * Run: `node --import tsx bench/pool.ts` (no build needed).
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { startEtcdCluster, type EtcdCluster } from '../test/helpers/etcd-cluster.ts';
+import { WhereaboutsModel } from '../test/helpers/whereabouts-model.ts';
+import { EtcdKV } from '../src/store/etcd/etcd-kv.ts';
+import { PoolSessions } from '../src/cni/pool.ts';
+import { loadIPAMConfig, loadNetworkIdentity } from '../src/ipam/config.ts';
+import type { KVStats } from '../src/store/kv.ts';
+
+type SubjectName = 'pool' | 'baseline';
+
+interface Job {
+  subject: SubjectName;
+  /** closed: PODS lanes per node, each ADD→DEL back to back; open: a new pod every 1/rate s per node. */
+  mode: 'closed' | 'open';
+  /** open: pods started per second per node. */
+  ratePerNode: number;
+  nodes: string[];
+  endpoints: string[];
+  prefix: string;
+  pods: number;
+  durationMs: number;
+  /** open: each node's phase in [0, 1) of a period. */
+  phases: number[];
+}
+
+interface WorkerResult {
+  adds: number;
+  addFailures: number;
+  dels: number;
+  delFailures: number;
+  latencies: number[];
+  stats: KVStats;
+  firstError: string | null;
+}
+
+const POOL_SUBNET = '10.88.0.0/16';
+const BASELINE_SUBNET = '10.89.0.0/16';
+
+// ---------------------------------------------------------------- worker side
+
+interface NodeFront {
+  add(cid: string): Promise<void>;
+  del(cid: string): Promise<void>;
+  stats(): KVStats;
+  close(): Promise<void>;
+}
+
+function sumStats(xs: KVStats[]): KVStats {
+  const s: KVStats = { reads: 0, txns: 0, txnsSucceeded: 0, puts: 0, deletes: 0 };
+  for (const x of xs) {
+    s.reads += x.reads;
+    s.txns += x.txns;
+    s.txnsSucceeded += x.txnsSucceeded;
+    s.puts += x.puts;
+    s.deletes += x.deletes;
+  }
+  return s;
+}
+
+function makeFront(job: Job, node: string): NodeFront {
+  if (job.subject === 'pool') {
+    const netconf = JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'benchnet',
+      ipam: { type: 'ipwarden', ranges: [[{ subnet: POOL_SUBNET }]], pool: { name: 'bench', etcd: { endpoints: job.endpoints, prefix: job.prefix }, blockSize: 26 } },
+    });
+    const conf = loadIPAMConfig(netconf, undefined);
+    const id = loadNetworkIdentity(netconf);
+    const kvs: EtcdKV[] = [];
+    const sessions = new PoolSessions({ NODE_NAME: node }, (pool) => {
+      const kv = new EtcdKV({ endpoints: pool.etcd.endpoints });
+      kvs.push(kv);
+      return kv;
+    });
+    return {
+      add: async (cid) => {
+        await sessions.add(conf, { containerId: cid, ifname: 'net1' });
+      },
+      del: async (cid) => {
+        await sessions.del(id, { containerId: cid, ifname: 'net1' });
+      },
+      stats: () => sumStats(kvs.map((k) => k.stats)),
+      close: () => sessions.close(),
+    };
+  }
+  const kv = new EtcdKV({ endpoints: job.endpoints });
+  const model = new WhereaboutsModel(kv, { key: `${job.prefix}/whereabouts-pool`, subnet: BASELINE_SUBNET });
+  return {
+    add: async (cid) => {
+      await model.add(cid, 'net1');
+    },
+    del: async (cid) => {
+      await model.del(cid, 'net1');
+    },
+    stats: () => kv.stats,
+    close: () => kv.close(),
+  };
+}
+
+async function worker(): Promise<void> {
+  const job = await new Promise<Job>((res) => process.once('message', (m) => res(m as Job)));
+  const fronts = job.nodes.map((n) => ({ node: n, front: makeFront(job, n) }));
+  // Warm-up (not measured): one ADD + DEL per node, retried a few times.
+  await Promise.all(
+    fronts.map(async ({ node, front }) => {
+      for (let i = 0; ; i++) {
+        try {
+          await front.add(`warm-${node}`);
+          await front.del(`warm-${node}`);
+          return;
+        } catch (e) {
+          if (i >= 5) throw e;
+        }
+      }
+    }),
+  );
+  const base = sumStats(fronts.map((f) => f.front.stats()));
+  const since = (b: KVStats): KVStats => {
+    const a = sumStats(fronts.map((f) => f.front.stats()));
+    return { reads: a.reads - b.reads, txns: a.txns - b.txns, txnsSucceeded: a.txnsSucceeded - b.txnsSucceeded, puts: a.puts - b.puts, deletes: a.deletes - b.deletes };
+  };
+  process.send?.({ ready: true });
+  await new Promise<void>((res) => process.once('message', () => res()));
+  const r: WorkerResult = { adds: 0, addFailures: 0, dels: 0, delFailures: 0, latencies: [], stats: base, firstError: null };
+  const end = performance.now() + job.durationMs;
+  const lane = async (node: string, front: NodeFront, l: number): Promise<void> => {
+    for (let k = 0; performance.now() < end; k++) {
+      const cid = `b-${node}-${l}-${k}`;
+      const t0 = performance.now();
+      try {
+        await front.add(cid);
+        r.latencies.push(performance.now() - t0);
+        r.adds++;
+      } catch (e) {
+        r.addFailures++;
+        r.firstError ??= e instanceof Error ? e.message : String(e);
+      }
+      try {
+        await front.del(cid);
+        r.dels++;
+      } catch (e) {
+        r.delFailures++;
+        r.firstError ??= e instanceof Error ? e.message : String(e);
+      }
+    }
+  };
+  let addsPending = 0;
+  const lifecycle = async (front: NodeFront, cid: string): Promise<void> => {
+    const t0 = performance.now();
+    addsPending++;
+    try {
+      await front.add(cid);
+      r.latencies.push(performance.now() - t0);
+      r.adds++;
+    } catch (e) {
+      r.addFailures++;
+      r.firstError ??= e instanceof Error ? e.message : String(e);
+    } finally {
+      addsPending--;
+    }
+    try {
+      await front.del(cid);
+      r.dels++;
+    } catch (e) {
+      r.delFailures++;
+      r.firstError ??= e instanceof Error ? e.message : String(e);
+    }
+  };
+  if (job.mode === 'closed') {
+    await Promise.all(fronts.flatMap(({ node, front }) => Array.from({ length: job.pods }, (_, l) => lane(node, front, l))));
+  } else {
+    // Open loop: node i starts pod k at start + (k + phase_i) / rate, phase spreading the nodes
+    // over one period; in-flight pods are awaited after the last start.
+    const start = performance.now();
+    const inflight: Promise<void>[] = [];
+    await Promise.all(
+      fronts.map(async ({ node, front }, i) => {
+        const phase = (job.phases[i] ?? 0);
+        for (let k = 0; ; k++) {
+          const at = start + ((k + phase) / job.ratePerNode) * 1000;
+          if (at >= end) break;
+          const wait = at - performance.now();
+          if (wait > 0) await new Promise((res) => setTimeout(res, wait));
+          inflight.push(lifecycle(front, `o-${node}-${k}`));
+        }
+      }),
+    );
+    // Drain, bounded: pods still unanswered 30 s after the last start count as failed ADDs.
+    let settled = 0;
+    for (const p of inflight) void p.finally(() => settled++);
+    await Promise.race([Promise.all(inflight), new Promise((res) => setTimeout(res, 30_000))]);
+    if (settled < inflight.length) {
+      // ADDs still unanswered count as failed (their pods would have hit the runtime's timeout).
+      r.addFailures += addsPending;
+      r.firstError ??= `${addsPending} ADDs and ${inflight.length - settled - addsPending} DELs still unanswered 30 s after the last start`;
+      // Abandon what is still in flight: the main process kills this worker once it has the result.
+      process.send?.({ result: { ...r, stats: since(base) } });
+      return;
+    }
+  }
+  r.stats = since(base);
+  for (const f of fronts) await f.front.close();
+  process.send?.({ result: r });
+}
+
+// ---------------------------------------------------------------- main side
+
+interface Measurement {
+  subject: SubjectName;
+  mode: 'closed' | 'open';
+  /** Successful ADD latencies, ms (kept for pooled quantiles). */
+  latencies: number[];
+  nodes: number;
+  round: number;
+  seconds: number;
+  allocsPerSec: number;
+  p50: number;
+  p99: number;
+  addFailures: number;
+  adds: number;
+  txnsPerAlloc: number;
+  /** Transactions that failed their compares (lost a race), per allocation. */
+  conflictsPerAlloc: number;
+  /** open: the offered rate, pods/s per node (0 for closed). */
+  rate: number;
+  keysPerAlloc: number;
+  serverWritesPerAlloc: number;
+  firstError: string | null;
+}
+
+function quantile(sorted: number[], q: number): number {
+  if (sorted.length === 0) return NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
+  return sorted[i] ?? NaN;
+}
+
+async function serverWrites(cluster: EtcdCluster): Promise<number> {
+  const r = await fetch(`${cluster.endpoints[0]}/metrics`, { signal: AbortSignal.timeout(5000) });
+  const text = await r.text();
+  let n = 0;
+  for (const name of ['etcd_mvcc_put_total', 'etcd_mvcc_delete_total']) {
+    const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
+    if (m?.[1] !== undefined) n += Number(m[1]);
+  }
+  return n;
+}
+
+async function measure(cluster: EtcdCluster, subject: SubjectName, mode: 'closed' | 'open', nodes: number, round: number, o: { pods: number; seconds: number; openSeconds: number; rate: number; workers: number }): Promise<Measurement> {
+  const prefix = `/bench-${process.pid}-${subject}-${mode}-${nodes}-${round}`;
+  const names = Array.from({ length: nodes }, (_, i) => `bench-node-${String(i).padStart(2, '0')}`);
+  const w = Math.min(o.workers, nodes);
+  const children: ChildProcess[] = [];
+  try {
+    const ready: Promise<void>[] = [];
+    const results: Promise<WorkerResult>[] = [];
+    for (let i = 0; i < w; i++) {
+      const child = fork(new URL(import.meta.url).pathname, ['--worker'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      children.push(child);
+      ready.push(new Promise((res, rej) => {
+        child.once('exit', (c) => rej(new Error(`bench worker exited ${c} before it was ready`)));
+        child.on('message', (m) => {
+          if ((m as { ready?: boolean }).ready) res();
+        });
+      }));
+      results.push(new Promise((res, rej) => {
+        child.on('message', (m) => {
+          const r = (m as { result?: WorkerResult }).result;
+          if (r) res(r);
+        });
+        child.once('exit', (c) => rej(new Error(`bench worker exited ${c} without a result`)));
+      }));
+      const mine = names.map((_, j) => j).filter((j) => j % w === i);
+      const job: Job = {
+        subject,
+        mode,
+        ratePerNode: o.rate,
+        nodes: mine.map((j) => names[j] as string),
+        endpoints: cluster.endpoints,
+        prefix,
+        pods: o.pods,
+        durationMs: (mode === 'closed' ? o.seconds : o.openSeconds) * 1000,
+        phases: mine.map((j) => j / nodes),
+      };
+      child.send(job);
+    }
+    await Promise.all(ready);
+    const w0 = await serverWrites(cluster);
+    const t0 = performance.now();
+    for (const c of children) c.send('go');
+    const rs = await Promise.all(results);
+    const elapsed = (performance.now() - t0) / 1000;
+    const w1 = await serverWrites(cluster);
+    const lat = rs.flatMap((r) => r.latencies).sort((a, b) => a - b);
+    const adds = rs.reduce((s, r) => s + r.adds, 0);
+    const st = sumStats(rs.map((r) => r.stats));
+    return {
+      subject,
+      mode,
+      latencies: lat,
+      nodes,
+      round,
+      seconds: elapsed,
+      allocsPerSec: adds / elapsed,
+      p50: quantile(lat, 0.5),
+      p99: quantile(lat, 0.99),
+      addFailures: rs.reduce((s, r) => s + r.addFailures, 0),
+      adds,
+      txnsPerAlloc: st.txns / Math.max(1, adds),
+      conflictsPerAlloc: (st.txns - st.txnsSucceeded) / Math.max(1, adds),
+      rate: mode === 'open' ? o.rate : 0,
+      keysPerAlloc: (st.puts + st.deletes) / Math.max(1, adds),
+      serverWritesPerAlloc: (w1 - w0) / Math.max(1, adds),
+      firstError: rs.map((r) => r.firstError).find((e) => e !== null) ?? null,
+    };
+  } finally {
+    for (const c of children) if (c.exitCode === null && c.signalCode === null && c.pid !== undefined) process.kill(c.pid, 'SIGKILL');
+  }
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[m] ?? NaN) : ((s[m - 1] ?? NaN) + (s[m] ?? NaN)) / 2;
+}
+
+interface Row {
+  nodes: number;
+  /** closed loop (saturating): medians over rounds. */
+  pool: Measurement;
+  base: Measurement;
+  /** open loop, one per rate: latencies pooled over rounds. */
+  poolOpen: Measurement[];
+  baseOpen: Measurement[];
+}
+
+/** A two-panel SVG: closed-loop allocations/s (left) and open-loop p99 ADD latency (right) vs nodes. */
+function svg(rows: Row[], rates: number[]): string {
+  const W = 380;
+  const H = 250;
+  const pad = 52;
+  const panel = (x0: number, title: string, series: { get: (r: Row) => number; color: string; dash?: string }[], unit: string, target?: number, yCap?: number): string => {
+    const ys = rows.flatMap((r) => series.map((x) => x.get(r))).filter(Number.isFinite);
+    const yMax = Math.min(yCap ?? Infinity, Math.max(1, target ?? 0, ...ys) * 1.1);
+    const xs = rows.map((r) => r.nodes);
+    const xMax = Math.max(...xs);
+    const px = (n: number) => x0 + pad + ((W - 2 * pad) * n) / xMax;
+    const py = (v: number) => H - pad + 10 - ((H - 2 * pad) * Math.min(v, yMax)) / yMax;
+    const line = (get: (r: Row) => number, color: string, dash?: string) =>
+      `<polyline fill="none" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ''} points="${rows.map((r) => `${px(r.nodes).toFixed(1)},${py(get(r)).toFixed(1)}`).join(' ')}"/>` +
+      rows.map((r) => `<circle cx="${px(r.nodes).toFixed(1)}" cy="${py(get(r)).toFixed(1)}" r="3" fill="${color}"/>`).join('');
+    const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => `<text x="${x0 + pad - 6}" y="${py(f * yMax) + 4}" font-size="10" text-anchor="end">${(f * yMax).toFixed(yMax < 10 ? 1 : 0)}</text><line x1="${x0 + pad}" x2="${x0 + W - pad}" y1="${py(f * yMax)}" y2="${py(f * yMax)}" stroke="#ddd"/>`).join('');
+    const xt = xs.map((n) => `<text x="${px(n)}" y="${H - pad + 26}" font-size="10" text-anchor="middle">${n}</text>`).join('');
+    const tl = target === undefined ? '' : `<line x1="${x0 + pad}" x2="${x0 + W - pad}" y1="${py(target)}" y2="${py(target)}" stroke="#888" stroke-dasharray="4 3"/><text x="${x0 + W - pad}" y="${py(target) - 4}" font-size="10" text-anchor="end">target ${target} ${unit}</text>`;
+    return `<g><text x="${x0 + W / 2}" y="18" font-size="13" text-anchor="middle" font-weight="bold">${title}</text>${ticks}${xt}${tl}<text x="${x0 + W / 2}" y="${H - 4}" font-size="11" text-anchor="middle">simulated nodes</text><text x="${x0 + 12}" y="${H / 2}" font-size="11" transform="rotate(-90 ${x0 + 12} ${H / 2})" text-anchor="middle">${unit}</text>${series.map((x) => line(x.get, x.color, x.dash)).join('')}</g>`;
+  };
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${2 * W}" height="${H + 40}" font-family="sans-serif">
+<rect width="100%" height="100%" fill="white"/>
+${panel(0, 'allocations/s (closed loop, saturating)', [{ get: (r) => r.base.allocsPerSec, color: '#c0392b' }, { get: (r) => r.pool.allocsPerSec, color: '#2471a3' }], 'ADDs/s')}
+${panel(W, `p99 ADD, open loop: ${rates.join(' / ')} pod/s per node`, rates.flatMap((_, ri) => [{ get: (r: Row) => (r.baseOpen[ri] as Measurement).p99, color: '#c0392b', ...(ri > 0 ? { dash: '5 3' } : {}) }, { get: (r: Row) => (r.poolOpen[ri] as Measurement).p99, color: '#2471a3', ...(ri > 0 ? { dash: '5 3' } : {}) }]), 'ms', 100, 1000)}
+<g font-size="11"><rect x="${W - 170}" y="${H + 10}" width="12" height="4" fill="#2471a3"/><text x="${W - 154}" y="${H + 16}">ipwarden pool</text><rect x="${W - 60}" y="${H + 10}" width="12" height="4" fill="#c0392b"/><text x="${W - 44}" y="${H + 16}">Whereabouts model (one key, CAS)</text><text x="${W}" y="${H + 32}" text-anchor="middle" fill="#555">right panel: solid ${rates[0] ?? ''}, dashed ${rates.slice(1).join(', ')} pod/s per node; clipped at 1 s</text></g>
+</svg>
+`;
+}
+
+async function main(): Promise<void> {
+  const nodeCounts = (process.env['BENCH_POOL_NODES'] ?? '5,10,20,50').split(',').map(Number);
+  const o = {
+    seconds: Number(process.env['BENCH_POOL_SECONDS'] ?? 5),
+    openSeconds: Number(process.env['BENCH_POOL_OPEN_SECONDS'] ?? 10),
+    rate: 0,
+    pods: Number(process.env['BENCH_POOL_PODS'] ?? 4),
+    workers: Number(process.env['BENCH_POOL_WORKERS'] ?? 2),
+  };
+  const rounds = Number(process.env['BENCH_POOL_ROUNDS'] ?? 2);
+  const rates = (process.env['BENCH_POOL_RATES'] ?? '0.5,1').split(',').map(Number);
+  console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
+  console.log(
+    `pool benchmark: one 3-member etcd (/usr/bin/etcd, default raft timings); closed loop: ${o.pods} pods per node churning ADD→DEL back to back for ${o.seconds} s; ` +
+      `open loop: ${rates.join(' and ')} new pod/s per node for ${o.openSeconds} s; ${o.workers} worker processes; ${rounds} interleaved rounds`,
+  );
+  const cluster = await startEtcdCluster({ members: 3, heartbeatMs: 100, electionMs: 1000, prefix: 'ipwarden-bench-etcd-' });
+  const all: Measurement[] = [];
+  try {
+    for (let round = 0; round < rounds; round++) {
+      for (const n of nodeCounts) {
+        const order: SubjectName[] = round % 2 === 0 ? ['pool', 'baseline'] : ['baseline', 'pool'];
+        for (const [mode, rate] of [['closed', 0] as const, ...rates.map((r) => ['open', r] as const)]) {
+          for (const s of order) {
+            const m = await measure(cluster, s, mode, n, round, { ...o, rate });
+            all.push(m);
+            console.log(
+              `  round ${round} ${mode === 'open' ? `open ${rate}` : 'closed'} ${s.padEnd(8)} ${String(n).padStart(2)} nodes: ${m.allocsPerSec.toFixed(1)} allocs/s, p50 ${m.p50.toFixed(1)} ms, p99 ${m.p99.toFixed(1)} ms, ${m.addFailures} failed ADDs${m.firstError ? ` (first: ${m.firstError.slice(0, 120)})` : ''}`,
+            );
+          }
+        }
+      }
+    }
+  } finally {
+    await cluster.close();
+  }
+  const sel = (s: SubjectName, mode: 'closed' | 'open', n: number, rate: number) => all.filter((m) => m.subject === s && m.mode === mode && m.nodes === n && m.rate === rate);
+  const pick = (s: SubjectName, mode: 'closed' | 'open', n: number, rate = 0): Measurement => {
+    const ms = sel(s, mode, n, rate);
+    const med = (f: (m: Measurement) => number) => median(ms.map(f));
+    const lat = ms.flatMap((m) => m.latencies).sort((a, b) => a - b);
+    const first = ms[0] as Measurement;
+    return {
+      ...first,
+      latencies: lat,
+      allocsPerSec: med((m) => m.allocsPerSec),
+      p50: mode === 'open' ? quantile(lat, 0.5) : med((m) => m.p50),
+      p99: mode === 'open' ? quantile(lat, 0.99) : med((m) => m.p99),
+      addFailures: ms.reduce((t, m) => t + m.addFailures, 0),
+      adds: ms.reduce((t, m) => t + m.adds, 0),
+      txnsPerAlloc: med((m) => m.txnsPerAlloc),
+      conflictsPerAlloc: med((m) => m.conflictsPerAlloc),
+      keysPerAlloc: med((m) => m.keysPerAlloc),
+      serverWritesPerAlloc: med((m) => m.serverWritesPerAlloc),
+    };
+  };
+  const rows: Row[] = nodeCounts.map((n) => ({
+    nodes: n,
+    pool: pick('pool', 'closed', n),
+    base: pick('baseline', 'closed', n),
+    poolOpen: rates.map((r) => pick('pool', 'open', n, r)),
+    baseOpen: rates.map((r) => pick('baseline', 'open', n, r)),
+  }));
+  const f2 = (x: number) => x.toFixed(2);
+  console.log(`\nclosed loop (${o.pods} pods per node back to back; medians of ${rounds} rounds):`);
+  console.log('| nodes | pool allocs/s | baseline allocs/s | pool ÷ baseline | pool p50 / p99 ms | baseline p50 / p99 ms | pool: txns (of which lost races) / keys written / server writes per alloc | baseline: same | failed ADDs pool / baseline |');
+  console.log('|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  for (const r of rows) {
+    const w = (m: Measurement) => `${f2(m.txnsPerAlloc)} (${f2(m.conflictsPerAlloc)}) / ${f2(m.keysPerAlloc)} / ${f2(m.serverWritesPerAlloc)}`;
+    console.log(`| ${r.nodes} | ${r.pool.allocsPerSec.toFixed(1)} | ${r.base.allocsPerSec.toFixed(1)} | ${(r.pool.allocsPerSec / r.base.allocsPerSec).toFixed(1)} × | ${r.pool.p50.toFixed(0)} / ${r.pool.p99.toFixed(0)} | ${r.base.p50.toFixed(0)} / ${r.base.p99.toFixed(0)} | ${w(r.pool)} | ${w(r.base)} | ${r.pool.addFailures} / ${r.base.addFailures} |`);
+  }
+  rates.forEach((rate, ri) => {
+    console.log(`\nopen loop (${rate} new pod/s per node, ADD then DEL; latencies pooled over ${rounds} rounds):`);
+    console.log('| nodes | offered pods/s | pool p50 / p99 ms | baseline p50 / p99 ms | baseline p99 ÷ pool p99 | ADDs answered pool / baseline | failed or unanswered ADDs pool / baseline |');
+    console.log('|---:|---:|---:|---:|---:|---:|---:|');
+    for (const r of rows) {
+      const p = r.poolOpen[ri] as Measurement;
+      const b = r.baseOpen[ri] as Measurement;
+      console.log(`| ${r.nodes} | ${(r.nodes * rate).toFixed(1)} | ${p.p50.toFixed(1)} / ${p.p99.toFixed(1)} | ${b.p50.toFixed(1)} / ${b.p99.toFixed(1)} | ${(b.p99 / p.p99).toFixed(1)} × | ${p.adds} / ${b.adds} | ${p.addFailures} / ${b.addFailures} |`);
+    }
+  });
+  const top = rows[rows.length - 1];
+  if (top !== undefined) {
+    const x = top.pool.allocsPerSec / top.base.allocsPerSec;
+    const lat = rates.map((rate, ri) => {
+      const p99 = (top.poolOpen[ri] as Measurement).p99;
+      return `${p99.toFixed(1)} ms at ${(top.nodes * rate).toFixed(0)} pods/s offered (${p99 <= 100 ? 'met' : 'NOT met'})`;
+    });
+    console.log(`\nat ${top.nodes} nodes: pool ${x.toFixed(1)} × the baseline's throughput (target ≥ 10 ×: ${x >= 10 ? 'met' : 'NOT met'}); pool p99 ADD (target ≤ 100 ms): ${lat.join(', ')}; ${top.pool.p99.toFixed(0)} ms saturated (closed loop)`);
+  }
+  const svgPath = process.env['BENCH_POOL_SVG'];
+  if (svgPath) writeFileSync(svgPath, svg(rows, rates));
+  const jsonPath = process.env['BENCH_POOL_JSON'];
+  if (jsonPath) writeFileSync(jsonPath, JSON.stringify({ options: { ...o, rounds, nodeCounts }, measurements: all.map((m) => ({ ...m, latencies: undefined })) }, null, 1));
+}
+
+if (process.argv.includes('--worker')) {
+  worker().catch((e: unknown) => {
+    process.stderr.write(`bench worker: ${e instanceof Error ? e.stack : String(e)}\n`);
+    process.exitCode = 1;
+  });
+} else {
+  main().catch((e: unknown) => {
+    process.stderr.write(`${e instanceof Error ? e.stack : String(e)}\n`);
+    process.exitCode = 1;
+  });
+}

@@ -1,0 +1,854 @@
+/**
+ * Jepsen-style fault runs on one real 3-member etcd (issue 11, "How it is checked"): 20 simulated
+ * nodes — separate processes with their own NODE_NAME, each talking to etcd only through its own
+ * TCP proxies (test/helpers/tcp-proxy.ts) — churn ADD/DEL while the test
+ *
+ * 1. kill -9 a follower, then restarts it;
+ * 2. kill -9 the leader (a new one is elected), then restarts it;
+ * 3. SIGSTOPs the leader, then SIGCONTs it;
+ * 4. cuts one node off (its proxies black-hole: drop), then heals it;
+ * 5. delays one node's traffic by 300 ms each way, then restores it;
+ * 6. resets one node's connections;
+ * 7. steps one node's wall clock +1 h, later −1 h (libfaketime with a timestamp file re-read on
+ *    every call; the monotonic clock is left alone, as an NTP step leaves it);
+ * 8. (daemons) kills -9 one node's daemon mid-run, then starts it again (the shim falls back);
+ * 9. (pool) cuts one node off and runs `ipwarden pool remove-node NODE` on it (an operator wrong
+ *    about a node that is merely partitioned), heals it, waits for its next successful ADD (the
+ *    veto), then runs `remove-node --finish`, which must release nothing (it refuses: the node
+ *    vetoed, the veto window is still open or the node's heartbeat is live).
+ *
+ * Each fault starts and ends at a count of completed operations (never a sleep that decides an
+ * outcome); the pool's state is read at a checkpoint after each fault, straight from etcd (not
+ * through a proxy). After the churn every container without a successful final DEL gets DEL
+ * retried until it succeeds, and a final checkpoint must show an empty pool. The history checker
+ * (test/helpers/history.ts) must find nothing; the run must also show that the faults bit
+ * (failed or unknown operations on the cut node, a changed leader, dropped bytes).
+ *
+ * Subjects:
+ * - the Whereabouts-model baseline (test/helpers/whereabouts-model.ts; a long-lived allocator
+ *   process per node): proves the harness and the checker on a correct CAS allocator;
+ * - the ipwarden pool through the standalone plugin (one plugin process per invocation, as a
+ *   runtime execs it), when the build has pools (see `poolSupported`).
+ *
+ * Bounded: NODES × LANES × CYCLES lifecycles, a per-operation timeout (then the outcome is
+ * `unknown` and the process is killed), an overall deadline. Needs /usr/bin/etcd and faketime:
+ * with CI=true their absence fails the suite.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, describe, it } from 'node:test';
+import { envFor, requireOrSkip, ROOT, standalonePlugin } from '../helpers/cni.ts';
+import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
+import { Etcd3 } from 'etcd3';
+import { checkHistory, HistoryRecorder, resultIps, type OpOutcome, type StoreEvent, type StateAllocation, type StateBlock } from '../helpers/history.ts';
+import { startNodeProxies, type NodeProxies } from '../helpers/tcp-proxy.ts';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
+import { execFileSync } from 'node:child_process';
+import { WhereaboutsModel } from '../helpers/whereabouts-model.ts';
+import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
+import { formatIP, ipAdd, parseCIDR } from '../../src/common/ip.ts';
+
+// One process 'exit' hook per test daemon (test/helpers/daemon.ts): 20 nodes' daemons at once.
+process.setMaxListeners(64);
+
+const FAKETIME_LIB = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
+const skip = requireOrSkip(haveEtcd() && existsSync(FAKETIME_LIB), '/usr/bin/etcd (etcd-server) and libfaketime (faketime)');
+
+const NODES = Number(process.env['JEPSEN_NODES'] ?? 20);
+const LANES = Number(process.env['JEPSEN_LANES'] ?? 2);
+/** Lanes per node through the standalone plugin: a Node process per operation costs ~0.3 s of CPU on this 2-core machine. */
+const POOL_LANES = Number(process.env['JEPSEN_POOL_LANES'] ?? 1);
+const CYCLES = Number(process.env['JEPSEN_CYCLES'] ?? 6);
+/** Per-operation bound: past it the op is `unknown` (kubelet gives up far later, 4 min). */
+const OP_TIMEOUT_MS = 20_000;
+/** Overall bound of one run (churn + faults + cleanup). */
+const RUN_DEADLINE_MS = 360_000;
+
+/** What one invocation answered. */
+interface Answer {
+  outcome: OpOutcome;
+  ips?: string[];
+  error?: { code?: number; msg: string };
+}
+
+/** One simulated node. */
+interface SimNode {
+  readonly name: string;
+  readonly proxies: NodeProxies;
+  /** libfaketime's timestamp file for this node (`+0`, `+1h`, `-1h`). */
+  readonly clockFile: string;
+  run(kind: 'ADD' | 'DEL', containerId: string, ifname: string): Promise<Answer>;
+  close(): Promise<void>;
+}
+
+/** An allocator under test. */
+interface Subject {
+  readonly name: string;
+  startNode(name: string, proxies: NodeProxies, clockFile: string): Promise<SimNode>;
+  /** One consistent read of the pool (blocks with owners, allocations), straight from etcd. */
+  readState(): Promise<{ blocks: StateBlock[]; allocations: StateAllocation[] }>;
+  /** The store's committed allocation history, when the subject can read it (checker rule 8). */
+  storeEvents?(): Promise<StoreEvent[]>;
+  /** Crash a node's agent (kill -9); resolves with the function that starts it again (daemons only). */
+  crash?(node: string): Promise<() => Promise<void>>;
+  /**
+   * `ipwarden pool remove-node NODE` (step 1 with `--force`: a daemon's heartbeat may still exist,
+   * the operator is wrong on purpose here; or `--finish`), as an operator runs it, straight
+   * against etcd.
+   */
+  removeNode?(node: string, finish: boolean): Promise<RemoveNodeAnswer>;
+  close(): Promise<void>;
+}
+
+function clockEnv(clockFile: string): Record<string, string> {
+  return { LD_PRELOAD: FAKETIME_LIB, FAKETIME_TIMESTAMP_FILE: clockFile, FAKETIME_NO_CACHE: '1', FAKETIME_DONT_FAKE_MONOTONIC: '1' };
+}
+
+/** Kill `p` by pid (SIGKILL) if it still runs, and wait (bounded) for its exit. */
+async function killChild(p: ChildProcess): Promise<void> {
+  if (p.exitCode !== null || p.signalCode !== null) return;
+  const gone = new Promise<void>((r) => p.once('exit', () => r()));
+  try {
+    if (p.pid !== undefined) process.kill(p.pid, 'SIGKILL');
+  } catch {
+    // exited meanwhile
+  }
+  await Promise.race([gone, sleep(5000)]);
+}
+
+/** The Whereabouts-model baseline: one allocator process per node, one key for the whole pool. */
+function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
+  const key = `/ipwarden-jepsen/whereabouts/${process.pid}`;
+  const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
+  const reader = new WhereaboutsModel(direct, { key, subnet });
+  const children = new Set<ChildProcess>();
+  return {
+    name: 'whereabouts-model',
+    async startNode(name, proxies, clockFile) {
+      // The node's allocator process. An operation past OP_TIMEOUT_MS kills it (kill -9, as a
+      // runtime kills a plugin at its deadline: the late request cannot commit after its DEL)
+      // and a new one is started; every request in flight on it is then `unknown`.
+      let child: ChildProcess;
+      let waiting = new Map<number, (a: Answer) => void>();
+      const launch = async (): Promise<void> => {
+        const c = spawn(
+          '/usr/bin/setpriv',
+          ['--pdeathsig', 'KILL', '--', process.execPath, '--import', 'tsx', join(ROOT, 'test/helpers/whereabouts-model.ts')],
+          {
+            cwd: ROOT,
+            env: { PATH: '/usr/bin:/bin', NODE_NAME: name, WM_ENDPOINTS: proxies.endpoints.join(','), WM_KEY: key, WM_SUBNET: subnet, WM_ORDER: 'roundRobin', WM_CALL_TIMEOUT_MS: '2000', ...clockEnv(clockFile) },
+            stdio: ['pipe', 'pipe', 'pipe'],
+          },
+        );
+        child = c;
+        children.add(c);
+        const mine = new Map<number, (a: Answer) => void>();
+        waiting = mine;
+        let err = '';
+        let ready: (() => void) | null = null;
+        const isReady = new Promise<void>((r) => (ready = r));
+        c.stderr?.on('data', (d: Buffer) => (err = (err + d.toString('utf8')).slice(-4000)));
+        let buf = '';
+        c.stdout?.on('data', (d: Buffer) => {
+          buf += d.toString('utf8');
+          let nl: number;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const line = buf.slice(0, nl);
+            buf = buf.slice(nl + 1);
+            const r = JSON.parse(line) as { id: number; ok?: boolean; ready?: boolean; ip?: string | null; code?: number; msg?: string };
+            if (r.ready === true) {
+              ready?.();
+              continue;
+            }
+            const w = mine.get(r.id);
+            mine.delete(r.id);
+            w?.(r.ok === true ? { outcome: 'ok', ...(r.ip ? { ips: [r.ip] } : {}) } : { outcome: 'error', error: { code: r.code ?? 999, msg: r.msg ?? '' } });
+          }
+        });
+        const exited = new Promise<void>((r) =>
+          c.once('exit', () => {
+            children.delete(c);
+            for (const [, w] of mine) w({ outcome: 'unknown', error: { msg: `node process ended: ${err.slice(-300)}` } });
+            mine.clear();
+            r();
+          }),
+        );
+        const t0 = Date.now();
+        await Promise.race([isReady, exited, sleep(60_000)]);
+        if (c.exitCode !== null || c.signalCode !== null || Date.now() - t0 >= 60_000) throw new Error(`${name}'s allocator process did not start: ${err}`);
+      };
+      await launch();
+      let next = 0;
+      let relaunching: Promise<void> | null = null;
+      return {
+        name,
+        proxies,
+        clockFile,
+        async run(kind, containerId, ifname) {
+          while (relaunching !== null) await relaunching;
+          const id = next++;
+          const c = child;
+          const w = waiting;
+          return new Promise<Answer>((res) => {
+            const t = setTimeout(() => {
+              w.delete(id);
+              res({ outcome: 'unknown', error: { msg: `no answer in ${OP_TIMEOUT_MS} ms: node process killed` } });
+              if (child === c && relaunching === null) {
+                relaunching = killChild(c)
+                  .then(launch)
+                  .finally(() => (relaunching = null));
+              }
+            }, OP_TIMEOUT_MS);
+            w.set(id, (a) => {
+              clearTimeout(t);
+              res(a);
+            });
+            c.stdin?.write(`${JSON.stringify({ id, op: kind, containerId, ifname })}\n`);
+          });
+        },
+        async close() {
+          while (relaunching !== null) await relaunching;
+          const c = child;
+          c.stdin?.end();
+          const gone = new Promise<void>((r) => (c.exitCode !== null || c.signalCode !== null ? r() : c.once('exit', () => r())));
+          await Promise.race([gone, sleep(30_000)]);
+          await killChild(c);
+        },
+      };
+    },
+    async readState() {
+      return { blocks: [], allocations: await reader.allocations() };
+    },
+    async close() {
+      for (const c of children) await killChild(c);
+      await direct.close();
+    },
+  };
+}
+
+/** The pool's key prefix and name for one run. */
+interface PoolNames {
+  prefix: string;
+  pool: string;
+  subnet: string;
+  blockSize: number;
+}
+
+/**
+ * Read the pool's state straight from etcd (one range request over `P/pools/<pool>/`, one
+ * revision): every block with its owner from the block key AND from the affinity index (an
+ * affinity naming another node than the block is two owners), every allocation inside the
+ * blocks (ordinal → address), and the handles that are not a DEL's tombstone (for the final
+ * emptiness check).
+ * Throws on a value that does not decode (the run then fails loudly).
+ */
+async function readPoolState(kv: EtcdKV, n: PoolNames): Promise<{ blocks: StateBlock[]; allocations: StateAllocation[]; handles: string[] }> {
+  const base = `${n.prefix}/pools/${n.pool}/`;
+  const entries = await kv.list(base);
+  const owners = new Set<string>();
+  const blocks: StateBlock[] = [];
+  const allocations: StateAllocation[] = [];
+  const handles: string[] = [];
+  const addBlock = (cidr: string, owner: string): void => {
+    const k = `${cidr} ${owner}`;
+    if (owners.has(k)) return;
+    owners.add(k);
+    blocks.push({ cidr, owner });
+  };
+  for (const e of entries) {
+    const rest = e.key.slice(base.length);
+    const parts = rest.split('/');
+    if (parts[0] === 'blocks' && parts.length === 2) {
+      const v = JSON.parse(e.value) as { cidr: string; node: string; allocs: Record<string, { id: string; ifname: string }> };
+      const c = parseCIDR(v.cidr);
+      if (c === null) throw new Error(`block ${e.key}: bad cidr ${v.cidr}`);
+      addBlock(v.cidr, v.node);
+      for (const [ord, a] of Object.entries(v.allocs)) allocations.push({ ip: formatIP(ipAdd(c.subnet.ip, BigInt(ord))), containerId: a.id, ifname: a.ifname });
+    } else if (parts[0] === 'nodes' && parts[2] === 'blocks' && parts.length === 4) {
+      const b = parts[3] ?? '';
+      const dash = b.lastIndexOf('-');
+      addBlock(`${b.slice(0, dash)}/${b.slice(dash + 1)}`, parts[1] ?? '');
+    } else if (parts[0] === 'handles') {
+      // A DEL that found no handle leaves a leased tombstone (`"deleted":true`, no ips; it fences a
+      // late ADD: docs/cluster.md "Key layout"): not an allocation.
+      const v = JSON.parse(e.value) as { ips?: unknown[]; deleted?: boolean };
+      if (!(v.deleted === true && Array.isArray(v.ips) && v.ips.length === 0)) handles.push(`${rest.slice('handles/'.length)} ${e.value}`);
+    }
+  }
+  return { blocks, allocations, handles };
+}
+
+/**
+ * The pool's committed allocation history, from etcd's MVCC history (nothing is compacted in the
+ * test's cluster): a watch on `P/` from revision 1, diffing each block's `allocs` from one
+ * version to the next (an ordinal added or given another holder = an allocation at that revision,
+ * removed = a release; a deleted block releases all it held). Ends at a sentinel key this
+ * function writes under `P/` after everything else. Bounded (60 s), throws on timeout.
+ */
+async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<StoreEvent[]> {
+  const client = new Etcd3({ hosts: endpoints });
+  const blocksPrefix = `${n.prefix}/pools/${n.pool}/blocks/`;
+  const sentinel = `${n.prefix}/~sentinel-${process.pid}`;
+  const events: StoreEvent[] = [];
+  const last = new Map<string, { base: ReturnType<typeof parseCIDR>; allocs: Record<string, { id: string; ifname: string }> }>();
+  const emit = (rev: number, key: string, next: Record<string, { id: string; ifname: string }>, cidr: string | null): void => {
+    const prev = last.get(key);
+    const c = cidr !== null ? parseCIDR(cidr) : (prev?.base ?? null);
+    if (c === null) throw new Error(`store history: block ${key} without a cidr`);
+    const ip = (ord: string): string => formatIP(ipAdd(c.subnet.ip, BigInt(ord)));
+    for (const ord of Object.keys(prev?.allocs ?? {})) {
+      if (next[ord] === undefined) events.push({ rev, ip: ip(ord), holder: null });
+    }
+    for (const [ord, a] of Object.entries(next)) {
+      const was = prev?.allocs[ord];
+      if (was === undefined || was.id !== a.id || was.ifname !== a.ifname) events.push({ rev, ip: ip(ord), holder: { containerId: a.id, ifname: a.ifname } });
+    }
+    last.set(key, { base: c, allocs: next });
+  };
+  try {
+    const w = await client.watch().prefix(`${n.prefix}/`).startRevision('1').create();
+    const done = new Promise<void>((res, rej) => {
+      w.on('put', (kv) => {
+        const key = kv.key.toString('utf8');
+        const rev = Number(kv.mod_revision);
+        if (key === sentinel) return res();
+        if (!key.startsWith(blocksPrefix)) return;
+        try {
+          const v = JSON.parse(kv.value.toString('utf8')) as { cidr: string; allocs: Record<string, { id: string; ifname: string }> };
+          emit(rev, key, v.allocs, v.cidr);
+        } catch (e) {
+          rej(e instanceof Error ? e : new Error(String(e)));
+        }
+      });
+      w.on('delete', (kv) => {
+        const key = kv.key.toString('utf8');
+        if (key.startsWith(blocksPrefix)) emit(Number(kv.mod_revision), key, {}, null);
+      });
+      w.on('error', (e) => rej(e));
+    });
+    await client.put(sentinel).value('1');
+    const timer = sleep(60_000).then(() => {
+      throw new Error('the store history watch did not reach its sentinel in 60 s');
+    });
+    await Promise.race([done, timer]);
+    await w.cancel();
+    return events;
+  } finally {
+    client.close();
+  }
+}
+
+/**
+ * The ipwarden pool through the standalone plugin: every operation is one plugin process
+ * (`ipwarden-standalone`, as a runtime execs it) with the node's NODE_NAME, the node's proxies as
+ * the etcd endpoints and the node's faked wall clock. Past OP_TIMEOUT_MS the process is killed
+ * (SIGKILL) and the outcome is `unknown`.
+ */
+function poolSubject(cluster: EtcdCluster, n: PoolNames, dataDir: string): Subject & { handles(): Promise<string[]> } {
+  const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
+  const bin = standalonePlugin();
+  const conf = (endpoints: string[]) => ({
+    cniVersion: '1.0.0',
+    name: 'jepsen-net',
+    ipam: { type: 'ipwarden', dataDir, ranges: [[{ subnet: n.subnet }]], pool: { name: n.pool, etcd: { endpoints, prefix: n.prefix }, blockSize: n.blockSize } },
+  });
+  return {
+    name: 'ipwarden pool (standalone plugin)',
+    async startNode(name, proxies, clockFile) {
+      const stdin = JSON.stringify(conf(proxies.endpoints));
+      return {
+        name,
+        proxies,
+        clockFile,
+        run: (kind, containerId, ifname) => execPlugin(bin, kind, containerId, ifname, stdin, { NODE_NAME: name, ...clockEnv(clockFile) }),
+        async close() {},
+      };
+    },
+    async readState() {
+      const s = await readPoolState(direct, n);
+      return { blocks: s.blocks, allocations: s.allocations };
+    },
+    async handles() {
+      return (await readPoolState(direct, n)).handles;
+    },
+    storeEvents: () => poolStoreEvents(cluster.endpoints, n),
+    removeNode: (node, finish) => removeNodeCli(cluster, n, node, finish),
+    async close() {
+      await direct.close();
+    },
+  };
+}
+
+/** What `ipwarden pool remove-node` did: its exit status, its JSON answer (exit 0) and its output. */
+interface RemoveNodeAnswer {
+  exitCode: number | null;
+  json: Record<string, unknown> | null;
+  output: string;
+}
+
+/** `ipwarden pool remove-node` through the built CLI, `--json` (step 1 also `--force`); see {@link Subject.removeNode}. */
+function removeNodeCli(cluster: EtcdCluster, n: PoolNames, node: string, finish: boolean): Promise<RemoveNodeAnswer> {
+  const args = [join(ROOT, 'dist/ipwarden.cjs'), 'pool', 'remove-node', node, '--pool', n.pool, '--etcd-endpoints', cluster.endpoints.join(','), '--etcd-prefix', n.prefix, '--json', ...(finish ? ['--finish'] : ['--force'])];
+  return new Promise((res) => {
+    const p = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', process.execPath, ...args], { env: { PATH: '/usr/bin:/bin' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    p.stderr.on('data', (c: Buffer) => (err += c.toString('utf8')));
+    const t = setTimeout(() => void killChild(p), 60_000);
+    p.on('close', (code) => {
+      clearTimeout(t);
+      let json: Record<string, unknown> | null = null;
+      try {
+        json = code === 0 ? (JSON.parse(out) as Record<string, unknown>) : null;
+      } catch {
+        json = null;
+      }
+      res({ exitCode: code, json, output: `${out}${err}`.trim() });
+    });
+  });
+}
+
+/** Run one plugin executable as a runtime does (env, config on stdin) and turn what it did into an {@link Answer}. */
+function execPlugin(bin: string, kind: 'ADD' | 'DEL', containerId: string, ifname: string, stdin: string, env: Record<string, string>): Promise<Answer> {
+  const full = { ...envFor({ command: kind, containerId, ifname, stdin }), ...env };
+  return new Promise<Answer>((res) => {
+    const p = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', bin], { env: full, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    let timedOut = false;
+    p.stdout.on('data', (c: Buffer) => (out += c.toString('utf8')));
+    p.stderr.on('data', (c: Buffer) => (err = (err + c.toString('utf8')).slice(-2000)));
+    const t = setTimeout(() => {
+      timedOut = true;
+      void killChild(p);
+    }, OP_TIMEOUT_MS);
+    p.on('error', (e) => {
+      clearTimeout(t);
+      res({ outcome: 'unknown', error: { msg: `spawn: ${e.message}` } });
+    });
+    p.on('close', (code, sig) => {
+      clearTimeout(t);
+      let json: Record<string, unknown> | null = null;
+      try {
+        json = out.trim() === '' ? null : (JSON.parse(out) as Record<string, unknown>);
+      } catch {
+        json = null;
+      }
+      if (timedOut || sig !== null) return res({ outcome: 'unknown', error: { msg: timedOut ? `killed after ${OP_TIMEOUT_MS} ms` : `signal ${sig}` } });
+      if (code === 0) {
+        if (kind === 'DEL') return res({ outcome: 'ok' });
+        const ips = resultIps(json);
+        // A "success" without an address is not a success we can check: record it as unknown.
+        return res(ips.length > 0 ? { outcome: 'ok', ips } : { outcome: 'unknown', error: { msg: `exit 0 without ips: ${out}` } });
+      }
+      if (json !== null && typeof json['code'] === 'number') return res({ outcome: 'error', error: { code: json['code'], msg: String(json['msg']) } });
+      res({ outcome: 'unknown', error: { msg: `exit ${code}, stdout ${JSON.stringify(out)}, stderr ${err}` } });
+    });
+    p.stdin.end(stdin);
+  });
+}
+
+/**
+ * The ipwarden pool through daemons: every simulated node runs `ipwarden daemon` with its own
+ * NODE_NAME, socket and faked clock, and its own installed shim (`install-cni --socket`); every
+ * operation execs that shim, which forwards it to the node's daemon (one etcd client per pool,
+ * the node's concurrent ADDs batched into one transaction) and falls back to the standalone
+ * plugin (NODE_NAME from the exec's env) when the daemon is down. `crash(node)` kills -9 a
+ * node's daemon and starts it again after the returned function is called.
+ */
+function daemonPoolSubject(cluster: EtcdCluster, n: PoolNames, dir: string): Subject & { handles(): Promise<string[]>; crash(name: string): Promise<() => Promise<void>> } {
+  const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
+  const daemons = new Map<string, { d: TestDaemon; env: Record<string, string>; socket: string }>();
+  const conf = (endpoints: string[]) => ({
+    cniVersion: '1.0.0',
+    name: 'jepsen-net',
+    ipam: { type: 'ipwarden', dataDir: join(dir, 'data'), ranges: [[{ subnet: n.subnet }]], pool: { name: n.pool, etcd: { endpoints, prefix: n.prefix }, blockSize: n.blockSize } },
+  });
+  return {
+    name: 'ipwarden pool (daemons + shim)',
+    async startNode(name, proxies, clockFile) {
+      const nodeDir = join(dir, name);
+      const binDir = join(nodeDir, 'bin');
+      const socket = join(nodeDir, 'run', 'plugin.sock');
+      mkdirSync(binDir, { recursive: true, mode: 0o700 });
+      execFileSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', binDir, '--socket', socket], { stdio: 'pipe' });
+      const env = { NODE_NAME: name, ...clockEnv(clockFile) };
+      const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d') });
+      daemons.set(name, { d, env, socket });
+      const stdin = JSON.stringify(conf(proxies.endpoints));
+      return {
+        name,
+        proxies,
+        clockFile,
+        run: (kind, containerId, ifname) => execPlugin(join(binDir, 'ipwarden'), kind, containerId, ifname, stdin, env),
+        async close() {
+          await daemons.get(name)?.d.stop();
+        },
+      };
+    },
+    async crash(name) {
+      const x = daemons.get(name);
+      if (x === undefined) throw new Error(`no daemon for ${name}`);
+      x.d.kill('SIGKILL');
+      await x.d.exited;
+      return async () => {
+        x.d = await startTestDaemon({ socket: x.socket, env: x.env, logLevel: 'info', dataDir: join(dir, name, 'd-data'), cniConfDir: join(dir, name, 'net.d') });
+      };
+    },
+    async readState() {
+      const s = await readPoolState(direct, n);
+      return { blocks: s.blocks, allocations: s.allocations };
+    },
+    async handles() {
+      return (await readPoolState(direct, n)).handles;
+    },
+    storeEvents: () => poolStoreEvents(cluster.endpoints, n),
+    removeNode: (node, finish) => removeNodeCli(cluster, n, node, finish),
+    async close() {
+      for (const x of daemons.values()) await x.d.stop();
+      await direct.close();
+    },
+  };
+}
+
+/** The run's knobs. */
+interface RunOptions {
+  nodes: number;
+  lanes: number;
+  cycles: number;
+}
+
+/** Result of one run, for the assertions. */
+interface RunReport {
+  ops: number;
+  addsOk: number;
+  failedOrUnknown: number;
+  cutNodeFailures: number;
+  leaderChanges: number;
+  droppedBytes: number;
+  checkpoints: number;
+  /** `pool remove-node --finish` answers (fault 9), when the subject has it. */
+  finishReports: RemoveNodeAnswer[];
+  log: string[];
+}
+
+/**
+ * Run the churn and the faults against `subject` and return the checker's violations plus a
+ * report. Everything it starts is stopped before it returns or throws.
+ */
+async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions): Promise<{ violations: ReturnType<typeof checkHistory>; report: RunReport }> {
+  const deadline = Date.now() + RUN_DEADLINE_MS;
+  const rec = new HistoryRecorder();
+  const log: string[] = [];
+  const say = (s: string): void => {
+    log.push(`${(performance.now() / 1000).toFixed(1)}s ${s}`);
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'ipwarden-jepsen-'));
+  const nodes: SimNode[] = [];
+  const proxies: NodeProxies[] = [];
+  let completed = 0;
+  let churnDone = false;
+  const leaders: number[] = [];
+  const finishReports: RemoveNodeAnswer[] = [];
+  try {
+    for (let i = 0; i < o.nodes; i++) {
+      const name = `jepsen-node-${String(i).padStart(2, '0')}`;
+      const clockFile = join(dir, `${name}.clock`);
+      writeFileSync(clockFile, '+0\n');
+      const np = await startNodeProxies(cluster.endpoints);
+      proxies.push(np);
+      nodes.push(await subject.startNode(name, np, clockFile));
+    }
+    const cut = nodes[1];
+    const slow = nodes[2];
+    const stepped = nodes[3];
+    const resetNode = nodes[4];
+    assert.ok(cut && slow && stepped && resetNode, 'at least 5 nodes');
+    let cutFailures = 0;
+
+    const op = async (n: SimNode, kind: 'ADD' | 'DEL', cid: string): Promise<Answer> => {
+      const done = rec.begin(kind, n.name, cid, 'net1');
+      const a = await n.run(kind, cid, 'net1');
+      done(a.outcome, { ...(a.ips ? { ips: a.ips } : {}), ...(a.error ? { error: a.error } : {}) });
+      completed++;
+      if (a.outcome === 'ok' && kind === 'ADD') okAdds.set(n.name, (okAdds.get(n.name) ?? 0) + 1);
+      if (a.outcome !== 'ok') {
+        if (n === cut) cutFailures++;
+        await sleep(250); // a runtime retries with a backoff; pacing only, no outcome depends on it
+      }
+      return a;
+    };
+    const needsDel = new Map<string, SimNode>();
+    const okAdds = new Map<string, number>();
+
+    let faultsDone = false;
+    // At least `cycles` lifecycles per lane, and on until the faults are over (so every fault
+    // meets traffic), at most 20 × cycles.
+    const lane = async (n: SimNode, l: number): Promise<void> => {
+      for (let k = 0; (k < o.cycles || !faultsDone) && k < 20 * o.cycles && Date.now() < deadline; k++) {
+        const cid = `jp-${n.name}-${l}-${k}`;
+        needsDel.set(cid, n);
+        const a = await op(n, 'ADD', cid);
+        if (a.outcome === 'ok' && k % 3 === 0) await op(n, 'ADD', cid); // a repeated ADD: same address
+        for (let t = 0; t < 3; t++) {
+          const d = await op(n, 'DEL', cid);
+          if (d.outcome === 'ok') {
+            needsDel.delete(cid);
+            break;
+          }
+        }
+      }
+    };
+
+    const untilOps = async (count: number): Promise<void> => {
+      const target = completed + count;
+      while (completed < target && !churnDone) {
+        if (Date.now() > deadline) throw new Error(`run deadline passed waiting for ${target} ops (${completed} done)`);
+        await sleep(20);
+      }
+    };
+    const checkpoint = async (what: string): Promise<void> => {
+      for (let t = 0; ; t++) {
+        try {
+          const cp = await rec.checkpoint(() => subject.readState());
+          say(`checkpoint after ${what}: ${cp.allocations.length} allocations, ${cp.blocks.length} blocks`);
+          return;
+        } catch (e) {
+          if (t >= 20) throw e;
+          await sleep(250);
+        }
+      }
+    };
+
+    const total = o.nodes * o.lanes * o.cycles * 2;
+    const step = Math.max(4, Math.floor(total / 16));
+    const churn = Promise.all(nodes.flatMap((n) => Array.from({ length: o.lanes }, (_, l) => lane(n, l)))).finally(() => {
+      churnDone = true;
+    });
+
+    const faults = (async () => {
+      await untilOps(step);
+      await checkpoint('warm-up');
+      leaders.push(await cluster.leader());
+      // 1. kill -9 a follower
+      const follower = ((leaders[0] ?? 0) + 1) % 3;
+      say(`kill -9 follower m${follower}`);
+      await cluster.kill(follower);
+      await untilOps(step);
+      await cluster.restart(follower);
+      await checkpoint('follower kill');
+      // 2. kill -9 the leader
+      const l1 = await cluster.leader();
+      say(`kill -9 leader m${l1}`);
+      await cluster.kill(l1);
+      leaders.push(await cluster.leader({ notIndex: l1 }));
+      await untilOps(step);
+      await cluster.restart(l1);
+      await checkpoint('leader kill');
+      // 3. SIGSTOP the leader
+      const l2 = await cluster.leader();
+      say(`SIGSTOP leader m${l2}`);
+      cluster.pause(l2);
+      try {
+        leaders.push(await cluster.leader({ notIndex: l2 }));
+        await untilOps(step);
+      } finally {
+        cluster.resume(l2);
+      }
+      await cluster.waitHealthy();
+      await checkpoint('leader SIGSTOP');
+      // 4. cut one node off
+      say(`drop ${cut.name}`);
+      cut.proxies.setMode({ kind: 'drop' });
+      const failuresBefore = cutFailures;
+      await untilOps(step);
+      while (cutFailures === failuresBefore && !churnDone) {
+        if (Date.now() > deadline) throw new Error('the cut node never answered during the partition');
+        await sleep(20);
+      }
+      cut.proxies.setMode({ kind: 'pass' });
+      await checkpoint('partition');
+      // 5. delay one node
+      say(`delay 300 ms ${slow.name}`);
+      slow.proxies.setMode({ kind: 'delay', ms: 300 });
+      await untilOps(step);
+      slow.proxies.setMode({ kind: 'pass' });
+      await checkpoint('delay');
+      // 6. reset one node's connections
+      say(`reset ${resetNode.name}`);
+      resetNode.proxies.setMode({ kind: 'reset' });
+      await untilOps(Math.ceil(step / 2));
+      resetNode.proxies.setMode({ kind: 'pass' });
+      await checkpoint('reset');
+      // 7. step one node's clock
+      say(`clock +1h ${stepped.name}`);
+      writeFileSync(stepped.clockFile, '+1h\n');
+      await untilOps(step);
+      say(`clock -1h ${stepped.name}`);
+      writeFileSync(stepped.clockFile, '-1h\n');
+      await untilOps(step);
+      writeFileSync(stepped.clockFile, '+0\n');
+      await checkpoint('clock steps');
+      // 8. crash a node's daemon (kill -9, requests in flight die with it; the shim falls back)
+      const crashed = nodes[5];
+      if (subject.crash !== undefined && crashed !== undefined) {
+        say(`kill -9 the daemon of ${crashed.name}`);
+        const restart = await subject.crash(crashed.name);
+        await untilOps(step);
+        await restart();
+        await checkpoint('daemon crash');
+      }
+      // 9. pool remove-node on a node that is merely partitioned, then returns: it vetoes with its
+      //    next allocating ADD, and --finish afterwards releases nothing of it.
+      const removed = nodes[6];
+      if (subject.removeNode !== undefined && removed !== undefined) {
+        say(`drop ${removed.name} + pool remove-node ${removed.name}`);
+        removed.proxies.setMode({ kind: 'drop' });
+        const marked = await subject.removeNode(removed.name, false);
+        say(`remove-node: exit ${marked.exitCode} ${marked.output}`);
+        assert.equal(marked.exitCode, 0, `pool remove-node ${removed.name}: ${marked.output}`);
+        await untilOps(step);
+        removed.proxies.setMode({ kind: 'pass' });
+        const okBefore = okAdds.get(removed.name) ?? 0;
+        while ((okAdds.get(removed.name) ?? 0) === okBefore && !churnDone) {
+          if (Date.now() > deadline) throw new Error(`${removed.name} never allocated after it returned`);
+          await sleep(20);
+        }
+        const finished = await subject.removeNode(removed.name, true);
+        say(`remove-node --finish after the return: exit ${finished.exitCode} ${finished.output}`);
+        finishReports.push(finished);
+        await checkpoint('remove-node of a partitioned node that returned');
+      }
+    })().finally(() => {
+      faultsDone = true;
+    });
+
+    const [, faultResult] = await Promise.allSettled([churn, faults]);
+    // Heal everything before the cleanup, whatever happened.
+    for (const np of proxies) np.setMode({ kind: 'pass' });
+    for (const [i, m] of cluster.members.entries()) {
+      if (m.stopped) cluster.resume(i);
+      if (m.pid === null) await cluster.restart(i);
+    }
+    if (faultResult.status === 'rejected') throw faultResult.reason;
+    await churn;
+    say(`churn done: ${completed} ops; ${needsDel.size} containers still need a DEL`);
+    await checkpoint('churn');
+
+    // Every container without a successful DEL: DEL until it succeeds (bounded by the deadline).
+    for (const [cid, n] of needsDel) {
+      for (;;) {
+        const d = await op(n, 'DEL', cid);
+        if (d.outcome === 'ok') break;
+        if (Date.now() > deadline) throw new Error(`DEL of ${cid} on ${n.name} never succeeded: ${d.error?.msg}`);
+        await sleep(200);
+      }
+    }
+    for (const n of nodes) await n.close();
+    nodes.length = 0;
+    const final = await rec.checkpoint(() => subject.readState(), true);
+    say(`final: ${final.allocations.length} allocations, ${final.blocks.length} blocks`);
+    const h = { ...rec.history(), ...(subject.storeEvents ? { storeEvents: await subject.storeEvents() } : {}) };
+    say(`store history: ${h.storeEvents?.length ?? 'none'} allocation events`);
+    const report: RunReport = {
+      ops: h.ops.length,
+      addsOk: h.ops.filter((x) => x.kind === 'ADD' && x.outcome === 'ok').length,
+      failedOrUnknown: h.ops.filter((x) => x.outcome !== 'ok').length,
+      cutNodeFailures: cutFailures,
+      leaderChanges: new Set(leaders).size - 1,
+      droppedBytes: proxies.reduce((s, np) => s + np.proxies.reduce((t, p) => t + p.stats().droppedBytes, 0), 0),
+      checkpoints: h.checkpoints.length,
+      finishReports,
+      log,
+    };
+    const violations = checkHistory(h);
+    const dump = process.env['JEPSEN_DUMP'];
+    if (dump !== undefined && dump !== '') writeFileSync(dump, JSON.stringify({ subject: subject.name, log, history: h, violations }, null, 1));
+    return { violations, report };
+  } finally {
+    for (const n of nodes) await n.close().catch(() => undefined);
+    for (const np of proxies) await np.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function assertClean(name: string, r: { violations: ReturnType<typeof checkHistory>; report: RunReport }, o: RunOptions): void {
+  const { violations, report } = r;
+  const summary = `${name}: ${report.ops} ops, ${report.addsOk} ADDs ok, ${report.failedOrUnknown} failed/unknown (${report.cutNodeFailures} on the cut node), ${report.leaderChanges} leader changes, ${report.droppedBytes} bytes dropped, ${report.checkpoints} checkpoints`;
+  console.log(`# ${summary}\n${report.log.map((l) => `#   ${l}`).join('\n')}`);
+  assert.deepEqual(
+    violations.map((v) => `${v.kind}: ${v.message}`),
+    [],
+    summary,
+  );
+  // The run was not vacuous: most lifecycles allocated, the faults bit.
+  assert.ok(report.addsOk >= (o.nodes * o.lanes * o.cycles) / 2, `too few successful ADDs: ${summary}`);
+  assert.ok(report.cutNodeFailures > 0, `the cut node never failed: ${summary}`);
+  assert.ok(report.droppedBytes > 0, `nothing was dropped: ${summary}`);
+  assert.ok(report.leaderChanges >= 1, `the leader never changed: ${summary}`);
+  assert.ok(report.checkpoints >= 9, summary);
+  // --finish after the node came back releases nothing: it refuses (exit 1: the veto window has
+  // not passed, the node vetoed so there is no marker, or its heartbeat is live), or it succeeds
+  // with nothing released.
+  for (const f of report.finishReports) {
+    if (f.exitCode === 0) assert.deepEqual(f.json?.['released'], [], `remove-node --finish after the node returned released addresses: ${f.output}`);
+    else assert.equal(f.exitCode, 1, `remove-node --finish: ${f.output}`);
+  }
+}
+
+describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_DEADLINE_MS }, () => {
+  let cluster: EtcdCluster | undefined;
+  after(async () => {
+    await cluster?.close();
+  });
+
+  it(`the Whereabouts-model baseline: ${NODES} node processes, kill -9, SIGSTOP, drop, delay, reset, clock steps — the checker finds nothing`, async () => {
+    cluster ??= await startEtcdCluster({ members: 3 });
+    const subject = whereaboutsSubject(cluster, '10.86.0.0/22');
+    const o = { nodes: NODES, lanes: LANES, cycles: CYCLES };
+    try {
+      assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
+    } finally {
+      await subject.close();
+    }
+  });
+
+  it(`the ipwarden pool through the standalone plugin: ${NODES} nodes, the same faults — the checker finds nothing, no handle is left`, async () => {
+    if (!existsSync(join(ROOT, 'dist/ipwarden.cjs'))) throw new Error('run "npm run build" first');
+    cluster ??= await startEtcdCluster({ members: 3 });
+    const dir = mkdtempSync(join(tmpdir(), 'ipwarden-jepsen-data-'));
+    // A /22 in /26 blocks: 16 blocks for 20 nodes, so the last nodes to come find no free block and
+    // borrow, and emptied blocks are released (each node keeps its last).
+    const names: PoolNames = { prefix: `/ipwarden-jepsen-${process.pid}`, pool: 'jepsen', subnet: '10.86.4.0/22', blockSize: 26 };
+    const subject = poolSubject(cluster, names, join(dir, 'data'));
+    const o = { nodes: NODES, lanes: POOL_LANES, cycles: CYCLES };
+    try {
+      assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
+      assert.deepEqual(await subject.handles(), [], 'handles (other than tombstones) left after every DEL');
+    } finally {
+      await subject.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it(`the ipwarden pool through daemons and the shim: ${NODES} nodes, the same faults plus a daemon kill -9 — the checker finds nothing, no handle is left`, async () => {
+    if (!existsSync(join(ROOT, 'dist/ipwarden.cjs'))) throw new Error('run "npm run build" first');
+    cluster ??= await startEtcdCluster({ members: 3 });
+    const dir = mkdtempSync(join(tmpdir(), 'ipwarden-jepsen-daemons-'));
+    const names: PoolNames = { prefix: `/ipwarden-jepsen-d-${process.pid}`, pool: 'jepsen', subnet: '10.86.8.0/22', blockSize: 26 };
+    const subject = daemonPoolSubject(cluster, names, dir);
+    const o = { nodes: NODES, lanes: LANES, cycles: CYCLES };
+    try {
+      assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
+      assert.deepEqual(await subject.handles(), [], 'handles (other than tombstones) left after every DEL');
+    } finally {
+      await subject.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
