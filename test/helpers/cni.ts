@@ -239,7 +239,8 @@ function startSuiteDaemon(bundle: string, socket: string, dir: string): () => vo
   };
 }
 
-function alive(pid: number): boolean {
+/** True while process `pid` exists (signal 0). */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

@@ -21,6 +21,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { alive } from './cni.ts';
 
 /** The installed etcd server binary. */
 export const ETCD_BIN = '/usr/bin/etcd';
@@ -152,14 +153,6 @@ function tail(path: string, lines = 25): string {
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /**
  * Start an etcd cluster of `opts.members` (default 3) members on loopback and wait until every
