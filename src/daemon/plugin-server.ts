@@ -167,7 +167,7 @@ export class SocketSetupError extends AppError {
   }
 }
 
-/** Thrown inside the handlers to stop a request whose client went away; never answered. */
+/** Thrown inside the handlers to stop a request that names a path not the requester's; never answered. */
 class DeclinedError extends AppError {
   constructor(reason: string) {
     super('INTERNAL', `request declined: ${reason}`);
@@ -175,6 +175,7 @@ class DeclinedError extends AppError {
   }
 }
 
+/** Thrown inside the handlers to stop a request whose client went away; never answered. */
 class DroppedError extends AppError {
   constructor(stage: DropStage) {
     super('INTERNAL', `request dropped (${stage}): the client went away`);
