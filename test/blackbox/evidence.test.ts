@@ -30,6 +30,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, before, describe, it } from 'node:test';
+import { sweepFaketimeLeftovers } from '../helpers/faketime.ts';
 import { HOST_LOCAL, haveHostLocal, installedPlugin, pluginArgv, requireOrSkip, ROOT, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { startHostileCri, type FakeSandbox, type HostileCri, type HostileCriOptions } from '../helpers/hostile-cri.ts';
 import { runMain } from '../../src/cli/main.ts';
@@ -618,6 +619,9 @@ describe('case 5: reclaim asks the READY sandboxes\' pod IPs', { skip }, () => {
 // ---------------------------------------------------------------------------------------------
 
 describe('case 6: clock steps', { skip: skipFaketime }, () => {
+  // A `faketime` whose pid meets a leftover of a killed libfaketime process fails ("sem_open:
+  // File exists"); remove those of processes that are gone first (test/helpers/faketime.ts).
+  before(() => void sweepFaketimeLeftovers());
   const S6 = '10.87.6.0/28';
   const n6 = (k: number): string => `10.87.6.${k}`;
   const FT = ['faketime', '-f', '+2h'];

@@ -47,6 +47,7 @@ import { Etcd3 } from 'etcd3';
 import { checkHistory, HistoryRecorder, resultIps, type OpOutcome, type StoreEvent, type StateAllocation, type StateBlock } from '../helpers/history.ts';
 import { startNodeProxies, type NodeProxies } from '../helpers/tcp-proxy.ts';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
+import { sweepFaketimeLeftovers } from '../helpers/faketime.ts';
 import { execFileSync } from 'node:child_process';
 import { WhereaboutsModel } from '../helpers/whereabouts-model.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
@@ -803,8 +804,12 @@ function assertClean(name: string, r: { violations: ReturnType<typeof checkHisto
 
 describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_DEADLINE_MS }, () => {
   let cluster: EtcdCluster | undefined;
+  const startedAtMs = Date.now();
   after(async () => {
     await cluster?.close();
+    // The node processes killed by the runs leave libfaketime's per-pid objects behind; a later
+    // `faketime` whose pid comes round again would fail (test/helpers/faketime.ts).
+    sweepFaketimeLeftovers(startedAtMs - 1000);
   });
 
   it(`the Whereabouts-model baseline: ${NODES} node processes, kill -9, SIGSTOP, drop, delay, reset, clock steps — the checker finds nothing`, async () => {
