@@ -90,7 +90,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.deepEqual(r.json, { cniVersion: '1.0.0', ips: [{ address: '10.81.0.17/27', gateway: '10.81.0.1' }], dns: {} });
   });
 
-  it('concurrent ADDs of both nodes never give one address twice; after all DELs no handle is left and each node keeps one block', async () => {
+  it('concurrent ADDs of both nodes never give one address twice; after all DELs no handle is left and each node that owns a block keeps exactly one', async () => {
     const p = prefix();
     const bin = standalonePlugin();
     const ids = Array.from({ length: 10 }, (_, i) => ({ id: `k${i}`, node: i % 2 === 0 ? 'node-a' : 'node-b' }));
@@ -100,8 +100,12 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     const dels = await Promise.all(ids.map((x) => runCniAsync(bin, { command: 'DEL', containerId: x.id, ifname: 'eth0', stdin: conf(p), env: { NODE_NAME: x.node } })));
     for (const d of dels) assert.equal(d.exitCode, 0, d.stdout);
     assert.deepEqual(await (kv as EtcdKV).list(`${p}/pools/bbpool/handles/`, { keysOnly: true }), []);
+    // Emptied blocks are given back, never a node's last one. Which nodes end with a block depends on
+    // the interleaving: two ADDs of one node may claim both blocks at once, and the other node then
+    // borrows (no free block left) and owns none.
     const c = await claims(p);
-    assert.deepEqual(Object.values(c).map((b) => b.length), [1, 1]);
+    assert.ok(Object.keys(c).length >= 1, JSON.stringify(c));
+    assert.deepEqual(Object.values(c).map((b) => b.length), Object.keys(c).map(() => 1), JSON.stringify(c));
   });
 
   it('DEL releases (round robin moves on), is idempotent, and CHECK sees what is held', async () => {
