@@ -108,11 +108,13 @@ export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliCon
     // The operator acts as no node: it never allocates, so the allocator needs no ranges.
     const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
     if (opts.finish !== true) {
-      const marked = await op.markForRemoval(node, { force: opts.force === true, windowLease: () => kv.grantLease(REMOVAL_WINDOW_SECONDS) });
+      // The window is sized by the node's announced offline seconds (docs/cluster.md "Offline allocation").
+      let window = REMOVAL_WINDOW_SECONDS;
+      const marked = await op.markForRemoval(node, { force: opts.force === true, windowLease: (ttl) => kv.grantLease((window = ttl)) });
       if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked })}\n`);
       else {
         ctx.stdout(`removal of ${node} begun (${op.removingKey(node)}); ${marked.length} block${marked.length === 1 ? '' : 's'} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
-        ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone (and at least ${REMOVAL_WINDOW_SECONDS} s from now), run again with --finish\n`);
+        ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone (and at least ${window} s from now), run again with --finish\n`);
       }
       return 0;
     }

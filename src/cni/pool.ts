@@ -14,12 +14,15 @@
  */
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
+import { join } from 'node:path';
+import { AppError, ClosedError, errnoCode, isAppError } from '../common/errors.ts';
 import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import type { KV, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
+import { JOURNAL_DIR_NAME, PoolJournal } from '../store/pool-journal.ts';
+import { ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './pool-offline.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
 export interface PoolHooks {
@@ -194,9 +197,12 @@ class Batcher {
   #running = false;
   /** Transactions' batch sizes so far (tests and metrics). */
   readonly sizes: number[] = [];
+  /** With offline allocation: a batch that fails as unavailable fails every request at once (no retry one by one: etcd is down for all). */
+  readonly #failFastUnavailable: boolean;
 
-  constructor(alloc: PoolAllocator) {
+  constructor(alloc: PoolAllocator, failFastUnavailable = false) {
     this.#alloc = alloc;
+    this.#failFastUnavailable = failFastUnavailable;
   }
 
   submit(req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
@@ -241,8 +247,8 @@ class Batcher {
         try {
           settle(batch, await this.#alloc.add(batch.map((w) => w.req)));
         } catch (e) {
-          if (batch.length === 1) {
-            (batch[0] as Waiter).reject(e);
+          if (batch.length === 1 || (this.#failFastUnavailable && isAppError(e, 'STORE_UNAVAILABLE'))) {
+            for (const w of batch) w.reject(e);
             continue;
           }
           for (const w of batch) {
@@ -396,6 +402,20 @@ function attachmentKey(pool: PoolConfig, req: PoolRequest): string {
 /** Requests per batch (the allocator's limit). */
 const MAX_BATCH_REQUESTS = MAX_BATCH;
 
+/** Options of {@link PoolSessions} (offline allocation, docs/cluster.md "Offline allocation"). */
+export interface PoolSessionsOptions {
+  /** Monotonic clock, milliseconds (default `performance.now`): the offline budget is measured on it. */
+  readonly clock?: () => number;
+  /** The journal directory of a network config (default `<ipam.dataDir>/.ipwarden-pool-offline`). */
+  readonly journalDir?: (conf: IPAMConfig) => string;
+  /** Log sink (default: one JSON line on stderr). */
+  readonly log?: OfflineLog;
+}
+
+const stderrLog: OfflineLog = (level, fields, msg) => {
+  process.stderr.write(`${JSON.stringify({ level, msg, ...fields })}\n`);
+};
+
 /**
  * The daemon's pool hooks: one etcd client per pool (endpoints + prefix), kept until `close()`,
  * and the node's concurrent ADDs of one network batched into one transaction ({@link Batcher}).
@@ -407,7 +427,7 @@ export class PoolSessions implements PoolHooks {
   readonly #env: Readonly<Record<string, string | undefined>>;
   readonly #make: (pool: PoolConfig) => KV & Leases;
   readonly #every: Every;
-  readonly #kvs = new Map<string, KV & Leases>();
+  readonly #kvs = new Map<string, ContactKV>();
   readonly #batchers = new Map<string, Batcher>();
   readonly #heartbeats = new Map<string, Heartbeat>();
   /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
@@ -416,12 +436,71 @@ export class PoolSessions implements PoolHooks {
   readonly #batchersOfPool = new Map<string, Set<Batcher>>();
   /** (pool, containerId, ifname) → the ADDs of it not yet answered (queued or in flight). */
   readonly #pendingAdds = new Map<string, Set<Promise<unknown>>>();
+  /** Offline allocation per etcd, pool and node (pools with `ipam.pool.offline` only). */
+  readonly #offline = new Map<string, { off: OfflinePool }>();
+  readonly #opts: PoolSessionsOptions;
   #closed = false;
 
-  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery) {
+  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery, opts: PoolSessionsOptions = {}) {
     this.#env = env;
     this.#make = make;
     this.#every = every;
+    this.#opts = opts;
+  }
+
+  #offlineKey(pool: PoolConfig, node: string): string {
+    return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
+  }
+
+  /**
+   * The offline state of `conf`'s pool and `node`, made on first use (its journal read: entries a
+   * crash left are synced by the first `maintain`), or null without `ipam.pool.offline`.
+   */
+  #offlineOf(conf: IPAMConfig, pool: PoolConfig, node: string, kv: ContactKV): OfflinePool | null {
+    const cfg = pool.offline;
+    if (cfg === undefined || cfg === null) return null;
+    const key = this.#offlineKey(pool, node);
+    const have = this.#offline.get(key);
+    if (have !== undefined) return have.off;
+    const cache = this.#cacheFor(pool, node);
+    const clock = this.#opts.clock ?? (() => performance.now());
+    const off = new OfflinePool({
+      pool,
+      cfg,
+      node,
+      kv,
+      alloc: allocatorFor(kv, pool, node, conf.name, conf.rangeSets, cache),
+      rangeSets: conf.rangeSets.length,
+      allocFor: (network) => allocatorFor(kv, pool, node, network, [], cache),
+      journal: new PoolJournal(this.#opts.journalDir?.(conf) ?? join(conf.dataDir, JOURNAL_DIR_NAME)),
+      clock,
+      now: Date.now,
+      log: this.#opts.log ?? stderrLog,
+    });
+    this.#offline.set(key, { off });
+    // The first success after etcd was unreachable syncs the journal (and refills) at once.
+    const prev = kv.onSuccess;
+    kv.onSuccess = (afterFailure) => {
+      prev?.(afterFailure);
+      if (afterFailure && !this.#closed) void off.maintain();
+    };
+    void off.maintain();
+    return off;
+  }
+
+  /**
+   * Counters and state of offline allocation, one entry per pool and node with
+   * `ipam.pool.offline` (the metrics' interface): offline ADDs and DELs, journal entries synced,
+   * sync failures (reserve gone), the reserve left per range set and its target, entries waiting,
+   * and the age of the last confirmed contact. Cheap; no I/O.
+   */
+  offlineStats(): OfflineStats[] {
+    return [...this.#offline.values()].map(({ off }) => off.stats());
+  }
+
+  /** Run one offline maintenance round (sync the journal, refill the reserve) of every pool now, and wait for it (tests; the daemon's beats run it on their own). */
+  async maintainOffline(): Promise<void> {
+    await Promise.all([...this.#offline.values()].map(({ off }) => off.maintain()));
   }
 
   #cacheFor(pool: PoolConfig, node: string): BlockCache {
@@ -436,12 +515,13 @@ export class PoolSessions implements PoolHooks {
     return this.#heartbeats;
   }
 
-  #kv(pool: PoolConfig): KV & Leases {
+  #kv(pool: PoolConfig): ContactKV {
     if (this.#closed) throw new ClosedError('pool sessions');
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls]);
     let kv = this.#kvs.get(key);
     if (kv === undefined) {
-      kv = this.#make(pool);
+      // Wrapped so the node's confirmed contacts are known (offline allocation); it writes nothing more.
+      kv = new ContactKV(this.#make(pool), this.#opts.clock);
       this.#kvs.set(key, kv);
     }
     return kv;
@@ -464,10 +544,11 @@ export class PoolSessions implements PoolHooks {
     const node = resolveNodeName(pool, this.#env);
     const kv = this.#kv(pool);
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
+    const off = this.#offlineOf(conf, pool, node, kv);
     let b = this.#batchers.get(key);
     if (b === undefined) {
       const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
-      b = new Batcher(alloc);
+      b = new Batcher(alloc, off !== null);
       this.#batchers.set(key, b);
       const pk = poolKey(pool);
       let set = this.#batchersOfPool.get(pk);
@@ -475,7 +556,27 @@ export class PoolSessions implements PoolHooks {
       set.add(b);
       this.#startHeartbeat(kv, pool, node, alloc);
     }
-    const p = b.submit(req, signal);
+    const batcher = b;
+    const p =
+      off === null
+        ? b.submit(req, signal)
+        : (async (): Promise<PoolAllocation[]> => {
+            // Offline allocation (docs/cluster.md "Offline allocation"): a repeated ADD of an
+            // attachment allocated offline gets the journal's answer until it is synced; an
+            // attachment released offline has that DEL synced first; an ADD that fails because
+            // etcd is unreachable is served from the node's reserve while the budget lasts.
+            const j = off.journaled(conf, req);
+            if (j !== null) return j;
+            if (off.hasDel(req)) await off.settleDel(req);
+            try {
+              const r = await batcher.submit(req, signal);
+              if (off.wantsMaintain) void off.maintain();
+              return r;
+            } catch (e) {
+              if (isAppError(e, 'STORE_UNAVAILABLE')) return off.journaled(conf, req) ?? off.addOffline(conf, req, e);
+              throw e;
+            }
+          })();
     // Remember it until answered, so a DEL of the same container is ordered after it (review F4).
     const ak = attachmentKey(pool, req);
     let pend = this.#pendingAdds.get(ak);
@@ -499,7 +600,13 @@ export class PoolSessions implements PoolHooks {
   #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
     const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
     if (this.#heartbeats.has(hkey)) return;
-    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, () => alloc.vetoIfMarked());
+    // Every beat also syncs the offline journal and refills the reserve (with ipam.pool.offline).
+    const okey = this.#offlineKey(pool, node);
+    const onBeat = async (): Promise<void> => {
+      await alloc.vetoIfMarked();
+      await this.#offline.get(okey)?.off.maintain();
+    };
+    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, onBeat);
     this.#heartbeats.set(hkey, hb);
     void hb.start();
   }
@@ -516,6 +623,8 @@ export class PoolSessions implements PoolHooks {
     const pool = conf.pool as PoolConfig;
     const node = resolveNodeName(pool, this.#env);
     const kv = this.#kv(pool);
+    // With ipam.pool.offline: the journal is read (entries a crash left get synced) and the reserve filled.
+    this.#offlineOf(conf, pool, node, kv);
     this.#startHeartbeat(kv, pool, node, allocatorFor(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
   }
 
@@ -534,7 +643,14 @@ export class PoolSessions implements PoolHooks {
     for (const b of this.#batchersOfPool.get(poolKey(pool)) ?? []) b.cancel(req, why);
     const pend = this.#pendingAdds.get(attachmentKey(pool, req));
     if (pend !== undefined) await Promise.all([...pend]);
-    return allocatorFor(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
+    const etcdDel = (): Promise<string[]> => allocatorFor(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
+    // An attachment allocated offline is released on its journal entry (ordered after its sync).
+    const off = this.#offline.get(this.#offlineKey(pool, node))?.off;
+    if (off !== undefined) {
+      const r = await off.del(req, etcdDel);
+      if (r !== null) return r;
+    }
+    return etcdDel();
   }
 
   async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
@@ -545,6 +661,7 @@ export class PoolSessions implements PoolHooks {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    for (const { off } of this.#offline.values()) off.close();
     for (const hb of this.#heartbeats.values()) await hb.stop();
     for (const kv of this.#kvs.values()) await kv.close();
     this.#kvs.clear();
