@@ -412,8 +412,10 @@ export interface PoolSessionsOptions {
   readonly log?: OfflineLog;
 }
 
+/** pino's numeric levels, so these lines read like the daemon's own log (src/daemon/log.ts) on the same stderr. */
+const PINO_LEVEL = { info: 30, warn: 40, error: 50 } as const;
 const stderrLog: OfflineLog = (level, fields, msg) => {
-  process.stderr.write(`${JSON.stringify({ level, msg, ...fields })}\n`);
+  process.stderr.write(`${JSON.stringify({ level: PINO_LEVEL[level], time: Date.now(), pid: process.pid, part: 'pools', ...fields, msg })}\n`);
 };
 
 /**
@@ -422,6 +424,13 @@ const stderrLog: OfflineLog = (level, fields, msg) => {
  * The node name comes from the daemon's own environment (`NODE_NAME` of the DaemonSet), not the
  * request's: the daemon is the node. Lifecycle: `close()` is idempotent; later calls throw
  * `ClosedError`.
+ *
+ * With `ipam.pool.offline` (docs/cluster.md "Offline allocation") it also keeps the node's
+ * reserve in etcd, answers ADDs from it while etcd is unreachable (within `seconds` of the last
+ * confirmed contact, on the monotonic clock of `opts.clock`), journals them under
+ * `opts.journalDir(conf)` (default `<ipam.dataDir>/.ipwarden-pool-offline`) and syncs them on
+ * reconnect; `offlineStats()` is the metrics' view. Every etcd client is wrapped in a
+ * {@link ContactKV} (it forwards everything; it writes nothing of its own).
  */
 export class PoolSessions implements PoolHooks {
   readonly #env: Readonly<Record<string, string | undefined>>;

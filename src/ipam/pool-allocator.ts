@@ -1006,7 +1006,8 @@ export class PoolAllocator {
   /**
    * Step 2 of `pool remove-node target`, after the veto window: release every allocation
    * `target` made (its handles, also those whose addresses are borrowed in other nodes' blocks),
-   * then delete each of `target`'s blocks left `pendingRelease` and empty, with its affinity,
+   * then delete each of `target`'s blocks left `pendingRelease` and empty (or holding only
+   * `target`'s reserve entries, `ipam.pool.offline`: the node is gone), with its affinity,
    * and finally the marker when no block of `target` is left. Every transaction compares the
    * marker's revision as read at the start and that `target`'s heartbeat key is absent, and a
    * handle is released only if each of `target`'s blocks it touches is still `pendingRelease`

@@ -47,6 +47,8 @@ function config(offline: unknown = { reserve: 2, seconds: 30 }, ranges: unknown 
 class PartitionKV implements KV, Leases {
   readonly description = 'partitionable memory';
   cut = false;
+  /** The next transaction is applied, but its answer is lost (an unavailable error instead), and the link is cut from then on. */
+  loseNextAnswer = false;
   readonly #m: MemoryKV;
   constructor(m: MemoryKV) {
     this.#m = m;
@@ -67,7 +69,13 @@ class PartitionKV implements KV, Leases {
   }
   async txn(c: readonly KVCompare[], o: readonly KVOp[]): Promise<KVTxnResult> {
     this.#check();
-    return this.#m.txn(c, o);
+    const t = await this.#m.txn(c, o);
+    if (this.loseNextAnswer) {
+      this.loseNextAnswer = false;
+      this.cut = true;
+      throw new AppError('STORE_UNAVAILABLE', 'etcd unreachable (test partition)');
+    }
+    return t;
   }
   async grantLease(ttl: number): Promise<string> {
     this.#check();
@@ -362,6 +370,30 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
       assert.deepEqual(readdirSync(dir), []);
       assert.equal(JSON.parse(kv.dump()[`${P}/handles/off1/eth0`] as string).deleted, true);
       assert.ok(Object.values(block(kv, '10.80.0.16-28').allocs).every((x) => x['reserve'] === true), 'only reserve entries left');
+    } finally {
+      await a.sessions.close();
+    }
+  });
+
+  it('an ADD whose transaction etcd applied but whose answer was lost goes offline: the sync replaces its handle with the journal\'s answer and frees the other address', async () => {
+    const kv = new MemoryKV();
+    const dir = tempDir();
+    const a = node(kv, dir);
+    const conf = config();
+    try {
+      a.sessions.announce(conf);
+      await a.sessions.maintainOffline();
+      a.link.loseNextAnswer = true;
+      const r = await a.sessions.add(conf, req('lost'));
+      assert.deepEqual(ips(r), ['10.80.0.16'], 'answered from the reserve');
+      assert.equal(JSON.parse(kv.dump()[`${P}/handles/lost/eth0`] as string).ips[0].ip, '10.80.0.18', 'etcd applied the ADD meanwhile');
+      a.link.cut = false;
+      assert.deepEqual(ips(await a.sessions.add(conf, req('lost'))), ['10.80.0.16'], 'a repeated ADD keeps the journal\'s answer');
+      await a.sessions.maintainOffline();
+      assert.deepEqual(readdirSync(dir), []);
+      assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/lost/eth0`] as string).ips.map((x: { ip: string }) => x.ip), ['10.80.0.16']);
+      const held = Object.entries(block(kv, '10.80.0.16-28').allocs).filter(([, x]) => x['reserve'] !== true);
+      assert.deepEqual(held.map(([o, x]) => [o, x['id']]), [['0', 'lost']], 'the lost-answer address .18 is free again');
     } finally {
       await a.sessions.close();
     }
