@@ -960,9 +960,12 @@ export class PoolAllocator {
     const kv = this.#o.kv;
     const mk = this.removingKey(target);
     let marker: KVEntry | null = null;
+    /** The window this call created with the marker: its TTL, value and the transaction's revision. */
+    let created: { ttl: number; value: string; rev: string } | null = null;
     for (let i = 0; i < MAX_ATTEMPTS && marker === null; i++) {
       marker = await kv.get(mk);
       if (marker !== null) break;
+      let ttl: number | null = null;
       const compares: KVCompare[] = [{ key: mk, absent: true }];
       if (opts.force !== true) compares.push({ key: this.aliveKey(target), absent: true });
       const value = JSON.stringify({ v: 1, node: target, at: this.#now() });
@@ -972,15 +975,31 @@ export class PoolAllocator {
         // read now and compared unchanged in the marker's transaction, size it.
         const sk = this.settingsKey(target);
         const se = await kv.get(sk);
-        const ttl = removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
+        ttl = removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
         compares.push(se === null ? { key: sk, absent: true } : { key: sk, modRevision: se.modRevision });
         ops.push({ put: this.windowKey(target), value, lease: await opts.windowLease(ttl) });
       }
-      if (!(await kv.txn(compares, ops)).succeeded) {
+      const t = await kv.txn(compares, ops);
+      if (t.succeeded && ttl !== null) created = { ttl, value, rev: t.revision };
+      if (!t.succeeded) {
         if (opts.force !== true && (await kv.get(this.aliveKey(target))) !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target));
       }
     }
     if (marker === null) throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${mk} lost to concurrent writers; try again`);
+    if (created !== null && marker.modRevision === created.rev && opts.windowLease !== undefined) {
+      // The window's lease was granted before the marker existed, so its TTL ran from before the
+      // marker: put the window again with a lease granted now, after the marker (compared
+      // unchanged), so `--finish` comes at least the TTL after the marker was created — what the
+      // offline argument needs (docs/cluster.md "Why it is safe").
+      const wk = this.windowKey(target);
+      const lease = await opts.windowLease(created.ttl);
+      const again = await kv.txn([{ key: mk, modRevision: created.rev }, { key: wk, modRevision: created.rev }], [{ put: wk, value: created.value, lease }]);
+      if (!again.succeeded && (await kv.get(mk))?.modRevision === created.rev) {
+        // The first lease expired already (this call stalled for the whole window): undo the marker.
+        await kv.txn([{ key: mk, modRevision: created.rev }], [{ delete: mk }]);
+        throw new RemovalRefusedError(`the veto window of node ${target}'s removal from pool ${this.#o.pool} expired before step 1 could confirm it (it stalled for more than ${created.ttl} s): the removal was undone; run remove-node again`);
+      }
+    }
     const prefix = `${this.#base}/nodes/${target}/blocks/`;
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {

@@ -467,10 +467,39 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
     }
     const op = operator(kv);
     const ttls: number[] = [];
-    await op.markForRemoval('node-a', { windowLease: (ttl) => (ttls.push(ttl), kv.grantLease(ttl)) });
-    await op.markForRemoval('node-x', { windowLease: (ttl) => (ttls.push(ttl), kv.grantLease(ttl)) });
-    assert.deepEqual(ttls, [70, 60]);
+    const leases: string[] = [];
+    const windowLease = async (ttl: number): Promise<string> => {
+      ttls.push(ttl);
+      const id = await kv.grantLease(ttl);
+      leases.push(id);
+      return id;
+    };
+    await op.markForRemoval('node-a', { windowLease });
+    await op.markForRemoval('node-x', { windowLease });
+    assert.deepEqual(ttls, [70, 70, 60, 60], 'one lease before the marker, one granted after it');
+    // The window key holds the lease granted after the marker: the first one expiring leaves it.
+    kv.expireLease(leases[0] as string);
+    assert.notEqual(kv.dump()[`${P}/removal-window/node-a`], undefined);
+    kv.expireLease(leases[1] as string);
+    assert.equal(kv.dump()[`${P}/removal-window/node-a`], undefined);
+    await op.markForRemoval('node-a', { windowLease }); // the marker exists: nothing new
+    assert.equal(ttls.length, 4);
+    kv.plant(`${P}/removal-window/node-a`, '{"v":1,"node":"node-a","at":0}');
     await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof Error && e.message === `the veto window of node node-a's removal from pool p1 has not passed (${P}/removal-window/node-a exists until its 70 s lease expires): try --finish again later`);
+  });
+
+  it('step 1 that stalls past its first lease undoes its marker instead of leaving a removal without a window', async () => {
+    const kv = new MemoryKV();
+    const op = operator(kv);
+    let n = 0;
+    const windowLease = async (ttl: number): Promise<string> => {
+      const id = await kv.grantLease(ttl);
+      if (++n === 1) kv.beforeTxn = () => void ((kv.beforeTxn = null), queueMicrotask(() => kv.expireLease(id)));
+      else await new Promise((r) => setImmediate(r)); // the first lease has expired by now
+      return id;
+    };
+    await assert.rejects(op.markForRemoval('node-s', { windowLease }), (e: unknown) => e instanceof Error && e.message === `the veto window of node node-s's removal from pool p1 expired before step 1 could confirm it (it stalled for more than 60 s): the removal was undone; run remove-node again`);
+    assert.equal(kv.dump()[`${P}/removing/node-s`], undefined);
   });
 
   it('without ipam.pool.offline a cut-off ADD fails with code 11 and nothing is journaled', async () => {
