@@ -198,7 +198,7 @@ export interface Container {
   attempt: number;
   /** Image as asked for (`image.image`). */
   image: string;
-  /** Digested reference of the image it runs (CRI `image_ref`). */
+  /** Reference of the image it runs (CRI `image_ref`; containerd 1.6: its image id, `sha256:<config digest>`). */
   imageRef: string;
   state: ContainerState;
   /** Creation time, nanoseconds since the Unix epoch. */
