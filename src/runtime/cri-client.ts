@@ -14,7 +14,9 @@
  * throws {@link ClosedError}.
  *
  * Facts about the API (field meanings, containerd 1.6 behaviour) come from
- * shared/reference/containerd-lab.md.
+ * shared/reference/containerd-lab.md; those of the container calls from the public CRI API
+ * (kubernetes/cri-api `pkg/apis/runtime/v1/api.proto`) and, for containerd 1.6.20's answers
+ * (exit codes and reasons, `image_ref`, NOT_FOUND), from test/e2e/cri-client.test.ts on the lab.
  */
 import { lstatSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
