@@ -39,10 +39,11 @@ function tempDir(): string {
 }
 
 function config(offline: unknown = { reserve: 2, seconds: 30 }, ranges: unknown = SMALL): IPAMConfig {
-  return loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { type: 'ipwarden', ranges, pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'] }, blockSize: 28, ...(offline === null ? {} : { offline }) } } }), undefined);
+  return loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { type: 'ipwarden', ranges, pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'] }, blockSize: 28, ...(offline === ABSENT ? {} : { offline }) } } }), undefined);
 }
 
-/** `config(null)`: without `ipam.pool.offline`. */
+/** `config(ABSENT)`: without `ipam.pool.offline`. */
+const ABSENT = Symbol('absent');
 /** A KV in front of a shared memory KV that can be cut off from it (a partition of one node). */
 class PartitionKV implements KV, Leases {
   readonly description = 'partitionable memory';
@@ -142,11 +143,13 @@ async function unavailable(p: Promise<unknown>): Promise<AppError> {
 describe('ipam.pool.offline (config)', () => {
   it('decodes {reserve, seconds}; absent = no offline key at all', () => {
     assert.deepEqual(config().pool?.offline, { reserve: 2, seconds: 30 });
-    assert.equal('offline' in (config(null).pool as object), false);
+    assert.equal('offline' in (config(ABSENT).pool as object), false);
   });
   const bad: Array<[unknown, string]> = [
     [7, 'ipam.pool.offline must be an object, got number'],
     [[], 'ipam.pool.offline must be an object, got array'],
+    [null, 'ipam.pool.offline must be an object, got null'],
+    [{ reserve: 2, seconds: 30, Seconds: 9 }, 'ipam.pool.offline has an unknown key "Seconds" (known keys: reserve, seconds)'],
     [{ seconds: 30 }, 'ipam.pool.offline.reserve must be an integer from 1 to 64, got null'],
     [{ reserve: 0, seconds: 30 }, 'ipam.pool.offline.reserve must be an integer from 1 to 64, got 0'],
     [{ reserve: 65, seconds: 30 }, 'ipam.pool.offline.reserve must be an integer from 1 to 64, got 65'],
@@ -506,7 +509,7 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
     const kv = new MemoryKV();
     const dir = tempDir();
     const a = node(kv, dir);
-    const conf = config(null);
+    const conf = config(ABSENT);
     try {
       await a.sessions.add(conf, req('c1'));
       a.link.cut = true;
