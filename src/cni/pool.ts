@@ -197,7 +197,10 @@ class Batcher {
   #running = false;
   /** Transactions' batch sizes so far (tests and metrics). */
   readonly sizes: number[] = [];
-  /** With offline allocation: a batch that fails as unavailable fails every request at once (no retry one by one: etcd is down for all). */
+  /**
+   * With offline allocation: a batch that fails as unavailable fails every request at once, and
+   * the requests queued behind it too (no retry one by one, no second deadline: etcd is down for all).
+   */
   readonly #failFastUnavailable: boolean;
 
   constructor(alloc: PoolAllocator, failFastUnavailable = false) {
@@ -247,8 +250,14 @@ class Batcher {
         try {
           settle(batch, await this.#alloc.add(batch.map((w) => w.req)));
         } catch (e) {
-          if (batch.length === 1 || (this.#failFastUnavailable && isAppError(e, 'STORE_UNAVAILABLE'))) {
-            for (const w of batch) w.reject(e);
+          if (this.#failFastUnavailable && isAppError(e, 'STORE_UNAVAILABLE')) {
+            // etcd is unreachable for all: the ADDs that queued meanwhile fail with the same answer
+            // now (each then goes offline) instead of waiting for another call deadline each batch.
+            for (const w of [...batch, ...this.#queue.splice(0)]) w.reject(e);
+            continue;
+          }
+          if (batch.length === 1) {
+            (batch[0] as Waiter).reject(e);
             continue;
           }
           for (const w of batch) {

@@ -354,7 +354,7 @@ describe('offline allocation: a daemon cut off from etcd keeps allocating from i
     }
   }
 
-  it('cut the proxy: ADDs succeed with distinct reserve addresses while another node allocates others; restore: the journal is synced, handles match; all DELs leave no handle', async () => {
+  it('cut the proxy: ADDs succeed with distinct reserve addresses while another node allocates others; restore: the journal is synced, handles match; all DELs leave no handle; remove-node gives the node a window of 2·120 + 10 s', async (t) => {
     const c = ocluster as EtcdCluster;
     const ekv = okv as EtcdKV;
     const p = `/bboff${process.pid}`;
@@ -400,7 +400,9 @@ describe('offline allocation: a daemon cut off from etcd keeps allocating from i
 
       // The partition: the daemon's etcd traffic is black-holed.
       proxies.setMode({ kind: 'drop' });
+      const t0 = performance.now();
       const offline = await Promise.all(['off1', 'off2', 'off3'].map((id) => dadd(id)));
+      t.diagnostic(`3 concurrent offline ADDs answered in ${Math.round(performance.now() - t0)} ms (one etcd call deadline, then the reserve)`);
       const offIps = offline.map(ip);
       assert.equal(new Set(offIps).size, 3, 'distinct addresses');
       assert.deepEqual([...offIps].sort(), reserve, 'exactly the reserve');
@@ -414,7 +416,9 @@ describe('offline allocation: a daemon cut off from etcd keeps allocating from i
 
       // Restore: the first successful call syncs the journal.
       proxies.setMode({ kind: 'pass' });
+      const t1 = performance.now();
       await until(async () => readdirSync(journal).length === 0, 'the journal is synced and emptied');
+      t.diagnostic(`journal synced ${Math.round(performance.now() - t1)} ms after the proxy passed traffic again (100 ms polls)`);
       for (const [i, id] of ['off1', 'off2', 'off3'].entries()) {
         const h = JSON.parse((await ekv.get(`${base}/handles/${id}/eth0`))?.value ?? 'null') as { node: string; ips: Array<{ ip: string }> };
         assert.deepEqual([h.node, h.ips.map((x) => x.ip)], ['node-off', [offIps[i]]], `the handle of ${id} matches its offline answer`);
@@ -427,6 +431,14 @@ describe('offline allocation: a daemon cut off from etcd keeps allocating from i
       for (const id of ['b1', 'b2', 'b3', 'b4', 'b5']) assert.equal(del(direct, id, 'node-b').exitCode, 0);
       assert.deepEqual(await liveHandles(), []);
       assert.equal((await reserves()).length, 3);
+      // The node is gone (its daemon stops: its heartbeat goes): step 1 sizes the window from its settings.
+      await d.stop();
+      const ctl = (...a: string[]) => spawnSync('/usr/bin/etcdctl', ['--endpoints', c.endpoints.join(','), ...a], { encoding: 'utf8', env: { ...process.env, ETCDCTL_API: '3' } });
+      const mark = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'remove-node', 'node-off', '--pool', 'offpool', '--etcd-endpoints', c.endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8', timeout: 60_000 });
+      assert.equal(mark.status, 0, mark.stderr);
+      assert.match(mark.stdout, /at least 250 s from now/);
+      const wlease = BigInt(/"lease":([0-9]+)/.exec(ctl('get', `${base}/removal-window/node-off`, '-w', 'json').stdout)?.[1] ?? '0');
+      assert.match(ctl('lease', 'timetolive', wlease.toString(16)).stdout, /granted with TTL\(250s\)/);
     } finally {
       await d.stop();
       await proxies.close();
