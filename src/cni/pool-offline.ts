@@ -201,7 +201,15 @@ export class OfflinePool {
         this.#p.log('error', { pool: this.#p.pool.name, file: name, error: (err as Error).message }, 'unreadable pool journal entry kept for an operator');
         continue;
       }
-      if (e.node !== this.#p.node || journalName(e.pool, e.containerId, e.ifname) !== name || journalName(this.#p.pool, e.containerId, e.ifname) !== name) continue;
+      if (e.node !== this.#p.node || journalName(e.pool, e.containerId, e.ifname) !== name) continue;
+      if (journalName(this.#p.pool, e.containerId, e.ifname) !== name) {
+        // Another pool's, or this pool's under other endpoints or prefix (a changed config): say so.
+        if (e.pool.name === this.#p.pool.name) {
+          this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, file: `${this.#p.journal.dir}/${name}`, containerId: e.containerId, ifname: e.ifname, endpoints: e.pool.etcd.endpoints, prefix: e.pool.etcd.prefix },
+            'pool journal entry written under other etcd endpoints or prefix: not synced by this configuration; kept for an operator');
+        }
+        continue;
+      }
       this.#entries.set(name, e);
     }
   }
@@ -381,7 +389,7 @@ export class OfflinePool {
           this.#settingsSeconds = r.settingsSeconds;
           if (r.short.some((n) => n > 0)) this.#p.log('warn', { pool: this.#p.pool.name, node: this.#p.node, short: r.short }, 'offline reserve below its target: the pool has no free address for it');
         } catch (err) {
-          if (!isAppError(err, 'STORE_UNAVAILABLE')) this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, error: (err as Error).message }, 'offline reserve maintenance failed');
+          if (!isAppError(err, 'STORE_UNAVAILABLE') && !isAppError(err, 'CLOSED')) this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, error: (err as Error).message }, 'offline reserve maintenance failed');
           break;
         }
       } while (this.#again && !this.#closed);

@@ -671,9 +671,13 @@ export class PoolSessions implements PoolHooks {
     return etcdDel();
   }
 
+  /** CHECK: an attachment allocated offline and not yet synced is answered from the journal. */
   async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
     const pool = conf.pool as PoolConfig;
-    return allocatorFor(this.#kv(pool), pool, resolveNodeName(pool, this.#env), conf.name, conf.rangeSets).find(req);
+    const node = resolveNodeName(pool, this.#env);
+    const j = this.#offline.get(this.#offlineKey(pool, node))?.off.journaled(conf, req) ?? null;
+    if (j !== null) return j;
+    return allocatorFor(this.#kv(pool), pool, node, conf.name, conf.rangeSets).find(req);
   }
 
   async close(): Promise<void> {

@@ -299,6 +299,7 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
         network: 'net1', node: 'node-a', containerId: 'off1', ifname: 'eth0', at: 'number',
         ips: [{ ip: '10.80.0.16', block: '10.80.0.16-28', ordinal: 0, seq: 1, rangeSet: 0 }],
       });
+      assert.deepEqual(ips((await a.sessions.find(conf, req('off1'))) ?? []), ['10.80.0.16'], 'CHECK is answered from the journal');
       const again = await a.sessions.add(conf, req('off1'));
       assert.deepEqual(ips(again), ['10.80.0.16']);
       assert.equal(again[0]?.existing, true);
