@@ -170,6 +170,12 @@ export class OfflinePool {
   readonly counters: OfflineCounters = { offlineAdds: 0, offlineDels: 0, synced: 0, syncFailures: 0 };
   /** Journal entries by file name (this pool and node only). */
   readonly #entries = new Map<string, JournalEntry>();
+  /**
+   * Entries this process wrote and never sent a sync of: their slots are surely still reserve
+   * entries in etcd (an entry read from disk may have had a sync sent before a crash; one whose
+   * sync failed may have been applied).
+   */
+  readonly #certain = new Set<string>();
   /** Entries whose sync found the reserve gone (counted once). */
   readonly #stuck = new Set<string>();
   /** The node's reserve entries as last read from etcd. */
@@ -214,10 +220,10 @@ export class OfflinePool {
     }
   }
 
-  /** Slots journaled as held (and converted since the view was read): never handed out. */
+  /** Slots journaled (held, or held back by a `del` entry) and converted or released since the view was read: never handed out. */
   #used(): Set<string> {
     const used = new Set(this.#consumed);
-    for (const e of this.#entries.values()) if (e.kind === 'add') for (const x of e.ips) used.add(slotKey(x));
+    for (const e of this.#entries.values()) for (const x of e.ips) used.add(slotKey(x));
     return used;
   }
 
@@ -263,6 +269,7 @@ export class OfflinePool {
     const name = journalName(this.#p.pool, id, req.ifname);
     this.#p.journal.write(name, encodeJournalEntry(e));
     this.#entries.set(name, e);
+    this.#certain.add(name);
     this.#stuck.delete(name);
     this.counters.offlineAdds++;
     this.#p.log('warn', { pool: this.#p.pool.name, node: this.#p.node, containerId: id, ifname: req.ifname, ips: picks.map((x) => x.ip) }, 'offline ADD from the reserve (etcd unreachable)');
@@ -303,7 +310,8 @@ export class OfflinePool {
       } catch (err) {
         if (!isAppError(err, 'STORE_UNAVAILABLE')) throw err;
         if (e.kind === 'add') {
-          const d: JournalEntry = { ...e, kind: 'del', ips: [], at: this.#p.now() };
+          // Back to the local reserve only when surely still reserve entries (see #certain).
+          const d: JournalEntry = { ...e, kind: 'del', ips: this.#certain.has(name) ? [] : e.ips, at: this.#p.now() };
           this.#p.journal.write(name, encodeJournalEntry(d));
           this.#entries.set(name, d);
           this.#stuck.delete(name);
@@ -312,8 +320,12 @@ export class OfflinePool {
         }
         return e.kind === 'add' ? ips : [];
       }
+      // Released in etcd: had a sync made them the container's, they are free now, not reserve
+      // entries: none of them is handed out before a refill has re-read the reserve.
+      for (const x of e.ips) this.#consumed.add(slotKey(x));
       this.#p.journal.remove(name);
       this.#entries.delete(name);
+      this.#certain.delete(name);
       this.#stuck.delete(name);
       return e.kind === 'add' ? ips : [];
     });
@@ -337,7 +349,9 @@ export class OfflinePool {
     const alloc = this.#p.allocFor(e.network);
     if (e.kind === 'del') {
       await alloc.del({ containerId: e.containerId, ifname: e.ifname });
+      for (const x of e.ips) this.#consumed.add(slotKey(x));
     } else {
+      this.#certain.delete(name); // from now on the outcome may be unknown
       const r = await alloc.syncJournalEntry(e);
       if (r !== 'synced') {
         if (!this.#stuck.has(name)) {

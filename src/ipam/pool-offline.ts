@@ -127,7 +127,13 @@ export interface JournalEntry {
   readonly ifname: string;
   /** Wall clock when written, ms since the epoch (informational). */
   readonly at: number;
-  /** One reserve slot per range set (`kind` `add`); `[]` for `del`. */
+  /**
+   * `add`: one reserve slot per range set. `del`: the slots still held back — `[]` when they went
+   * back to the local reserve at once (no sync of the entry had been sent: they are surely still
+   * reserve entries), else the `add` entry's slots (a sync whose outcome is unknown may have made
+   * them the container's allocations, which the DEL's sync then frees in etcd): never handed out
+   * again before a refill has re-read them.
+   */
   readonly ips: readonly ReserveSlot[];
 }
 
@@ -209,7 +215,6 @@ export function decodeJournalEntry(text: string, file: string): JournalEntry {
     return { ip: s['ip'] as string, block: s['block'], ordinal: s['ordinal'], seq: s['seq'], rangeSet: s['rangeSet'] };
   });
   if (r['kind'] === 'add' && ips.length === 0) throw bad('an "add" entry must name its addresses');
-  if (r['kind'] === 'del' && ips.length !== 0) throw bad('a "del" entry names no address');
   return { v: 1, kind: r['kind'], pool, network: r['network'] as string, node: r['node'] as string, containerId: r['containerId'] as string, ifname: r['ifname'], at: r['at'], ips };
 }
 

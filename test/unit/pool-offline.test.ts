@@ -403,6 +403,38 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
     }
   });
 
+  it('a sync whose answer was lost, then an offline DEL: the address is held back (it may be the container\'s in etcd now), not handed out again', async () => {
+    const kv = new MemoryKV();
+    const dir = tempDir();
+    const a = node(kv, dir);
+    const conf = config();
+    try {
+      a.sessions.announce(conf);
+      await a.sessions.maintainOffline();
+      a.link.cut = true;
+      assert.deepEqual(ips(await a.sessions.add(conf, req('off1'))), ['10.80.0.16']);
+      a.link.cut = false;
+      a.link.loseNextAnswer = true; // the sync's transaction is applied, its answer lost, the link cut again
+      await a.sessions.maintainOffline();
+      assert.equal(JSON.parse(kv.dump()[`${P}/handles/off1/eth0`] as string).ips[0].ip, '10.80.0.16', 'etcd did convert it');
+      assert.deepEqual(await a.sessions.del(conf, req('off1')), ['10.80.0.16']);
+      const held = JSON.parse(readFileSync(join(dir, readdirSync(dir)[0] as string), 'utf8'));
+      assert.deepEqual([held.kind, held.ips.map((x: { ip: string }) => x.ip)], ['del', ['10.80.0.16']], 'the del entry holds the address back');
+      assert.deepEqual(ips(await a.sessions.add(conf, req('off2'))), ['10.80.0.17'], 'not .16');
+      await unavailable(a.sessions.add(conf, req('off3')));
+      a.link.cut = false;
+      await a.sessions.maintainOffline();
+      assert.deepEqual(readdirSync(dir), []);
+      const live = Object.entries(kv.dump()).filter(([k, v]) => k.includes('/handles/') && JSON.parse(v).deleted !== true);
+      assert.deepEqual(live.map(([k, v]) => [k.slice(`${P}/handles/`.length), JSON.parse(v).ips.map((x: { ip: string }) => x.ip)]), [['off2/eth0', ['10.80.0.17']]]);
+      const b = block(kv, '10.80.0.16-28');
+      assert.equal(b.allocs['0'], undefined, '.16 was freed by the DEL\'s sync');
+      assert.equal(Object.values(b.allocs).filter((x) => x['reserve'] === true).length, 2, 'and the reserve refilled');
+    } finally {
+      await a.sessions.close();
+    }
+  });
+
   it('a daemon "crash": new sessions read the journal, answer a repeated ADD from it, and sync it at start', async () => {
     const kv = new MemoryKV();
     const dir = tempDir();
