@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { decodeBlock, PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { decodeJournalEntry, pickReserve, removalWindowSeconds, withinBudget } from '../../src/ipam/pool-offline.ts';
 import type { IPAMConfig } from '../../src/ipam/types.ts';
 import { PoolSessions } from '../../src/cni/pool.ts';
@@ -189,6 +189,25 @@ describe('pool-offline (pure rules)', () => {
     assert.throws(() => decodeJournalEntry('{"v":2}', '/j/x.json'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === 'pool journal /j/x.json: unknown version 2 (this ipwarden writes 1)');
     assert.throws(() => decodeJournalEntry('nope', '/j/x.json'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === 'pool journal /j/x.json: not valid JSON');
   });
+});
+
+describe('reserve entries in a block value (decodeBlock)', () => {
+  const entry = (allocs: unknown) => ({ key: `${P}/blocks/10.80.0.16-28`, value: JSON.stringify({ v: 1, cidr: '10.80.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', seq: 3, next: 2, allocs }), modRevision: '5', createRevision: '2' });
+  it('decodes a reserve entry exactly', () => {
+    assert.deepEqual(decodeBlock(entry({ '1': { id: '', ifname: '', node: 'node-a', seq: 2, at: 7, reserve: true } }), '10.80.0.16/28').allocs, { '1': { id: '', ifname: '', node: 'node-a', seq: 2, at: 7, reserve: true } });
+  });
+  const bad: Array<[unknown, string]> = [
+    [{ id: 'c1', ifname: '', node: 'node-a', seq: 2, at: 7, reserve: true }, 'allocation 1: a reserve entry must have "reserve":true and an empty "id" and "ifname"'],
+    [{ id: '', ifname: '', node: 'node-a', seq: 2, at: 7, reserve: false }, 'allocation 1: a reserve entry must have "reserve":true and an empty "id" and "ifname"'],
+    [{ id: '', ifname: '', node: 'node-b', seq: 2, at: 7, reserve: true }, 'allocation 1: a reserve entry\'s "node" must be the block\'s node'],
+    [{ id: '', ifname: '', node: 'node-a', seq: 4, at: 7, reserve: true }, 'allocation 1: "seq" must be an integer from 1 to the block\'s seq 3'],
+    [{ id: '', ifname: 'eth0', node: 'node-a', seq: 2, at: 7 }, 'allocation 1: "id" must be a container ID'],
+  ];
+  bad.forEach(([a, msg]) =>
+    it(`refuses ${JSON.stringify(a)} as STORE_CORRUPT`, () => {
+      assert.throws(() => decodeBlock(entry({ '1': a }), '10.80.0.16/28'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/blocks/10.80.0.16-28: ${msg}`);
+    }),
+  );
 });
 
 describe('ContactKV (the confirmed contact)', () => {
