@@ -13,12 +13,14 @@
  * client and its gRPC stack.
  */
 import { readFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { hostname } from 'node:os';
 import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
 import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
-import type { KV, Leases } from '../store/kv.ts';
+import { poolStatus } from '../ipam/pool-status.ts';
+import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
@@ -191,12 +193,15 @@ interface Waiter {
 class Batcher {
   readonly #alloc: PoolAllocator;
   readonly #queue: Waiter[] = [];
+  readonly #onBatch: (size: number) => void;
   #running = false;
-  /** Transactions' batch sizes so far (tests and metrics). */
+  /** Transactions' batch sizes so far (tests). */
   readonly sizes: number[] = [];
 
-  constructor(alloc: PoolAllocator) {
+  /** @param onBatch told the size of every batch taken from the queue (the observer's `batch`). */
+  constructor(alloc: PoolAllocator, onBatch: (size: number) => void = () => undefined) {
     this.#alloc = alloc;
+    this.#onBatch = onBatch;
   }
 
   submit(req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
@@ -238,6 +243,7 @@ class Batcher {
         if (this.#queue.length === 0) break;
         const batch = this.#queue.splice(0, MAX_BATCH_REQUESTS);
         this.sizes.push(batch.length);
+        this.#onBatch(batch.length);
         try {
           settle(batch, await this.#alloc.add(batch.map((w) => w.req)));
         } catch (e) {
@@ -383,6 +389,132 @@ export class Heartbeat {
   }
 }
 
+/** The pool and node an observed event belongs to (the metrics' `pool` and `node` labels). */
+export interface PoolEventScope {
+  /** `ipam.pool.name`. */
+  readonly pool: string;
+  /** The node name the request was served as ({@link NO_NODE} when it could not be resolved). */
+  readonly node: string;
+}
+
+/** One pool request the daemon answered ({@link PoolObserver.request}). */
+export interface PoolRequestEvent extends PoolEventScope {
+  readonly command: 'ADD' | 'DEL' | 'CHECK';
+  /** `ok`, or the CNI error code it failed with as decimal text (`"11"`, `"7"`; `"999"` for a non-AppError). */
+  readonly result: string;
+  /** From the call into the sessions to its answer (an ADD's wait for its batch included), seconds. */
+  readonly durationSeconds: number;
+}
+
+/**
+ * How one etcd transaction of the pool allocator ended: `committed` (every compare held),
+ * `conflict` (a compare failed: nothing written; the allocator re-reads and retries),
+ * `unavailable` (STORE_UNAVAILABLE, CNI 11: etcd not reached in time — the outcome is unknown and
+ * the allocator decides from fresh reads), `error` (any other failure).
+ */
+export type PoolTxnOutcome = 'committed' | 'conflict' | 'unavailable' | 'error';
+
+/** One transaction of the pool allocator ({@link PoolObserver.txn}). */
+export interface PoolTxnEvent extends PoolEventScope {
+  readonly outcome: PoolTxnOutcome;
+}
+
+/** One ADD batch sent ({@link PoolObserver.batch}). */
+export interface PoolBatchEvent extends PoolEventScope {
+  /** Requests in the batch (1 to `MAX_BATCH`). */
+  readonly size: number;
+}
+
+/**
+ * What {@link PoolSessions} reports as it works: a plain object of callbacks, so the daemon's
+ * metrics (src/daemon/metrics.ts, prom-client) observe the pool without this layer importing
+ * them (layers: cni < daemon). Every member is optional: a new kind of event (branch `offline`'s
+ * offline ADDs, DELs and syncs, say) is a new optional member, and observers written before it
+ * still type-check. Calls are synchronous, made after the fact, and must not block; an observer
+ * that throws is ignored (counting never fails a pod).
+ */
+export interface PoolObserver {
+  /** A pool ADD, DEL or CHECK answered (or failed). */
+  request?(e: PoolRequestEvent): void;
+  /** An etcd transaction of the pool allocator ended (heartbeats are not counted). */
+  txn?(e: PoolTxnEvent): void;
+  /** A batch of ADDs taken from a queue, about to be sent as one transaction. */
+  batch?(e: PoolBatchEvent): void;
+}
+
+/** Call `f` and ignore what it throws (an observer never fails a request). */
+function tell(f: () => void): void {
+  try {
+    f();
+  } catch {
+    // counting never fails a pod
+  }
+}
+
+/** The {@link PoolRequestEvent} result of a failure: its CNI code, decimal. */
+function resultOf(e: unknown): string {
+  return e instanceof AppError ? String(e.cniCode) : '999';
+}
+
+/**
+ * `kv` with every transaction's outcome told to `observer.txn` (labelled `scope`); `kv` itself
+ * when the observer does not count transactions. Reads, leases and `close` pass through.
+ */
+export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: PoolObserver): KV & Leases {
+  if (observer.txn === undefined) return kv;
+  const report = (outcome: PoolTxnOutcome) => tell(() => observer.txn?.({ ...scope, outcome }));
+  return {
+    get description(): string {
+      return kv.description;
+    },
+    get stats(): KVStats {
+      return kv.stats;
+    },
+    get: (key: string): Promise<KVEntry | null> => kv.get(key),
+    list: (prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]> => kv.list(prefix, opts),
+    txn: async (compare: readonly KVCompare[], ops: readonly KVOp[]): Promise<KVTxnResult> => {
+      let r: KVTxnResult;
+      try {
+        r = await kv.txn(compare, ops);
+      } catch (e) {
+        report(e instanceof AppError && e.code === 'STORE_UNAVAILABLE' ? 'unavailable' : 'error');
+        throw e;
+      }
+      report(r.succeeded ? 'committed' : 'conflict');
+      return r;
+    },
+    close: () => kv.close(),
+    grantLease: (ttl: number) => kv.grantLease(ttl),
+    keepAlive: (id: string) => kv.keepAlive(id),
+    revokeLease: (id: string) => kv.revokeLease(id),
+  };
+}
+
+/**
+ * The gauges of one pool as one node sees it ({@link PoolSessions.sample}): from one
+ * `pool status` read (src/ipam/pool-status.ts). Counts are addresses or blocks.
+ */
+export interface PoolSample extends PoolEventScope {
+  /** Blocks the node owns. */
+  readonly blocks: number;
+  /** Addresses the node holds (in its blocks and borrowed). */
+  readonly held: number;
+  /** Of `held`, those in other nodes' blocks. */
+  readonly borrowed: number;
+  /** Free addresses of the whole pool (every range set; an IPv6 size is rounded to a double). */
+  readonly free: number;
+  /** Blocks claimed in the whole pool (by any node). */
+  readonly claimedBlocks: number;
+  /** The node's heartbeat key exists. */
+  readonly alive: boolean;
+}
+
+/** A pool whose status could not be read ({@link PoolSessions.sample}). */
+export interface PoolSampleError extends PoolEventScope {
+  /** The error's message (etcd unreachable, a corrupt value). */
+  readonly error: string;
+}
+
 /** A pool's identity in the daemon: its etcd (endpoints, prefix) and its name. */
 function poolKey(pool: PoolConfig): string {
   return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name]);
@@ -400,8 +532,9 @@ const MAX_BATCH_REQUESTS = MAX_BATCH;
  * The daemon's pool hooks: one etcd client per pool (endpoints + prefix), kept until `close()`,
  * and the node's concurrent ADDs of one network batched into one transaction ({@link Batcher}).
  * The node name comes from the daemon's own environment (`NODE_NAME` of the DaemonSet), not the
- * request's: the daemon is the node. Lifecycle: `close()` is idempotent; later calls throw
- * `ClosedError`.
+ * request's: the daemon is the node. Every request, allocator transaction and batch is told to
+ * the {@link PoolObserver} (the daemon's metrics), and {@link sample} reads the gauges of each
+ * pool the sessions serve. Lifecycle: `close()` is idempotent; later calls throw `ClosedError`.
  */
 export class PoolSessions implements PoolHooks {
   readonly #env: Readonly<Record<string, string | undefined>>;
@@ -416,12 +549,86 @@ export class PoolSessions implements PoolHooks {
   readonly #batchersOfPool = new Map<string, Set<Batcher>>();
   /** (pool, containerId, ifname) → the ADDs of it not yet answered (queued or in flight). */
   readonly #pendingAdds = new Map<string, Set<Promise<unknown>>>();
+  readonly #observer: PoolObserver;
+  /** Every (pool, node) served or announced so far: what {@link sample} reads. */
+  readonly #known = new Map<string, { readonly pool: PoolConfig; readonly node: string }>();
   #closed = false;
 
-  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery) {
+  /**
+   * @param env the daemon's environment (`NODE_NAME`)
+   * @param make a new KV for a pool (default: an etcd client, {@link etcdFor})
+   * @param every the heartbeat's schedule (tests inject one)
+   * @param observer told of every request, transaction and batch (default: nobody)
+   */
+  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery, observer: PoolObserver = {}) {
     this.#env = env;
     this.#make = make;
     this.#every = every;
+    this.#observer = observer;
+  }
+
+  /** Remember (pool, node) for {@link sample}. */
+  #note(pool: PoolConfig, node: string): void {
+    const k = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls, pool.name, node]);
+    if (!this.#known.has(k)) this.#known.set(k, { pool, node });
+  }
+
+  /** An allocator whose transactions are told to the observer. */
+  #allocator(kv: KV & Leases, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache): PoolAllocator {
+    return allocatorFor(observeTxns(kv, { pool: pool.name, node }, this.#observer), pool, node, network, rangeSets, cache);
+  }
+
+  /** Run `f` (a request as `node` of `pool`), telling the observer its result and duration. */
+  async #timed<T>(pool: PoolConfig, command: PoolRequestEvent['command'], node: () => string, f: (node: string) => Promise<T>): Promise<T> {
+    const t0 = performance.now();
+    let who = NO_NODE;
+    let result = 'ok';
+    try {
+      who = node();
+      return await f(who);
+    } catch (e) {
+      result = resultOf(e);
+      throw e;
+    } finally {
+      const durationSeconds = (performance.now() - t0) / 1000;
+      tell(() => this.#observer.request?.({ pool: pool.name, node: who, command, result, durationSeconds }));
+    }
+  }
+
+  /**
+   * The gauges of every (pool, node) served or announced so far ({@link PoolSample}), from one
+   * `pool status` read per pool (its `meta`, blocks and heartbeat keys: three reads). A pool that
+   * cannot be read is a {@link PoolSampleError}; one never used (no `meta` yet) is left out. The
+   * caller decides how often (the daemon's metrics: at most once per 10 s and reconcile interval).
+   * Never throws for etcd trouble; `ClosedError` after `close()`.
+   */
+  async sample(): Promise<Array<PoolSample | PoolSampleError>> {
+    if (this.#closed) throw new ClosedError('pool sessions');
+    const byPool = new Map<string, Array<{ pool: PoolConfig; node: string }>>();
+    for (const x of this.#known.values()) {
+      const k = JSON.stringify([x.pool.etcd.endpoints, x.pool.etcd.prefix, x.pool.etcd.tls, x.pool.name]);
+      let l = byPool.get(k);
+      if (l === undefined) byPool.set(k, (l = []));
+      l.push(x);
+    }
+    const out: Array<PoolSample | PoolSampleError> = [];
+    for (const group of byPool.values()) {
+      const pool = (group[0] as { pool: PoolConfig }).pool;
+      try {
+        const s = await poolStatus(this.#kv(pool), pool.etcd.prefix, pool.name);
+        const free = s.rangeSets.reduce((a, r) => a + Number(r.free), 0);
+        const claimedBlocks = s.rangeSets.reduce((a, r) => a + r.blocksClaimed, 0);
+        for (const { node } of group) {
+          const n = s.nodes.find((x) => x.node === node);
+          out.push({ pool: pool.name, node, blocks: n?.blocks ?? 0, held: n?.used ?? 0, borrowed: n?.borrowed ?? 0, free, claimedBlocks, alive: n?.alive ?? false });
+        }
+      } catch (e) {
+        if (e instanceof ClosedError) throw e;
+        if (e instanceof AppError && e.code === 'IPAM_NOT_FOUND') continue;
+        for (const { node } of group) out.push({ pool: pool.name, node, error: e instanceof Error ? e.message : String(e) });
+      }
+    }
+    return out;
   }
 
   #cacheFor(pool: PoolConfig, node: string): BlockCache {
@@ -459,15 +666,19 @@ export class PoolSessions implements PoolHooks {
    * this ADD is queued takes it out of the queue (rejected `STORE_CONFLICT`); one in flight is
    * waited for by the DEL ({@link del}).
    */
-  async add(conf: IPAMConfig, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
+  add(conf: IPAMConfig, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
     const pool = conf.pool as PoolConfig;
-    const node = resolveNodeName(pool, this.#env);
+    return this.#timed(pool, 'ADD', () => resolveNodeName(pool, this.#env), (node) => this.#add(conf, pool, node, req, signal));
+  }
+
+  #add(conf: IPAMConfig, pool: PoolConfig, node: string, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
     const kv = this.#kv(pool);
+    this.#note(pool, node);
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
     let b = this.#batchers.get(key);
     if (b === undefined) {
-      const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
-      b = new Batcher(alloc);
+      const alloc = this.#allocator(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
+      b = new Batcher(alloc, (size) => tell(() => this.#observer.batch?.({ pool: pool.name, node, size })));
       this.#batchers.set(key, b);
       const pk = poolKey(pool);
       let set = this.#batchersOfPool.get(pk);
@@ -516,7 +727,8 @@ export class PoolSessions implements PoolHooks {
     const pool = conf.pool as PoolConfig;
     const node = resolveNodeName(pool, this.#env);
     const kv = this.#kv(pool);
-    this.#startHeartbeat(kv, pool, node, allocatorFor(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
+    this.#note(pool, node);
+    this.#startHeartbeat(kv, pool, node, this.#allocator(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
   }
 
   /**
@@ -526,20 +738,27 @@ export class PoolSessions implements PoolHooks {
    * queue (the runtime gave up on it: it only sends a DEL after the ADD's answer or its
    * deadline), one in flight is waited for (whatever its outcome), then the release runs.
    */
-  async del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
+  del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
     const pool = id.pool as PoolConfig;
-    const node = delNodeName(pool, this.#env);
+    return this.#timed(pool, 'DEL', () => delNodeName(pool, this.#env), (node) => this.#del(id, pool, node, req));
+  }
+
+  async #del(id: NetworkIdentity, pool: PoolConfig, node: string, req: PoolRequest): Promise<string[]> {
     const kv = this.#kv(pool);
     const why = `ADD of ${req.containerId.trim()}/${req.ifname} cancelled: a DEL of the same container came first`;
     for (const b of this.#batchersOfPool.get(poolKey(pool)) ?? []) b.cancel(req, why);
     const pend = this.#pendingAdds.get(attachmentKey(pool, req));
     if (pend !== undefined) await Promise.all([...pend]);
-    return allocatorFor(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
+    return this.#allocator(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
   }
 
-  async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
+  find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
     const pool = conf.pool as PoolConfig;
-    return allocatorFor(this.#kv(pool), pool, resolveNodeName(pool, this.#env), conf.name, conf.rangeSets).find(req);
+    return this.#timed(pool, 'CHECK', () => resolveNodeName(pool, this.#env), (node) => {
+      const kv = this.#kv(pool);
+      this.#note(pool, node);
+      return this.#allocator(kv, pool, node, conf.name, conf.rangeSets).find(req);
+    });
   }
 
   async close(): Promise<void> {

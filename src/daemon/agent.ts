@@ -40,7 +40,10 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   const indexPart: DaemonPartFactory = () => ({ name: 'index', close: () => indexes.close() });
   // Cluster pools: one etcd client per pool for the daemon's life, the node's ADDs batched; the
   // node name is the daemon's own (NODE_NAME from the DaemonSet's downward API, else the host name).
-  const pools = new PoolSessions(process.env);
+  const metrics = new DaemonMetrics();
+  const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer);
+  // Pool gauges on scrape, at most once per reconcile interval (and 10 s): scrapes never load etcd.
+  metrics.pools.watch(() => pools.sample(), options.intervalSeconds);
   // At start, announce the node in every pool its CNI configurations name, so a node that comes
   // back idle vetoes a removal begun while it was away (docs/cluster.md "remove-node", review F2b).
   const poolPart: DaemonPartFactory = ({ log }) => {
@@ -61,7 +64,6 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     }
     return { name: 'pools', close: () => pools.close() };
   };
-  const metrics = new DaemonMetrics();
   metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
   over.onMetrics?.(metrics);
   let state: 'starting' | 'started' | 'stopping' = 'starting';
