@@ -122,7 +122,9 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
       .option('--etcd-key <FILE>', 'client key (PEM)')
       .option('--json', 'print the documented JSON');
   etcdFlags(pool.command('status').description('blocks per node, usage and free addresses cluster-wide'))
-    .addHelpText('after', '\nExamples:\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --json\n')
+    .option('--html', 'print a self-contained HTML page instead of the table (with --out: write it to FILE)')
+    .option('--out <FILE>', 'with --html: write the page to FILE (the table or --json still go to stdout)')
+    .addHelpText('after', '\nExamples:\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --json\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --html --out /tmp/pool.html\n')
     .action(async (opts: PoolOptions) => {
       const m = await import('./pool.ts');
       setCode(await m.runStatus(opts, ctx));
