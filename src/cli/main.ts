@@ -47,8 +47,9 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .description('write DIR/ipwarden-flock.node, DIR/ipwarden-netns, DIR/ipwarden-standalone (the plugin, with its own Node.js) and DIR/ipwarden (the exec shim)')
     .requiredOption('--dest <DIR>', 'CNI bin directory, e.g. /opt/cni/bin')
     .option('--socket <PATH>', "the daemon's socket, patched into the shim (absolute, at most 107 bytes; default /run/ipwarden/plugin.sock)")
-    .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n')
-    .action(async (opts: { dest: string; socket?: string }) => {
+    .option('--node-name <NAME>', "the node's name for cluster pools, written to DIR/ipwarden.d/node-name (default: NODE_NAME; neither: not written)")
+    .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n  NODE_NAME=worker-1 ipwarden install-cni --dest /opt/cni/bin\n')
+    .action(async (opts: { dest: string; socket?: string; nodeName?: string }) => {
       const m = await import('./install-cni.ts');
       setCode(m.run(opts, ctx));
     });

@@ -2,8 +2,9 @@
  * The plugin's way into a cluster pool (issue 11; docs/cluster.md): for a network whose `ipam`
  * has `pool`, ADD/DEL/CHECK go to etcd through the pool allocator (src/ipam/pool-allocator.ts)
  * instead of the node's files. The edge work happens here: the node name is resolved
- * (`ipam.nodeName`, else `NODE_NAME` — a DaemonSet's downward API `spec.nodeName` — else the host
- * name), the TLS files are read, and the etcd client is made and closed.
+ * (`ipam.nodeName`, else `NODE_NAME` — a DaemonSet's downward API `spec.nodeName` — else the
+ * node-name file `install-cni` wrote beside the plugin, else the host name), the TLS files are
+ * read, and the etcd client is made and closed.
  *
  * The standalone plugin makes one client per request (one process per request) and sends one
  * transaction per ADD. The daemon passes a {@link PoolSessions} that keeps one client per pool and
@@ -22,6 +23,7 @@ import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import { poolStatus } from '../ipam/pool-status.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
+import { readNodeNameFile } from './node-name-file.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
 export interface PoolHooks {
@@ -39,16 +41,22 @@ export interface PoolHooks {
 }
 
 /**
- * The node name for `pool`: `ipam.nodeName`, else `env.NODE_NAME`, else `host()`.
- * @throws AppError IPAM_INVALID_CONFIG (CNI 7) naming the source when the name is unusable.
+ * The node name for `pool`: `ipam.nodeName`, else `env.NODE_NAME`, else the node-name file
+ * `install-cni` wrote beside the installed plugin (`file()`, default {@link readNodeNameFile}:
+ * `<CNI bin dir>/ipwarden.d/node-name`, read only when trusted; what the shim's fallback finds,
+ * since the runtime's environment has no `NODE_NAME`), else `host()`.
+ * @throws AppError IPAM_INVALID_CONFIG (CNI 7) naming the source when the name is unusable (a
+ *   bad node-name file is never skipped for the host name: the file names it).
  */
-export function resolveNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>, host: () => string = hostname): string {
+export function resolveNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>, host: () => string = hostname, file: () => string | null = readNodeNameFile): string {
   if (pool.nodeName !== null) return pool.nodeName;
   const fromEnv = env['NODE_NAME'];
   if (fromEnv !== undefined && fromEnv !== '') {
     if (!validNodeName(fromEnv)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('NODE_NAME', fromEnv));
     return fromEnv;
   }
+  const fromFile = file();
+  if (fromFile !== null) return fromFile;
   const h = host();
   if (!validNodeName(h)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('the host name', h));
   return h;
