@@ -2,7 +2,8 @@
  * The pool node name's sources (src/cni/pool.ts `resolveNodeName`): `ipam.nodeName` → `NODE_NAME`
  * → the node-name file beside the installed plugin (src/cni/node-name-file.ts) → the host name;
  * the file's trust rules and content checks, each refusal code 7 naming the file; and
- * `install-cni`'s writer of it (src/cli/install-cni.ts `writeNodeName`). Needs root for the
+ * `install-cni`'s writer of it (src/cli/install-cni.ts `writeNodeName`), and the DaemonSet giving
+ * the init container (install-cni) NODE_NAME from the downward API. Needs root for the
  * ownership cases (fails loudly with CI=true, else skips them).
  */
 import { after, before, describe, it } from 'node:test';
@@ -16,6 +17,7 @@ import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import { resolveNodeName } from '../../src/cni/pool.ts';
 import { NODE_NAME_FILE_MAX_BYTES, readNodeNameFile } from '../../src/cni/node-name-file.ts';
 import { writeNodeName } from '../../src/cli/install-cni.ts';
+import { parseAllDocuments } from 'yaml';
 
 const root = process.geteuid?.() === 0;
 if (!root && process.env['CI'] === 'true') throw new Error('test/unit/pool-node-name.test.ts needs root in CI (file ownership cases)');
@@ -155,5 +157,15 @@ describe("install-cni's writeNodeName", () => {
     mkdirSync(join(open, 'ipwarden.d'), { recursive: true });
     chmodSync(join(open, 'ipwarden.d'), 0o777);
     assert.throws(() => writeNodeName(open, 'worker-1'), (e: unknown) => e instanceof UsageError && e.message === `install-cni: ${join(open, 'ipwarden.d')} is writable by group or others (mode 777): refusing to write the node name there`);
+  });
+});
+
+describe('deploy/kubernetes/daemonset.yaml', () => {
+  it('passes NODE_NAME (spec.nodeName) to the install-cni init container, which writes the node-name file from it', () => {
+    const docs = parseAllDocuments(readFileSync(join(import.meta.dirname, '../../deploy/kubernetes/daemonset.yaml'), 'utf8')).map((d) => d.toJS() as Record<string, unknown>);
+    const ds = docs.find((d) => d['kind'] === 'DaemonSet') as { spec: { template: { spec: { initContainers: Array<{ name: string; args: string[]; env?: Array<{ name: string; valueFrom?: { fieldRef?: { fieldPath?: string } } }> }> } } } };
+    const init = ds.spec.template.spec.initContainers.find((c) => c.name === 'install-cni');
+    assert.ok(init !== undefined && init.args[0] === 'install-cni');
+    assert.deepEqual(init.env?.find((e) => e.name === 'NODE_NAME'), { name: 'NODE_NAME', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } });
   });
 });
