@@ -187,7 +187,7 @@ export class DaemonMetrics {
   /** The exposition text (what `/metrics` answers). */
   async text(): Promise<string> {
     this.readFallbackLog();
-    await this.pools.refresh();
+    await this.pools.refreshFor(POOL_SCRAPE_WAIT_MS);
     return this.registry.metrics();
   }
 
@@ -204,6 +204,12 @@ export type PoolSampler = () => Promise<ReadonlyArray<PoolSample | PoolSampleErr
 
 /** Least age of the pool gauges before a scrape reads etcd again, seconds (scrapes never load etcd more often). */
 export const POOL_GAUGES_MIN_AGE_SECONDS = 10;
+/**
+ * Longest a scrape waits for a read of the pool gauges, milliseconds: an unreachable etcd (5 s per
+ * call) must not hold the whole answer past Prometheus's scrape timeout (10 s by default), which
+ * would lose the node's other series too. A read still running is used by a later scrape.
+ */
+export const POOL_SCRAPE_WAIT_MS = 2000;
 
 /**
  * The cluster pools' series, on the daemon's registry. {@link observer} is the
@@ -315,6 +321,23 @@ export class PoolMetrics {
         this.reading = null;
       });
     return this.reading;
+  }
+
+  /**
+   * {@link refresh}, waiting for it at most `ms` milliseconds (then the last values are served and
+   * the read goes on; its values are the next scrape's). Never throws.
+   */
+  async refreshFor(ms: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    // Not unref'd: it is cleared as soon as the read ends, and the scrape waits for one or the other.
+    const late = new Promise<void>((r) => {
+      timer = setTimeout(r, ms);
+    });
+    try {
+      await Promise.race([this.refresh(), late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Replace every gauge series by `samples`' (a {@link PoolSampleError} counts a read error and sets none). */

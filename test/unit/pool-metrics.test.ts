@@ -11,6 +11,7 @@ import { isAppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { observeTxns, PoolSessions, type PoolTxnEvent } from '../../src/cni/pool.ts';
 import { DaemonMetrics, POOL_GAUGES_MIN_AGE_SECONDS } from '../../src/daemon/metrics.ts';
+import type { PoolSample } from '../../src/cni/pool.ts';
 import type { KVCompare, KVOp, KVTxnResult } from '../../src/store/kv.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 
@@ -200,5 +201,26 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
     await assert.rejects(o.txn([], Array.from({ length: 200 }, (_, i) => ({ put: `/k${i}`, value: '' }))), (e: unknown) => isAppError(e, 'INTERNAL'));
     assert.deepEqual(seen, ['committed', 'conflict', 'unavailable', 'error']);
     assert.equal(observeTxns(inner, { pool: 'p', node: 'n' }, {}), inner, 'no txn member: the KV itself');
+  });
+
+  it('a scrape does not wait for a read that hangs (etcd unreachable): it answers, and a later scrape gets the read\'s values', async () => {
+    const m = new DaemonMetrics({ monotonicMs: () => 0 });
+    let finish: (v: PoolSample[]) => void = () => undefined;
+    let calls = 0;
+    m.pools.watch(() => {
+      calls++;
+      return new Promise<PoolSample[]>((r) => (finish = r));
+    });
+    const text = await m.text(); // bounded by POOL_SCRAPE_WAIT_MS: the read is still running
+    assert.deepEqual(series(text, 'ipwarden_pool_node_blocks'), []);
+    assert.equal(calls, 1);
+    await m.text();
+    assert.equal(calls, 1, 'the running read is joined, not repeated');
+    finish([{ pool: 'p1', node: 'node-a', blocks: 2, held: 3, borrowed: 1, free: 7, claimedBlocks: 4, alive: false }]);
+    await until(() => m.pools.reads === 1, 'one read');
+    const later = await m.text();
+    assert.deepEqual(series(later, 'ipwarden_pool_node_blocks'), [`ipwarden_pool_node_blocks{${L}} 2`]);
+    assert.deepEqual(series(later, 'ipwarden_pool_node_alive'), [`ipwarden_pool_node_alive{${L}} 0`]);
+    assert.equal(calls, 1, 'within the cache age: no new read');
   });
 });
