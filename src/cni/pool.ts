@@ -20,6 +20,9 @@ import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import type { KV, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
+import { readKernelEvidence } from '../node/kernel-evidence.ts';
+import { defaultAuditLogPath, openAuditLog } from '../reconcile/audit.ts';
+import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
 export interface PoolHooks {
@@ -34,6 +37,26 @@ export interface PoolHooks {
   del(id: NetworkIdentity, req: PoolRequest): Promise<string[]>;
   /** CHECK: the container's allocations, or null when it has none. */
   find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null>;
+  /**
+   * CNI GC (1.1.0) on a pool network: release this node's handles of the network that are not in
+   * `valid`, under the evidence guards (src/reconcile/pool-pass.ts `poolGC`). Optional: without
+   * it GC releases nothing on a pool network. Throws AppErrors (STORE_UNAVAILABLE, CNI 11, when
+   * etcd cannot be asked).
+   */
+  gc?(id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome>;
+}
+
+/**
+ * {@link PoolHooks.gc} over `kv` for `node`: the kernel evidence from /proc and the pinned
+ * namespaces, the audit log `<dataDir>/ipwarden-audit.log` of the network's data dir (opened only
+ * when something is released).
+ */
+export function poolGcWith(kv: KV, pool: PoolConfig, node: string, id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome> {
+  return poolGC({ kv, prefix: pool.etcd.prefix, pool: pool.name, node }, id.name, valid, {
+    evidence: () => readKernelEvidence(),
+    audit: () => openAuditLog(defaultAuditLogPath(id.dataDir)),
+    now: Date.now,
+  });
 }
 
 /**
@@ -169,6 +192,11 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
       const pool = conf.pool as PoolConfig;
       const node = resolveNodeName(pool, env);
       return withKV(pool, (kv) => allocatorFor(kv, pool, node, conf.name, conf.rangeSets).find(req));
+    },
+    gc: (id, valid) => {
+      const pool = id.pool as PoolConfig;
+      const node = resolveNodeName(pool, env);
+      return withKV(pool, (kv) => poolGcWith(kv, pool, node, id, valid));
     },
   };
 }
@@ -540,6 +568,12 @@ export class PoolSessions implements PoolHooks {
   async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
     const pool = conf.pool as PoolConfig;
     return allocatorFor(this.#kv(pool), pool, resolveNodeName(pool, this.#env), conf.name, conf.rangeSets).find(req);
+  }
+
+  /** CNI GC of a pool network on the daemon's etcd client for the pool (see {@link PoolHooks.gc}). */
+  async gc(id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome> {
+    const pool = id.pool as PoolConfig;
+    return poolGcWith(this.#kv(pool), pool, resolveNodeName(pool, this.#env), id, valid);
   }
 
   async close(): Promise<void> {

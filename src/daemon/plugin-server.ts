@@ -311,7 +311,12 @@ interface Conn {
 
 /** `hooks` with every ADD given `signal`. */
 function withSignal(hooks: PoolHooks, signal: AbortSignal): PoolHooks {
-  return { add: (conf, req) => hooks.add(conf, req, signal), del: (id, req) => hooks.del(id, req), find: (conf, req) => hooks.find(conf, req) };
+  return {
+    add: (conf, req) => hooks.add(conf, req, signal),
+    del: (id, req) => hooks.del(id, req),
+    find: (conf, req) => hooks.find(conf, req),
+    ...(hooks.gc === undefined ? {} : { gc: (hooks.gc as NonNullable<PoolHooks['gc']>).bind(hooks) }),
+  };
 }
 
 /** The client went away: nothing can be answered any more; a queued pool ADD is not sent. */
