@@ -15,8 +15,8 @@
  *   remove-node, a re-created attachment — is not released), each block written has the
  *   `mod_revision` read and its allocation still carries the handle's `seq` and owner (an
  *   address re-allocated since is never freed: Calico's per-allocation sequence numbers), and
- *   `removing/<node>` is absent (as every DEL of the node compares). It deletes the handle and
- *   puts the blocks — the DEL's transaction shape (src/ipam/pool-allocator.ts `del`), except
+ *   `removing/<node>` is absent (as every DEL of the node compares); a handle one of whose
+ *   allocations moved on is not released at all. It deletes the handle and puts the blocks — the DEL's transaction shape (src/ipam/pool-allocator.ts `del`), except
  *   that an emptied block is kept (the node's next ADD uses it; a DEL gives it back later).
  */
 import { AppError } from '../common/errors.ts';
@@ -147,7 +147,7 @@ export function gcDecision(
 
 /** The answer of {@link releaseObserved}. */
 export type ReleaseOutcome =
-  /** Released: the handle is deleted; `ips` are the addresses freed (those whose allocation still carried its seq and owner). */
+  /** Released: the handle is deleted and `ips` (all of its addresses) freed. */
   | { readonly released: true; readonly ips: string[]; readonly revision: string }
   /** Not released (nothing written): why. */
   | { readonly released: false; readonly why: string };
@@ -155,11 +155,11 @@ export type ReleaseOutcome =
 /**
  * Release `h` exactly as observed, in one transaction (see the module comment for its compares).
  * Retries when only a block changed meanwhile (another allocation in it): the blocks are read
- * again, the handle's compare stays the observed `mod_revision`. Never frees an address whose
- * allocation moved on (another `seq` or owner): such an address is left as it is and only the
- * handle goes. Answers `released: false` when the handle is gone or was rewritten since it was
- * observed, or a removal of `node` is begun (the node's heartbeat vetoes it; the next pass
- * decides again).
+ * again, the handle's compare stays the observed `mod_revision`. Answers `released: false`
+ * (nothing written) when the handle is gone or was rewritten since it was observed, when an
+ * allocation it names moved on (another `seq` or owner, or gone: the address is never freed, and
+ * the handle stays for an operator or the container's DEL), or when a removal of `node` is begun
+ * (the node's heartbeat vetoes it; the next pass decides again).
  * @throws AppError STORE_UNAVAILABLE (CNI 11) when etcd cannot be asked — a transaction whose
  *   answer was lost may have been applied (the next pass finds the handle gone); STORE_CORRUPT
  *   when a block it touches cannot be read; STORE_CONFLICT after {@link MAX_ATTEMPTS} lost races.
@@ -181,8 +181,12 @@ export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: Pool
       }
       const b = blocks.get(x.block) ?? null;
       const a = b?.value.allocs[String(x.ordinal)];
-      // The allocation must still be this handle's: same seq, same owner (else the address moved on).
-      if (b === null || a === undefined || a.seq !== x.seq || a.id !== h.containerId || a.ifname !== h.ifname || a.node !== h.value.node) continue;
+      // The allocation must still be this handle's: same seq, same owner. Else the address moved on
+      // (or the handle disagrees with its block): when in doubt, release nothing of it.
+      if (b === null || a === undefined || a.seq !== x.seq || a.id !== h.containerId || a.ifname !== h.ifname || a.node !== h.value.node) {
+        const now = a === undefined ? 'is not allocated' : `is held by ${a.id}/${a.ifname} with seq ${a.seq}`;
+        return { released: false, why: `the allocation of ${x.ip} moved on (the handle names seq ${x.seq}; in block ${x.block} it ${b === null ? 'is gone' : now}): nothing released` };
+      }
       delete b.value.allocs[String(x.ordinal)];
       b.dirty = true;
       freed.push(x.ip);

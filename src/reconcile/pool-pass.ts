@@ -166,10 +166,7 @@ async function releaseAudited(
       const t = now();
       if (outcome.released) {
         released.push({ target: it.target, handle: it.handle, ips: outcome.ips });
-        for (const ip of it.handle.value.ips) {
-          const freed = outcome.ips.includes(ip.ip);
-          audit.append(auditRecord(it.target, it.handle, ip.ip, t, freed ? it.reason : `${it.reason}; handle deleted, but the address had moved on (another seq or owner): not freed`, freed ? 'released' : 'kept'));
-        }
+        for (const ip of it.handle.value.ips) audit.append(auditRecord(it.target, it.handle, ip.ip, t, it.reason, 'released'));
       } else {
         kept.push({ handle: it.handle, why: outcome.why });
         for (const ip of it.handle.value.ips) audit.append(auditRecord(it.target, it.handle, ip.ip, t, outcome.why, 'kept'));
