@@ -12,7 +12,7 @@
  * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
  * client and its gRPC stack.
  */
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
 import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
@@ -54,7 +54,11 @@ export interface PoolHooks {
 export function poolGcWith(kv: KV, pool: PoolConfig, node: string, id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome> {
   return poolGC({ kv, prefix: pool.etcd.prefix, pool: pool.name, node }, id.name, valid, {
     evidence: () => readKernelEvidence(),
-    audit: () => openAuditLog(defaultAuditLogPath(id.dataDir)),
+    // A pool network writes nothing else under its data dir: make it for the log if it is missing.
+    audit: () => {
+      mkdirSync(id.dataDir, { recursive: true, mode: 0o755 });
+      return openAuditLog(defaultAuditLogPath(id.dataDir));
+    },
     now: Date.now,
   });
 }

@@ -13,7 +13,7 @@
  * Passes never overlap: a trigger during a pass schedules one more right after it. Triggered
  * passes are at least {@link MIN_TRIGGER_GAP_MS} apart, so a flapping directory cannot spin.
  */
-import { readdirSync, watch, type FSWatcher } from 'node:fs';
+import { mkdirSync, readdirSync, watch, type FSWatcher } from 'node:fs';
 import { join } from 'node:path';
 import type { DaemonOptions } from '../common/daemon-options.ts';
 import { parseIP } from '../common/ip.ts';
@@ -24,7 +24,7 @@ import type { ReconcileDeps } from '../reconcile/options.ts';
 import { runPass, type PassOptions, type PassReport } from '../reconcile/pass.ts';
 import { layoutNetworks } from '../reconcile/status.ts';
 import { runPoolPass, type PoolPassReport, type PoolTarget } from '../reconcile/pool-pass.ts';
-import { defaultAuditLogPath, openAuditLog } from '../reconcile/audit.ts';
+import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../reconcile/audit.ts';
 import { etcdFor, resolveNodeName } from '../cni/pool.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
 import { readCniConfigs } from '../node/cni-conf.ts';
@@ -310,7 +310,12 @@ class Loop implements ReconcileLoop {
       for (const e of errors) this.log.warn({ kind: 'config', error: e }, 'pool reconcile: network not used');
       if (targets.length === 0) return;
       const auditPath = this.opts.auditLog ?? defaultAuditLogPath(this.opts.dataDir);
-      const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit: () => openAuditLog(auditPath) }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic);
+      const audit = (): AuditSink => {
+        // A node with only pool networks may have no data dir yet: make it for the default log.
+        if (this.opts.auditLog === null) mkdirSync(this.opts.dataDir, { recursive: true, mode: 0o755 });
+        return openAuditLog(auditPath);
+      };
+      const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic);
       this.lastPool = r;
       this.deps.metrics.recordPoolPass({ released: r.released.map((x) => ({ pool: x.pool })), errors: r.errors });
       for (const x of r.released) {
