@@ -310,12 +310,17 @@ interface Conn {
 }
 
 /** `hooks` with every ADD given `signal`. */
-function withSignal(hooks: PoolHooks, signal: AbortSignal): PoolHooks {
+function withSignal(hooks: PoolHooks, conn: Conn): PoolHooks {
+  // The request's network, for its log line (a pool network opens no store that would name it).
+  const named = (name: string): void => {
+    conn.network = name;
+  };
+  const gc = hooks.gc;
   return {
-    add: (conf, req) => hooks.add(conf, req, signal),
-    del: (id, req) => hooks.del(id, req),
-    find: (conf, req) => hooks.find(conf, req),
-    ...(hooks.gc === undefined ? {} : { gc: (hooks.gc as NonNullable<PoolHooks['gc']>).bind(hooks) }),
+    add: (conf, req) => (named(conf.name), hooks.add(conf, req, conn.abort.signal)),
+    del: (id, req) => (named(id.name), hooks.del(id, req)),
+    find: (conf, req) => (named(conf.name), hooks.find(conf, req)),
+    ...(gc === undefined ? {} : { gc: (id: Parameters<typeof gc>[0], valid: Parameters<typeof gc>[1]) => (named(id.name), gc.call(hooks, id, valid)) }),
   };
 }
 
@@ -452,7 +457,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       decoders,
       ...(h === undefined ? {} : { heal: h }),
       // The request's pool ADD carries its client's signal: queued, it is not sent once the shim is gone.
-      ...(opts.pool === undefined ? {} : { pool: withSignal(opts.pool, conn.abort.signal) }),
+      ...(opts.pool === undefined ? {} : { pool: withSignal(opts.pool, conn) }),
     };
   };
 
