@@ -18,12 +18,12 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { installedPlugin, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
+import { installedPlugin, ROOT, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';
 import { startTestDaemon, type LogLine, type TestDaemon } from '../helpers/daemon.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
@@ -86,6 +86,7 @@ async function until(what: string, cond: () => Promise<boolean> | boolean, max =
 
 /** Configure `addr` on a veth inside the test's namespace (the kernel then shows it in use). */
 function configure(addr: string): void {
+  ip('-n', NS, 'addr', 'flush', 'dev', 'pgc0'); // what an earlier test left (it flushes too, unless it failed early)
   ip('-n', NS, 'addr', 'add', `${addr}/26`, 'dev', 'pgc0');
 }
 
@@ -96,6 +97,19 @@ function cniError(r: Outcome): { code: number; msg: string } {
 
 function gcStdin(p: string, valid: string[], ipam: Record<string, unknown> = {}) {
   return { ...conf(p, '1.1.0', ipam), 'cni.dev/valid-attachments': valid.map((id) => ({ containerID: id, ifname: 'eth0' })) };
+}
+
+/** `ipwarden pool leaks` of the built CLI, asynchronously (the fake CRI answers from this process). */
+function poolLeaks(p: string, ...args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'leaks', '--pool', POOL, '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', p, ...args], { env: { PATH: '/usr/bin:/bin', NODE_NAME: NODE } });
+    let stdout = '';
+    let stderr = '';
+    c.stdout.on('data', (b: Buffer) => (stdout += b.toString('utf8')));
+    c.stderr.on('data', (b: Buffer) => (stderr += b.toString('utf8')));
+    c.on('error', reject);
+    c.on('close', (status) => resolve({ status, stdout, stderr }));
+  });
 }
 
 async function metric(d: TestDaemon, name: string): Promise<string> {
@@ -131,6 +145,12 @@ describe('the node reconciles its pool attachments (real etcd, daemon, fake CRI,
     add(conf(p), 'other1', 'pgc-other');
     configure(held);
     (cri as HostileCri).setSandboxes([{ id: 'live1', state: 'notready' }]);
+    // `pool leaks` lists (and releases nothing): verdicts by the evidence rules, ages by revision.
+    const lk = await poolLeaks(p, '--runtime-endpoint', (cri as HostileCri).endpoint, '--grace', '0s', '--json');
+    assert.equal(lk.status, 0, lk.stderr);
+    const lj = JSON.parse(lk.stdout) as { node: string; revision: string; handles: Array<{ containerId: string; verdict: string }> };
+    assert.deepEqual([lj.node, /^[0-9]+$/.test(lj.revision)], [NODE, true]);
+    assert.deepEqual(lj.handles.map((h) => [h.containerId, h.verdict]), [['leak1', 'leaked'], ['live1', 'live'], ['used1', 'in use']]);
     const netd = join(tmp, `net.d-${n}`);
     spawnSync('mkdir', ['-p', netd]);
     const { name, cniVersion, ...plugin } = conf(p, '1.0.0');
