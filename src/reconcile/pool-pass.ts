@@ -9,7 +9,9 @@
  * 1. read etcd's revision `R` of every pool — BEFORE the runtime is asked, so a handle with
  *    `create_revision ≤ R` existed when the runtime listed its sandboxes (else its ADD may be in
  *    flight and its sandbox not listed yet);
- * 2. the runtime snapshot (ListPodSandbox, any state), then the kernel evidence (`takeSnapshot`);
+ * 2. the runtime snapshot (ListPodSandbox, any state; PodSandboxStatus of the READY ones for their
+ *    pod IPs, BR-13: an address one reports is in use, and a failed status call releases nothing
+ *    this pass), then the kernel evidence (`takeSnapshot`);
  * 3. the node's handles of each pool (one prefix read), classified by the node-local reconciler's
  *    evidence rules (`classifyPoolHandles`: live, in use, grace by revision, leaked, unknown);
  * 4. the daemon's rules over the `leaked` ones ({@link Confirmations}, shared with the node-local
@@ -25,6 +27,7 @@
  * `unknown`, nothing released (D4). An unreachable etcd skips that pool for the pass.
  */
 import { AppError } from '../common/errors.ts';
+import { formatIP, parseIP } from '../common/ip.ts';
 import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
 import { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type ValidAttachment } from '../ipam/pool-reclaim.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -206,10 +209,26 @@ export async function runPoolPass(
     }),
   );
   // 2. The runtime, then the kernel.
-  const snap = await takeSnapshot({ ...(o.runtimeEndpoint === null ? {} : { runtimeEndpoint: o.runtimeEndpoint }), warnOtherRuntimes: false }, deps);
+  const snap = await takeSnapshot({ ...(o.runtimeEndpoint === null ? {} : { runtimeEndpoint: o.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, deps);
   if (snap.runtime.error !== undefined) errors.push({ kind: 'runtime', message: snap.runtime.error });
   if (snap.evidence.incomplete !== null) errors.push({ kind: 'kernel', message: `kernel evidence incomplete: ${snap.evidence.incomplete}` });
+  // A failed status call leaves a READY sandbox's addresses unknown: nothing is released this pass (E6).
+  for (const f of snap.podIPFailures) errors.push({ kind: 'runtime', message: `${f}: nothing released this pass` });
   const sandboxes = sandboxMap(snap.sandboxes);
+  // BR-13: an address a READY sandbox reports is in use, whoever's handle holds it.
+  const reported = new Map<string, string>();
+  for (const x of snap.podIPs ?? []) {
+    for (const t of x.ips) {
+      const a = parseIP(t);
+      if (a !== null) reported.set(formatIP(a), x.sandbox);
+    }
+  }
+  const inUse = (ev: UseEvidence, ip: string, id: string): string | null => {
+    const k = inUseReason(ev, ip, id);
+    if (k !== null) return k;
+    const by = reported.get(ip);
+    return by === undefined || by === id ? null : `the address is reported by ready sandbox ${by} (PodSandboxStatus)`;
+  };
 
   // 3. The node's handles of each pool, classified.
   const pools: PoolCounts[] = [];
@@ -232,7 +251,7 @@ export async function runPoolPass(
       handles,
       sandboxes,
       runtimeError: snap.runtime.error ?? null,
-      inUse: (ip, id) => inUseReason(snap.evidence, ip, id),
+      inUse: (ip, id) => inUse(snap.evidence, ip, id),
       evidenceIncomplete: snap.evidence.incomplete,
       snapshotAtMs: snap.snapshotAtMs,
       graceSeconds: null,
@@ -249,6 +268,7 @@ export async function runPoolPass(
       else if (v.verdict === 'unknown') n.unknown++;
       else {
         n.leaked++;
+        if (snap.podIPFailures.length > 0) return; // not a candidate while a READY sandbox's addresses are unknown
         // The confirmation key: the handle; what must not change between the observations: its
         // mod_revision (owner text) and create_revision (the "file time", also the oldest-first order).
         candidates.push({ network: t.id, ip: `${h.containerId}/${h.ifname}`, owner: h.modRevision, mtimeMs: Number(h.createRevision), target: t, handle: h, verdict: v });
@@ -274,7 +294,7 @@ export async function runPoolPass(
     if (ev.incomplete !== null) errors.push({ kind: 'kernel', message: `kernel evidence incomplete before the releases: ${ev.incomplete}; nothing released` });
     else {
       for (const c of decision.release) {
-        const used = c.handle.value.ips.map((x) => inUseReason(ev, x.ip, c.handle.containerId)).find((x) => x !== null) ?? null;
+        const used = c.handle.value.ips.map((x) => inUse(ev, x.ip, c.handle.containerId)).find((x) => x !== null) ?? null;
         if (used !== null) continue; // in use now: kept (and a candidate no more next pass)
         go.push({ target: c.target, handle: c.handle, reason: `pool ${c.target.pool}: ${c.verdict.reason}, in two observations at least the grace period apart with the same mod_revision ${c.handle.modRevision}` });
       }

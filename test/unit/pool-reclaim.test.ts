@@ -44,6 +44,8 @@ function world(kv: MemoryKV = new MemoryKV()) {
     sandboxes: [] as SandboxInfo[],
     evidence: NOTHING_IN_USE as UseEvidence,
     listFails: null as string | null,
+    /** Pod IPs per READY sandbox (PodSandboxStatus); an Error value makes that call fail. */
+    podIPs: new Map<string, string[] | Error>(),
     /** Runs while the runtime is being asked (after R was read). */
     duringList: null as (() => Promise<void>) | null,
     mono: 0,
@@ -60,6 +62,11 @@ function world(kv: MemoryKV = new MemoryKV()) {
         if (w.duringList !== null) await w.duringList();
         if (w.listFails !== null) throw new Error(w.listFails);
         return w.sandboxes;
+      },
+      podIPs: async (id: string) => {
+        const v = w.podIPs.get(id) ?? [];
+        if (v instanceof Error) throw v;
+        return v;
       },
       close: () => undefined,
     }),
@@ -207,6 +214,25 @@ describe('the daemon pool pass (memory KV)', () => {
     const p2 = await pass();
     assert.deepEqual([p2.released, p2.pools[0]], [[], { pool: 'gp', node: 'n1', live: 0, inUse: 1, grace: 0, leaked: 0, unknown: 0 }]);
     assert.equal((await w.kv.list(handlesPrefix(KEYS))).length, 3);
+  });
+
+  it('BR-13: an address a READY sandbox reports is in use; a failed status call releases nothing that pass', async () => {
+    const { w, pass } = world();
+    await add(w.kv, 'stale'); // 10.85.0.2
+    await add(w.kv, 'c2'); // 10.85.0.3
+    await add(w.kv, 'live'); // 10.85.0.4
+    w.sandboxes = [{ id: 'live', state: 'ready' }];
+    w.podIPs.set('live', ['10.85.0.4', '10.85.0.2']);
+    await pass();
+    const p2 = await pass();
+    assert.deepEqual([released(p2), p2.pools[0]?.inUse], [['c2'], 1]);
+    w.podIPs.set('live', new Error('UNAVAILABLE: status timed out'));
+    await alloc(w.kv).add([{ containerId: 'c3', ifname: 'eth0' }]);
+    await pass();
+    const p4 = await pass();
+    assert.deepEqual(p4.released, []);
+    assert.deepEqual(p4.errors.map((e) => e.kind), ['runtime']);
+    assert.match(p4.errors[0]?.message ?? '', /^pod IPs of ready sandbox live could not be read: .*: nothing released this pass$/);
   });
 
   it('an unreachable etcd skips the pool for the pass (error kind etcd), nothing else happens', async () => {
