@@ -113,7 +113,7 @@ function sandboxMap(sb: SandboxIndex | null): ReadonlyMap<string, string> | null
   return new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
 }
 
-/** The audit record of one address of a pool release (`phase` and `time` filled in by the caller). */
+/** The audit record of one address of a pool release: the node-local fields plus `pool` and `revision` (the handle's observed mod_revision). */
 function auditRecord(t: PoolKeys, h: PoolHandleEntry, ip: string, nowMs: number, reason: string, phase: AuditRecord['phase']): AuditRecord {
   return {
     time: new Date(nowMs).toISOString(),
