@@ -30,6 +30,7 @@ import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-c
 import { poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
 import { etcdFor, resolveNodeName } from '../cni/pool.ts';
 import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
+import { currentRevision, handlesPrefix, nodeHandles } from '../ipam/pool-reclaim.ts';
 import { inUseReason } from '../reconcile/evidence.ts';
 import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
 import { takeSnapshot } from '../reconcile/snapshot.ts';
@@ -205,11 +206,15 @@ export async function runLeaks(opts: PoolOptions, ctx: CliContext): Promise<numb
   if (!validNodeName(node)) throw new UsageError(`invalid node name ${JSON.stringify(node)}`);
   const kv = etcdFor(pool);
   try {
-    const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node, network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
-    // The runtime first, then the kernel (takeSnapshot), then etcd: a handle made after the
-    // snapshot is younger than it and so in grace, never a leak.
+    const keys = { prefix: pool.etcd.prefix, pool: pool.name };
+    // etcd's revision R first, then the runtime, then the kernel (takeSnapshot), then the handles:
+    // a handle created after R did not exist when the runtime was asked (its ADD may be in
+    // flight): in grace, never a candidate — decided by revisions, not by a clock.
+    const revision = await currentRevision(kv);
     const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), warnOtherRuntimes: false }, ctx);
-    const handles = await op.handlesOf(node);
+    const listed = nodeHandles(await kv.list(handlesPrefix(keys)), keys, node);
+    for (const c of listed.corrupt) ctx.stderr(`ipwarden: ${c.message} (never released)\n`);
+    const handles = listed.handles;
     const sb = snap.sandboxes;
     const sandboxes = sb === null ? null : sb instanceof Map ? new Map([...sb].map(([id, st]) => [id, String(st).replace('notready', 'not ready')])) : new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
     const verdicts = classifyPoolHandles({
@@ -220,10 +225,11 @@ export async function runLeaks(opts: PoolOptions, ctx: CliContext): Promise<numb
       evidenceIncomplete: snap.evidence.incomplete,
       snapshotAtMs: snap.snapshotAtMs,
       graceSeconds,
+      revision,
     });
     ctx.stdout(
       opts.json === true
-        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, handles: verdicts })}\n`
+        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, revision, handles: verdicts })}\n`
         : poolLeaksTable(node, verdicts),
     );
     if (snap.runtime.error !== undefined) {

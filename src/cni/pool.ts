@@ -13,7 +13,7 @@
  * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
  * client and its gRPC stack.
  */
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { hostname } from 'node:os';
 import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
@@ -23,6 +23,9 @@ import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import { poolStatus } from '../ipam/pool-status.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
+import { readKernelEvidence } from '../node/kernel-evidence.ts';
+import { defaultAuditLogPath, openAuditLog } from '../reconcile/audit.ts';
+import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
 import { readNodeNameFile } from './node-name-file.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
@@ -38,6 +41,30 @@ export interface PoolHooks {
   del(id: NetworkIdentity, req: PoolRequest): Promise<string[]>;
   /** CHECK: the container's allocations, or null when it has none. */
   find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null>;
+  /**
+   * CNI GC (1.1.0) on a pool network: release this node's handles of the network that are not in
+   * `valid`, under the evidence guards (src/reconcile/pool-pass.ts `poolGC`). Optional: without
+   * it GC releases nothing on a pool network. Throws AppErrors (STORE_UNAVAILABLE, CNI 11, when
+   * etcd cannot be asked).
+   */
+  gc?(id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome>;
+}
+
+/**
+ * {@link PoolHooks.gc} over `kv` for `node`: the kernel evidence from /proc and the pinned
+ * namespaces, the audit log `<dataDir>/ipwarden-audit.log` of the network's data dir (opened only
+ * when something is released).
+ */
+export function poolGcWith(kv: KV, pool: PoolConfig, node: string, id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome> {
+  return poolGC({ kv, prefix: pool.etcd.prefix, pool: pool.name, node }, id.name, valid, {
+    evidence: () => readKernelEvidence(),
+    // A pool network writes nothing else under its data dir: make it for the log if it is missing.
+    audit: () => {
+      mkdirSync(id.dataDir, { recursive: true, mode: 0o755 });
+      return openAuditLog(defaultAuditLogPath(id.dataDir));
+    },
+    now: Date.now,
+  });
 }
 
 /**
@@ -179,6 +206,11 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
       const pool = conf.pool as PoolConfig;
       const node = resolveNodeName(pool, env);
       return withKV(pool, (kv) => allocatorFor(kv, pool, node, conf.name, conf.rangeSets).find(req));
+    },
+    gc: (id, valid) => {
+      const pool = id.pool as PoolConfig;
+      const node = resolveNodeName(pool, env);
+      return withKV(pool, (kv) => poolGcWith(kv, pool, node, id, valid));
     },
   };
 }
@@ -767,6 +799,12 @@ export class PoolSessions implements PoolHooks {
       this.#note(pool, node);
       return this.#allocator(kv, pool, node, conf.name, conf.rangeSets).find(req);
     });
+  }
+
+  /** CNI GC of a pool network on the daemon's etcd client for the pool (see {@link PoolHooks.gc}). */
+  async gc(id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome> {
+    const pool = id.pool as PoolConfig;
+    return poolGcWith(this.#kv(pool), pool, resolveNodeName(pool, this.#env), id, valid);
   }
 
   async close(): Promise<void> {

@@ -9,10 +9,11 @@ import type { ReconcileDeps } from '../reconcile/options.ts';
 import { join, dirname } from 'node:path';
 import { AppError } from '../common/errors.ts';
 import { NetworkIndexes } from '../store/file/indexed-store.ts';
-import { PoolSessions } from '../cni/pool.ts';
+import { PoolSessions, type PoolHooks } from '../cni/pool.ts';
+import type { PoolConfig } from '../ipam/pool-config.ts';
 import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
-import { reconcileLoopPart, type ReconcileLoop } from './loop.ts';
+import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts';
 import { DaemonMetrics, startMetricsServer } from './metrics.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
@@ -102,11 +103,27 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
       return store;
     },
   };
-  const loopPart = reconcileLoopPart({ reconcile, metrics, ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) }, over.onLoop);
+  // The loop also releases the node's leaks in the pools of its CNI configurations, with etcd
+  // clients of its own (docs/cluster.md "Reconcile per node"), closed with the loop.
+  const loopPart = reconcileLoopPart(
+    { reconcile, metrics, pools: cniPoolTargets(options.cniConfDir, process.env), ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) },
+    over.onLoop,
+  );
+  // CNI GC through the daemon is counted per pool (ipwarden_pool_releases_total{reason="gc"}).
+  const poolHooks: PoolHooks = {
+    add: (conf, req, signal) => pools.add(conf, req, signal),
+    del: (id, req) => pools.del(id, req),
+    find: (conf, req) => pools.find(conf, req),
+    gc: async (id, valid) => {
+      const r = await pools.gc(id, valid);
+      metrics.recordPoolGc((id.pool as PoolConfig).name, r.released.length);
+      return r;
+    },
+  };
   return {
     parts: [poolPart, indexPart, metricsPart, loopPart],
     openStore: (o) => indexes.openStore(o),
-    pool: pools,
+    pool: poolHooks,
     onState: (s) => {
       state = s;
     },

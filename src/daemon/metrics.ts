@@ -143,7 +143,28 @@ export class DaemonMetrics {
       registers,
     });
     this.lastSuccess.set(0);
+    this.poolReleases = new Counter({
+      name: 'ipwarden_pool_releases_total',
+      help: "Cluster-pool attachments released on this node, by pool and by who released them (daemon = the daemon's pool pass, gc = CNI GC through the daemon).",
+      labelNames: ['pool', 'reason'],
+      registers,
+    });
   }
+
+  // ---- Cluster-pool reconcile (docs/cluster.md "Reconcile per node"; branch poolgc) ----
+  private readonly poolReleases: Counter<'pool' | 'reason'>;
+
+  /** Feed one finished pool pass of the loop: its releases (reason `daemon`) and its errors (kinds prefixed `pool-`). */
+  recordPoolPass(p: { readonly released: ReadonlyArray<{ readonly pool: string }>; readonly errors: ReadonlyArray<{ readonly kind: string }> }): void {
+    for (const r of p.released) this.poolReleases.inc({ pool: r.pool, reason: 'daemon' });
+    for (const e of p.errors) this.reconcileErrors.inc({ kind: `pool-${e.kind}` });
+  }
+
+  /** Count `n` attachments of `pool` released by CNI GC through the daemon. */
+  recordPoolGc(pool: string, n: number): void {
+    if (n > 0) this.poolReleases.inc({ pool, reason: 'gc' }, n);
+  }
+  // ---- end of the cluster-pool reconcile block ----
 
   /**
    * Count the standalone plugin's fallback requests from `path` (docs/daemon.md "Fallback
