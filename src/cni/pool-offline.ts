@@ -145,6 +145,8 @@ export interface OfflinePoolParts {
   /** Wall clock, ms since the epoch (the entries' informational `at`). */
   readonly now: () => number;
   readonly log: OfflineLog;
+  /** Told of each counted event (the daemon's observer; default none). */
+  readonly event?: (kind: 'add' | 'del' | 'synced' | 'syncFailure') => void;
 }
 
 /** A snapshot of one pool and node's offline state (metrics; see `PoolSessions.offlineStats`). */
@@ -272,6 +274,7 @@ export class OfflinePool {
     this.#certain.add(name);
     this.#stuck.delete(name);
     this.counters.offlineAdds++;
+    this.#p.event?.('add');
     this.#p.log('warn', { pool: this.#p.pool.name, node: this.#p.node, containerId: id, ifname: req.ifname, ips: picks.map((x) => x.ip) }, 'offline ADD from the reserve (etcd unreachable)');
     return this.#answer(conf, e, false);
   }
@@ -316,6 +319,7 @@ export class OfflinePool {
           this.#entries.set(name, d);
           this.#stuck.delete(name);
           this.counters.offlineDels++;
+          this.#p.event?.('del');
           this.#p.log('warn', { pool: this.#p.pool.name, node: this.#p.node, containerId: e.containerId, ifname: e.ifname, ips }, 'offline DEL of an offline attachment (etcd unreachable)');
         }
         return e.kind === 'add' ? ips : [];
@@ -357,6 +361,7 @@ export class OfflinePool {
         if (!this.#stuck.has(name)) {
           this.#stuck.add(name);
           this.counters.syncFailures++;
+          this.#p.event?.('syncFailure');
         }
         this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, containerId: e.containerId, ifname: e.ifname, ips: e.ips.map((x) => x.ip), file: `${this.#p.journal.dir}/${name}`, why: r.gone },
           'offline allocation cannot be synced: its reserve entry is gone (remove-node --finish ran while the node was cut off?); the journal entry is kept until an operator acts');
@@ -367,6 +372,7 @@ export class OfflinePool {
     this.#p.journal.remove(name);
     this.#entries.delete(name);
     this.counters.synced++;
+    this.#p.event?.('synced');
     this.#p.log('info', { pool: this.#p.pool.name, node: this.#p.node, containerId: e.containerId, ifname: e.ifname, kind: e.kind }, 'offline journal entry synced');
   }
 

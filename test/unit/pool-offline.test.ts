@@ -97,6 +97,8 @@ interface Node {
   readonly sessions: PoolSessions;
   readonly link: PartitionKV;
   readonly logs: Array<{ level: string; msg: string; fields: Record<string, unknown> }>;
+  /** The observer's offline events, `<node>:<kind>`. */
+  readonly events: string[];
   /** The injected monotonic clock, milliseconds. */
   t: number;
 }
@@ -109,7 +111,8 @@ function node(kv: MemoryKV, journal: string, name = 'node-a'): Node {
     link,
     logs,
     t: 1_000,
-    sessions: new PoolSessions({ NODE_NAME: name }, () => link, () => () => undefined, { clock: () => n.t, journalDir: () => journal, log }),
+    events: [],
+    sessions: new PoolSessions({ NODE_NAME: name }, () => link, () => () => undefined, { offline: (e) => void n.events.push(`${e.node}:${e.kind}`) }, { clock: () => n.t, journalDir: () => journal, log }),
   };
   return n;
 }
@@ -339,6 +342,7 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
       assert.equal(kv.dump()[`${P}/handles/off2/eth0`], undefined, 'nothing reached etcd');
       const st = a.sessions.offlineStats()[0];
       assert.deepEqual([st?.offlineAdds, st?.offlineDels, st?.journaled, st?.reserveLeft], [3, 1, 3, [0]]);
+      assert.deepEqual(a.events, ['node-a:add', 'node-a:add', 'node-a:del', 'node-a:add'], 'the observer is told');
     } finally {
       await a.sessions.close();
     }
@@ -500,6 +504,7 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
       assert.equal(readdirSync(dir).length, 1, 'the journal entry is kept');
       const st = a.sessions.offlineStats()[0];
       assert.deepEqual([st?.syncFailures, st?.stuck, st?.synced], [1, 1, 0]);
+      assert.deepEqual(a.events, ['node-a:add', 'node-a:syncFailure']);
       const err = a.logs.find((l) => l.level === 'error');
       assert.equal(err?.msg, 'offline allocation cannot be synced: its reserve entry is gone (remove-node --finish ran while the node was cut off?); the journal entry is kept until an operator acts');
       assert.equal(err?.fields['why'], 'reserve entry 10.80.0.16 (block 10.80.0.16-28, sequence 1) is no longer this node\'s: the block is gone');
