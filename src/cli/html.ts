@@ -304,14 +304,14 @@ export function renderStatusHtml(r: StatusReport, opts: HtmlOptions): string {
 // The page `ipwarden pool status --html` writes (docs/cluster.md "pool status"): the same style
 // helpers (CSS, escaping, counts) over a cluster pool's status model (src/ipam/pool-status.ts).
 
-/** Extra rules of the pool page: tables, block bars (own use, borrowed, free), the heartbeat column. */
+/** Extra rules of the pool page: tables, block bars (own use, borrowed, reserved, free), the heartbeat column. */
 const POOL_CSS = `
 table.nodes,table.blocks{border-collapse:collapse;margin:6px 0}
 table.nodes td,table.nodes th,table.blocks td,table.blocks th{border:1px solid #dde;padding:2px 6px;text-align:left}
 table td.n{text-align:right;font-variant-numeric:tabular-nums}
 .bar{display:flex;width:200px;height:12px;background:${COLOURS.free};border-radius:2px;overflow:hidden}
-.bar i{display:block;height:12px}.bar i.own{background:${COLOURS.live}}.bar i.borrowed{background:${COLOURS.grace}}
-tr[data-alive="no"] td.alive{color:#b71c1c}tr[data-state="pendingRelease"] td.state{color:#b71c1c;font-weight:600}
+.bar i{display:block;height:12px}.bar i.own{background:${COLOURS.live}}.bar i.borrowed{background:${COLOURS.grace}}.bar i.reserved{background:#7986cb}
+tr[data-heartbeat="expired"] td.alive{color:#b71c1c}tr[data-heartbeat="never"] td.alive{color:#b71c1c;font-weight:600}tr[data-state="pendingRelease"] td.state{color:#b71c1c;font-weight:600}
 `;
 
 /** Options of {@link renderPoolStatusHtml}. */
@@ -332,24 +332,26 @@ function poolCounts(items: ReadonlyArray<readonly [string, string]>): string {
   return `<dl class="counts">${items.map(([k, v]) => `<div class="k-${k}"><dt>${k}</dt><dd data-count="${k}">${escapeHtml(v)}</dd></div>`).join('')}</dl>`;
 }
 
-/** The bar of one block: its owner's allocations, borrowers', free. */
+/** The bar of one block: its owner's allocations, borrowers', its reserve entries, free. */
 function blockBar(b: PoolBlockStatus): string {
   const own = b.used - b.borrowed;
-  const free = Math.max(0, b.capacity - b.used);
-  const title = `${b.cidr}: ${b.used} of ${b.capacity} used (${b.borrowed} borrowed), ${free} free`;
+  const free = Math.max(0, b.capacity - b.used - b.reserved);
+  const title = `${b.cidr}: ${b.used} of ${b.capacity} used (${b.borrowed} borrowed), ${b.reserved} reserved, ${free} free`;
   return (
     `<span class="bar" title="${escapeHtml(title)}">` +
     `<i class="own" style="width:${percent(own, b.capacity)}"></i>` +
-    `<i class="borrowed" style="width:${percent(b.borrowed, b.capacity)}"></i></span>`
+    `<i class="borrowed" style="width:${percent(b.borrowed, b.capacity)}"></i>` +
+    `<i class="reserved" style="width:${percent(b.reserved, b.capacity)}"></i></span>`
   );
 }
 
 /**
  * Render the page of `ipwarden pool status --html` (pure): header (pool, block sizes, where it was
- * read, when), then per range set its counts (`data-count="size|used|free|blocks"`) and its
- * blocks (`table.blocks`, one `tr[data-block][data-node][data-state]` each, with a bar of the
- * owner's use, borrowed and free), then the nodes (`table.nodes`, one `tr[data-node][data-alive]`
- * each: blocks, capacity, used, borrowed, heartbeat). Self-contained (inline CSS, no script; the
+ * read, when), then per range set its counts (`data-count="size|used|reserved|free|blocks"`) and
+ * its blocks (`table.blocks`, one `tr[data-block][data-node][data-state]` each, with a bar of the
+ * owner's use, borrowed, reserved and free), then the nodes (`table.nodes`, one
+ * `tr[data-node][data-alive="yes|no"][data-heartbeat="yes|expired|never"]` each: blocks,
+ * capacity, used, borrowed, reserved, heartbeat). Self-contained (inline CSS, no script; the
  * Content-Security-Policy loads nothing). Every string of the status — node names, CIDRs, ranges,
  * the pool name — is escaped ({@link escapeHtml}).
  */
@@ -362,17 +364,17 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
           (b) =>
             `<tr data-block="${escapeHtml(b.cidr)}" data-node="${escapeHtml(b.node)}" data-state="${escapeHtml(b.state)}">` +
             `<td><code>${escapeHtml(b.cidr)}</code></td><td>${escapeHtml(b.node)}</td><td class="state">${escapeHtml(b.state)}</td>` +
-            `<td>${blockBar(b)}</td><td class="n">${b.used}/${b.capacity}</td><td class="n">${b.borrowed}</td></tr>`,
+            `<td>${blockBar(b)}</td><td class="n">${b.used}/${b.capacity}</td><td class="n">${b.borrowed}</td><td class="n">${b.reserved}</td></tr>`,
         )
         .join('');
       const table =
         blocks.length === 0
           ? '<p class="note">no block claimed</p>'
-          : `<table class="blocks"><thead><tr><th>block</th><th>node</th><th>state</th><th>use</th><th>used</th><th>borrowed</th></tr></thead><tbody>${rows}</tbody></table>`;
+          : `<table class="blocks"><thead><tr><th>block</th><th>node</th><th>state</th><th>use</th><th>used</th><th>borrowed</th><th>reserved</th></tr></thead><tbody>${rows}</tbody></table>`;
       return (
         `<section class="rangeset" id="set-${r.index}" data-range-set="${r.index}">` +
         `<h3>range set ${r.index}: <code>${escapeHtml(r.ranges)}</code></h3>` +
-        poolCounts([['size', r.size], ['used', String(r.used)], ['free', r.free], ['blocks', String(r.blocksClaimed)]]) +
+        poolCounts([['size', r.size], ['used', String(r.used)], ['reserved', String(r.reserved)], ['free', r.free], ['blocks', String(r.blocksClaimed)]]) +
         table +
         `</section>`
       );
@@ -381,14 +383,14 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
   const nodeRows = s.nodes
     .map(
       (n) =>
-        `<tr data-node="${escapeHtml(n.node)}" data-alive="${n.alive ? 'yes' : 'no'}"><td>${escapeHtml(n.node)}</td>` +
-        `<td class="n">${n.blocks}</td><td class="n">${n.capacity}</td><td class="n">${n.used}</td><td class="n">${n.borrowed}</td><td class="alive">${n.alive ? 'yes' : 'no'}</td></tr>`,
+        `<tr data-node="${escapeHtml(n.node)}" data-alive="${n.alive ? 'yes' : 'no'}" data-heartbeat="${escapeHtml(n.heartbeat)}"><td>${escapeHtml(n.node)}</td>` +
+        `<td class="n">${n.blocks}</td><td class="n">${n.capacity}</td><td class="n">${n.used}</td><td class="n">${n.borrowed}</td><td class="n">${n.reserved}</td><td class="alive">${escapeHtml(n.heartbeat)}</td></tr>`,
     )
     .join('');
   const nodes =
     s.nodes.length === 0
       ? '<p>no nodes</p>'
-      : `<table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>heartbeat</th></tr></thead><tbody>${nodeRows}</tbody></table>`;
+      : `<table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>reserved</th><th>heartbeat</th></tr></thead><tbody>${nodeRows}</tbody></table>`;
   const source = opts.source === undefined ? '' : ` · ${escapeHtml(opts.source)}`;
   return (
     `<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">` +

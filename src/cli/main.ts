@@ -115,8 +115,8 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
   const pool = program.command('pool').description('cluster pools on etcd: status, leaks, remove-node (docs/cluster.md)');
   const etcdFlags = (c: Command): Command =>
     c
-      .requiredOption('--pool <NAME>', 'the pool (ipam.pool.name)')
-      .requiredOption('--etcd-endpoints <URLS>', 'etcd endpoints, comma-separated (http://HOST:PORT or https://HOST:PORT)')
+      .requiredOption('--pool <NAME>', 'required: the pool (ipam.pool.name)')
+      .requiredOption('--etcd-endpoints <URLS>', 'required: etcd endpoints, comma-separated (http://HOST:PORT or https://HOST:PORT)')
       .option('--etcd-prefix <P>', 'key prefix (ipam.pool.etcd.prefix)', '/ipwarden')
       .option('--etcd-ca <FILE>', 'CA of the etcd servers (PEM; required with https://)')
       .option('--etcd-cert <FILE>', 'client certificate (PEM)')
@@ -141,7 +141,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     });
   etcdFlags(pool.command('remove-node').argument('<NODE>', 'the node that is gone').description("reclaim a gone node's blocks: mark them pendingRelease (the node vetoes if it returns), then --finish"))
     .option('--finish', 'after the veto window: release what the node held and delete its emptied blocks')
-    .option('--force', "act although the node's heartbeat is live (its daemon renews its lease)")
+    .option('--force', "step 1: act although the node's heartbeat is live, or no ipwarden daemon has ever served it (it cannot veto while idle)")
     .addHelpText('after', '\nExamples:\n  ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n  ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --finish\n')
     .action(async (node: string, opts: PoolOptions) => {
       const m = await import('./pool.ts');

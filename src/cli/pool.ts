@@ -20,14 +20,20 @@
  * node vetoes when it returns); with `--finish`, after the veto window, it releases what the node
  * held. Step 1 refuses (exit 1) while the node's heartbeat key exists, unless `--force`; `--finish`
  * refuses (exit 1) without step 1's marker, after a veto, or while a heartbeat exists (never forced).
+ * Step 1 also refuses (exit 1, nothing written) a node that has nothing in the pool (a typo), and —
+ * unless `--force` — one no ipwarden daemon has served (no settings key: it cannot veto while
+ * idle; trial finding 1). Blocks are named by CIDR (`10.80.0.64/26`) and sorted by address in
+ * every output. With `--json` an error is JSON on stdout: `{"version":1,"error":{"code","msg"}}`
+ * (`code`: ipwarden's error code, e.g. `STORE_CONFLICT` for a refusal, `USAGE`).
  * Exit status: 0; 1 on an etcd or data error or a refusal; 2 usage error.
  */
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { AppError, UsageError } from '../common/errors.ts';
-import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError } from '../ipam/pool-allocator.ts';
+import { compareIP, parseCIDR } from '../common/ip.ts';
+import { blockKeyCidr, PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError } from '../ipam/pool-allocator.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
-import { poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
+import { nodeHeartbeat, poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
 import { etcdFor, resolveNodeName } from '../cni/pool.ts';
 import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
 import { currentRevision, handlesPrefix, nodeHandles } from '../ipam/pool-reclaim.ts';
@@ -76,22 +82,55 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
   }
 }
 
-/** The human report of `pool status`. */
+/**
+ * The human report of `pool status`: range sets, nodes, blocks. HEARTBEAT is `yes` (its heartbeat
+ * key exists), `expired` (none, but a daemon has served the node: its settings key exists) or
+ * `never` (only the standalone plugin has served it: alive or dead, it looks the same).
+ */
 export function poolStatusTable(s: PoolStatus): string {
   let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
   out += renderTable(
-    ['SET', 'RANGES', 'SIZE', 'USED', 'FREE', 'BLOCKS'],
-    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), r.free, String(r.blocksClaimed)]),
+    ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'FREE', 'BLOCKS'],
+    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), r.free, String(r.blocksClaimed)]),
   );
   out += renderTable(
-    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'HEARTBEAT'],
-    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), n.alive ? 'yes' : 'no']),
+    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT'],
+    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat]),
   );
   out += renderTable(
-    ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED'],
-    s.blocks.map((b) => [b.cidr, String(b.rangeSet), b.node, b.state, String(b.capacity), String(b.used), String(b.borrowed)]),
+    ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED'],
+    s.blocks.map((b) => [b.cidr, String(b.rangeSet), b.node, b.state, String(b.capacity), String(b.used), String(b.borrowed), String(b.reserved)]),
   );
   return out;
+}
+
+/**
+ * Block keys (`10.80.0.64-26`) as CIDRs (`10.80.0.64/26`, the form `pool status` prints), sorted by
+ * address (IPv4 before IPv6, numerically). A key that is not a block key is kept as it is.
+ */
+export function blockNames(keys: readonly string[]): string[] {
+  const named = keys.map((k) => {
+    const cidr = blockKeyCidr(k) ?? k;
+    return { cidr, parsed: parseCIDR(cidr) };
+  });
+  return named
+    .sort((a, b) => (a.parsed === null || b.parsed === null ? (a.cidr < b.cidr ? -1 : a.cidr > b.cidr ? 1 : 0) : compareIP(a.parsed.subnet.ip, b.parsed.subnet.ip) || a.parsed.subnet.prefix - b.parsed.subnet.prefix))
+    .map((x) => x.cidr);
+}
+
+/**
+ * Run a `pool` verb; with `--json`, an {@link AppError} it throws (a usage error, an etcd error, a
+ * refusal) is printed as `{"version":1,"error":{"code","msg"}}` on stdout instead of text on
+ * stderr; exit status 2 for a usage error, else 1. Other errors pass through.
+ */
+async function withJsonErrors(opts: PoolOptions, ctx: CliContext, f: () => Promise<number>): Promise<number> {
+  try {
+    return await f();
+  } catch (e) {
+    if (opts.json !== true || !(e instanceof AppError)) throw e;
+    ctx.stdout(`${JSON.stringify({ version: 1, error: { code: e.code, msg: e.message } })}\n`);
+    return e instanceof UsageError ? 2 : 1;
+  }
 }
 
 /**
@@ -123,7 +162,11 @@ export function writePage(file: string, text: string): void {
  * to FILE and stdout gets the table (or `--json`) as without `--html`.
  * @throws UsageError for `--out` without `--html`, an empty `--out`, or `--html --json` without `--out`
  */
-export async function runStatus(opts: PoolOptions, ctx: CliContext): Promise<number> {
+export function runStatus(opts: PoolOptions, ctx: CliContext): Promise<number> {
+  return withJsonErrors(opts, ctx, () => status(opts, ctx));
+}
+
+async function status(opts: PoolOptions, ctx: CliContext): Promise<number> {
   if (opts.out !== undefined && opts.html !== true) throw new UsageError('--out FILE goes with --html');
   if (opts.out === '') throw new UsageError('--out must not be empty');
   if (opts.html === true && opts.json === true && opts.out === undefined) throw new UsageError('--html and --json both print to stdout: give --out FILE for the page');
@@ -148,8 +191,18 @@ export async function runStatus(opts: PoolOptions, ctx: CliContext): Promise<num
   return 0;
 }
 
-/** CLI action of `ipwarden pool remove-node NODE`; resolves to the exit status. */
-export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliContext): Promise<number> {
+/**
+ * CLI action of `ipwarden pool remove-node NODE`; resolves to the exit status. Step 1 prints what
+ * it marked and, from the node's heartbeat state read before ({@link nodeHeartbeat}), what comes
+ * next: `expired` — a warning that the node is treated as gone unless it returns within the
+ * window; a forced `yes` — its daemon vetoes on its next beat; a forced `never` — it cannot veto
+ * while idle. `--json` step 1: `{"version":1,"node","pendingRelease","heartbeat","windowSeconds"}`.
+ */
+export function runRemoveNode(node: string, opts: PoolOptions, ctx: CliContext): Promise<number> {
+  return withJsonErrors(opts, ctx, () => removeNode(node, opts, ctx));
+}
+
+async function removeNode(node: string, opts: PoolOptions, ctx: CliContext): Promise<number> {
   if (!validNodeName(node)) throw new UsageError(`invalid node name ${JSON.stringify(node)}`);
   if (opts.finish === true && opts.force === true) throw new UsageError('--force applies to step 1 only: --finish never overrides a live heartbeat');
   const pool = poolFromFlags(opts);
@@ -158,17 +211,28 @@ export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliCon
     // The operator acts as no node: it never allocates, so the allocator needs no ranges.
     const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
     if (opts.finish !== true) {
+      const heartbeat = await nodeHeartbeat(kv, pool.etcd.prefix, pool.name, node);
       // The window is sized by the node's announced offline seconds (docs/cluster.md "Offline allocation").
       let window = REMOVAL_WINDOW_SECONDS;
-      const marked = await op.markForRemoval(node, { force: opts.force === true, windowLease: (ttl) => kv.grantLease((window = ttl)) });
-      if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked })}\n`);
+      const marked = blockNames(await op.markForRemoval(node, { force: opts.force === true, checkNode: true, windowLease: (ttl) => kv.grantLease((window = ttl)) }));
+      if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked, heartbeat, windowSeconds: window })}\n`);
       else {
         ctx.stdout(`removal of ${node} begun (${op.removingKey(node)}); ${marked.length} block${marked.length === 1 ? '' : 's'} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
-        ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone (and at least ${window} s from now), run again with --finish\n`);
+        if (heartbeat === 'yes') {
+          ctx.stdout(`${node} has a live heartbeat: its daemon vetoes this on its next beat (within about 10 s) unless it stops first\n`);
+        } else {
+          if (heartbeat === 'expired') {
+            ctx.stdout(`warning: ${node}'s heartbeat has expired (no ${op.aliveKey(node)}; an ipwarden daemon served it before): if it does not come back within the veto window (${window} s), it is treated as gone and --finish releases its addresses; check first (kubectl get node ${node}; ipwarden pool leaks on ${node})\n`);
+          } else {
+            ctx.stdout(`warning: ${node} has never been served by an ipwarden daemon: it cannot veto while idle, so --finish after the veto window (${window} s) releases every address it holds, in use or not\n`);
+          }
+          ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone (and at least ${window} s from now), run again with --finish\n`);
+        }
       }
       return 0;
     }
-    const r = await op.finishRemoval(node);
+    const f = await op.finishRemoval(node);
+    const r = { released: f.released, deletedBlocks: blockNames(f.deletedBlocks), keptBlocks: blockNames(f.keptBlocks) };
     if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, ...r })}\n`);
     else {
       ctx.stdout(`released ${r.released.length} address${r.released.length === 1 ? '' : 'es'} of ${node}; deleted ${r.deletedBlocks.length} block(s)${r.deletedBlocks.length > 0 ? `: ${r.deletedBlocks.join(' ')}` : ''}\n`);
@@ -177,7 +241,7 @@ export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliCon
     return 0;
   } catch (e) {
     // A live heartbeat, a veto, no step 1: the node may be alive — refuse (nothing more released).
-    if (e instanceof RemovalRefusedError) {
+    if (e instanceof RemovalRefusedError && opts.json !== true) {
       ctx.stderr(`ipwarden: ${e.message}\n`);
       return 1;
     }
@@ -201,7 +265,11 @@ export function poolLeaksTable(node: string, verdicts: readonly PoolLeakVerdict[
  * only. Exit status: 0; 1 when the runtime could not be asked or the kernel evidence is incomplete
  * (the report is still printed, every verdict `unknown`).
  */
-export async function runLeaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
+export function runLeaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
+  return withJsonErrors(opts, ctx, () => leaks(opts, ctx));
+}
+
+async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
   const pool = poolFromFlags(opts);
   const graceSeconds = parseGrace(opts.grace ?? DEFAULT_GRACE);
   const node = opts.node ?? resolveNodeName(pool, ctx.env);

@@ -22,6 +22,7 @@ import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, ty
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import { poolStatus } from '../ipam/pool-status.ts';
+import { settingsValue } from '../ipam/pool-offline.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -369,6 +370,8 @@ export class Heartbeat {
   #beating = false;
   #stopped = false;
   readonly #onBeat: (() => Promise<unknown>) | null;
+  /** The node's settings key to create (create-only) before the first put of the heartbeat key, until done. */
+  #settings: { readonly key: string; readonly value: string } | null;
   /** Renewals and grants that failed (etcd unreachable); the next beat tries again. */
   failures = 0;
   /** Beats whose `onBeat` (the node's veto) failed; the next beat tries again. */
@@ -378,13 +381,27 @@ export class Heartbeat {
    * @param onBeat awaited after every beat, also a failed one (the daemon passes the node's
    *   {@link PoolAllocator.vetoIfMarked}, so a returning node vetoes a removal begun while it
    *   was away within one beat: review F2b). Its failures are counted in `vetoFailures`.
+   * @param more `writer`: the daemon's host name and pid, put in the value
+   *   (`{"v":1,"node","since","host","pid"}`) so `pool remove-node` can name the daemon that
+   *   heartbeats for a node (trial finding 5); `settings`: a key and value created (create-only,
+   *   never overwritten) before the heartbeat key is first put — the node's settings key, the
+   *   durable record that a daemon has served the node (trial finding 1).
    */
-  constructor(kv: KV & Leases, key: string, node: string, now: () => number = Date.now, every: Every = realEvery, onBeat: (() => Promise<unknown>) | null = null) {
+  constructor(
+    kv: KV & Leases,
+    key: string,
+    node: string,
+    now: () => number = Date.now,
+    every: Every = realEvery,
+    onBeat: (() => Promise<unknown>) | null = null,
+    more: { readonly writer?: { readonly host: string; readonly pid: number }; readonly settings?: { readonly key: string; readonly value: string } } = {},
+  ) {
     this.#kv = kv;
     this.#key = key;
-    this.#value = JSON.stringify({ v: 1, node, since: now() });
+    this.#value = JSON.stringify({ v: 1, node, since: now(), ...(more.writer === undefined ? {} : { host: more.writer.host, pid: more.writer.pid }) });
     this.#every = every;
     this.#onBeat = onBeat;
+    this.#settings = more.settings ?? null;
   }
 
   /** Grant, put, and schedule the renewals. Never throws (a failure is retried by the next beat). */
@@ -419,6 +436,11 @@ export class Heartbeat {
     let ok = true;
     try {
       if (this.#lease === null || (await this.#kv.keepAlive(this.#lease)) <= 0) {
+        if (this.#settings !== null) {
+          // Create-only: an existing value (a larger offlineSeconds) is never lowered.
+          await this.#kv.txn([{ key: this.#settings.key, absent: true }], [{ put: this.#settings.key, value: this.#settings.value }]);
+          this.#settings = null;
+        }
         const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
         await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
         this.#lease = id;
@@ -892,7 +914,10 @@ export class PoolSessions implements PoolHooks {
       await alloc.vetoIfMarked();
       await this.#offline.get(okey)?.maintain();
     };
-    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, onBeat);
+    // The settings key records that a daemon serves the node (pool remove-node refuses a node
+    // without one, unless --force); with ipam.pool.offline the reserve refill writes it (with S).
+    const settings = pool.offline === undefined || pool.offline === null ? { key: alloc.settingsKey(node), value: settingsValue(0) } : undefined;
+    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, onBeat, { writer: { host: hostname(), pid: process.pid }, ...(settings === undefined ? {} : { settings }) });
     this.#heartbeats.set(hkey, hb);
     void hb.start();
   }

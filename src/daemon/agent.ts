@@ -15,6 +15,7 @@ import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
 import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts';
 import { DaemonMetrics, startMetricsServer } from './metrics.ts';
+import { createLogger, type Logger } from './log.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
 export const FALLBACK_LOG_NAME = 'standalone-requests.log';
@@ -28,6 +29,8 @@ export interface AgentOverrides {
   /** Receives the metrics registry. */
   readonly onMetrics?: (m: DaemonMetrics) => void;
   readonly releaseCap?: number;
+  /** The daemon's logger (default: pino at `--log-level` on stderr); the pool sessions' lines go to it too. */
+  readonly log?: Logger;
 }
 
 /**
@@ -42,9 +45,15 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   // Cluster pools: one etcd client per pool for the daemon's life, the node's ADDs batched; the
   // node name is the daemon's own (NODE_NAME from the DaemonSet's downward API, else the host name).
   const metrics = new DaemonMetrics();
-  const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer);
+  // One logger for the daemon and its pool sessions: offline allocation's lines (offline ADD,
+  // sync, sync failure, reserve short) are the daemon's own lines, with `part: "pools"`.
+  const log = over.log ?? createLogger(options.logLevel);
+  const poolLog = log.child({ part: 'pools' });
+  const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer, { log: (level, fields, msg) => poolLog[level](fields, msg) });
   // Pool gauges on scrape, at most once per reconcile interval (and 10 s): scrapes never load etcd.
   metrics.pools.watch(() => pools.sample(), options.intervalSeconds);
+  // Offline gauges (reserve left, journal entries, contact age) on every scrape: no I/O.
+  metrics.pools.watchOffline(() => pools.offlineStats());
   // At start, announce the node in every pool its CNI configurations name, so a node that comes
   // back idle vetoes a removal begun while it was away (docs/cluster.md "remove-node", review F2b).
   const poolPart: DaemonPartFactory = ({ log }) => {
@@ -121,6 +130,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     },
   };
   return {
+    log,
     parts: [poolPart, indexPart, metricsPart, loopPart],
     openStore: (o) => indexes.openStore(o),
     pool: poolHooks,

@@ -20,7 +20,9 @@
  *   `ipwarden_pool_etcd_transactions_total{outcome}`, `ipwarden_pool_batch_size`, the gauges
  *   `ipwarden_pool_node_blocks`, `ipwarden_pool_node_addresses`, `ipwarden_pool_node_borrowed_addresses`,
  *   `ipwarden_pool_free_addresses`, `ipwarden_pool_claimed_blocks`, `ipwarden_pool_node_alive`, and
- *   `ipwarden_pool_status_read_errors_total`
+ *   `ipwarden_pool_status_read_errors_total`; offline allocation (`ipam.pool.offline`):
+ *   `ipwarden_pool_offline_operations_total{kind}`, `ipwarden_pool_reserve_addresses`,
+ *   `ipwarden_pool_journal_entries{state}`, `ipwarden_pool_contact_age_seconds`
  *
  * The labels are the idiom of node agents (Calico's `ipam_allocations_in_use` per pool and node,
  * Cilium's `cilium_ipam_capacity`; ../shared/reference/daemons-and-pools.md §1).
@@ -31,7 +33,8 @@ import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { HostPort } from '../common/daemon-options.ts';
-import type { PoolBatchEvent, PoolObserver, PoolRequestEvent, PoolSample, PoolSampleError, PoolTxnEvent } from '../cni/pool.ts';
+import type { PoolBatchEvent, PoolObserver, PoolOfflineEvent, PoolRequestEvent, PoolSample, PoolSampleError, PoolTxnEvent } from '../cni/pool.ts';
+import type { OfflineStats } from '../cni/pool-offline.ts';
 
 /** Address states of `ipwarden_addresses` (the verdicts of docs/reconciler.md, plus free). */
 export const ADDRESS_STATES = ['live', 'grace', 'leaked', 'corrupt', 'unknown', 'free'] as const;
@@ -209,6 +212,7 @@ export class DaemonMetrics {
   async text(): Promise<string> {
     this.readFallbackLog();
     await this.pools.refreshFor(POOL_SCRAPE_WAIT_MS);
+    this.pools.refreshOffline();
     return this.registry.metrics();
   }
 
@@ -222,6 +226,9 @@ export class DaemonMetrics {
 
 /** Where the pool gauges come from: {@link PoolSessions.sample} in the daemon. */
 export type PoolSampler = () => Promise<ReadonlyArray<PoolSample | PoolSampleError>>;
+
+/** Where the offline gauges come from: `PoolSessions.offlineStats` in the daemon (no I/O: read on every scrape). */
+export type OfflineStatsSource = () => readonly OfflineStats[];
 
 /** Least age of the pool gauges before a scrape reads etcd again, seconds (scrapes never load etcd more often). */
 export const POOL_GAUGES_MIN_AGE_SECONDS = 10;
@@ -248,8 +255,13 @@ export class PoolMetrics {
   private readonly batches: Histogram<'pool' | 'node'>;
   private readonly gauges: Record<'blocks' | 'held' | 'borrowed' | 'free' | 'claimedBlocks' | 'alive', Gauge<'pool' | 'node'>>;
   private readonly readErrors: Counter<'pool' | 'node'>;
+  private readonly offlineOps: Counter<'pool' | 'node' | 'kind'>;
+  private readonly reserve: Gauge<'pool' | 'node'>;
+  private readonly journal: Gauge<'pool' | 'node' | 'state'>;
+  private readonly contactAge: Gauge<'pool' | 'node'>;
   private readonly monotonicMs: () => number;
   private sampler: PoolSampler | null = null;
+  private offlineSource: OfflineStatsSource | null = null;
   private minAgeMs = POOL_GAUGES_MIN_AGE_SECONDS * 1000;
   private lastReadMs: number | null = null;
   private reading: Promise<void> | null = null;
@@ -264,6 +276,7 @@ export class PoolMetrics {
     },
     txn: (e: PoolTxnEvent) => this.txns.inc({ pool: e.pool, node: e.node, outcome: e.outcome }),
     batch: (e: PoolBatchEvent) => this.batches.observe({ pool: e.pool, node: e.node }, e.size),
+    offline: (e: PoolOfflineEvent) => this.offlineOps.inc({ pool: e.pool, node: e.node, kind: e.kind }),
   };
 
   /** @param registry where the series go @param monotonicMs the cache's clock, milliseconds */
@@ -312,6 +325,52 @@ export class PoolMetrics {
       labelNames,
       registers,
     });
+    this.offlineOps = new Counter({
+      name: 'ipwarden_pool_offline_operations_total',
+      help: 'Offline allocation (ipam.pool.offline): ADDs (add) and DELs (del) answered while etcd was unreachable, journal entries synced (synced), and entries whose sync failed for good, their reserve entry gone (syncFailure).',
+      labelNames: [...labelNames, 'kind'],
+      registers,
+    });
+    this.reserve = gauge('ipwarden_pool_reserve_addresses', "Reserve entries the node can still hand out offline, summed over the network's range sets (as last read from etcd, minus those journaled).");
+    this.journal = new Gauge({
+      name: 'ipwarden_pool_journal_entries',
+      help: 'Offline journal entries not yet synced to etcd: pending (waiting for a sync) or stuck (their reserve entry is gone: an operator must act).',
+      labelNames: [...labelNames, 'state'],
+      registers,
+    });
+    this.contactAge = gauge('ipwarden_pool_contact_age_seconds', "Seconds since the node's last confirmed contact with etcd (monotonic clock); absent before the first one.");
+  }
+
+  /**
+   * Read the offline gauges from `source` on every scrape (`PoolSessions.offlineStats`: no I/O, so
+   * no etcd read is added); pools without `ipam.pool.offline` have none of these series.
+   */
+  watchOffline(source: OfflineStatsSource): void {
+    this.offlineSource = source;
+  }
+
+  /** Replace the offline gauges by `stats`' ({@link watchOffline}; called on every scrape). */
+  setOffline(stats: readonly OfflineStats[]): void {
+    this.reserve.reset();
+    this.journal.reset();
+    this.contactAge.reset();
+    for (const st of stats) {
+      const l = { pool: st.pool, node: st.node };
+      this.reserve.set(l, st.reserveLeft.reduce((a, b) => a + b, 0));
+      this.journal.set({ ...l, state: 'pending' }, Math.max(0, st.journaled - st.stuck));
+      this.journal.set({ ...l, state: 'stuck' }, st.stuck);
+      if (st.contactAgeSeconds !== null) this.contactAge.set(l, st.contactAgeSeconds);
+    }
+  }
+
+  /** {@link setOffline} from the watched source; never throws (a source that throws leaves the gauges as they were). */
+  refreshOffline(): void {
+    if (this.offlineSource === null) return;
+    try {
+      this.setOffline(this.offlineSource());
+    } catch {
+      // the sessions closed: keep the last values
+    }
   }
 
   /**

@@ -207,10 +207,43 @@ export class RemovalRefusedError extends AppError {
 /** A read that raced with a writer (not corruption): the caller re-reads and decides again. */
 class LostRace extends Error {}
 
-function heartbeatRefusal(pool: string, node: string, key: string, finish = false): RemovalRefusedError {
+/**
+ * Who wrote a heartbeat value (`{"v":1,"node","since","host"?,"pid"?}`): `host` and `pid` of the
+ * daemon when the value names them (values written before they existed do not), else null. Never
+ * throws: a heartbeat is a hint, and the refusal stands whatever its value says.
+ */
+export function heartbeatWriter(value: string | null | undefined): { host: string; pid: number | null } | null {
+  if (value === null || value === undefined) return null;
+  try {
+    const o = JSON.parse(value) as { host?: unknown; pid?: unknown } | null;
+    if (typeof o !== 'object' || o === null || typeof o.host !== 'string' || o.host === '' || o.host.length > 253 || !/^[A-Za-z0-9_.-]+$/.test(o.host)) return null;
+    return { host: o.host, pid: typeof o.pid === 'number' && Number.isSafeInteger(o.pid) && o.pid > 0 ? o.pid : null };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The refusal for a live heartbeat. With the writer known (trial finding 5: a daemon heartbeats for
+ * every node name it serves, so the key may come from another host's daemon), it names that daemon.
+ */
+function heartbeatRefusal(pool: string, node: string, key: string, finish = false, value: string | null = null): RemovalRefusedError {
+  const w = heartbeatWriter(value);
+  const by = w === null ? '' : `, written by the ipwarden daemon on host ${w.host}${w.pid === null ? '' : ` (pid ${w.pid})`}`;
+  const stop = w === null ? 'stop its daemon first' : `stop the daemon on host ${w.host} first`;
+  return new RemovalRefusedError(`node ${node} has a live heartbeat in pool ${pool} (${key}${by}): it is not gone; ${stop}${finish ? ' (--finish never overrides a heartbeat)' : ', or pass --force if you are sure'}`);
+}
+
+/** Step 1's refusal for a node no ipwarden daemon has served (no settings key; trial finding 1). */
+function neverServedRefusal(pool: string, node: string, key: string): RemovalRefusedError {
   return new RemovalRefusedError(
-    `node ${node} has a live heartbeat in pool ${pool} (${key}): it is not gone; stop its daemon first${finish ? ' (--finish never overrides a heartbeat)' : ', or pass --force if you are sure'}`,
+    `node ${node} has never been served by an ipwarden daemon in pool ${pool} (no ${key}): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node ${node}), pass --force`,
   );
+}
+
+/** Step 1's refusal for a name that holds nothing in the pool (trial finding 11: a typo). */
+function nothingRefusal(pool: string, node: string): RemovalRefusedError {
+  return new RemovalRefusedError(`node ${node} has nothing in pool ${pool}: nothing to remove (a typo?)`);
 }
 
 function windowRefusal(pool: string, node: string, key: string, seconds: number = REMOVAL_WINDOW_SECONDS): RemovalRefusedError {
@@ -958,6 +991,30 @@ export class PoolAllocator {
   }
 
   /**
+   * The checks of step 1 with `checkNode` ({@link markForRemoval}), in this order: nothing in the
+   * pool (refused even with `force`), a live heartbeat (unless `force`), no settings key (unless
+   * `force`). Reads: the heartbeat key, the node's index prefix (keys only), and — only when both
+   * are empty — the pool's handles. Writes nothing.
+   */
+  async #checkRemovable(target: string, force: boolean): Promise<void> {
+    const kv = this.#o.kv;
+    const ae = await kv.get(this.aliveKey(target));
+    const indexed = await kv.list(`${this.#base}/nodes/${target}/`, { keysOnly: true });
+    if (ae === null && indexed.length === 0) {
+      const hprefix = `${this.#base}/handles/`;
+      const held = (await kv.list(hprefix)).some((e) => {
+        const h = decodeHandle(e);
+        return h.node === target && h.deleted !== true;
+      });
+      if (!held) throw nothingRefusal(this.#o.pool, target);
+    }
+    if (force) return;
+    if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target), false, ae.value);
+    const sk = this.settingsKey(target);
+    if (!indexed.some((e) => e.key === sk)) throw neverServedRefusal(this.#o.pool, target, sk);
+  }
+
+  /**
    * Step 1 of `pool remove-node target`: create the marker `removing/<target>` (create-only; an
    * existing marker is kept, so running step 1 again is harmless), then every block of `target`
    * goes `owned → pendingRelease` (a CAS each, also comparing the marker's revision: a veto meanwhile
@@ -966,11 +1023,19 @@ export class PoolAllocator {
    * announced offline seconds ({@link settingsKey}; none: {@link REMOVAL_WINDOW_SECONDS}), and and `--finish` refuses until it has expired. No new allocation in a marked block, and no ADD of `target` commits
    * while the marker exists. Unless `force`, the marker is created only if `target`'s heartbeat
    * key is absent (compared in the same transaction).
-   * Returns the blocks now pending (also those that already were).
-   * @throws RemovalRefusedError when `target` has a heartbeat (without `force`), or it vetoed
-   *   during the marking.
+   * With `checkNode` (the CLI's step 1; trial findings 1 and 11), before any write and only when
+   * no marker exists yet: a `target` that has nothing in the pool — no affinity, no settings key,
+   * no heartbeat, no handle — is refused (also with `force`: nothing to remove, likely a typo);
+   * and, unless `force`, one without a settings key (`nodes/<target>/settings`, written by every
+   * daemon that serves the node) is refused: only the standalone plugin has served it, which
+   * writes no heartbeat, so a live idle node could not veto. The settings key's absence is also
+   * compared in the marker's transaction.
+   * Returns the blocks now pending (also those that already were), as keys.
+   * @throws RemovalRefusedError when `target` has a heartbeat (without `force`; the message names
+   *   the daemon that wrote it when its value says), it vetoed during the marking, or (with
+   *   `checkNode`) it has nothing in the pool or was never served by a daemon (without `force`).
    */
-  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: (ttlSeconds: number) => Promise<string> } = {}): Promise<string[]> {
+  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: (ttlSeconds: number) => Promise<string>; readonly checkNode?: boolean } = {}): Promise<string[]> {
     const kv = this.#o.kv;
     const mk = this.removingKey(target);
     let marker: KVEntry | null = null;
@@ -979,6 +1044,7 @@ export class PoolAllocator {
     for (let i = 0; i < MAX_ATTEMPTS && marker === null; i++) {
       marker = await kv.get(mk);
       if (marker !== null) break;
+      if (opts.checkNode === true) await this.#checkRemovable(target, opts.force === true);
       let ttl: number | null = null;
       const compares: KVCompare[] = [{ key: mk, absent: true }];
       if (opts.force !== true) compares.push({ key: this.aliveKey(target), absent: true });
@@ -995,8 +1061,9 @@ export class PoolAllocator {
       }
       const t = await kv.txn(compares, ops);
       if (t.succeeded && ttl !== null) created = { ttl, value, rev: t.revision };
-      if (!t.succeeded) {
-        if (opts.force !== true && (await kv.get(this.aliveKey(target))) !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target));
+      if (!t.succeeded && opts.force !== true) {
+        const ae = await kv.get(this.aliveKey(target));
+        if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target), false, ae.value);
       }
     }
     if (marker === null) throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${mk} lost to concurrent writers; try again`);
@@ -1058,7 +1125,8 @@ export class PoolAllocator {
     if (marker === null) {
       throw new RemovalRefusedError(`node ${target} is not marked for removal in pool ${this.#o.pool} (no ${mk}): run remove-node without --finish first, or it vetoed (it is back)`);
     }
-    if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
+    const ae = await kv.get(ak);
+    if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true, ae.value);
     const wk = this.windowKey(target);
     if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk, await this.windowSecondsOf(target));
     const guard: KVCompare[] = [
@@ -1069,7 +1137,8 @@ export class PoolAllocator {
     /** After a failed transaction: a veto or a heartbeat stops everything; else it was another writer. */
     const recheck = async (): Promise<void> => {
       if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
-      if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
+      const a2 = await kv.get(ak);
+      if (a2 !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true, a2.value);
       if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk, await this.windowSecondsOf(target));
     };
     const released: string[] = [];
@@ -1131,8 +1200,12 @@ export class PoolAllocator {
         keptBlocks.push(key);
       }
     }
-    // Done with the node: the marker goes too (a node of that name that joins later starts clean).
-    if (keptBlocks.length === 0) await kv.txn(guard, [{ delete: mk }]);
+    // Done with the node: the marker goes too, and its settings key (a node of that name that
+    // joins later starts clean: `pool status` no longer lists it, and its daemon writes it again).
+    if (keptBlocks.length === 0) {
+      const se = await kv.get(this.settingsKey(target));
+      await kv.txn(se === null ? guard : [...guard, { key: se.key, modRevision: se.modRevision }], se === null ? [{ delete: mk }] : [{ delete: mk }, { delete: se.key }]);
+    }
     return { released: released.sort(), deletedBlocks: deletedBlocks.sort(), keptBlocks: keptBlocks.sort() };
   }
 

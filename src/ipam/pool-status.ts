@@ -1,11 +1,12 @@
 /**
  * The status model of a cluster pool (`ipwarden pool status`, docs/cluster.md "pool status"):
  * from one read of the pool's `meta` and one of its blocks (both at current revisions), the
- * blocks per node, usage and free addresses cluster-wide. Logic over a {@link KV}, no I/O of its
- * own; malformed values throw `STORE_CORRUPT` as the allocator's reads do.
+ * blocks per node, usage, reserve entries (`ipam.pool.offline`) and free addresses cluster-wide,
+ * and each node's heartbeat state. Logic over a {@link KV}, no I/O of its own; malformed values
+ * throw `STORE_CORRUPT` as the allocator's reads do.
  */
 import { AppError } from '../common/errors.ts';
-import { parseCIDR, parseIP } from '../common/ip.ts';
+import { compareIP, parseCIDR, parseIP } from '../common/ip.ts';
 import type { KV, KVEntry } from '../store/kv.ts';
 import { blockKeyCidr, decodeBlock, POOL_VALUE_VERSION } from './pool-allocator.ts';
 import { allocatableOrdinals, blockAddresses } from './pool-blocks.ts';
@@ -21,11 +22,22 @@ export interface PoolBlockStatus {
   readonly state: 'owned' | 'pendingRelease';
   /** Allocatable addresses of the block. */
   readonly capacity: number;
-  /** Allocations in it (its own node's and borrowers'). */
+  /** Allocations of containers in it (its own node's and borrowers'); reserve entries are not counted. */
   readonly used: number;
   /** Of `used`, allocations made by other nodes (borrowed). */
   readonly borrowed: number;
+  /** Reserve entries of its owner (`ipam.pool.offline`: set aside for offline ADDs; not in `used`, not free). */
+  readonly reserved: number;
 }
+
+/**
+ * A node's heartbeat in the report: `yes` — its heartbeat key `alive/<node>` exists (a daemon
+ * renewed its lease within 30 s); `expired` — no heartbeat key, but its settings key
+ * `nodes/<node>/settings` exists (an ipwarden daemon has served it: its daemon is down, or the
+ * node is cut off or gone); `never` — neither: only the standalone plugin has served it, which
+ * writes no heartbeat, so a live node and a dead one look the same (trial finding 1).
+ */
+export type PoolHeartbeat = 'yes' | 'expired' | 'never';
 
 /** One node in the report. */
 export interface PoolNodeStatus {
@@ -34,12 +46,16 @@ export interface PoolNodeStatus {
   readonly blocks: number;
   /** Allocatable addresses of its blocks. */
   readonly capacity: number;
-  /** Allocations it made (in its blocks and borrowed in others'). */
+  /** Allocations of containers it made (in its blocks and borrowed in others'); reserve entries are not counted. */
   readonly used: number;
   /** Of `used`, those in other nodes' blocks. */
   readonly borrowed: number;
+  /** Its reserve entries (`ipam.pool.offline`), in its own blocks. */
+  readonly reserved: number;
   /** Its heartbeat key exists (its daemon renews a lease): it may be alive. A hint, never a decision. */
   readonly alive: boolean;
+  /** See {@link PoolHeartbeat} (`alive` is `heartbeat === 'yes'`). */
+  readonly heartbeat: PoolHeartbeat;
 }
 
 /** One range set in the report. */
@@ -49,8 +65,11 @@ export interface PoolRangeSetStatus {
   readonly ranges: string;
   /** Allocatable addresses (gateways excluded), decimal text (IPv6 sizes exceed 2^53). */
   readonly size: string;
+  /** Allocations of containers (reserve entries not counted). */
   readonly used: number;
-  /** `size − used`, decimal text. */
+  /** Reserve entries (`ipam.pool.offline`). */
+  readonly reserved: number;
+  /** `size − used − reserved`, decimal text. */
   readonly free: string;
   readonly blocksClaimed: number;
 }
@@ -62,7 +81,9 @@ export interface PoolStatus {
   readonly blockSize: number;
   readonly blockSize6: number;
   readonly rangeSets: readonly PoolRangeSetStatus[];
+  /** Sorted by name. */
   readonly nodes: readonly PoolNodeStatus[];
+  /** Sorted by address (IPv4 before IPv6, numerically: `10.0.0.32/28` before `10.0.0.112/28`). */
   readonly blocks: readonly PoolBlockStatus[];
 }
 
@@ -100,10 +121,30 @@ export function decodeMeta(e: KVEntry): { rangeSets: RangeSet[]; blockSize: numb
 }
 
 /**
+ * The heartbeat state of `node` in pool `pool` under `prefix` ({@link PoolHeartbeat}): two reads
+ * (its heartbeat key, its settings key). What `pool remove-node` step 1 warns from.
+ */
+export async function nodeHeartbeat(kv: KV, prefix: string, pool: string, node: string): Promise<PoolHeartbeat> {
+  const base = `${prefix}/pools/${pool}`;
+  if ((await kv.get(`${base}/alive/${node}`)) !== null) return 'yes';
+  return (await kv.get(`${base}/nodes/${node}/settings`)) !== null ? 'expired' : 'never';
+}
+
+/** Sort blocks by address: IPv4 before IPv6, then numerically (not as text). */
+function byAddress(a: PoolBlockStatus, b: PoolBlockStatus): number {
+  const x = parseCIDR(a.cidr);
+  const y = parseCIDR(b.cidr);
+  if (x === null || y === null) return a.cidr < b.cidr ? -1 : a.cidr > b.cidr ? 1 : 0;
+  return compareIP(x.subnet.ip, y.subnet.ip) || x.subnet.prefix - y.subnet.prefix;
+}
+
+/**
  * The status of pool `pool` under key prefix `prefix`. Throws `IPAM_NOT_FOUND` when the pool has
  * no `meta` (never used), `STORE_CORRUPT` for a bad value (a block, `meta`, or a heartbeat key
- * whose node part is not a node name), the KV's errors otherwise. Three reads: `meta`, the
- * heartbeat keys (keys only), the blocks.
+ * whose node part is not a node name), the KV's errors otherwise. Four reads: `meta`, the
+ * heartbeat keys and the node index (`nodes/`: affinities and settings; keys only), the blocks.
+ * Reserve entries (`"reserve": true`, docs/cluster.md "Offline allocation") are counted as
+ * `reserved`, never as `used`; `free` is what is neither.
  */
 export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<PoolStatus> {
   const base = `${prefix}/pools/${pool}`;
@@ -111,10 +152,10 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   if (metaEntry === null) throw new AppError('IPAM_NOT_FOUND', `pool ${pool} has no data in ${kv.description} under ${prefix} (no ${base}/meta key: never used)`);
   const meta = decodeMeta(metaEntry);
   const blocks: PoolBlockStatus[] = [];
-  const nodes = new Map<string, { blocks: number; capacity: number; used: number; borrowed: number }>();
+  const nodes = new Map<string, { blocks: number; capacity: number; used: number; borrowed: number; reserved: number }>();
   const node = (n: string) => {
     let x = nodes.get(n);
-    if (x === undefined) nodes.set(n, (x = { blocks: 0, capacity: 0, used: 0, borrowed: 0 }));
+    if (x === undefined) nodes.set(n, (x = { blocks: 0, capacity: 0, used: 0, borrowed: 0, reserved: 0 }));
     return x;
   };
   const alive = new Set<string>();
@@ -125,7 +166,18 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     alive.add(n);
     node(n);
   }
+  // A settings key: an ipwarden daemon has served the node (its announce writes it).
+  const served = new Set<string>();
+  for (const e of await kv.list(`${base}/nodes/`, { keysOnly: true })) {
+    const m = /^([^/]+)\/settings$/.exec(e.key.slice(`${base}/nodes/`.length));
+    if (m === null) continue;
+    const n = m[1] as string;
+    if (!validNodeName(n)) throw corrupt(e.key, 'not the settings key of a node name');
+    served.add(n);
+    node(n);
+  }
   const usedPerSet = meta.rangeSets.map(() => 0);
+  const reservedPerSet = meta.rangeSets.map(() => 0);
   const claimedPerSet = meta.rangeSets.map(() => 0);
   for (const e of await kv.list(`${base}/blocks/`)) {
     const key = e.key.slice(`${base}/blocks/`.length);
@@ -136,18 +188,23 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     if (rs === undefined) throw corrupt(e.key, `"rangeSet" ${b.rangeSet} is not a range set of the pool`);
     const cidr = (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet;
     const capacity = Math.min(allocatableOrdinals(rs, cidr).length, Number(blockAddresses(cidr.ip.family, cidr.prefix)));
-    const allocs = Object.values(b.allocs);
+    const all = Object.values(b.allocs);
+    const allocs = all.filter((a) => a.reserve !== true);
+    const reserved = all.length - allocs.length;
     const borrowed = allocs.filter((a) => a.node !== b.node).length;
-    blocks.push({ cidr: cidrText, rangeSet: b.rangeSet, node: b.node, state: b.state, capacity, used: allocs.length, borrowed });
+    blocks.push({ cidr: cidrText, rangeSet: b.rangeSet, node: b.node, state: b.state, capacity, used: allocs.length, borrowed, reserved });
     const owner = node(b.node);
     owner.blocks++;
     owner.capacity += capacity;
+    // A reserve entry is always its block owner's (decodeBlock checks it).
+    owner.reserved += reserved;
     for (const a of allocs) {
       const who = node(a.node);
       who.used++;
       if (a.node !== b.node) who.borrowed++;
     }
     usedPerSet[b.rangeSet] = (usedPerSet[b.rangeSet] as number) + allocs.length;
+    reservedPerSet[b.rangeSet] = (reservedPerSet[b.rangeSet] as number) + reserved;
     claimedPerSet[b.rangeSet] = (claimedPerSet[b.rangeSet] as number) + 1;
   }
   return {
@@ -158,9 +215,12 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     rangeSets: meta.rangeSets.map((rs, i) => {
       const size = rangeSetSize(rs);
       const used = usedPerSet[i] as number;
-      return { index: i, ranges: rangeSetString(rs), size: String(size), used, free: String(size - BigInt(used)), blocksClaimed: claimedPerSet[i] as number };
+      const reserved = reservedPerSet[i] as number;
+      return { index: i, ranges: rangeSetString(rs), size: String(size), used, reserved, free: String(size - BigInt(used) - BigInt(reserved)), blocksClaimed: claimedPerSet[i] as number };
     }),
-    nodes: [...nodes].sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([n, x]) => ({ node: n, ...x, alive: alive.has(n) })),
-    blocks,
+    nodes: [...nodes]
+      .sort((a, b) => (a[0] < b[0] ? -1 : 1))
+      .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const) })),
+    blocks: blocks.sort(byAddress),
   };
 }

@@ -2,13 +2,15 @@
  * The status model of a cluster pool (src/ipam/pool-status.ts `poolStatus`) on a memory KV with
  * the real allocator: exact blocks per node, usage, borrowed addresses and free counts, the
  * heartbeat flag; a heartbeat key that names no node is corrupt; a pool never used is not found.
+ * Reserve entries (ipam.pool.offline) counted as reserved, never used; the heartbeat state
+ * yes / expired / never; blocks sorted by address, not as text.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
-import { poolStatus } from '../../src/ipam/pool-status.ts';
+import { nodeHeartbeat, poolStatus } from '../../src/ipam/pool-status.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 
 const P = '/ipwarden/pools/p1';
@@ -42,15 +44,15 @@ describe('poolStatus (memory KV)', () => {
       pool: 'p1',
       blockSize: 28,
       blockSize6: 122,
-      rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, free: '25', blocksClaimed: 2 }],
+      rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 0, free: '25', blocksClaimed: 2 }],
       nodes: [
-        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, alive: true },
-        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, alive: false },
-        { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, alive: false },
+        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: true, heartbeat: 'yes' },
+        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
+        { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, reserved: 0, alive: false, heartbeat: 'never' },
       ],
       blocks: [
-        { cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 2, borrowed: 1 },
-        { cidr: '10.84.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0 },
+        { cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 2, borrowed: 1, reserved: 0 },
+        { cidr: '10.84.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 0 },
       ],
     });
   });
@@ -60,6 +62,67 @@ describe('poolStatus (memory KV)', () => {
     await add(allocator(kv, 'node-a'), 'a1');
     await kv.txn([], [{ put: `${P}/alive/<script>x`, value: '{}' }]);
     await assert.rejects(poolStatus(kv, '/ipwarden', 'p1'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/alive/<script>x: not the heartbeat key of a node name`);
+  });
+
+  it('reserve entries are counted as reserved per range set, node and block, never as used; free is what is neither', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await add(a, 'a1');
+    await add(allocator(kv, 'node-b'), 'b1');
+    // Two reserve entries of node-a in its block (as the daemon's refill writes them), beside a1.
+    const key = `${P}/blocks/10.84.0.16-28`;
+    const e = await kv.get(key);
+    const v = JSON.parse((e as { value: string }).value);
+    v.seq = 3;
+    v.allocs['5'] = { id: '', ifname: '', node: 'node-a', seq: 2, at: 1, reserve: true };
+    v.allocs['6'] = { id: '', ifname: '', node: 'node-a', seq: 3, at: 1, reserve: true };
+    await kv.txn([], [{ put: key, value: JSON.stringify(v) }, { put: `${P}/nodes/node-a/settings`, value: '{"v":1,"offlineSeconds":30}' }]);
+    const s = await poolStatus(kv, '/ipwarden', 'p1');
+    assert.deepEqual(s.rangeSets, [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 2, reserved: 2, free: '25', blocksClaimed: 2 }]);
+    assert.deepEqual(s.nodes, [
+      { node: 'node-a', blocks: 1, capacity: 15, used: 1, borrowed: 0, reserved: 2, alive: false, heartbeat: 'expired' },
+      { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
+    ]);
+    assert.deepEqual(s.blocks, [
+      { cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0, reserved: 0 },
+      { cidr: '10.84.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 1, borrowed: 0, reserved: 2 },
+    ]);
+  });
+
+  it('heartbeat: yes with the alive key, expired with only the settings key, never with neither; a settings-only node is listed', async () => {
+    const kv = new MemoryKV();
+    await add(allocator(kv, 'node-a'), 'a1');
+    await kv.txn([], [
+      { put: `${P}/alive/node-a`, value: '{"v":1,"node":"node-a","since":1}' },
+      { put: `${P}/nodes/node-a/settings`, value: '{"v":1,"offlineSeconds":0}' },
+      { put: `${P}/nodes/node-z/settings`, value: '{"v":1,"offlineSeconds":0}' },
+    ]);
+    const s = await poolStatus(kv, '/ipwarden', 'p1');
+    assert.deepEqual(s.nodes.map((n) => [n.node, n.alive, n.heartbeat]), [['node-a', true, 'yes'], ['node-z', false, 'expired']]);
+    assert.deepEqual(await Promise.all(['node-a', 'node-z', 'node-q'].map((n) => nodeHeartbeat(kv, '/ipwarden', 'p1', n))), ['yes', 'expired', 'never']);
+    await kv.txn([], [{ put: `${P}/nodes/bad name/settings`, value: '{}' }]);
+    await assert.rejects(poolStatus(kv, '/ipwarden', 'p1'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/nodes/bad name/settings: not the settings key of a node name`);
+  });
+
+  it('blocks are sorted by address (numerically, IPv4 before IPv6), not as text', async () => {
+    const kv = new MemoryKV();
+    // A /24 in /28 blocks, dual stack: claims spread by the node names' hashes.
+    const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.84.1.0/24' }], [{ subnet: 'fd84::/120' }]] } }), undefined);
+    const names = Array.from({ length: 12 }, (_, i) => `n${i}`);
+    for (const n of names) {
+      const al = new PoolAllocator({ kv, pool: 'p2', prefix: '/ipwarden', node: n, network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: 28, blockSize6: 124 }, now: () => 1000 });
+      const [r] = await al.add([{ containerId: `c-${n}`, ifname: 'eth0' }]);
+      if (r instanceof AppError) throw r;
+    }
+    const s = await poolStatus(kv, '/ipwarden', 'p2');
+    const cidrs = s.blocks.map((b) => b.cidr);
+    assert.equal(cidrs.length, 24);
+    const v4 = cidrs.filter((x) => !x.includes(':'));
+    assert.deepEqual(v4, [...v4].sort((x, y) => Number((x.split('.')[3] as string).split('/')[0]) - Number((y.split('.')[3] as string).split('/')[0])));
+    assert.deepEqual(cidrs.slice(0, 12), v4, 'IPv4 first');
+    const v6 = cidrs.slice(12);
+    assert.deepEqual(v6, [...v6].sort((x, y) => parseInt((x.split('::')[1] as string).split('/')[0] || '0', 16) - parseInt((y.split('::')[1] as string).split('/')[0] || '0', 16)));
+    assert.notDeepEqual(v4, [...v4].sort(), 'the text order would differ (the test means something)');
   });
 
   it('a pool never used is IPAM_NOT_FOUND', async () => {
