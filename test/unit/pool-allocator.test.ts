@@ -587,3 +587,108 @@ describe('PoolAllocator', () => {
     });
   });
 });
+
+/**
+ * Step 1's node checks (`markForRemoval(…, {checkNode: true})`, what `ipwarden pool remove-node`
+ * runs; trial findings 1, 5, 11): exact messages, nothing written by a refusal.
+ */
+describe('PoolAllocator.markForRemoval with checkNode (trial findings 1, 5, 11)', () => {
+  const settings = (kv: MemoryKV, node: string) => kv.apply([], [{ put: `${P}/nodes/${node}/settings`, value: '{"v":1,"offlineSeconds":0}' }]);
+  const snapshot = (kv: MemoryKV) => JSON.stringify(kv.dump());
+
+  it('a node no daemon has served (no settings key) is refused, nothing written; --force marks it', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-c');
+    const op = allocator(kv, 'operator');
+    await one(a, 'c1');
+    const before = snapshot(kv);
+    const txns = kv.stats.txns;
+    await assert.rejects(
+      op.markForRemoval('node-c', { checkNode: true }),
+      (e: unknown) =>
+        e instanceof RemovalRefusedError &&
+        e.message === `node node-c has never been served by an ipwarden daemon in pool p1 (no ${P}/nodes/node-c/settings): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node node-c), pass --force`,
+    );
+    assert.equal(snapshot(kv), before, 'nothing written');
+    assert.equal(kv.stats.txns, txns, 'no transaction sent');
+    assert.deepEqual(await op.markForRemoval('node-c', { checkNode: true, force: true }), ['10.80.0.16-28']);
+    assert.notEqual(kv.dump()[`${P}/removing/node-c`], undefined);
+  });
+
+  it('a node with a settings key (a daemon served it) and no heartbeat is marked', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const op = allocator(kv, 'operator');
+    await one(a, 'c1');
+    settings(kv, 'node-a');
+    assert.deepEqual(await op.markForRemoval('node-a', { checkNode: true }), ['10.80.0.16-28']);
+  });
+
+  for (const [what, setup] of [
+    ['never used at all', async (_kv: MemoryKV) => undefined],
+    ['a name of a pool that has other nodes', async (kv: MemoryKV) => void (await one(allocator(kv, 'node-a'), 'c1'))],
+    ['a node whose only handle is a tombstone', async (kv: MemoryKV) => void (await allocator(kv, 'node-zzz').del({ containerId: 'gone', ifname: 'eth0' }))],
+  ] as const) {
+    it(`a node that has nothing in the pool is refused, also with --force (${what})`, async () => {
+      const kv = new MemoryKV();
+      await setup(kv);
+      const op = allocator(kv, 'operator');
+      const before = snapshot(kv);
+      for (const force of [false, true]) {
+        await assert.rejects(op.markForRemoval('node-zzz', { checkNode: true, force }), (e: unknown) => e instanceof RemovalRefusedError && e.message === 'node node-zzz has nothing in pool p1: nothing to remove (a typo?)');
+      }
+      assert.equal(snapshot(kv), before, 'nothing written');
+    });
+  }
+
+  it('a node holding only borrowed addresses (no block, no settings) is not "nothing": it is refused as never served', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const b = allocator(kv, 'node-b');
+    await one(a, 'a1');
+    await one(b, 'b1');
+    assert.equal(await one(allocator(kv, 'node-c'), 'c1'), '10.80.0.3', 'node-c borrows');
+    await assert.rejects(allocator(kv, 'operator').markForRemoval('node-c', { checkNode: true }), (e: unknown) => e instanceof RemovalRefusedError && e.message.startsWith('node node-c has never been served by an ipwarden daemon in pool p1'));
+  });
+
+  it('a heartbeat alone (no block, no handle) is something: refused as live; the refusal names the daemon that wrote it (host, pid), old values keep the old text', async () => {
+    const kv = new MemoryKV();
+    const op = allocator(kv, 'operator');
+    await one(allocator(kv, 'node-a'), 'c1');
+    kv.apply([], [{ put: `${P}/alive/node-b`, value: '{"v":1,"node":"node-b","since":1,"host":"node-da","pid":4242}' }]);
+    await assert.rejects(
+      op.markForRemoval('node-b', { checkNode: true }),
+      (e: unknown) =>
+        e instanceof RemovalRefusedError &&
+        e.message === `node node-b has a live heartbeat in pool p1 (${P}/alive/node-b, written by the ipwarden daemon on host node-da (pid 4242)): it is not gone; stop the daemon on host node-da first, or pass --force if you are sure`,
+    );
+    // The same from the transaction's compare (no checkNode) and from --finish.
+    await assert.rejects(op.markForRemoval('node-b'), (e: unknown) => e instanceof RemovalRefusedError && e.message.includes('written by the ipwarden daemon on host node-da (pid 4242)'));
+    kv.apply([], [{ put: `${P}/alive/node-b`, value: '{"v":1,"node":"node-b","since":1}' }]);
+    await assert.rejects(op.markForRemoval('node-b', { checkNode: true }), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-b has a live heartbeat in pool p1 (${P}/alive/node-b): it is not gone; stop its daemon first, or pass --force if you are sure`);
+    // A value that is not JSON, or a host that is no host name, names nobody (never an error: a hint).
+    for (const [v, shown] of [
+      ['not json', `(${P}/alive/node-b): it is not gone; stop its daemon first`],
+      ['{"v":1,"node":"node-b","since":1,"host":"a b<script>"}', `(${P}/alive/node-b): it is not gone; stop its daemon first`],
+      ['{"v":1,"host":"h1","pid":-3}', `(${P}/alive/node-b, written by the ipwarden daemon on host h1): it is not gone; stop the daemon on host h1 first`],
+    ] as const) {
+      kv.apply([], [{ put: `${P}/alive/node-b`, value: v }]);
+      await assert.rejects(op.markForRemoval('node-b', { checkNode: true }), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-b has a live heartbeat in pool p1 ${shown}, or pass --force if you are sure`);
+    }
+    assert.equal(kv.dump()[`${P}/removing/node-b`], undefined);
+  });
+
+  it('--finish names the heartbeat\'s writer too, and a finished removal deletes the node\'s settings key with the marker', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const op = allocator(kv, 'operator');
+    await one(a, 'c1');
+    settings(kv, 'node-a');
+    await op.markForRemoval('node-a', { checkNode: true });
+    kv.apply([], [{ put: a.aliveKey('node-a'), value: '{"v":1,"node":"node-a","since":1,"host":"h7","pid":9}' }]);
+    await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a has a live heartbeat in pool p1 (${P}/alive/node-a, written by the ipwarden daemon on host h7 (pid 9)): it is not gone; stop the daemon on host h7 first (--finish never overrides a heartbeat)`);
+    kv.apply([], [{ delete: a.aliveKey('node-a') }]);
+    assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
+    assert.deepEqual(Object.keys(kv.dump()).filter((k) => k.includes('node-a')), [], 'no key of node-a is left (marker, settings)');
+  });
+});

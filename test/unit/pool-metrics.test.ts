@@ -3,16 +3,22 @@
  * sessions (src/cni/pool.ts `PoolSessions` through its `PoolObserver`) on a memory KV: the exact
  * series after ADDs, a lost race, an unavailable etcd, a batch, DEL and CHECK; the gauges read on
  * a scrape at most once per cache age (an injected monotonic clock, no sleeps); a failed read
- * leaves no gauge and is counted; an observer that throws never fails a request.
+ * leaves no gauge and is counted; an observer that throws never fails a request. Offline
+ * allocation's series (ipam.pool.offline): operations by kind, reserve left, journal entries,
+ * contact age — exact, read from `offlineStats()` on each scrape without an etcd read.
  */
-import { describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { isAppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { observeTxns, PoolSessions, type PoolTxnEvent } from '../../src/cni/pool.ts';
 import { DaemonMetrics, POOL_GAUGES_MIN_AGE_SECONDS } from '../../src/daemon/metrics.ts';
 import type { PoolSample } from '../../src/cni/pool.ts';
-import type { KVCompare, KVOp, KVTxnResult } from '../../src/store/kv.ts';
+import type { KVCompare, KVEntry, KVOp, KVTxnResult } from '../../src/store/kv.ts';
+import { AppError } from '../../src/common/errors.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 
 /** A memory KV whose next transactions can be made to lose a race, fail unavailable, or wait at a gate. */
@@ -223,5 +229,102 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
     assert.deepEqual(series(later, 'ipwarden_pool_node_blocks'), [`ipwarden_pool_node_blocks{${L}} 2`]);
     assert.deepEqual(series(later, 'ipwarden_pool_node_alive'), [`ipwarden_pool_node_alive{${L}} 0`]);
     assert.equal(calls, 1, 'within the cache age: no new read');
+  });
+});
+
+/** A memory KV that can be cut off (every call fails as unavailable while `cut`). */
+class CutKV extends MemoryKV {
+  cut = false;
+  #check(): void {
+    if (this.cut) throw new AppError('STORE_UNAVAILABLE', 'etcd unreachable (test partition)');
+  }
+  override async get(key: string): Promise<KVEntry | null> {
+    this.#check();
+    return super.get(key);
+  }
+  override async list(prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]> {
+    this.#check();
+    return super.list(prefix, opts);
+  }
+  override async txn(c: readonly KVCompare[], o: readonly KVOp[]): Promise<KVTxnResult> {
+    this.#check();
+    return super.txn(c, o);
+  }
+  override async grantLease(ttl: number): Promise<string> {
+    this.#check();
+    return super.grantLease(ttl);
+  }
+  override async keepAlive(id: string): Promise<number> {
+    this.#check();
+    return super.keepAlive(id);
+  }
+}
+
+describe('pool metrics of offline allocation (memory KV, injected monotonic clock)', () => {
+  const dirs: string[] = [];
+  after(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+  const offConf = loadIPAMConfig(
+    JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.83.0.0/24' }]], pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'] }, blockSize: 28, offline: { reserve: 2, seconds: 30 } } } }),
+    undefined,
+  );
+  const offline = (text: string) =>
+    ['ipwarden_pool_offline_operations_total', 'ipwarden_pool_reserve_addresses', 'ipwarden_pool_journal_entries', 'ipwarden_pool_contact_age_seconds'].flatMap((n) => series(text, n));
+
+  it('operations by kind, the reserve left, journal entries pending and stuck, the contact age: exact, and no etcd read on a scrape', async () => {
+    const kv = new CutKV();
+    const journal = mkdtempSync(join(tmpdir(), 'ipwarden-polish-metrics-'));
+    dirs.push(journal);
+    let t = 1_000;
+    const logs: string[] = [];
+    const m = new DaemonMetrics({ monotonicMs: () => t });
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined, m.pools.observer, { clock: () => t, journalDir: () => journal, log: (_l, _f, msg) => void logs.push(msg) });
+    m.pools.watchOffline(() => s.offlineStats());
+    try {
+      assert.deepEqual(offline(await m.text()), [], 'no pool with ipam.pool.offline yet: no series');
+      s.announce(offConf);
+      await s.maintainOffline();
+      assert.deepEqual(offline(await m.text()), [
+        `ipwarden_pool_reserve_addresses{${L}} 2`,
+        `ipwarden_pool_journal_entries{${L},state="pending"} 0`,
+        `ipwarden_pool_journal_entries{${L},state="stuck"} 0`,
+        `ipwarden_pool_contact_age_seconds{${L}} 0`,
+      ]);
+      // Cut off, 5 s later: an ADD answered from the reserve.
+      kv.cut = true;
+      t += 5_000;
+      const reads = kv.stats.reads;
+      const r = await s.add(offConf, { containerId: 'off1', ifname: 'eth0' });
+      assert.equal(r.length, 1);
+      assert.deepEqual(offline(await m.text()), [
+        `ipwarden_pool_offline_operations_total{${L},kind="add"} 1`,
+        `ipwarden_pool_reserve_addresses{${L}} 1`,
+        `ipwarden_pool_journal_entries{${L},state="pending"} 1`,
+        `ipwarden_pool_journal_entries{${L},state="stuck"} 0`,
+        `ipwarden_pool_contact_age_seconds{${L}} 5`,
+      ]);
+      assert.equal(kv.stats.reads, reads, 'a scrape of the offline series reads nothing from etcd');
+      // Back: the journal entry is synced and the reserve refilled.
+      kv.cut = false;
+      t += 1_000;
+      await s.maintainOffline();
+      assert.deepEqual(offline(await m.text()), [
+        `ipwarden_pool_offline_operations_total{${L},kind="add"} 1`,
+        `ipwarden_pool_offline_operations_total{${L},kind="synced"} 1`,
+        `ipwarden_pool_reserve_addresses{${L}} 2`,
+        `ipwarden_pool_journal_entries{${L},state="pending"} 0`,
+        `ipwarden_pool_journal_entries{${L},state="stuck"} 0`,
+        `ipwarden_pool_contact_age_seconds{${L}} 0`,
+      ]);
+      assert.ok(logs.includes('offline ADD from the reserve (etcd unreachable)') && logs.includes('offline journal entry synced'), logs.join(' | '));
+    } finally {
+      await s.close();
+    }
+    // After close the source still answers (its last state); a source that throws keeps the gauges.
+    m.pools.watchOffline(() => {
+      throw new Error('closed');
+    });
+    assert.deepEqual(series(await m.text(), 'ipwarden_pool_reserve_addresses'), [`ipwarden_pool_reserve_addresses{${L}} 2`]);
   });
 });

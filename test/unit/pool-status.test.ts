@@ -12,8 +12,15 @@ import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { nodeHeartbeat, poolStatus } from '../../src/ipam/pool-status.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
+import { hostname } from 'node:os';
+import { PoolSessions } from '../../src/cni/pool.ts';
 
 const P = '/ipwarden/pools/p1';
+
+/** A memory KV that the sessions' close() leaves open (the test reads it afterwards). */
+class SharedKV extends MemoryKV {
+  override async close(): Promise<void> {}
+}
 
 function allocator(kv: MemoryKV, node: string): PoolAllocator {
   // A /27 as two /28 blocks: 10.84.0.0/28 (.2–.15: .1 is the gateway) and 10.84.0.16/28 (.16–.30).
@@ -123,6 +130,35 @@ describe('poolStatus (memory KV)', () => {
     const v6 = cidrs.slice(12);
     assert.deepEqual(v6, [...v6].sort((x, y) => parseInt((x.split('::')[1] as string).split('/')[0] || '0', 16) - parseInt((y.split('::')[1] as string).split('/')[0] || '0', 16)));
     assert.notDeepEqual(v4, [...v4].sort(), 'the text order would differ (the test means something)');
+  });
+
+  it("a daemon's announce writes the node's settings key (offlineSeconds 0) before its heartbeat key, whose value names the daemon's host and pid: yes while it runs, expired after it stops", async () => {
+    const kv = new SharedKV();
+    await add(allocator(kv, 'node-a'), 'a1');
+    const conf = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.84.0.0/27' }]], pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'] }, blockSize: 28 } } }), undefined);
+    const s = new PoolSessions({ NODE_NAME: 'node-d' }, () => kv, () => () => undefined);
+    try {
+      s.announce(conf);
+      for (let i = 0; i < 1000 && kv.dump()[`${P}/alive/node-d`] === undefined; i++) await new Promise((r) => setImmediate(r));
+      assert.equal(kv.dump()[`${P}/nodes/node-d/settings`], '{"v":1,"offlineSeconds":0}');
+      const alive = JSON.parse(kv.dump()[`${P}/alive/node-d`] as string);
+      assert.deepEqual([alive.v, alive.node, alive.host, alive.pid, typeof alive.since], [1, 'node-d', hostname(), process.pid, 'number']);
+      assert.deepEqual((await poolStatus(kv, '/ipwarden', 'p1')).nodes.map((n) => [n.node, n.heartbeat]), [['node-a', 'never'], ['node-d', 'yes']]);
+    } finally {
+      await s.close();
+    }
+    assert.equal(kv.dump()[`${P}/alive/node-d`], undefined, 'close() revoked the heartbeat');
+    assert.deepEqual((await poolStatus(kv, '/ipwarden', 'p1')).nodes.map((n) => [n.node, n.heartbeat]), [['node-a', 'never'], ['node-d', 'expired']]);
+    // A second daemon of the node never overwrites the key (create-only: a larger offlineSeconds stays).
+    kv.apply([], [{ put: `${P}/nodes/node-d/settings`, value: '{"v":1,"offlineSeconds":99}' }]);
+    const s2 = new PoolSessions({ NODE_NAME: 'node-d' }, () => kv, () => () => undefined);
+    try {
+      s2.announce(conf);
+      for (let i = 0; i < 1000 && kv.dump()[`${P}/alive/node-d`] === undefined; i++) await new Promise((r) => setImmediate(r));
+      assert.equal(kv.dump()[`${P}/nodes/node-d/settings`], '{"v":1,"offlineSeconds":99}');
+    } finally {
+      await s2.close();
+    }
   });
 
   it('a pool never used is IPAM_NOT_FOUND', async () => {
