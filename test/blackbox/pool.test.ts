@@ -12,7 +12,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startTestDaemon } from '../helpers/daemon.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';
@@ -225,14 +225,14 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
       pool: 'bbpool',
       blockSize: 28,
       blockSize6: 122,
-      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, free: '26', blocksClaimed: 2 }],
+      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, reserved: 0, free: '26', blocksClaimed: 2 }],
       nodes: [
-        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, alive: false },
-        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, alive: false },
+        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
+        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
       ],
       blocks: [
-        { cidr: '10.81.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0 },
-        { cidr: '10.81.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0 },
+        { cidr: '10.81.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0, reserved: 0 },
+        { cidr: '10.81.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 0 },
       ],
     });
     const unknown = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'status', '--pool', 'nope', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8' });
@@ -243,15 +243,18 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
   it('pool remove-node on a node that is merely partitioned, then returns: its next ADD vetoes, --finish refuses (exit 1), no duplicate', () => {
     const p = prefix();
     assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
-    const mark = cli(p, 'remove-node', 'node-a', '--json');
+    // node-a is served by the standalone plugin only (no settings key): step 1 needs --force.
+    const mark = cli(p, 'remove-node', 'node-a', '--json', '--force');
     assert.equal(mark.status, 0, mark.stderr);
-    assert.deepEqual(JSON.parse(mark.stdout), { version: 1, node: 'node-a', pendingRelease: ['10.81.0.16-28'] });
+    assert.deepEqual(JSON.parse(mark.stdout), { version: 1, node: 'node-a', pendingRelease: ['10.81.0.16/28'], heartbeat: 'never', windowSeconds: 60 });
     // node-b cannot borrow in the pending block; it claims the other one.
     assert.equal(address(add(conf(p), 'c2', 'node-b')), '10.81.0.2/27');
     // node-a returns: its ADD vetoes the removal.
     assert.equal(address(add(conf(p), 'c3', 'node-a')), '10.81.0.17/27');
     const fin = cli(p, 'remove-node', 'node-a', '--finish', '--json');
-    assert.deepEqual([fin.status, fin.stdout, fin.stderr], [1, '', `ipwarden: node node-a is not marked for removal in pool bbpool (no ${p}/pools/bbpool/removing/node-a): run remove-node without --finish first, or it vetoed (it is back)\n`]);
+    // With --json the refusal is JSON on stdout (trial finding 11).
+    assert.deepEqual([fin.status, fin.stderr], [1, '']);
+    assert.deepEqual(JSON.parse(fin.stdout), { version: 1, error: { code: 'STORE_CONFLICT', msg: `node node-a is not marked for removal in pool bbpool (no ${p}/pools/bbpool/removing/node-a): run remove-node without --finish first, or it vetoed (it is back)` } });
     assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27', 'c1 still holds its address');
   });
 
@@ -269,7 +272,8 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
   it('the daemon announces its node in every pool its CNI configurations name at start: an idle node that comes back vetoes a removal begun while it was away', async () => {
     const p = prefix();
     const held = address(add(conf(p), 'c1', 'node-x'));
-    const mark = cli(p, 'remove-node', 'node-x');
+    // No daemon has served node-x yet (no settings key): step 1 needs --force.
+    const mark = cli(p, 'remove-node', 'node-x', '--force');
     assert.equal(mark.status, 0, mark.stderr);
     const rk = `${p}/pools/bbpool/removing/node-x`;
     assert.notEqual(await (kv as EtcdKV).get(rk), null);
@@ -311,8 +315,15 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(JSON.parse(cli(p, 'status', '--json').stdout).nodes[0].alive, true);
     await (kv as EtcdKV).revokeLease(lease);
     assert.equal(await (kv as EtcdKV).get(ak), null, 'a revoked lease takes its key');
+    // The settings key a daemon of node-a writes when it serves the node (it is not a standalone-only node).
+    await (kv as EtcdKV).txn([], [{ put: `${p}/pools/bbpool/nodes/node-a/settings`, value: '{"v":1,"offlineSeconds":0}' }]);
     const mark = cli(p, 'remove-node', 'node-a');
-    assert.deepEqual([mark.status, mark.stdout], [0, `removal of node-a begun (${p}/pools/bbpool/removing/node-a); 1 block marked pendingRelease: 10.81.0.16-28\nif node-a comes back it vetoes this; once it is surely gone (and at least 60 s from now), run again with --finish\n`]);
+    assert.deepEqual([mark.status, mark.stdout], [
+      0,
+      `removal of node-a begun (${p}/pools/bbpool/removing/node-a); 1 block marked pendingRelease: 10.81.0.16/28\n` +
+        `warning: node-a's heartbeat has expired (no ${ak}; an ipwarden daemon served it before): if it does not come back within the veto window (60 s), it is treated as gone and --finish releases its addresses; check first (kubectl get node node-a; ipwarden pool leaks on node-a)\n` +
+        'if node-a comes back it vetoes this; once it is surely gone (and at least 60 s from now), run again with --finish\n',
+    ]);
     const forced = cli(p, 'remove-node', 'node-a', '--finish', '--force');
     assert.deepEqual([forced.status, forced.stderr], [2, 'ipwarden: --force applies to step 1 only: --finish never overrides a live heartbeat\n']);
     // The veto window: --finish refuses while step 1's leased window key exists.
@@ -327,7 +338,8 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(ctl('lease', 'revoke', wlease.toString(16)).status, 0);
     assert.equal(await (kv as EtcdKV).get(wk), null);
     const fin = cli(p, 'remove-node', 'node-a', '--finish');
-    assert.deepEqual([fin.status, fin.stdout], [0, 'released 1 address of node-a; deleted 1 block(s): 10.81.0.16-28\n']);
+    assert.deepEqual([fin.status, fin.stdout], [0, 'released 1 address of node-a; deleted 1 block(s): 10.81.0.16/28\n']);
+    assert.equal(await (kv as EtcdKV).get(`${p}/pools/bbpool/nodes/node-a/settings`), null, '--finish deleted its settings key');
     const st = JSON.parse(cli(p, 'status', '--json').stdout) as { nodes: Array<{ node: string }>; rangeSets: Array<{ free: string }> };
     assert.deepEqual(st.nodes.map((x) => x.node), ['node-b']);
     assert.equal(st.rangeSets[0]?.free, '28');
@@ -443,6 +455,120 @@ describe('offline allocation: a daemon cut off from etcd keeps allocating from i
       await d.stop();
       await proxies.close();
       rmSync(work, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('remove-node and pool status for a node only the standalone plugin serves (trial findings 1, 5, 11; real etcd, the built CLI and daemon)', { skip }, () => {
+  let pc: EtcdCluster | undefined;
+  let pkv: EtcdKV | undefined;
+  let m = 0;
+  before(async () => {
+    pc = await startEtcdCluster({ members: 1, prefix: 'ipwarden-polish-bb-' });
+    pkv = new EtcdKV({ endpoints: pc.endpoints });
+  });
+  after(async () => {
+    await pkv?.close();
+    await pc?.close();
+  });
+  const pfx = () => `/polish${process.pid}-${++m}`;
+  const pconf = (p: string) => ({
+    cniVersion: '1.0.0',
+    name: 'polnet',
+    ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.85.0.0/27' }]], pool: { name: 'polpool', etcd: { endpoints: (pc as EtcdCluster).endpoints, prefix: p }, blockSize: 28 } },
+  });
+  const pcli = (p: string, ...args: string[]) => {
+    const r = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', ...args, '--pool', 'polpool', '--etcd-endpoints', (pc as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8', timeout: 60_000 });
+    return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+  };
+  const keys = async (p: string) => (await (pkv as EtcdKV).list(`${p}/`)).map((e) => `${e.key}@${e.modRevision}`);
+
+  it('a live standalone-only node: status says HEARTBEAT never; step 1 refuses (exit 1, nothing written; --json: the error as JSON on stdout); --force marks it', async () => {
+    const p = pfx();
+    assert.equal(address(add(pconf(p), 's1', 'node-sa')), '10.85.0.2/27');
+    const table = pcli(p, 'status');
+    assert.equal(table.status, 0, table.stderr);
+    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never$/m);
+    const before = await keys(p);
+    const refused = pcli(p, 'remove-node', 'node-sa');
+    const msg = `node node-sa has never been served by an ipwarden daemon in pool polpool (no ${p}/pools/polpool/nodes/node-sa/settings): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node node-sa), pass --force`;
+    assert.deepEqual([refused.status, refused.stdout, refused.stderr], [1, '', `ipwarden: ${msg}\n`]);
+    const json = pcli(p, 'remove-node', 'node-sa', '--json');
+    assert.deepEqual([json.status, json.stderr], [1, '']);
+    assert.deepEqual(JSON.parse(json.stdout), { version: 1, error: { code: 'STORE_CONFLICT', msg } });
+    assert.deepEqual(await keys(p), before, 'nothing written');
+    const forced = pcli(p, 'remove-node', 'node-sa', '--force');
+    assert.deepEqual([forced.status, forced.stdout], [
+      0,
+      `removal of node-sa begun (${p}/pools/polpool/removing/node-sa); 1 block marked pendingRelease: 10.85.0.0/28\n` +
+        'warning: node-sa has never been served by an ipwarden daemon: it cannot veto while idle, so --finish after the veto window (60 s) releases every address it holds, in use or not\n' +
+        'if node-sa comes back it vetoes this; once it is surely gone (and at least 60 s from now), run again with --finish\n',
+    ]);
+  });
+
+  it('a name with nothing in the pool (a typo) is refused, also with --force: exit 1, nothing written', async () => {
+    const p = pfx();
+    address(add(pconf(p), 's1', 'node-sa'));
+    const before = await keys(p);
+    for (const extra of [[], ['--force']]) {
+      const r = pcli(p, 'remove-node', 'node-zzz', ...extra);
+      assert.deepEqual([r.status, r.stdout, r.stderr], [1, '', 'ipwarden: node node-zzz has nothing in pool polpool: nothing to remove (a typo?)\n']);
+    }
+    const j = pcli(p, 'remove-node', 'node-zzz', '--json');
+    assert.deepEqual([j.status, JSON.parse(j.stdout)], [1, { version: 1, error: { code: 'STORE_CONFLICT', msg: 'node node-zzz has nothing in pool polpool: nothing to remove (a typo?)' } }]);
+    assert.deepEqual(await keys(p), before, 'nothing written');
+    // Other --json errors too: the usage error of --finish --force (exit 2), a pool never used (exit 1).
+    const u = pcli(p, 'remove-node', 'node-sa', '--finish', '--force', '--json');
+    assert.deepEqual([u.status, u.stderr, JSON.parse(u.stdout)], [2, '', { version: 1, error: { code: 'USAGE', msg: '--force applies to step 1 only: --finish never overrides a live heartbeat' } }]);
+    const nf = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'status', '--json', '--pool', 'nope', '--etcd-endpoints', (pc as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8' });
+    assert.deepEqual([nf.status, nf.stderr, JSON.parse(nf.stdout)], [1, '', { version: 1, error: { code: 'IPAM_NOT_FOUND', msg: `pool nope has no data in etcd ${(pc as EtcdCluster).endpoints.join(',')} under ${p} (no ${p}/pools/nope/meta key: never used)` } }]);
+  });
+
+  it('a daemon-served node: its heartbeat names the daemon (host, pid) in the refusal; once the daemon stops, status says expired and step 1 warns with the window', async () => {
+    const p = pfx();
+    const netd = mkdtempSync(join(tmpdir(), 'ipwarden-polish-netd-'));
+    try {
+      const { name, cniVersion, ...plugin } = pconf(p);
+      writeFileSync(join(netd, '10-pol.conflist'), JSON.stringify({ cniVersion, name, plugins: [{ type: 'macvlan', ...plugin }] }));
+      assert.equal(address(add(pconf(p), 'y1', 'node-y')), '10.85.0.16/27', 'an address of node-y (through the standalone plugin)');
+      const d = await startTestDaemon({ cniConfDir: netd, env: { NODE_NAME: 'node-y' } });
+      const ak = `${p}/pools/polpool/alive/node-y`;
+      try {
+        await d.waitForLog((l) => l.msg === 'pool announced');
+        for (let i = 0; (await (pkv as EtcdKV).get(ak)) === null; i++) {
+          assert.ok(i < 300, 'the heartbeat key within 30 s');
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        assert.equal((await (pkv as EtcdKV).get(`${p}/pools/polpool/nodes/node-y/settings`))?.value, '{"v":1,"offlineSeconds":0}');
+        const alive = JSON.parse((await (pkv as EtcdKV).get(ak))?.value as string);
+        assert.deepEqual([alive.node, alive.host, alive.pid], ['node-y', hostname(), d.pid]);
+        assert.match(pcli(p, 'status').stdout, /^node-y +1 +15 +1 +0 +0 +yes$/m);
+        const live = pcli(p, 'remove-node', 'node-y');
+        assert.deepEqual([live.status, live.stdout, live.stderr], [1, '', `ipwarden: node node-y has a live heartbeat in pool polpool (${ak}, written by the ipwarden daemon on host ${hostname()} (pid ${d.pid})): it is not gone; stop the daemon on host ${hostname()} first, or pass --force if you are sure\n`]);
+      } finally {
+        await d.stop();
+      }
+      assert.equal(await (pkv as EtcdKV).get(ak), null, 'the stopped daemon revoked its heartbeat');
+      const st = JSON.parse(pcli(p, 'status', '--json').stdout) as { nodes: Array<{ node: string; alive: boolean; heartbeat: string }> };
+      assert.deepEqual(st.nodes.map((n) => [n.node, n.alive, n.heartbeat]), [['node-y', false, 'expired']]);
+      const mark = pcli(p, 'remove-node', 'node-y');
+      assert.deepEqual([mark.status, mark.stdout], [
+        0,
+        `removal of node-y begun (${p}/pools/polpool/removing/node-y); 1 block marked pendingRelease: 10.85.0.16/28\n` +
+          `warning: node-y's heartbeat has expired (no ${ak}; an ipwarden daemon served it before): if it does not come back within the veto window (60 s), it is treated as gone and --finish releases its addresses; check first (kubectl get node node-y; ipwarden pool leaks on node-y)\n` +
+          'if node-y comes back it vetoes this; once it is surely gone (and at least 60 s from now), run again with --finish\n',
+      ]);
+    } finally {
+      rmSync(netd, { recursive: true, force: true });
+    }
+  });
+
+  it('--help marks --pool and --etcd-endpoints as required', () => {
+    for (const verb of ['status', 'leaks', 'remove-node']) {
+      const h = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', verb, '--help'], { encoding: 'utf8' });
+      assert.equal(h.status, 0);
+      assert.match(h.stdout, /--pool <NAME> +required: the pool \(ipam\.pool\.name\)/);
+      assert.match(h.stdout, /--etcd-endpoints <URLS> +required: etcd endpoints/);
     }
   });
 });
