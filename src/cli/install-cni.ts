@@ -25,6 +25,7 @@
  * of a built checkout, the image's `/usr/lib/ipwarden` when the single executable runs it, or an
  * installed CNI bin dir (where the shim is named `ipwarden`).
  */
+import { hostname } from 'node:os';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
@@ -308,12 +309,13 @@ export interface InstallOptions {
 }
 
 /**
- * Write `name` to `<dir>/ipwarden.d/node-name` atomically (mode 0644, `name` + newline), making
+ * Write `name` to `<dir>/ipwarden.d/node-name` atomically (mode 0644, `name` + newline +
+ * `host <host name>` + newline: a copy of the file on another host is then ignored), making
  * `<dir>/ipwarden.d` (0755) when missing. Throws UsageError when `ipwarden.d` is not a real
  * directory (a symlink is refused, never followed) or is not to be trusted (src/common/trust.ts),
  * errno errors of the writes. Returns the file's path.
  */
-export function writeNodeName(dir: string, name: string, euid: number = process.geteuid?.() ?? 0): string {
+export function writeNodeName(dir: string, name: string, euid: number = process.geteuid?.() ?? 0, host: () => string = hostname): string {
   const d = join(dir, NODE_NAME_DIR);
   try {
     mkdirSync(d, { mode: 0o755 });
@@ -326,7 +328,7 @@ export function writeNodeName(dir: string, name: string, euid: number = process.
   const bad = untrustedReason(d, st, euid);
   if (bad !== null) throw new UsageError(`install-cni: ${bad}: refusing to write the node name there`);
   const file = nodeNameFilePath(dir);
-  atomicWrite(file, `${name}\n`, 0o644);
+  atomicWrite(file, `${name}\nhost ${host()}\n`, 0o644);
   return file;
 }
 

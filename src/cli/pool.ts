@@ -27,6 +27,7 @@
  * (`code`: ipwarden's error code, e.g. `STORE_CONFLICT` for a refusal, `USAGE`).
  * Exit status: 0; 1 on an etcd or data error or a refusal; 2 usage error.
  */
+import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { AppError, UsageError } from '../common/errors.ts';
@@ -282,8 +283,12 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
     // flight): in grace, never a candidate — decided by revisions, not by a clock.
     const revision = await currentRevision(kv);
     const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), warnOtherRuntimes: false }, ctx);
-    const listed = nodeHandles(await kv.list(handlesPrefix(keys)), keys, node);
+    const host = hostname();
+    const listed = nodeHandles(await kv.list(handlesPrefix(keys)), keys, node, host);
     for (const c of listed.corrupt) ctx.stderr(`ipwarden: ${c.message} (never released)\n`);
+    // Handles another host wrote under this node name cannot be judged by this host's runtime
+    // and kernel (review B1): listed as unknown, never as leaked.
+    if (listed.foreign.length > 0) ctx.stderr(`ipwarden: ${listed.foreign.length} handle(s) of node ${node} were written on other hosts than ${host}: listed as unknown — two hosts under one node name?\n`);
     const handles = listed.handles;
     const sb = snap.sandboxes;
     const sandboxes = sb === null ? null : sb instanceof Map ? new Map([...sb].map(([id, st]) => [id, String(st).replace('notready', 'not ready')])) : new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
@@ -297,6 +302,9 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
       graceSeconds,
       revision,
     });
+    for (const h of listed.foreign) {
+      verdicts.push({ containerId: h.containerId, ifname: h.ifname, ips: h.value.ips.map((i) => i.ip), ageSeconds: (snap.snapshotAtMs - h.value.at) / 1000, verdict: 'unknown', reason: `written on host ${h.value.host ?? '(none recorded)'}, not ${host}: this host's runtime and kernel cannot judge it` });
+    }
     ctx.stdout(
       opts.json === true
         ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, revision, handles: verdicts })}\n`

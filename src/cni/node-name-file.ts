@@ -14,6 +14,7 @@
  * file: a name from a file anyone could have written would let them pick the node's blocks.
  */
 import { closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AppError, errnoCode } from '../common/errors.ts';
@@ -38,6 +39,11 @@ function bad(what: string, why: string): AppError {
 
 /**
  * The node name in `<dir>/ipwarden.d/node-name`, or null when there is no such directory or file.
+ * The file is the name and, on a second line, `host <host name>` of the host that wrote it
+ * (install-cni writes both); a file whose host line names another host than `opts.host()`
+ * (default: the kernel's host name — the DaemonSet's init container runs in the host's network
+ * and UTS namespaces) was copied from another node and is ignored (null). A file without the host
+ * line (one name) is used as it is.
  * `opts.dir` (default: the running program's directory — the CNI bin dir for the installed
  * standalone, `dist/` for the built bundle) and `opts.euid` (default `process.geteuid()`) are for
  * tests.
@@ -45,7 +51,7 @@ function bad(what: string, why: string): AppError {
  *   trusted (see the module comment), cannot be read, is larger than
  *   {@link NODE_NAME_FILE_MAX_BYTES}, or does not hold one valid node name.
  */
-export function readNodeNameFile(opts: { readonly dir?: string; readonly euid?: number } = {}): string | null {
+export function readNodeNameFile(opts: { readonly dir?: string; readonly euid?: number; readonly host?: () => string } = {}): string | null {
   const euid = opts.euid ?? process.geteuid?.() ?? 0;
   let dir: string;
   try {
@@ -84,8 +90,18 @@ export function readNodeNameFile(opts: { readonly dir?: string; readonly euid?: 
     for (let got = -1; got !== 0 && n < buf.length; n += got) got = readSync(fd, buf, n, buf.length - n, n);
     if (n > NODE_NAME_FILE_MAX_BYTES) throw bad(f, `is longer than ${NODE_NAME_FILE_MAX_BYTES} bytes`);
     const text = buf.toString('utf8', 0, n);
-    const name = text.endsWith('\n') ? text.slice(0, -1) : text;
+    const lines = (text.endsWith('\n') ? text.slice(0, -1) : text).split('\n');
+    const name = lines[0] as string;
     if (!validNodeName(name)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage(`the node name file ${f}`, name));
+    if (lines.length > 2) throw bad(f, `has ${lines.length} lines, at most 2 (the node name, "host <host name>")`);
+    if (lines.length === 2) {
+      const m = /^host (\S+)$/.exec(lines[1] as string);
+      if (m === null) throw bad(f, `line 2 must be "host <host name>", got ${JSON.stringify(lines[1])}`);
+      // Written on another host (a cloned node image, a copied CNI bin dir): not this node's name.
+      // Ignored, so the fallback names the node by its host name as without the file, until this
+      // node's init container writes its own (review B2: a clone allocated as the source node).
+      if (m[1] !== (opts.host ?? hostname)()) return null;
+    }
     return name;
   } finally {
     closeSync(fd);

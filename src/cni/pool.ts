@@ -173,6 +173,8 @@ function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, r
     rangeSets,
     sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
     backoff: jitteredBackoff,
+    // Every handle names the host that wrote it: the node's reconcile releases only its own host's (review B1).
+    host: hostname(),
     ...(cache === undefined ? {} : { cache }),
     ...(leases === null ? {} : { tombstoneLease: () => leases.grantLease(TOMBSTONE_TTL_SECONDS) }),
   });

@@ -112,6 +112,13 @@ export interface HandleValue {
   at: number;
   ips: HandleIP[];
   /**
+   * The host name of the machine whose process wrote the handle (absent in handles written before
+   * it was recorded, and by allocators given no `host`). The node's reconcile releases only
+   * handles its own host wrote: two hosts under one node name (a fixed `ipam.nodeName`, a copied
+   * node-name file) must not judge each other's pods by their own runtime and kernel (review B1).
+   */
+  host?: string;
+  /**
    * True for a tombstone (`"deleted":true`, `ips` empty): written by a DEL that found no handle,
    * so a late ADD transaction (sent by a process that gave up, applied by etcd after the DEL)
    * fails its create-only compare instead of leaking (review F4). A fresh ADD overwrites it by
@@ -157,6 +164,8 @@ export interface PoolAllocatorOptions {
   /** The config's range sets; `[]` for DEL (which needs none). */
   readonly rangeSets: readonly RangeSet[];
   readonly sizes: BlockSizes;
+  /** The host name written into every handle this allocator puts ({@link HandleValue.host}); none when absent. */
+  readonly host?: string;
   /** Clock, milliseconds since the epoch (default `Date.now`). */
   readonly now?: () => number;
   /**
@@ -324,7 +333,8 @@ export function decodeHandle(e: KVEntry): HandleValue {
     if (!isNat(o['ordinal']) || !isNat(o['seq']) || !isNat(o['rangeSet'])) throw corrupt(e.key, `ips[${i}]: "ordinal", "seq" and "rangeSet" must be non-negative integers`);
     return { ip: o['ip'] as string, block: o['block'], ordinal: o['ordinal'], seq: o['seq'], rangeSet: o['rangeSet'] };
   });
-  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips, ...(r['deleted'] === true ? { deleted: true as const } : {}) };
+  if (r['host'] !== undefined && (typeof r['host'] !== 'string' || r['host'] === '' || r['host'].length > 253)) throw corrupt(e.key, '"host" must be a host name');
+  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips, ...(typeof r['host'] === 'string' ? { host: r['host'] } : {}), ...(r['deleted'] === true ? { deleted: true as const } : {}) };
 }
 
 /** The CIDR text of a block key (`10.80.0.64-26` → `10.80.0.64/26`), or null. */
@@ -690,6 +700,7 @@ export class PoolAllocator {
             network: this.#o.network,
             at: this.#now(),
             ips: got.map((g, k) => ({ ip: formatIP((allocs[k] as PoolAllocation).ip), block: g.b.key, ordinal: g.o, seq: (allocs[k] as PoolAllocation).seq, rangeSet: g.rs })),
+            ...(this.#o.host === undefined ? {} : { host: this.#o.host }),
           };
           const tomb = tombstones.get(hk);
           compares.push(tomb === undefined ? { key: hk, absent: true } : { key: hk, modRevision: tomb });
@@ -1404,7 +1415,7 @@ export class PoolAllocator {
         compares.push({ key: this.blockKey(b.key), modRevision: b.rev as string });
         ops.push({ put: this.blockKey(b.key), value: JSON.stringify(b.value) });
       }
-      const hv: HandleValue = { v: 1, node: me, network: e.network, at: this.#now(), ips: hips };
+      const hv: HandleValue = { v: 1, node: me, network: e.network, at: this.#now(), ips: hips, ...(this.#o.host === undefined ? {} : { host: this.#o.host }) };
       ops.push({ put: this.handleKey(e.containerId, e.ifname), value: JSON.stringify(hv) });
       compares.push({ key: this.removingKey(me), absent: true });
       const t = await kv.txn(compares, ops);

@@ -123,7 +123,9 @@ function decodePath(tls: Obj, name: string): string | null {
 
 function decodeBlockSize(pool: Obj, name: string, range: readonly [number, number], dflt: number): number {
   const v = pool[name];
-  if (v === undefined || v === null) return dflt;
+  // null is refused like `"pool": null`: a template's missing value read as the default would
+  // cut the range into other blocks than the pool's other nodes (review B3).
+  if (v === undefined) return dflt;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < range[0] || v > range[1]) {
     throw bad(`ipam.pool.${name} must be an integer from ${range[0]} to ${range[1]}, got ${JSON.stringify(v)}`);
   }
@@ -235,7 +237,9 @@ export function decodePoolConfig(ipam: Obj): PoolConfig | null {
   }
   const rawPrefix = etcd['prefix'];
   let prefix = DEFAULT_POOL_PREFIX;
-  if (rawPrefix !== undefined && rawPrefix !== null) {
+  // null is refused: read as the default prefix it would make a second pool of the same name
+  // over the same ranges in the same etcd — one address handed out twice (review B3).
+  if (rawPrefix !== undefined) {
     if (typeof rawPrefix !== 'string' || !/^(\/[A-Za-z0-9_.-]+)+$/.test(rawPrefix)) {
       throw bad(`ipam.pool.etcd.prefix must be /-separated names of letters, digits, '_', '.' or '-' without a trailing /, got ${JSON.stringify(rawPrefix)}`);
     }

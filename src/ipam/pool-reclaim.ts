@@ -60,12 +60,15 @@ export interface CorruptHandle {
  * The handles of `node` in a listing of the pool's handles (`entries` from
  * `kv.list(handlesPrefix(k))`), sorted as listed. Tombstones and other nodes' handles are
  * left out; a value that does not decode (STORE_CORRUPT) is in `corrupt` instead — its node is
- * unknown, so it is never released.
+ * unknown, so it is never released. With `host` (the reconciling machine's host name), a handle
+ * of `node` that another host wrote, or that names no host, is in `foreign`, never in `handles`:
+ * this host's runtime and kernel cannot judge it (two hosts under one node name, review B1).
  */
-export function nodeHandles(entries: readonly KVEntry[], k: PoolKeys, node: string): { handles: PoolHandleEntry[]; corrupt: CorruptHandle[] } {
+export function nodeHandles(entries: readonly KVEntry[], k: PoolKeys, node: string, host: string | null = null): { handles: PoolHandleEntry[]; corrupt: CorruptHandle[]; foreign: PoolHandleEntry[] } {
   const prefix = handlesPrefix(k);
   const handles: PoolHandleEntry[] = [];
   const corrupt: CorruptHandle[] = [];
+  const foreign: PoolHandleEntry[] = [];
   for (const e of entries) {
     const rest = e.key.slice(prefix.length).split('/');
     if (!e.key.startsWith(prefix) || rest.length !== 2 || rest[0] === '' || rest[1] === '') {
@@ -80,9 +83,11 @@ export function nodeHandles(entries: readonly KVEntry[], k: PoolKeys, node: stri
       continue;
     }
     if (value.node !== node || value.deleted === true) continue;
-    handles.push({ key: e.key, containerId: rest[0] as string, ifname: rest[1] as string, value, modRevision: e.modRevision, createRevision: e.createRevision });
+    const h = { key: e.key, containerId: rest[0] as string, ifname: rest[1] as string, value, modRevision: e.modRevision, createRevision: e.createRevision };
+    if (host !== null && value.host !== host) foreign.push(h);
+    else handles.push(h);
   }
-  return { handles, corrupt };
+  return { handles, corrupt, foreign };
 }
 
 /**

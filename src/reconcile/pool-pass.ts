@@ -30,6 +30,7 @@ import { AppError } from '../common/errors.ts';
 import { formatIP, parseIP } from '../common/ip.ts';
 import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
 import { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type ValidAttachment } from '../ipam/pool-reclaim.ts';
+import { hostname } from 'node:os';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import type { KV } from '../store/kv.ts';
 import type { AuditRecord, AuditSink } from './audit.ts';
@@ -55,6 +56,11 @@ export interface PoolPassOptions {
   readonly runtimeEndpoint: string | null;
   /** Opens the audit log (called only when something is to be released). Throws AppError STORE_IO when it cannot. */
   readonly audit: () => AuditSink;
+  /**
+   * This machine's host name (default `os.hostname()`): only handles it wrote are judged and
+   * released (HandleValue.host, review B1: two hosts under one node name).
+   */
+  readonly host?: string;
 }
 
 /** Counts of one pool's verdicts in a pass. */
@@ -240,8 +246,9 @@ export async function runPoolPass(
     if (r === null) continue;
     let handles: PoolHandleEntry[];
     try {
-      const listed = nodeHandles(await t.kv.list(handlesPrefix(t)), t, t.node);
+      const listed = nodeHandles(await t.kv.list(handlesPrefix(t)), t, t.node, o.host ?? hostname());
       for (const c of listed.corrupt) errors.push({ kind: 'corrupt', pool: t.pool, message: c.message });
+      if (listed.foreign.length > 0) errors.push({ kind: 'foreign', pool: t.pool, message: foreignMessage(t.pool, t.node, o.host ?? hostname(), listed.foreign) });
       handles = listed.handles;
     } catch (e) {
       errors.push({ kind: 'etcd', pool: t.pool, message: `pool ${t.pool}: ${describeError(e)}` });
@@ -355,6 +362,14 @@ export interface PoolGcDeps {
   audit(): AuditSink;
   /** Now, ms since the epoch (the audit's times). */
   now(): number;
+  /** This machine's host name (default `os.hostname()`): see {@link PoolPassOptions.host}. */
+  readonly host?: string;
+}
+
+/** The error of a pass (and the reason of GC) for handles of the node another host wrote. */
+function foreignMessage(pool: string, node: string, host: string, foreign: readonly PoolHandleEntry[]): string {
+  const hosts = [...new Set(foreign.map((h) => h.value.host ?? '(none recorded)'))].sort().join(', ');
+  return `pool ${pool}: ${foreign.length} handle(s) of node ${node} were written on other hosts than ${host} (${hosts}): never judged or released here — two hosts under one node name? (a fixed ipam.nodeName, equal host names)`;
 }
 
 /**
@@ -372,12 +387,15 @@ export interface PoolGcDeps {
  */
 export async function poolGC(t: PoolKeys & { readonly kv: KV; readonly node: string }, network: string, valid: readonly ValidAttachment[], deps: PoolGcDeps): Promise<PoolGcOutcome> {
   const r = await currentRevision(t.kv);
-  const listed = nodeHandles(await t.kv.list(handlesPrefix(t)), t, t.node);
+  const host = deps.host ?? hostname();
+  const listed = nodeHandles(await t.kv.list(handlesPrefix(t)), t, t.node, host);
   const handles = listed.handles.filter((h) => h.value.network === network);
   const ev = deps.evidence();
   const verdicts = gcDecision(handles, valid, r, (ip, id) => inUseReason(ev, ip, id), ev.incomplete);
   const kept: Array<{ containerId: string; ifname: string; why: string }> = [];
   for (const v of verdicts) if (!v.release) kept.push({ containerId: v.handle.containerId, ifname: v.handle.ifname, why: v.why });
+  const foreign = listed.foreign.filter((h) => h.value.network === network);
+  for (const h of foreign) kept.push({ containerId: h.containerId, ifname: h.ifname, why: foreignMessage(t.pool, t.node, host, [h]) });
   const go = verdicts.filter((v) => v.release).map((v) => ({
     target: { ...t, id: '' } as PoolTarget,
     handle: v.handle,

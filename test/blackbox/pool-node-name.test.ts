@@ -59,7 +59,7 @@ describe('the fallback names the node from the file install-cni wrote (real etcd
   });
 
   it('install-cni wrote DIR/ipwarden.d/node-name: the name and a newline, 0644 in a 0755 directory', () => {
-    assert.equal(readFileSync(join(bin, 'ipwarden.d', 'node-name'), 'utf8'), `${NODE}\n`);
+    assert.equal(readFileSync(join(bin, 'ipwarden.d', 'node-name'), 'utf8'), `${NODE}\nhost ${hostname()}\n`);
     assert.equal(statSync(join(bin, 'ipwarden.d', 'node-name')).mode & 0o7777, 0o644);
     assert.equal(statSync(join(bin, 'ipwarden.d')).mode & 0o7777, 0o755);
   });

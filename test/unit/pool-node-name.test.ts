@@ -10,7 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isAppError, UsageError } from '../../src/common/errors.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
@@ -75,6 +75,16 @@ describe('readNodeNameFile', () => {
     assert.equal(readNodeNameFile({ dir: bin('worker-1\n').dir }), 'worker-1');
     assert.equal(readNodeNameFile({ dir: bin('ip-10-0-0-7.ec2.internal').dir }), 'ip-10-0-0-7.ec2.internal');
   });
+  it('a "host <name>" line: the file is used on that host only; a copy on another host (a cloned image) is ignored (review B2)', () => {
+    const { dir, f } = bin('worker-1\nhost vm-a\n');
+    assert.equal(readNodeNameFile({ dir, host: () => 'vm-a' }), 'worker-1');
+    assert.equal(readNodeNameFile({ dir, host: () => 'vm-b' }), null, 'written on vm-a: not this node');
+    const bad = bin('worker-1\nhost\n');
+    refused(bad.dir, `the node name file ${bad.f}: line 2 must be "host <host name>", got "host"`);
+    const three = bin('worker-1\nhost vm-a\nx\n');
+    refused(three.dir, `the node name file ${three.f}: has 3 lines, at most 2 (the node name, "host <host name>")`);
+    assert.ok(f.endsWith('node-name'));
+  });
   it('no directory or no file: null (the host name follows)', () => {
     const empty = join(t, 'empty');
     mkdirSync(empty);
@@ -83,10 +93,12 @@ describe('readNodeNameFile', () => {
     assert.equal(readNodeNameFile({ dir: join(t, 'no-such-dir') }), null);
   });
   it('content that is not one node name is refused', () => {
-    for (const [content, shown] of [['', '""'], ['\n', '""'], ['worker-1\n\n', '"worker-1\\n"'], ['a b', '"a b"'], ['-x', '"-x"'], ['a'.repeat(254), `"${'a'.repeat(254)}"`]] as const) {
+    for (const [content, shown] of [['', '""'], ['\n', '""'], ['a b', '"a b"'], ['-x', '"-x"'], ['a'.repeat(254), `"${'a'.repeat(254)}"`]] as const) {
       const b = bin(content);
       refused(b.dir, `the node name file ${b.f} ${RULE}, got ${shown}`);
     }
+    const blank = bin('worker-1\n\n');
+    refused(blank.dir, `the node name file ${blank.f}: line 2 must be "host <host name>", got ""`);
     const big = bin('a'.repeat(NODE_NAME_FILE_MAX_BYTES + 1));
     refused(big.dir, `the node name file ${big.f}: is ${NODE_NAME_FILE_MAX_BYTES + 1} bytes long, at most ${NODE_NAME_FILE_MAX_BYTES}`);
   });
@@ -141,7 +153,7 @@ describe("install-cni's writeNodeName", () => {
     }
     assert.equal(lstatSync(join(dir, 'ipwarden.d')).mode & 0o7777, 0o755);
     assert.equal(lstatSync(join(dir, 'ipwarden.d', 'node-name')).mode & 0o7777, 0o644);
-    assert.equal(readFileSync(join(dir, 'ipwarden.d', 'node-name'), 'utf8'), 'worker-1\n');
+    assert.equal(readFileSync(join(dir, 'ipwarden.d', 'node-name'), 'utf8'), `worker-1\nhost ${hostname()}\n`);
     writeNodeName(dir, 'worker-2');
     assert.deepEqual(readdirSync(join(dir, 'ipwarden.d')), ['node-name'], 'no temporary file left');
     assert.equal(readNodeNameFile({ dir }), 'worker-2');

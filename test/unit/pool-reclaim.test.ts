@@ -23,12 +23,14 @@ import type { SandboxInfo } from '../../src/reconcile/sandboxes.ts';
 import type { KV, KVEntry } from '../../src/store/kv.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 
+/** The reconciling machine's host name, written into every handle the tests' allocators put. */
+const HOST = 'host-a';
 const KEYS = { prefix: '/ipwarden', pool: 'gp' };
 const GRACE = 60;
 const conf = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.85.0.0/24' }]] } }), undefined);
 
 function alloc(kv: KV, node = 'n1', network = 'net1'): PoolAllocator {
-  return new PoolAllocator({ kv, pool: KEYS.pool, prefix: KEYS.prefix, node, network, rangeSets: conf.rangeSets, sizes: { blockSize4: 26, blockSize6: 122 }, now: () => 1_000 });
+  return new PoolAllocator({ kv, pool: KEYS.pool, prefix: KEYS.prefix, node, network, rangeSets: conf.rangeSets, sizes: { blockSize4: 26, blockSize6: 122 }, now: () => 1_000, host: HOST });
 }
 
 async function add(kv: KV, id: string, node = 'n1', network = 'net1'): Promise<string> {
@@ -74,7 +76,7 @@ function world(kv: MemoryKV = new MemoryKV()) {
   const target: PoolTarget = { kv, ...KEYS, node: 'n1', id: 'gp@n1' };
   const pass = async (advance = GRACE * 1000) => {
     w.mono += advance;
-    return runPoolPass([target], { runtimeEndpoint: null, audit: () => w.audit }, w.confirmations, deps, () => w.mono);
+    return runPoolPass([target], { runtimeEndpoint: null, audit: () => w.audit, host: HOST }, w.confirmations, deps, () => w.mono);
   };
   return { w, pass, target, deps };
 }
@@ -94,6 +96,23 @@ describe('classifyPoolHandles: the revision rule', () => {
 });
 
 describe('the daemon pool pass (memory KV)', () => {
+  it('two hosts under one node name: a handle of the node that another host wrote (or that names no host) is never judged or released here (review B1)', async () => {
+    const { w, pass } = world();
+    await add(w.kv, 'mine-gone');
+    // host-b runs under the same node name n1 (a fixed ipam.nodeName): its live pod is not in host-a's runtime or kernel.
+    const [r] = await new PoolAllocator({ kv: w.kv, pool: KEYS.pool, prefix: KEYS.prefix, node: 'n1', network: 'net1', rangeSets: conf.rangeSets, sizes: { blockSize4: 26, blockSize6: 122 }, now: () => 1_000, host: 'host-b' }).add([{ containerId: 'theirs-live', ifname: 'eth0' }]);
+    assert.ok(Array.isArray(r));
+    // An allocator given no host (a handle written before hosts were recorded).
+    const [r2] = await new PoolAllocator({ kv: w.kv, pool: KEYS.pool, prefix: KEYS.prefix, node: 'n1', network: 'net1', rangeSets: conf.rangeSets, sizes: { blockSize4: 26, blockSize6: 122 }, now: () => 1_000 }).add([{ containerId: 'unknown-host', ifname: 'eth0' }]);
+    assert.ok(Array.isArray(r2));
+    await pass();
+    const p2 = await pass();
+    assert.deepEqual(released(p2), ['mine-gone']);
+    assert.ok(w.kv.dump()[hkey('theirs-live')] !== undefined && w.kv.dump()[hkey('unknown-host')] !== undefined);
+    assert.deepEqual(p2.errors.filter((e) => e.kind === 'foreign').map((e) => e.message), [
+      'pool gp: 2 handle(s) of node n1 were written on other hosts than host-a ((none recorded), host-b): never judged or released here — two hosts under one node name? (a fixed ipam.nodeName, equal host names)',
+    ]);
+  });
   it('one observation is not enough; the second, a grace period later with the same mod_revision, releases exactly the leak', async () => {
     const { w, pass } = world();
     await add(w.kv, 'gone');
@@ -156,7 +175,7 @@ describe('the daemon pool pass (memory KV)', () => {
     let reads = 0;
     const used: UseEvidence = { addresses: new Map([['10.85.0.2', [{ netns: 'net:[4026532999]', via: '/run/netns/x' }]]]), inFlight: new Map(), incomplete: null };
     const { deps } = world(w.kv);
-    const p2 = await runPoolPass([{ kv: w.kv, ...KEYS, node: 'n1', id: 'gp@n1' }], { runtimeEndpoint: null, audit: () => w.audit }, w.confirmations, { ...deps, evidence: () => (reads++ === 0 ? NOTHING_IN_USE : used) }, () => (w.mono += GRACE * 1000));
+    const p2 = await runPoolPass([{ kv: w.kv, ...KEYS, node: 'n1', id: 'gp@n1' }], { runtimeEndpoint: null, audit: () => w.audit, host: HOST }, w.confirmations, { ...deps, evidence: () => (reads++ === 0 ? NOTHING_IN_USE : used) }, () => (w.mono += GRACE * 1000));
     assert.deepEqual([p2.released, reads], [[], 2]);
     assert.notEqual(await w.kv.get(hkey('c1')), null);
     assert.deepEqual(w.audit.records, [], 'nothing to record: nothing was about to be released');
@@ -347,7 +366,7 @@ describe('CNI GC on a pool network', () => {
       incomplete: null,
     };
     const k = hooked(kv, async () => void (await add(kv, 'late')));
-    const out = await poolGC({ kv: k, ...KEYS, node: 'n1' }, 'net1', [{ containerId: 'valid', ifname: 'eth0' }], { evidence: () => ev, audit: () => audit, now: () => 5_000 });
+    const out = await poolGC({ kv: k, ...KEYS, node: 'n1' }, 'net1', [{ containerId: 'valid', ifname: 'eth0' }], { evidence: () => ev, audit: () => audit, now: () => 5_000, host: HOST });
     assert.deepEqual(out.released, [{ containerId: 'stale', ifname: 'eth0', ips: ['10.85.0.3'] }]);
     assert.deepEqual(out.kept.map((x) => [x.containerId, x.why]), [
       ['configured', '10.85.0.4: the address is configured in network namespace net:[4026532001] via /run/netns/a'],
@@ -369,11 +388,11 @@ describe('CNI GC on a pool network', () => {
     const kv = new MemoryKV();
     await add(kv, 'stale');
     const audit = memoryAuditSink();
-    const out = await poolGC({ kv, ...KEYS, node: 'n1' }, 'net1', [], { evidence: () => unreadableEvidence('no host PID namespace'), audit: () => audit, now: () => 0 });
+    const out = await poolGC({ kv, ...KEYS, node: 'n1' }, 'net1', [], { evidence: () => unreadableEvidence('no host PID namespace'), audit: () => audit, now: () => 0, host: HOST });
     assert.deepEqual([out.released, out.kept.map((x) => x.why)], [[], ['kernel evidence incomplete: no host PID namespace']]);
     kv.failNext = 1;
     const before = kv.dump();
-    await assert.rejects(poolGC({ kv, ...KEYS, node: 'n1' }, 'net1', [], { evidence: () => NOTHING_IN_USE, audit: () => audit, now: () => 0 }), (e: Error & { code?: string }) => e.code === 'STORE_UNAVAILABLE');
+    await assert.rejects(poolGC({ kv, ...KEYS, node: 'n1' }, 'net1', [], { evidence: () => NOTHING_IN_USE, audit: () => audit, now: () => 0, host: HOST }), (e: Error & { code?: string }) => e.code === 'STORE_UNAVAILABLE');
     assert.deepEqual(kv.dump(), before);
   });
 
