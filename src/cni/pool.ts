@@ -592,7 +592,7 @@ export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: Po
 export interface PoolSample extends PoolEventScope {
   /** Blocks the node owns. */
   readonly blocks: number;
-  /** Addresses the node holds (in its blocks and borrowed). */
+  /** Addresses the node's containers hold (in its blocks and borrowed; reserve entries of offline allocation not counted). */
   readonly held: number;
   /** Of `held`, those in other nodes' blocks. */
   readonly borrowed: number;

@@ -313,9 +313,9 @@ export class PoolMetrics {
     const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames, registers });
     this.gauges = {
       blocks: gauge('ipwarden_pool_node_blocks', 'Blocks the node owns in the pool (as of the last read of etcd).'),
-      held: gauge('ipwarden_pool_node_addresses', "Addresses the node holds in the pool, in its own blocks and borrowed in others'."),
+      held: gauge('ipwarden_pool_node_addresses', "Addresses the node's containers hold in the pool, in its own blocks and borrowed in others' (reserve entries not counted)."),
       borrowed: gauge('ipwarden_pool_node_borrowed_addresses', "Of the node's addresses, those in other nodes' blocks."),
-      free: gauge('ipwarden_pool_free_addresses', 'Free addresses of the whole pool (every range set).'),
+      free: gauge('ipwarden_pool_free_addresses', 'Free addresses of the whole pool (every range set; reserve entries are not free).'),
       claimedBlocks: gauge('ipwarden_pool_claimed_blocks', 'Blocks claimed in the whole pool, by any node.'),
       alive: gauge('ipwarden_pool_node_alive', "1 when the node's heartbeat key exists in the pool, else 0 (a hint, never a decision)."),
     };
