@@ -101,7 +101,9 @@ export function cniPoolTargets(cniConfDir: string, env: Readonly<Record<string, 
           let kv = kvs.get(ck);
           if (kv === undefined) kvs.set(ck, (kv = make(pool)));
           const id = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
-          if (!out.has(id)) out.set(id, { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id });
+          const prev = out.get(id);
+          const eps = [...(prev?.runtimeEndpoints ?? []), ...(n.ipam?.runtimeEndpoint != null ? [n.ipam.runtimeEndpoint] : [])];
+          out.set(id, { ...(prev ?? { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id }), runtimeEndpoints: eps });
         } catch (e) {
           errors.push(`${n.file}: ${e instanceof Error ? e.message : String(e)}`);
         }

@@ -31,6 +31,7 @@ import { formatIP, parseIP } from '../common/ip.ts';
 import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
 import { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type ValidAttachment } from '../ipam/pool-reclaim.ts';
 import { hostname } from 'node:os';
+import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import type { KV } from '../store/kv.ts';
 import type { AuditRecord, AuditSink } from './audit.ts';
@@ -48,6 +49,12 @@ export interface PoolTarget extends PoolKeys {
   readonly kv: KV;
   /** A unique identity of (etcd, prefix, pool, node), for the confirmations across passes. */
   readonly id: string;
+  /**
+   * The `ipam.runtimeEndpoint`s its networks' configs name (unix socket paths), if any: a pool
+   * whose config names another runtime than the one the daemon asks is not judged (review B4: a
+   * sandbox CRI-O listed was released on an idle containerd's empty list and the kernel's word).
+   */
+  readonly runtimeEndpoints?: readonly string[];
 }
 
 /** Options of {@link runPoolPass}. */
@@ -244,6 +251,12 @@ export async function runPoolPass(
     const t = targets[i] as PoolTarget;
     const r = revisions[i] ?? null;
     if (r === null) continue;
+    const asked = snap.runtime.endpoint === null ? null : endpointPath(snap.runtime.endpoint);
+    const other = (t.runtimeEndpoints ?? []).find((e) => endpointPath(e) !== asked);
+    if (other !== undefined) {
+      errors.push({ kind: 'runtime', pool: t.pool, message: `pool ${t.pool}: a network of it names runtimeEndpoint ${other}, but the daemon asks ${snap.runtime.endpoint ?? '(none)'}: not judged, nothing released (run the daemon with --runtime-endpoint ${other})` });
+      continue;
+    }
     let handles: PoolHandleEntry[];
     try {
       const listed = nodeHandles(await t.kv.list(handlesPrefix(t)), t, t.node, o.host ?? hostname());
@@ -364,6 +377,15 @@ export interface PoolGcDeps {
   now(): number;
   /** This machine's host name (default `os.hostname()`): see {@link PoolPassOptions.host}. */
   readonly host?: string;
+}
+
+/** The socket path of a runtime endpoint text (`unix:///x` and `/x` are one), or the text when it does not parse. */
+function endpointPath(e: string): string {
+  try {
+    return parseRuntimeEndpoint(e).path;
+  } catch {
+    return e;
+  }
 }
 
 /** The error of a pass (and the reason of GC) for handles of the node another host wrote. */

@@ -96,6 +96,19 @@ describe('classifyPoolHandles: the revision rule', () => {
 });
 
 describe('the daemon pool pass (memory KV)', () => {
+  it('a pool whose config names another runtimeEndpoint than the daemon asks is not judged (review B4); the same socket in either form is', async () => {
+    const { w, deps } = world();
+    await add(w.kv, 'gone');
+    const run = (eps: string[]) => runPoolPass([{ kv: w.kv, ...KEYS, node: 'n1', id: `gp@n1:${eps.join()}`, runtimeEndpoints: eps }], { runtimeEndpoint: null, audit: () => w.audit, host: HOST }, w.confirmations, deps, () => (w.mono += GRACE * 1000));
+    await run(['unix:///run/crio/crio.sock']);
+    const p = await run(['unix:///run/crio/crio.sock']);
+    assert.deepEqual(released(p), []);
+    assert.deepEqual(p.errors.filter((e) => e.kind === 'runtime').map((e) => e.message), [
+      'pool gp: a network of it names runtimeEndpoint unix:///run/crio/crio.sock, but the daemon asks unix:///run/ipwarden-poolgc-unit.sock: not judged, nothing released (run the daemon with --runtime-endpoint unix:///run/crio/crio.sock)',
+    ]);
+    await run(['/run/ipwarden-poolgc-unit.sock']);
+    assert.deepEqual(released(await run(['/run/ipwarden-poolgc-unit.sock'])), ['gone']);
+  });
   it('two hosts under one node name: a handle of the node that another host wrote (or that names no host) is never judged or released here (review B1)', async () => {
     const { w, pass } = world();
     await add(w.kv, 'mine-gone');
