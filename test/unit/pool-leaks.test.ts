@@ -4,6 +4,7 @@
  * evidence) against a real etcd (test/helpers/etcd-cluster.ts). With CI=true a missing
  * /usr/bin/etcd fails instead of skipping.
  */
+import { hostname } from 'node:os';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { AppError } from '../../src/common/errors.ts';
@@ -54,7 +55,7 @@ describe('ipwarden pool leaks on a real etcd', { skip }, () => {
     cluster = await startEtcdCluster({ members: 1, prefix: 'ipwarden-pool-leaks-' });
     kv = new EtcdKV({ endpoints: cluster.endpoints });
     const conf = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.84.0.0/24' }]] } }), undefined);
-    const mk = (node: string, at: number) => new PoolAllocator({ kv: kv as EtcdKV, pool: 'lp', prefix, node, network: 'net1', rangeSets: conf.rangeSets, sizes: { blockSize4: 26, blockSize6: 122 }, now: () => at });
+    const mk = (node: string, at: number) => new PoolAllocator({ kv: kv as EtcdKV, pool: 'lp', prefix, node, network: 'net1', rangeSets: conf.rangeSets, sizes: { blockSize4: 26, blockSize6: 122 }, now: () => at, host: hostname() });
     const old = mk('n1', SNAP - 3_600_000);
     await old.add([{ containerId: 'live1', ifname: 'eth0' }, { containerId: 'gone1', ifname: 'eth0' }]);
     await mk('n1', SNAP - 5_000).add([{ containerId: 'young1', ifname: 'eth0' }]);

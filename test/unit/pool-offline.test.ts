@@ -10,7 +10,7 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
@@ -364,7 +364,7 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
       await a.sessions.maintainOffline();
       assert.deepEqual(readdirSync(dir), [], 'journal synced and removed');
       const h = JSON.parse(kv.dump()[`${P}/handles/off1/eth0`] as string);
-      assert.deepEqual({ ...h, at: typeof h.at }, { v: 1, node: 'node-a', network: 'net1', at: 'number', ips: [{ ip: '10.80.0.16', block: '10.80.0.16-28', ordinal: 0, seq: 3, rangeSet: 0 }] });
+      assert.deepEqual({ ...h, at: typeof h.at }, { v: 1, node: 'node-a', network: 'net1', at: 'number', ips: [{ ip: '10.80.0.16', block: '10.80.0.16-28', ordinal: 0, seq: 3, rangeSet: 0 }], host: hostname() });
       assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/off2/eth0`] as string).deleted, true, 'the offline DEL, synced: a tombstone');
       assert.deepEqual(allocs(kv, '10.80.0.16-28'), {
         '0': { id: 'off1', ifname: 'eth0', node: 'node-a', seq: 3, at: 'number' },
