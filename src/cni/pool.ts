@@ -21,7 +21,7 @@ import { AppError, ClosedError, errnoCode, isAppError } from '../common/errors.t
 import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
-import { poolStatus } from '../ipam/pool-status.ts';
+import { poolNodeSample } from '../ipam/pool-status.ts';
 import { settingsValue } from '../ipam/pool-offline.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
@@ -592,14 +592,12 @@ export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: Po
 export interface PoolSample extends PoolEventScope {
   /** Blocks the node owns. */
   readonly blocks: number;
-  /** Addresses the node's containers hold (in its blocks and borrowed; reserve entries of offline allocation not counted). */
+  /** Addresses the node's containers hold in its own blocks (reserve entries of offline allocation and borrowers not counted). */
   readonly held: number;
-  /** Of `held`, those in other nodes' blocks. */
-  readonly borrowed: number;
-  /** Free addresses of the whole pool (every range set; an IPv6 size is rounded to a double). */
-  readonly free: number;
   /** Blocks claimed in the whole pool (by any node). */
   readonly claimedBlocks: number;
+  /** Blocks of the pool no node has claimed. */
+  readonly unclaimedBlocks: number;
   /** The node's heartbeat key exists. */
   readonly alive: boolean;
 }
@@ -793,12 +791,10 @@ export class PoolSessions implements PoolHooks {
     for (const group of byPool.values()) {
       const pool = (group[0] as { pool: PoolConfig }).pool;
       try {
-        const s = await poolStatus(this.#kv(pool), pool.etcd.prefix, pool.name);
-        const free = s.rangeSets.reduce((a, r) => a + Number(r.free), 0);
-        const claimedBlocks = s.rangeSets.reduce((a, r) => a + r.blocksClaimed, 0);
+        // The node's own blocks and the pool's block keys only, never every block value (review B5).
         for (const { node } of group) {
-          const n = s.nodes.find((x) => x.node === node);
-          out.push({ pool: pool.name, node, blocks: n?.blocks ?? 0, held: n?.used ?? 0, borrowed: n?.borrowed ?? 0, free, claimedBlocks, alive: n?.alive ?? false });
+          const n = await poolNodeSample(this.#kv(pool), pool.etcd.prefix, pool.name, node);
+          out.push({ pool: pool.name, node, ...n });
         }
       } catch (e) {
         if (e instanceof ClosedError) throw e;

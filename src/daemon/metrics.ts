@@ -18,8 +18,9 @@
  * - cluster pools (docs/cluster.md "Metrics"; {@link PoolMetrics}), all labelled `pool` and `node`:
  *   `ipwarden_pool_requests_total{command,result}`, `ipwarden_pool_request_duration_seconds{command}`,
  *   `ipwarden_pool_etcd_transactions_total{outcome}`, `ipwarden_pool_batch_size`, the gauges
- *   `ipwarden_pool_node_blocks`, `ipwarden_pool_node_addresses`, `ipwarden_pool_node_borrowed_addresses`,
- *   `ipwarden_pool_free_addresses`, `ipwarden_pool_claimed_blocks`, `ipwarden_pool_node_alive`, and
+ *   `ipwarden_pool_node_blocks`, `ipwarden_pool_node_addresses`, `ipwarden_pool_claimed_blocks`,
+ *   `ipwarden_pool_unclaimed_blocks`, `ipwarden_pool_node_alive` (the node's own blocks and the
+ *   pool's block keys only: never every block value, review B5), and
  *   `ipwarden_pool_status_read_errors_total`; offline allocation (`ipam.pool.offline`):
  *   `ipwarden_pool_offline_operations_total{kind}`, `ipwarden_pool_reserve_addresses`,
  *   `ipwarden_pool_journal_entries{state}`, `ipwarden_pool_contact_age_seconds`
@@ -253,7 +254,7 @@ export class PoolMetrics {
   private readonly duration: Histogram<'pool' | 'node' | 'command'>;
   private readonly txns: Counter<'pool' | 'node' | 'outcome'>;
   private readonly batches: Histogram<'pool' | 'node'>;
-  private readonly gauges: Record<'blocks' | 'held' | 'borrowed' | 'free' | 'claimedBlocks' | 'alive', Gauge<'pool' | 'node'>>;
+  private readonly gauges: Record<'blocks' | 'held' | 'claimedBlocks' | 'unclaimedBlocks' | 'alive', Gauge<'pool' | 'node'>>;
   private readonly readErrors: Counter<'pool' | 'node'>;
   private readonly offlineOps: Counter<'pool' | 'node' | 'kind'>;
   private readonly reserve: Gauge<'pool' | 'node'>;
@@ -313,10 +314,9 @@ export class PoolMetrics {
     const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames, registers });
     this.gauges = {
       blocks: gauge('ipwarden_pool_node_blocks', 'Blocks the node owns in the pool (as of the last read of etcd).'),
-      held: gauge('ipwarden_pool_node_addresses', "Addresses the node's containers hold in the pool, in its own blocks and borrowed in others' (reserve entries not counted)."),
-      borrowed: gauge('ipwarden_pool_node_borrowed_addresses', "Of the node's addresses, those in other nodes' blocks."),
-      free: gauge('ipwarden_pool_free_addresses', 'Free addresses of the whole pool (every range set; reserve entries are not free).'),
+      held: gauge('ipwarden_pool_node_addresses', "Addresses the node's containers hold in its own blocks (reserve entries and borrowers not counted)."),
       claimedBlocks: gauge('ipwarden_pool_claimed_blocks', 'Blocks claimed in the whole pool, by any node.'),
+      unclaimedBlocks: gauge('ipwarden_pool_unclaimed_blocks', 'Blocks of the pool no node has claimed (0: a node whose blocks are full can only borrow).'),
       alive: gauge('ipwarden_pool_node_alive', "1 when the node's heartbeat key exists in the pool, else 0 (a hint, never a decision)."),
     };
     this.readErrors = new Counter({
@@ -431,9 +431,8 @@ export class PoolMetrics {
       }
       this.gauges.blocks.set(l, s.blocks);
       this.gauges.held.set(l, s.held);
-      this.gauges.borrowed.set(l, s.borrowed);
-      this.gauges.free.set(l, s.free);
       this.gauges.claimedBlocks.set(l, s.claimedBlocks);
+      this.gauges.unclaimedBlocks.set(l, s.unclaimedBlocks);
       this.gauges.alive.set(l, s.alive ? 1 : 0);
     }
   }

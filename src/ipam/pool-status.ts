@@ -9,7 +9,7 @@ import { AppError } from '../common/errors.ts';
 import { compareIP, parseCIDR, parseIP } from '../common/ip.ts';
 import type { KV, KVEntry } from '../store/kv.ts';
 import { blockKeyCidr, decodeBlock, POOL_VALUE_VERSION } from './pool-allocator.ts';
-import { allocatableOrdinals, blockAddresses } from './pool-blocks.ts';
+import { allocatableOrdinals, blockAddresses, countBlocks } from './pool-blocks.ts';
 import { validNodeName } from './pool-config.ts';
 import { canonicalizeRangeSet, rangeSetSize, rangeSetString } from './range.ts';
 import type { RangeSet } from './types.ts';
@@ -223,4 +223,55 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const) })),
     blocks: blocks.sort(byAddress),
   };
+}
+
+/** What one node's daemon exports about a pool ({@link poolNodeSample}). */
+export interface PoolNodeSample {
+  /** Blocks the node owns. */
+  readonly blocks: number;
+  /** Addresses the node's containers hold in its own blocks (reserve entries and borrowers not counted). */
+  readonly held: number;
+  /** Blocks claimed in the whole pool, by any node. */
+  readonly claimedBlocks: number;
+  /** Blocks of the pool no node has claimed (0: a node whose blocks are full can only borrow). */
+  readonly unclaimedBlocks: number;
+  /** The node's heartbeat key exists. */
+  readonly alive: boolean;
+}
+
+/**
+ * The gauges of one node for its daemon's metrics, read cheaply — not {@link poolStatus}, which
+ * reads every block value of the pool (a full /16 in /26 blocks is ≈ 9 MB; on every node at every
+ * scrape that loads etcd with the cluster's size squared: review B5). Reads: `meta`, the node's
+ * heartbeat key, its affinity keys and its own blocks' values, and the pool's block keys
+ * (keys only, ≈ 60 bytes each). How many addresses the node borrows, and the pool's free
+ * addresses, need every block: `ipwarden pool status` shows them.
+ * @throws AppError IPAM_NOT_FOUND when the pool has no `meta`; STORE_CORRUPT for a value that does
+ *   not decode; the KV's errors (STORE_UNAVAILABLE, CNI 11).
+ */
+export async function poolNodeSample(kv: KV, prefix: string, pool: string, node: string): Promise<PoolNodeSample> {
+  const base = `${prefix}/pools/${pool}`;
+  const metaEntry = await kv.get(`${base}/meta`);
+  if (metaEntry === null) throw new AppError('IPAM_NOT_FOUND', `pool ${pool} has no data in ${kv.description} under ${prefix} (no ${base}/meta key: never used)`);
+  const meta = decodeMeta(metaEntry);
+  const sizes = { blockSize4: meta.blockSize, blockSize6: meta.blockSize6 };
+  const total = meta.rangeSets.reduce((a, rs) => a + countBlocks(rs, sizes), 0n);
+  const claimedBlocks = (await kv.list(`${base}/blocks/`, { keysOnly: true })).length;
+  const alive = (await kv.get(`${base}/alive/${node}`)) !== null;
+  const affPrefix = `${base}/nodes/${node}/blocks/`;
+  let blocks = 0;
+  let held = 0;
+  for (const a of await kv.list(affPrefix, { keysOnly: true })) {
+    const key = a.key.slice(affPrefix.length);
+    const cidrText = blockKeyCidr(key);
+    if (cidrText === null) throw corrupt(a.key, 'not the affinity key of a block');
+    const e = await kv.get(`${base}/blocks/${key}`);
+    if (e === null) continue; // given back between the two reads
+    const b = decodeBlock(e, cidrText);
+    if (b.node !== node) continue;
+    blocks++;
+    held += Object.values(b.allocs).filter((x) => x.reserve !== true && x.node === node).length;
+  }
+  const unclaimed = total - BigInt(claimedBlocks);
+  return { blocks, held, claimedBlocks, unclaimedBlocks: Number(unclaimed < 0n ? 0n : unclaimed), alive };
 }

@@ -177,14 +177,13 @@ test('a real Prometheus sees the cluster pool series of a daemon serving a pool 
     // The gauges, read from etcd by the daemon (at most every 10 s): 2 addresses held in the node's one block.
     await prom.waitFor(`ipwarden_pool_node_addresses{${sel}}`, (r) => one(r) === 2, 120_000);
     assert.equal(await value(`ipwarden_pool_node_blocks{${sel}}`), 1);
-    assert.equal(await value(`ipwarden_pool_node_borrowed_addresses{${sel}}`), 0);
-    assert.equal(await value(`ipwarden_pool_free_addresses{${sel}}`), 27);
     assert.equal(await value(`ipwarden_pool_claimed_blocks{${sel}}`), 1);
+    assert.equal(await value(`ipwarden_pool_unclaimed_blocks{${sel}}`), 1, "a /27 in /28 blocks: 2, one claimed");
     assert.equal(await value(`ipwarden_pool_node_alive{${sel}}`), 1, 'the daemon announced the node at start: its heartbeat key exists');
     assert.deepEqual(await prom.query('ipwarden_pool_status_read_errors_total'), []);
     // Each documented pool series is in docs/metrics.md's table.
     const md = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
-    for (const name of ['ipwarden_pool_requests_total', 'ipwarden_pool_request_duration_seconds', 'ipwarden_pool_etcd_transactions_total', 'ipwarden_pool_batch_size', 'ipwarden_pool_node_blocks', 'ipwarden_pool_node_addresses', 'ipwarden_pool_node_borrowed_addresses', 'ipwarden_pool_free_addresses', 'ipwarden_pool_claimed_blocks', 'ipwarden_pool_node_alive', 'ipwarden_pool_status_read_errors_total']) {
+    for (const name of ['ipwarden_pool_requests_total', 'ipwarden_pool_request_duration_seconds', 'ipwarden_pool_etcd_transactions_total', 'ipwarden_pool_batch_size', 'ipwarden_pool_node_blocks', 'ipwarden_pool_node_addresses', 'ipwarden_pool_claimed_blocks', 'ipwarden_pool_unclaimed_blocks', 'ipwarden_pool_node_alive', 'ipwarden_pool_status_read_errors_total']) {
       assert.ok(md.includes(`| \`${name}\` |`), `${name} is in the series table`);
     }
   } finally {

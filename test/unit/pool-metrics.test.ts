@@ -20,6 +20,7 @@ import type { PoolSample } from '../../src/cni/pool.ts';
 import type { KVCompare, KVEntry, KVOp, KVTxnResult } from '../../src/store/kv.ts';
 import { AppError } from '../../src/common/errors.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
+import { poolNodeSample } from '../../src/ipam/pool-status.ts';
 
 /** A memory KV whose next transactions can be made to lose a race, fail unavailable, or wait at a gate. */
 class TestKV extends MemoryKV {
@@ -129,14 +130,13 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
       for (const id of ['a1', 'a2']) await s.add(conf, { containerId: id, ifname: 'eth0' });
       await b.add(conf, { containerId: 'b1', ifname: 'eth0' });
       const gauges = (text: string) =>
-        ['node_blocks', 'node_addresses', 'node_borrowed_addresses', 'free_addresses', 'claimed_blocks', 'node_alive'].flatMap((g) => series(text, `ipwarden_pool_${g}`));
+        ['node_blocks', 'node_addresses', 'claimed_blocks', 'unclaimed_blocks', 'node_alive'].flatMap((g) => series(text, `ipwarden_pool_${g}`));
       // 10.83.0.0/24: 253 allocatable addresses (.2–.254: .1 is the gateway), 3 held.
       const expected = [
         `ipwarden_pool_node_blocks{${L}} 1`,
         `ipwarden_pool_node_addresses{${L}} 2`,
-        `ipwarden_pool_node_borrowed_addresses{${L}} 0`,
-        `ipwarden_pool_free_addresses{${L}} 250`,
         `ipwarden_pool_claimed_blocks{${L}} 2`,
+        `ipwarden_pool_unclaimed_blocks{${L}} 14`, // a /24 in /28 blocks: 16
         `ipwarden_pool_node_alive{${L}} 1`,
       ];
       assert.deepEqual(gauges(await m.text()), expected);
@@ -160,6 +160,28 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
       assert.deepEqual(series(text, 'ipwarden_pool_status_read_errors_total'), [`ipwarden_pool_status_read_errors_total{${L}} 1`]);
     } finally {
       await s.close();
+      await b.close();
+    }
+  });
+
+  it("a node's sample reads its own blocks' values and only the keys of the pool's other blocks (review B5: never every block value)", async () => {
+    const kv = new MemoryKV();
+    const a = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined);
+    const b = new PoolSessions({ NODE_NAME: 'node-b' }, () => kv, () => () => undefined);
+    try {
+      await a.add(conf, { containerId: 'a1', ifname: 'eth0' });
+      // node-b fills 3 blocks of /28 (14–16 addresses each).
+      for (let i = 0; i < 40; i++) await b.add(conf, { containerId: `b${i}`, ifname: 'eth0' });
+      const valueReads: string[] = [];
+      const spy = Object.create(kv) as MemoryKV;
+      spy.get = async (k: string) => (valueReads.push(k), kv.get(k));
+      spy.list = async (p: string, o?: { keysOnly?: boolean }) => (o?.keysOnly === true ? kv.list(p, o) : (valueReads.push(`${p}*`), kv.list(p, o)));
+      const sample = await poolNodeSample(spy, '/ipwarden', 'p1', 'node-a');
+      assert.deepEqual(sample, { blocks: 1, held: 1, claimedBlocks: 4, unclaimedBlocks: 12, alive: true });
+      const aBlock = Object.keys(kv.dump()).find((k) => k.startsWith('/ipwarden/pools/p1/nodes/node-a/blocks/'))?.split('/').pop();
+      assert.deepEqual(valueReads, ['/ipwarden/pools/p1/meta', '/ipwarden/pools/p1/alive/node-a', `/ipwarden/pools/p1/blocks/${aBlock}`]);
+    } finally {
+      await a.close();
       await b.close();
     }
   });
@@ -223,7 +245,7 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
     assert.equal(calls, 1);
     await m.text();
     assert.equal(calls, 1, 'the running read is joined, not repeated');
-    finish([{ pool: 'p1', node: 'node-a', blocks: 2, held: 3, borrowed: 1, free: 7, claimedBlocks: 4, alive: false }]);
+    finish([{ pool: 'p1', node: 'node-a', blocks: 2, held: 3, claimedBlocks: 4, unclaimedBlocks: 7, alive: false }]);
     await until(() => m.pools.reads === 1, 'one read');
     const later = await m.text();
     assert.deepEqual(series(later, 'ipwarden_pool_node_blocks'), [`ipwarden_pool_node_blocks{${L}} 2`]);
