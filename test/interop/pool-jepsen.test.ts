@@ -171,6 +171,8 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
         );
         child = c;
         children.add(c);
+        // A write to a process that has just died fails here; its waiters get their answer from the exit handler.
+        c.stdin?.on('error', () => undefined);
         const mine = new Map<number, (a: Answer) => void>();
         waiting = mine;
         let err = '';
@@ -202,9 +204,13 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
             r();
           }),
         );
-        const t0 = Date.now();
-        await Promise.race([isReady, exited, sleep(60_000)]);
-        if (c.exitCode !== null || c.signalCode !== null || Date.now() - t0 >= 60_000) throw new Error(`${name}'s allocator process did not start: ${err}`);
+        let isUp = false;
+        void isReady.then(() => (isUp = true));
+        await Promise.race([isReady, exited, sleep(90_000)]);
+        if (!isUp || c.exitCode !== null || c.signalCode !== null) {
+          await killChild(c);
+          throw new Error(`${name}'s allocator process did not start: ${err}`);
+        }
       };
       await launch();
       let next = 0;
@@ -223,8 +229,11 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
               w.delete(id);
               res({ outcome: 'unknown', error: { msg: `no answer in ${timeoutMs} ms: node process killed` } });
               if (child === c && relaunching === null) {
+                // A relaunch that fails (etcd unreachable for 90 s on a loaded machine) leaves a dead
+                // process: the next op gets no answer, times out and relaunches again.
                 relaunching = killChild(c)
                   .then(launch)
+                  .catch(() => undefined)
                   .finally(() => (relaunching = null));
               }
             }, timeoutMs);
