@@ -80,6 +80,7 @@ export function statusTable(r: StatusReport): string {
   let out = runtimeLine(r.runtime);
   out += renderTable(['NETWORK', 'SET', 'RANGE', 'CAPACITY', 'RESERVED', 'LIVE', 'GRACE', 'LEAKED', 'CORRUPT', 'FREE'], rows);
   if (r.networks.length === 0) out += `no networks (${r.layout.cniConfDir}; ${r.layout.dataDirs.join(', ')})\n`;
+  for (const p of r.layout.poolNetworks) out += `network ${p.name} (${p.file}) allocates from cluster pool ${p.pool}: see ipwarden pool status --pool ${p.pool}\n`;
   for (const e of r.layout.configErrors) out += `config ${e.file}: ${e.error}\n`;
   return out;
 }

@@ -310,8 +310,16 @@ interface Conn {
 }
 
 /** `hooks` with every ADD given `signal`. */
-function withSignal(hooks: PoolHooks, signal: AbortSignal): PoolHooks {
-  return { add: (conf, req) => hooks.add(conf, req, signal), del: (id, req) => hooks.del(id, req), find: (conf, req) => hooks.find(conf, req) };
+function withSignal(hooks: PoolHooks, conn: Conn): PoolHooks {
+  // The request's network, for its log line (a pool network opens no store that would name it).
+  const named = (name: string): void => {
+    conn.network = name;
+  };
+  return {
+    add: (conf, req) => (named(conf.name), hooks.add(conf, req, conn.abort.signal)),
+    del: (id, req) => (named(id.name), hooks.del(id, req)),
+    find: (conf, req) => (named(conf.name), hooks.find(conf, req)),
+  };
 }
 
 /** The client went away: nothing can be answered any more; a queued pool ADD is not sent. */
@@ -447,7 +455,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       decoders,
       ...(h === undefined ? {} : { heal: h }),
       // The request's pool ADD carries its client's signal: queued, it is not sent once the shim is gone.
-      ...(opts.pool === undefined ? {} : { pool: withSignal(opts.pool, conn.abort.signal) }),
+      ...(opts.pool === undefined ? {} : { pool: withSignal(opts.pool, conn) }),
     };
   };
 

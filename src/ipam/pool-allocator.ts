@@ -513,6 +513,8 @@ export class PoolAllocator {
         }
       }
       let mineComplete = false;
+      /** A claim (or a borrow) decided on cached blocks: first re-read the node's blocks. */
+      let needFresh = false;
       if (lostRace) {
         this.#cache = null;
         continue;
@@ -572,6 +574,13 @@ export class PoolAllocator {
                 break;
               }
             }
+            if (pick === null && cached !== null) {
+              // The cache lists only the blocks this process knows: another process of the node
+              // (the standalone fallback) may have claimed one with free addresses since. Claim
+              // only on fresh reads, or the node holds more blocks than it needs (trial finding 10).
+              needFresh = true;
+              break;
+            }
             if (pick === null) {
               claimed ??= new Set((await kv.list(`${this.#base}/blocks/`, { keysOnly: true })).map((e) => e.key.slice(`${this.#base}/blocks/`.length)));
               const nb = this.#claimable(s, claimed);
@@ -608,6 +617,7 @@ export class PoolAllocator {
             b.dirty = true;
             got.push({ b, o: pick.o, rs: s });
           }
+          if (needFresh) break;
           if (failed !== null) {
             for (const g of got) delete g.b.value.allocs[String(g.o)];
             results[i] = failed;
@@ -639,6 +649,10 @@ export class PoolAllocator {
           }
           ops.push({ put: bk, value: JSON.stringify(b.value) });
         }
+      }
+      if (needFresh) {
+        this.#cache = null;
+        continue;
       }
       // Nothing to write unless some request got its addresses: an ADD that failed (a full range
       // set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.

@@ -112,15 +112,51 @@ function decodeBlockSize(pool: Obj, name: string, range: readonly [number, numbe
   return v;
 }
 
+/** The keys of `ipam.pool`, `ipam.pool.etcd` and `ipam.pool.etcd.tls`; any other key is refused. */
+export const POOL_KEYS: readonly string[] = ['name', 'etcd', 'blockSize', 'blockSize6'];
+const ETCD_KEYS: readonly string[] = ['endpoints', 'tls', 'prefix'];
+const TLS_KEYS: readonly string[] = ['ca', 'cert', 'key'];
+/** The pool's keys directly in `ipam`, matched exactly (host-local's own keys are not). */
+const IPAM_POOL_KEYS: readonly string[] = ['pool', 'nodeName'];
+
 /**
- * Decode `ipam.pool` (and `ipam.nodeName`). Returns null when `ipam.pool` is absent or null.
+ * Refuse a key of `obj` that is not in `known`. A misspelled pool key (`blocksize`) would
+ * otherwise be ignored and the default written into the pool's create-only `meta` for good
+ * (trial finding 3).
+ * @throws AppError IPAM_INVALID_CONFIG `<path> has an unknown key <json> (known keys: a, b)`
+ */
+function refuseUnknownKeys(obj: Obj, path: string, known: readonly string[]): void {
+  for (const k of Object.keys(obj)) {
+    if (!known.includes(k)) throw bad(`${path} has an unknown key ${JSON.stringify(k)} (known keys: ${known.join(', ')})`);
+  }
+}
+
+/**
+ * Refuse a key of `ipam` that equals a pool key ignoring case but not exactly (`"Pool"`): Go's
+ * decoder, and ipwarden's host-local keys, would match it, so the writer meant a pool; ignoring it
+ * would allocate the pool's range from node-local files (trial finding 2).
+ * @throws AppError IPAM_INVALID_CONFIG `ipam has the key <json>: pool keys are matched exactly; write "<key>"`
+ */
+function refuseCaseVariants(obj: Obj, path: string, keys: readonly string[]): void {
+  for (const k of Object.keys(obj)) {
+    const want = keys.find((w) => w.toLowerCase() === k.toLowerCase());
+    if (want !== undefined && want !== k) throw bad(`${path} has the key ${JSON.stringify(k)}: pool keys are matched exactly; write ${JSON.stringify(want)}`);
+  }
+}
+
+/**
+ * Decode `ipam.pool` (and `ipam.nodeName`). Returns null when `ipam.pool` is absent (`null` is refused).
  * @param ipam the `ipam` object of the network config
  * @throws AppError IPAM_INVALID_CONFIG with the texts of docs/cluster.md "Configuration errors"
  */
 export function decodePoolConfig(ipam: Obj): PoolConfig | null {
+  refuseCaseVariants(ipam, 'ipam', IPAM_POOL_KEYS);
   const raw = ipam['pool'];
-  if (raw === undefined || raw === null) return null;
+  if (raw === undefined) return null;
+  // `"pool": null` is what a template renders for a missing value: refused, never read as "no
+  // pool" — the node would then hand out the pool's addresses from node-local files (trial).
   if (!isObj(raw)) throw bad(`ipam.pool must be an object, got ${jsonType(raw)}`);
+  refuseUnknownKeys(raw, 'ipam.pool', POOL_KEYS);
   const name = raw['name'];
   if (typeof name !== 'string' || !CNI_NAME_RE.test(name)) {
     throw bad(`ipam.pool.name must be a name of letters, digits, '_', '.' or '-' starting with a letter or digit, got ${JSON.stringify(name ?? null)}`);
@@ -128,6 +164,7 @@ export function decodePoolConfig(ipam: Obj): PoolConfig | null {
   const etcd = raw['etcd'];
   if (etcd === undefined || etcd === null) throw bad('ipam.pool.etcd is required');
   if (!isObj(etcd)) throw bad(`ipam.pool.etcd must be an object, got ${jsonType(etcd)}`);
+  refuseUnknownKeys(etcd, 'ipam.pool.etcd', ETCD_KEYS);
   const eps = etcd['endpoints'];
   if (!Array.isArray(eps) || eps.length === 0) throw bad(`ipam.pool.etcd.endpoints must be a non-empty array of URLs, got ${Array.isArray(eps) ? '[]' : jsonType(eps ?? null)}`);
   const endpoints = eps.map((e, i) => decodeEndpoint(e, `ipam.pool.etcd.endpoints[${i}]`));
@@ -137,6 +174,7 @@ export function decodePoolConfig(ipam: Obj): PoolConfig | null {
   let tls: PoolConfig['etcd']['tls'] = null;
   if (rawTls !== undefined && rawTls !== null) {
     if (!isObj(rawTls)) throw bad(`ipam.pool.etcd.tls must be an object, got ${jsonType(rawTls)}`);
+    refuseUnknownKeys(rawTls, 'ipam.pool.etcd.tls', TLS_KEYS);
     if (!secure) throw bad('ipam.pool.etcd.tls is given but the endpoints are http://');
     const ca = decodePath(rawTls, 'ca');
     const cert = decodePath(rawTls, 'cert');

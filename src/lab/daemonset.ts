@@ -29,7 +29,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import type { Lab } from './lab.ts';
-import { PodCri, type ContainerMount, type ContainerSpec, type ContainerStatusInfo, type MountPropagation, type NamespaceMode, type PodSandboxSpec } from './pod-cri.ts';
+import type { ContainerConfig as ContainerSpec, ContainerMount, ContainerStatus as ContainerStatusInfo, MountPropagation, NamespaceMode } from '../runtime/cri-client.ts';
+import { PodCri, type PodSandboxSpec } from './pod-cri.ts';
 import { run } from './proc.ts';
 
 /** The repository's DaemonSet manifest. */

@@ -71,6 +71,12 @@ export interface Layout {
   readonly networks: readonly NetworkLayout[];
   /** Problems with configuration files: unreadable, invalid IPAM section, duplicate network name. */
   readonly configErrors: ReadonlyArray<{ file: string; error: string }>;
+  /**
+   * Networks whose `ipam` has a `pool` (docs/cluster.md): their addresses are in etcd, not in the
+   * data directory, so they are not in `networks` — counting their empty node-local directory
+   * would show the whole range free (trial finding 9). `ipwarden pool status` shows them.
+   */
+  readonly poolNetworks: ReadonlyArray<{ file: string; name: string; pool: string }>;
 }
 
 /** Counts of reservations by verdict (`unknown` only when the runtime could not be asked). */
@@ -150,6 +156,7 @@ export function layoutNetworks(opts: Pick<StatusQuery, 'cniConfDir' | 'dataDir' 
   }
   const configs = readCniConfigs(cniConfDir);
   const configErrors: Array<{ file: string; error: string }> = [];
+  const poolNetworks: Array<{ file: string; name: string; pool: string }> = [];
   const byKey = new Map<string, NetworkLayout>();
   const key = (dataDir: string, name: string): string => `${dataDir}\0${name}`;
   const dataDirs = new Set<string>(opts.dataDir !== undefined ? [opts.dataDir] : []);
@@ -157,6 +164,10 @@ export function layoutNetworks(opts: Pick<StatusQuery, 'cniConfDir' | 'dataDir' 
   for (const c of configs) {
     if (c.error !== null) configErrors.push({ file: c.file, error: c.error });
     if (c.ipam === null || c.name === null) continue;
+    if (c.ipam.pool !== undefined && c.ipam.pool !== null) {
+      if (opts.network === undefined || opts.network === c.name) poolNetworks.push({ file: c.file, name: c.name, pool: c.ipam.pool.name });
+      continue;
+    }
     const dataDir = opts.dataDir ?? c.ipam.dataDir;
     const k = key(dataDir, c.name);
     const first = byKey.get(k);
@@ -180,14 +191,14 @@ export function layoutNetworks(opts: Pick<StatusQuery, 'cniConfDir' | 'dataDir' 
   );
   if (opts.network !== undefined) {
     networks = networks.filter((n) => n.name === opts.network);
-    if (networks.length === 0) {
+    if (networks.length === 0 && poolNetworks.length === 0) {
       throw new AppError(
         'IPAM_NOT_FOUND',
         `no network ${opts.network}: no configuration in ${cniConfDir} and no directory in ${[...dataDirs].sort().join(', ')}`,
       );
     }
   }
-  return { cniConfDir, configs, dataDirs: [...dataDirs].sort(), networks, configErrors };
+  return { cniConfDir, configs, dataDirs: [...dataDirs].sort(), networks, configErrors, poolNetworks };
 }
 
 function emptyCounts(): VerdictCounts {
@@ -368,6 +379,8 @@ export interface StatusJson {
   dataDirs: string[];
   networks: NetworkJson[];
   configErrors: Array<{ file: string; error: string }>;
+  /** Networks of cluster pools (not counted here: `ipwarden pool status`). */
+  poolNetworks: Array<{ file: string; name: string; pool: string }>;
 }
 
 function bigJson(n: bigint): BigCountJson {
@@ -417,5 +430,6 @@ export function statusToJson(r: StatusReport): StatusJson {
       total: countsJson(n.total, r.verdicts),
     })),
     configErrors: r.layout.configErrors.map((e) => ({ ...e })),
+    poolNetworks: r.layout.poolNetworks.map((e) => ({ ...e })),
   };
 }

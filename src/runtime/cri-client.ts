@@ -1,7 +1,9 @@
 /**
  * A thin, typed client for the CRI `runtime.v1.RuntimeService` over a local unix socket.
  *
- * Only the calls ipwarden uses are exposed (house style 12). The schema is our own subset
+ * Only the calls ipwarden uses are exposed (house style 12): the sandbox calls the reconciler and
+ * heal make, plus the sandbox and container calls the tests and the lab make to run pods the way a
+ * kubelet does (src/lab/pod-cri.ts, src/lab/daemonset.ts). The schema is our own subset
  * (`src/runtime/cri.proto`), embedded as a string (`generated/cri-proto.ts`) and loaded with
  * protobufjs `parse()` + proto-loader `fromJSON()`, so a single-file esbuild bundle works with no
  * `.proto` beside it.
@@ -12,7 +14,9 @@
  * throws {@link ClosedError}.
  *
  * Facts about the API (field meanings, containerd 1.6 behaviour) come from
- * shared/reference/containerd-lab.md.
+ * shared/reference/containerd-lab.md; those of the container calls from the public CRI API
+ * (kubernetes/cri-api `pkg/apis/runtime/v1/api.proto`) and, for containerd 1.6.20's answers
+ * (exit codes and reasons, `image_ref`, NOT_FOUND), from test/e2e/cri-client.test.ts on the lab.
  */
 import { lstatSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
@@ -84,6 +88,28 @@ export interface RuntimeVersion {
   runtimeApiVersion: string;
 }
 
+/** CRI `NamespaceMode` of a pod or container namespace (`TARGET` is not used). */
+export type NamespaceMode = 'POD' | 'CONTAINER' | 'NODE';
+
+/**
+ * CRI `NamespaceOption`: which network, PID and IPC namespaces a sandbox or container gets. The
+ * kubelet's translation: `hostNetwork` → network NODE (else POD), `hostPID` → pid NODE (else
+ * CONTAINER), `hostIPC` → ipc NODE (else POD).
+ */
+export interface NamespaceOptions {
+  network: NamespaceMode;
+  pid: NamespaceMode;
+  ipc: NamespaceMode;
+}
+
+/** One CRI `PortMapping` of a sandbox (ports 0–65535; `hostPort` 0 = none). */
+export interface PortMapping {
+  containerPort: number;
+  hostPort: number;
+  /** Default TCP. */
+  protocol?: 'TCP' | 'UDP' | 'SCTP';
+}
+
 /** What {@link CriClient.runPodSandbox} creates (a subset of CRI `PodSandboxConfig`). */
 export interface SandboxConfig {
   name: string;
@@ -91,14 +117,121 @@ export interface SandboxConfig {
   namespace: string;
   /** Default 0. */
   attempt?: number;
+  /** Default `name`; '' only with network namespace NODE (CRI: the node's hostname then applies). */
   hostname?: string;
+  /** Absolute directory of the containers' logs (kubelet: `/var/log/pods/<ns>_<name>_<uid>`); default ''. */
   logDirectory?: string;
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
   /** `linux.cgroup_parent`, e.g. `/ipwarden-lab-1234` (cgroupfs driver). */
   cgroupParent?: string;
+  /** `linux.security_context.namespace_options`; absent = the runtime's default (all POD). */
+  namespaces?: NamespaceOptions;
+  /** `port_mappings`; default none. */
+  portMappings?: PortMapping[];
   /** Runtime handler; default '' (the runtime's default). */
   runtimeHandler?: string;
+}
+
+/** CRI `MountPropagation`. */
+export type MountPropagation = 'PROPAGATION_PRIVATE' | 'PROPAGATION_HOST_TO_CONTAINER' | 'PROPAGATION_BIDIRECTIONAL';
+
+/** One bind mount of a container (CRI `Mount`; `selinux_relabel` false). */
+export interface ContainerMount {
+  /** Absolute path in the container. */
+  containerPath: string;
+  /** Absolute path on the host. */
+  hostPath: string;
+  readonly: boolean;
+  propagation: MountPropagation;
+}
+
+/**
+ * What {@link CriClient.createContainer} creates (CRI `ContainerConfig`, the subset a kubelet fills
+ * from a pod spec; `privileged` false, no working dir, no annotations).
+ */
+export interface ContainerConfig {
+  name: string;
+  /** Restart count (`metadata.attempt`); default 0. */
+  attempt?: number;
+  /** Image reference as the runtime knows it (`localhost/ipwarden:0.1.0`). */
+  image: string;
+  /** The pod spec's `command` (replaces the image entrypoint); [] keeps it. */
+  command: string[];
+  /** The pod spec's `args` (replace the image cmd). */
+  args: string[];
+  env: { key: string; value: string }[];
+  mounts: ContainerMount[];
+  /** Relative to the sandbox's log directory (kubelet: `<container name>/<restart count>.log`). */
+  logPath: string;
+  labels?: Record<string, string>;
+  /**
+   * `securityContext` as CRI: capabilities (names without `CAP_`, containerd adds it), uid/gid,
+   * read-only root, no_new_privs (= !allowPrivilegeEscalation), SELinux type, namespaces.
+   */
+  security: {
+    addCapabilities: string[];
+    dropCapabilities: string[];
+    runAsUser?: number;
+    runAsGroup?: number;
+    readonlyRootfs: boolean;
+    noNewPrivs: boolean;
+    /** Deprecated string form (`unconfined`, `runtime/default`), the one containerd 1.6 reads; default ''. */
+    apparmorProfile?: string;
+    seLinuxType?: string;
+    namespaces: NamespaceOptions;
+  };
+  /** Limits as cgroup values: CFS quota and period (µs), shares, memory limit (bytes); 0 = unset. */
+  resources: { cpuPeriod: number; cpuQuota: number; cpuShares: number; memoryLimitBytes: number };
+}
+
+/** CRI `ContainerState`: `CONTAINER_CREATED` → `'created'`, and so on. */
+export type ContainerState = 'created' | 'running' | 'exited' | 'unknown';
+
+/** One container as listed by `ListContainers` (CRI `Container`). */
+export interface Container {
+  /** Full container id (64 hex for containerd). */
+  id: string;
+  /** Id of the sandbox it belongs to. */
+  sandboxId: string;
+  /** `metadata.name`. */
+  name: string;
+  /** `metadata.attempt` (the restart count). */
+  attempt: number;
+  /** Image as asked for (`image.image`). */
+  image: string;
+  /** Reference of the image it runs (CRI `image_ref`; containerd 1.6: its image id, `sha256:<config digest>`). */
+  imageRef: string;
+  state: ContainerState;
+  /** Creation time, nanoseconds since the Unix epoch. */
+  createdAtNs: bigint;
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+}
+
+/**
+ * `ContainerStatus` result (CRI `ContainerStatus`, the fields declared in cri.proto): a listed
+ * container's fields but the sandbox id (`ContainerStatus` has none), plus how it ran.
+ */
+export interface ContainerStatus extends Omit<Container, 'sandboxId'> {
+  /** Exit code once `exited` (CRI `exit_code`; 0 before). */
+  exitCode: number;
+  /** The runtime's reason (containerd: `Completed`, `Error`, `OOMKilled`); '' while running. */
+  reason: string;
+  message: string;
+  /** Absolute log path. */
+  logPath: string;
+  /** Start and finish time, nanoseconds since the Unix epoch; 0 = not yet. */
+  startedAtNs: bigint;
+  finishedAtNs: bigint;
+}
+
+/** Filter of {@link CriClient.listContainers} (CRI `ContainerFilter`; the fields are ANDed). */
+export interface ContainerFilter {
+  id?: string;
+  state?: ContainerState;
+  sandboxId?: string;
+  labelSelector?: Record<string, string>;
 }
 
 /** Filter of {@link CriClient.listPodSandboxes} (CRI `PodSandboxFilter`). */
@@ -110,7 +243,19 @@ export interface SandboxFilter {
 
 const SERVICE = 'runtime.v1.RuntimeService';
 
-type Method = 'Version' | 'RunPodSandbox' | 'StopPodSandbox' | 'RemovePodSandbox' | 'PodSandboxStatus' | 'ListPodSandbox';
+type Method =
+  | 'Version'
+  | 'RunPodSandbox'
+  | 'StopPodSandbox'
+  | 'RemovePodSandbox'
+  | 'PodSandboxStatus'
+  | 'ListPodSandbox'
+  | 'CreateContainer'
+  | 'StartContainer'
+  | 'StopContainer'
+  | 'RemoveContainer'
+  | 'ListContainers'
+  | 'ContainerStatus';
 
 // proto-loader options: snake_case field names as in the .proto, int64 as decimal strings,
 // enums as their names, absent fields filled with defaults.
@@ -268,6 +413,122 @@ interface RawStatus extends RawSandbox {
   network: { ip: string; additional_ips: { ip: string }[] } | null;
 }
 
+interface RawContainerMetadata {
+  name: string;
+  attempt: number;
+}
+
+interface RawContainer {
+  id: string;
+  pod_sandbox_id: string;
+  metadata: RawContainerMetadata | null;
+  image: { image: string } | null;
+  image_ref: string;
+  state: string;
+  created_at: string;
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+}
+
+interface RawContainerStatus {
+  id: string;
+  metadata: RawContainerMetadata | null;
+  state: string;
+  created_at: string;
+  started_at: string;
+  finished_at: string;
+  exit_code: number;
+  image: { image: string } | null;
+  image_ref: string;
+  reason: string;
+  message: string;
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  log_path: string;
+}
+
+const CONTAINER_STATES: Record<string, ContainerState> = {
+  CONTAINER_CREATED: 'created',
+  CONTAINER_RUNNING: 'running',
+  CONTAINER_EXITED: 'exited',
+  CONTAINER_UNKNOWN: 'unknown',
+};
+
+function toContainerState(s: string): ContainerState {
+  return CONTAINER_STATES[s] ?? 'unknown';
+}
+
+function toContainer(r: RawContainer): Container {
+  return {
+    id: r.id,
+    sandboxId: r.pod_sandbox_id,
+    name: r.metadata?.name ?? '',
+    attempt: r.metadata?.attempt ?? 0,
+    image: r.image?.image ?? '',
+    imageRef: r.image_ref,
+    state: toContainerState(r.state),
+    createdAtNs: BigInt(r.created_at || '0'),
+    labels: { ...r.labels },
+    annotations: { ...r.annotations },
+  };
+}
+
+function rawNamespaces(n: NamespaceOptions): object {
+  return { network: n.network, pid: n.pid, ipc: n.ipc, target_id: '' };
+}
+
+/** CRI `PodSandboxConfig` of `c`, as RunPodSandbox and CreateContainer send it. */
+function rawSandboxConfig(c: SandboxConfig): object {
+  return {
+    metadata: { name: c.name, uid: c.uid, namespace: c.namespace, attempt: c.attempt ?? 0 },
+    hostname: c.hostname ?? c.name,
+    log_directory: c.logDirectory ?? '',
+    port_mappings: (c.portMappings ?? []).map((p) => ({ protocol: p.protocol ?? 'TCP', container_port: p.containerPort, host_port: p.hostPort, host_ip: '' })),
+    labels: c.labels ?? {},
+    annotations: c.annotations ?? {},
+    linux: {
+      cgroup_parent: c.cgroupParent ?? '',
+      ...(c.namespaces === undefined ? {} : { security_context: { namespace_options: rawNamespaces(c.namespaces) } }),
+    },
+  };
+}
+
+/** CRI `ContainerConfig` of `c`; int64 fields as decimal strings (proto-loader `longs: String`). */
+function rawContainerConfig(c: ContainerConfig): object {
+  const sec = c.security;
+  return {
+    metadata: { name: c.name, attempt: c.attempt ?? 0 },
+    image: { image: c.image },
+    command: c.command,
+    args: c.args,
+    working_dir: '',
+    envs: c.env.map((e) => ({ key: e.key, value: e.value })),
+    mounts: c.mounts.map((m) => ({ container_path: m.containerPath, host_path: m.hostPath, readonly: m.readonly, selinux_relabel: false, propagation: m.propagation })),
+    labels: c.labels ?? {},
+    annotations: {},
+    log_path: c.logPath,
+    linux: {
+      resources: {
+        cpu_period: String(c.resources.cpuPeriod),
+        cpu_quota: String(c.resources.cpuQuota),
+        cpu_shares: String(c.resources.cpuShares),
+        memory_limit_in_bytes: String(c.resources.memoryLimitBytes),
+      },
+      security_context: {
+        capabilities: { add_capabilities: sec.addCapabilities, drop_capabilities: sec.dropCapabilities },
+        privileged: false,
+        namespace_options: rawNamespaces(sec.namespaces),
+        ...(sec.seLinuxType === undefined ? {} : { selinux_options: { user: '', role: '', type: sec.seLinuxType, level: '' } }),
+        ...(sec.runAsUser === undefined ? {} : { run_as_user: { value: String(sec.runAsUser) } }),
+        ...(sec.runAsGroup === undefined ? {} : { run_as_group: { value: String(sec.runAsGroup) } }),
+        readonly_rootfs: sec.readonlyRootfs,
+        apparmor_profile: sec.apparmorProfile ?? '',
+        no_new_privs: sec.noNewPrivs,
+      },
+    },
+  };
+}
+
 function toState(s: string): SandboxState {
   return s === 'SANDBOX_READY' ? 'ready' : 'notready';
 }
@@ -411,14 +672,7 @@ export class CriClient {
    */
   async runPodSandbox(config: SandboxConfig): Promise<string> {
     const r = await this.#call<{ pod_sandbox_id: string }>('RunPodSandbox', {
-      config: {
-        metadata: { name: config.name, uid: config.uid, namespace: config.namespace, attempt: config.attempt ?? 0 },
-        hostname: config.hostname ?? config.name,
-        log_directory: config.logDirectory ?? '',
-        labels: config.labels ?? {},
-        annotations: config.annotations ?? {},
-        linux: { cgroup_parent: config.cgroupParent ?? '' },
-      },
+      config: rawSandboxConfig(config),
       runtime_handler: config.runtimeHandler ?? '',
     });
     return r.pod_sandbox_id;
@@ -434,6 +688,89 @@ export class CriClient {
     await this.#call('RemovePodSandbox', { pod_sandbox_id: id });
   }
 
+  /**
+   * Creates a container in sandbox `sandboxId` (CRI `CreateContainer`), state `created`. For tests
+   * and the lab. `sandbox` is the sandbox's own config, sent again as a kubelet does (CRI: "the
+   * same config that was passed to RunPodSandboxRequest"). Returns the container id.
+   * @throws AppError `RUNTIME_CALL_FAILED` (e.g. gRPC NOT_FOUND for an unknown sandbox or image,
+   *   see {@link grpcStatusOf}), or any code of {@link castGrpcError}.
+   */
+  async createContainer(sandboxId: string, config: ContainerConfig, sandbox: SandboxConfig): Promise<string> {
+    const r = await this.#call<{ container_id: string }>('CreateContainer', {
+      pod_sandbox_id: sandboxId,
+      config: rawContainerConfig(config),
+      sandbox_config: rawSandboxConfig(sandbox),
+    });
+    return r.container_id;
+  }
+
+  /** Starts a created container (CRI `StartContainer`). For tests and the lab. */
+  async startContainer(id: string): Promise<void> {
+    await this.#call('StartContainer', { container_id: id });
+  }
+
+  /**
+   * Stops a container (CRI `StopContainer`): the image's stop signal (SIGTERM by default), SIGKILL
+   * after `graceSeconds` (whole seconds; 0 = at once). Idempotent in the runtime. The call's
+   * deadline is the client's plus `graceSeconds`, as the kubelet's (`remote_runtime.go`
+   * StopContainer: "timeout + default timeout … to leave extra time for SIGKILL"). For tests and the lab.
+   */
+  async stopContainer(id: string, graceSeconds: number): Promise<void> {
+    await this.#call('StopContainer', { container_id: id, timeout: String(graceSeconds) }, this.timeoutSeconds + graceSeconds);
+  }
+
+  /** Removes a container (CRI `RemoveContainer`), killing it first if it runs. Idempotent in the runtime. For tests and the lab. */
+  async removeContainer(id: string): Promise<void> {
+    await this.#call('RemoveContainer', { container_id: id });
+  }
+
+  /** Lists containers in every state (CRI `ListContainers`), optionally filtered (fields ANDed). */
+  async listContainers(filter?: ContainerFilter): Promise<Container[]> {
+    const req =
+      filter === undefined
+        ? {}
+        : {
+            filter: {
+              id: filter.id ?? '',
+              ...(filter.state === undefined ? {} : { state: { state: `CONTAINER_${filter.state.toUpperCase()}` } }),
+              pod_sandbox_id: filter.sandboxId ?? '',
+              label_selector: filter.labelSelector ?? {},
+            },
+          };
+    const r = await this.#call<{ containers: RawContainer[] }>('ListContainers', req);
+    return r.containers.map(toContainer);
+  }
+
+  /**
+   * Status of one container (CRI `ContainerStatus`, not verbose).
+   * @throws AppError `RUNTIME_CALL_FAILED` with gRPC NOT_FOUND ({@link grpcStatusOf}) for an unknown
+   *   id, or without a gRPC status when the answer holds no status.
+   */
+  async containerStatus(id: string): Promise<ContainerStatus> {
+    const r = await this.#call<{ status: RawContainerStatus | null }>('ContainerStatus', { container_id: id, verbose: false });
+    if (r.status === null) {
+      throw new AppError('RUNTIME_CALL_FAILED', `CRI RuntimeService/ContainerStatus at ${this.endpoint.url} returned no status for ${id}`);
+    }
+    const s = r.status;
+    return {
+      id: s.id,
+      name: s.metadata?.name ?? '',
+      attempt: s.metadata?.attempt ?? 0,
+      state: toContainerState(s.state),
+      exitCode: s.exit_code,
+      reason: s.reason,
+      message: s.message,
+      image: s.image?.image ?? '',
+      imageRef: s.image_ref,
+      logPath: s.log_path,
+      createdAtNs: BigInt(s.created_at || '0'),
+      startedAtNs: BigInt(s.started_at || '0'),
+      finishedAtNs: BigInt(s.finished_at || '0'),
+      labels: { ...s.labels },
+      annotations: { ...s.annotations },
+    };
+  }
+
   /** Closes the channel. Idempotent; later calls throw {@link ClosedError}. */
   close(): void {
     if (this.#closed) return;
@@ -441,13 +778,13 @@ export class CriClient {
     this.#client.close();
   }
 
-  #call<T>(method: Method, req: object): Promise<T> {
+  /** One call with the client's deadline, or `timeoutSeconds` when given. */
+  #call<T>(method: Method, req: object, timeoutSeconds = this.timeoutSeconds): Promise<T> {
     if (this.#closed) return Promise.reject(new ClosedError('CRI client'));
-    return unary<T>(this.#client, this.endpoint, this.timeoutSeconds, method, req);
+    return unary<T>(this.#client, this.endpoint, timeoutSeconds, method, req);
   }
 }
 
-/** One unary call with a deadline; every failure leaves as an AppError. */
 /**
  * Does the socket at `ep` speak HTTP/2 (send its SETTINGS) within `timeoutSeconds`? A listener
  * that accepts and never answers (a socket of some other program found in a process's ancestry)
@@ -478,6 +815,7 @@ function http2Preflight(ep: RuntimeEndpoint, timeoutSeconds: number): Promise<vo
   });
 }
 
+/** One unary call with a deadline of `timeoutSeconds`; every failure leaves as an AppError ({@link castGrpcError}). */
 function unary<T>(client: grpc.Client, ep: RuntimeEndpoint, timeoutSeconds: number, method: Method, req: object): Promise<T> {
   const def = methodDef(method);
   return new Promise<T>((resolve, reject) => {

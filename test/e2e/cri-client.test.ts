@@ -1,4 +1,4 @@
-// CriClient against a real containerd (the lab) plus the error cases against fake endpoints.
+// CriClient against a real containerd (the lab): sandbox and container calls, and the lab's PodCri on top of it; plus the error cases against fake endpoints.
 // The lab part needs root and Debian's containerd, runc and containernetworking-plugins: with
 // CI=true their absence fails the suite, otherwise it is skipped with the reason.
 import { after, before, describe, it } from 'node:test';
@@ -11,8 +11,10 @@ import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { build } from 'esbuild';
 import { AppError, ClosedError } from '../../src/common/errors.ts';
-import { CriClient, grpcStatusOf } from '../../src/runtime/cri-client.ts';
+import { CriClient, grpcStatusOf, type ContainerConfig, type SandboxConfig } from '../../src/runtime/cri-client.ts';
+import { PAUSE_IMAGE } from '../../src/lab/image.ts';
 import { labUnavailableReason, startLab, type Lab } from '../../src/lab/lab.ts';
+import { PodCri, type PodSandboxSpec } from '../../src/lab/pod-cri.ts';
 import { isAlive } from '../../src/lab/proc.ts';
 
 const unavailable = labUnavailableReason();
@@ -20,6 +22,34 @@ const ciMustRun = process.env['CI'] === 'true';
 const repo = join(import.meta.dirname, '..', '..');
 
 /** Asserts that `p` rejects with an AppError of `code`, exact `message` and `retryable`. */
+/** A container of the lab's pause image (exits 0 on SIGTERM), with what the kubelet would fill. */
+function pauseContainer(name: string, namespaces: ContainerConfig['security']['namespaces']): ContainerConfig {
+  return {
+    name,
+    image: PAUSE_IMAGE,
+    command: [],
+    args: [],
+    env: [{ key: 'IPWARDEN_TEST', value: name }],
+    mounts: [],
+    logPath: `${name}/0.log`,
+    labels: { 'ipwarden-test': name },
+    security: { addCapabilities: [], dropCapabilities: [], readonlyRootfs: true, noNewPrivs: true, namespaces },
+    resources: { cpuPeriod: 0, cpuQuota: 0, cpuShares: 2, memoryLimitBytes: 0 },
+  };
+}
+
+/** Asserts that `p` rejects with RUNTIME_CALL_FAILED, gRPC NOT_FOUND, and a message starting `CRI RuntimeService/<method> at <endpoint> failed: NOT_FOUND: `. */
+async function rejectsNotFound(p: Promise<unknown>, method: string, endpoint: string): Promise<void> {
+  await assert.rejects(p, (e: unknown) => {
+    assert.ok(e instanceof AppError, `not an AppError: ${String(e)}`);
+    assert.equal(e.code, 'RUNTIME_CALL_FAILED');
+    assert.equal(e.isRetryable, false);
+    assert.equal(grpcStatusOf(e), grpc.status.NOT_FOUND);
+    assert.ok(e.message.startsWith(`CRI RuntimeService/${method} at ${endpoint} failed: NOT_FOUND: `), e.message);
+    return true;
+  });
+}
+
 async function rejectsWith(p: Promise<unknown>, code: string, message: string, retryable: boolean): Promise<void> {
   await assert.rejects(p, (e: unknown) => {
     assert.ok(e instanceof AppError, `not an AppError: ${String(e)}`);
@@ -136,6 +166,150 @@ void main();
     }
   });
 
+  describe('containers (CreateContainer, StartContainer, ListContainers, ContainerStatus, StopContainer, RemoveContainer)', () => {
+    const ns = { network: 'POD', pid: 'NODE', ipc: 'POD' } as const;
+    let sandbox: SandboxConfig;
+    let sandboxId = '';
+    let first = '';
+
+    before(async () => {
+      const l = lab!;
+      const logDirectory = join(l.scratch, 'cri-client-test-logs');
+      mkdirSync(logDirectory);
+      sandbox = {
+        name: 'ctr',
+        uid: `${l.tag}-ctr`,
+        namespace: 'ipwarden-lab',
+        labels: { 'ipwarden-lab': l.tag },
+        cgroupParent: l.cgroupParent,
+        logDirectory,
+        namespaces: ns,
+        portMappings: [{ containerPort: 8080, hostPort: 18080 }],
+      };
+      sandboxId = await l.cri.runPodSandbox(sandbox);
+    });
+
+    it("the sandbox's namespace options and port mappings reach the runtime (pid NODE: no pid namespace in its spec)", async () => {
+      const st = await lab!.cri.podSandboxStatus(sandboxId, true);
+      const info = JSON.parse(st.info['info'] ?? '{}') as {
+        runtimeSpec: { linux: { namespaces: { type: string }[] } };
+        config: { hostname?: string; port_mappings: unknown[]; linux: { security_context: { namespace_options: Record<string, number> } } };
+      };
+      assert.deepEqual(info.runtimeSpec.linux.namespaces.map((n) => n.type).sort(), ['ipc', 'mount', 'network', 'uts']);
+      assert.deepEqual(info.config.linux.security_context.namespace_options, { pid: 2 });
+      assert.deepEqual(info.config.port_mappings, [{ container_port: 8080, host_port: 18080 }]);
+      assert.equal(info.config.hostname, 'ctr', 'hostname defaults to the pod name');
+    });
+
+    it('CreateContainer → created; StartContainer → running, its log file in the sandbox log directory; ListContainers by sandbox, state and label', async () => {
+      const cri = lab!.cri;
+      first = await cri.createContainer(sandboxId, pauseContainer('c1', ns), sandbox);
+      assert.match(first, /^[0-9a-f]{64}$/);
+      const created = await cri.containerStatus(first);
+      assert.equal(created.state, 'created');
+      assert.equal(created.startedAtNs, 0n);
+      await cri.startContainer(first);
+      const st = await cri.containerStatus(first);
+      assert.equal(st.id, first);
+      assert.equal(st.name, 'c1');
+      assert.equal(st.attempt, 0);
+      assert.equal(st.state, 'running');
+      assert.equal(st.exitCode, 0);
+      assert.equal(st.reason, '');
+      assert.equal(st.image, PAUSE_IMAGE);
+      assert.match(st.imageRef, /^sha256:[0-9a-f]{64}$/);
+      assert.equal(st.logPath, join(sandbox.logDirectory!, 'c1/0.log'));
+      assert.ok(existsSync(st.logPath), 'log file created');
+      assert.deepEqual(st.labels, { 'ipwarden-test': 'c1' });
+      assert.ok(st.createdAtNs > 1_600_000_000_000_000_000n && st.startedAtNs >= st.createdAtNs);
+      assert.equal(st.finishedAtNs, 0n);
+
+      const bySandbox = await cri.listContainers({ sandboxId });
+      assert.deepEqual(
+        bySandbox.map((c) => ({ id: c.id, sandboxId: c.sandboxId, name: c.name, image: c.image, imageRef: c.imageRef, state: c.state, labels: c.labels })),
+        [{ id: first, sandboxId, name: 'c1', image: PAUSE_IMAGE, imageRef: st.imageRef, state: 'running', labels: { 'ipwarden-test': 'c1' } }],
+      );
+      assert.equal(bySandbox[0]?.createdAtNs, st.createdAtNs);
+      assert.deepEqual((await cri.listContainers()).map((c) => c.id), [first]);
+      assert.deepEqual((await cri.listContainers({ state: 'running' })).map((c) => c.id), [first]);
+      assert.deepEqual(await cri.listContainers({ state: 'exited' }), []);
+      assert.deepEqual((await cri.listContainers({ labelSelector: { 'ipwarden-test': 'c1' } })).map((c) => c.id), [first]);
+      assert.deepEqual(await cri.listContainers({ labelSelector: { 'ipwarden-test': 'other' } }), []);
+      assert.deepEqual((await cri.listContainers({ id: first })).map((c) => c.id), [first]);
+    });
+
+    it('StopContainer with a grace period: SIGTERM, exit 0 (Completed); with 0: SIGKILL, exit 137 (Error); a second stop is no error', async () => {
+      const cri = lab!.cri;
+      await cri.stopContainer(first, 5);
+      const st = await cri.containerStatus(first);
+      assert.deepEqual([st.state, st.exitCode, st.reason], ['exited', 0, 'Completed']);
+      assert.ok(st.finishedAtNs >= st.startedAtNs && st.startedAtNs > 0n);
+      await cri.stopContainer(first, 5);
+
+      const second = await cri.createContainer(sandboxId, pauseContainer('c2', ns), sandbox);
+      await cri.startContainer(second);
+      await cri.stopContainer(second, 0);
+      const killed = await cri.containerStatus(second);
+      assert.deepEqual([killed.state, killed.exitCode, killed.reason], ['exited', 137, 'Error']);
+      assert.deepEqual((await cri.listContainers({ state: 'exited' })).map((c) => c.id).sort(), [first, second].sort());
+      await cri.removeContainer(second);
+    });
+
+    it('RemoveContainer: gone from ListContainers, ContainerStatus then NOT_FOUND; a second remove is no error', async () => {
+      const cri = lab!.cri;
+      await cri.removeContainer(first);
+      assert.deepEqual(await cri.listContainers({ sandboxId }), []);
+      await rejectsNotFound(cri.containerStatus(first), 'ContainerStatus', lab!.endpoint);
+      await cri.removeContainer(first);
+    });
+
+    it('unknown ids: CreateContainer in an unknown sandbox, StartContainer of an unknown container → RUNTIME_CALL_FAILED with gRPC NOT_FOUND', async () => {
+      const cri = lab!.cri;
+      const bogus = 'f'.repeat(64);
+      await rejectsNotFound(cri.createContainer(bogus, pauseContainer('c3', ns), sandbox), 'CreateContainer', lab!.endpoint);
+      await rejectsNotFound(cri.startContainer(bogus), 'StartContainer', lab!.endpoint);
+      await rejectsNotFound(cri.containerStatus(bogus), 'ContainerStatus', lab!.endpoint);
+    });
+
+    it("PodCri (the lab's kubelet) runs a host-network pod with a container through the same client, then closes", async () => {
+      const l = lab!;
+      const pods = PodCri.open(l.endpoint);
+      const hostNs = { network: 'NODE', pid: 'NODE', ipc: 'POD' } as const;
+      const spec: PodSandboxSpec = {
+        name: 'hostpod',
+        uid: `${l.tag}-hostpod`,
+        namespace: 'ipwarden-lab',
+        labels: { 'ipwarden-lab': l.tag },
+        logDirectory: sandbox.logDirectory!,
+        cgroupParent: l.cgroupParent,
+        namespaces: hostNs,
+      };
+      try {
+        const id = await pods.runPodSandbox(spec);
+        const info = JSON.parse((await l.cri.podSandboxStatus(id, true)).info['info'] ?? '{}') as { config: { hostname?: string }; runtimeSpec: { linux: { namespaces: { type: string }[] } } };
+        assert.equal(info.config.hostname ?? '', '', "PodCri's hostname defaults to '' (the node's)");
+        assert.ok(!info.runtimeSpec.linux.namespaces.some((n) => n.type === 'network'), 'host network');
+        const cid = await pods.createContainer(id, spec, pauseContainer('h1', hostNs));
+        await pods.startContainer(cid);
+        assert.equal((await pods.containerStatus(cid)).state, 'running');
+        await pods.stopContainer(cid, 5);
+        assert.deepEqual([(await pods.containerStatus(cid)).exitCode, (await pods.containerStatus(cid)).reason], [0, 'Completed']);
+        await pods.removeContainer(cid);
+        await pods.stopPodSandbox(id);
+        await pods.removePodSandbox(id);
+        assert.ok(!(await l.listSandboxes()).some((s) => s.id === id));
+      } finally {
+        pods.close();
+        pods.close();
+      }
+      await assert.rejects(pods.containerStatus('x'), (e: unknown) => e instanceof ClosedError && e.message === 'lab pod CRI client is closed');
+    });
+
+    after(async () => {
+      if (sandboxId !== '') await lab?.stopAndRemove(sandboxId);
+    });
+  });
+
   it('close() is idempotent and later calls throw ClosedError', async () => {
     const c = await CriClient.connect(lab!.endpoint, { timeoutSeconds: 5 });
     c.close();
@@ -210,6 +384,16 @@ describe('CriClient error conversion at real endpoints', () => {
     const p = join(dir, 'plain');
     writeFileSync(p, 'not a socket');
     await rejectsWith(CriClient.connect(p, { timeoutSeconds: 5 }), 'RUNTIME_UNAVAILABLE', `no CRI runtime at unix://${p}: not a unix socket`, true);
+  });
+
+  it("PodCri connects on its first call: a missing socket fails that call (and the next, which tries again) with the client's error; close() then gives ClosedError", async () => {
+    const url = `unix://${dir}/nope-pods.sock`;
+    const pods = PodCri.open(url, 5);
+    const msg = `no CRI runtime at ${url}: socket does not exist`;
+    await rejectsWith(pods.stopPodSandbox('x'), 'RUNTIME_UNAVAILABLE', msg, true);
+    await rejectsWith(pods.containerStatus('x'), 'RUNTIME_UNAVAILABLE', msg, true);
+    pods.close();
+    await assert.rejects(pods.startContainer('x'), (e: unknown) => e instanceof ClosedError && e.message === 'lab pod CRI client is closed');
   });
 
   it('a gRPC server without RuntimeService → RUNTIME_NOT_CRI', async () => {

@@ -9,7 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { isAppError } from '../../src/common/errors.ts';
 import type { KV } from '../../src/store/kv.ts';
-import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
+import { convertEtcdError, EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { EtcdBackend, EtcdStore } from '../../src/store/etcd/etcd-store.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
@@ -113,6 +113,16 @@ describe('EtcdStore on a real etcd', { skip: etcdSkip }, () => {
     assert.deepEqual([...starts].sort(), ['etcd at http://127.0.0.1:1', 'etcd at http://127.0.0.1:2', 'etcd at http://127.0.0.1:3']);
   });
 
+  it('an all-dead endpoint set names the last member tried and what each other one answered', async () => {
+    const k = new EtcdKV({ endpoints: ['http://127.0.0.1:1', 'http://127.0.0.1:2'], callTimeoutMs: 2000, firstEndpoint: 0 });
+    try {
+      await assert.rejects(k.get('/x'), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE') && e.isRetryable
+        && /^etcd at http:\/\/127\.0\.0\.1:2 is unavailable: get \/x: UNAVAILABLE: .* \(also tried http:\/\/127\.0\.0\.1:1: UNAVAILABLE: .*\)$/.test(e.message));
+    } finally {
+      await k.close();
+    }
+  });
+
   it('an unreachable etcd is STORE_UNAVAILABLE (CNI 11, retryable), within the call deadline', async () => {
     const dead = new EtcdKV({ endpoints: ['http://127.0.0.1:1'], callTimeoutMs: 500 });
     try {
@@ -121,6 +131,21 @@ describe('EtcdStore on a real etcd', { skip: etcdSkip }, () => {
       await dead.close();
     }
     await assert.rejects(dead.get('/x'), (e: unknown) => isAppError(e, 'CLOSED'));
+  });
+});
+
+describe('etcd error conversion (convertEtcdError)', () => {
+  const grpcErr = (code: number, details: string) => Object.assign(new Error(details), { code, details });
+  it("etcd 3.4's UNKNOWN 'context deadline exceeded' (quorum lost, trial finding 6) is STORE_UNAVAILABLE, code 11", () => {
+    const e = convertEtcdError(grpcErr(2, 'context deadline exceeded'), 'get /k', 'http://h:1');
+    assert.equal(e.code, 'STORE_UNAVAILABLE');
+    assert.equal(e.cniCode, 11);
+    assert.equal(e.message, 'etcd at http://h:1 is unavailable: get /k: UNKNOWN: context deadline exceeded');
+  });
+  it('any other UNKNOWN stays STORE_IO, code 5', () => {
+    const e = convertEtcdError(grpcErr(2, 'mvcc: database space exceeded'), 'txn', 'http://h:1');
+    assert.equal(e.code, 'STORE_IO');
+    assert.equal(e.message, 'etcd at http://h:1: txn failed: UNKNOWN: mvcc: database space exceeded');
   });
 });
 

@@ -89,6 +89,28 @@ describe('PoolAllocator', () => {
     assert.equal(await one(a, 'c3'), '10.80.0.20');
   });
 
+  it('a cached ADD that would claim re-reads first: a block another process of the node claimed is used, no extra block (trial finding 10)', async () => {
+    const kv = new MemoryKV();
+    const R = [[{ subnet: '10.80.0.0/26' }]];
+    const a = allocator(kv, 'node-a', R); // the daemon's, with its block cache
+    const blockOf = (ip: string): string => `10.80.0.${Math.floor(Number(ip.split('.')[3]) / 16) * 16}-28`;
+    const affinities = (): string[] => Object.keys(kv.dump()).filter((k) => k.startsWith(`${P}/nodes/node-a/blocks/`)).map((k) => k.slice(k.lastIndexOf('/') + 1)).sort();
+    const mine = blockOf(await one(a, 'c0'));
+    // Fill the daemon's block: the ADD that lands elsewhere has claimed a second block.
+    let k = 1;
+    for (; ; k++) if (blockOf(await one(a, `f${k}`)) !== mine) break;
+    assert.equal(affinities().length, 2);
+    // Its DEL empties that second block, which is given back (not the node's last): the daemon's cache now holds one full block.
+    await a.del({ containerId: `f${k}`, ifname: 'eth0' });
+    assert.deepEqual(affinities(), [mine]);
+    // The standalone fallback of the same node (another process: fresh reads) claims a block with free room.
+    const fallbackBlock = blockOf(await one(allocator(kv, 'node-a', R), 'g1'));
+    assert.deepEqual(affinities(), [mine, fallbackBlock].sort());
+    // The daemon's next ADD must use that block, not claim a third one on its stale cache.
+    assert.equal(blockOf(await one(a, 'c-next')), fallbackBlock);
+    assert.deepEqual(affinities(), [mine, fallbackBlock].sort(), 'no block claimed on stale cached data');
+  });
+
   it('a second node claims the other block; within a block addresses go round robin', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a');

@@ -54,6 +54,12 @@ describe('ipam.pool', () => {
 
   const errors: Array<[string, Record<string, unknown>, string]> = [
     ['pool not an object', { pool: 3 }, 'ipam.pool must be an object, got number'],
+    ['pool null (a template\'s missing value: never "no pool", trial finding 2)', { pool: null }, 'ipam.pool must be an object, got null'],
+    ['"Pool" (a case variant: host-local-style matching would take it)', { Pool: { name: 'p1', etcd: ETCD } }, 'ipam has the key "Pool": pool keys are matched exactly; write "pool"'],
+    ['"nodename"', { nodename: 'n1', pool: { name: 'p1', etcd: ETCD } }, 'ipam has the key "nodename": pool keys are matched exactly; write "nodeName"'],
+    ['unknown pool key (trial finding 3: a default would be fixed in meta)', { pool: { name: 'p1', etcd: ETCD, blocksize: 30 } }, 'ipam.pool has an unknown key "blocksize" (known keys: name, etcd, blockSize, blockSize6)'],
+    ['unknown etcd key', { pool: { name: 'p1', etcd: { ...ETCD, prefx: '/x' } } }, 'ipam.pool.etcd has an unknown key "prefx" (known keys: endpoints, tls, prefix)'],
+    ['unknown tls key', { pool: { name: 'p1', etcd: { endpoints: ['https://a:1'], tls: { ca: '/c', crt: '/d' } } } }, 'ipam.pool.etcd.tls has an unknown key "crt" (known keys: ca, cert, key)'],
     ['no name', { pool: { etcd: ETCD } }, "ipam.pool.name must be a name of letters, digits, '_', '.' or '-' starting with a letter or digit, got null"],
     ['bad name', { pool: { name: 'a/b', etcd: ETCD } }, `ipam.pool.name must be a name of letters, digits, '_', '.' or '-' starting with a letter or digit, got "a/b"`],
     ['no etcd', { pool: { name: 'p1' } }, 'ipam.pool.etcd is required'],

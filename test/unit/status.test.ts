@@ -146,6 +146,7 @@ describe('ipwarden status', () => {
         },
       ],
       configErrors: [],
+      poolNetworks: [],
     });
   });
 
@@ -207,6 +208,8 @@ describe('ipwarden status', () => {
     conf('60-badrange.conf', { cniVersion: '1.0.0', name: 'bad', type: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.9.0.0/31' }]] } });
     conf('70-dup.conflist', { cniVersion: '1.0.0', name: 'a', plugins: [{ type: 'bridge', ipam: { type: 'host-local', dataDir: other, subnet: '10.3.0.0/24' } }] });
     conf('README.md', 'not a config');
+    // p: a cluster pool network: its addresses are in etcd, never counted as a free node-local range (trial finding 9)
+    conf('80-pool.conf', { cniVersion: '1.0.0', name: 'p', type: 'macvlan', ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.88.0.0/24' }]], dataDir: other, pool: { name: 'pp', etcd: { endpoints: ['http://127.0.0.1:1'] } } } });
 
     reserve('a', '10.1.0.2', 'live1\r\neth0', HOUR, other); // live
     reserve('a', '10.1.0.3', 'gone\r\neth0', 60, other); // grace (60 s < 5m)
@@ -265,6 +268,7 @@ describe('ipwarden status', () => {
       { file: join(confDir, '60-badrange.conf'), error: 'invalid host-local IPAM configuration: invalid range set 0: Network 10.9.0.0/31 too small to allocate from' },
       { file: join(confDir, '70-dup.conflist'), error: `network "a" is already defined in ${join(confDir, '20-a.conflist')}; ignored` },
     ]);
+    assert.deepEqual(doc.poolNetworks, [{ file: join(confDir, '80-pool.conf'), name: 'p', pool: 'pp' }]);
 
     const t = await cli(['status', '--cni-conf-dir', confDir, '--data-dir', other], ['live1']);
     assert.equal(
@@ -277,6 +281,7 @@ describe('ipwarden status', () => {
         'a        -    (outside ranges)       -         2         0     0      2       0        -',
         'b        0    10.2.0.1-10.2.0.2      1         0         0     0      0       0        1',
         'orphan   -    (no config)            -         1         0     0      1       0        -',
+        `network p (${join(confDir, '80-pool.conf')}) allocates from cluster pool pp: see ipwarden pool status --pool pp`,
         `config ${join(confDir, '50-broken.conflist')}: not valid JSON: ${jsonError('{"name": ')}`,
         `config ${join(confDir, '60-badrange.conf')}: invalid host-local IPAM configuration: invalid range set 0: Network 10.9.0.0/31 too small to allocate from`,
         `config ${join(confDir, '70-dup.conflist')}: network "a" is already defined in ${join(confDir, '20-a.conflist')}; ignored`,

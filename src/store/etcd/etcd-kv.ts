@@ -5,8 +5,11 @@
  * error is converted at this boundary (house style 7, the way etcd3's `castGrpcError` does):
  *
  * - `UNAVAILABLE` (no connection, `etcdserver: no leader`, `etcdserver: request timed out`),
- *   `DEADLINE_EXCEEDED`, `CANCELLED`, `RESOURCE_EXHAUSTED` (`etcdserver: too many requests`)
- *   → `AppError('STORE_UNAVAILABLE')` (CNI 11, retryable);
+ *   `DEADLINE_EXCEEDED`, `CANCELLED`, `RESOURCE_EXHAUSTED` (`etcdserver: too many requests`),
+ *   and `UNKNOWN` carrying Go's `context deadline exceeded` / `context canceled`
+ *   → `AppError('STORE_UNAVAILABLE')` (CNI 11, retryable); when every endpoint failed so, the
+ *   message names the last one tried and adds what each other one answered (the member that is
+ *   merely down is then not taken for the cause);
  * - anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, `INVALID_ARGUMENT`, …) →
  *   `AppError('STORE_IO')` (CNI 5), the gRPC status name and etcd's text in the message;
  * - use after `close()` → `ClosedError`.
@@ -71,6 +74,13 @@ function method(name: MethodName): MethodDefinition<object, object> {
 const UNAVAILABLE_CODES: ReadonlySet<number> = new Set([grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED, grpc.status.CANCELLED, grpc.status.RESOURCE_EXHAUSTED]);
 
 /**
+ * etcd 3.4 answers some timeouts as gRPC `UNKNOWN` with Go's context text (seen with the quorum
+ * lost: `UNKNOWN: context deadline exceeded`, trial finding 6): a timeout, retryable like
+ * `DEADLINE_EXCEEDED`, never an I/O error (code 5).
+ */
+const UNKNOWN_BUT_UNAVAILABLE = /^(context deadline exceeded|context canceled|etcdserver: (request timed out|leader changed|no leader))/;
+
+/**
  * Convert an error of a gRPC call to etcd into ours. `what` names the call (`range
  * /ipwarden/pools/p1/blocks/`), `where` the endpoint.
  */
@@ -80,7 +90,7 @@ export function convertEtcdError(e: unknown, what: string, where: string): AppEr
   const text = typeof err.details === 'string' && err.details !== '' ? err.details : e instanceof Error ? e.message : String(e);
   if (typeof err.code === 'number') {
     const name = grpc.status[err.code] ?? `code ${err.code}`;
-    if (UNAVAILABLE_CODES.has(err.code)) {
+    if (UNAVAILABLE_CODES.has(err.code) || (err.code === grpc.status.UNKNOWN && UNKNOWN_BUT_UNAVAILABLE.test(text))) {
       return new AppError('STORE_UNAVAILABLE', `etcd at ${where} is unavailable: ${what}: ${name}: ${text}`, { cause: e, retryable: true });
     }
     return new AppError('STORE_IO', `etcd at ${where}: ${what} failed: ${name}: ${text}`, { cause: e });
@@ -164,6 +174,7 @@ export class EtcdKV implements KV, Leases {
   async #call<T>(what: string, name: MethodName, req: object): Promise<T> {
     if (this.#closed) throw new ClosedError(`etcd client (${this.#endpoints.join(',')})`);
     let last: AppError | null = null;
+    const others: string[] = [];
     for (let k = 0; k < this.#endpoints.length; k++) {
       const i = (this.#current + k) % this.#endpoints.length;
       try {
@@ -172,11 +183,14 @@ export class EtcdKV implements KV, Leases {
         return r;
       } catch (e) {
         if (this.#closed) throw new ClosedError(`etcd client (${this.#endpoints.join(',')})`);
+        if (last !== null) others.push(last.message.replace(/^etcd at (\S+) is unavailable: [^:]*: /, '$1: ').slice(0, 160));
         last = convertEtcdError(e, what, this.#endpoints[i] as string);
         if (last.code !== 'STORE_UNAVAILABLE') throw last;
       }
     }
-    throw last as AppError;
+    const err = last as AppError;
+    if (others.length === 0) throw err;
+    throw new AppError('STORE_UNAVAILABLE', `${err.message} (also tried ${others.join('; ')})`, { cause: err, retryable: true });
   }
 
   async get(key: string): Promise<KVEntry | null> {
