@@ -220,7 +220,15 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
         proxies,
         clockFile,
         async run(kind, containerId, ifname, timeoutMs = OP_TIMEOUT_MS) {
-          while (relaunching !== null) await relaunching;
+          // The bound covers waiting for a relaunch too: a relaunch needs etcd, and a fault is
+          // healed only once its burst's ops have outcomes (no wait on a fault's own end).
+          const t0 = Date.now();
+          while (relaunching !== null) {
+            const left = timeoutMs - (Date.now() - t0);
+            const timedOut = left <= 0 || (await Promise.race([relaunching.then(() => false), sleep(left, undefined, { ref: false }).then(() => true)]));
+            if (timedOut) return { outcome: 'unknown', error: { msg: `no answer in ${timeoutMs} ms: the node's process was being restarted` } };
+          }
+          timeoutMs = Math.max(1, timeoutMs - (Date.now() - t0));
           const id = next++;
           const c = child;
           const w = waiting;
