@@ -58,6 +58,22 @@
  *    an ADD of the same holder (an ok ADD inside its [start, end]; a failed or unknown ADD at any
  *    moment after its start).
  *
+ *
+ * Offline allocation (`ipam.pool.offline`, docs/cluster.md "Offline allocation"): a node's
+ * daemon keeps reserve entries — addresses set aside in its own blocks, held by no container
+ * (`StoreEvent.reserveOf`, `StateAllocation.reserveOf`) — and answers an ADD from one while cut
+ * off from etcd, committing it later (the journal's sync). So: a reserve entry is a hold of the
+ * pseudo-holder `reserve@NODE`, exempt from rules 10 and 11 (the daemon's own writes), and any
+ * other holder taking it without a release is still a `store-duplicate` — except a hand-over
+ * between a reserve entry and a container, which rules 10 and 11 require to be of the same node:
+ * an allocation taking over NODE's reserve entry is explained by an ADD of the holder on NODE
+ * that started before the commit (any outcome, any end), and a release of such a hold (or one
+ * back into NODE's reserve) by a DEL of the holder on NODE that started before it. A successful
+ * ADD whose address the store only ever shows as a reserve entry of the ADD's own node is not
+ * `unconfirmed` (an offline ADD and DEL cancelled before a sync); a checkpoint listing a hold's
+ * address as a reserve entry of the ADD's node is not `lost` (not synced yet); reserve entries
+ * are never zombies and may be left in the final state.
+ *
  *    When a commit happened is known from the revision clock (`revisionClock`: writes the
  *    recorder made to the same store, each with its revision and the real-time span of its
  *    call): a commit at revision r happened after the start of every tick with a lower revision
@@ -93,6 +109,12 @@ export interface StateAllocation {
   ip: string;
   containerId: string;
   ifname: string;
+  /**
+   * Set for a reserve entry of the offline allocation (`ipam.pool.offline`: an address the node
+   * `reserveOf` set aside in its own block, held by no container yet; docs/cluster.md "Offline
+   * allocation"); containerId and ifname are then empty.
+   */
+  reserveOf?: string;
 }
 
 /** One block as the pool's state lists it. `owner`: the node that holds the block's affinity. */
@@ -119,6 +141,8 @@ export interface StoreEvent {
   rev: number;
   ip: string;
   holder: { containerId: string; ifname: string } | null;
+  /** With `holder` null: the address became a reserve entry of this node (offline allocation), not free. */
+  reserveOf?: string;
 }
 
 /**
@@ -171,6 +195,12 @@ export interface StoreHold {
   to: number;
   /** True when `to` is a release event (false: still held, or ended by another holder's allocation). */
   released: boolean;
+  /** A reserve entry of this node (holder `reserve@NODE`), not a container's hold. */
+  reserve?: string;
+  /** A container's hold that took over a reserve entry of this node (an offline ADD's sync). */
+  fromReserve?: string;
+  /** A container's hold released back into a reserve entry of this node. */
+  toReserve?: string;
 }
 
 /**
@@ -179,14 +209,15 @@ export interface StoreHold {
  * without a release in between (`overlaps`: the store itself had two holders).
  */
 export function storeHoldsOf(events: readonly StoreEvent[]): { holds: StoreHold[]; overlaps: { ip: string; first: StoreHold; second: StoreHold }[] } {
-  const sorted = events.map((e, i) => ({ e, i })).sort((a, b) => a.e.rev - b.e.rev || (a.e.holder === null ? 0 : 1) - (b.e.holder === null ? 0 : 1) || a.i - b.i);
+  const isRelease = (e: StoreEvent): boolean => e.holder === null && e.reserveOf === undefined;
+  const sorted = events.map((e, i) => ({ e, i })).sort((a, b) => a.e.rev - b.e.rev || (isRelease(a.e) ? 0 : 1) - (isRelease(b.e) ? 0 : 1) || a.i - b.i);
   const open = new Map<string, StoreHold>();
   const holds: StoreHold[] = [];
   const overlaps: { ip: string; first: StoreHold; second: StoreHold }[] = [];
   for (const { e } of sorted) {
     const ip = canonicalIP(e.ip) ?? e.ip;
     const cur = open.get(ip);
-    if (e.holder === null) {
+    if (e.holder === null && e.reserveOf === undefined) {
       if (cur !== undefined) {
         cur.to = e.rev;
         cur.released = true;
@@ -194,10 +225,18 @@ export function storeHoldsOf(events: readonly StoreEvent[]): { holds: StoreHold[
       }
       continue;
     }
-    const holder = holderOf(e.holder.containerId, e.holder.ifname);
+    const holder = e.holder === null ? `reserve@${e.reserveOf}` : holderOf(e.holder.containerId, e.holder.ifname);
     if (cur !== undefined && cur.holder === holder) continue; // rewritten, same holder
-    const h: StoreHold = { ip, holder, from: e.rev, to: Infinity, released: false };
-    if (cur !== undefined) overlaps.push({ ip, first: cur, second: h }); // `cur` stays open (to = Infinity)
+    const h: StoreHold = { ip, holder, from: e.rev, to: Infinity, released: false, ...(e.holder === null ? { reserve: e.reserveOf as string } : {}) };
+    if (cur !== undefined && (cur.reserve !== undefined) !== (h.reserve !== undefined)) {
+      // A reserve entry handed to a container (an offline ADD's sync), or a container's address
+      // put back into the reserve: a hand-over, not two holders. Whose reserve it was is checked
+      // by rules 10 and 11 against the ops' nodes.
+      cur.to = e.rev;
+      cur.released = true;
+      if (h.reserve !== undefined) cur.toReserve = h.reserve;
+      else if (cur.reserve !== undefined) h.fromReserve = cur.reserve;
+    } else if (cur !== undefined) overlaps.push({ ip, first: cur, second: h }); // `cur` stays open (to = Infinity)
     holds.push(h);
     open.set(ip, h);
   }
@@ -311,6 +350,12 @@ export interface CheckStats {
   /** Committed by a DEL that failed or had no answer. */
   releasesByFailedDel: number;
   releasesByAdmin: number;
+  /** Reserve entries of offline allocation in the store's history (exempt from rules 10, 11). */
+  reserveEntries: number;
+  /** Allocations that took over a reserve entry: an offline ADD's sync. */
+  allocationsBySync: number;
+  /** Successful ADDs whose address never left the node's reserve in the store (an offline ADD + DEL cancelled before a sync). */
+  offlineUnsynced: number;
   /** Rule 1 duplicates that were not certain and that the store's order (rule 8) resolved. */
   resolvedByStore: number;
   revisionTicks: number;
@@ -396,6 +441,9 @@ export function checkHistoryDetailed(h: History): CheckResult {
     releasesByOkDel: 0,
     releasesByFailedDel: 0,
     releasesByAdmin: 0,
+    reserveEntries: 0,
+    allocationsBySync: 0,
+    offlineUnsynced: 0,
     resolvedByStore: 0,
     revisionTicks: h.revisionClock?.length ?? 0,
     adminOps: h.admin?.length ?? 0,
@@ -437,23 +485,35 @@ export function checkHistoryDetailed(h: History): CheckResult {
   if (store !== null) {
     const windowOf = revisionWindows(h.revisionClock ?? [], out);
     for (const x of store.holds) {
+      if (x.reserve !== undefined) {
+        stats.reserveEntries++; // the node's own daemon sets them aside and frees them (remove-node: its blocks); no op explains them
+        continue;
+      }
       const mine = opsByHolder.get(x.holder) ?? [];
       stats.storeAllocations++;
       const wa = windowOf(x.from);
-      const adds = mine.filter((o) => o.kind === 'ADD' && badOp(o) === null && mayCommitIn(o, wa));
-      if (adds.some((o) => o.outcome === 'ok')) stats.allocationsByOkAdd++;
+      // An offline ADD's sync commits after the ADD answered: any ADD of the holder on the
+      // reserve's node that started before the commit explains it.
+      const fromReserve = x.fromReserve;
+      const adds = mine.filter((o) => o.kind === 'ADD' && badOp(o) === null && (fromReserve !== undefined ? o.node === fromReserve && o.start < wa.hi : mayCommitIn(o, wa)));
+      if (fromReserve !== undefined && adds.length > 0) stats.allocationsBySync++;
+      else if (adds.some((o) => o.outcome === 'ok')) stats.allocationsByOkAdd++;
       else if (adds.length > 0) stats.allocationsByFailedAdd++;
       else {
         storeViolations.push({
           kind: 'unexplained-allocation',
-          message: `${x.ip} allocated to ${x.holder} in the store at revision ${x.from} (committed in ${fmtWindow(wa)}), and no ADD of ${x.holder} can have committed it${mine.length > 0 ? `: ${mine.map(fmtOp).join('; ')}` : ' (it has no operation at all)'}`,
+          message: `${x.ip} allocated to ${x.holder} in the store at revision ${x.from}${fromReserve !== undefined ? ` from the reserve of ${fromReserve}` : ''} (committed in ${fmtWindow(wa)}), and no ADD of ${x.holder}${fromReserve !== undefined ? ` on ${fromReserve}` : ''} can have committed it${mine.length > 0 ? `: ${mine.map(fmtOp).join('; ')}` : ' (it has no operation at all)'}`,
           ops: mine.map((o) => o.id),
         });
       }
       if (!x.released) continue;
       stats.storeReleases++;
       const wr = windowOf(x.to);
-      const dels = mine.filter((o) => o.kind === 'DEL' && badOp(o) === null && mayCommitIn(o, wr));
+      // A hold an offline ADD made may be released by the sync of an offline DEL, after that DEL
+      // answered; so may one put back into the reserve: any DEL of the holder on that node that
+      // started before the commit explains those.
+      const lateNode = x.toReserve ?? x.fromReserve;
+      const dels = mine.filter((o) => o.kind === 'DEL' && badOp(o) === null && (mayCommitIn(o, wr) || (lateNode !== undefined && o.node === lateNode && o.start < wr.hi)));
       const nodes = new Set(mine.filter((o) => o.kind === 'ADD').map((o) => o.node));
       const admin = (h.admin ?? []).filter(
         (a) =>
@@ -547,6 +607,12 @@ export function checkHistoryDetailed(h: History): CheckResult {
     }
     for (const x of holds) {
       if ((storeByKey.get(`${x.ip} ${x.holder}`) ?? []).length === 0) {
+        if ((storeByKey.get(`${x.ip} reserve@${x.add.node}`) ?? []).length > 0) {
+          // An offline ADD whose journal entry was cancelled by an offline DEL before any sync: the
+          // address stayed a reserve entry of the ADD's own node, which nobody else can take.
+          stats.offlineUnsynced++;
+          continue;
+        }
         out.push({ kind: 'unconfirmed', message: `${fmtOp(x.add)}: the store never committed ${x.ip} for ${x.holder}`, ops: [x.add.id] });
       }
     }
@@ -563,7 +629,7 @@ export function checkHistoryDetailed(h: History): CheckResult {
         out.push({ kind: 'bad-state', message: `${where}: allocation ${JSON.stringify(a.ip)} is not an address`, ops: [] });
         continue;
       }
-      const who = holderOf(a.containerId, a.ifname);
+      const who = a.reserveOf !== undefined ? `reserve@${a.reserveOf}` : holderOf(a.containerId, a.ifname);
       const prev = owner.get(ip);
       if (prev !== undefined) out.push({ kind: 'state-duplicate', message: `${where}: ${ip} listed twice (${prev}, ${who})`, ops: [] });
       else owner.set(ip, who);
@@ -572,7 +638,8 @@ export function checkHistoryDetailed(h: History): CheckResult {
     for (const x of holds) {
       if (!(x.add.end <= cp.start && x.firstDelStart >= cp.end)) continue;
       const got = owner.get(x.ip);
-      if (got !== x.holder) {
+      if (got !== x.holder && got !== `reserve@${x.add.node}`) {
+        // (still a reserve entry of the ADD's node: an offline ADD not synced yet)
         out.push({
           kind: 'lost',
           message: `${where}: ${x.ip} of ${x.holder} (${fmtOp(x.add)}) is ${got === undefined ? 'missing from the pool' : `owned by ${got} in the pool`}`,
@@ -603,6 +670,7 @@ export function checkHistoryDetailed(h: History): CheckResult {
     }
     // 7. zombie
     for (const a of cp.allocations) {
+      if (a.reserveOf !== undefined) continue;
       const holder = holderOf(a.containerId, a.ifname);
       const mine = (opsByHolder.get(holder) ?? []);
       const may = mine.some(
@@ -611,9 +679,11 @@ export function checkHistoryDetailed(h: History): CheckResult {
       if (!may) out.push({ kind: 'zombie', message: `${where}: ${a.ip} is listed for ${holder}, which cannot hold anything then`, ops: mine.map((o) => o.id) });
     }
     // 5. not-empty
-    if (cp.final === true && cp.allocations.length > 0) {
-      const list = cp.allocations.slice(0, 10).map((a) => `${a.ip} ${holderOf(a.containerId, a.ifname)}`);
-      out.push({ kind: 'not-empty', message: `${where} (final): ${cp.allocations.length} allocation(s) left: ${list.join('; ')}${cp.allocations.length > 10 ? ' …' : ''}`, ops: [] });
+    // (reserve entries stay: each node with offline allocation keeps its reserve)
+    const left = cp.allocations.filter((a) => a.reserveOf === undefined);
+    if (cp.final === true && left.length > 0) {
+      const list = left.slice(0, 10).map((a) => `${a.ip} ${holderOf(a.containerId, a.ifname)}`);
+      out.push({ kind: 'not-empty', message: `${where} (final): ${left.length} allocation(s) left: ${list.join('; ')}${left.length > 10 ? ' …' : ''}`, ops: [] });
     }
   }
   return { violations: out, stats };

@@ -352,3 +352,67 @@ describe('history checker: every store release and allocation is explained (rule
     assert.deepEqual(h.revisionClock, [{ rev: 42, start: 3, end: 4 }]);
   });
 });
+
+describe('history checker: offline allocation (reserve entries, an offline ADD synced later)', () => {
+  const ev = (rev: number, ip: string, cid: string | null, reserveOf?: string) => ({ rev, ip, holder: cid === null ? null : { containerId: cid, ifname: 'eth0' }, ...(reserveOf ? { reserveOf } : {}) });
+  const tick = (rev: number, start: number) => ({ rev, start, end: start + 0.5 });
+  const R = '10.81.0.9';
+  const reserveCp = (start: number, node: string, final = false): Checkpoint => ({
+    start,
+    end: start + 1,
+    blocks: [{ cidr: '10.81.0.0/26', owner: node }],
+    allocations: [{ ip: R, containerId: '', ifname: '', reserveOf: node }],
+    ...(final ? { final } : {}),
+  });
+
+  it('passes an offline ADD answered from the reserve and synced after it answered, its DEL, a checkpoint showing the reserve entry, and a final state of reserve entries only', () => {
+    const ops = [op('ADD', 'c', 10, 12, 'ok', [R], 'n1'), op('DEL', 'c', 30, 32, 'ok', undefined, 'n1')];
+    const h: History = {
+      ops,
+      checkpoints: [reserveCp(14, 'n1'), reserveCp(40, 'n1', true)],
+      // rev 3: refill; rev 20: the sync (t ≈ 21, after the ADD ended); rev 31: the DEL; rev 35: a refill re-reserves it
+      storeEvents: [ev(3, R, null, 'n1'), ev(20, R, 'c'), ev(31, R, null), ev(35, R, null, 'n1')],
+      revisionClock: [tick(2, 1), tick(4, 5), tick(19, 20.5), tick(21, 21.5), tick(30, 30.5), tick(32, 31.2)],
+    };
+    const r = checkHistoryDetailed(h);
+    assert.deepEqual(r.violations, []);
+    assert.deepEqual([r.stats.reserveEntries, r.stats.allocationsBySync, r.stats.releasesByOkDel], [2, 1, 1]);
+  });
+
+  it('passes an offline ADD and an offline DEL cancelled before any sync (the address never left the reserve), and a release synced after an offline DEL answered', () => {
+    const cancelled: History = { ops: [op('ADD', 'c', 10, 12, 'ok', [R], 'n1'), op('DEL', 'c', 13, 14, 'ok', undefined, 'n1')], checkpoints: [], storeEvents: [ev(3, R, null, 'n1')] };
+    const r = checkHistoryDetailed(cancelled);
+    assert.deepEqual(r.violations, []);
+    assert.equal(r.stats.offlineUnsynced, 1);
+    // synced ADD at rev 20 (t≈21), then the DEL answered offline at [22, 23], its release synced at rev 40 (t≈50)
+    const late: History = {
+      ops: [op('ADD', 'c', 10, 12, 'ok', [R], 'n1'), op('DEL', 'c', 22, 23, 'ok', undefined, 'n1')],
+      checkpoints: [],
+      storeEvents: [ev(3, R, null, 'n1'), ev(20, R, 'c'), ev(40, R, null)],
+      revisionClock: [tick(19, 20.5), tick(21, 21.5), tick(39, 49), tick(41, 50.5)],
+    };
+    assert.deepEqual(kinds(late), []);
+  });
+
+  it('FAILS a reserve entry handed to a container of another node, and an ok ADD of another node\'s reserved address that never committed', () => {
+    const other: History = { ops: [op('ADD', 'd', 10, 12, 'ok', [R], 'n2'), op('DEL', 'd', 30, 32, 'ok', undefined, 'n2')], checkpoints: [], storeEvents: [ev(3, R, null, 'n1'), ev(11, R, 'd'), ev(31, R, null)] };
+    assert.deepEqual(kinds(other), ['unexplained-allocation']);
+    const never: History = { ops: [op('ADD', 'd', 10, 12, 'ok', [R], 'n2')], checkpoints: [], storeEvents: [ev(3, R, null, 'n1')] };
+    assert.deepEqual(kinds(never), ['unconfirmed']);
+  });
+
+  it('FAILS a reserve entry over a container\'s allocation that no DEL released (the store had the container and the reserve at once is a hand-over only for the same node)', () => {
+    // c (n1) holds R; n2's daemon puts R into its reserve: c's hold ends without an explanation
+    const h: History = { ops: [op('ADD', 'c', 0, 2, 'ok', [R], 'n1')], checkpoints: [], storeEvents: [ev(1, R, 'c'), ev(5, R, null, 'n2')] };
+    assert.deepEqual(kinds(h), ['unexplained-release']);
+  });
+
+  it('FAILS a checkpoint that shows a successful ADD\'s address as another node\'s reserve entry, and a final state with a container left beside the reserve', () => {
+    const ops = [op('ADD', 'c', 0, 2, 'ok', [R], 'n1')];
+    assert.deepEqual(kinds({ ops, checkpoints: [reserveCp(5, 'n2')] }), ['lost']);
+    assert.deepEqual(kinds({ ops, checkpoints: [reserveCp(5, 'n1')] }), []);
+    const leftover: Checkpoint = { ...reserveCp(10, 'n1', true), allocations: [{ ip: '10.81.0.10', containerId: '', ifname: '', reserveOf: 'n1' }, { ip: R, containerId: 'c', ifname: 'eth0' }] };
+    assert.deepEqual(kinds({ ops, checkpoints: [leftover] }), ['not-empty']);
+  });
+});
+
