@@ -280,6 +280,14 @@ interface PoolNames {
   blockSize: number;
 }
 
+/** One allocation in a block value (docs/cluster.md "Key layout"); `reserve`: an offline reserve entry of `node` (id and ifname empty). */
+interface PoolAlloc {
+  id: string;
+  ifname: string;
+  node?: string;
+  reserve?: boolean;
+}
+
 /**
  * Read the pool's state straight from etcd (one range request over `P/pools/<pool>/`, one
  * revision): every block with its owner from the block key AND from the affinity index (an
@@ -305,11 +313,14 @@ async function readPoolState(kv: EtcdKV, n: PoolNames): Promise<{ blocks: StateB
     const rest = e.key.slice(base.length);
     const parts = rest.split('/');
     if (parts[0] === 'blocks' && parts.length === 2) {
-      const v = JSON.parse(e.value) as { cidr: string; node: string; allocs: Record<string, { id: string; ifname: string }> };
+      const v = JSON.parse(e.value) as { cidr: string; node: string; allocs: Record<string, PoolAlloc> };
       const c = parseCIDR(v.cidr);
       if (c === null) throw new Error(`block ${e.key}: bad cidr ${v.cidr}`);
       addBlock(v.cidr, v.node);
-      for (const [ord, a] of Object.entries(v.allocs)) allocations.push({ ip: formatIP(ipAdd(c.subnet.ip, BigInt(ord))), containerId: a.id, ifname: a.ifname });
+      for (const [ord, a] of Object.entries(v.allocs)) {
+        const ip = formatIP(ipAdd(c.subnet.ip, BigInt(ord)));
+        allocations.push(a.reserve === true ? { ip, containerId: '', ifname: '', reserveOf: a.node ?? v.node } : { ip, containerId: a.id, ifname: a.ifname });
+      }
     } else if (parts[0] === 'nodes' && parts[2] === 'blocks' && parts.length === 4) {
       const b = parts[3] ?? '';
       const dash = b.lastIndexOf('-');
@@ -336,8 +347,9 @@ async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<Store
   const blocksPrefix = `${n.prefix}/pools/${n.pool}/blocks/`;
   const sentinel = `${n.prefix}/~sentinel-${process.pid}`;
   const events: StoreEvent[] = [];
-  const last = new Map<string, { base: ReturnType<typeof parseCIDR>; allocs: Record<string, { id: string; ifname: string }> }>();
-  const emit = (rev: number, key: string, next: Record<string, { id: string; ifname: string }>, cidr: string | null): void => {
+  const last = new Map<string, { base: ReturnType<typeof parseCIDR>; allocs: Record<string, PoolAlloc> }>();
+  const same = (x: PoolAlloc, y: PoolAlloc): boolean => (x.reserve === true) === (y.reserve === true) && (x.reserve === true ? x.node === y.node : x.id === y.id && x.ifname === y.ifname);
+  const emit = (rev: number, key: string, next: Record<string, PoolAlloc>, cidr: string | null): void => {
     const prev = last.get(key);
     const c = cidr !== null ? parseCIDR(cidr) : (prev?.base ?? null);
     if (c === null) throw new Error(`store history: block ${key} without a cidr`);
@@ -347,7 +359,8 @@ async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<Store
     }
     for (const [ord, a] of Object.entries(next)) {
       const was = prev?.allocs[ord];
-      if (was === undefined || was.id !== a.id || was.ifname !== a.ifname) events.push({ rev, ip: ip(ord), holder: { containerId: a.id, ifname: a.ifname } });
+      if (was !== undefined && same(was, a)) continue;
+      events.push(a.reserve === true ? { rev, ip: ip(ord), holder: null, reserveOf: a.node ?? '' } : { rev, ip: ip(ord), holder: { containerId: a.id, ifname: a.ifname } });
     }
     last.set(key, { base: c, allocs: next });
   };
@@ -360,7 +373,7 @@ async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<Store
         if (key === sentinel) return res();
         if (!key.startsWith(blocksPrefix)) return;
         try {
-          const v = JSON.parse(kv.value.toString('utf8')) as { cidr: string; allocs: Record<string, { id: string; ifname: string }> };
+          const v = JSON.parse(kv.value.toString('utf8')) as { cidr: string; allocs: Record<string, PoolAlloc> };
           emit(rev, key, v.allocs, v.cidr);
         } catch (e) {
           rej(e instanceof Error ? e : new Error(String(e)));
@@ -515,16 +528,29 @@ function execPlugin(bin: string, kind: 'ADD' | 'DEL', containerId: string, ifnam
  * plugin (NODE_NAME from the exec's env) when the daemon is down. `crash(node)` kills -9 a
  * node's daemon and starts it again after the returned function is called.
  */
-function daemonPoolSubject(cluster: EtcdCluster, n: PoolNames, dir: string): Subject & { handles(): Promise<string[]>; crash(name: string): Promise<() => Promise<void>> } {
+function daemonPoolSubject(
+  cluster: EtcdCluster,
+  n: PoolNames,
+  dir: string,
+  opts: { offline?: { reserve: number; seconds: number } } = {},
+): Subject & { handles(): Promise<string[]>; crash(name: string): Promise<() => Promise<void>>; dataDirOf(name: string): string } {
   const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
   const daemons = new Map<string, { d: TestDaemon; env: Record<string, string>; socket: string }>();
-  const conf = (endpoints: string[]) => ({
+  // Each node its own ipam.dataDir, as each host has its own disk (the offline journal lives there).
+  const dataDirOf = (name: string): string => join(dir, name, 'data');
+  const conf = (endpoints: string[], name: string) => ({
     cniVersion: '1.0.0',
     name: 'jepsen-net',
-    ipam: { type: 'ipwarden', dataDir: join(dir, 'data'), ranges: [[{ subnet: n.subnet }]], pool: { name: n.pool, etcd: { endpoints, prefix: n.prefix }, blockSize: n.blockSize } },
+    ipam: {
+      type: 'ipwarden',
+      dataDir: dataDirOf(name),
+      ranges: [[{ subnet: n.subnet }]],
+      pool: { name: n.pool, etcd: { endpoints, prefix: n.prefix }, blockSize: n.blockSize, ...(opts.offline ? { offline: opts.offline } : {}) },
+    },
   });
   return {
-    name: 'ipwarden pool (daemons + shim)',
+    name: opts.offline ? 'ipwarden pool (daemons with ipam.pool.offline)' : 'ipwarden pool (daemons + shim)',
+    dataDirOf,
     burstKillMs: 1500,
     async startNode(name, proxies, clockFile) {
       const nodeDir = join(dir, name);
@@ -533,9 +559,17 @@ function daemonPoolSubject(cluster: EtcdCluster, n: PoolNames, dir: string): Sub
       mkdirSync(binDir, { recursive: true, mode: 0o700 });
       execFileSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', binDir, '--socket', socket], { stdio: 'pipe' });
       const env = { NODE_NAME: name, ...clockEnv(clockFile) };
+      const c = conf(proxies.endpoints, name);
+      if (opts.offline) {
+        // The node's CNI configuration names the pool network, so the daemon announces the pool at
+        // start (its reserve is set aside then: docs/cluster.md "Offline allocation").
+        mkdirSync(join(nodeDir, 'net.d'), { recursive: true });
+        const { cniVersion, name: net, ...plugin } = c;
+        writeFileSync(join(nodeDir, 'net.d', '10-jepsen.conflist'), JSON.stringify({ cniVersion, name: net, plugins: [{ type: 'macvlan', ...plugin }] }));
+      }
       const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d') });
       daemons.set(name, { d, env, socket });
-      const stdin = JSON.stringify(conf(proxies.endpoints));
+      const stdin = JSON.stringify(c);
       return {
         name,
         proxies,
