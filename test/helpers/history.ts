@@ -50,13 +50,16 @@
  *    explained by an operation in the history that could have committed it: a DEL of the same
  *    holder (an ok DEL committed inside its own [start, end]; a failed or unknown-outcome DEL
  *    may have committed at any moment after its start — etcd can apply a request after its
- *    client gave up), or an {@link AdminOp}: `remove-node-finish` of a node the holder's ADDs ran
+ *    client gave up — but before the end of the holder's next ok DEL that started after it
+ *    ended: that DEL does the release itself or makes the late transaction's compares fail), or
+ *    an {@link AdminOp}: `remove-node-finish` of a node the holder's ADDs ran
  *    on, or `reconcile-release` of that node naming the holder. A release that another holder's
  *    operation, a stale writer or a bug committed is a violation even when no duplicate follows
  *    (it is a lost allocation).
  * 11. `unexplained-allocation`: likewise every allocation in the store's history is explained by
- *    an ADD of the same holder (an ok ADD inside its [start, end]; a failed or unknown ADD at any
- *    moment after its start).
+ *    an ADD of the same holder (an ok ADD inside its [start, end]; a failed or unknown ADD after
+ *    its start and before the end of the holder's next ok DEL that started after it ended: that
+ *    DEL's handle or tombstone fences a late ADD — docs/cluster.md "Guarantees").
  *
  *
  * Offline allocation (`ipam.pool.offline`, docs/cluster.md "Offline allocation"): a node's
@@ -419,8 +422,12 @@ function revisionWindows(ticks: readonly RevisionTick[], out: Violation[]): Wind
   };
 }
 
-/** True when an operation of [start, end] with `outcome` may have committed inside (lo, hi): ok inside its span, otherwise any time after its start. */
-const mayCommitIn = (o: { start: number; end: number; outcome: OpOutcome }, w: { lo: number; hi: number }): boolean => o.start < w.hi && (o.outcome !== 'ok' || o.end > w.lo);
+/**
+ * True when an operation of [start, end] with `outcome` may have committed inside (lo, hi): ok
+ * inside its span, otherwise after its start and before `fence` (default: any time after).
+ */
+const mayCommitIn = (o: { start: number; end: number; outcome: OpOutcome }, w: { lo: number; hi: number }, fence = Infinity): boolean =>
+  o.start < w.hi && (o.outcome === 'ok' ? o.end > w.lo : fence > w.lo);
 
 const fmtWindow = (w: { lo: number; hi: number }): string => `(${w.lo.toFixed(1)}, ${w.hi.toFixed(1)})`;
 
@@ -490,12 +497,24 @@ export function checkHistoryDetailed(h: History): CheckResult {
         continue;
       }
       const mine = opsByHolder.get(x.holder) ?? [];
+      /**
+       * A failed or unknown op of the holder commits, if ever, before the end of the holder's
+       * next ok DEL that started after it ended: that DEL either commits the op's effect itself
+       * (it read the state after) or changes the keys the late op compared (a late ADD meets the
+       * DEL's handle or tombstone, a late DEL the DEL's release), so the late op's transaction
+       * fails. Rule 10/11's bound for late commits.
+       */
+      const fenceOf = (o: Op): number => {
+        let f = Infinity;
+        for (const d of mine) if (d.kind === 'DEL' && d.outcome === 'ok' && d.start >= o.end && d.end < f) f = d.end;
+        return f;
+      };
       stats.storeAllocations++;
       const wa = windowOf(x.from);
       // An offline ADD's sync commits after the ADD answered: any ADD of the holder on the
       // reserve's node that started before the commit explains it.
       const fromReserve = x.fromReserve;
-      const adds = mine.filter((o) => o.kind === 'ADD' && badOp(o) === null && (fromReserve !== undefined ? o.node === fromReserve && o.start < wa.hi : mayCommitIn(o, wa)));
+      const adds = mine.filter((o) => o.kind === 'ADD' && badOp(o) === null && (fromReserve !== undefined ? o.node === fromReserve && o.start < wa.hi : mayCommitIn(o, wa, fenceOf(o))));
       if (fromReserve !== undefined && adds.length > 0) stats.allocationsBySync++;
       else if (adds.some((o) => o.outcome === 'ok')) stats.allocationsByOkAdd++;
       else if (adds.length > 0) stats.allocationsByFailedAdd++;
@@ -513,7 +532,7 @@ export function checkHistoryDetailed(h: History): CheckResult {
       // answered; so may one put back into the reserve: any DEL of the holder on that node that
       // started before the commit explains those.
       const lateNode = x.toReserve ?? x.fromReserve;
-      const dels = mine.filter((o) => o.kind === 'DEL' && badOp(o) === null && (mayCommitIn(o, wr) || (lateNode !== undefined && o.node === lateNode && o.start < wr.hi)));
+      const dels = mine.filter((o) => o.kind === 'DEL' && badOp(o) === null && (mayCommitIn(o, wr, fenceOf(o)) || (lateNode !== undefined && o.node === lateNode && o.start < wr.hi)));
       const nodes = new Set(mine.filter((o) => o.kind === 'ADD').map((o) => o.node));
       const admin = (h.admin ?? []).filter(
         (a) =>

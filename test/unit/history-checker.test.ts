@@ -275,6 +275,21 @@ describe('history checker: every store release and allocation is explained (rule
     assert.deepEqual(kinds({ ...base, admin: [noHolders] }), ['bad-op', 'unexplained-release']);
   });
 
+  it('FAILS a late commit of a failed DEL or an unknown ADD after the holder\'s next ok DEL had ended (that DEL fences it); passes one inside it', () => {
+    const X2 = '10.81.0.6';
+    const ops = [op('ADD', 'x', 0, 10, 'ok', [X]), op('DEL', 'x', 20, 25, 'error'), op('DEL', 'x', 30, 35), op('ADD', 'y', 0, 5, 'unknown'), op('DEL', 'y', 30, 35)];
+    const clock = [tick(4, 1), tick(6, 2), tick(49, 40), tick(51, 41)];
+    // x's release at rev 50 (t ∈ (40, 41.5)): after x's ok DEL ended at 35 — nothing explains it
+    assert.deepEqual(kinds({ ops, checkpoints: [], storeEvents: [ev(5, X, 'x'), ev(50, X, null)], revisionClock: clock }), ['unexplained-release']);
+    // …at rev 60 (t ∈ (33, 34.5)): inside the ok DEL
+    assert.deepEqual(kinds({ ops, checkpoints: [], storeEvents: [ev(5, X, 'x'), ev(60, X, null)], revisionClock: [tick(4, 1), tick(6, 2), tick(59, 33), tick(61, 34)] }), []);
+    // y's allocation at rev 50, after y's ok DEL ended; and its release then has no DEL either
+    const yOps = ops.filter((o) => o.containerId === 'y');
+    assert.deepEqual(kinds({ ops: yOps, checkpoints: [], storeEvents: [ev(50, X2, 'y'), ev(52, X2, null)], revisionClock: clock }), ['unexplained-allocation', 'unexplained-release']);
+    // …committed before y's DEL ended: fine
+    assert.deepEqual(kinds({ ops: yOps, checkpoints: [], storeEvents: [ev(60, X2, 'y'), ev(62, X2, null)], revisionClock: [tick(59, 31), tick(61, 32), tick(63, 34)] }), []);
+  });
+
   it('FAILS an allocation committed before its holder\'s ADD started, or by a holder without any ADD', () => {
     const ops = [op('ADD', 'x', 30, 40, 'ok', [X]), op('DEL', 'x', 50, 60)];
     const clock = [tick(4, 1), tick(6, 2), tick(9, 51)];
