@@ -625,6 +625,8 @@ interface RunReport {
   droppedBytes: number;
   checkpoints: number;
   windows: FaultWindow[];
+  /** True when the subject gave its store's history (checker rules 8, 10, 11). */
+  storeHistory: boolean;
   /** What the checker went through. */
   stats: CheckStats;
   /** `pool remove-node --finish` answers (fault 10), when the subject has it. */
@@ -1025,6 +1027,7 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
       droppedBytes: proxies.reduce((s, np) => s + np.proxies.reduce((t, p) => t + p.stats().droppedBytes, 0), 0),
       checkpoints: h.checkpoints.length,
       windows,
+      storeHistory: h.storeEvents !== undefined,
       stats,
       finishReports,
       log,
@@ -1093,8 +1096,10 @@ function assertClean(name: string, r: { violations: ReturnType<typeof checkHisto
   assert.ok(report.droppedBytes > 0, `nothing was dropped: ${summary}`);
   assert.ok(report.leaderChanges >= 1, `the leader never changed: ${summary}`);
   assert.ok(report.checkpoints >= 10, summary);
-  if (report.stats.revisionTicks > 0) {
-    // The store's own history and the revision clock were there: rules 8, 10, 11 ran on every commit.
+  if (report.storeHistory) {
+    // The store's own history and the revision clock were there: rules 8, 10, 11 ran on every
+    // commit, each placed in time (without ticks rule 10 could not tell a release before its DEL).
+    assert.ok(report.stats.revisionTicks >= 10, `revision clock: ${report.stats.revisionTicks} ticks: ${summary}`);
     assert.ok(report.stats.storeAllocations >= report.addsOk / 2 && report.stats.storeReleases >= 1, `store history: ${summary}`);
   }
   // --finish after the node came back releases nothing: it refuses (exit 1: the veto window has
