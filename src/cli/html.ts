@@ -17,6 +17,9 @@
  *   network, reservations outside any range set included);
  * - a cell's `title` is its address (or block), state, and owner container ID + ifname.
  * Every text from disk (network names, container IDs, interface names, paths) is escaped.
+ *
+ * The page of `ipwarden pool status --html` ({@link renderPoolStatusHtml}) is built from the same
+ * helpers (CSS, {@link escapeHtml}, the counts' markup) over a cluster pool's status.
  */
 import { formatIP, parseIP } from '../common/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
@@ -24,6 +27,7 @@ import type { IP, RangeSet } from '../ipam/types.ts';
 import type { PlanEntry } from '../reconcile/plan.ts';
 import { formatAge } from './format.ts';
 import type { NetworkStatus, RangeSetStatus, StatusReport, VerdictCounts } from '../reconcile/status.ts';
+import type { PoolBlockStatus, PoolStatus } from '../ipam/pool-status.ts';
 
 /** Most cells drawn for one range set; above, cells stand for blocks of addresses. */
 export const MAX_CELLS = 1024;
@@ -293,5 +297,108 @@ export function renderStatusHtml(r: StatusReport, opts: HtmlOptions): string {
     r.networks.map((n) => networkHtml(n, r)).join('') +
     (r.networks.length === 0 ? '<p>no networks</p>' : '') +
     `<script>${JS}</script></body></html>\n`
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The page `ipwarden pool status --html` writes (docs/cluster.md "pool status"): the same style
+// helpers (CSS, escaping, counts) over a cluster pool's status model (src/ipam/pool-status.ts).
+
+/** Extra rules of the pool page: tables, block bars (own use, borrowed, free), the heartbeat column. */
+const POOL_CSS = `
+table.nodes,table.blocks{border-collapse:collapse;margin:6px 0}
+table.nodes td,table.nodes th,table.blocks td,table.blocks th{border:1px solid #dde;padding:2px 6px;text-align:left}
+table td.n{text-align:right;font-variant-numeric:tabular-nums}
+.bar{display:flex;width:200px;height:12px;background:${COLOURS.free};border-radius:2px;overflow:hidden}
+.bar i{display:block;height:12px}.bar i.own{background:${COLOURS.live}}.bar i.borrowed{background:${COLOURS.grace}}
+tr[data-alive="no"] td.alive{color:#b71c1c}tr[data-state="pendingRelease"] td.state{color:#b71c1c;font-weight:600}
+`;
+
+/** Options of {@link renderPoolStatusHtml}. */
+export interface PoolHtmlOptions {
+  /** When the page was made, milliseconds since the Unix epoch (shown in the header). */
+  readonly generatedAtMs: number;
+  /** Where the status was read (`etcd http://10.0.0.5:2379 /ipwarden`), shown in the header; optional. */
+  readonly source?: string;
+}
+
+/** A percentage of `n / d` as CSS text with two decimals (0 when `d` is 0). */
+function percent(n: number, d: number): string {
+  return `${d <= 0 ? '0.00' : ((100 * Math.min(Math.max(n, 0), d)) / d).toFixed(2)}%`;
+}
+
+/** `<dl class="counts">` of `items` (the node page's counts style). */
+function poolCounts(items: ReadonlyArray<readonly [string, string]>): string {
+  return `<dl class="counts">${items.map(([k, v]) => `<div class="k-${k}"><dt>${k}</dt><dd data-count="${k}">${escapeHtml(v)}</dd></div>`).join('')}</dl>`;
+}
+
+/** The bar of one block: its owner's allocations, borrowers', free. */
+function blockBar(b: PoolBlockStatus): string {
+  const own = b.used - b.borrowed;
+  const free = Math.max(0, b.capacity - b.used);
+  const title = `${b.cidr}: ${b.used} of ${b.capacity} used (${b.borrowed} borrowed), ${free} free`;
+  return (
+    `<span class="bar" title="${escapeHtml(title)}">` +
+    `<i class="own" style="width:${percent(own, b.capacity)}"></i>` +
+    `<i class="borrowed" style="width:${percent(b.borrowed, b.capacity)}"></i></span>`
+  );
+}
+
+/**
+ * Render the page of `ipwarden pool status --html` (pure): header (pool, block sizes, where it was
+ * read, when), then per range set its counts (`data-count="size|used|free|blocks"`) and its
+ * blocks (`table.blocks`, one `tr[data-block][data-node][data-state]` each, with a bar of the
+ * owner's use, borrowed and free), then the nodes (`table.nodes`, one `tr[data-node][data-alive]`
+ * each: blocks, capacity, used, borrowed, heartbeat). Self-contained (inline CSS, no script; the
+ * Content-Security-Policy loads nothing). Every string of the status — node names, CIDRs, ranges,
+ * the pool name — is escaped ({@link escapeHtml}).
+ */
+export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): string {
+  const sets = s.rangeSets
+    .map((r) => {
+      const blocks = s.blocks.filter((b) => b.rangeSet === r.index);
+      const rows = blocks
+        .map(
+          (b) =>
+            `<tr data-block="${escapeHtml(b.cidr)}" data-node="${escapeHtml(b.node)}" data-state="${escapeHtml(b.state)}">` +
+            `<td><code>${escapeHtml(b.cidr)}</code></td><td>${escapeHtml(b.node)}</td><td class="state">${escapeHtml(b.state)}</td>` +
+            `<td>${blockBar(b)}</td><td class="n">${b.used}/${b.capacity}</td><td class="n">${b.borrowed}</td></tr>`,
+        )
+        .join('');
+      const table =
+        blocks.length === 0
+          ? '<p class="note">no block claimed</p>'
+          : `<table class="blocks"><thead><tr><th>block</th><th>node</th><th>state</th><th>use</th><th>used</th><th>borrowed</th></tr></thead><tbody>${rows}</tbody></table>`;
+      return (
+        `<section class="rangeset" id="set-${r.index}" data-range-set="${r.index}">` +
+        `<h3>range set ${r.index}: <code>${escapeHtml(r.ranges)}</code></h3>` +
+        poolCounts([['size', r.size], ['used', String(r.used)], ['free', r.free], ['blocks', String(r.blocksClaimed)]]) +
+        table +
+        `</section>`
+      );
+    })
+    .join('');
+  const nodeRows = s.nodes
+    .map(
+      (n) =>
+        `<tr data-node="${escapeHtml(n.node)}" data-alive="${n.alive ? 'yes' : 'no'}"><td>${escapeHtml(n.node)}</td>` +
+        `<td class="n">${n.blocks}</td><td class="n">${n.capacity}</td><td class="n">${n.used}</td><td class="n">${n.borrowed}</td><td class="alive">${n.alive ? 'yes' : 'no'}</td></tr>`,
+    )
+    .join('');
+  const nodes =
+    s.nodes.length === 0
+      ? '<p>no nodes</p>'
+      : `<table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>heartbeat</th></tr></thead><tbody>${nodeRows}</tbody></table>`;
+  const source = opts.source === undefined ? '' : ` · ${escapeHtml(opts.source)}`;
+  return (
+    `<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">` +
+    `<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">` +
+    `<meta name="viewport" content="width=device-width, initial-scale=1">` +
+    `<title>ipwarden pool ${escapeHtml(s.pool)}</title><style>${CSS}${POOL_CSS}</style></head><body>` +
+    `<h1>ipwarden pool <code>${escapeHtml(s.pool)}</code></h1>` +
+    `<p class="meta">generated ${escapeHtml(new Date(opts.generatedAtMs).toISOString())}${source} · blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)</p>` +
+    `<section id="rangesets"><h2>range sets</h2>${sets}</section>` +
+    `<section id="nodes"><h2>nodes</h2>${nodes}</section>` +
+    `</body></html>\n`
   );
 }

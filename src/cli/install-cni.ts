@@ -11,6 +11,11 @@
  *   request to the daemon's socket and falls back to `DIR/ipwarden-standalone`; with
  *   `--socket PATH` the copy written has PATH in its patchable socket field.
  *
+ * - `DIR/ipwarden.d/node-name` (mode 0644, in a directory 0755 made when missing), first, when a
+ *   node name is given (`--node-name`, else `NODE_NAME`: the DaemonSet passes the downward API's
+ *   `spec.nodeName` to the init container): the name the shim's fallback uses for cluster pools
+ *   when the daemon is down (src/cni/node-name-file.ts); without one the file is left as it is;
+ *
  * in that order (the shim last, so a runtime exec'ing `DIR/ipwarden` during an upgrade always finds
  * what it runs), each atomically: a temporary file in DIR created with O_EXCL|O_NOFOLLOW (never
  * through a symlink planted at its name), fsync, rename(2), fsync of DIR. A runtime sees the old or
@@ -20,14 +25,17 @@
  * of a built checkout, the image's `/usr/lib/ipwarden` when the single executable runs it, or an
  * installed CNI bin dir (where the shim is named `ipwarden`).
  */
+import { hostname } from 'node:os';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, existsSync, fchmodSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AppError, UsageError, errnoCode } from '../common/errors.ts';
 import { untrustedReason } from '../common/trust.ts';
+import { badNodeNameMessage, validNodeName } from '../ipam/pool-config.ts';
+import { NODE_NAME_DIR, nodeNameFilePath } from '../cni/node-name-file.ts';
 import type { CliContext } from './context.ts';
 
 const require = createRequire(import.meta.url);
@@ -285,12 +293,43 @@ export interface Installed {
   readonly netnsHelper: string;
   /** The socket path in the installed shim's field. */
   readonly socket: string;
+  /** The node-name file written (`DIR/ipwarden.d/node-name`) and the name in it, or null when no name was given. */
+  readonly nodeName: { readonly file: string; readonly name: string } | null;
 }
 
 /** Options of {@link installCni}. */
 export interface InstallOptions {
   /** Socket path patched into the shim (validated: absolute, ≤ 107 bytes, no NUL); default the compiled one. */
   readonly socket?: string;
+  /**
+   * The node name written to `DIR/ipwarden.d/node-name` (validated: the node-name rule of
+   * `ipam.nodeName`); absent: the file is not written (nor removed).
+   */
+  readonly nodeName?: string;
+}
+
+/**
+ * Write `name` to `<dir>/ipwarden.d/node-name` atomically (mode 0644, `name` + newline +
+ * `host <host name>` + newline: a copy of the file on another host is then ignored), making
+ * `<dir>/ipwarden.d` (0755) when missing. Throws UsageError when `ipwarden.d` is not a real
+ * directory (a symlink is refused, never followed) or is not to be trusted (src/common/trust.ts),
+ * errno errors of the writes. Returns the file's path.
+ */
+export function writeNodeName(dir: string, name: string, euid: number = process.geteuid?.() ?? 0, host: () => string = hostname): string {
+  const d = join(dir, NODE_NAME_DIR);
+  try {
+    mkdirSync(d, { mode: 0o755 });
+    chmodSync(d, 0o755); // no umask
+  } catch (e) {
+    if (errnoCode(e) !== 'EEXIST') throw e;
+  }
+  const st = lstatSync(d);
+  if (!st.isDirectory()) throw new UsageError(`install-cni: ${d} is not a directory (a symlink is not followed): refusing to write the node name there`);
+  const bad = untrustedReason(d, st, euid);
+  if (bad !== null) throw new UsageError(`install-cni: ${bad}: refusing to write the node name there`);
+  const file = nodeNameFilePath(dir);
+  atomicWrite(file, `${name}\nhost ${host()}\n`, 0o644);
+  return file;
 }
 
 /**
@@ -301,6 +340,7 @@ export interface InstallOptions {
 export function installCni(dest: string, opts: InstallOptions = {}): Installed {
   if (dest === '') throw new UsageError('install-cni: --dest DIR is required');
   if (opts.socket !== undefined) validateSocketPath(opts.socket);
+  if (opts.nodeName !== undefined && !validNodeName(opts.nodeName)) throw new UsageError(`install-cni: ${badNodeNameMessage('the node name (--node-name or NODE_NAME)', opts.nodeName)}`);
   const from = sourceDir();
   const files = { binding: join(from, FLOCK_BINDING_NAME), netns: join(from, NETNS_HELPER_NAME), standalone: join(from, STANDALONE_NAME) };
   const shimSource = locateShim(from);
@@ -314,6 +354,8 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
   const bindingOut = join(dir, FLOCK_BINDING_NAME);
   const netnsOut = join(dir, NETNS_HELPER_NAME);
   const standalone = join(dir, STANDALONE_NAME);
+  // The node name first: a fallback run after this install names the node as the daemon does.
+  const nodeName = opts.nodeName === undefined ? null : { file: writeNodeName(dir, opts.nodeName), name: opts.nodeName };
   // The same file (a directory installed onto itself): a regular file at the destination with the
   // source's device and inode. Anything else — a symlink to the source included — is rewritten.
   const same = (src: string, out: string): boolean => {
@@ -346,13 +388,20 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
     binding: bindingOut,
     netnsHelper: netnsOut,
     socket: readShimFields(shim).socket,
+    nodeName,
   };
 }
 
-/** CLI action: install, then print one line per file written. */
-export function run(opts: { dest?: string; socket?: string }, ctx: CliContext): number {
-  const r = installCni(opts.dest ?? '', opts.socket === undefined ? {} : { socket: opts.socket });
+/**
+ * CLI action: install, then print one line per file written. The node name is `--node-name`,
+ * else `NODE_NAME` of the environment (empty = unset).
+ */
+export function run(opts: { dest?: string; socket?: string; nodeName?: string }, ctx: CliContext): number {
+  const fromEnv = ctx.env['NODE_NAME'];
+  const nodeName = opts.nodeName ?? (fromEnv === undefined || fromEnv === '' ? undefined : fromEnv);
+  const r = installCni(opts.dest ?? '', { ...(opts.socket === undefined ? {} : { socket: opts.socket }), ...(nodeName === undefined ? {} : { nodeName }) });
   // In the order written.
+  if (r.nodeName !== null) ctx.stdout(`installed ${r.nodeName.file} (node name ${r.nodeName.name})\n`);
   ctx.stdout(`installed ${r.binding} (flock binding)\n`);
   ctx.stdout(`installed ${r.netnsHelper} (namespace helper)\n`);
   ctx.stdout(`installed ${r.standalone} (${r.standaloneVersion}, ${r.standaloneBytes} bytes)\n`);

@@ -47,8 +47,9 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .description('write DIR/ipwarden-flock.node, DIR/ipwarden-netns, DIR/ipwarden-standalone (the plugin, with its own Node.js) and DIR/ipwarden (the exec shim)')
     .requiredOption('--dest <DIR>', 'CNI bin directory, e.g. /opt/cni/bin')
     .option('--socket <PATH>', "the daemon's socket, patched into the shim (absolute, at most 107 bytes; default /run/ipwarden/plugin.sock)")
-    .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n')
-    .action(async (opts: { dest: string; socket?: string }) => {
+    .option('--node-name <NAME>', "the node's name for cluster pools, written to DIR/ipwarden.d/node-name (default: NODE_NAME; neither: not written)")
+    .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n  NODE_NAME=worker-1 ipwarden install-cni --dest /opt/cni/bin\n')
+    .action(async (opts: { dest: string; socket?: string; nodeName?: string }) => {
       const m = await import('./install-cni.ts');
       setCode(m.run(opts, ctx));
     });
@@ -122,7 +123,9 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
       .option('--etcd-key <FILE>', 'client key (PEM)')
       .option('--json', 'print the documented JSON');
   etcdFlags(pool.command('status').description('blocks per node, usage and free addresses cluster-wide'))
-    .addHelpText('after', '\nExamples:\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --json\n')
+    .option('--html', 'print a self-contained HTML page instead of the table (with --out: write it to FILE)')
+    .option('--out <FILE>', 'with --html: write the page to FILE (the table or --json still go to stdout)')
+    .addHelpText('after', '\nExamples:\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --json\n  ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --html --out /tmp/pool.html\n')
     .action(async (opts: PoolOptions) => {
       const m = await import('./pool.ts');
       setCode(await m.runStatus(opts, ctx));

@@ -4,11 +4,13 @@
  * Usage:
  *   ipwarden pool status      --pool NAME --etcd-endpoints URL[,URL…] [--etcd-prefix P]
  *                             [--etcd-ca FILE [--etcd-cert FILE --etcd-key FILE]] [--json]
+ *                             [--html [--out FILE]]
  *   ipwarden pool remove-node NODE --pool NAME --etcd-endpoints … [--finish] [--force] [--json]
  *   ipwarden pool leaks       --pool NAME --etcd-endpoints … [--node NODE] [--runtime-endpoint URL]
  *                             [--grace DUR] [--json]
  * Examples:
  *   ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
+ *   ipwarden pool status --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --html --out /tmp/pool.html
  *   ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379
  *   ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --finish
  *
@@ -20,12 +22,16 @@
  * refuses (exit 1) without step 1's marker, after a veto, or while a heartbeat exists (never forced).
  * Exit status: 0; 1 on an etcd or data error or a refusal; 2 usage error.
  */
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { AppError, UsageError } from '../common/errors.ts';
 import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError } from '../ipam/pool-allocator.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import { poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
 import { etcdFor, resolveNodeName } from '../cni/pool.ts';
 import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
+import { currentRevision, handlesPrefix, nodeHandles } from '../ipam/pool-reclaim.ts';
 import { inUseReason } from '../reconcile/evidence.ts';
 import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
 import { takeSnapshot } from '../reconcile/snapshot.ts';
@@ -41,6 +47,10 @@ export interface PoolOptions {
   etcdCert?: string;
   etcdKey?: string;
   json?: boolean;
+  /** `pool status`: the HTML page (on stdout, or to `out`). */
+  html?: boolean;
+  /** `pool status --html`: the file the page is written to (atomically; never through a symlink). */
+  out?: string;
   finish?: boolean;
   force?: boolean;
   /** `pool leaks`: the node (default: NODE_NAME, else the host name). */
@@ -85,17 +95,58 @@ export function poolStatusTable(s: PoolStatus): string {
   return out;
 }
 
-/** CLI action of `ipwarden pool status`; resolves to the exit status. */
+/**
+ * Write `text` to `file` atomically: a new temporary file beside it (O_CREAT|O_EXCL|O_NOFOLLOW,
+ * mode 0644: a symlink planted at its name is never followed), fsync, rename(2) over `file` (which
+ * replaces a symlink at `file` rather than following it). Throws `STORE_IO` naming the file; the
+ * temporary file is removed on failure.
+ */
+export function writePage(file: string, text: string): void {
+  const tmp = `${file}.tmp-${process.pid}-${randomBytes(8).toString('hex')}`;
+  let fd = -1;
+  try {
+    fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+    writeFileSync(fd, text);
+    fsyncSync(fd);
+    closeSync(fd);
+    fd = -1;
+    renameSync(tmp, file);
+  } catch (e) {
+    if (fd >= 0) closeSync(fd);
+    rmSync(tmp, { force: true });
+    throw new AppError('STORE_IO', `cannot write ${file}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  }
+}
+
+/**
+ * CLI action of `ipwarden pool status`; resolves to the exit status. `--html` prints the page of
+ * `renderPoolStatusHtml` (src/cli/html.ts) instead of the table; with `--out FILE` the page goes
+ * to FILE and stdout gets the table (or `--json`) as without `--html`.
+ * @throws UsageError for `--out` without `--html`, an empty `--out`, or `--html --json` without `--out`
+ */
 export async function runStatus(opts: PoolOptions, ctx: CliContext): Promise<number> {
+  if (opts.out !== undefined && opts.html !== true) throw new UsageError('--out FILE goes with --html');
+  if (opts.out === '') throw new UsageError('--out must not be empty');
+  if (opts.html === true && opts.json === true && opts.out === undefined) throw new UsageError('--html and --json both print to stdout: give --out FILE for the page');
   const pool = poolFromFlags(opts);
   const kv = etcdFor(pool);
+  let s: PoolStatus;
   try {
-    const s = await poolStatus(kv, pool.etcd.prefix, pool.name);
-    ctx.stdout(opts.json === true ? `${JSON.stringify(s)}\n` : poolStatusTable(s));
-    return 0;
+    s = await poolStatus(kv, pool.etcd.prefix, pool.name);
   } finally {
     await kv.close();
   }
+  if (opts.html === true) {
+    const { renderPoolStatusHtml } = await import('./html.ts');
+    const page = renderPoolStatusHtml(s, { generatedAtMs: ctx.now(), source: `etcd ${pool.etcd.endpoints.join(',')} ${pool.etcd.prefix}` });
+    if (opts.out === undefined) {
+      ctx.stdout(page);
+      return 0;
+    }
+    writePage(opts.out, page);
+  }
+  ctx.stdout(opts.json === true ? `${JSON.stringify(s)}\n` : poolStatusTable(s));
+  return 0;
 }
 
 /** CLI action of `ipwarden pool remove-node NODE`; resolves to the exit status. */
@@ -108,11 +159,13 @@ export async function runRemoveNode(node: string, opts: PoolOptions, ctx: CliCon
     // The operator acts as no node: it never allocates, so the allocator needs no ranges.
     const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
     if (opts.finish !== true) {
-      const marked = await op.markForRemoval(node, { force: opts.force === true, windowLease: () => kv.grantLease(REMOVAL_WINDOW_SECONDS) });
+      // The window is sized by the node's announced offline seconds (docs/cluster.md "Offline allocation").
+      let window = REMOVAL_WINDOW_SECONDS;
+      const marked = await op.markForRemoval(node, { force: opts.force === true, windowLease: (ttl) => kv.grantLease((window = ttl)) });
       if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked })}\n`);
       else {
         ctx.stdout(`removal of ${node} begun (${op.removingKey(node)}); ${marked.length} block${marked.length === 1 ? '' : 's'} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
-        ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone (and at least ${REMOVAL_WINDOW_SECONDS} s from now), run again with --finish\n`);
+        ctx.stdout(`if ${node} comes back it vetoes this; once it is surely gone (and at least ${window} s from now), run again with --finish\n`);
       }
       return 0;
     }
@@ -156,11 +209,19 @@ export async function runLeaks(opts: PoolOptions, ctx: CliContext): Promise<numb
   if (!validNodeName(node)) throw new UsageError(`invalid node name ${JSON.stringify(node)}`);
   const kv = etcdFor(pool);
   try {
-    const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node, network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
-    // The runtime first, then the kernel (takeSnapshot), then etcd: a handle made after the
-    // snapshot is younger than it and so in grace, never a leak.
+    const keys = { prefix: pool.etcd.prefix, pool: pool.name };
+    // etcd's revision R first, then the runtime, then the kernel (takeSnapshot), then the handles:
+    // a handle created after R did not exist when the runtime was asked (its ADD may be in
+    // flight): in grace, never a candidate — decided by revisions, not by a clock.
+    const revision = await currentRevision(kv);
     const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), warnOtherRuntimes: false }, ctx);
-    const handles = await op.handlesOf(node);
+    const host = hostname();
+    const listed = nodeHandles(await kv.list(handlesPrefix(keys)), keys, node, host);
+    for (const c of listed.corrupt) ctx.stderr(`ipwarden: ${c.message} (never released)\n`);
+    // Handles another host wrote under this node name cannot be judged by this host's runtime
+    // and kernel (review B1): listed as unknown, never as leaked.
+    if (listed.foreign.length > 0) ctx.stderr(`ipwarden: ${listed.foreign.length} handle(s) of node ${node} were written on other hosts than ${host}: listed as unknown — two hosts under one node name?\n`);
+    const handles = listed.handles;
     const sb = snap.sandboxes;
     const sandboxes = sb === null ? null : sb instanceof Map ? new Map([...sb].map(([id, st]) => [id, String(st).replace('notready', 'not ready')])) : new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
     const verdicts = classifyPoolHandles({
@@ -171,10 +232,14 @@ export async function runLeaks(opts: PoolOptions, ctx: CliContext): Promise<numb
       evidenceIncomplete: snap.evidence.incomplete,
       snapshotAtMs: snap.snapshotAtMs,
       graceSeconds,
+      revision,
     });
+    for (const h of listed.foreign) {
+      verdicts.push({ containerId: h.containerId, ifname: h.ifname, ips: h.value.ips.map((i) => i.ip), ageSeconds: (snap.snapshotAtMs - h.value.at) / 1000, verdict: 'unknown', reason: `written on host ${h.value.host ?? '(none recorded)'}, not ${host}: this host's runtime and kernel cannot judge it` });
+    }
     ctx.stdout(
       opts.json === true
-        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, handles: verdicts })}\n`
+        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, revision, handles: verdicts })}\n`
         : poolLeaksTable(node, verdicts),
     );
     if (snap.runtime.error !== undefined) {

@@ -324,9 +324,13 @@ function ownerIsValid(owner: Owner, valid: readonly Attachment[]): boolean {
 async function cmdGC(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promise<void> {
   const id = dec.identity(a.stdinData);
   const valid = validAttachments(a.stdinData);
-  // A pool's attachments live in etcd across nodes; GC of pools is not built yet (docs/cluster.md
-  // "Not built yet"): succeed and release nothing, as a plugin without GC would.
-  if (id.pool) return;
+  // A pool network: this node's handles of this network in etcd, never another node's
+  // (docs/cluster.md "Reconcile per node"); a plugin built without pool GC releases nothing.
+  if (id.pool) {
+    const hooks = poolHooks(deps);
+    if (hooks.gc !== undefined) await hooks.gc(id, valid);
+    return;
+  }
   const store = await deps.openStore({ dataDir: id.dataDir, network: id.name, create: false });
   if (store === null) return;
   const errors: string[] = [];

@@ -34,6 +34,10 @@ export function fileDepsWith(loadHeal: CriHealLoader, loadPool?: PoolHooksLoader
             add: async (conf, req) => (await loadPool())(process.env).add(conf, req),
             del: async (id, req) => (await loadPool())(process.env).del(id, req),
             find: async (conf, req) => (await loadPool())(process.env).find(conf, req),
+            gc: async (id, valid) => {
+              const hooks = (await loadPool())(process.env);
+              return (hooks.gc as NonNullable<typeof hooks.gc>)(id, valid);
+            },
           },
         }),
     openStore: async ({ dataDir, network, create }) =>

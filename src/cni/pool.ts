@@ -2,8 +2,9 @@
  * The plugin's way into a cluster pool (issue 11; docs/cluster.md): for a network whose `ipam`
  * has `pool`, ADD/DEL/CHECK go to etcd through the pool allocator (src/ipam/pool-allocator.ts)
  * instead of the node's files. The edge work happens here: the node name is resolved
- * (`ipam.nodeName`, else `NODE_NAME` — a DaemonSet's downward API `spec.nodeName` — else the host
- * name), the TLS files are read, and the etcd client is made and closed.
+ * (`ipam.nodeName`, else `NODE_NAME` — a DaemonSet's downward API `spec.nodeName` — else the
+ * node-name file `install-cni` wrote beside the plugin, else the host name), the TLS files are
+ * read, and the etcd client is made and closed.
  *
  * The standalone plugin makes one client per request (one process per request) and sends one
  * transaction per ADD. The daemon passes a {@link PoolSessions} that keeps one client per pool and
@@ -12,14 +13,23 @@
  * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
  * client and its gRPC stack.
  */
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { hostname } from 'node:os';
-import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
+import { join } from 'node:path';
+import { AppError, ClosedError, errnoCode, isAppError } from '../common/errors.ts';
 import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
-import type { KV, Leases } from '../store/kv.ts';
+import { poolStatus } from '../ipam/pool-status.ts';
+import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
+import { readKernelEvidence } from '../node/kernel-evidence.ts';
+import { defaultAuditLogPath, openAuditLog } from '../reconcile/audit.ts';
+import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
+import { readNodeNameFile } from './node-name-file.ts';
+import { JOURNAL_DIR_NAME, PoolJournal } from '../store/pool-journal.ts';
+import { ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './pool-offline.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
 export interface PoolHooks {
@@ -34,19 +44,49 @@ export interface PoolHooks {
   del(id: NetworkIdentity, req: PoolRequest): Promise<string[]>;
   /** CHECK: the container's allocations, or null when it has none. */
   find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null>;
+  /**
+   * CNI GC (1.1.0) on a pool network: release this node's handles of the network that are not in
+   * `valid`, under the evidence guards (src/reconcile/pool-pass.ts `poolGC`). Optional: without
+   * it GC releases nothing on a pool network. Throws AppErrors (STORE_UNAVAILABLE, CNI 11, when
+   * etcd cannot be asked).
+   */
+  gc?(id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome>;
 }
 
 /**
- * The node name for `pool`: `ipam.nodeName`, else `env.NODE_NAME`, else `host()`.
- * @throws AppError IPAM_INVALID_CONFIG (CNI 7) naming the source when the name is unusable.
+ * {@link PoolHooks.gc} over `kv` for `node`: the kernel evidence from /proc and the pinned
+ * namespaces, the audit log `<dataDir>/ipwarden-audit.log` of the network's data dir (opened only
+ * when something is released).
  */
-export function resolveNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>, host: () => string = hostname): string {
+export function poolGcWith(kv: KV, pool: PoolConfig, node: string, id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome> {
+  return poolGC({ kv, prefix: pool.etcd.prefix, pool: pool.name, node }, id.name, valid, {
+    evidence: () => readKernelEvidence(),
+    // A pool network writes nothing else under its data dir: make it for the log if it is missing.
+    audit: () => {
+      mkdirSync(id.dataDir, { recursive: true, mode: 0o755 });
+      return openAuditLog(defaultAuditLogPath(id.dataDir));
+    },
+    now: Date.now,
+  });
+}
+
+/**
+ * The node name for `pool`: `ipam.nodeName`, else `env.NODE_NAME`, else the node-name file
+ * `install-cni` wrote beside the installed plugin (`file()`, default {@link readNodeNameFile}:
+ * `<CNI bin dir>/ipwarden.d/node-name`, read only when trusted; what the shim's fallback finds,
+ * since the runtime's environment has no `NODE_NAME`), else `host()`.
+ * @throws AppError IPAM_INVALID_CONFIG (CNI 7) naming the source when the name is unusable (a
+ *   bad node-name file is never skipped for the host name: the file names it).
+ */
+export function resolveNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>, host: () => string = hostname, file: () => string | null = readNodeNameFile): string {
   if (pool.nodeName !== null) return pool.nodeName;
   const fromEnv = env['NODE_NAME'];
   if (fromEnv !== undefined && fromEnv !== '') {
     if (!validNodeName(fromEnv)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('NODE_NAME', fromEnv));
     return fromEnv;
   }
+  const fromFile = file();
+  if (fromFile !== null) return fromFile;
   const h = host();
   if (!validNodeName(h)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('the host name', h));
   return h;
@@ -132,6 +172,8 @@ function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, r
     rangeSets,
     sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
     backoff: jitteredBackoff,
+    // Every handle names the host that wrote it: the node's reconcile releases only its own host's (review B1).
+    host: hostname(),
     ...(cache === undefined ? {} : { cache }),
     ...(leases === null ? {} : { tombstoneLease: () => leases.grantLease(TOMBSTONE_TTL_SECONDS) }),
   });
@@ -170,6 +212,11 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
       const node = resolveNodeName(pool, env);
       return withKV(pool, (kv) => allocatorFor(kv, pool, node, conf.name, conf.rangeSets).find(req));
     },
+    gc: (id, valid) => {
+      const pool = id.pool as PoolConfig;
+      const node = resolveNodeName(pool, env);
+      return withKV(pool, (kv) => poolGcWith(kv, pool, node, id, valid));
+    },
   };
 }
 
@@ -191,12 +238,25 @@ interface Waiter {
 class Batcher {
   readonly #alloc: PoolAllocator;
   readonly #queue: Waiter[] = [];
+  readonly #onBatch: (size: number) => void;
   #running = false;
-  /** Transactions' batch sizes so far (tests and metrics). */
+  /** Transactions' batch sizes so far (tests). */
   readonly sizes: number[] = [];
 
-  constructor(alloc: PoolAllocator) {
+  /**
+   * With offline allocation: a batch that fails as unavailable fails every request at once, and
+   * the requests queued behind it too (no retry one by one, no second deadline: etcd is down for all).
+   */
+  readonly #failFastUnavailable: boolean;
+
+  /**
+   * @param onBatch told the size of every batch taken from the queue (the observer's `batch`).
+   * @param failFastUnavailable see the field (the pool has `ipam.pool.offline`).
+   */
+  constructor(alloc: PoolAllocator, onBatch: (size: number) => void = () => undefined, failFastUnavailable = false) {
     this.#alloc = alloc;
+    this.#onBatch = onBatch;
+    this.#failFastUnavailable = failFastUnavailable;
   }
 
   submit(req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
@@ -238,9 +298,16 @@ class Batcher {
         if (this.#queue.length === 0) break;
         const batch = this.#queue.splice(0, MAX_BATCH_REQUESTS);
         this.sizes.push(batch.length);
+        this.#onBatch(batch.length);
         try {
           settle(batch, await this.#alloc.add(batch.map((w) => w.req)));
         } catch (e) {
+          if (this.#failFastUnavailable && isAppError(e, 'STORE_UNAVAILABLE')) {
+            // etcd is unreachable for all: the ADDs that queued meanwhile fail with the same answer
+            // now (each then goes offline) instead of waiting for another call deadline each batch.
+            for (const w of [...batch, ...this.#queue.splice(0)]) w.reject(e);
+            continue;
+          }
           if (batch.length === 1) {
             (batch[0] as Waiter).reject(e);
             continue;
@@ -383,6 +450,144 @@ export class Heartbeat {
   }
 }
 
+/** The pool and node an observed event belongs to (the metrics' `pool` and `node` labels). */
+export interface PoolEventScope {
+  /** `ipam.pool.name`. */
+  readonly pool: string;
+  /** The node name the request was served as ({@link NO_NODE} when it could not be resolved). */
+  readonly node: string;
+}
+
+/** One pool request the daemon answered ({@link PoolObserver.request}). */
+export interface PoolRequestEvent extends PoolEventScope {
+  readonly command: 'ADD' | 'DEL' | 'CHECK';
+  /** `ok`, or the CNI error code it failed with as decimal text (`"11"`, `"7"`; `"999"` for a non-AppError). */
+  readonly result: string;
+  /** From the call into the sessions to its answer (an ADD's wait for its batch included), seconds. */
+  readonly durationSeconds: number;
+}
+
+/**
+ * How one etcd transaction of the pool allocator ended: `committed` (every compare held),
+ * `conflict` (a compare failed: nothing written; the allocator re-reads and retries),
+ * `unavailable` (STORE_UNAVAILABLE, CNI 11: etcd not reached in time — the outcome is unknown and
+ * the allocator decides from fresh reads), `error` (any other failure).
+ */
+export type PoolTxnOutcome = 'committed' | 'conflict' | 'unavailable' | 'error';
+
+/** One transaction of the pool allocator ({@link PoolObserver.txn}). */
+export interface PoolTxnEvent extends PoolEventScope {
+  readonly outcome: PoolTxnOutcome;
+}
+
+/** One ADD batch sent ({@link PoolObserver.batch}). */
+export interface PoolBatchEvent extends PoolEventScope {
+  /** Requests in the batch (1 to `MAX_BATCH`). */
+  readonly size: number;
+}
+
+/**
+ * What {@link PoolSessions} reports as it works: a plain object of callbacks, so the daemon's
+ * metrics (src/daemon/metrics.ts, prom-client) observe the pool without this layer importing
+ * them (layers: cni < daemon). Every member is optional: a new kind of event (branch `offline`'s
+ * offline ADDs, DELs and syncs, say) is a new optional member, and observers written before it
+ * still type-check. Calls are synchronous, made after the fact, and must not block; an observer
+ * that throws is ignored (counting never fails a pod).
+ */
+export interface PoolObserver {
+  /** A pool ADD, DEL or CHECK answered (or failed). */
+  request?(e: PoolRequestEvent): void;
+  /** An etcd transaction of the pool allocator ended (heartbeats are not counted). */
+  txn?(e: PoolTxnEvent): void;
+  /** A batch of ADDs taken from a queue, about to be sent as one transaction. */
+  batch?(e: PoolBatchEvent): void;
+  /**
+   * Offline allocation (`ipam.pool.offline`, docs/cluster.md "Offline allocation"): an ADD or DEL
+   * answered offline, a journal entry synced, or one whose sync failed for good (its reserve
+   * entry gone; told once per entry). Gauges (reserve left, entries waiting, contact age) are
+   * {@link PoolSessions.offlineStats}.
+   */
+  offline?(e: PoolOfflineEvent): void;
+}
+
+/** One offline-allocation event ({@link PoolObserver.offline}). */
+export interface PoolOfflineEvent extends PoolEventScope {
+  readonly kind: 'add' | 'del' | 'synced' | 'syncFailure';
+}
+
+/** Call `f` and ignore what it throws (an observer never fails a request). */
+function tell(f: () => void): void {
+  try {
+    f();
+  } catch {
+    // counting never fails a pod
+  }
+}
+
+/** The {@link PoolRequestEvent} result of a failure: its CNI code, decimal. */
+function resultOf(e: unknown): string {
+  return e instanceof AppError ? String(e.cniCode) : '999';
+}
+
+/**
+ * `kv` with every transaction's outcome told to `observer.txn` (labelled `scope`); `kv` itself
+ * when the observer does not count transactions. Reads, leases and `close` pass through.
+ */
+export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: PoolObserver): KV & Leases {
+  if (observer.txn === undefined) return kv;
+  const report = (outcome: PoolTxnOutcome) => tell(() => observer.txn?.({ ...scope, outcome }));
+  return {
+    get description(): string {
+      return kv.description;
+    },
+    get stats(): KVStats {
+      return kv.stats;
+    },
+    get: (key: string): Promise<KVEntry | null> => kv.get(key),
+    list: (prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]> => kv.list(prefix, opts),
+    txn: async (compare: readonly KVCompare[], ops: readonly KVOp[]): Promise<KVTxnResult> => {
+      let r: KVTxnResult;
+      try {
+        r = await kv.txn(compare, ops);
+      } catch (e) {
+        report(e instanceof AppError && e.code === 'STORE_UNAVAILABLE' ? 'unavailable' : 'error');
+        throw e;
+      }
+      report(r.succeeded ? 'committed' : 'conflict');
+      return r;
+    },
+    close: () => kv.close(),
+    grantLease: (ttl: number) => kv.grantLease(ttl),
+    keepAlive: (id: string) => kv.keepAlive(id),
+    revokeLease: (id: string) => kv.revokeLease(id),
+  };
+}
+
+/**
+ * The gauges of one pool as one node sees it ({@link PoolSessions.sample}): from one
+ * `pool status` read (src/ipam/pool-status.ts). Counts are addresses or blocks.
+ */
+export interface PoolSample extends PoolEventScope {
+  /** Blocks the node owns. */
+  readonly blocks: number;
+  /** Addresses the node holds (in its blocks and borrowed). */
+  readonly held: number;
+  /** Of `held`, those in other nodes' blocks. */
+  readonly borrowed: number;
+  /** Free addresses of the whole pool (every range set; an IPv6 size is rounded to a double). */
+  readonly free: number;
+  /** Blocks claimed in the whole pool (by any node). */
+  readonly claimedBlocks: number;
+  /** The node's heartbeat key exists. */
+  readonly alive: boolean;
+}
+
+/** A pool whose status could not be read ({@link PoolSessions.sample}). */
+export interface PoolSampleError extends PoolEventScope {
+  /** The error's message (etcd unreachable, a corrupt value). */
+  readonly error: string;
+}
+
 /** A pool's identity in the daemon: its etcd (endpoints, prefix) and its name. */
 function poolKey(pool: PoolConfig): string {
   return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name]);
@@ -396,18 +601,42 @@ function attachmentKey(pool: PoolConfig, req: PoolRequest): string {
 /** Requests per batch (the allocator's limit). */
 const MAX_BATCH_REQUESTS = MAX_BATCH;
 
+/** Options of {@link PoolSessions} (offline allocation, docs/cluster.md "Offline allocation"). */
+export interface PoolSessionsOptions {
+  /** Monotonic clock, milliseconds (default `performance.now`): the offline budget is measured on it. */
+  readonly clock?: () => number;
+  /** The journal directory of a network config (default `<ipam.dataDir>/.ipwarden-pool-offline`). */
+  readonly journalDir?: (conf: IPAMConfig) => string;
+  /** Log sink (default: one JSON line in pino's shape on stderr, the daemon's log). */
+  readonly log?: OfflineLog;
+}
+
+/** pino's numeric levels, so these lines read like the daemon's own log (src/daemon/log.ts) on the same stderr. */
+const PINO_LEVEL = { info: 30, warn: 40, error: 50 } as const;
+const stderrLog: OfflineLog = (level, fields, msg) => {
+  process.stderr.write(`${JSON.stringify({ level: PINO_LEVEL[level], time: Date.now(), pid: process.pid, part: 'pools', ...fields, msg })}\n`);
+};
+
 /**
  * The daemon's pool hooks: one etcd client per pool (endpoints + prefix), kept until `close()`,
  * and the node's concurrent ADDs of one network batched into one transaction ({@link Batcher}).
  * The node name comes from the daemon's own environment (`NODE_NAME` of the DaemonSet), not the
- * request's: the daemon is the node. Lifecycle: `close()` is idempotent; later calls throw
- * `ClosedError`.
+ * request's: the daemon is the node. Every request, allocator transaction and batch is told to
+ * the {@link PoolObserver} (the daemon's metrics), and {@link sample} reads the gauges of each
+ * pool the sessions serve. Lifecycle: `close()` is idempotent; later calls throw `ClosedError`.
+ *
+ * With `ipam.pool.offline` (docs/cluster.md "Offline allocation") it also keeps the node's
+ * reserve in etcd, answers ADDs from it while etcd is unreachable (within `seconds` of the last
+ * confirmed contact, on the monotonic clock of `opts.clock`), journals them under
+ * `opts.journalDir(conf)` (default `<ipam.dataDir>/.ipwarden-pool-offline`) and syncs them on
+ * reconnect; `offlineStats()` and `observer.offline` are the metrics' view. Every etcd client is
+ * wrapped in a {@link ContactKV} (it forwards everything; it writes nothing of its own).
  */
 export class PoolSessions implements PoolHooks {
   readonly #env: Readonly<Record<string, string | undefined>>;
   readonly #make: (pool: PoolConfig) => KV & Leases;
   readonly #every: Every;
-  readonly #kvs = new Map<string, KV & Leases>();
+  readonly #kvs = new Map<string, ContactKV>();
   readonly #batchers = new Map<string, Batcher>();
   readonly #heartbeats = new Map<string, Heartbeat>();
   /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
@@ -416,12 +645,146 @@ export class PoolSessions implements PoolHooks {
   readonly #batchersOfPool = new Map<string, Set<Batcher>>();
   /** (pool, containerId, ifname) → the ADDs of it not yet answered (queued or in flight). */
   readonly #pendingAdds = new Map<string, Set<Promise<unknown>>>();
+  readonly #observer: PoolObserver;
+  /** Every (pool, node) served or announced so far: what {@link sample} reads. */
+  readonly #known = new Map<string, { readonly pool: PoolConfig; readonly node: string }>();
+  /** Offline allocation per etcd, pool and node (pools with `ipam.pool.offline` only). */
+  readonly #offline = new Map<string, OfflinePool>();
+  readonly #opts: PoolSessionsOptions;
   #closed = false;
 
-  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery) {
+  /**
+   * @param env the daemon's environment (`NODE_NAME`)
+   * @param make a new KV for a pool (default: an etcd client, {@link etcdFor})
+   * @param every the heartbeat's schedule (tests inject one)
+   * @param observer told of every request, transaction and batch (default: nobody)
+   * @param opts offline allocation's clock, journal directory and log ({@link PoolSessionsOptions})
+   */
+  constructor(env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV & Leases = etcdFor, every: Every = realEvery, observer: PoolObserver = {}, opts: PoolSessionsOptions = {}) {
     this.#env = env;
     this.#make = make;
     this.#every = every;
+    this.#observer = observer;
+    this.#opts = opts;
+  }
+
+  #offlineKey(pool: PoolConfig, node: string): string {
+    return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
+  }
+
+  /**
+   * The offline state of `conf`'s pool and `node`, made on first use (its journal read: entries a
+   * crash left are synced by the first `maintain`), or null without `ipam.pool.offline`.
+   */
+  #offlineOf(conf: IPAMConfig, pool: PoolConfig, node: string, kv: ContactKV): OfflinePool | null {
+    const cfg = pool.offline;
+    if (cfg === undefined || cfg === null) return null;
+    const key = this.#offlineKey(pool, node);
+    const have = this.#offline.get(key);
+    if (have !== undefined) return have;
+    const cache = this.#cacheFor(pool, node);
+    const off = new OfflinePool({
+      pool,
+      cfg,
+      node,
+      kv,
+      alloc: this.#allocator(kv, pool, node, conf.name, conf.rangeSets, cache),
+      rangeSets: conf.rangeSets.length,
+      allocFor: (network) => this.#allocator(kv, pool, node, network, [], cache),
+      journal: new PoolJournal(this.#opts.journalDir?.(conf) ?? join(conf.dataDir, JOURNAL_DIR_NAME)),
+      clock: this.#opts.clock ?? (() => performance.now()),
+      now: Date.now,
+      log: this.#opts.log ?? stderrLog,
+      event: (kind) => tell(() => this.#observer.offline?.({ pool: pool.name, node, kind })),
+    });
+    this.#offline.set(key, off);
+    // The first success after etcd was unreachable syncs the journal (and refills) at once.
+    const prev = kv.onSuccess;
+    kv.onSuccess = (afterFailure) => {
+      prev?.(afterFailure);
+      if (afterFailure && !this.#closed) void off.maintain();
+    };
+    void off.maintain();
+    return off;
+  }
+
+  /**
+   * Counters and state of offline allocation, one entry per pool and node with
+   * `ipam.pool.offline` (the metrics' gauges): offline ADDs and DELs, journal entries synced,
+   * sync failures (reserve gone), the reserve left per range set and its target, entries waiting,
+   * and the age of the last confirmed contact. Cheap; no I/O.
+   */
+  offlineStats(): OfflineStats[] {
+    return [...this.#offline.values()].map((off) => off.stats());
+  }
+
+  /** Run one offline maintenance round (sync the journal, refill the reserve) of every pool now, and wait for it (tests; the daemon's beats run it on their own). */
+  async maintainOffline(): Promise<void> {
+    await Promise.all([...this.#offline.values()].map((off) => off.maintain()));
+  }
+
+  /** Remember (pool, node) for {@link sample}. */
+  #note(pool: PoolConfig, node: string): void {
+    const k = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls, pool.name, node]);
+    if (!this.#known.has(k)) this.#known.set(k, { pool, node });
+  }
+
+  /** An allocator whose transactions are told to the observer. */
+  #allocator(kv: KV & Leases, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache): PoolAllocator {
+    return allocatorFor(observeTxns(kv, { pool: pool.name, node }, this.#observer), pool, node, network, rangeSets, cache);
+  }
+
+  /** Run `f` (a request as `node` of `pool`), telling the observer its result and duration. */
+  async #timed<T>(pool: PoolConfig, command: PoolRequestEvent['command'], node: () => string, f: (node: string) => Promise<T>): Promise<T> {
+    const t0 = performance.now();
+    let who = NO_NODE;
+    let result = 'ok';
+    try {
+      who = node();
+      return await f(who);
+    } catch (e) {
+      result = resultOf(e);
+      throw e;
+    } finally {
+      const durationSeconds = (performance.now() - t0) / 1000;
+      tell(() => this.#observer.request?.({ pool: pool.name, node: who, command, result, durationSeconds }));
+    }
+  }
+
+  /**
+   * The gauges of every (pool, node) served or announced so far ({@link PoolSample}), from one
+   * `pool status` read per pool (its `meta`, blocks and heartbeat keys: three reads). A pool that
+   * cannot be read is a {@link PoolSampleError}; one never used (no `meta` yet) is left out. The
+   * caller decides how often (the daemon's metrics: at most once per 10 s and reconcile interval).
+   * Never throws for etcd trouble; `ClosedError` after `close()`.
+   */
+  async sample(): Promise<Array<PoolSample | PoolSampleError>> {
+    if (this.#closed) throw new ClosedError('pool sessions');
+    const byPool = new Map<string, Array<{ pool: PoolConfig; node: string }>>();
+    for (const x of this.#known.values()) {
+      const k = JSON.stringify([x.pool.etcd.endpoints, x.pool.etcd.prefix, x.pool.etcd.tls, x.pool.name]);
+      let l = byPool.get(k);
+      if (l === undefined) byPool.set(k, (l = []));
+      l.push(x);
+    }
+    const out: Array<PoolSample | PoolSampleError> = [];
+    for (const group of byPool.values()) {
+      const pool = (group[0] as { pool: PoolConfig }).pool;
+      try {
+        const s = await poolStatus(this.#kv(pool), pool.etcd.prefix, pool.name);
+        const free = s.rangeSets.reduce((a, r) => a + Number(r.free), 0);
+        const claimedBlocks = s.rangeSets.reduce((a, r) => a + r.blocksClaimed, 0);
+        for (const { node } of group) {
+          const n = s.nodes.find((x) => x.node === node);
+          out.push({ pool: pool.name, node, blocks: n?.blocks ?? 0, held: n?.used ?? 0, borrowed: n?.borrowed ?? 0, free, claimedBlocks, alive: n?.alive ?? false });
+        }
+      } catch (e) {
+        if (e instanceof ClosedError) throw e;
+        if (e instanceof AppError && e.code === 'IPAM_NOT_FOUND') continue;
+        for (const { node } of group) out.push({ pool: pool.name, node, error: e instanceof Error ? e.message : String(e) });
+      }
+    }
+    return out;
   }
 
   #cacheFor(pool: PoolConfig, node: string): BlockCache {
@@ -436,12 +799,13 @@ export class PoolSessions implements PoolHooks {
     return this.#heartbeats;
   }
 
-  #kv(pool: PoolConfig): KV & Leases {
+  #kv(pool: PoolConfig): ContactKV {
     if (this.#closed) throw new ClosedError('pool sessions');
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls]);
     let kv = this.#kvs.get(key);
     if (kv === undefined) {
-      kv = this.#make(pool);
+      // Wrapped so the node's confirmed contacts are known (offline allocation); it writes nothing more.
+      kv = new ContactKV(this.#make(pool), this.#opts.clock);
       this.#kvs.set(key, kv);
     }
     return kv;
@@ -459,15 +823,20 @@ export class PoolSessions implements PoolHooks {
    * this ADD is queued takes it out of the queue (rejected `STORE_CONFLICT`); one in flight is
    * waited for by the DEL ({@link del}).
    */
-  async add(conf: IPAMConfig, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
+  add(conf: IPAMConfig, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
     const pool = conf.pool as PoolConfig;
-    const node = resolveNodeName(pool, this.#env);
+    return this.#timed(pool, 'ADD', () => resolveNodeName(pool, this.#env), (node) => this.#add(conf, pool, node, req, signal));
+  }
+
+  #add(conf: IPAMConfig, pool: PoolConfig, node: string, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
     const kv = this.#kv(pool);
+    this.#note(pool, node);
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
+    const off = this.#offlineOf(conf, pool, node, kv);
     let b = this.#batchers.get(key);
     if (b === undefined) {
-      const alloc = allocatorFor(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
-      b = new Batcher(alloc);
+      const alloc = this.#allocator(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
+      b = new Batcher(alloc, (size) => tell(() => this.#observer.batch?.({ pool: pool.name, node, size })), off !== null);
       this.#batchers.set(key, b);
       const pk = poolKey(pool);
       let set = this.#batchersOfPool.get(pk);
@@ -475,7 +844,27 @@ export class PoolSessions implements PoolHooks {
       set.add(b);
       this.#startHeartbeat(kv, pool, node, alloc);
     }
-    const p = b.submit(req, signal);
+    const batcher = b;
+    const p =
+      off === null
+        ? b.submit(req, signal)
+        : (async (): Promise<PoolAllocation[]> => {
+            // Offline allocation (docs/cluster.md "Offline allocation"): a repeated ADD of an
+            // attachment allocated offline gets the journal's answer until it is synced; an
+            // attachment released offline has that DEL synced first; an ADD that fails because
+            // etcd is unreachable is served from the node's reserve while the budget lasts.
+            const j = off.journaled(conf, req);
+            if (j !== null) return j;
+            if (off.hasDel(req)) await off.settleDel(req);
+            try {
+              const r = await batcher.submit(req, signal);
+              if (off.wantsMaintain) void off.maintain();
+              return r;
+            } catch (e) {
+              if (isAppError(e, 'STORE_UNAVAILABLE')) return off.journaled(conf, req) ?? off.addOffline(conf, req, e);
+              throw e;
+            }
+          })();
     // Remember it until answered, so a DEL of the same container is ordered after it (review F4).
     const ak = attachmentKey(pool, req);
     let pend = this.#pendingAdds.get(ak);
@@ -499,7 +888,13 @@ export class PoolSessions implements PoolHooks {
   #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
     const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
     if (this.#heartbeats.has(hkey)) return;
-    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, () => alloc.vetoIfMarked());
+    // Every beat also syncs the offline journal and refills the reserve (with ipam.pool.offline).
+    const okey = this.#offlineKey(pool, node);
+    const onBeat = async (): Promise<void> => {
+      await alloc.vetoIfMarked();
+      await this.#offline.get(okey)?.maintain();
+    };
+    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, onBeat);
     this.#heartbeats.set(hkey, hb);
     void hb.start();
   }
@@ -516,7 +911,10 @@ export class PoolSessions implements PoolHooks {
     const pool = conf.pool as PoolConfig;
     const node = resolveNodeName(pool, this.#env);
     const kv = this.#kv(pool);
-    this.#startHeartbeat(kv, pool, node, allocatorFor(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
+    this.#note(pool, node);
+    // With ipam.pool.offline: the journal is read (entries a crash left get synced) and the reserve filled.
+    this.#offlineOf(conf, pool, node, kv);
+    this.#startHeartbeat(kv, pool, node, this.#allocator(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
   }
 
   /**
@@ -526,25 +924,49 @@ export class PoolSessions implements PoolHooks {
    * queue (the runtime gave up on it: it only sends a DEL after the ADD's answer or its
    * deadline), one in flight is waited for (whatever its outcome), then the release runs.
    */
-  async del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
+  del(id: NetworkIdentity, req: PoolRequest): Promise<string[]> {
     const pool = id.pool as PoolConfig;
-    const node = delNodeName(pool, this.#env);
+    return this.#timed(pool, 'DEL', () => delNodeName(pool, this.#env), (node) => this.#del(id, pool, node, req));
+  }
+
+  async #del(id: NetworkIdentity, pool: PoolConfig, node: string, req: PoolRequest): Promise<string[]> {
     const kv = this.#kv(pool);
     const why = `ADD of ${req.containerId.trim()}/${req.ifname} cancelled: a DEL of the same container came first`;
     for (const b of this.#batchersOfPool.get(poolKey(pool)) ?? []) b.cancel(req, why);
     const pend = this.#pendingAdds.get(attachmentKey(pool, req));
     if (pend !== undefined) await Promise.all([...pend]);
-    return allocatorFor(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
+    const etcdDel = (): Promise<string[]> => this.#allocator(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
+    // An attachment allocated offline is released on its journal entry (ordered after its sync).
+    const off = this.#offline.get(this.#offlineKey(pool, node));
+    if (off !== undefined) {
+      const r = await off.del(req, etcdDel);
+      if (r !== null) return r;
+    }
+    return etcdDel();
   }
 
-  async find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
+  find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
     const pool = conf.pool as PoolConfig;
-    return allocatorFor(this.#kv(pool), pool, resolveNodeName(pool, this.#env), conf.name, conf.rangeSets).find(req);
+    return this.#timed(pool, 'CHECK', () => resolveNodeName(pool, this.#env), async (node) => {
+      const kv = this.#kv(pool);
+      this.#note(pool, node);
+      // An attachment allocated offline and not yet synced is answered from the journal.
+      const j = this.#offline.get(this.#offlineKey(pool, node))?.journaled(conf, req) ?? null;
+      if (j !== null) return j;
+      return this.#allocator(kv, pool, node, conf.name, conf.rangeSets).find(req);
+    });
+  }
+
+  /** CNI GC of a pool network on the daemon's etcd client for the pool (see {@link PoolHooks.gc}). */
+  async gc(id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome> {
+    const pool = id.pool as PoolConfig;
+    return poolGcWith(this.#kv(pool), pool, resolveNodeName(pool, this.#env), id, valid);
   }
 
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    for (const off of this.#offline.values()) off.close();
     for (const hb of this.#heartbeats.values()) await hb.stop();
     for (const kv of this.#kvs.values()) await kv.close();
     this.#kvs.clear();

@@ -9,10 +9,11 @@ import type { ReconcileDeps } from '../reconcile/options.ts';
 import { join, dirname } from 'node:path';
 import { AppError } from '../common/errors.ts';
 import { NetworkIndexes } from '../store/file/indexed-store.ts';
-import { PoolSessions } from '../cni/pool.ts';
+import { PoolSessions, type PoolHooks } from '../cni/pool.ts';
+import type { PoolConfig } from '../ipam/pool-config.ts';
 import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
-import { reconcileLoopPart, type ReconcileLoop } from './loop.ts';
+import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts';
 import { DaemonMetrics, startMetricsServer } from './metrics.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
@@ -40,7 +41,10 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   const indexPart: DaemonPartFactory = () => ({ name: 'index', close: () => indexes.close() });
   // Cluster pools: one etcd client per pool for the daemon's life, the node's ADDs batched; the
   // node name is the daemon's own (NODE_NAME from the DaemonSet's downward API, else the host name).
-  const pools = new PoolSessions(process.env);
+  const metrics = new DaemonMetrics();
+  const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer);
+  // Pool gauges on scrape, at most once per reconcile interval (and 10 s): scrapes never load etcd.
+  metrics.pools.watch(() => pools.sample(), options.intervalSeconds);
   // At start, announce the node in every pool its CNI configurations name, so a node that comes
   // back idle vetoes a removal begun while it was away (docs/cluster.md "remove-node", review F2b).
   const poolPart: DaemonPartFactory = ({ log }) => {
@@ -61,7 +65,6 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     }
     return { name: 'pools', close: () => pools.close() };
   };
-  const metrics = new DaemonMetrics();
   metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
   over.onMetrics?.(metrics);
   let state: 'starting' | 'started' | 'stopping' = 'starting';
@@ -100,11 +103,27 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
       return store;
     },
   };
-  const loopPart = reconcileLoopPart({ reconcile, metrics, ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) }, over.onLoop);
+  // The loop also releases the node's leaks in the pools of its CNI configurations, with etcd
+  // clients of its own (docs/cluster.md "Reconcile per node"), closed with the loop.
+  const loopPart = reconcileLoopPart(
+    { reconcile, metrics, pools: cniPoolTargets(options.cniConfDir, process.env), ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) },
+    over.onLoop,
+  );
+  // CNI GC through the daemon is counted per pool (ipwarden_pool_releases_total{reason="gc"}).
+  const poolHooks: PoolHooks = {
+    add: (conf, req, signal) => pools.add(conf, req, signal),
+    del: (id, req) => pools.del(id, req),
+    find: (conf, req) => pools.find(conf, req),
+    gc: async (id, valid) => {
+      const r = await pools.gc(id, valid);
+      metrics.recordPoolGc((id.pool as PoolConfig).name, r.released.length);
+      return r;
+    },
+  };
   return {
     parts: [poolPart, indexPart, metricsPart, loopPart],
     openStore: (o) => indexes.openStore(o),
-    pool: pools,
+    pool: poolHooks,
     onState: (s) => {
       state = s;
     },

@@ -13,7 +13,7 @@
  * Passes never overlap: a trigger during a pass schedules one more right after it. Triggered
  * passes are at least {@link MIN_TRIGGER_GAP_MS} apart, so a flapping directory cannot spin.
  */
-import { readdirSync, watch, type FSWatcher } from 'node:fs';
+import { mkdirSync, readdirSync, watch, type FSWatcher } from 'node:fs';
 import { join } from 'node:path';
 import type { DaemonOptions } from '../common/daemon-options.ts';
 import { parseIP } from '../common/ip.ts';
@@ -23,6 +23,12 @@ import { Confirmations, DEFAULT_RELEASE_CAP, jitteredDelay } from '../reconcile/
 import type { ReconcileDeps } from '../reconcile/options.ts';
 import { runPass, type PassOptions, type PassReport } from '../reconcile/pass.ts';
 import { layoutNetworks } from '../reconcile/status.ts';
+import { runPoolPass, type PoolPassReport, type PoolTarget } from '../reconcile/pool-pass.ts';
+import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../reconcile/audit.ts';
+import { etcdFor, resolveNodeName } from '../cni/pool.ts';
+import type { PoolConfig } from '../ipam/pool-config.ts';
+import { readCniConfigs } from '../node/cni-conf.ts';
+import type { KV } from '../store/kv.ts';
 import type { DaemonPart, DaemonPartFactory } from './daemon.ts';
 import type { Logger } from './log.ts';
 import type { DaemonMetrics } from './metrics.ts';
@@ -48,6 +54,66 @@ export interface LoopDeps {
   readonly random?: () => number;
   /** Per-pass release cap (default {@link DEFAULT_RELEASE_CAP}). */
   readonly releaseCap?: number;
+  /**
+   * The cluster pools the node's pass reconciles after its node-local networks (docs/cluster.md
+   * "Reconcile per node"); default none. The agent passes {@link cniPoolTargets}.
+   */
+  readonly pools?: PoolTargetSource;
+  /** Monotonic milliseconds for the two-observation rules (default `performance.now`; tests inject). */
+  readonly monotonic?: () => number;
+}
+
+/** Where the loop gets the pools to reconcile, each pass; `close()` when the loop stops. */
+export interface PoolTargetSource {
+  /** The pools and node names of this pass, with `errors` for the networks that could not be used. */
+  targets(): { targets: PoolTarget[]; errors: string[] };
+  /** Close the etcd clients (idempotent). */
+  close(): Promise<void>;
+}
+
+/**
+ * The pools of the pool networks in `cniConfDir` (read again each pass), each with the daemon's
+ * node name for it (`ipam.nodeName`, else `env.NODE_NAME`, else the host name: the rule of the
+ * pool's ADDs, src/cni/pool.ts `resolveNodeName`) and one etcd client per (endpoints, prefix,
+ * TLS) kept for the loop's life (`make`, default `etcdFor`: the TLS files are read when the
+ * client is made). Networks naming the same pool and node are one target.
+ */
+export function cniPoolTargets(cniConfDir: string, env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV = etcdFor): PoolTargetSource {
+  const kvs = new Map<string, KV>();
+  let closed = false;
+  return {
+    targets() {
+      const errors: string[] = [];
+      const out = new Map<string, PoolTarget>();
+      if (closed) return { targets: [], errors };
+      let networks;
+      try {
+        networks = readCniConfigs(cniConfDir);
+      } catch (e) {
+        return { targets: [], errors: [`cannot read the CNI configurations in ${cniConfDir}: ${e instanceof Error ? e.message : String(e)}`] };
+      }
+      for (const n of networks) {
+        const pool = n.ipam?.pool;
+        if (pool === null || pool === undefined) continue;
+        try {
+          const node = resolveNodeName(pool, env);
+          const ck = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls]);
+          let kv = kvs.get(ck);
+          if (kv === undefined) kvs.set(ck, (kv = make(pool)));
+          const id = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
+          if (!out.has(id)) out.set(id, { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id });
+        } catch (e) {
+          errors.push(`${n.file}: ${e instanceof Error ? e.message : String(e)}`);
+        }
+      }
+      return { targets: [...out.values()], errors };
+    },
+    async close() {
+      closed = true;
+      for (const kv of kvs.values()) await kv.close().catch(() => undefined);
+      kvs.clear();
+    },
+  };
 }
 
 /** The loop as a daemon part, with a way to ask for a pass (tests, `SIGHUP`-like triggers). */
@@ -56,6 +122,8 @@ export interface ReconcileLoop extends DaemonPart {
   passNow(reason: string): Promise<PassReport>;
   /** The last pass's report, or null before the first. */
   readonly last: PassReport | null;
+  /** The last pass's pool report (cluster pools), or null before the first with a pool. */
+  readonly lastPool: PoolPassReport | null;
 }
 
 /** The pass options from the daemon's flags. */
@@ -111,8 +179,11 @@ export function reconcileLoopPart(deps: LoopDeps, onStart?: (loop: ReconcileLoop
 class Loop implements ReconcileLoop {
   readonly name = 'loop';
   last: PassReport | null = null;
+  lastPool: PoolPassReport | null = null;
   private readonly opts: PassOptions;
   private readonly confirmations: Confirmations;
+  /** The pool pass's own memory across passes (D1–D3 over handles; not the node-local one's). */
+  private readonly poolConfirmations: Confirmations;
   private timer: NodeJS.Timeout | null = null;
   private settle: NodeJS.Timeout | null = null;
   private running: Promise<PassReport> | null = null;
@@ -131,6 +202,7 @@ class Loop implements ReconcileLoop {
     this.log = log.child({ part: 'loop' });
     this.opts = passOptions(daemonOptions);
     this.confirmations = new Confirmations(daemonOptions.graceSeconds, deps.releaseCap ?? DEFAULT_RELEASE_CAP);
+    this.poolConfirmations = new Confirmations(daemonOptions.graceSeconds, deps.releaseCap ?? DEFAULT_RELEASE_CAP);
   }
 
   start(): void {
@@ -173,7 +245,7 @@ class Loop implements ReconcileLoop {
   private async pass(reason: string): Promise<PassReport> {
     let report: PassReport;
     try {
-      report = await runPass(this.opts, this.confirmations, this.deps.reconcile);
+      report = await runPass(this.opts, this.confirmations, this.deps.reconcile, this.deps.monotonic);
     } catch (e) {
       // runPass reports failures in its result; a throw is a bug or a usage problem: count it,
       // log it, keep the loop alive.
@@ -222,7 +294,41 @@ class Loop implements ReconcileLoop {
       'reconcile pass',
     );
     this.rewatch(report);
+    await this.poolPass(reason);
     return report;
+  }
+
+  /**
+   * The cluster pools' step of the pass (docs/cluster.md "Reconcile per node"): after the
+   * node-local networks, with its own runtime snapshot and revision reads. Never throws.
+   */
+  private async poolPass(reason: string): Promise<void> {
+    const src = this.deps.pools;
+    if (src === undefined || this.closed) return;
+    try {
+      const { targets, errors } = src.targets();
+      for (const e of errors) this.log.warn({ kind: 'config', error: e }, 'pool reconcile: network not used');
+      if (targets.length === 0) return;
+      const auditPath = this.opts.auditLog ?? defaultAuditLogPath(this.opts.dataDir);
+      const audit = (): AuditSink => {
+        // A node with only pool networks may have no data dir yet: make it for the default log.
+        if (this.opts.auditLog === null) mkdirSync(this.opts.dataDir, { recursive: true, mode: 0o755 });
+        return openAuditLog(auditPath);
+      };
+      const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic);
+      this.lastPool = r;
+      this.deps.metrics.recordPoolPass({ released: r.released.map((x) => ({ pool: x.pool })), errors: r.errors });
+      for (const x of r.released) {
+        this.log.info({ pool: x.pool, node: x.node, network: x.network, containerId: x.containerId, ifname: x.ifname, ips: x.ips, modRevision: x.modRevision, createRevision: x.createRevision }, 'pool released');
+      }
+      if (r.held !== null) this.log.warn({ held: r.held }, 'pool releases held');
+      for (const e of r.errors) this.log.warn({ kind: e.kind, pool: e.pool, error: e.message }, 'pool reconcile error');
+      const candidates = [...r.candidates.values()].reduce((a, b) => a + b, 0);
+      this.log.info({ reason, pools: r.pools, released: r.released.length, candidates, waiting: r.waiting, deferred: r.deferred, errors: r.errors.length }, 'pool reconcile pass');
+    } catch (e) {
+      this.deps.metrics.recordReconcileError('pool');
+      this.log.error({ reason, error: e instanceof Error ? e.message : String(e) }, 'pool reconcile pass failed');
+    }
   }
 
   /** Watch the data dirs and every network dir of the last pass; drop watchers of vanished ones. */
@@ -315,5 +421,6 @@ class Loop implements ReconcileLoop {
       }),
     ]);
     clearTimeout(timer);
+    await this.deps.pools?.close();
   }
 }

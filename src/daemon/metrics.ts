@@ -15,6 +15,12 @@
  * - `ipwarden_cni_requests_total{command,path,result}` counter, path = daemon|standalone
  * - `ipwarden_cni_request_duration_seconds{command}` histogram (daemon path only: the standalone
  *   plugin's own time is not visible to the daemon)
+ * - cluster pools (docs/cluster.md "Metrics"; {@link PoolMetrics}), all labelled `pool` and `node`:
+ *   `ipwarden_pool_requests_total{command,result}`, `ipwarden_pool_request_duration_seconds{command}`,
+ *   `ipwarden_pool_etcd_transactions_total{outcome}`, `ipwarden_pool_batch_size`, the gauges
+ *   `ipwarden_pool_node_blocks`, `ipwarden_pool_node_addresses`, `ipwarden_pool_node_borrowed_addresses`,
+ *   `ipwarden_pool_free_addresses`, `ipwarden_pool_claimed_blocks`, `ipwarden_pool_node_alive`, and
+ *   `ipwarden_pool_status_read_errors_total`
  *
  * The labels are the idiom of node agents (Calico's `ipam_allocations_in_use` per pool and node,
  * Cilium's `cilium_ipam_capacity`; ../shared/reference/daemons-and-pools.md §1).
@@ -22,8 +28,10 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { HostPort } from '../common/daemon-options.ts';
+import type { PoolBatchEvent, PoolObserver, PoolRequestEvent, PoolSample, PoolSampleError, PoolTxnEvent } from '../cni/pool.ts';
 
 /** Address states of `ipwarden_addresses` (the verdicts of docs/reconciler.md, plus free). */
 export const ADDRESS_STATES = ['live', 'grace', 'leaked', 'corrupt', 'unknown', 'free'] as const;
@@ -73,9 +81,13 @@ export class DaemonMetrics {
   private readonly cniRequests: Counter<'command' | 'path' | 'result'>;
   private readonly cniDuration: Histogram<'command'>;
   private fallbackLog: FallbackLogReader | null = null;
+  /** The cluster pools' series (docs/cluster.md "Metrics"). */
+  readonly pools: PoolMetrics;
 
-  constructor() {
+  /** @param opts.monotonicMs the clock of the pool gauges' cache, milliseconds (default `performance.now`; tests inject one). */
+  constructor(opts: { readonly monotonicMs?: () => number } = {}) {
     const registers = [this.registry];
+    this.pools = new PoolMetrics(this.registry, opts.monotonicMs ?? (() => performance.now()));
     this.addresses = new Gauge({
       name: 'ipwarden_addresses',
       help: 'Addresses per range set by state (live, grace, leaked, corrupt, unknown, free), as of the last reconcile pass.',
@@ -131,7 +143,28 @@ export class DaemonMetrics {
       registers,
     });
     this.lastSuccess.set(0);
+    this.poolReleases = new Counter({
+      name: 'ipwarden_pool_releases_total',
+      help: "Cluster-pool attachments released on this node, by pool and by who released them (daemon = the daemon's pool pass, gc = CNI GC through the daemon).",
+      labelNames: ['pool', 'reason'],
+      registers,
+    });
   }
+
+  // ---- Cluster-pool reconcile (docs/cluster.md "Reconcile per node"; branch poolgc) ----
+  private readonly poolReleases: Counter<'pool' | 'reason'>;
+
+  /** Feed one finished pool pass of the loop: its releases (reason `daemon`) and its errors (kinds prefixed `pool-`). */
+  recordPoolPass(p: { readonly released: ReadonlyArray<{ readonly pool: string }>; readonly errors: ReadonlyArray<{ readonly kind: string }> }): void {
+    for (const r of p.released) this.poolReleases.inc({ pool: r.pool, reason: 'daemon' });
+    for (const e of p.errors) this.reconcileErrors.inc({ kind: `pool-${e.kind}` });
+  }
+
+  /** Count `n` attachments of `pool` released by CNI GC through the daemon. */
+  recordPoolGc(pool: string, n: number): void {
+    if (n > 0) this.poolReleases.inc({ pool, reason: 'gc' }, n);
+  }
+  // ---- end of the cluster-pool reconcile block ----
 
   /**
    * Count the standalone plugin's fallback requests from `path` (docs/daemon.md "Fallback
@@ -175,6 +208,7 @@ export class DaemonMetrics {
   /** The exposition text (what `/metrics` answers). */
   async text(): Promise<string> {
     this.readFallbackLog();
+    await this.pools.refreshFor(POOL_SCRAPE_WAIT_MS);
     return this.registry.metrics();
   }
 
@@ -182,6 +216,166 @@ export class DaemonMetrics {
     if (this.fallbackLog === null) return;
     for (const l of this.fallbackLog.readNew()) {
       this.cniRequests.inc({ command: CNI_COMMANDS.has(l.command) ? l.command : 'other', path: 'standalone', result: l.result });
+    }
+  }
+}
+
+/** Where the pool gauges come from: {@link PoolSessions.sample} in the daemon. */
+export type PoolSampler = () => Promise<ReadonlyArray<PoolSample | PoolSampleError>>;
+
+/** Least age of the pool gauges before a scrape reads etcd again, seconds (scrapes never load etcd more often). */
+export const POOL_GAUGES_MIN_AGE_SECONDS = 10;
+/**
+ * Longest a scrape waits for a read of the pool gauges, milliseconds: an unreachable etcd (5 s per
+ * call) must not hold the whole answer past Prometheus's scrape timeout (10 s by default), which
+ * would lose the node's other series too. A read still running is used by a later scrape.
+ */
+export const POOL_SCRAPE_WAIT_MS = 2000;
+
+/**
+ * The cluster pools' series, on the daemon's registry. {@link observer} is the
+ * {@link PoolObserver} the daemon gives its `PoolSessions` (counters and histograms, fed as the
+ * pool works); the gauges are read through a {@link PoolSampler} on a scrape, but at most once per
+ * `minAgeSeconds` (≥ {@link POOL_GAUGES_MIN_AGE_SECONDS}; the daemon passes max(10 s, its reconcile
+ * interval)) and never twice at once: between reads a scrape gets the last values. A pool whose
+ * read failed has no gauge series until a read succeeds (absent = unknown; the failure is counted
+ * in `ipwarden_pool_status_read_errors_total`).
+ */
+export class PoolMetrics {
+  private readonly requests: Counter<'pool' | 'node' | 'command' | 'result'>;
+  private readonly duration: Histogram<'pool' | 'node' | 'command'>;
+  private readonly txns: Counter<'pool' | 'node' | 'outcome'>;
+  private readonly batches: Histogram<'pool' | 'node'>;
+  private readonly gauges: Record<'blocks' | 'held' | 'borrowed' | 'free' | 'claimedBlocks' | 'alive', Gauge<'pool' | 'node'>>;
+  private readonly readErrors: Counter<'pool' | 'node'>;
+  private readonly monotonicMs: () => number;
+  private sampler: PoolSampler | null = null;
+  private minAgeMs = POOL_GAUGES_MIN_AGE_SECONDS * 1000;
+  private lastReadMs: number | null = null;
+  private reading: Promise<void> | null = null;
+  /** Reads done through the sampler so far (tests: scrapes do not read etcd each time). */
+  reads = 0;
+
+  /** The observer to pass to `PoolSessions` (its members never throw). */
+  readonly observer: PoolObserver = {
+    request: (e: PoolRequestEvent) => {
+      this.requests.inc({ pool: e.pool, node: e.node, command: e.command, result: e.result });
+      this.duration.observe({ pool: e.pool, node: e.node, command: e.command }, e.durationSeconds);
+    },
+    txn: (e: PoolTxnEvent) => this.txns.inc({ pool: e.pool, node: e.node, outcome: e.outcome }),
+    batch: (e: PoolBatchEvent) => this.batches.observe({ pool: e.pool, node: e.node }, e.size),
+  };
+
+  /** @param registry where the series go @param monotonicMs the cache's clock, milliseconds */
+  constructor(registry: Registry, monotonicMs: () => number) {
+    const registers = [registry];
+    const labelNames = ['pool', 'node'] as const;
+    this.monotonicMs = monotonicMs;
+    this.requests = new Counter({
+      name: 'ipwarden_pool_requests_total',
+      help: 'Pool ADD, DEL and CHECK requests the daemon answered, by result (ok, or the CNI error code).',
+      labelNames: [...labelNames, 'command', 'result'],
+      registers,
+    });
+    this.duration = new Histogram({
+      name: 'ipwarden_pool_request_duration_seconds',
+      help: "Time of a pool request in the daemon's pool sessions (an ADD's wait for its batch included).",
+      labelNames: [...labelNames, 'command'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
+      registers,
+    });
+    this.txns = new Counter({
+      name: 'ipwarden_pool_etcd_transactions_total',
+      help: "The pool allocator's etcd transactions by outcome (committed, conflict: a compare failed, unavailable: etcd not reached in time, error).",
+      labelNames: [...labelNames, 'outcome'],
+      registers,
+    });
+    this.batches = new Histogram({
+      name: 'ipwarden_pool_batch_size',
+      help: 'ADD requests per batch sent as one transaction.',
+      labelNames,
+      buckets: [1, 2, 4, 8, 16, 24],
+      registers,
+    });
+    const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames, registers });
+    this.gauges = {
+      blocks: gauge('ipwarden_pool_node_blocks', 'Blocks the node owns in the pool (as of the last read of etcd).'),
+      held: gauge('ipwarden_pool_node_addresses', "Addresses the node holds in the pool, in its own blocks and borrowed in others'."),
+      borrowed: gauge('ipwarden_pool_node_borrowed_addresses', "Of the node's addresses, those in other nodes' blocks."),
+      free: gauge('ipwarden_pool_free_addresses', 'Free addresses of the whole pool (every range set).'),
+      claimedBlocks: gauge('ipwarden_pool_claimed_blocks', 'Blocks claimed in the whole pool, by any node.'),
+      alive: gauge('ipwarden_pool_node_alive', "1 when the node's heartbeat key exists in the pool, else 0 (a hint, never a decision)."),
+    };
+    this.readErrors = new Counter({
+      name: 'ipwarden_pool_status_read_errors_total',
+      help: "Reads of a pool's status for the gauges that failed (etcd unreachable, a corrupt value): its gauges are absent until a read succeeds.",
+      labelNames,
+      registers,
+    });
+  }
+
+  /**
+   * Read the gauges through `sampler` on scrapes, at most once per `minAgeSeconds` (raised to
+   * {@link POOL_GAUGES_MIN_AGE_SECONDS} when lower).
+   */
+  watch(sampler: PoolSampler, minAgeSeconds: number = POOL_GAUGES_MIN_AGE_SECONDS): void {
+    this.sampler = sampler;
+    this.minAgeMs = Math.max(POOL_GAUGES_MIN_AGE_SECONDS, minAgeSeconds) * 1000;
+  }
+
+  /**
+   * Read the gauges again when the last read is at least `minAgeSeconds` old (or there was none);
+   * a read in progress is joined, not repeated. Never throws: a sampler that throws (the sessions
+   * closed) leaves the gauges as they were.
+   */
+  refresh(): Promise<void> {
+    if (this.sampler === null) return Promise.resolve();
+    if (this.reading !== null) return this.reading;
+    if (this.lastReadMs !== null && this.monotonicMs() - this.lastReadMs < this.minAgeMs) return Promise.resolve();
+    const sampler = this.sampler;
+    this.lastReadMs = this.monotonicMs();
+    this.reads++;
+    this.reading = sampler()
+      .then((samples) => this.set(samples))
+      .catch(() => undefined)
+      .finally(() => {
+        this.reading = null;
+      });
+    return this.reading;
+  }
+
+  /**
+   * {@link refresh}, waiting for it at most `ms` milliseconds (then the last values are served and
+   * the read goes on; its values are the next scrape's). Never throws.
+   */
+  async refreshFor(ms: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    // Not unref'd: it is cleared as soon as the read ends, and the scrape waits for one or the other.
+    const late = new Promise<void>((r) => {
+      timer = setTimeout(r, ms);
+    });
+    try {
+      await Promise.race([this.refresh(), late]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Replace every gauge series by `samples`' (a {@link PoolSampleError} counts a read error and sets none). */
+  set(samples: ReadonlyArray<PoolSample | PoolSampleError>): void {
+    for (const g of Object.values(this.gauges)) g.reset();
+    for (const s of samples) {
+      const l = { pool: s.pool, node: s.node };
+      if ('error' in s) {
+        this.readErrors.inc(l);
+        continue;
+      }
+      this.gauges.blocks.set(l, s.blocks);
+      this.gauges.held.set(l, s.held);
+      this.gauges.borrowed.set(l, s.borrowed);
+      this.gauges.free.set(l, s.free);
+      this.gauges.claimedBlocks.set(l, s.claimedBlocks);
+      this.gauges.alive.set(l, s.alive ? 1 : 0);
     }
   }
 }

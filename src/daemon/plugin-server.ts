@@ -315,10 +315,12 @@ function withSignal(hooks: PoolHooks, conn: Conn): PoolHooks {
   const named = (name: string): void => {
     conn.network = name;
   };
+  const gc = hooks.gc;
   return {
     add: (conf, req) => (named(conf.name), hooks.add(conf, req, conn.abort.signal)),
     del: (id, req) => (named(id.name), hooks.del(id, req)),
     find: (conf, req) => (named(conf.name), hooks.find(conf, req)),
+    ...(gc === undefined ? {} : { gc: (id: Parameters<typeof gc>[0], valid: Parameters<typeof gc>[1]) => (named(id.name), gc.call(hooks, id, valid)) }),
   };
 }
 

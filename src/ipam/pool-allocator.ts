@@ -40,6 +40,7 @@ import { CNI_NAME_RE } from '../common/names.ts';
 import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
 import { RangeExhaustedError } from './allocator.ts';
 import { blockAddresses, blockCidrText, blockKeyText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './pool-blocks.ts';
+import { decodeSettings, removalWindowSeconds, settingsValue, type JournalEntry, type ReserveSlot } from './pool-offline.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from './range.ts';
 import type { Range, RangeSet } from './types.ts';
 
@@ -65,13 +66,19 @@ export const REMOVAL_WINDOW_SECONDS = 60;
 /** Most requests batched into one transaction (each costs 2 ops; etcd allows 128 per txn). */
 export const MAX_BATCH = 24;
 
-/** One allocation, stored in its block. */
+/**
+ * One allocation, stored in its block. A **reserve entry** (`ipam.pool.offline`, docs/cluster.md
+ * "Offline allocation") has `reserve: true`, `id` and `ifname` empty (no container's: a CNI
+ * container ID is never empty) and `node` = the block's owner: taken by nobody, released only by
+ * the owner's sync (which turns it into a container's allocation) and `pool remove-node --finish`.
+ */
 export interface AllocValue {
   id: string;
   ifname: string;
   node: string;
   seq: number;
   at: number;
+  reserve?: true;
 }
 
 /** A block as stored. */
@@ -104,6 +111,13 @@ export interface HandleValue {
   network: string;
   at: number;
   ips: HandleIP[];
+  /**
+   * The host name of the machine whose process wrote the handle (absent in handles written before
+   * it was recorded, and by allocators given no `host`). The node's reconcile releases only
+   * handles its own host wrote: two hosts under one node name (a fixed `ipam.nodeName`, a copied
+   * node-name file) must not judge each other's pods by their own runtime and kernel (review B1).
+   */
+  host?: string;
   /**
    * True for a tombstone (`"deleted":true`, `ips` empty): written by a DEL that found no handle,
    * so a late ADD transaction (sent by a process that gave up, applied by etcd after the DEL)
@@ -150,6 +164,8 @@ export interface PoolAllocatorOptions {
   /** The config's range sets; `[]` for DEL (which needs none). */
   readonly rangeSets: readonly RangeSet[];
   readonly sizes: BlockSizes;
+  /** The host name written into every handle this allocator puts ({@link HandleValue.host}); none when absent. */
+  readonly host?: string;
   /** Clock, milliseconds since the epoch (default `Date.now`). */
   readonly now?: () => number;
   /**
@@ -206,8 +222,8 @@ function heartbeatRefusal(pool: string, node: string, key: string, finish = fals
   );
 }
 
-function windowRefusal(pool: string, node: string, key: string): RemovalRefusedError {
-  return new RemovalRefusedError(`the veto window of node ${node}'s removal from pool ${pool} has not passed (${key} exists until its ${REMOVAL_WINDOW_SECONDS} s lease expires): try --finish again later`);
+function windowRefusal(pool: string, node: string, key: string, seconds: number = REMOVAL_WINDOW_SECONDS): RemovalRefusedError {
+  return new RemovalRefusedError(`the veto window of node ${node}'s removal from pool ${pool} has not passed (${key} exists until its ${seconds} s lease expires): try --finish again later`);
 }
 
 function vetoRefusal(pool: string, node: string, key: string): RemovalRefusedError {
@@ -248,6 +264,15 @@ export function decodeBlock(e: KVEntry, expectCidr: string): BlockValue {
     if (!/^(0|[1-9][0-9]*)$/.test(k) || Number(k) >= size) throw corrupt(e.key, `allocation ordinal ${JSON.stringify(k)} is not an ordinal of a block of ${size} addresses`);
     const x = a as Record<string, unknown> | null;
     if (typeof x !== 'object' || x === null) throw corrupt(e.key, `allocation ${k} must be an object`);
+    if (x['reserve'] !== undefined) {
+      // A reserve entry of the block's owner (ipam.pool.offline): no container, exactly this shape.
+      if (x['reserve'] !== true || x['id'] !== '' || x['ifname'] !== '') throw corrupt(e.key, `allocation ${k}: a reserve entry must have "reserve":true and an empty "id" and "ifname"`);
+      if (x['node'] !== r['node']) throw corrupt(e.key, `allocation ${k}: a reserve entry's "node" must be the block's node`);
+      if (!isNat(x['seq']) || x['seq'] < 1 || x['seq'] > (r['seq'] as number)) throw corrupt(e.key, `allocation ${k}: "seq" must be an integer from 1 to the block's seq ${r['seq'] as number}`);
+      if (typeof x['at'] !== 'number' || !Number.isFinite(x['at'])) throw corrupt(e.key, `allocation ${k}: "at" must be a number`);
+      out[k] = { id: '', ifname: '', node: r['node'], seq: x['seq'], at: x['at'], reserve: true };
+      continue;
+    }
     if (typeof x['id'] !== 'string' || !CNI_NAME_RE.test(x['id'])) throw corrupt(e.key, `allocation ${k}: "id" must be a container ID`);
     if (typeof x['ifname'] !== 'string' || x['ifname'] === '') throw corrupt(e.key, `allocation ${k}: "ifname" must be a non-empty string`);
     if (typeof x['node'] !== 'string' || !CNI_NAME_RE.test(x['node'])) throw corrupt(e.key, `allocation ${k}: "node" must be a node name`);
@@ -275,7 +300,8 @@ export function decodeHandle(e: KVEntry): HandleValue {
     if (!isNat(o['ordinal']) || !isNat(o['seq']) || !isNat(o['rangeSet'])) throw corrupt(e.key, `ips[${i}]: "ordinal", "seq" and "rangeSet" must be non-negative integers`);
     return { ip: o['ip'] as string, block: o['block'], ordinal: o['ordinal'], seq: o['seq'], rangeSet: o['rangeSet'] };
   });
-  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips, ...(r['deleted'] === true ? { deleted: true as const } : {}) };
+  if (r['host'] !== undefined && (typeof r['host'] !== 'string' || r['host'] === '' || r['host'].length > 253)) throw corrupt(e.key, '"host" must be a host name');
+  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips, ...(typeof r['host'] === 'string' ? { host: r['host'] } : {}), ...(r['deleted'] === true ? { deleted: true as const } : {}) };
 }
 
 /** The CIDR text of a block key (`10.80.0.64-26` → `10.80.0.64/26`), or null. */
@@ -380,6 +406,15 @@ export class PoolAllocator {
    */
   windowKey(node: string): string {
     return `${this.#base}/removal-window/${node}`;
+  }
+  /**
+   * Key of `node`'s settings (`P/pools/<pool>/nodes/<node>/settings` → `{"v":1,"offlineSeconds":S}`,
+   * no lease): written by the node's daemon with `ipam.pool.offline` (never lowered by it), read
+   * by `pool remove-node` step 1 to size the veto window ({@link removalWindowSeconds}). Not
+   * under `nodes/<node>/blocks/`, so the affinity index is unchanged.
+   */
+  settingsKey(node: string): string {
+    return `${this.#base}/nodes/${node}/settings`;
   }
   /** Key of the handle of (containerId, ifname). */
   handleKey(containerId: string, ifname: string): string {
@@ -632,6 +667,7 @@ export class PoolAllocator {
             network: this.#o.network,
             at: this.#now(),
             ips: got.map((g, k) => ({ ip: formatIP((allocs[k] as PoolAllocation).ip), block: g.b.key, ordinal: g.o, seq: (allocs[k] as PoolAllocation).seq, rangeSet: g.rs })),
+            ...(this.#o.host === undefined ? {} : { host: this.#o.host }),
           };
           const tomb = tombstones.get(hk);
           compares.push(tomb === undefined ? { key: hk, absent: true } : { key: hk, modRevision: tomb });
@@ -936,31 +972,59 @@ export class PoolAllocator {
    * Step 1 of `pool remove-node target`: create the marker `removing/<target>` (create-only; an
    * existing marker is kept, so running step 1 again is harmless), then every block of `target`
    * goes `owned → pendingRelease` (a CAS each, also comparing the marker's revision: a veto meanwhile
-   * stops the marking). With `windowLease` (the CLI: a lease of {@link REMOVAL_WINDOW_SECONDS})
-   * the window key is put with the marker, and `--finish` refuses until it has expired. No new allocation in a marked block, and no ADD of `target` commits
+   * stops the marking). With `windowLease` (the CLI: `grantLease(ttlSeconds)`) the window key is
+   * put with the marker, its lease's TTL `max(60, 2·S + 10)` seconds where S is the target's
+   * announced offline seconds ({@link settingsKey}; none: {@link REMOVAL_WINDOW_SECONDS}), and and `--finish` refuses until it has expired. No new allocation in a marked block, and no ADD of `target` commits
    * while the marker exists. Unless `force`, the marker is created only if `target`'s heartbeat
    * key is absent (compared in the same transaction).
    * Returns the blocks now pending (also those that already were).
    * @throws RemovalRefusedError when `target` has a heartbeat (without `force`), or it vetoed
    *   during the marking.
    */
-  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: () => Promise<string> } = {}): Promise<string[]> {
+  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: (ttlSeconds: number) => Promise<string> } = {}): Promise<string[]> {
     const kv = this.#o.kv;
     const mk = this.removingKey(target);
     let marker: KVEntry | null = null;
+    /** The window this call created with the marker: its TTL, value and the transaction's revision. */
+    let created: { ttl: number; value: string; rev: string } | null = null;
     for (let i = 0; i < MAX_ATTEMPTS && marker === null; i++) {
       marker = await kv.get(mk);
       if (marker !== null) break;
+      let ttl: number | null = null;
       const compares: KVCompare[] = [{ key: mk, absent: true }];
       if (opts.force !== true) compares.push({ key: this.aliveKey(target), absent: true });
       const value = JSON.stringify({ v: 1, node: target, at: this.#now() });
       const ops: KVOp[] = [{ put: mk, value }];
-      if (opts.windowLease !== undefined) ops.push({ put: this.windowKey(target), value, lease: await opts.windowLease() });
-      if (!(await kv.txn(compares, ops)).succeeded) {
+      if (opts.windowLease !== undefined) {
+        // The window outlasts the node's offline allocation (ipam.pool.offline): its settings,
+        // read now and compared unchanged in the marker's transaction, size it.
+        const sk = this.settingsKey(target);
+        const se = await kv.get(sk);
+        ttl = removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
+        compares.push(se === null ? { key: sk, absent: true } : { key: sk, modRevision: se.modRevision });
+        ops.push({ put: this.windowKey(target), value, lease: await opts.windowLease(ttl) });
+      }
+      const t = await kv.txn(compares, ops);
+      if (t.succeeded && ttl !== null) created = { ttl, value, rev: t.revision };
+      if (!t.succeeded) {
         if (opts.force !== true && (await kv.get(this.aliveKey(target))) !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target));
       }
     }
     if (marker === null) throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${mk} lost to concurrent writers; try again`);
+    if (created !== null && marker.modRevision === created.rev && opts.windowLease !== undefined) {
+      // The window's lease was granted before the marker existed, so its TTL ran from before the
+      // marker: put the window again with a lease granted now, after the marker (compared
+      // unchanged), so `--finish` comes at least the TTL after the marker was created — what the
+      // offline argument needs (docs/cluster.md "Why it is safe").
+      const wk = this.windowKey(target);
+      const lease = await opts.windowLease(created.ttl);
+      const again = await kv.txn([{ key: mk, modRevision: created.rev }, { key: wk, modRevision: created.rev }], [{ put: wk, value: created.value, lease }]);
+      if (!again.succeeded && (await kv.get(mk))?.modRevision === created.rev) {
+        // The first lease expired already (this call stalled for the whole window): undo the marker.
+        await kv.txn([{ key: mk, modRevision: created.rev }], [{ delete: mk }]);
+        throw new RemovalRefusedError(`the veto window of node ${target}'s removal from pool ${this.#o.pool} expired before step 1 could confirm it (it stalled for more than ${created.ttl} s): the removal was undone; run remove-node again`);
+      }
+    }
     const prefix = `${this.#base}/nodes/${target}/blocks/`;
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {
@@ -986,7 +1050,8 @@ export class PoolAllocator {
   /**
    * Step 2 of `pool remove-node target`, after the veto window: release every allocation
    * `target` made (its handles, also those whose addresses are borrowed in other nodes' blocks),
-   * then delete each of `target`'s blocks left `pendingRelease` and empty, with its affinity,
+   * then delete each of `target`'s blocks left `pendingRelease` and empty (or holding only
+   * `target`'s reserve entries, `ipam.pool.offline`: the node is gone), with its affinity,
    * and finally the marker when no block of `target` is left. Every transaction compares the
    * marker's revision as read at the start and that `target`'s heartbeat key is absent, and a
    * handle is released only if each of `target`'s blocks it touches is still `pendingRelease`
@@ -1006,7 +1071,7 @@ export class PoolAllocator {
     }
     if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
     const wk = this.windowKey(target);
-    if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk);
+    if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk, await this.windowSecondsOf(target));
     const guard: KVCompare[] = [
       { key: mk, modRevision: marker.modRevision },
       { key: ak, absent: true },
@@ -1016,7 +1081,7 @@ export class PoolAllocator {
     const recheck = async (): Promise<void> => {
       if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
       if ((await kv.get(ak)) !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true);
-      if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk);
+      if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk, await this.windowSecondsOf(target));
     };
     const released: string[] = [];
     const hprefix = `${this.#base}/handles/`;
@@ -1062,7 +1127,8 @@ export class PoolAllocator {
     for (const a of await kv.list(aprefix)) {
       const key = a.key.slice(aprefix.length);
       const b = await this.#block(key, new Map());
-      if (b === null || b.value.state !== 'pendingRelease' || Object.keys(b.value.allocs).length > 0) {
+      // The node's reserve entries (ipam.pool.offline) go with its block: the node is gone.
+      if (b === null || b.value.state !== 'pendingRelease' || Object.values(b.value.allocs).some((x) => x.reserve !== true || x.node !== target)) {
         keptBlocks.push(key);
         continue;
       }
@@ -1079,6 +1145,212 @@ export class PoolAllocator {
     // Done with the node: the marker goes too (a node of that name that joins later starts clean).
     if (keptBlocks.length === 0) await kv.txn(guard, [{ delete: mk }]);
     return { released: released.sort(), deletedBlocks: deletedBlocks.sort(), keptBlocks: keptBlocks.sort() };
+  }
+
+  /**
+   * The veto window `pool remove-node` step 1 gives `node` now, seconds: `max(60, 2·S + 10)` with
+   * S from its settings key ({@link removalWindowSeconds}), 60 without one. One read.
+   * @throws STORE_CORRUPT for an unreadable settings value.
+   */
+  async windowSecondsOf(node: string): Promise<number> {
+    const se = await this.#o.kv.get(this.settingsKey(node));
+    return removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
+  }
+
+  /**
+   * Keep `k` reserve entries per range set in this node's own blocks (docs/cluster.md "Offline
+   * allocation"), and its settings key at `offlineSeconds` or more (never lowered), in one
+   * transaction per attempt that compares every block written and `removing/<me>` absent (like
+   * every ADD; a removal begun makes it veto and decide again). New entries go into the node's
+   * owned blocks (round robin from `next`), then into a free block it claims; never into another
+   * node's block. Entries beyond `k` are kept (they are released with the node's blocks). When
+   * nothing needs writing it reads `removing/<me>` instead (so a call is always a confirmed
+   * contact when it returns). Returns every reserve entry of the node (in owned blocks), the
+   * shortfall per range set (a full pool), and the offline seconds its settings now hold.
+   * @throws like {@link add} (STORE_UNAVAILABLE, STORE_CONFLICT after {@link MAX_ATTEMPTS}, STORE_CORRUPT).
+   */
+  async refillReserve(k: number, offlineSeconds: number): Promise<{ slots: ReserveSlot[]; short: number[]; settingsSeconds: number }> {
+    await this.checkMeta();
+    const kv = this.#o.kv;
+    const me = this.#o.node;
+    const prefix = `${this.#base}/nodes/${me}/blocks/`;
+    const sk = this.settingsKey(me);
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      if (attempt > 0) await this.#o.backoff?.(attempt);
+      const blocks = new Map<string, Working | null>();
+      const [listed, se] = await Promise.all([kv.list(prefix, { keysOnly: true }), kv.get(sk)]);
+      const announced = se === null ? null : decodeSettings(se);
+      const mine: Working[] = [];
+      let lostRace = false;
+      for (const a of listed) {
+        const b = await this.#block(a.key.slice(prefix.length), blocks);
+        if (b === null || b.value.node !== me) {
+          lostRace = true; // given back and claimed by another meanwhile (see add): read again
+          break;
+        }
+        if (b.value.state === 'pendingRelease') {
+          b.value.state = 'owned'; // the node is back: veto in this transaction (as an ADD does)
+          b.dirty = true;
+        }
+        mine.push(b);
+      }
+      if (lostRace) {
+        this.#cache = null;
+        continue;
+      }
+      let claimed: Set<string> | null = null;
+      const short: number[] = [];
+      for (let s = 0; s < this.#o.rangeSets.length; s++) {
+        let need = k - mine.filter((b) => b.value.rangeSet === s).reduce((n, b) => n + Object.values(b.value.allocs).filter((a) => a.reserve === true).length, 0);
+        while (need > 0) {
+          let pick: { b: Working; o: number } | null = null;
+          for (const b of mine) {
+            if (b.value.rangeSet !== s) continue;
+            const o = this.#freeOrdinal(b);
+            if (o >= 0) {
+              pick = { b, o };
+              break;
+            }
+          }
+          if (pick === null) {
+            claimed ??= new Set((await kv.list(`${this.#base}/blocks/`, { keysOnly: true })).map((e) => e.key.slice(`${this.#base}/blocks/`.length)));
+            const nb = this.#claimable(s, claimed);
+            if (nb === null || this.#freeOrdinal(nb) < 0) break;
+            claimed.add(nb.key);
+            blocks.set(nb.key, nb);
+            mine.push(nb);
+            continue;
+          }
+          const b = pick.b;
+          b.value.seq += 1;
+          b.value.allocs[String(pick.o)] = { id: '', ifname: '', node: me, seq: b.value.seq, at: this.#now(), reserve: true };
+          b.value.next = (pick.o + 1) % Number(blockAddresses(b.cidr.ip.family, b.cidr.prefix));
+          b.dirty = true;
+          need--;
+        }
+        short.push(Math.max(0, need));
+      }
+      const compares: KVCompare[] = [];
+      const ops: KVOp[] = [];
+      for (const b of blocks.values()) {
+        if (b === null || !b.dirty) continue;
+        const bk = this.blockKey(b.key);
+        if (b.rev === null) {
+          const ak = this.affinityKey(me, b.key);
+          compares.push({ key: bk, absent: true }, { key: ak, absent: true });
+          ops.push({ put: ak, value: JSON.stringify({ v: 1, rangeSet: b.value.rangeSet }) });
+        } else compares.push({ key: bk, modRevision: b.rev });
+        ops.push({ put: bk, value: JSON.stringify(b.value) });
+      }
+      const settingsSeconds = Math.max(announced ?? 0, offlineSeconds);
+      if (announced === null || announced < offlineSeconds) {
+        compares.push(se === null ? { key: sk, absent: true } : { key: sk, modRevision: se.modRevision });
+        ops.push({ put: sk, value: settingsValue(settingsSeconds) });
+      }
+      const slots = (): ReserveSlot[] =>
+        mine
+          .filter((b) => b.value.state === 'owned')
+          .flatMap((b) =>
+            Object.entries(b.value.allocs)
+              .filter(([, a]) => a.reserve === true && a.node === me)
+              .map(([o, a]) => ({ block: b.key, ordinal: Number(o), seq: a.seq, rangeSet: b.value.rangeSet, ip: formatIP(ordinalIP(b.cidr, Number(o))) })),
+          );
+      if (ops.length === 0) {
+        // Nothing to write: read the marker, so that a return is a confirmed contact all the same.
+        if ((await kv.get(this.removingKey(me))) !== null) {
+          await this.veto();
+          continue;
+        }
+        this.#remember(blocks, null);
+        return { slots: slots(), short, settingsSeconds };
+      }
+      if (compares.length + ops.length + 1 > MAX_TXN_OPS) throw new AppError('INTERNAL', `pool ${this.#o.pool}: a reserve refill of ${k} per range set needs more than ${MAX_TXN_OPS} transaction ops (blocks too small)`);
+      compares.push({ key: this.removingKey(me), absent: true });
+      const t = await kv.txn(compares, ops);
+      if (!t.succeeded) {
+        this.#cache = null;
+        if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
+        continue;
+      }
+      this.#remember(blocks, t.revision);
+      return { slots: slots(), short, settingsSeconds };
+    }
+    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reserve refills lost to concurrent writers; try again`);
+  }
+
+  /**
+   * Sync one journal entry of this node (`kind` `add`) to etcd: one transaction per attempt that
+   * compares each reserve entry's block at the revision read (the entry still this node's
+   * reserve with the journal's sequence number), the handle absent (or its tombstone's
+   * revision), and `removing/<me>` absent, and turns each reserve entry into the container's
+   * allocation (a new sequence number) and puts the handle. A handle of this node that already
+   * names other addresses (an ADD whose answer was lost before it went offline) is replaced in
+   * the same transaction, its addresses released (the runtime knows only the journal's answer).
+   * Returns `synced` (also when an earlier sync did it: the handle names these addresses with
+   * allocations of the container), or `{gone}` with the reason when a reserve entry is no longer
+   * there (only `--finish` removes one: the partition outlived the veto window) or the handle
+   * belongs to another node. Never releases anything else.
+   * @throws like {@link add}.
+   */
+  async syncJournalEntry(e: JournalEntry): Promise<'synced' | { gone: string }> {
+    const kv = this.#o.kv;
+    const me = this.#o.node;
+    const req: PoolRequest = { containerId: e.containerId, ifname: e.ifname };
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      if (attempt > 0) await this.#o.backoff?.(attempt);
+      const h = await this.#handle(req);
+      const blocks = new Map<string, Working | null>();
+      const live = h !== null && h.value.deleted !== true ? h : null;
+      if (live !== null && live.value.ips.length === e.ips.length && e.ips.every((x) => live.value.ips.some((y) => y.block === x.block && y.ordinal === x.ordinal))) {
+        let ours = true;
+        for (const y of live.value.ips) {
+          const a = (await this.#block(y.block, blocks))?.value.allocs[String(y.ordinal)];
+          if (a === undefined || a.reserve === true || a.id !== e.containerId || a.ifname !== e.ifname || a.seq !== y.seq) ours = false;
+        }
+        if (ours) return 'synced';
+      }
+      if (live !== null && live.value.node !== me) return { gone: `handle ${live.entry.key} belongs to node ${live.value.node}` };
+      const compares: KVCompare[] = [];
+      const ops: KVOp[] = [];
+      if (live !== null) {
+        for (const x of live.value.ips) {
+          const b = await this.#block(x.block, blocks);
+          const a = b?.value.allocs[String(x.ordinal)];
+          if (b === null || a === undefined || a.reserve === true || a.seq !== x.seq || a.id !== e.containerId || a.ifname !== e.ifname) continue;
+          delete b.value.allocs[String(x.ordinal)];
+          b.dirty = true;
+        }
+      }
+      compares.push(h === null ? { key: this.handleKey(e.containerId, e.ifname), absent: true } : { key: h.entry.key, modRevision: h.entry.modRevision });
+      const hips: HandleIP[] = [];
+      let gone: string | null = null;
+      for (const x of e.ips) {
+        const b = await this.#block(x.block, blocks);
+        const a = b?.value.allocs[String(x.ordinal)];
+        if (b === null || a === undefined || a.reserve !== true || a.seq !== x.seq || b.value.node !== me) {
+          gone = `reserve entry ${x.ip} (block ${x.block}, sequence ${x.seq}) is no longer this node's: ${b === null ? 'the block is gone' : a === undefined ? 'the address is free' : a.reserve === true ? `a reserve entry of sequence ${a.seq}` : `held by ${a.id}/${a.ifname}`}`;
+          break;
+        }
+        b.value.seq += 1;
+        b.value.allocs[String(x.ordinal)] = { id: e.containerId, ifname: e.ifname, node: me, seq: b.value.seq, at: this.#now() };
+        b.dirty = true;
+        hips.push({ ip: x.ip, block: x.block, ordinal: x.ordinal, seq: b.value.seq, rangeSet: x.rangeSet });
+      }
+      if (gone !== null) return { gone };
+      for (const b of blocks.values()) {
+        if (b === null || !b.dirty) continue;
+        compares.push({ key: this.blockKey(b.key), modRevision: b.rev as string });
+        ops.push({ put: this.blockKey(b.key), value: JSON.stringify(b.value) });
+      }
+      const hv: HandleValue = { v: 1, node: me, network: e.network, at: this.#now(), ips: hips, ...(this.#o.host === undefined ? {} : { host: this.#o.host }) };
+      ops.push({ put: this.handleKey(e.containerId, e.ifname), value: JSON.stringify(hv) });
+      compares.push({ key: this.removingKey(me), absent: true });
+      const t = await kv.txn(compares, ops);
+      this.#cache = null;
+      if (t.succeeded) return 'synced';
+      if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
+    }
+    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} syncs of ${e.containerId}/${e.ifname} lost to concurrent writers; try again`);
   }
 
   /** Every handle `node` made, sorted by key (one prefix read of the pool's handles). */

@@ -40,6 +40,10 @@ export const BLOCK_SIZE4_RANGE = [24, 32] as const;
 export const BLOCK_SIZE6_RANGE = [120, 128] as const;
 /** Default etcd key prefix. */
 export const DEFAULT_POOL_PREFIX = '/ipwarden';
+/** Allowed `ipam.pool.offline.reserve` (addresses per range set set aside for offline ADDs). */
+export const OFFLINE_RESERVE_RANGE = [1, 64] as const;
+/** Allowed `ipam.pool.offline.seconds` (how long after the last confirmed contact a node may allocate offline). */
+export const OFFLINE_SECONDS_RANGE = [1, 3600] as const;
 /** Longest node name accepted (a Kubernetes node name is a DNS subdomain: at most 253 characters). */
 export const MAX_NODE_NAME = 253;
 
@@ -61,6 +65,20 @@ export interface PoolConfig {
   readonly blockSize6: number;
   /** `ipam.nodeName`, or null: then `NODE_NAME`, else the host name (resolved at the edge). */
   readonly nodeName: string | null;
+  /**
+   * `ipam.pool.offline` (docs/cluster.md "Offline allocation"), or null/absent: a node cut off from
+   * etcd fails its ADDs with code 11 (the behaviour without the key, exactly). Optional in the type
+   * so configs built in code without it keep meaning "off".
+   */
+  readonly offline?: OfflineConfig | null;
+}
+
+/** The decoded `ipam.pool.offline`. */
+export interface OfflineConfig {
+  /** Reserve entries the daemon keeps per range set in the node's own blocks, 1–64. */
+  readonly reserve: number;
+  /** Seconds after the last confirmed contact with etcd during which an offline ADD may use them, 1–3600. */
+  readonly seconds: number;
 }
 
 type Obj = Record<string, unknown>;
@@ -105,7 +123,9 @@ function decodePath(tls: Obj, name: string): string | null {
 
 function decodeBlockSize(pool: Obj, name: string, range: readonly [number, number], dflt: number): number {
   const v = pool[name];
-  if (v === undefined || v === null) return dflt;
+  // null is refused like `"pool": null`: a template's missing value read as the default would
+  // cut the range into other blocks than the pool's other nodes (review B3).
+  if (v === undefined) return dflt;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < range[0] || v > range[1]) {
     throw bad(`ipam.pool.${name} must be an integer from ${range[0]} to ${range[1]}, got ${JSON.stringify(v)}`);
   }
@@ -113,11 +133,41 @@ function decodeBlockSize(pool: Obj, name: string, range: readonly [number, numbe
 }
 
 /** The keys of `ipam.pool`, `ipam.pool.etcd` and `ipam.pool.etcd.tls`; any other key is refused. */
-export const POOL_KEYS: readonly string[] = ['name', 'etcd', 'blockSize', 'blockSize6'];
+export const POOL_KEYS: readonly string[] = ['name', 'etcd', 'blockSize', 'blockSize6', 'offline'];
 const ETCD_KEYS: readonly string[] = ['endpoints', 'tls', 'prefix'];
 const TLS_KEYS: readonly string[] = ['ca', 'cert', 'key'];
 /** The pool's keys directly in `ipam`, matched exactly (host-local's own keys are not). */
 const IPAM_POOL_KEYS: readonly string[] = ['pool', 'nodeName'];
+
+function decodeInt(o: Obj, path: string, name: string, range: readonly [number, number]): number {
+  const v = o[name];
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < range[0] || v > range[1]) {
+    throw bad(`${path}.${name} must be an integer from ${range[0]} to ${range[1]}, got ${JSON.stringify(v ?? null)}`);
+  }
+  return v;
+}
+
+/** The keys of `ipam.pool.offline`. */
+const OFFLINE_KEYS: readonly string[] = ['reserve', 'seconds'];
+
+/**
+ * Decode `ipam.pool.offline` (`{"reserve": K, "seconds": S}`, both required); null when absent
+ * (`null` is refused, like `"pool": null`: a template's missing value is not "off").
+ * @throws AppError IPAM_INVALID_CONFIG: `ipam.pool.offline must be an object, got <type>`,
+ *   `ipam.pool.offline has an unknown key <json> (known keys: reserve, seconds)`,
+ *   `ipam.pool.offline.reserve must be an integer from 1 to 64, got <json>`,
+ *   `ipam.pool.offline.seconds must be an integer from 1 to 3600, got <json>`
+ */
+export function decodeOfflineConfig(pool: Obj): OfflineConfig | null {
+  const raw = pool['offline'];
+  if (raw === undefined) return null;
+  if (!isObj(raw)) throw bad(`ipam.pool.offline must be an object, got ${jsonType(raw)}`);
+  refuseUnknownKeys(raw, 'ipam.pool.offline', OFFLINE_KEYS);
+  return {
+    reserve: decodeInt(raw, 'ipam.pool.offline', 'reserve', OFFLINE_RESERVE_RANGE),
+    seconds: decodeInt(raw, 'ipam.pool.offline', 'seconds', OFFLINE_SECONDS_RANGE),
+  };
+}
 
 /**
  * Refuse a key of `obj` that is not in `known`. A misspelled pool key (`blocksize`) would
@@ -187,7 +237,9 @@ export function decodePoolConfig(ipam: Obj): PoolConfig | null {
   }
   const rawPrefix = etcd['prefix'];
   let prefix = DEFAULT_POOL_PREFIX;
-  if (rawPrefix !== undefined && rawPrefix !== null) {
+  // null is refused: read as the default prefix it would make a second pool of the same name
+  // over the same ranges in the same etcd — one address handed out twice (review B3).
+  if (rawPrefix !== undefined) {
     if (typeof rawPrefix !== 'string' || !/^(\/[A-Za-z0-9_.-]+)+$/.test(rawPrefix)) {
       throw bad(`ipam.pool.etcd.prefix must be /-separated names of letters, digits, '_', '.' or '-' without a trailing /, got ${JSON.stringify(rawPrefix)}`);
     }
@@ -199,11 +251,14 @@ export function decodePoolConfig(ipam: Obj): PoolConfig | null {
     if (typeof rawNode !== 'string' || !validNodeName(rawNode)) throw bad(badNodeNameMessage('ipam.nodeName', String(rawNode)));
     nodeName = rawNode;
   }
+  const offline = decodeOfflineConfig(raw);
   return {
     name,
     etcd: { endpoints: endpoints.map((e) => e.url), tls, prefix },
     blockSize4: decodeBlockSize(raw, 'blockSize', BLOCK_SIZE4_RANGE, DEFAULT_BLOCK_SIZE4),
     blockSize6: decodeBlockSize(raw, 'blockSize6', BLOCK_SIZE6_RANGE, DEFAULT_BLOCK_SIZE6),
     nodeName,
+    // Only when given: a config without it decodes exactly as before (no `offline` key).
+    ...(offline === null ? {} : { offline }),
   };
 }

@@ -9,6 +9,7 @@ import { parseCIDR, parseIP } from '../common/ip.ts';
 import type { KV, KVEntry } from '../store/kv.ts';
 import { blockKeyCidr, decodeBlock, POOL_VALUE_VERSION } from './pool-allocator.ts';
 import { allocatableOrdinals, blockAddresses } from './pool-blocks.ts';
+import { validNodeName } from './pool-config.ts';
 import { canonicalizeRangeSet, rangeSetSize, rangeSetString } from './range.ts';
 import type { RangeSet } from './types.ts';
 
@@ -100,7 +101,9 @@ export function decodeMeta(e: KVEntry): { rangeSets: RangeSet[]; blockSize: numb
 
 /**
  * The status of pool `pool` under key prefix `prefix`. Throws `IPAM_NOT_FOUND` when the pool has
- * no `meta` (never used), `STORE_CORRUPT` for a bad value, the KV's errors otherwise.
+ * no `meta` (never used), `STORE_CORRUPT` for a bad value (a block, `meta`, or a heartbeat key
+ * whose node part is not a node name), the KV's errors otherwise. Three reads: `meta`, the
+ * heartbeat keys (keys only), the blocks.
  */
 export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<PoolStatus> {
   const base = `${prefix}/pools/${pool}`;
@@ -117,6 +120,8 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   const alive = new Set<string>();
   for (const e of await kv.list(`${base}/alive/`, { keysOnly: true })) {
     const n = e.key.slice(`${base}/alive/`.length);
+    // A heartbeat key names a node (the daemon writes only valid names): anything else is corrupt.
+    if (!validNodeName(n)) throw corrupt(e.key, 'not the heartbeat key of a node name');
     alive.add(n);
     node(n);
   }

@@ -28,6 +28,7 @@
  * the daemon's request path (the plugin's reclaim on exhaustion, `leakGracePeriod: 2s` in the lab's
  * CNI configuration): one deterministic healer.
  */
+import { hostname } from 'node:os';
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -231,8 +232,11 @@ export class DaemonSetRun {
     r.check(init?.exitCode === 0 && init.reason === 'Completed', 'install-cni ran to completion (exit 0)');
     const dest = '/host/opt/cni/bin';
     const printed = pod.log('install-cni').filter((e) => e.stream === 'stdout').map((e) => e.text.split(' ')[1]);
-    r.check(sameSet(printed.map(String), ['ipwarden', 'ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns'].map((n) => `${dest}/${n}`)), 'install-cni printed one "installed" line for each of the 4 files');
-    const files = readdirSync(lab.binDir).filter((n) => n.startsWith('ipwarden') && n !== CHAIN_PLUGIN_TYPE).sort();
+    r.check(sameSet(printed.map(String), ['ipwarden.d/node-name', 'ipwarden', 'ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns'].map((n) => `${dest}/${n}`)), 'install-cni printed one "installed" line for each of the 5 files (the node name from the downward API)');
+    // The node name the standalone fallback uses in cluster pools (docs/cluster.md "The node name").
+    const nodeNameFile = join(lab.binDir, 'ipwarden.d', 'node-name');
+    r.check(existsSync(nodeNameFile) && readFileSync(nodeNameFile, 'utf8') === `${this.node.nodeName}\nhost ${hostname()}\n` && (statSync(nodeNameFile).mode & 0o777) === 0o644, `ipwarden.d/node-name holds spec.nodeName (${this.node.nodeName}), mode 0644`);
+    const files = readdirSync(lab.binDir).filter((n) => n.startsWith('ipwarden') && n !== CHAIN_PLUGIN_TYPE && n !== 'ipwarden.d').sort();
     r.say(`CNI bin dir now: ${files.join(' ')}`);
     r.check(sameSet(files, ['ipwarden', 'ipwarden-flock.node', 'ipwarden-netns', 'ipwarden-standalone']), 'the plugin appeared in the lab\'s CNI bin dir: shim, standalone, flock binding, netns helper (no temporary file left)');
     for (const [installed, built] of [['ipwarden-standalone', 'ipwarden-standalone'], ['ipwarden-flock.node', 'ipwarden-flock.node'], ['ipwarden-netns', 'ipwarden-netns']] as const) {

@@ -53,6 +53,10 @@ export interface AuditRecord {
   readonly verdict: AnyVerdict;
   readonly reason: string;
   readonly phase: AuditPhase;
+  /** Cluster pools only (src/reconcile/pool-pass.ts): the pool's name. Absent for node-local records. */
+  readonly pool?: string;
+  /** Cluster pools only: the handle's etcd `mod_revision` the release compared (decimal text). */
+  readonly revision?: string;
 }
 
 /** Where audit records go. `append` throws `AppError('STORE_IO')` when the record cannot be written. */
@@ -86,6 +90,9 @@ export function formatAuditLine(rec: AuditRecord): string {
     verdict: rec.verdict,
     reason: rec.reason,
     phase: rec.phase,
+    // Cluster pools add where the record lives in etcd (after the node-local fields, so those lines are unchanged).
+    ...(rec.pool === undefined ? {} : { pool: rec.pool }),
+    ...(rec.revision === undefined ? {} : { revision: rec.revision }),
   };
   return `${JSON.stringify(o)}\n`;
 }

@@ -11,10 +11,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startTestDaemon } from '../helpers/daemon.ts';
+import { runViaDaemon } from '../helpers/daemon-client.ts';
+import { startNodeProxies } from '../helpers/tcp-proxy.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { installedPlugin, ROOT, runCni, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
@@ -329,5 +331,118 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     const st = JSON.parse(cli(p, 'status', '--json').stdout) as { nodes: Array<{ node: string }>; rangeSets: Array<{ free: string }> };
     assert.deepEqual(st.nodes.map((x) => x.node), ['node-b']);
     assert.equal(st.rangeSets[0]?.free, '28');
+  });
+});
+
+describe('offline allocation: a daemon cut off from etcd keeps allocating from its reserve, never from others\' (real etcd, a TCP proxy)', { skip }, () => {
+  let ocluster: EtcdCluster | undefined;
+  let okv: EtcdKV | undefined;
+  before(async () => {
+    ocluster = await startEtcdCluster({ members: 1, prefix: 'ipwarden-pool-offline-bb-' });
+    okv = new EtcdKV({ endpoints: ocluster.endpoints });
+  });
+  after(async () => {
+    await okv?.close();
+    await ocluster?.close();
+  });
+
+  /** Bounded poll of an async condition (100 ms apart, at most `ms`): no sleep decides an outcome. */
+  async function until(cond: () => Promise<boolean>, what: string, ms = 60_000): Promise<void> {
+    for (let i = 0; !(await cond()); i++) {
+      assert.ok(i * 100 < ms, what);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  it('cut the proxy: ADDs succeed with distinct reserve addresses while another node allocates others; restore: the journal is synced, handles match; all DELs leave no handle; remove-node gives the node a window of 2·120 + 10 s', async (t) => {
+    const c = ocluster as EtcdCluster;
+    const ekv = okv as EtcdKV;
+    const p = `/bboff${process.pid}`;
+    const base = `${p}/pools/offpool`;
+    const proxies = await startNodeProxies(c.endpoints);
+    const work = mkdtempSync(join(tmpdir(), 'ipwarden-pool-offline-bb-'));
+    const netd = join(work, 'net.d');
+    const dataDir = join(work, 'data');
+    mkdirSync(netd);
+    /** A /27 as two /28 blocks; the daemon's node keeps 3 reserve entries and may allocate offline for 120 s. */
+    const cfg = (endpoints: readonly string[]) => ({
+      cniVersion: '1.0.0',
+      name: 'offnet',
+      ipam: { type: 'ipwarden', dataDir, ranges: [[{ subnet: '10.83.0.0/27' }]], pool: { name: 'offpool', etcd: { endpoints, prefix: p }, blockSize: 28, offline: { reserve: 3, seconds: 120 } } },
+    });
+    const viaProxy = cfg(proxies.endpoints);
+    const direct = cfg(c.endpoints);
+    const { name, cniVersion, ...plugin } = viaProxy;
+    writeFileSync(join(netd, '10-off.conflist'), JSON.stringify({ cniVersion, name, plugins: [{ type: 'macvlan', ...plugin }] }));
+    const d = await startTestDaemon({ cniConfDir: netd, env: { NODE_NAME: 'node-off' } });
+    const dadd = (id: string) => runViaDaemon(d.socket, { command: 'ADD', containerId: id, ifname: 'eth0', stdin: viaProxy });
+    const ddel = (id: string) => runViaDaemon(d.socket, { command: 'DEL', containerId: id, ifname: 'eth0', stdin: viaProxy });
+    const ip = (r: Outcome): string => address(r).split('/')[0] as string;
+    /** node-off's reserve entries in etcd (address text). */
+    const reserves = async (): Promise<string[]> => {
+      const out: string[] = [];
+      for (const e of await ekv.list(`${base}/blocks/`)) {
+        const v = JSON.parse(e.value) as { cidr: string; node: string; allocs: Record<string, { reserve?: boolean }> };
+        const [net] = v.cidr.split('/');
+        const last = Number((net as string).split('.')[3]);
+        for (const [o, a] of Object.entries(v.allocs)) if (a.reserve === true && v.node === 'node-off') out.push(`10.83.0.${last + Number(o)}`);
+      }
+      return out.sort();
+    };
+    const liveHandles = async (): Promise<string[]> => (await ekv.list(`${base}/handles/`)).filter((e) => JSON.parse(e.value).deleted !== true).map((e) => e.key.slice(`${base}/handles/`.length));
+    try {
+      await d.waitForLog((l) => l.msg === 'pool announced');
+      await until(async () => (await reserves()).length === 3 && (await ekv.get(`${base}/nodes/node-off/settings`)) !== null, 'the daemon set its reserve aside at start');
+      assert.equal((await ekv.get(`${base}/nodes/node-off/settings`))?.value, '{"v":1,"offlineSeconds":120}');
+      const reserve = await reserves();
+      const on1 = ip(await dadd('on1'));
+      assert.ok(!reserve.includes(on1), 'a connected ADD never takes a reserve entry');
+
+      // The partition: the daemon's etcd traffic is black-holed.
+      proxies.setMode({ kind: 'drop' });
+      const t0 = performance.now();
+      const offline = await Promise.all(['off1', 'off2', 'off3'].map((id) => dadd(id)));
+      t.diagnostic(`3 concurrent offline ADDs answered in ${Math.round(performance.now() - t0)} ms (one etcd call deadline, then the reserve)`);
+      const offIps = offline.map(ip);
+      assert.equal(new Set(offIps).size, 3, 'distinct addresses');
+      assert.deepEqual([...offIps].sort(), reserve, 'exactly the reserve');
+      assert.deepEqual(ip(await dadd('off1')), offIps[0], 'a repeated offline ADD gets the journal\'s answer');
+      const journal = join(dataDir, '.ipwarden-pool-offline');
+      assert.equal(readdirSync(journal).length, 3);
+      // Another node, connected, allocates meanwhile: nothing in common with the offline ones.
+      const others = ['b1', 'b2', 'b3', 'b4', 'b5'].map((id) => address(add(direct, id, 'node-b')).split('/')[0] as string);
+      assert.deepEqual(others.filter((x) => offIps.includes(x) || x === on1), []);
+      assert.equal(await ekv.get(`${base}/handles/off1/eth0`), null, 'nothing of the offline ADDs reached etcd');
+
+      // Restore: the first successful call syncs the journal.
+      proxies.setMode({ kind: 'pass' });
+      const t1 = performance.now();
+      await until(async () => readdirSync(journal).length === 0, 'the journal is synced and emptied');
+      t.diagnostic(`journal synced ${Math.round(performance.now() - t1)} ms after the proxy passed traffic again (100 ms polls)`);
+      for (const [i, id] of ['off1', 'off2', 'off3'].entries()) {
+        const h = JSON.parse((await ekv.get(`${base}/handles/${id}/eth0`))?.value ?? 'null') as { node: string; ips: Array<{ ip: string }> };
+        assert.deepEqual([h.node, h.ips.map((x) => x.ip)], ['node-off', [offIps[i]]], `the handle of ${id} matches its offline answer`);
+      }
+      await until(async () => (await reserves()).length === 3, 'the reserve is refilled');
+      assert.deepEqual((await reserves()).filter((x) => offIps.includes(x)), [], 'the synced addresses are no reserve entries any more');
+
+      // All DELs: no handle left (only node-off's reserve entries stay, in its kept block).
+      for (const id of ['on1', 'off1', 'off2', 'off3']) assert.equal((await ddel(id)).exitCode, 0);
+      for (const id of ['b1', 'b2', 'b3', 'b4', 'b5']) assert.equal(del(direct, id, 'node-b').exitCode, 0);
+      assert.deepEqual(await liveHandles(), []);
+      assert.equal((await reserves()).length, 3);
+      // The node is gone (its daemon stops: its heartbeat goes): step 1 sizes the window from its settings.
+      await d.stop();
+      const ctl = (...a: string[]) => spawnSync('/usr/bin/etcdctl', ['--endpoints', c.endpoints.join(','), ...a], { encoding: 'utf8', env: { ...process.env, ETCDCTL_API: '3' } });
+      const mark = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'remove-node', 'node-off', '--pool', 'offpool', '--etcd-endpoints', c.endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8', timeout: 60_000 });
+      assert.equal(mark.status, 0, mark.stderr);
+      assert.match(mark.stdout, /at least 250 s from now/);
+      const wlease = BigInt(/"lease":([0-9]+)/.exec(ctl('get', `${base}/removal-window/node-off`, '-w', 'json').stdout)?.[1] ?? '0');
+      assert.match(ctl('lease', 'timetolive', wlease.toString(16)).stdout, /granted with TTL\(250s\)/);
+    } finally {
+      await d.stop();
+      await proxies.close();
+      rmSync(work, { recursive: true, force: true });
+    }
   });
 });

@@ -1,6 +1,7 @@
 /**
  * The metrics as a real Prometheus sees them (Debian `prometheus` on loopback), and the example
- * alert rules of docs/metrics.md checked by `promtool`.
+ * alert rules of docs/metrics.md checked by `promtool`; also the cluster pool series of a daemon
+ * serving a pool network on a real etcd (test/helpers/etcd-cluster.ts).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -8,7 +9,8 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { installedPlugin, pluginSocket, ROOT, requireOrSkip, runCni, tempDir } from '../helpers/cni.ts';
+import { installedPlugin, pluginSocket, ROOT, requireOrSkip, runCni, runCniAsync, tempDir } from '../helpers/cni.ts';
+import { haveEtcd, startEtcdCluster } from '../helpers/etcd-cluster.ts';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
 import { startHostileCri } from '../helpers/hostile-cri.ts';
 import { freePort, havePrometheus, PROMTOOL, startPrometheus, type TestPrometheus } from '../helpers/prometheus.ts';
@@ -124,6 +126,71 @@ test('a real Prometheus scraping the daemon sees the documented series with the 
     await prom?.stop();
     await daemon?.stop();
     await cri.close();
+    t.cleanup();
+  }
+});
+
+test('a real Prometheus sees the cluster pool series of a daemon serving a pool network on a real etcd', { skip: skip || (process.getuid?.() !== 0 ? 'needs root' : false) || (haveEtcd() || process.env['CI'] === 'true' ? false : '/usr/bin/etcd not installed'), timeout: 600_000 }, async () => {
+  const t = tempDir('ipwarden-poolobs-prom-');
+  const cluster = await startEtcdCluster({ members: 1, prefix: 'ipwarden-poolobs-prom-etcd-' });
+  let daemon: TestDaemon | null = null;
+  let prom: TestPrometheus | null = null;
+  try {
+    const data = join(t.dir, 'data');
+    const confDir = join(t.dir, 'net.d');
+    mkdirSync(data);
+    mkdirSync(confDir);
+    // A /27 as two /28 blocks; 29 allocatable addresses (.1 is the gateway).
+    const ipam = { type: 'ipwarden', ranges: [[{ subnet: '10.86.0.0/27' }]], pool: { name: 'prompool', etcd: { endpoints: cluster.endpoints, prefix: `/prom${process.pid}` }, blockSize: 28 } };
+    const conf = { cniVersion: '1.0.0', name: 'prompoolnet', type: 'bridge', ipam };
+    writeFileSync(join(confDir, '10-prompoolnet.conf'), JSON.stringify(conf));
+    const port = await freePort();
+    daemon = await startTestDaemon({
+      socket: pluginSocket(),
+      dataDir: data,
+      cniConfDir: confDir,
+      logLevel: 'info',
+      env: { NODE_NAME: 'prom-node' },
+      args: ['--runtime-endpoint', 'unix:///nonexistent/cri.sock', '--interval', '1s', '--metrics-address', `127.0.0.1:${port}`],
+    });
+    const shim = installedPlugin();
+    const stdin = { ...conf, type: 'ipwarden' };
+    const adds = await Promise.all(['p1', 'p2', 'p3'].map((id) => runCniAsync(shim, { command: 'ADD', containerId: id, ifname: 'eth0', stdin })));
+    for (const a of adds) assert.equal(a.exitCode, 0, a.stdout + a.stderr);
+    const d = runCni(shim, { command: 'DEL', containerId: 'p1', ifname: 'eth0', stdin });
+    assert.equal(d.exitCode, 0, d.stdout + d.stderr);
+
+    prom = await startPrometheus(`127.0.0.1:${port}`);
+    const one = (r: Array<{ value: [number, string] }>): number => (r.length === 1 ? Number(r[0]?.value[1]) : NaN);
+    const sel = 'pool="prompool",node="prom-node"';
+    await prom.waitFor(`ipwarden_pool_requests_total{${sel},command="ADD",result="ok"}`, (r) => one(r) === 3, 120_000);
+    const value = async (q: string): Promise<number> => one(await prom!.query(q));
+    assert.equal(await value(`ipwarden_pool_requests_total{${sel},command="DEL",result="ok"}`), 1);
+    assert.equal(await value(`ipwarden_pool_request_duration_seconds_count{${sel},command="ADD"}`), 3);
+    // Every ADD went out in some batch; together the batches held the three.
+    assert.equal(await value(`ipwarden_pool_batch_size_sum{${sel}}`), 3);
+    const batches = await value(`ipwarden_pool_batch_size_count{${sel}}`);
+    assert.ok(batches >= 1 && batches <= 3, String(batches));
+    // At least the pool's meta, one ADD transaction and the DEL committed; no etcd trouble.
+    assert.ok((await value(`ipwarden_pool_etcd_transactions_total{${sel},outcome="committed"}`)) >= 3);
+    assert.deepEqual(await prom.query(`ipwarden_pool_etcd_transactions_total{${sel},outcome=~"unavailable|error"}`), []);
+    // The gauges, read from etcd by the daemon (at most every 10 s): 2 addresses held in the node's one block.
+    await prom.waitFor(`ipwarden_pool_node_addresses{${sel}}`, (r) => one(r) === 2, 120_000);
+    assert.equal(await value(`ipwarden_pool_node_blocks{${sel}}`), 1);
+    assert.equal(await value(`ipwarden_pool_node_borrowed_addresses{${sel}}`), 0);
+    assert.equal(await value(`ipwarden_pool_free_addresses{${sel}}`), 27);
+    assert.equal(await value(`ipwarden_pool_claimed_blocks{${sel}}`), 1);
+    assert.equal(await value(`ipwarden_pool_node_alive{${sel}}`), 1, 'the daemon announced the node at start: its heartbeat key exists');
+    assert.deepEqual(await prom.query('ipwarden_pool_status_read_errors_total'), []);
+    // Each documented pool series is in docs/metrics.md's table.
+    const md = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
+    for (const name of ['ipwarden_pool_requests_total', 'ipwarden_pool_request_duration_seconds', 'ipwarden_pool_etcd_transactions_total', 'ipwarden_pool_batch_size', 'ipwarden_pool_node_blocks', 'ipwarden_pool_node_addresses', 'ipwarden_pool_node_borrowed_addresses', 'ipwarden_pool_free_addresses', 'ipwarden_pool_claimed_blocks', 'ipwarden_pool_node_alive', 'ipwarden_pool_status_read_errors_total']) {
+      assert.ok(md.includes(`| \`${name}\` |`), `${name} is in the series table`);
+    }
+  } finally {
+    await prom?.stop();
+    await daemon?.stop();
+    await cluster.close();
     t.cleanup();
   }
 });

@@ -57,7 +57,7 @@ describe('ipam.pool', () => {
     ['pool null (a template\'s missing value: never "no pool", trial finding 2)', { pool: null }, 'ipam.pool must be an object, got null'],
     ['"Pool" (a case variant: host-local-style matching would take it)', { Pool: { name: 'p1', etcd: ETCD } }, 'ipam has the key "Pool": pool keys are matched exactly; write "pool"'],
     ['"nodename"', { nodename: 'n1', pool: { name: 'p1', etcd: ETCD } }, 'ipam has the key "nodename": pool keys are matched exactly; write "nodeName"'],
-    ['unknown pool key (trial finding 3: a default would be fixed in meta)', { pool: { name: 'p1', etcd: ETCD, blocksize: 30 } }, 'ipam.pool has an unknown key "blocksize" (known keys: name, etcd, blockSize, blockSize6)'],
+    ['unknown pool key (trial finding 3: a default would be fixed in meta)', { pool: { name: 'p1', etcd: ETCD, blocksize: 30 } }, 'ipam.pool has an unknown key "blocksize" (known keys: name, etcd, blockSize, blockSize6, offline)'],
     ['unknown etcd key', { pool: { name: 'p1', etcd: { ...ETCD, prefx: '/x' } } }, 'ipam.pool.etcd has an unknown key "prefx" (known keys: endpoints, tls, prefix)'],
     ['unknown tls key', { pool: { name: 'p1', etcd: { endpoints: ['https://a:1'], tls: { ca: '/c', crt: '/d' } } } }, 'ipam.pool.etcd.tls has an unknown key "crt" (known keys: ca, cert, key)'],
     ['no name', { pool: { etcd: ETCD } }, "ipam.pool.name must be a name of letters, digits, '_', '.' or '-' starting with a letter or digit, got null"],
@@ -79,6 +79,9 @@ describe('ipam.pool', () => {
     ['blockSize too small (a /23 block is > 64 KB of JSON per write when full)', { pool: { name: 'p1', etcd: ETCD, blockSize: 23 } }, 'ipam.pool.blockSize must be an integer from 24 to 32, got 23'],
     ['blockSize not integer', { pool: { name: 'p1', etcd: ETCD, blockSize: '26' } }, 'ipam.pool.blockSize must be an integer from 24 to 32, got "26"'],
     ['blockSize6 too small', { pool: { name: 'p1', etcd: ETCD, blockSize6: 119 } }, 'ipam.pool.blockSize6 must be an integer from 120 to 128, got 119'],
+    ['blockSize null (review B3: the default would cut the range into other blocks)', { pool: { name: 'p1', etcd: ETCD, blockSize: null } }, 'ipam.pool.blockSize must be an integer from 24 to 32, got null'],
+    ['blockSize6 null', { pool: { name: 'p1', etcd: ETCD, blockSize6: null } }, 'ipam.pool.blockSize6 must be an integer from 120 to 128, got null'],
+    ['prefix null (review B3: the default prefix would be a second pool over the same ranges)', { pool: { name: 'p1', etcd: { ...ETCD, prefix: null } } }, `ipam.pool.etcd.prefix must be /-separated names of letters, digits, '_', '.' or '-' without a trailing /, got null`],
     ['blockSize6 too big', { pool: { name: 'p1', etcd: ETCD, blockSize6: 129 } }, 'ipam.pool.blockSize6 must be an integer from 120 to 128, got 129'],
     ['bad nodeName', { nodeName: 'a b', pool: { name: 'p1', etcd: ETCD } }, `ipam.nodeName must be a node name of at most 253 letters, digits, '_', '.' or '-' starting with a letter or digit, got "a b"`],
   ];

@@ -1,0 +1,454 @@
+/**
+ * Offline allocation in the daemon (issue 11 "A partitioned node keeps allocating from the blocks
+ * it owns, and never from others'"; docs/cluster.md "Offline allocation"): the edge part of
+ * `PoolSessions` (src/cni/pool.ts) — the clock, the journal files and the etcd calls. The rules
+ * are in src/ipam/pool-offline.ts (pure) and the transactions in src/ipam/pool-allocator.ts
+ * (`refillReserve`, `syncJournalEntry`).
+ *
+ * - {@link ContactKV} wraps the daemon's etcd client of a pool and remembers, per watched
+ *   `removing/<node>` key, the **send time** (monotonic) of the last request that succeeded and
+ *   compared that key absent (a transaction) or read it absent: the node's last confirmed
+ *   contact. A request's answer can only come after it was sent, so the marker, if created later,
+ *   was created after that time.
+ * - {@link OfflinePool} is one pool and node: its reserve as last read, its journal entries, the
+ *   counters; `addOffline` (synchronous: take a reserve address, write the journal entry, answer),
+ *   `del`, and `maintain` (sync the journal, then refill the reserve; one at a time).
+ */
+import { AppError, isAppError } from '../common/errors.ts';
+import { parseIP } from '../common/ip.ts';
+import type { PoolAllocation, PoolAllocator, PoolRequest } from '../ipam/pool-allocator.ts';
+import type { OfflineConfig, PoolConfig } from '../ipam/pool-config.ts';
+import {
+  decodeJournalEntry,
+  encodeJournalEntry,
+  journalName,
+  pickReserve,
+  reserveLeft,
+  slotKey,
+  withinBudget,
+  type JournalEntry,
+  type OfflineCounters,
+  type ReserveSlot,
+} from '../ipam/pool-offline.ts';
+import { rangeFor } from '../ipam/range.ts';
+import type { IPAMConfig, Range } from '../ipam/types.ts';
+import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
+import type { PoolJournal } from '../store/pool-journal.ts';
+
+/** A log sink: level, fields, message (the daemon's log; tests collect). */
+export type OfflineLog = (level: 'info' | 'warn' | 'error', fields: Record<string, unknown>, msg: string) => void;
+
+/** See the module comment. Forwards everything to `inner`; records confirmed contacts of watched keys. */
+export class ContactKV implements KV, Leases {
+  readonly #inner: KV & Leases;
+  readonly #clock: () => number;
+  readonly #watched = new Set<string>();
+  readonly #contact = new Map<string, number>();
+  /** Called after every call that succeeded (`afterFailure`: the call before it failed as unavailable). */
+  onSuccess: ((afterFailure: boolean) => void) | null = null;
+  #failing = false;
+
+  /** @param clock monotonic milliseconds (default `performance.now`). */
+  constructor(inner: KV & Leases, clock: () => number = () => performance.now()) {
+    this.#inner = inner;
+    this.#clock = clock;
+  }
+
+  get description(): string {
+    return this.#inner.description;
+  }
+  get stats(): KVStats {
+    return this.#inner.stats;
+  }
+  /** The wrapped client. */
+  get inner(): KV & Leases {
+    return this.#inner;
+  }
+
+  /** Record contacts for `removingKey` from now on. */
+  watch(removingKey: string): void {
+    this.#watched.add(removingKey);
+  }
+
+  /** Send time (monotonic ms) of the last request that confirmed `removingKey` absent, or null. */
+  lastContact(removingKey: string): number | null {
+    return this.#contact.get(removingKey) ?? null;
+  }
+
+  #confirm(key: string, sent: number): void {
+    if (!this.#watched.has(key)) return;
+    if ((this.#contact.get(key) ?? -Infinity) < sent) this.#contact.set(key, sent);
+  }
+
+  async #call<T>(f: () => Promise<T>): Promise<T> {
+    let r: T;
+    try {
+      r = await f();
+    } catch (e) {
+      if (isAppError(e, 'STORE_UNAVAILABLE')) this.#failing = true;
+      throw e;
+    }
+    const after = this.#failing;
+    this.#failing = false;
+    this.onSuccess?.(after);
+    return r;
+  }
+
+  get(key: string): Promise<KVEntry | null> {
+    const sent = this.#clock();
+    return this.#call(async () => {
+      const e = await this.#inner.get(key);
+      if (e === null) this.#confirm(key, sent);
+      return e;
+    });
+  }
+  list(prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]> {
+    return this.#call(() => this.#inner.list(prefix, opts));
+  }
+  txn(compare: readonly KVCompare[], ops: readonly KVOp[]): Promise<KVTxnResult> {
+    const sent = this.#clock();
+    return this.#call(async () => {
+      const t = await this.#inner.txn(compare, ops);
+      if (t.succeeded) for (const c of compare) if ('absent' in c) this.#confirm(c.key, sent);
+      return t;
+    });
+  }
+  grantLease(ttlSeconds: number): Promise<string> {
+    return this.#call(() => this.#inner.grantLease(ttlSeconds));
+  }
+  keepAlive(id: string): Promise<number> {
+    return this.#call(() => this.#inner.keepAlive(id));
+  }
+  revokeLease(id: string): Promise<void> {
+    return this.#call(() => this.#inner.revokeLease(id));
+  }
+  close(): Promise<void> {
+    return this.#inner.close();
+  }
+}
+
+/** What {@link OfflinePool} is made of. */
+export interface OfflinePoolParts {
+  readonly pool: PoolConfig;
+  readonly cfg: OfflineConfig;
+  readonly node: string;
+  readonly kv: ContactKV;
+  /** An allocator of the pool and node with the config's range sets (refill) — shared block cache. */
+  readonly alloc: PoolAllocator;
+  /** How many range sets the config has (the reserve is kept per range set). */
+  readonly rangeSets: number;
+  /** An allocator of the pool and node for a journal entry's network (sync, DEL). */
+  readonly allocFor: (network: string) => PoolAllocator;
+  readonly journal: PoolJournal;
+  /** Monotonic milliseconds (the same clock as the ContactKV's). */
+  readonly clock: () => number;
+  /** Wall clock, ms since the epoch (the entries' informational `at`). */
+  readonly now: () => number;
+  readonly log: OfflineLog;
+  /** Told of each counted event (the daemon's observer; default none). */
+  readonly event?: (kind: 'add' | 'del' | 'synced' | 'syncFailure') => void;
+}
+
+/** A snapshot of one pool and node's offline state (metrics; see `PoolSessions.offlineStats`). */
+export interface OfflineStats extends OfflineCounters {
+  readonly pool: string;
+  readonly node: string;
+  /** `ipam.pool.offline.reserve`. */
+  readonly reserveTarget: number;
+  /** Reserve entries usable now per range set (as last read from etcd, minus the journaled). */
+  readonly reserveLeft: number[];
+  /** Journal entries not yet synced (also the stuck ones). */
+  readonly journaled: number;
+  /** Journal entries whose sync failed for good (reserve entry gone): they wait for an operator. */
+  readonly stuck: number;
+  /** Seconds since the last confirmed contact (monotonic), or null when none yet. */
+  readonly contactAgeSeconds: number | null;
+}
+
+/** One pool and node's offline allocation. See the module comment. */
+export class OfflinePool {
+  readonly #p: OfflinePoolParts;
+  readonly #removingKey: string;
+  readonly counters: OfflineCounters = { offlineAdds: 0, offlineDels: 0, synced: 0, syncFailures: 0 };
+  /** Journal entries by file name (this pool and node only). */
+  readonly #entries = new Map<string, JournalEntry>();
+  /**
+   * Entries this process wrote and never sent a sync of: their slots are surely still reserve
+   * entries in etcd (an entry read from disk may have had a sync sent before a crash; one whose
+   * sync failed may have been applied).
+   */
+  readonly #certain = new Set<string>();
+  /** Entries whose sync found the reserve gone (counted once). */
+  readonly #stuck = new Set<string>();
+  /** The node's reserve entries as last read from etcd. */
+  #view: ReserveSlot[] = [];
+  /** Reserve entries turned into allocations since `#view` was read (never handed out again). */
+  readonly #consumed = new Set<string>();
+  /** Offline seconds the node's settings key held at the last refill (0: not confirmed yet). */
+  #settingsSeconds = 0;
+  #running: Promise<void> | null = null;
+  #again = false;
+  #closed = false;
+  /** Per journal name: the tail of the operations on it (a DEL is ordered after a sync of the same entry). */
+  readonly #locks = new Map<string, Promise<unknown>>();
+
+  constructor(p: OfflinePoolParts) {
+    this.#p = p;
+    this.#removingKey = p.alloc.removingKey(p.node);
+    p.kv.watch(this.#removingKey);
+    this.#load();
+  }
+
+  /** Read this pool and node's journal entries (daemon start: entries a crash left). Unreadable ones are logged and kept on disk. */
+  #load(): void {
+    for (const { name, text } of this.#p.journal.list()) {
+      let e: JournalEntry;
+      try {
+        e = decodeJournalEntry(text, `${this.#p.journal.dir}/${name}`);
+      } catch (err) {
+        this.#p.log('error', { pool: this.#p.pool.name, file: name, error: (err as Error).message }, 'unreadable pool journal entry kept for an operator');
+        continue;
+      }
+      if (e.node !== this.#p.node || journalName(e.pool, e.containerId, e.ifname) !== name) continue;
+      if (journalName(this.#p.pool, e.containerId, e.ifname) !== name) {
+        // Another pool's, or this pool's under other endpoints or prefix (a changed config): say so.
+        if (e.pool.name === this.#p.pool.name) {
+          this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, file: `${this.#p.journal.dir}/${name}`, containerId: e.containerId, ifname: e.ifname, endpoints: e.pool.etcd.endpoints, prefix: e.pool.etcd.prefix },
+            'pool journal entry written under other etcd endpoints or prefix: not synced by this configuration; kept for an operator');
+        }
+        continue;
+      }
+      this.#entries.set(name, e);
+    }
+  }
+
+  /** Slots journaled (held, or held back by a `del` entry) and converted or released since the view was read: never handed out. */
+  #used(): Set<string> {
+    const used = new Set(this.#consumed);
+    for (const e of this.#entries.values()) for (const x of e.ips) used.add(slotKey(x));
+    return used;
+  }
+
+  #answer(conf: IPAMConfig, e: JournalEntry, existing: boolean): PoolAllocation[] {
+    return e.ips.map((x) => {
+      const ip = parseIP(x.ip);
+      const rs = conf.rangeSets[x.rangeSet];
+      const k = ip === null || rs === undefined ? -1 : rangeFor(rs, ip);
+      if (ip === null || rs === undefined || k < 0) throw new AppError('STORE_CORRUPT', `pool journal ${this.#p.journal.dir}: ${x.ip} of ${e.containerId}/${e.ifname} is outside range set ${x.rangeSet} of this network's config`);
+      return { rangeSetIndex: x.rangeSet, ip, range: rs[k] as Range, block: x.block, seq: x.seq, existing, borrowed: false };
+    });
+  }
+
+  /** The journal's answer for a repeated ADD of (containerId, ifname) allocated offline and not yet synced, or null. */
+  journaled(conf: IPAMConfig, req: PoolRequest): PoolAllocation[] | null {
+    const e = this.#entries.get(journalName(this.#p.pool, req.containerId.trim(), req.ifname));
+    return e === undefined || e.kind !== 'add' ? null : this.#answer(conf, e, true);
+  }
+
+  /** Is an attachment's entry of kind `del` waiting (released offline)? Then {@link settleDel} first. */
+  hasDel(req: PoolRequest): boolean {
+    return this.#entries.get(journalName(this.#p.pool, req.containerId.trim(), req.ifname))?.kind === 'del';
+  }
+
+  /**
+   * ADD while etcd is unreachable (`cause`: the STORE_UNAVAILABLE the ADD failed with). Synchronous:
+   * checks the budget (a confirmed contact less than `seconds` ago, and the settings key confirmed
+   * at `seconds` or more), takes one reserve entry per range set, writes the journal entry
+   * durably, and answers with the result's shape. Throws `cause` when out of budget, a
+   * STORE_UNAVAILABLE naming the reason when the reserve is used up, STORE_IO when the journal
+   * cannot be written (nothing handed out then).
+   */
+  addOffline(conf: IPAMConfig, req: PoolRequest, cause: AppError): PoolAllocation[] {
+    const cfg = this.#p.cfg;
+    const last = this.#p.kv.lastContact(this.#removingKey);
+    if (this.#settingsSeconds < cfg.seconds || !withinBudget(last, this.#p.clock(), cfg.seconds)) throw cause;
+    const picks = pickReserve(this.#view, this.#used(), conf.rangeSets.length);
+    if (picks === null) {
+      throw new AppError('STORE_UNAVAILABLE', `${cause.message}; the offline reserve of pool ${this.#p.pool.name} (${cfg.reserve} per range set) is used up`, { cause });
+    }
+    const id = req.containerId.trim();
+    const e: JournalEntry = { v: 1, kind: 'add', pool: this.#p.pool, network: conf.name, node: this.#p.node, containerId: id, ifname: req.ifname, at: this.#p.now(), ips: picks };
+    const name = journalName(this.#p.pool, id, req.ifname);
+    this.#p.journal.write(name, encodeJournalEntry(e));
+    this.#entries.set(name, e);
+    this.#certain.add(name);
+    this.#stuck.delete(name);
+    this.counters.offlineAdds++;
+    this.#p.event?.('add');
+    this.#p.log('warn', { pool: this.#p.pool.name, node: this.#p.node, containerId: id, ifname: req.ifname, ips: picks.map((x) => x.ip) }, 'offline ADD from the reserve (etcd unreachable)');
+    return this.#answer(conf, e, false);
+  }
+
+  #withLock<T>(name: string, f: () => Promise<T>): Promise<T> {
+    const prev = this.#locks.get(name) ?? Promise.resolve();
+    const run = prev.then(f, f);
+    const tail = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.#locks.set(name, tail);
+    void tail.then(() => {
+      if (this.#locks.get(name) === tail) this.#locks.delete(name);
+    });
+    return run;
+  }
+
+  /**
+   * DEL of a journaled attachment, or null when the journal has none (the caller does the etcd DEL).
+   * Ordered after a sync of the same entry. Tries `etcdDel` (it releases a handle an ADD whose
+   * answer was lost may have left, and leaves the DEL's tombstone); then the entry goes and its
+   * reserve addresses return to the local reserve (they are still reserve entries in etcd).
+   * When etcd is unreachable the entry becomes a `del` entry (synced later as a DEL) and the
+   * addresses return to the local reserve all the same. Returns the released addresses.
+   */
+  del(req: PoolRequest, etcdDel: () => Promise<string[]>): Promise<string[] | null> {
+    const name = journalName(this.#p.pool, req.containerId.trim(), req.ifname);
+    if (!this.#entries.has(name)) return Promise.resolve(null);
+    return this.#withLock(name, async () => {
+      const e = this.#entries.get(name);
+      if (e === undefined) return null; // synced meanwhile: an etcd DEL releases it
+      const ips = e.ips.map((x) => x.ip).sort();
+      try {
+        await etcdDel();
+      } catch (err) {
+        if (!isAppError(err, 'STORE_UNAVAILABLE')) throw err;
+        if (e.kind === 'add') {
+          // Back to the local reserve only when surely still reserve entries (see #certain).
+          const d: JournalEntry = { ...e, kind: 'del', ips: this.#certain.has(name) ? [] : e.ips, at: this.#p.now() };
+          this.#p.journal.write(name, encodeJournalEntry(d));
+          this.#entries.set(name, d);
+          this.#stuck.delete(name);
+          this.counters.offlineDels++;
+          this.#p.event?.('del');
+          this.#p.log('warn', { pool: this.#p.pool.name, node: this.#p.node, containerId: e.containerId, ifname: e.ifname, ips }, 'offline DEL of an offline attachment (etcd unreachable)');
+        }
+        return e.kind === 'add' ? ips : [];
+      }
+      // Released in etcd: had a sync made them the container's, they are free now, not reserve
+      // entries: none of them is handed out before a refill has re-read the reserve.
+      for (const x of e.ips) this.#consumed.add(slotKey(x));
+      this.#p.journal.remove(name);
+      this.#entries.delete(name);
+      this.#certain.delete(name);
+      this.#stuck.delete(name);
+      return e.kind === 'add' ? ips : [];
+    });
+  }
+
+  /** Before an ADD of an attachment with a `del` entry: sync that DEL first (a later sync must not delete the new handle). Unreachable etcd: left (an offline ADD overwrites the entry). */
+  async settleDel(req: PoolRequest): Promise<void> {
+    const name = journalName(this.#p.pool, req.containerId.trim(), req.ifname);
+    await this.#withLock(name, async () => {
+      const e = this.#entries.get(name);
+      if (e?.kind !== 'del') return;
+      try {
+        await this.#syncEntry(name, e);
+      } catch (err) {
+        if (!isAppError(err, 'STORE_UNAVAILABLE')) throw err;
+      }
+    });
+  }
+
+  async #syncEntry(name: string, e: JournalEntry): Promise<void> {
+    const alloc = this.#p.allocFor(e.network);
+    if (e.kind === 'del') {
+      await alloc.del({ containerId: e.containerId, ifname: e.ifname });
+      for (const x of e.ips) this.#consumed.add(slotKey(x));
+    } else {
+      this.#certain.delete(name); // from now on the outcome may be unknown
+      const r = await alloc.syncJournalEntry(e);
+      if (r !== 'synced') {
+        if (!this.#stuck.has(name)) {
+          this.#stuck.add(name);
+          this.counters.syncFailures++;
+          this.#p.event?.('syncFailure');
+        }
+        this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, containerId: e.containerId, ifname: e.ifname, ips: e.ips.map((x) => x.ip), file: `${this.#p.journal.dir}/${name}`, why: r.gone },
+          'offline allocation cannot be synced: its reserve entry is gone (remove-node --finish ran while the node was cut off?); the journal entry is kept until an operator acts');
+        return;
+      }
+      for (const x of e.ips) this.#consumed.add(slotKey(x));
+    }
+    this.#p.journal.remove(name);
+    this.#entries.delete(name);
+    this.counters.synced++;
+    this.#p.event?.('synced');
+    this.#p.log('info', { pool: this.#p.pool.name, node: this.#p.node, containerId: e.containerId, ifname: e.ifname, kind: e.kind }, 'offline journal entry synced');
+  }
+
+  /** Sync every journal entry (one transaction each), stopping at the first failure of etcd. */
+  async #sync(): Promise<void> {
+    for (const name of [...this.#entries.keys()]) {
+      if (this.#stuck.has(name)) continue; // waits for an operator (retried at the next daemon start)
+      await this.#withLock(name, async () => {
+        const e = this.#entries.get(name);
+        if (e !== undefined) await this.#syncEntry(name, e);
+      });
+    }
+  }
+
+  /**
+   * Sync the journal, then refill the reserve (one round at a time; a call during a round runs
+   * one more round after it). Never throws: a failure is logged and the next trigger (a batch, a
+   * heartbeat, the first success after etcd was unreachable) tries again.
+   */
+  maintain(): Promise<void> {
+    if (this.#closed) return Promise.resolve();
+    if (this.#running !== null) {
+      this.#again = true;
+      return this.#running;
+    }
+    const round = async (): Promise<void> => {
+      do {
+        this.#again = false;
+        try {
+          await this.#sync();
+          const r = await this.#p.alloc.refillReserve(this.#p.cfg.reserve, this.#p.cfg.seconds);
+          this.#view = r.slots;
+          this.#consumed.clear();
+          this.#settingsSeconds = r.settingsSeconds;
+          if (r.short.some((n) => n > 0)) this.#p.log('warn', { pool: this.#p.pool.name, node: this.#p.node, short: r.short }, 'offline reserve below its target: the pool has no free address for it');
+        } catch (err) {
+          if (!isAppError(err, 'STORE_UNAVAILABLE') && !isAppError(err, 'CLOSED')) this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, error: (err as Error).message }, 'offline reserve maintenance failed');
+          break;
+        }
+      } while (this.#again && !this.#closed);
+    };
+    this.#running = round().finally(() => {
+      this.#running = null;
+    });
+    return this.#running;
+  }
+
+  /** Is a maintenance round due after a batch: entries to sync, the settings not confirmed, or the reserve below target? */
+  get wantsMaintain(): boolean {
+    if (this.pendingSync || this.#settingsSeconds < this.#p.cfg.seconds) return true;
+    return reserveLeft(this.#view, this.#used(), this.#p.rangeSets).some((n) => n < this.#p.cfg.reserve);
+  }
+
+  /** Entries to sync (not stuck) exist. */
+  get pendingSync(): boolean {
+    return [...this.#entries.keys()].some((n) => !this.#stuck.has(n));
+  }
+
+  /** A snapshot for metrics. */
+  stats(): OfflineStats {
+    const rangeSets = this.#p.rangeSets;
+    const last = this.#p.kv.lastContact(this.#removingKey);
+    return {
+      pool: this.#p.pool.name,
+      node: this.#p.node,
+      ...this.counters,
+      reserveTarget: this.#p.cfg.reserve,
+      reserveLeft: reserveLeft(this.#view, this.#used(), rangeSets),
+      journaled: this.#entries.size,
+      stuck: this.#stuck.size,
+      contactAgeSeconds: last === null ? null : (this.#p.clock() - last) / 1000,
+    };
+  }
+
+  /** Stop maintaining (the sessions close). */
+  close(): void {
+    this.#closed = true;
+  }
+}

@@ -1,0 +1,226 @@
+/**
+ * The cluster pools' metrics (src/daemon/metrics.ts `PoolMetrics`) fed by the daemon's pool
+ * sessions (src/cni/pool.ts `PoolSessions` through its `PoolObserver`) on a memory KV: the exact
+ * series after ADDs, a lost race, an unavailable etcd, a batch, DEL and CHECK; the gauges read on
+ * a scrape at most once per cache age (an injected monotonic clock, no sleeps); a failed read
+ * leaves no gauge and is counted; an observer that throws never fails a request.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { isAppError } from '../../src/common/errors.ts';
+import { loadIPAMConfig } from '../../src/ipam/config.ts';
+import { observeTxns, PoolSessions, type PoolTxnEvent } from '../../src/cni/pool.ts';
+import { DaemonMetrics, POOL_GAUGES_MIN_AGE_SECONDS } from '../../src/daemon/metrics.ts';
+import type { PoolSample } from '../../src/cni/pool.ts';
+import type { KVCompare, KVOp, KVTxnResult } from '../../src/store/kv.ts';
+import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
+
+/** A memory KV whose next transactions can be made to lose a race, fail unavailable, or wait at a gate. */
+class TestKV extends MemoryKV {
+  conflictNext = 0;
+  unavailableNext = 0;
+  hold = false;
+  waiting = 0;
+  #open: Array<() => void> = [];
+  override async txn(c: readonly KVCompare[], o: readonly KVOp[]): Promise<KVTxnResult> {
+    if (this.hold) {
+      this.waiting++;
+      await new Promise<void>((r) => this.#open.push(r));
+      this.waiting--;
+    }
+    if (this.unavailableNext > 0) {
+      this.unavailableNext--;
+      this.failNext = 1;
+    } else if (this.conflictNext > 0) {
+      this.conflictNext--;
+      this.stats.txns++;
+      return { succeeded: false, revision: String(this.revision) };
+    }
+    return super.txn(c, o);
+  }
+  release(): void {
+    this.hold = false;
+    for (const r of this.#open.splice(0)) r();
+  }
+}
+
+/** Bounded poll for a condition (no sleep decides an outcome). */
+async function until(cond: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setImmediate(r));
+  assert.ok(cond(), what);
+}
+
+/** The sample lines of the series `name` (and of its `_bucket`/`_sum`/`_count` when `histogram`). */
+function series(text: string, name: string): string[] {
+  return text.split('\n').filter((l) => !l.startsWith('#') && (l.startsWith(`${name}{`) || l.startsWith(`${name} `)));
+}
+
+const conf = loadIPAMConfig(
+  JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.83.0.0/24' }]], pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'] }, blockSize: 28 } } }),
+  undefined,
+);
+const L = 'pool="p1",node="node-a"';
+
+describe('pool metrics from PoolSessions (memory KV)', () => {
+  it('counts requests by command and result, transactions by outcome, and batch sizes, exactly', async () => {
+    const kv = new TestKV();
+    const m = new DaemonMetrics({ monotonicMs: () => 0 });
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined, m.pools.observer);
+    try {
+      await s.add(conf, { containerId: 'c1', ifname: 'eth0' }); // claims a block and allocates: one transaction
+      kv.conflictNext = 1; // the next transaction loses a race: re-read, sent again, committed
+      await s.add(conf, { containerId: 'c2', ifname: 'eth0' });
+      kv.unavailableNext = 1; // etcd unreachable: the ADD's transaction fails, and so does the ADD (code 11)
+      const failed = await s.add(conf, { containerId: 'c3', ifname: 'eth0' }).then(() => null, (e: unknown) => e);
+      assert.ok(isAppError(failed) && failed.cniCode === 11, String(failed));
+      // A batch: c4 in flight at the gate, c5 and c6 queue behind it and go together.
+      kv.hold = true;
+      const p4 = s.add(conf, { containerId: 'c4', ifname: 'eth0' });
+      await until(() => kv.waiting === 1, 'c4 in flight');
+      const p56 = [s.add(conf, { containerId: 'c5', ifname: 'eth0' }), s.add(conf, { containerId: 'c6', ifname: 'eth0' })];
+      kv.release();
+      await Promise.all([p4, ...p56]);
+      assert.deepEqual(await s.find(conf, { containerId: 'c2', ifname: 'eth0' }).then((r) => r?.length), 1);
+      assert.equal((await s.del(conf, { containerId: 'c1', ifname: 'eth0' })).length, 1);
+      const text = await m.text();
+      assert.deepEqual(series(text, 'ipwarden_pool_requests_total'), [
+        `ipwarden_pool_requests_total{${L},command="ADD",result="ok"} 5`,
+        `ipwarden_pool_requests_total{${L},command="ADD",result="11"} 1`,
+        `ipwarden_pool_requests_total{${L},command="CHECK",result="ok"} 1`,
+        `ipwarden_pool_requests_total{${L},command="DEL",result="ok"} 1`,
+      ]);
+      // Committed: the pool's meta (created by its first ADD), c1, c2, the batch c4, the batch c5+c6, the DEL.
+      const txns = series(text, 'ipwarden_pool_etcd_transactions_total');
+      assert.deepEqual(txns, [
+        `ipwarden_pool_etcd_transactions_total{${L},outcome="committed"} 6`,
+        `ipwarden_pool_etcd_transactions_total{${L},outcome="conflict"} 1`,
+        `ipwarden_pool_etcd_transactions_total{${L},outcome="unavailable"} 1`,
+      ]);
+      // The heartbeat's one put is not the allocator's: every other committed transaction is counted.
+      assert.equal(kv.stats.txnsSucceeded, 6 + 1);
+      assert.deepEqual(series(text, 'ipwarden_pool_batch_size_count'), [`ipwarden_pool_batch_size_count{${L}} 5`]);
+      assert.deepEqual(series(text, 'ipwarden_pool_batch_size_sum'), [`ipwarden_pool_batch_size_sum{${L}} 6`]);
+      assert.deepEqual(series(text, 'ipwarden_pool_batch_size_bucket').slice(0, 2), [`ipwarden_pool_batch_size_bucket{le="1",${L}} 4`, `ipwarden_pool_batch_size_bucket{le="2",${L}} 5`]);
+      assert.deepEqual(series(text, 'ipwarden_pool_request_duration_seconds_count'), [
+        `ipwarden_pool_request_duration_seconds_count{${L},command="ADD"} 6`,
+        `ipwarden_pool_request_duration_seconds_count{${L},command="CHECK"} 1`,
+        `ipwarden_pool_request_duration_seconds_count{${L},command="DEL"} 1`,
+      ]);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('the gauges are read on a scrape at most once per cache age; a failed read leaves none and is counted', async () => {
+    const kv = new TestKV();
+    let now = 1_000_000;
+    const m = new DaemonMetrics({ monotonicMs: () => now });
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined, m.pools.observer);
+    const b = new PoolSessions({ NODE_NAME: 'node-b' }, () => kv, () => () => undefined);
+    m.pools.watch(() => s.sample(), 1); // below the floor: 10 s
+    try {
+      for (const id of ['a1', 'a2']) await s.add(conf, { containerId: id, ifname: 'eth0' });
+      await b.add(conf, { containerId: 'b1', ifname: 'eth0' });
+      const gauges = (text: string) =>
+        ['node_blocks', 'node_addresses', 'node_borrowed_addresses', 'free_addresses', 'claimed_blocks', 'node_alive'].flatMap((g) => series(text, `ipwarden_pool_${g}`));
+      // 10.83.0.0/24: 253 allocatable addresses (.2–.254: .1 is the gateway), 3 held.
+      const expected = [
+        `ipwarden_pool_node_blocks{${L}} 1`,
+        `ipwarden_pool_node_addresses{${L}} 2`,
+        `ipwarden_pool_node_borrowed_addresses{${L}} 0`,
+        `ipwarden_pool_free_addresses{${L}} 250`,
+        `ipwarden_pool_claimed_blocks{${L}} 2`,
+        `ipwarden_pool_node_alive{${L}} 1`,
+      ];
+      assert.deepEqual(gauges(await m.text()), expected);
+      assert.equal(m.pools.reads, 1);
+      await s.add(conf, { containerId: 'a3', ifname: 'eth0' });
+      now += (POOL_GAUGES_MIN_AGE_SECONDS - 1) * 1000;
+      assert.deepEqual(gauges(await m.text()), expected, 'within the cache age a scrape reads nothing');
+      assert.equal(m.pools.reads, 1);
+      now += 1000;
+      assert.deepEqual(gauges(await m.text()), expected.map((l) => l.replace('node_addresses{pool="p1",node="node-a"} 2', 'node_addresses{pool="p1",node="node-a"} 3').replace('} 250', '} 249')));
+      assert.equal(m.pools.reads, 2);
+      // Two scrapes at once share one read.
+      now += POOL_GAUGES_MIN_AGE_SECONDS * 1000;
+      await Promise.all([m.text(), m.text()]);
+      assert.equal(m.pools.reads, 3);
+      // etcd unreachable: no gauge (absent = unknown), one read error.
+      now += POOL_GAUGES_MIN_AGE_SECONDS * 1000;
+      kv.failNext = 1;
+      const text = await m.text();
+      assert.deepEqual(gauges(text), []);
+      assert.deepEqual(series(text, 'ipwarden_pool_status_read_errors_total'), [`ipwarden_pool_status_read_errors_total{${L}} 1`]);
+    } finally {
+      await s.close();
+      await b.close();
+    }
+  });
+
+  it('a pool announced but never used has no gauges and no read error', async () => {
+    const kv = new TestKV();
+    const m = new DaemonMetrics({ monotonicMs: () => 0 });
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined, m.pools.observer);
+    m.pools.watch(() => s.sample());
+    try {
+      s.announce(conf);
+      assert.deepEqual(await s.sample(), []);
+      const text = await m.text();
+      assert.deepEqual(series(text, 'ipwarden_pool_node_blocks'), []);
+      assert.deepEqual(series(text, 'ipwarden_pool_status_read_errors_total'), []);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('an observer that throws never fails a request; observeTxns reports each outcome', async () => {
+    const kv = new TestKV();
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined, {
+      request: () => {
+        throw new Error('observer bug');
+      },
+      txn: () => {
+        throw new Error('observer bug');
+      },
+      batch: () => {
+        throw new Error('observer bug');
+      },
+    });
+    try {
+      assert.equal((await s.add(conf, { containerId: 'c1', ifname: 'eth0' })).length, 1);
+    } finally {
+      await s.close();
+    }
+    const seen: PoolTxnEvent['outcome'][] = [];
+    const inner = new TestKV();
+    const o = observeTxns(inner, { pool: 'p', node: 'n' }, { txn: (e) => seen.push(e.outcome) });
+    await o.txn([], [{ put: '/k', value: 'v' }]);
+    await o.txn([{ key: '/k', absent: true }], [{ put: '/k', value: 'w' }]);
+    inner.failNext = 1;
+    await assert.rejects(o.txn([], []), (e: unknown) => isAppError(e, 'STORE_UNAVAILABLE'));
+    await assert.rejects(o.txn([], Array.from({ length: 200 }, (_, i) => ({ put: `/k${i}`, value: '' }))), (e: unknown) => isAppError(e, 'INTERNAL'));
+    assert.deepEqual(seen, ['committed', 'conflict', 'unavailable', 'error']);
+    assert.equal(observeTxns(inner, { pool: 'p', node: 'n' }, {}), inner, 'no txn member: the KV itself');
+  });
+
+  it('a scrape does not wait for a read that hangs (etcd unreachable): it answers, and a later scrape gets the read\'s values', async () => {
+    const m = new DaemonMetrics({ monotonicMs: () => 0 });
+    let finish: (v: PoolSample[]) => void = () => undefined;
+    let calls = 0;
+    m.pools.watch(() => {
+      calls++;
+      return new Promise<PoolSample[]>((r) => (finish = r));
+    });
+    const text = await m.text(); // bounded by POOL_SCRAPE_WAIT_MS: the read is still running
+    assert.deepEqual(series(text, 'ipwarden_pool_node_blocks'), []);
+    assert.equal(calls, 1);
+    await m.text();
+    assert.equal(calls, 1, 'the running read is joined, not repeated');
+    finish([{ pool: 'p1', node: 'node-a', blocks: 2, held: 3, borrowed: 1, free: 7, claimedBlocks: 4, alive: false }]);
+    await until(() => m.pools.reads === 1, 'one read');
+    const later = await m.text();
+    assert.deepEqual(series(later, 'ipwarden_pool_node_blocks'), [`ipwarden_pool_node_blocks{${L}} 2`]);
+    assert.deepEqual(series(later, 'ipwarden_pool_node_alive'), [`ipwarden_pool_node_alive{${L}} 0`]);
+    assert.equal(calls, 1, 'within the cache age: no new read');
+  });
+});
