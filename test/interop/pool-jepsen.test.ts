@@ -35,6 +35,13 @@
  * successful final DEL gets DEL retried until it succeeds, and a final checkpoint must show an
  * empty pool. The history checker (test/helpers/history.ts) must find nothing.
  *
+ * Offline allocation (`ipam.pool.offline`, docs/cluster.md "Offline allocation"): 6 daemons with
+ * the key; once the first node has set its reserve aside it is cut off (drop) and answers
+ * reserve − 1 concurrent ADDs, a repeated ADD and a DEL from the reserve — certain: it reached etcd
+ * moments before, well within the offline budget — while the other 5 churn; it is healed, its
+ * journal is synced, every container is DELeted; the checker (with the reserve entries of the
+ * store's history) must find nothing and no handle may be left.
+ *
  * Subjects:
  * - the Whereabouts-model baseline (test/helpers/whereabouts-model.ts; a long-lived allocator
  *   process per node): proves the harness and the checker on a correct CAS allocator;
@@ -47,7 +54,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -559,14 +566,11 @@ function daemonPoolSubject(
       mkdirSync(binDir, { recursive: true, mode: 0o700 });
       execFileSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', binDir, '--socket', socket], { stdio: 'pipe' });
       const env = { NODE_NAME: name, ...clockEnv(clockFile) };
+      // No CNI configuration names the pool network: the daemon learns the pool from the first ADD
+      // (its reserve is set aside after that batch), and its pool pass (which reconciles only the
+      // pools of the node's CNI configurations) leaves these simulated pods alone — no runtime
+      // knows them, so to it they would be leaks.
       const c = conf(proxies.endpoints, name);
-      if (opts.offline) {
-        // The node's CNI configuration names the pool network, so the daemon announces the pool at
-        // start (its reserve is set aside then: docs/cluster.md "Offline allocation").
-        mkdirSync(join(nodeDir, 'net.d'), { recursive: true });
-        const { cniVersion, name: net, ...plugin } = c;
-        writeFileSync(join(nodeDir, 'net.d', '10-jepsen.conflist'), JSON.stringify({ cniVersion, name: net, plugins: [{ type: 'macvlan', ...plugin }] }));
-      }
       const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d') });
       daemons.set(name, { d, env, socket });
       const stdin = JSON.stringify(c);
@@ -1111,6 +1115,152 @@ function assertClean(name: string, r: { violations: ReturnType<typeof checkHisto
   }
 }
 
+/** What {@link offlineRun} found, for the assertions. */
+interface OfflineReport {
+  violations: ReturnType<typeof checkHistory>;
+  stats: CheckStats;
+  /** The cut node's reserve (addresses) just before the cut. */
+  reserve: string[];
+  /** The cut node's ADDs while cut off, and the repeated ADD of the first. */
+  offlineAdds: Op[];
+  repeated: Op;
+  /** Its DEL of the last offline attachment while still cut off. */
+  offlineDel: Op;
+  /** Ops of the other nodes that ended while the node was cut off, ok ones. */
+  othersOkWhileCut: number;
+  handles: string[];
+  log: string[];
+}
+
+/**
+ * Offline allocation under churn (issue 11: "a partitioned node keeps allocating from the blocks
+ * it owns, and never from others'"): `o.nodes` daemons with `ipam.pool.offline`; the first node is
+ * cut off (drop) once its reserve is set aside, answers `reserve - 1` concurrent ADDs, a repeated
+ * ADD and a DEL from the reserve while the other nodes churn, is healed, syncs its journal, and
+ * DELs the rest. Every op recorded; the checker gets the store's history with reserve entries.
+ */
+async function offlineRun(cluster: EtcdCluster, subject: ReturnType<typeof daemonPoolSubject>, n: PoolNames, o: RunOptions & { reserve: number }): Promise<OfflineReport> {
+  const deadline = Date.now() + RUN_DEADLINE_MS;
+  const rec = new HistoryRecorder();
+  const log: string[] = [];
+  const say = (s: string): void => {
+    log.push(`${(performance.now() / 1000).toFixed(1)}s ${s}`);
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'ipwarden-jepsen-offline-'));
+  const nodes: SimNode[] = [];
+  const proxies: NodeProxies[] = [];
+  const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
+  let ticking = true;
+  let ticker: Promise<void> = Promise.resolve();
+  const until = async (what: string, cond: () => boolean | Promise<boolean>): Promise<void> => {
+    while (!(await cond())) {
+      if (Date.now() > deadline) throw new Error(`run deadline passed waiting for ${what}`);
+      await sleep(100);
+    }
+  };
+  try {
+    for (let i = 0; i < o.nodes; i++) {
+      const name = `jepsen-off-${String(i).padStart(2, '0')}`;
+      const clockFile = join(dir, `${name}.clock`);
+      writeFileSync(clockFile, '+0\n');
+      const np = await startNodeProxies(cluster.endpoints);
+      proxies.push(np);
+      nodes.push(await subject.startNode(name, np, clockFile));
+    }
+    const tick = subject.tick;
+    if (tick !== undefined) {
+      ticker = (async () => {
+        while (ticking) {
+          await rec.tick(tick).catch(() => undefined);
+          await sleep(100);
+        }
+      })();
+    }
+    const cut = nodes[0] as SimNode;
+    const op = async (node: SimNode, kind: 'ADD' | 'DEL', cid: string): Promise<Op> => {
+      const done = rec.begin(kind, node.name, cid, 'net1');
+      const a = await node.run(kind, cid, 'net1');
+      return done(a.outcome, { ...(a.ips ? { ips: a.ips } : {}), ...(a.error ? { error: a.error } : {}) });
+    };
+    const needsDel = new Map<string, SimNode>();
+    let cutOver = false;
+    // The other nodes churn until the cut node is back and synced (at least `cycles` lifecycles).
+    const lane = async (node: SimNode, l: number): Promise<void> => {
+      for (let k = 0; (k < o.cycles || !cutOver) && k < 40 * o.cycles && Date.now() < deadline; k++) {
+        const cid = `jo-${node.name}-${l}-${k}`;
+        needsDel.set(cid, node);
+        await op(node, 'ADD', cid);
+        for (let t = 0; t < 3; t++) {
+          if ((await op(node, 'DEL', cid)).outcome === 'ok') {
+            needsDel.delete(cid);
+            break;
+          }
+        }
+      }
+    };
+    const myReserve = async (): Promise<string[]> => (await readPoolState(direct, n)).allocations.filter((a) => a.reserveOf === cut.name).map((a) => a.ip).sort();
+    // The cut node reaches etcd once (an online ADD and DEL), and sets its reserve aside.
+    const first = await op(cut, 'ADD', `jo-${cut.name}-online`);
+    assert.equal(first.outcome, 'ok', `the cut node's first ADD, online: ${first.error?.msg}`);
+    assert.equal((await op(cut, 'DEL', `jo-${cut.name}-online`)).outcome, 'ok');
+    await until(`${cut.name}'s reserve of ${o.reserve} and its settings key`, async () => (await myReserve()).length >= o.reserve && (await direct.get(`${n.prefix}/pools/${n.pool}/nodes/${cut.name}/settings`)) !== null);
+    const churn = Promise.all(nodes.slice(1).flatMap((node) => Array.from({ length: o.lanes }, (_, l) => lane(node, l))));
+    await rec.checkpoint(() => readPoolState(direct, n));
+    const reserve = await myReserve();
+    say(`${cut.name}'s reserve: ${reserve.join(', ')}`);
+
+    // The cut: every byte of the node's etcd traffic is dropped. Its ADDs go offline after one
+    // call deadline and are answered from the reserve, while the others churn.
+    cut.proxies.setMode({ kind: 'drop' });
+    const cutAt = performance.now();
+    say(`drop ${cut.name}`);
+    const offlineAdds = await Promise.all(Array.from({ length: o.reserve - 1 }, (_, i) => op(cut, 'ADD', `jo-${cut.name}-off-${i}`)));
+    const repeated = await op(cut, 'ADD', `jo-${cut.name}-off-0`);
+    const last = `jo-${cut.name}-off-${o.reserve - 2}`;
+    const offlineDel = await op(cut, 'DEL', last);
+    // The others keep allocating meanwhile: the cut lasts until 5 of their ops started after it and succeeded.
+    await until('5 ok ops of the other nodes during the cut', () => rec.ops.filter((x) => x.node !== cut.name && x.outcome === 'ok' && x.start >= cutAt && Number.isFinite(x.end)).length >= 5);
+    await rec.checkpoint(() => readPoolState(direct, n));
+    say(`offline: ${offlineAdds.map((x) => `${x.outcome} ${x.ips?.join(',') ?? x.error?.msg}`).join('; ')}; repeated ${repeated.outcome} ${repeated.ips?.join(',')}; DEL ${offlineDel.outcome}`);
+    cut.proxies.setMode({ kind: 'pass' });
+    const healedAt = performance.now();
+    say(`healed ${cut.name}`);
+    // The journal is synced on the first successful call (or the next heartbeat): poll until empty.
+    const journal = join(subject.dataDirOf(cut.name), '.ipwarden-pool-offline');
+    await until(`${cut.name}'s journal to be synced`, () => !existsSync(journal) || readdirSync(journal).length === 0);
+    say(`${cut.name}'s journal synced`);
+    await rec.checkpoint(() => readPoolState(direct, n));
+    for (const x of offlineAdds) if (x.containerId !== last) needsDel.set(x.containerId, cut);
+    cutOver = true;
+    await churn;
+    for (const [cid, node] of needsDel) {
+      for (;;) {
+        const d = await op(node, 'DEL', cid);
+        if (d.outcome === 'ok') break;
+        if (Date.now() > deadline) throw new Error(`DEL of ${cid} on ${node.name} never succeeded: ${d.error?.msg}`);
+        await sleep(200);
+      }
+    }
+    for (const node of nodes) await node.close();
+    nodes.length = 0;
+    ticking = false;
+    await ticker;
+    await rec.checkpoint(() => readPoolState(direct, n), true);
+    const h = { ...rec.history(), storeEvents: await poolStoreEvents(cluster.endpoints, n) };
+    const { violations, stats } = checkHistoryDetailed(h);
+    const othersOkWhileCut = h.ops.filter((x) => x.node !== cut.name && x.outcome === 'ok' && x.start >= cutAt && x.end <= healedAt).length;
+    say(`ops ${stats.ops}, ok ${stats.ok}, failed ${stats.failed}, unknown ${stats.unknown}; other nodes' ok ops while ${cut.name} was cut off: ${othersOkWhileCut}; store: ${stats.reserveEntries} reserve entries, ${stats.allocationsBySync} allocations by an offline ADD's sync, ${stats.offlineUnsynced} offline ADDs never synced (DELeted offline); checker: ${violations.length === 0 ? 'no violation' : `${violations.length} violation(s)`}`);
+    return { violations, stats, reserve, offlineAdds, repeated, offlineDel, othersOkWhileCut, handles: await subject.handles(), log };
+  } finally {
+    ticking = false;
+    await ticker;
+    for (const node of nodes) await node.close().catch(() => undefined);
+    for (const np of proxies) await np.close();
+    await direct.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_DEADLINE_MS }, () => {
   let cluster: EtcdCluster | undefined;
   const startedAtMs = Date.now();
@@ -1160,6 +1310,37 @@ describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_
     try {
       assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
       assert.deepEqual(await subject.handles(), [], 'handles (other than tombstones) left after every DEL');
+    } finally {
+      await subject.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+  it('offline allocation: a daemon node with ipam.pool.offline, cut off, answers ADDs from its reserve while 5 other nodes churn — the checker finds nothing, no handle is left', async () => {
+    if (!existsSync(join(ROOT, 'dist/ipwarden.cjs'))) throw new Error('run "npm run build" first');
+    cluster ??= await startEtcdCluster({ members: 3 });
+    const dir = mkdtempSync(join(tmpdir(), 'ipwarden-jepsen-offd-'));
+    // A /24 in /27 blocks: 8 blocks for 6 nodes.
+    const names: PoolNames = { prefix: `/ipwarden-jepsen-o-${process.pid}`, pool: 'jepsen', subnet: '10.86.12.0/24', blockSize: 27 };
+    const reserve = 4;
+    const subject = daemonPoolSubject(cluster, names, dir, { offline: { reserve, seconds: 120 } });
+    try {
+      const r = await offlineRun(cluster, subject, names, { nodes: 6, lanes: 2, cycles: 4, reserve });
+      console.log(r.log.map((l) => `#   ${l}`).join('\n'));
+      assert.deepEqual(
+        r.violations.map((v) => `${v.kind}: ${v.message}`),
+        [],
+      );
+      // Certain by design: the node reached etcd, set its reserve aside and is well within S = 120 s
+      // of its last contact, so every ADD while cut off is answered from the reserve.
+      const ips = r.offlineAdds.map((x) => x.ips?.[0] ?? `${x.outcome}: ${x.error?.msg}`);
+      assert.deepEqual(r.offlineAdds.map((x) => x.outcome), r.offlineAdds.map(() => 'ok'), `offline ADDs: ${ips.join('; ')}`);
+      assert.equal(new Set(ips).size, ips.length, 'distinct addresses');
+      assert.deepEqual(ips.filter((x) => !r.reserve.includes(x)), [], `offline ADDs answered only from the node's reserve ${r.reserve.join(', ')}`);
+      assert.deepEqual([r.repeated.outcome, r.repeated.ips], ['ok', [ips[0]]], 'a repeated offline ADD gets the same address');
+      assert.equal(r.offlineDel.outcome, 'ok', `the offline DEL: ${r.offlineDel.error?.msg}`);
+      assert.ok(r.othersOkWhileCut >= 1, 'the other nodes allocated while the node was cut off');
+      assert.ok(r.stats.reserveEntries >= reserve && r.stats.allocationsBySync >= 1, `the checker saw reserve entries and an offline ADD's sync: ${JSON.stringify(r.stats)}`);
+      assert.deepEqual(r.handles, [], 'handles (other than tombstones) left after every DEL');
     } finally {
       await subject.close();
       rmSync(dir, { recursive: true, force: true });
