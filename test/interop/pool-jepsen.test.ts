@@ -85,7 +85,7 @@ const CYCLES = Number(process.env['JEPSEN_CYCLES'] ?? 6);
 /** Per-operation bound: past it the op is `unknown` (kubelet gives up far later, 4 min). */
 const OP_TIMEOUT_MS = 20_000;
 /** Per-operation bound of a burst's ops (a burst waits for all of them before its fault heals). */
-const BURST_TIMEOUT_MS = 8_000;
+const BURST_TIMEOUT_MS = 6_000;
 /** Overall bound of one run (churn + faults + cleanup). */
 const RUN_DEADLINE_MS = 360_000;
 
@@ -147,7 +147,7 @@ async function killChild(p: ChildProcess): Promise<void> {
   } catch {
     // exited meanwhile
   }
-  await Promise.race([gone, sleep(5000)]);
+  await Promise.race([gone, sleep(5000, undefined, { ref: false })]);
 }
 
 /** The Whereabouts-model baseline: one allocator process per node, one key for the whole pool. */
@@ -213,7 +213,7 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
         );
         let isUp = false;
         void isReady.then(() => (isUp = true));
-        await Promise.race([isReady, exited, sleep(90_000)]);
+        await Promise.race([isReady, exited, sleep(90_000, undefined, { ref: false })]);
         if (!isUp || c.exitCode !== null || c.signalCode !== null) {
           await killChild(c);
           throw new Error(`${name}'s allocator process did not start: ${err}`);
@@ -264,7 +264,7 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
           const c = child;
           c.stdin?.end();
           const gone = new Promise<void>((r) => (c.exitCode !== null || c.signalCode !== null ? r() : c.once('exit', () => r())));
-          await Promise.race([gone, sleep(30_000)]);
+          await Promise.race([gone, sleep(30_000, undefined, { ref: false })]);
           await killChild(c);
         },
       };
@@ -393,7 +393,7 @@ async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<Store
       w.on('error', (e) => rej(e));
     });
     await client.put(sentinel).value('1');
-    const timer = sleep(60_000).then(() => {
+    const timer = sleep(60_000, undefined, { ref: false }).then(() => {
       throw new Error('the store history watch did not reach its sentinel in 60 s');
     });
     await Promise.race([done, timer]);
