@@ -39,10 +39,49 @@
  *    - a `duplicate` of rule 1 that is not certain (the ADD and the other holder's DEL ran at
  *      overlapping times, so real time cannot order them) is dropped when the store's history
  *      orders the two holds: the first holder's release committed at a revision before the
- *      second holder's allocation. Without store events for both holds it stands.
+ *      second holder's allocation, AND that release is explained (rule 10). Without store events
+ *      for both holds it stands.
  * 9. `bad-op`: an operation whose own record is malformed (end before start, a successful ADD
  *    without IPs, an IP that is not an address) — a broken recorder must not pass silently;
- *    `bad-state`: likewise a state entry whose IP or block CIDR does not parse.
+ *    `bad-state`: likewise a state entry whose IP or block CIDR does not parse, or a revision
+ *    clock that contradicts real time (a tick with a higher revision acknowledged before a tick
+ *    with a lower one was sent: the store would not be linearizable).
+ * 10. `unexplained-release` (review finding C1): every release in the store's history is
+ *    explained by an operation in the history that could have committed it: a DEL of the same
+ *    holder (an ok DEL committed inside its own [start, end]; a failed or unknown-outcome DEL
+ *    may have committed at any moment after its start — etcd can apply a request after its
+ *    client gave up — but before the end of the holder's next ok DEL that started after it
+ *    ended: that DEL does the release itself or makes the late transaction's compares fail), or
+ *    an {@link AdminOp}: `remove-node-finish` of a node the holder's ADDs ran
+ *    on, or `reconcile-release` of that node naming the holder. A release that another holder's
+ *    operation, a stale writer or a bug committed is a violation even when no duplicate follows
+ *    (it is a lost allocation).
+ * 11. `unexplained-allocation`: likewise every allocation in the store's history is explained by
+ *    an ADD of the same holder (an ok ADD inside its [start, end]; a failed or unknown ADD after
+ *    its start and before the end of the holder's next ok DEL that started after it ended: that
+ *    DEL's handle or tombstone fences a late ADD — docs/cluster.md "Guarantees").
+ *
+ *
+ * Offline allocation (`ipam.pool.offline`, docs/cluster.md "Offline allocation"): a node's
+ * daemon keeps reserve entries — addresses set aside in its own blocks, held by no container
+ * (`StoreEvent.reserveOf`, `StateAllocation.reserveOf`) — and answers an ADD from one while cut
+ * off from etcd, committing it later (the journal's sync). So: a reserve entry is a hold of the
+ * pseudo-holder `reserve@NODE`, exempt from rules 10 and 11 (the daemon's own writes), and any
+ * other holder taking it without a release is still a `store-duplicate` — except a hand-over
+ * between a reserve entry and a container, which rules 10 and 11 require to be of the same node:
+ * an allocation taking over NODE's reserve entry is explained by an ADD of the holder on NODE
+ * that started before the commit (any outcome, any end), and a release of such a hold (or one
+ * back into NODE's reserve) by a DEL of the holder on NODE that started before it. A successful
+ * ADD whose address the store only ever shows as a reserve entry of the ADD's own node is not
+ * `unconfirmed` (an offline ADD and DEL cancelled before a sync); a checkpoint listing a hold's
+ * address as a reserve entry of the ADD's node is not `lost` (not synced yet); reserve entries
+ * are never zombies and may be left in the final state.
+ *
+ *    When a commit happened is known from the revision clock (`revisionClock`: writes the
+ *    recorder made to the same store, each with its revision and the real-time span of its
+ *    call): a commit at revision r happened after the start of every tick with a lower revision
+ *    and before the end of every tick with a higher one. Without ticks its window is unbounded and
+ *    rules 10 and 11 only ask that such an operation exists at all.
  */
 import { canonicalIP, parseCIDR, parseIP, subnetContains } from '../../src/common/ip.ts';
 
@@ -73,6 +112,12 @@ export interface StateAllocation {
   ip: string;
   containerId: string;
   ifname: string;
+  /**
+   * Set for a reserve entry of the offline allocation (`ipam.pool.offline`: an address the node
+   * `reserveOf` set aside in its own block, held by no container yet; docs/cluster.md "Offline
+   * allocation"); containerId and ifname are then empty.
+   */
+  reserveOf?: string;
 }
 
 /** One block as the pool's state lists it. `owner`: the node that holds the block's affinity. */
@@ -99,14 +144,50 @@ export interface StoreEvent {
   rev: number;
   ip: string;
   holder: { containerId: string; ifname: string } | null;
+  /** With `holder` null: the address became a reserve entry of this node (offline allocation), not free. */
+  reserveOf?: string;
+}
+
+/**
+ * One tick of the revision clock (rules 10, 11): a write the recorder made to the store, sent at
+ * `start` and acknowledged at `end` (ms, the recorder's clock), that committed at revision `rev`.
+ */
+export interface RevisionTick {
+  rev: number;
+  start: number;
+  end: number;
+}
+
+/**
+ * An action other than a plugin invocation that may release addresses (rule 10), as the
+ * recorder saw it: `remove-node-finish` (`ipwarden pool remove-node NODE --finish`: may release
+ * any holder whose ADDs ran on `node`) or `reconcile-release` (a node's daemon releasing leaks it
+ * found: may release the `holders` listed, on `node`). Times and outcome as for {@link Op}.
+ */
+export interface AdminOp {
+  /** Unique among the admin ops (for messages). */
+  id: number;
+  kind: 'remove-node-finish' | 'reconcile-release';
+  node: string;
+  /** `reconcile-release`: the holders it released (required there; ignored for remove-node). */
+  holders?: { containerId: string; ifname: string }[];
+  start: number;
+  end: number;
+  outcome: OpOutcome;
+  /** What it answered (for messages). */
+  detail?: string;
 }
 
 /** A recorded run. */
 export interface History {
   ops: Op[];
   checkpoints: Checkpoint[];
-  /** The store's committed allocation history, if the store can give it (rule 8). */
+  /** The store's committed allocation history, if the store can give it (rules 8, 10, 11). */
   storeEvents?: StoreEvent[];
+  /** The revision clock (rules 10, 11), any order. */
+  revisionClock?: RevisionTick[];
+  /** Actions other than plugin invocations that may release addresses (rule 10). */
+  admin?: AdminOp[];
 }
 
 /** A hold in the store's history: `holder` held `ip` from revision `from` until `to` (Infinity: still held). */
@@ -115,6 +196,14 @@ export interface StoreHold {
   holder: string;
   from: number;
   to: number;
+  /** True when `to` is a release event (false: still held, or ended by another holder's allocation). */
+  released: boolean;
+  /** A reserve entry of this node (holder `reserve@NODE`), not a container's hold. */
+  reserve?: string;
+  /** A container's hold that took over a reserve entry of this node (an offline ADD's sync). */
+  fromReserve?: string;
+  /** A container's hold released back into a reserve entry of this node. */
+  toReserve?: string;
 }
 
 /**
@@ -123,24 +212,34 @@ export interface StoreHold {
  * without a release in between (`overlaps`: the store itself had two holders).
  */
 export function storeHoldsOf(events: readonly StoreEvent[]): { holds: StoreHold[]; overlaps: { ip: string; first: StoreHold; second: StoreHold }[] } {
-  const sorted = events.map((e, i) => ({ e, i })).sort((a, b) => a.e.rev - b.e.rev || (a.e.holder === null ? 0 : 1) - (b.e.holder === null ? 0 : 1) || a.i - b.i);
+  const isRelease = (e: StoreEvent): boolean => e.holder === null && e.reserveOf === undefined;
+  const sorted = events.map((e, i) => ({ e, i })).sort((a, b) => a.e.rev - b.e.rev || (isRelease(a.e) ? 0 : 1) - (isRelease(b.e) ? 0 : 1) || a.i - b.i);
   const open = new Map<string, StoreHold>();
   const holds: StoreHold[] = [];
   const overlaps: { ip: string; first: StoreHold; second: StoreHold }[] = [];
   for (const { e } of sorted) {
     const ip = canonicalIP(e.ip) ?? e.ip;
     const cur = open.get(ip);
-    if (e.holder === null) {
+    if (e.holder === null && e.reserveOf === undefined) {
       if (cur !== undefined) {
         cur.to = e.rev;
+        cur.released = true;
         open.delete(ip);
       }
       continue;
     }
-    const holder = holderOf(e.holder.containerId, e.holder.ifname);
+    const holder = e.holder === null ? `reserve@${e.reserveOf}` : holderOf(e.holder.containerId, e.holder.ifname);
     if (cur !== undefined && cur.holder === holder) continue; // rewritten, same holder
-    const h: StoreHold = { ip, holder, from: e.rev, to: Infinity };
-    if (cur !== undefined) overlaps.push({ ip, first: cur, second: h });
+    const h: StoreHold = { ip, holder, from: e.rev, to: Infinity, released: false, ...(e.holder === null ? { reserve: e.reserveOf as string } : {}) };
+    if (cur !== undefined && (cur.reserve !== undefined) !== (h.reserve !== undefined)) {
+      // A reserve entry handed to a container (an offline ADD's sync), or a container's address
+      // put back into the reserve: a hand-over, not two holders. Whose reserve it was is checked
+      // by rules 10 and 11 against the ops' nodes.
+      cur.to = e.rev;
+      cur.released = true;
+      if (h.reserve !== undefined) cur.toReserve = h.reserve;
+      else if (cur.reserve !== undefined) h.fromReserve = cur.reserve;
+    } else if (cur !== undefined) overlaps.push({ ip, first: cur, second: h }); // `cur` stays open (to = Infinity)
     holds.push(h);
     open.set(ip, h);
   }
@@ -148,7 +247,20 @@ export function storeHoldsOf(events: readonly StoreEvent[]): { holds: StoreHold[
 }
 
 /** The kinds of violation; see the module comment. */
-export type ViolationKind = 'duplicate' | 'lost' | 'state-duplicate' | 'block-owners' | 'not-empty' | 'readd-changed' | 'zombie' | 'store-duplicate' | 'unconfirmed' | 'bad-op' | 'bad-state';
+export type ViolationKind =
+  | 'duplicate'
+  | 'lost'
+  | 'state-duplicate'
+  | 'block-owners'
+  | 'not-empty'
+  | 'readd-changed'
+  | 'zombie'
+  | 'store-duplicate'
+  | 'unconfirmed'
+  | 'unexplained-release'
+  | 'unexplained-allocation'
+  | 'bad-op'
+  | 'bad-state';
 
 /** One violation, with the ops (by id) and a readable message. */
 export interface Violation {
@@ -218,16 +330,143 @@ function badOp(op: Op): string | null {
 const fmtOp = (o: Op): string => `#${o.id} ${o.kind} ${o.containerId}/${o.ifname} on ${o.node} [${o.start.toFixed(1)}, ${o.end.toFixed(1)}] ${o.outcome}${o.ips ? ` ${o.ips.join(',')}` : ''}`;
 
 /**
+ * What the checker went through (for a run's report and for tests that must show the hard paths
+ * were exercised). Counts; `*ByFailed*` are commits of operations that did not answer ok.
+ */
+export interface CheckStats {
+  ops: number;
+  ok: number;
+  /** Ops that answered an error. */
+  failed: number;
+  /** Ops without an answer (timed out, killed, never finished). */
+  unknown: number;
+  unknownAdds: number;
+  unknownDels: number;
+  /** Allocations in the store's history, and what explained them (rule 11). */
+  storeAllocations: number;
+  allocationsByOkAdd: number;
+  /** Committed although the ADD failed or had no answer (an answer lost after the commit, a late commit). */
+  allocationsByFailedAdd: number;
+  /** Releases in the store's history, and what explained them (rule 10). */
+  storeReleases: number;
+  releasesByOkDel: number;
+  /** Committed by a DEL that failed or had no answer. */
+  releasesByFailedDel: number;
+  releasesByAdmin: number;
+  /** Reserve entries of offline allocation in the store's history (exempt from rules 10, 11). */
+  reserveEntries: number;
+  /** Allocations that took over a reserve entry: an offline ADD's sync. */
+  allocationsBySync: number;
+  /** Successful ADDs whose address never left the node's reserve in the store (an offline ADD + DEL cancelled before a sync). */
+  offlineUnsynced: number;
+  /** Rule 1 duplicates that were not certain and that the store's order (rule 8) resolved. */
+  resolvedByStore: number;
+  revisionTicks: number;
+  adminOps: number;
+}
+
+/** {@link checkHistoryDetailed}'s answer. */
+export interface CheckResult {
+  violations: Violation[];
+  stats: CheckStats;
+}
+
+/**
  * Check `h` against the rules in the module comment.
  *
  * @returns every violation found (empty when none), in rule order. Never throws on a malformed
  *   history: a malformed op or state entry is itself a violation.
  */
 export function checkHistory(h: History): Violation[] {
+  return checkHistoryDetailed(h).violations;
+}
+
+/** The commit window (lo, hi) of revision `rev`, ms, from a revision clock sorted by revision. */
+type WindowOf = (rev: number) => { lo: number; hi: number };
+
+/**
+ * The revision clock as a function from a revision to the open interval of real time in which
+ * its commit happened; reports ticks that are malformed or contradict real time into `out`.
+ */
+function revisionWindows(ticks: readonly RevisionTick[], out: Violation[]): WindowOf {
+  const good: RevisionTick[] = [];
+  for (const t of ticks) {
+    if (!(Number.isFinite(t.rev) && Number.isFinite(t.start) && Number.isFinite(t.end) && t.end >= t.start)) {
+      out.push({ kind: 'bad-state', message: `revision clock: malformed tick ${JSON.stringify(t)}`, ops: [] });
+    } else good.push(t);
+  }
+  good.sort((a, b) => a.rev - b.rev);
+  const maxStart: number[] = []; // max start of ticks [0..i]
+  const minEnd: number[] = new Array<number>(good.length); // min end of ticks [i..]
+  for (let i = 0; i < good.length; i++) maxStart.push(Math.max(good[i]?.start ?? -Infinity, i > 0 ? (maxStart[i - 1] ?? -Infinity) : -Infinity));
+  for (let i = good.length - 1; i >= 0; i--) minEnd[i] = Math.min(good[i]?.end ?? Infinity, i + 1 < good.length ? (minEnd[i + 1] ?? Infinity) : Infinity);
+  for (let i = 1; i < good.length; i++) {
+    const t = good[i] as RevisionTick;
+    const before = maxStart[i - 1] ?? -Infinity;
+    if (before > t.end) {
+      out.push({ kind: 'bad-state', message: `revision clock out of real-time order: revision ${t.rev} was acknowledged at ${t.end.toFixed(1)}, before a lower revision's write was sent (${before.toFixed(1)})`, ops: [] });
+    }
+  }
+  return (rev) => {
+    // the last tick with a lower revision, the first with a higher one (binary search)
+    let lo = 0;
+    let hi = good.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((good[mid] as RevisionTick).rev < rev) lo = mid + 1;
+      else hi = mid;
+    }
+    let above = lo;
+    while (above < good.length && (good[above] as RevisionTick).rev === rev) above++;
+    return { lo: lo > 0 ? (maxStart[lo - 1] ?? -Infinity) : -Infinity, hi: above < good.length ? (minEnd[above] ?? Infinity) : Infinity };
+  };
+}
+
+/**
+ * True when an operation of [start, end] with `outcome` may have committed inside (lo, hi): ok
+ * inside its span, otherwise after its start and before `fence` (default: any time after).
+ */
+const mayCommitIn = (o: { start: number; end: number; outcome: OpOutcome }, w: { lo: number; hi: number }, fence = Infinity): boolean =>
+  o.start < w.hi && (o.outcome === 'ok' ? o.end > w.lo : fence > w.lo);
+
+const fmtWindow = (w: { lo: number; hi: number }): string => `(${w.lo.toFixed(1)}, ${w.hi.toFixed(1)})`;
+
+/** {@link checkHistory} plus what the checker went through ({@link CheckStats}). Pure. */
+export function checkHistoryDetailed(h: History): CheckResult {
   const out: Violation[] = [];
+  const stats: CheckStats = {
+    ops: h.ops.length,
+    ok: h.ops.filter((o) => o.outcome === 'ok').length,
+    failed: h.ops.filter((o) => o.outcome === 'error').length,
+    unknown: h.ops.filter((o) => o.outcome === 'unknown').length,
+    unknownAdds: h.ops.filter((o) => o.outcome === 'unknown' && o.kind === 'ADD').length,
+    unknownDels: h.ops.filter((o) => o.outcome === 'unknown' && o.kind === 'DEL').length,
+    storeAllocations: 0,
+    allocationsByOkAdd: 0,
+    allocationsByFailedAdd: 0,
+    storeReleases: 0,
+    releasesByOkDel: 0,
+    releasesByFailedDel: 0,
+    releasesByAdmin: 0,
+    reserveEntries: 0,
+    allocationsBySync: 0,
+    offlineUnsynced: 0,
+    resolvedByStore: 0,
+    revisionTicks: h.revisionClock?.length ?? 0,
+    adminOps: h.admin?.length ?? 0,
+  };
   for (const op of h.ops) {
     const why = badOp(op);
     if (why !== null) out.push({ kind: 'bad-op', message: `${fmtOp(op)}: ${why}`, ops: [op.id] });
+  }
+  for (const a of h.admin ?? []) {
+    const bad =
+      !(Number.isFinite(a.start) && (Number.isFinite(a.end) || a.outcome === 'unknown')) || a.end < a.start
+        ? 'bad times'
+        : a.kind === 'reconcile-release' && !(a.holders && a.holders.length > 0)
+          ? 'a reconcile release without holders'
+          : null;
+    if (bad !== null) out.push({ kind: 'bad-op', message: `admin #${a.id} ${a.kind} ${a.node}: ${bad}`, ops: [] });
   }
   const holds = holdsOf(h.ops);
   const opsByHolder = new Map<string, Op[]>();
@@ -246,12 +485,84 @@ export function checkHistory(h: History): Violation[] {
     l.push(x);
     storeByKey.set(k, l);
   }
-  /** True when the store's history puts every hold of `a` on `ip` before every hold of `b` (or after). */
+
+  // 10 and 11: explain every allocation and release in the store's history.
+  const unexplainedRelease = new Set<StoreHold>();
+  const storeViolations: Violation[] = [];
+  if (store !== null) {
+    const windowOf = revisionWindows(h.revisionClock ?? [], out);
+    for (const x of store.holds) {
+      if (x.reserve !== undefined) {
+        stats.reserveEntries++; // the node's own daemon sets them aside and frees them (remove-node: its blocks); no op explains them
+        continue;
+      }
+      const mine = opsByHolder.get(x.holder) ?? [];
+      /**
+       * A failed or unknown op of the holder commits, if ever, before the end of the holder's
+       * next ok DEL that started after it ended: that DEL either commits the op's effect itself
+       * (it read the state after) or changes the keys the late op compared (a late ADD meets the
+       * DEL's handle or tombstone, a late DEL the DEL's release), so the late op's transaction
+       * fails. Rule 10/11's bound for late commits.
+       */
+      const fenceOf = (o: Op): number => {
+        let f = Infinity;
+        for (const d of mine) if (d.kind === 'DEL' && d.outcome === 'ok' && d.start >= o.end && d.end < f) f = d.end;
+        return f;
+      };
+      stats.storeAllocations++;
+      const wa = windowOf(x.from);
+      // An offline ADD's sync commits after the ADD answered: any ADD of the holder on the
+      // reserve's node that started before the commit explains it.
+      const fromReserve = x.fromReserve;
+      const adds = mine.filter((o) => o.kind === 'ADD' && badOp(o) === null && (fromReserve !== undefined ? o.node === fromReserve && o.start < wa.hi : mayCommitIn(o, wa, fenceOf(o))));
+      if (fromReserve !== undefined && adds.length > 0) stats.allocationsBySync++;
+      else if (adds.some((o) => o.outcome === 'ok')) stats.allocationsByOkAdd++;
+      else if (adds.length > 0) stats.allocationsByFailedAdd++;
+      else {
+        storeViolations.push({
+          kind: 'unexplained-allocation',
+          message: `${x.ip} allocated to ${x.holder} in the store at revision ${x.from}${fromReserve !== undefined ? ` from the reserve of ${fromReserve}` : ''} (committed in ${fmtWindow(wa)}), and no ADD of ${x.holder}${fromReserve !== undefined ? ` on ${fromReserve}` : ''} can have committed it${mine.length > 0 ? `: ${mine.map(fmtOp).join('; ')}` : ' (it has no operation at all)'}`,
+          ops: mine.map((o) => o.id),
+        });
+      }
+      if (!x.released) continue;
+      stats.storeReleases++;
+      const wr = windowOf(x.to);
+      // A hold an offline ADD made may be released by the sync of an offline DEL, after that DEL
+      // answered; so may one put back into the reserve: any DEL of the holder on that node that
+      // started before the commit explains those.
+      const lateNode = x.toReserve ?? x.fromReserve;
+      const dels = mine.filter((o) => o.kind === 'DEL' && badOp(o) === null && (mayCommitIn(o, wr, fenceOf(o)) || (lateNode !== undefined && o.node === lateNode && o.start < wr.hi)));
+      const nodes = new Set(mine.filter((o) => o.kind === 'ADD').map((o) => o.node));
+      const admin = (h.admin ?? []).filter(
+        (a) =>
+          nodes.has(a.node) &&
+          mayCommitIn(a, wr) &&
+          (a.kind === 'remove-node-finish' || (a.holders ?? []).some((y) => holderOf(y.containerId, y.ifname) === x.holder)),
+      );
+      if (dels.some((o) => o.outcome === 'ok')) stats.releasesByOkDel++;
+      else if (dels.length > 0) stats.releasesByFailedDel++;
+      else if (admin.length > 0) stats.releasesByAdmin++;
+      else {
+        unexplainedRelease.add(x);
+        storeViolations.push({
+          kind: 'unexplained-release',
+          message: `${x.ip} of ${x.holder} released in the store at revision ${x.to} (committed in ${fmtWindow(wr)}), and no DEL of ${x.holder} nor an admin action on its node can have committed it${mine.length > 0 ? `: ${mine.map(fmtOp).join('; ')}` : ''}`,
+          ops: mine.map((o) => o.id),
+        });
+      }
+    }
+  }
+  /**
+   * True when the store's history puts every hold of `a` on `ip` before every hold of `b` (or
+   * after), each time through an explained release of the earlier one.
+   */
   const storeOrders = (ip: string, a: string, b: string): boolean => {
     const ha = storeByKey.get(`${ip} ${a}`) ?? [];
     const hb = storeByKey.get(`${ip} ${b}`) ?? [];
     if (ha.length === 0 || hb.length === 0) return false;
-    return ha.every((x) => hb.every((y) => x.to <= y.from || y.to <= x.from));
+    const before = (x: StoreHold, y: StoreHold): boolean => x.released && !unexplainedRelease.has(x) && x.to <= y.from;
+    return ha.every((x) => hb.every((y) => before(x, y) || before(y, x)));
   };
 
   // 1. duplicate: per IP, any two holds of different holders that overlap.
@@ -271,7 +582,10 @@ export function checkHistory(h: History): Violation[] {
         if (b === undefined || b.from >= a.to) continue;
         if (b.holder === a.holder) continue;
         const certain = b.add.end <= (a.del?.start ?? Infinity) && a.add.end <= b.firstDelStart;
-        if (!certain && storeOrders(ip, a.holder, b.holder)) continue; // rule 8: the commits order them
+        if (!certain && storeOrders(ip, a.holder, b.holder)) {
+          stats.resolvedByStore++; // rule 8: the commits order them
+          continue;
+        }
         out.push({
           kind: 'duplicate',
           message: `${certain ? '(certain: both ADDs had returned before either DEL started) ' : ''}${ip} held by ${a.holder} [${a.from.toFixed(1)}, ${a.to.toFixed(1)}) and ${b.holder} from ${b.from.toFixed(1)}: ${fmtOp(a.add)}${a.del ? ` released by ${fmtOp(a.del)}` : ' (never released)'}; ${fmtOp(b.add)}`,
@@ -312,9 +626,16 @@ export function checkHistory(h: History): Violation[] {
     }
     for (const x of holds) {
       if ((storeByKey.get(`${x.ip} ${x.holder}`) ?? []).length === 0) {
+        if ((storeByKey.get(`${x.ip} reserve@${x.add.node}`) ?? []).length > 0) {
+          // An offline ADD whose journal entry was cancelled by an offline DEL before any sync: the
+          // address stayed a reserve entry of the ADD's own node, which nobody else can take.
+          stats.offlineUnsynced++;
+          continue;
+        }
         out.push({ kind: 'unconfirmed', message: `${fmtOp(x.add)}: the store never committed ${x.ip} for ${x.holder}`, ops: [x.add.id] });
       }
     }
+    out.push(...storeViolations);
   }
 
   for (const [ci, cp] of h.checkpoints.entries()) {
@@ -327,7 +648,7 @@ export function checkHistory(h: History): Violation[] {
         out.push({ kind: 'bad-state', message: `${where}: allocation ${JSON.stringify(a.ip)} is not an address`, ops: [] });
         continue;
       }
-      const who = holderOf(a.containerId, a.ifname);
+      const who = a.reserveOf !== undefined ? `reserve@${a.reserveOf}` : holderOf(a.containerId, a.ifname);
       const prev = owner.get(ip);
       if (prev !== undefined) out.push({ kind: 'state-duplicate', message: `${where}: ${ip} listed twice (${prev}, ${who})`, ops: [] });
       else owner.set(ip, who);
@@ -336,7 +657,8 @@ export function checkHistory(h: History): Violation[] {
     for (const x of holds) {
       if (!(x.add.end <= cp.start && x.firstDelStart >= cp.end)) continue;
       const got = owner.get(x.ip);
-      if (got !== x.holder) {
+      if (got !== x.holder && got !== `reserve@${x.add.node}`) {
+        // (still a reserve entry of the ADD's node: an offline ADD not synced yet)
         out.push({
           kind: 'lost',
           message: `${where}: ${x.ip} of ${x.holder} (${fmtOp(x.add)}) is ${got === undefined ? 'missing from the pool' : `owned by ${got} in the pool`}`,
@@ -367,6 +689,7 @@ export function checkHistory(h: History): Violation[] {
     }
     // 7. zombie
     for (const a of cp.allocations) {
+      if (a.reserveOf !== undefined) continue;
       const holder = holderOf(a.containerId, a.ifname);
       const mine = (opsByHolder.get(holder) ?? []);
       const may = mine.some(
@@ -375,12 +698,14 @@ export function checkHistory(h: History): Violation[] {
       if (!may) out.push({ kind: 'zombie', message: `${where}: ${a.ip} is listed for ${holder}, which cannot hold anything then`, ops: mine.map((o) => o.id) });
     }
     // 5. not-empty
-    if (cp.final === true && cp.allocations.length > 0) {
-      const list = cp.allocations.slice(0, 10).map((a) => `${a.ip} ${holderOf(a.containerId, a.ifname)}`);
-      out.push({ kind: 'not-empty', message: `${where} (final): ${cp.allocations.length} allocation(s) left: ${list.join('; ')}${cp.allocations.length > 10 ? ' …' : ''}`, ops: [] });
+    // (reserve entries stay: each node with offline allocation keeps its reserve)
+    const left = cp.allocations.filter((a) => a.reserveOf === undefined);
+    if (cp.final === true && left.length > 0) {
+      const list = left.slice(0, 10).map((a) => `${a.ip} ${holderOf(a.containerId, a.ifname)}`);
+      out.push({ kind: 'not-empty', message: `${where} (final): ${left.length} allocation(s) left: ${list.join('; ')}${left.length > 10 ? ' …' : ''}`, ops: [] });
     }
   }
-  return out;
+  return { violations: out, stats };
 }
 
 /** The first IP of a CNI 1.x / 0.4 ADD result JSON (`ips[].address` without the prefix), all of them. */
@@ -404,6 +729,8 @@ export function resultIps(result: unknown): string[] {
 export class HistoryRecorder {
   readonly ops: Op[] = [];
   readonly checkpoints: Checkpoint[] = [];
+  readonly admin: AdminOp[] = [];
+  readonly revisionClock: RevisionTick[] = [];
   private readonly now: () => number;
   constructor(now: () => number = () => performance.now()) {
     this.now = now;
@@ -422,6 +749,34 @@ export class HistoryRecorder {
     };
   }
 
+  /**
+   * Record the start of an admin action (see {@link AdminOp}); call the returned function with its
+   * outcome at its end. Never finished: unknown.
+   */
+  beginAdmin(kind: AdminOp['kind'], node: string, holders?: { containerId: string; ifname: string }[]): (outcome: OpOutcome, detail?: string) => AdminOp {
+    const a: AdminOp = { id: this.admin.length, kind, node, ...(holders ? { holders } : {}), start: this.now(), end: Number.NaN, outcome: 'unknown' };
+    this.admin.push(a);
+    return (outcome, detail) => {
+      a.end = this.now();
+      a.outcome = outcome;
+      if (detail !== undefined) a.detail = detail;
+      return a;
+    };
+  }
+
+  /**
+   * One tick of the revision clock: `write` makes one write to the store and resolves with the
+   * revision it committed at; the tick spans the call. A write that throws records nothing (its
+   * revision is unknown) and the error is thrown.
+   */
+  async tick(write: () => Promise<number>): Promise<RevisionTick> {
+    const start = this.now();
+    const rev = await write();
+    const t: RevisionTick = { rev, start, end: this.now() };
+    this.revisionClock.push(t);
+    return t;
+  }
+
   /** Read the pool's state with `read` and record it as a checkpoint spanning the read. */
   async checkpoint(read: () => Promise<{ blocks: StateBlock[]; allocations: StateAllocation[] }>, final = false): Promise<Checkpoint> {
     const start = this.now();
@@ -431,8 +786,13 @@ export class HistoryRecorder {
     return cp;
   }
 
-  /** The recorded history. An op never finished counts as unknown and never ended. */
+  /** The recorded history. An op (or admin action) never finished counts as unknown and never ended. */
   history(): History {
-    return { ops: this.ops.map((o) => (Number.isNaN(o.end) ? { ...o, end: Infinity, outcome: 'unknown' as const } : o)), checkpoints: this.checkpoints };
+    return {
+      ops: this.ops.map((o) => (Number.isNaN(o.end) ? { ...o, end: Infinity, outcome: 'unknown' as const } : o)),
+      checkpoints: this.checkpoints,
+      ...(this.admin.length > 0 ? { admin: this.admin.map((a) => (Number.isNaN(a.end) ? { ...a, end: Infinity, outcome: 'unknown' as const } : a)) } : {}),
+      ...(this.revisionClock.length > 0 ? { revisionClock: [...this.revisionClock] } : {}),
+    };
   }
 }

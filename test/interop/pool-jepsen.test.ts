@@ -3,26 +3,44 @@
  * nodes — separate processes with their own NODE_NAME, each talking to etcd only through its own
  * TCP proxies (test/helpers/tcp-proxy.ts) — churn ADD/DEL while the test
  *
- * 1. kill -9 a follower, then restarts it;
- * 2. kill -9 the leader (a new one is elected), then restarts it;
- * 3. SIGSTOPs the leader, then SIGCONTs it;
- * 4. cuts one node off (its proxies black-hole: drop), then heals it;
- * 5. delays one node's traffic by 300 ms each way, then restores it;
- * 6. resets one node's connections;
- * 7. steps one node's wall clock +1 h, later −1 h (libfaketime with a timestamp file re-read on
+ * 1. kill -9 a follower while a burst of ADDs is in flight, then restarts it;
+ * 2. kill -9 the leader mid-burst (a new one is elected), then restarts it;
+ * 3. SIGSTOPs the leader while a burst of ADDs waits on it, then SIGCONTs it;
+ * 4. SIGSTOPs the leader and a follower (quorum loss) while a burst runs;
+ * 5. cuts one node off (its proxies black-hole: drop) while a burst of its ADDs runs, then heals it;
+ * 6. delays one node's traffic by 2.5 s each way (longer than any call's deadline), likewise;
+ * 7. resets one node's connections (and every new one), likewise;
+ * 8. steps one node's wall clock +1 h, later −1 h (libfaketime with a timestamp file re-read on
  *    every call; the monotonic clock is left alone, as an NTP step leaves it);
- * 8. (daemons) kills -9 one node's daemon mid-run, then starts it again (the shim falls back);
- * 9. (pool) cuts one node off and runs `ipwarden pool remove-node NODE` on it (an operator wrong
- *    about a node that is merely partitioned), heals it, waits for its next successful ADD (the
- *    veto), then runs `remove-node --finish`, which must release nothing (it refuses: the node
- *    vetoed, the veto window is still open or the node's heartbeat is live).
+ * 9. (daemons) kills -9 one node's daemon while a burst of its ADDs is in flight, then starts it
+ *    again (the shim falls back);
+ * 10. (pool) cuts one node off, runs a burst of its ADDs and `ipwarden pool remove-node NODE` on
+ *    it (an operator wrong about a node that is merely partitioned), heals it, waits for its next
+ *    successful ADD (the veto), then runs `remove-node --finish` (recorded in the history as an
+ *    admin action), which must release nothing (it refuses: the node vetoed, the veto window is
+ *    still open or the node's heartbeat is live).
  *
- * Each fault starts and ends at a count of completed operations (never a sleep that decides an
- * outcome); the pool's state is read at a checkpoint after each fault, straight from etcd (not
- * through a proxy). After the churn every container without a successful final DEL gets DEL
- * retried until it succeeds, and a final checkpoint must show an empty pool. The history checker
- * (test/helpers/history.ts) must find nothing; the run must also show that the faults bit
- * (failed or unknown operations on the cut node, a changed leader, dropped bytes).
+ * The faults bite (review J1): each fault runs a burst — ADDs of fresh containers on the nodes it
+ * aims at, sent after the fault began — and is healed only once every op of the burst has an
+ * outcome. Faults 4, 5, 6, 7 and 10 are *certain*: no op of their burst can succeed (no quorum;
+ * the node reaches no member or no answer comes back within a call's deadline), so the run
+ * asserts every burst op failed or has no answer; part of each of those bursts is killed at the
+ * subject's `burstKillMs`, below its own call deadline, so the run has unknown outcomes for
+ * certain, and asserts that. Other faults' bursts (and the background churn) are counted only:
+ * whether they fail is luck. Every wait is for a condition (ops completed, bytes forwarded,
+ * a leader elected), never a sleep that decides an outcome; the pool's state is read at a
+ * checkpoint after each fault, straight from etcd (not through a proxy), and for the pool a
+ * revision clock (a write every 100 ms straight to etcd, its revision and time) lets the checker
+ * place every commit of the store's history in time. After the churn every container without a
+ * successful final DEL gets DEL retried until it succeeds, and a final checkpoint must show an
+ * empty pool. The history checker (test/helpers/history.ts) must find nothing.
+ *
+ * Offline allocation (`ipam.pool.offline`, docs/cluster.md "Offline allocation"): 6 daemons with
+ * the key; once the first node has set its reserve aside it is cut off (drop) and answers
+ * reserve − 1 concurrent ADDs, a repeated ADD and a DEL from the reserve — certain: it reached etcd
+ * moments before, well within the offline budget — while the other 5 churn; it is healed, its
+ * journal is synced, every container is DELeted; the checker (with the reserve entries of the
+ * store's history) must find nothing and no handle may be left.
  *
  * Subjects:
  * - the Whereabouts-model baseline (test/helpers/whereabouts-model.ts; a long-lived allocator
@@ -36,7 +54,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -44,7 +62,7 @@ import { after, describe, it } from 'node:test';
 import { envFor, requireOrSkip, ROOT, standalonePlugin } from '../helpers/cni.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 import { Etcd3 } from 'etcd3';
-import { checkHistory, HistoryRecorder, resultIps, type OpOutcome, type StoreEvent, type StateAllocation, type StateBlock } from '../helpers/history.ts';
+import { checkHistory, checkHistoryDetailed, HistoryRecorder, resultIps, type CheckStats, type Op, type OpOutcome, type StoreEvent, type StateAllocation, type StateBlock } from '../helpers/history.ts';
 import { startNodeProxies, type NodeProxies } from '../helpers/tcp-proxy.ts';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
 import { sweepFaketimeLeftovers } from '../helpers/faketime.ts';
@@ -66,6 +84,8 @@ const POOL_LANES = Number(process.env['JEPSEN_POOL_LANES'] ?? 1);
 const CYCLES = Number(process.env['JEPSEN_CYCLES'] ?? 6);
 /** Per-operation bound: past it the op is `unknown` (kubelet gives up far later, 4 min). */
 const OP_TIMEOUT_MS = 20_000;
+/** Per-operation bound of a burst's ops (a burst waits for all of them before its fault heals). */
+const BURST_TIMEOUT_MS = 6_000;
 /** Overall bound of one run (churn + faults + cleanup). */
 const RUN_DEADLINE_MS = 360_000;
 
@@ -82,7 +102,8 @@ interface SimNode {
   readonly proxies: NodeProxies;
   /** libfaketime's timestamp file for this node (`+0`, `+1h`, `-1h`). */
   readonly clockFile: string;
-  run(kind: 'ADD' | 'DEL', containerId: string, ifname: string): Promise<Answer>;
+  /** One invocation; past `timeoutMs` (default OP_TIMEOUT_MS) it is killed and the outcome is `unknown`. */
+  run(kind: 'ADD' | 'DEL', containerId: string, ifname: string, timeoutMs?: number): Promise<Answer>;
   close(): Promise<void>;
 }
 
@@ -94,6 +115,14 @@ interface Subject {
   readState(): Promise<{ blocks: StateBlock[]; allocations: StateAllocation[] }>;
   /** The store's committed allocation history, when the subject can read it (checker rule 8). */
   storeEvents?(): Promise<StoreEvent[]>;
+  /** One write straight to etcd, resolving with its revision: the revision clock (checker rules 10, 11). */
+  tick?(): Promise<number>;
+  /**
+   * The bound (ms) at which a burst op is killed to get an unknown outcome for certain: below the
+   * subject's own per-call deadline, so while the node reaches no etcd member it cannot have
+   * answered yet.
+   */
+  readonly burstKillMs: number;
   /** Crash a node's agent (kill -9); resolves with the function that starts it again (daemons only). */
   crash?(node: string): Promise<() => Promise<void>>;
   /**
@@ -118,7 +147,7 @@ async function killChild(p: ChildProcess): Promise<void> {
   } catch {
     // exited meanwhile
   }
-  await Promise.race([gone, sleep(5000)]);
+  await Promise.race([gone, sleep(5000, undefined, { ref: false })]);
 }
 
 /** The Whereabouts-model baseline: one allocator process per node, one key for the whole pool. */
@@ -129,6 +158,8 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
   const children = new Set<ChildProcess>();
   return {
     name: 'whereabouts-model',
+    // its calls time out at 2 s (WM_CALL_TIMEOUT_MS)
+    burstKillMs: 1500,
     async startNode(name, proxies, clockFile) {
       // The node's allocator process. An operation past OP_TIMEOUT_MS kills it (kill -9, as a
       // runtime kills a plugin at its deadline: the late request cannot commit after its DEL)
@@ -147,6 +178,8 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
         );
         child = c;
         children.add(c);
+        // A write to a process that has just died fails here; its waiters get their answer from the exit handler.
+        c.stdin?.on('error', () => undefined);
         const mine = new Map<number, (a: Answer) => void>();
         waiting = mine;
         let err = '';
@@ -178,9 +211,13 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
             r();
           }),
         );
-        const t0 = Date.now();
-        await Promise.race([isReady, exited, sleep(60_000)]);
-        if (c.exitCode !== null || c.signalCode !== null || Date.now() - t0 >= 60_000) throw new Error(`${name}'s allocator process did not start: ${err}`);
+        let isUp = false;
+        void isReady.then(() => (isUp = true));
+        await Promise.race([isReady, exited, sleep(90_000, undefined, { ref: false })]);
+        if (!isUp || c.exitCode !== null || c.signalCode !== null) {
+          await killChild(c);
+          throw new Error(`${name}'s allocator process did not start: ${err}`);
+        }
       };
       await launch();
       let next = 0;
@@ -189,21 +226,32 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
         name,
         proxies,
         clockFile,
-        async run(kind, containerId, ifname) {
-          while (relaunching !== null) await relaunching;
+        async run(kind, containerId, ifname, timeoutMs = OP_TIMEOUT_MS) {
+          // The bound covers waiting for a relaunch too: a relaunch needs etcd, and a fault is
+          // healed only once its burst's ops have outcomes (no wait on a fault's own end).
+          const t0 = Date.now();
+          while (relaunching !== null) {
+            const left = timeoutMs - (Date.now() - t0);
+            const timedOut = left <= 0 || (await Promise.race([relaunching.then(() => false), sleep(left, undefined, { ref: false }).then(() => true)]));
+            if (timedOut) return { outcome: 'unknown', error: { msg: `no answer in ${timeoutMs} ms: the node's process was being restarted` } };
+          }
+          timeoutMs = Math.max(1, timeoutMs - (Date.now() - t0));
           const id = next++;
           const c = child;
           const w = waiting;
           return new Promise<Answer>((res) => {
             const t = setTimeout(() => {
               w.delete(id);
-              res({ outcome: 'unknown', error: { msg: `no answer in ${OP_TIMEOUT_MS} ms: node process killed` } });
+              res({ outcome: 'unknown', error: { msg: `no answer in ${timeoutMs} ms: node process killed` } });
               if (child === c && relaunching === null) {
+                // A relaunch that fails (etcd unreachable for 90 s on a loaded machine) leaves a dead
+                // process: the next op gets no answer, times out and relaunches again.
                 relaunching = killChild(c)
                   .then(launch)
+                  .catch(() => undefined)
                   .finally(() => (relaunching = null));
               }
-            }, OP_TIMEOUT_MS);
+            }, timeoutMs);
             w.set(id, (a) => {
               clearTimeout(t);
               res(a);
@@ -216,7 +264,7 @@ function whereaboutsSubject(cluster: EtcdCluster, subnet: string): Subject {
           const c = child;
           c.stdin?.end();
           const gone = new Promise<void>((r) => (c.exitCode !== null || c.signalCode !== null ? r() : c.once('exit', () => r())));
-          await Promise.race([gone, sleep(30_000)]);
+          await Promise.race([gone, sleep(30_000, undefined, { ref: false })]);
           await killChild(c);
         },
       };
@@ -237,6 +285,14 @@ interface PoolNames {
   pool: string;
   subnet: string;
   blockSize: number;
+}
+
+/** One allocation in a block value (docs/cluster.md "Key layout"); `reserve`: an offline reserve entry of `node` (id and ifname empty). */
+interface PoolAlloc {
+  id: string;
+  ifname: string;
+  node?: string;
+  reserve?: boolean;
 }
 
 /**
@@ -264,11 +320,14 @@ async function readPoolState(kv: EtcdKV, n: PoolNames): Promise<{ blocks: StateB
     const rest = e.key.slice(base.length);
     const parts = rest.split('/');
     if (parts[0] === 'blocks' && parts.length === 2) {
-      const v = JSON.parse(e.value) as { cidr: string; node: string; allocs: Record<string, { id: string; ifname: string }> };
+      const v = JSON.parse(e.value) as { cidr: string; node: string; allocs: Record<string, PoolAlloc> };
       const c = parseCIDR(v.cidr);
       if (c === null) throw new Error(`block ${e.key}: bad cidr ${v.cidr}`);
       addBlock(v.cidr, v.node);
-      for (const [ord, a] of Object.entries(v.allocs)) allocations.push({ ip: formatIP(ipAdd(c.subnet.ip, BigInt(ord))), containerId: a.id, ifname: a.ifname });
+      for (const [ord, a] of Object.entries(v.allocs)) {
+        const ip = formatIP(ipAdd(c.subnet.ip, BigInt(ord)));
+        allocations.push(a.reserve === true ? { ip, containerId: '', ifname: '', reserveOf: a.node ?? v.node } : { ip, containerId: a.id, ifname: a.ifname });
+      }
     } else if (parts[0] === 'nodes' && parts[2] === 'blocks' && parts.length === 4) {
       const b = parts[3] ?? '';
       const dash = b.lastIndexOf('-');
@@ -295,8 +354,9 @@ async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<Store
   const blocksPrefix = `${n.prefix}/pools/${n.pool}/blocks/`;
   const sentinel = `${n.prefix}/~sentinel-${process.pid}`;
   const events: StoreEvent[] = [];
-  const last = new Map<string, { base: ReturnType<typeof parseCIDR>; allocs: Record<string, { id: string; ifname: string }> }>();
-  const emit = (rev: number, key: string, next: Record<string, { id: string; ifname: string }>, cidr: string | null): void => {
+  const last = new Map<string, { base: ReturnType<typeof parseCIDR>; allocs: Record<string, PoolAlloc> }>();
+  const same = (x: PoolAlloc, y: PoolAlloc): boolean => (x.reserve === true) === (y.reserve === true) && (x.reserve === true ? x.node === y.node : x.id === y.id && x.ifname === y.ifname);
+  const emit = (rev: number, key: string, next: Record<string, PoolAlloc>, cidr: string | null): void => {
     const prev = last.get(key);
     const c = cidr !== null ? parseCIDR(cidr) : (prev?.base ?? null);
     if (c === null) throw new Error(`store history: block ${key} without a cidr`);
@@ -306,7 +366,8 @@ async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<Store
     }
     for (const [ord, a] of Object.entries(next)) {
       const was = prev?.allocs[ord];
-      if (was === undefined || was.id !== a.id || was.ifname !== a.ifname) events.push({ rev, ip: ip(ord), holder: { containerId: a.id, ifname: a.ifname } });
+      if (was !== undefined && same(was, a)) continue;
+      events.push(a.reserve === true ? { rev, ip: ip(ord), holder: null, reserveOf: a.node ?? '' } : { rev, ip: ip(ord), holder: { containerId: a.id, ifname: a.ifname } });
     }
     last.set(key, { base: c, allocs: next });
   };
@@ -319,7 +380,7 @@ async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<Store
         if (key === sentinel) return res();
         if (!key.startsWith(blocksPrefix)) return;
         try {
-          const v = JSON.parse(kv.value.toString('utf8')) as { cidr: string; allocs: Record<string, { id: string; ifname: string }> };
+          const v = JSON.parse(kv.value.toString('utf8')) as { cidr: string; allocs: Record<string, PoolAlloc> };
           emit(rev, key, v.allocs, v.cidr);
         } catch (e) {
           rej(e instanceof Error ? e : new Error(String(e)));
@@ -332,7 +393,7 @@ async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<Store
       w.on('error', (e) => rej(e));
     });
     await client.put(sentinel).value('1');
-    const timer = sleep(60_000).then(() => {
+    const timer = sleep(60_000, undefined, { ref: false }).then(() => {
       throw new Error('the store history watch did not reach its sentinel in 60 s');
     });
     await Promise.race([done, timer]);
@@ -341,6 +402,15 @@ async function poolStoreEvents(endpoints: string[], n: PoolNames): Promise<Store
   } finally {
     client.close();
   }
+}
+
+let tickNo = 0;
+/** One write of the revision clock (`P/~clock`, outside the pool's keys), straight to etcd: its revision. */
+async function revisionTick(kv: EtcdKV, n: PoolNames): Promise<number> {
+  const r = await kv.txn([], [{ put: `${n.prefix}/~clock`, value: String(tickNo++) }]);
+  const rev = Number(r.revision);
+  if (!(rev > 0)) throw new Error(`revision clock: etcd answered revision ${r.revision}`);
+  return rev;
 }
 
 /**
@@ -359,13 +429,15 @@ function poolSubject(cluster: EtcdCluster, n: PoolNames, dataDir: string): Subje
   });
   return {
     name: 'ipwarden pool (standalone plugin)',
+    // an etcd call's deadline is 5 s, at least 1.67 s per endpoint (src/store/etcd/etcd-kv.ts)
+    burstKillMs: 1500,
     async startNode(name, proxies, clockFile) {
       const stdin = JSON.stringify(conf(proxies.endpoints));
       return {
         name,
         proxies,
         clockFile,
-        run: (kind, containerId, ifname) => execPlugin(bin, kind, containerId, ifname, stdin, { NODE_NAME: name, ...clockEnv(clockFile) }),
+        run: (kind, containerId, ifname, timeoutMs) => execPlugin(bin, kind, containerId, ifname, stdin, { NODE_NAME: name, ...clockEnv(clockFile) }, timeoutMs),
         async close() {},
       };
     },
@@ -377,6 +449,7 @@ function poolSubject(cluster: EtcdCluster, n: PoolNames, dataDir: string): Subje
       return (await readPoolState(direct, n)).handles;
     },
     storeEvents: () => poolStoreEvents(cluster.endpoints, n),
+    tick: () => revisionTick(direct, n),
     removeNode: (node, finish) => removeNodeCli(cluster, n, node, finish),
     async close() {
       await direct.close();
@@ -415,7 +488,7 @@ function removeNodeCli(cluster: EtcdCluster, n: PoolNames, node: string, finish:
 }
 
 /** Run one plugin executable as a runtime does (env, config on stdin) and turn what it did into an {@link Answer}. */
-function execPlugin(bin: string, kind: 'ADD' | 'DEL', containerId: string, ifname: string, stdin: string, env: Record<string, string>): Promise<Answer> {
+function execPlugin(bin: string, kind: 'ADD' | 'DEL', containerId: string, ifname: string, stdin: string, env: Record<string, string>, timeoutMs = OP_TIMEOUT_MS): Promise<Answer> {
   const full = { ...envFor({ command: kind, containerId, ifname, stdin }), ...env };
   return new Promise<Answer>((res) => {
     const p = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', bin], { env: full, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -427,7 +500,7 @@ function execPlugin(bin: string, kind: 'ADD' | 'DEL', containerId: string, ifnam
     const t = setTimeout(() => {
       timedOut = true;
       void killChild(p);
-    }, OP_TIMEOUT_MS);
+    }, timeoutMs);
     p.on('error', (e) => {
       clearTimeout(t);
       res({ outcome: 'unknown', error: { msg: `spawn: ${e.message}` } });
@@ -440,7 +513,7 @@ function execPlugin(bin: string, kind: 'ADD' | 'DEL', containerId: string, ifnam
       } catch {
         json = null;
       }
-      if (timedOut || sig !== null) return res({ outcome: 'unknown', error: { msg: timedOut ? `killed after ${OP_TIMEOUT_MS} ms` : `signal ${sig}` } });
+      if (timedOut || sig !== null) return res({ outcome: 'unknown', error: { msg: timedOut ? `killed after ${timeoutMs} ms` : `signal ${sig}` } });
       if (code === 0) {
         if (kind === 'DEL') return res({ outcome: 'ok' });
         const ips = resultIps(json);
@@ -462,16 +535,30 @@ function execPlugin(bin: string, kind: 'ADD' | 'DEL', containerId: string, ifnam
  * plugin (NODE_NAME from the exec's env) when the daemon is down. `crash(node)` kills -9 a
  * node's daemon and starts it again after the returned function is called.
  */
-function daemonPoolSubject(cluster: EtcdCluster, n: PoolNames, dir: string): Subject & { handles(): Promise<string[]>; crash(name: string): Promise<() => Promise<void>> } {
+function daemonPoolSubject(
+  cluster: EtcdCluster,
+  n: PoolNames,
+  dir: string,
+  opts: { offline?: { reserve: number; seconds: number } } = {},
+): Subject & { handles(): Promise<string[]>; crash(name: string): Promise<() => Promise<void>>; dataDirOf(name: string): string } {
   const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
   const daemons = new Map<string, { d: TestDaemon; env: Record<string, string>; socket: string }>();
-  const conf = (endpoints: string[]) => ({
+  // Each node its own ipam.dataDir, as each host has its own disk (the offline journal lives there).
+  const dataDirOf = (name: string): string => join(dir, name, 'data');
+  const conf = (endpoints: string[], name: string) => ({
     cniVersion: '1.0.0',
     name: 'jepsen-net',
-    ipam: { type: 'ipwarden', dataDir: join(dir, 'data'), ranges: [[{ subnet: n.subnet }]], pool: { name: n.pool, etcd: { endpoints, prefix: n.prefix }, blockSize: n.blockSize } },
+    ipam: {
+      type: 'ipwarden',
+      dataDir: dataDirOf(name),
+      ranges: [[{ subnet: n.subnet }]],
+      pool: { name: n.pool, etcd: { endpoints, prefix: n.prefix }, blockSize: n.blockSize, ...(opts.offline ? { offline: opts.offline } : {}) },
+    },
   });
   return {
-    name: 'ipwarden pool (daemons + shim)',
+    name: opts.offline ? 'ipwarden pool (daemons with ipam.pool.offline)' : 'ipwarden pool (daemons + shim)',
+    dataDirOf,
+    burstKillMs: 1500,
     async startNode(name, proxies, clockFile) {
       const nodeDir = join(dir, name);
       const binDir = join(nodeDir, 'bin');
@@ -479,14 +566,19 @@ function daemonPoolSubject(cluster: EtcdCluster, n: PoolNames, dir: string): Sub
       mkdirSync(binDir, { recursive: true, mode: 0o700 });
       execFileSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', binDir, '--socket', socket], { stdio: 'pipe' });
       const env = { NODE_NAME: name, ...clockEnv(clockFile) };
+      // No CNI configuration names the pool network: the daemon learns the pool from the first ADD
+      // (its reserve is set aside after that batch), and its pool pass (which reconciles only the
+      // pools of the node's CNI configurations) leaves these simulated pods alone — no runtime
+      // knows them, so to it they would be leaks.
+      const c = conf(proxies.endpoints, name);
       const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d') });
       daemons.set(name, { d, env, socket });
-      const stdin = JSON.stringify(conf(proxies.endpoints));
+      const stdin = JSON.stringify(c);
       return {
         name,
         proxies,
         clockFile,
-        run: (kind, containerId, ifname) => execPlugin(join(binDir, 'ipwarden'), kind, containerId, ifname, stdin, env),
+        run: (kind, containerId, ifname, timeoutMs) => execPlugin(join(binDir, 'ipwarden'), kind, containerId, ifname, stdin, env, timeoutMs),
         async close() {
           await daemons.get(name)?.d.stop();
         },
@@ -509,6 +601,7 @@ function daemonPoolSubject(cluster: EtcdCluster, n: PoolNames, dir: string): Sub
       return (await readPoolState(direct, n)).handles;
     },
     storeEvents: () => poolStoreEvents(cluster.endpoints, n),
+    tick: () => revisionTick(direct, n),
     removeNode: (node, finish) => removeNodeCli(cluster, n, node, finish),
     async close() {
       for (const x of daemons.values()) await x.d.stop();
@@ -528,14 +621,44 @@ interface RunOptions {
 interface RunReport {
   ops: number;
   addsOk: number;
-  failedOrUnknown: number;
-  cutNodeFailures: number;
+  failed: number;
+  unknown: number;
+  /** Failed or unknown ops that overlapped a fault window aimed at their node (deduplicated). */
+  faultAffected: number;
   leaderChanges: number;
   droppedBytes: number;
   checkpoints: number;
-  /** `pool remove-node --finish` answers (fault 9), when the subject has it. */
+  windows: FaultWindow[];
+  /** True when the subject gave its store's history (checker rules 8, 10, 11). */
+  storeHistory: boolean;
+  /** What the checker went through. */
+  stats: CheckStats;
+  /** `pool remove-node --finish` answers (fault 10), when the subject has it. */
   finishReports: RemoveNodeAnswer[];
   log: string[];
+}
+
+/**
+ * One fault as it ran: [start, end] on the recorder's clock, the nodes it aimed at (null: all),
+ * and the burst of ADDs sent while it was in force. `certain`: the fault design makes every op
+ * of the burst fail or go unanswered (the node reaches no etcd member; etcd has no quorum), so
+ * the run asserts it; the other faults' bursts are only counted.
+ */
+interface FaultWindow {
+  name: string;
+  start: number;
+  end: number;
+  nodes: string[] | null;
+  certain: boolean;
+  burst: Op[];
+  /** All ops that overlapped the window on its nodes, by outcome (burst included). */
+  counts: { ops: number; ok: number; failed: number; unknown: number };
+}
+
+/** Per window: ops that overlapped it on its nodes, by outcome (burst included). */
+function windowCounts(w: FaultWindow, ops: readonly Op[]): { ops: number; ok: number; failed: number; unknown: number } {
+  const inW = ops.filter((x) => (w.nodes === null || w.nodes.includes(x.node)) && x.start < w.end && x.end > w.start);
+  return { ops: inW.length, ok: inW.filter((x) => x.outcome === 'ok').length, failed: inW.filter((x) => x.outcome === 'error').length, unknown: inW.filter((x) => x.outcome === 'unknown').length };
 }
 
 /**
@@ -556,6 +679,9 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
   let churnDone = false;
   const leaders: number[] = [];
   const finishReports: RemoveNodeAnswer[] = [];
+  const windows: FaultWindow[] = [];
+  let ticking = true;
+  let ticker: Promise<void> = Promise.resolve();
   try {
     for (let i = 0; i < o.nodes; i++) {
       const name = `jepsen-node-${String(i).padStart(2, '0')}`;
@@ -569,23 +695,31 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
     const slow = nodes[2];
     const stepped = nodes[3];
     const resetNode = nodes[4];
-    assert.ok(cut && slow && stepped && resetNode, 'at least 5 nodes');
-    let cutFailures = 0;
+    assert.ok(cut && slow && stepped && resetNode && nodes.length >= 10, 'at least 10 nodes');
+    // The revision clock (checker rules 10, 11): a write straight to etcd every 100 ms, its
+    // revision and real-time span recorded. A write that fails (no quorum) records nothing.
+    const tick = subject.tick;
+    if (tick !== undefined) {
+      ticker = (async () => {
+        while (ticking) {
+          await rec.tick(tick).catch(() => undefined);
+          await sleep(100);
+        }
+      })();
+    }
 
-    const op = async (n: SimNode, kind: 'ADD' | 'DEL', cid: string): Promise<Answer> => {
-      const done = rec.begin(kind, n.name, cid, 'net1');
-      const a = await n.run(kind, cid, 'net1');
-      done(a.outcome, { ...(a.ips ? { ips: a.ips } : {}), ...(a.error ? { error: a.error } : {}) });
-      completed++;
-      if (a.outcome === 'ok' && kind === 'ADD') okAdds.set(n.name, (okAdds.get(n.name) ?? 0) + 1);
-      if (a.outcome !== 'ok') {
-        if (n === cut) cutFailures++;
-        await sleep(250); // a runtime retries with a backoff; pacing only, no outcome depends on it
-      }
-      return a;
-    };
     const needsDel = new Map<string, SimNode>();
     const okAdds = new Map<string, number>();
+    /** One invocation, recorded. `burst`: no pacing sleep after a failure. */
+    const op = async (n: SimNode, kind: 'ADD' | 'DEL', cid: string, timeoutMs = OP_TIMEOUT_MS, burst = false): Promise<{ a: Answer; rec: Op }> => {
+      const done = rec.begin(kind, n.name, cid, 'net1');
+      const a = await n.run(kind, cid, 'net1', timeoutMs);
+      const r = done(a.outcome, { ...(a.ips ? { ips: a.ips } : {}), ...(a.error ? { error: a.error } : {}) });
+      completed++;
+      if (a.outcome === 'ok' && kind === 'ADD') okAdds.set(n.name, (okAdds.get(n.name) ?? 0) + 1);
+      if (a.outcome !== 'ok' && !burst) await sleep(250); // a runtime retries with a backoff; pacing only, no outcome depends on it
+      return { a, rec: r };
+    };
 
     let faultsDone = false;
     // At least `cycles` lifecycles per lane, and on until the faults are over (so every fault
@@ -594,10 +728,10 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
       for (let k = 0; (k < o.cycles || !faultsDone) && k < 20 * o.cycles && Date.now() < deadline; k++) {
         const cid = `jp-${n.name}-${l}-${k}`;
         needsDel.set(cid, n);
-        const a = await op(n, 'ADD', cid);
+        const { a } = await op(n, 'ADD', cid);
         if (a.outcome === 'ok' && k % 3 === 0) await op(n, 'ADD', cid); // a repeated ADD: same address
         for (let t = 0; t < 3; t++) {
-          const d = await op(n, 'DEL', cid);
+          const { a: d } = await op(n, 'DEL', cid);
           if (d.outcome === 'ok') {
             needsDel.delete(cid);
             break;
@@ -613,6 +747,13 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         await sleep(20);
       }
     };
+    /** Poll `cond` every 20 ms until it holds (bounded by the run's deadline). */
+    const until = async (what: string, cond: () => boolean): Promise<void> => {
+      while (!cond()) {
+        if (Date.now() > deadline) throw new Error(`run deadline passed waiting for ${what}`);
+        await sleep(20);
+      }
+    };
     const checkpoint = async (what: string): Promise<void> => {
       for (let t = 0; ; t++) {
         try {
@@ -625,102 +766,218 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         }
       }
     };
+    let burstNo = 0;
+    /**
+     * A burst: `perNode` ADDs of fresh containers on each of `targets` at once (`timeoutMs`: the
+     * per-op bound, past which the plugin is killed and the outcome is unknown). Resolves with
+     * the ops once every one has an outcome; their containers are DELeted by {@link delBurst}.
+     */
+    const burst = (targets: SimNode[], perNode: number, timeoutMs = BURST_TIMEOUT_MS): { sent: Promise<Op[]> } => {
+      const b = burstNo++;
+      return {
+        sent: Promise.all(
+          targets.flatMap((n) =>
+            Array.from({ length: perNode }, async (_, i) => {
+              const cid = `jb-${n.name}-${b}-${i}-${timeoutMs}`;
+              needsDel.set(cid, n);
+              return (await op(n, 'ADD', cid, timeoutMs, true)).rec;
+            }),
+          ),
+        ),
+      };
+    };
+    const burstDels: Promise<void>[] = [];
+    /** DEL a burst's containers in the background (up to 3 tries each; the cleanup retries the rest). */
+    const delBurst = (ops: Op[]): void => {
+      const p = Promise.all(
+        ops.map(async (x) => {
+          const n = nodes.find((m) => m.name === x.node);
+          if (n === undefined) return;
+          for (let t = 0; t < 3; t++) {
+            if ((await op(n, 'DEL', x.containerId, OP_TIMEOUT_MS, true)).a.outcome === 'ok') {
+              needsDel.delete(x.containerId);
+              return;
+            }
+          }
+        }),
+      ).then(() => undefined);
+      burstDels.push(p);
+    };
+    /** Bytes the proxies of `ns` have forwarded so far (requests in flight show up here). */
+    const forwarded = (ns: SimNode[]): number => ns.reduce((s, n) => s + n.proxies.proxies.reduce((t, p) => t + p.stats().forwardedBytes, 0), 0);
+    /** Open a fault window now; `close` it when the fault is healed. */
+    const openWindow = (name: string, ns: SimNode[] | null, certain: boolean): { w: FaultWindow; close(burstOps: Op[]): void } => {
+      const w: FaultWindow = { name, start: performance.now(), end: Infinity, nodes: ns === null ? null : ns.map((n) => n.name), certain, burst: [], counts: { ops: 0, ok: 0, failed: 0, unknown: 0 } };
+      windows.push(w);
+      say(`fault: ${name}`);
+      return {
+        w,
+        close(burstOps) {
+          w.end = performance.now();
+          w.burst = burstOps;
+          const c = windowCounts(w, rec.ops);
+          w.counts = c;
+          say(`healed: ${name} — burst ${burstOps.length} ops (${burstOps.filter((x) => x.outcome === 'ok').length} ok, ${burstOps.filter((x) => x.outcome === 'error').length} failed, ${burstOps.filter((x) => x.outcome === 'unknown').length} unknown); all ops in the window: ${c.ops} (${c.ok} ok, ${c.failed} failed, ${c.unknown} unknown)`);
+        },
+      };
+    };
 
     const total = o.nodes * o.lanes * o.cycles * 2;
     const step = Math.max(4, Math.floor(total / 16));
     const churn = Promise.all(nodes.flatMap((n) => Array.from({ length: o.lanes }, (_, l) => lane(n, l)))).finally(() => {
       churnDone = true;
     });
+    const group = (from: number, count: number): SimNode[] => nodes.slice(from, from + count);
 
     const faults = (async () => {
       await untilOps(step);
       await checkpoint('warm-up');
       leaders.push(await cluster.leader());
-      // 1. kill -9 a follower
-      const follower = ((leaders[0] ?? 0) + 1) % 3;
-      say(`kill -9 follower m${follower}`);
-      await cluster.kill(follower);
-      await untilOps(step);
-      await cluster.restart(follower);
-      await checkpoint('follower kill');
-      // 2. kill -9 the leader
-      const l1 = await cluster.leader();
-      say(`kill -9 leader m${l1}`);
-      await cluster.kill(l1);
-      leaders.push(await cluster.leader({ notIndex: l1 }));
-      await untilOps(step);
-      await cluster.restart(l1);
-      await checkpoint('leader kill');
-      // 3. SIGSTOP the leader
-      const l2 = await cluster.leader();
-      say(`SIGSTOP leader m${l2}`);
-      cluster.pause(l2);
-      try {
-        leaders.push(await cluster.leader({ notIndex: l2 }));
-        await untilOps(step);
-      } finally {
-        cluster.resume(l2);
+      // 1. kill -9 a follower while a burst is in flight
+      {
+        const follower = ((leaders[0] ?? 0) + 1) % 3;
+        const targets = group(10, 6);
+        const before = forwarded(targets);
+        const b = burst(targets, 1);
+        await until('the burst to reach the proxies', () => forwarded(targets) > before);
+        const f = openWindow(`kill -9 follower m${follower} mid-burst`, null, false);
+        await cluster.kill(follower);
+        const ops = await b.sent;
+        await cluster.restart(follower);
+        f.close(ops);
+        delBurst(ops);
+        await checkpoint('follower kill');
       }
-      await cluster.waitHealthy();
-      await checkpoint('leader SIGSTOP');
-      // 4. cut one node off
-      say(`drop ${cut.name}`);
-      cut.proxies.setMode({ kind: 'drop' });
-      const failuresBefore = cutFailures;
-      await untilOps(step);
-      while (cutFailures === failuresBefore && !churnDone) {
-        if (Date.now() > deadline) throw new Error('the cut node never answered during the partition');
-        await sleep(20);
+      // 2. kill -9 the leader mid-burst (a new one is elected)
+      {
+        const l1 = await cluster.leader();
+        const targets = group(10, 8);
+        const before = forwarded(targets);
+        const b = burst(targets, 1);
+        await until('the burst to reach the proxies', () => forwarded(targets) > before);
+        const f = openWindow(`kill -9 leader m${l1} mid-burst`, null, false);
+        await cluster.kill(l1);
+        leaders.push(await cluster.leader({ notIndex: l1 }));
+        const ops = await b.sent;
+        await cluster.restart(l1);
+        f.close(ops);
+        delBurst(ops);
+        await checkpoint('leader kill');
       }
-      cut.proxies.setMode({ kind: 'pass' });
-      await checkpoint('partition');
-      // 5. delay one node
-      say(`delay 300 ms ${slow.name}`);
-      slow.proxies.setMode({ kind: 'delay', ms: 300 });
-      await untilOps(step);
-      slow.proxies.setMode({ kind: 'pass' });
-      await checkpoint('delay');
-      // 6. reset one node's connections
-      say(`reset ${resetNode.name}`);
-      resetNode.proxies.setMode({ kind: 'reset' });
-      await untilOps(Math.ceil(step / 2));
-      resetNode.proxies.setMode({ kind: 'pass' });
-      await checkpoint('reset');
-      // 7. step one node's clock
-      say(`clock +1h ${stepped.name}`);
-      writeFileSync(stepped.clockFile, '+1h\n');
-      await untilOps(step);
-      say(`clock -1h ${stepped.name}`);
-      writeFileSync(stepped.clockFile, '-1h\n');
-      await untilOps(step);
-      writeFileSync(stepped.clockFile, '+0\n');
-      await checkpoint('clock steps');
-      // 8. crash a node's daemon (kill -9, requests in flight die with it; the shim falls back)
+      // 3. SIGSTOP the leader while a burst waits on it
+      {
+        const l2 = await cluster.leader();
+        const f = openWindow(`SIGSTOP leader m${l2}`, null, false);
+        cluster.pause(l2);
+        let ops: Op[] = [];
+        try {
+          ops = await burst(group(10, 8), 1).sent;
+          leaders.push(await cluster.leader({ notIndex: l2 }));
+        } finally {
+          cluster.resume(l2);
+        }
+        await cluster.waitHealthy();
+        f.close(ops);
+        delBurst(ops);
+        await checkpoint('leader SIGSTOP');
+      }
+      // 4. quorum loss: SIGSTOP the leader and a follower. Certain: no ADD of a fresh container
+      //    can commit without a quorum, so every op of the burst fails or, killed at the short
+      //    bound (below the plugin's own 5 s call deadline), has no answer.
+      {
+        const l3 = await cluster.leader();
+        const other = (l3 + 1) % 3;
+        const f = openWindow(`quorum loss: SIGSTOP m${l3} (leader) and m${other}`, null, true);
+        cluster.pause(l3);
+        cluster.pause(other);
+        let ops: Op[] = [];
+        try {
+          const [a, b] = await Promise.all([burst(group(8, 8), 1, subject.burstKillMs).sent, burst(group(16, 4), 1).sent]);
+          ops = [...a, ...b];
+        } finally {
+          cluster.resume(l3);
+          cluster.resume(other);
+        }
+        await cluster.waitHealthy();
+        f.close(ops);
+        delBurst(ops);
+        await checkpoint('quorum loss');
+      }
+      // 5. cut one node off (its proxies black-hole: drop). Certain: the node reaches no member.
+      {
+        const f = openWindow(`drop ${cut.name}`, [cut], true);
+        cut.proxies.setMode({ kind: 'drop' });
+        const [a, b] = await Promise.all([burst([cut], 2, subject.burstKillMs).sent, burst([cut], 1).sent]);
+        cut.proxies.setMode({ kind: 'pass' });
+        f.close([...a, ...b]);
+        delBurst([...a, ...b]);
+        await checkpoint('partition');
+      }
+      // 6. delay one node's traffic by 2.5 s each way: longer than any call's deadline (the
+      //    plugin's 1.67 s per endpoint, the model's 2 s), so certain: every op of the burst fails.
+      {
+        const f = openWindow(`delay 2500 ms ${slow.name}`, [slow], true);
+        slow.proxies.setMode({ kind: 'delay', ms: 2500 });
+        const ops = await burst([slow], 2).sent;
+        slow.proxies.setMode({ kind: 'pass' });
+        f.close(ops);
+        delBurst(ops);
+        await checkpoint('delay');
+      }
+      // 7. reset one node's connections (and every new one). Certain as well.
+      {
+        const f = openWindow(`reset ${resetNode.name}`, [resetNode], true);
+        resetNode.proxies.setMode({ kind: 'reset' });
+        const ops = await burst([resetNode], 2).sent;
+        resetNode.proxies.setMode({ kind: 'pass' });
+        f.close(ops);
+        delBurst(ops);
+        await checkpoint('reset');
+      }
+      // 8. step one node's clock (no fault-affected op expected: no decision reads a clock)
+      {
+        const f = openWindow(`clock +1h then -1h ${stepped.name}`, [stepped], false);
+        writeFileSync(stepped.clockFile, '+1h\n');
+        await untilOps(Math.ceil(step / 2));
+        writeFileSync(stepped.clockFile, '-1h\n');
+        await untilOps(Math.ceil(step / 2));
+        writeFileSync(stepped.clockFile, '+0\n');
+        f.close([]);
+        await checkpoint('clock steps');
+      }
+      // 9. crash a node's daemon (kill -9) while a burst of its ADDs is in flight; the shim falls back
       const crashed = nodes[5];
       if (subject.crash !== undefined && crashed !== undefined) {
-        say(`kill -9 the daemon of ${crashed.name}`);
+        const before = forwarded([crashed]);
+        const b = burst([crashed], 3);
+        await until('the burst to reach the proxies', () => forwarded([crashed]) > before);
+        const f = openWindow(`kill -9 the daemon of ${crashed.name} mid-burst`, [crashed], false);
         const restart = await subject.crash(crashed.name);
-        await untilOps(step);
+        const ops = await b.sent;
         await restart();
+        f.close(ops);
+        delBurst(ops);
         await checkpoint('daemon crash');
       }
-      // 9. pool remove-node on a node that is merely partitioned, then returns: it vetoes with its
-      //    next allocating ADD, and --finish afterwards releases nothing of it.
+      // 10. pool remove-node on a node that is merely partitioned, then returns: it vetoes with its
+      //     next allocating ADD, and --finish afterwards releases nothing of it.
       const removed = nodes[6];
       if (subject.removeNode !== undefined && removed !== undefined) {
-        say(`drop ${removed.name} + pool remove-node ${removed.name}`);
+        const f = openWindow(`drop ${removed.name} + pool remove-node ${removed.name}`, [removed], true);
         removed.proxies.setMode({ kind: 'drop' });
+        const b = burst([removed], 2, subject.burstKillMs);
         const marked = await subject.removeNode(removed.name, false);
         say(`remove-node: exit ${marked.exitCode} ${marked.output}`);
         assert.equal(marked.exitCode, 0, `pool remove-node ${removed.name}: ${marked.output}`);
-        await untilOps(step);
+        const ops = await b.sent;
         removed.proxies.setMode({ kind: 'pass' });
+        f.close(ops);
+        delBurst(ops);
         const okBefore = okAdds.get(removed.name) ?? 0;
-        while ((okAdds.get(removed.name) ?? 0) === okBefore && !churnDone) {
-          if (Date.now() > deadline) throw new Error(`${removed.name} never allocated after it returned`);
-          await sleep(20);
-        }
+        await until(`${removed.name}'s next allocation after it returned`, () => (okAdds.get(removed.name) ?? 0) > okBefore || churnDone);
+        const done = rec.beginAdmin('remove-node-finish', removed.name);
         const finished = await subject.removeNode(removed.name, true);
+        done(finished.exitCode === 0 ? 'ok' : finished.exitCode === null ? 'unknown' : 'error', finished.output);
         say(`remove-node --finish after the return: exit ${finished.exitCode} ${finished.output}`);
         finishReports.push(finished);
         await checkpoint('remove-node of a partitioned node that returned');
@@ -738,13 +995,14 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
     }
     if (faultResult.status === 'rejected') throw faultResult.reason;
     await churn;
+    await Promise.all(burstDels);
     say(`churn done: ${completed} ops; ${needsDel.size} containers still need a DEL`);
     await checkpoint('churn');
 
     // Every container without a successful DEL: DEL until it succeeds (bounded by the deadline).
     for (const [cid, n] of needsDel) {
       for (;;) {
-        const d = await op(n, 'DEL', cid);
+        const { a: d } = await op(n, 'DEL', cid);
         if (d.outcome === 'ok') break;
         if (Date.now() > deadline) throw new Error(`DEL of ${cid} on ${n.name} never succeeded: ${d.error?.msg}`);
         await sleep(200);
@@ -752,36 +1010,72 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
     }
     for (const n of nodes) await n.close();
     nodes.length = 0;
+    ticking = false;
+    await ticker;
     const final = await rec.checkpoint(() => subject.readState(), true);
     say(`final: ${final.allocations.length} allocations, ${final.blocks.length} blocks`);
     const h = { ...rec.history(), ...(subject.storeEvents ? { storeEvents: await subject.storeEvents() } : {}) };
-    say(`store history: ${h.storeEvents?.length ?? 'none'} allocation events`);
+    say(`store history: ${h.storeEvents?.length ?? 'none'} allocation events; revision clock: ${h.revisionClock?.length ?? 0} ticks`);
+    const { violations, stats } = checkHistoryDetailed(h);
+    const affected = new Set<number>();
+    for (const w of windows) {
+      for (const x of h.ops) if (x.outcome !== 'ok' && (w.nodes === null || w.nodes.includes(x.node)) && x.start < w.end && x.end > w.start) affected.add(x.id);
+    }
     const report: RunReport = {
       ops: h.ops.length,
       addsOk: h.ops.filter((x) => x.kind === 'ADD' && x.outcome === 'ok').length,
-      failedOrUnknown: h.ops.filter((x) => x.outcome !== 'ok').length,
-      cutNodeFailures: cutFailures,
+      failed: stats.failed,
+      unknown: stats.unknown,
+      faultAffected: affected.size,
       leaderChanges: new Set(leaders).size - 1,
       droppedBytes: proxies.reduce((s, np) => s + np.proxies.reduce((t, p) => t + p.stats().droppedBytes, 0), 0),
       checkpoints: h.checkpoints.length,
+      windows,
+      storeHistory: h.storeEvents !== undefined,
+      stats,
       finishReports,
       log,
     };
-    const violations = checkHistory(h);
     const dump = process.env['JEPSEN_DUMP'];
-    if (dump !== undefined && dump !== '') writeFileSync(dump, JSON.stringify({ subject: subject.name, log, history: h, violations }, null, 1));
+    if (dump !== undefined && dump !== '') {
+      const file = `${dump.replace(/\.json$/, '')}-${subject.name.replace(/[^a-z0-9]+/gi, '-')}.json`;
+      writeFileSync(file, JSON.stringify({ subject: subject.name, log, windows, stats, history: h, violations }, null, 1));
+    }
     return { violations, report };
   } finally {
+    ticking = false;
+    await ticker;
     for (const n of nodes) await n.close().catch(() => undefined);
     for (const np of proxies) await np.close();
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
+/** The run's table (markdown): one row per fault window, then the totals and the checker's result. */
+function reportTable(name: string, r: RunReport, violations: number): string {
+  const n3 = (ops: readonly Op[]): string => `${ops.filter((x) => x.outcome === 'ok').length} / ${ops.filter((x) => x.outcome === 'error').length} / ${ops.filter((x) => x.outcome === 'unknown').length}`;
+  const rows = [
+    `| ${name} | aimed at | s | burst: ok / failed / unknown | all ops in the window: ok / failed / unknown |`,
+    '|---|---|---|---|---|',
+    ...r.windows.map((w) => {
+      const c = w.counts;
+      return `| ${w.name}${w.certain ? ' (certain)' : ''} | ${w.nodes === null ? 'all nodes' : w.nodes.join(', ')} | ${((w.end - w.start) / 1000).toFixed(1)} | ${n3(w.burst)} | ${c.ok} / ${c.failed} / ${c.unknown} |`;
+    }),
+  ];
+  const s = r.stats;
+  rows.push(
+    '',
+    `ops ${r.ops}, ok ${s.ok}, failed ${r.failed}, unknown ${r.unknown} (ADD ${s.unknownAdds}, DEL ${s.unknownDels}), fault-affected ${r.faultAffected}; ` +
+      `store: ${s.storeAllocations} allocations (${s.allocationsByFailedAdd} by an ADD that did not answer ok), ${s.storeReleases} releases (${s.releasesByOkDel} by an ok DEL, ${s.releasesByFailedDel} by a failed/unknown DEL, ${s.releasesByAdmin} by an admin action), ` +
+      `${s.resolvedByStore} uncertain duplicates ordered by the store, ${s.revisionTicks} revision ticks; checker: ${violations === 0 ? 'no violation' : `${violations} violation(s)`}`,
+  );
+  return rows.join('\n');
+}
+
 function assertClean(name: string, r: { violations: ReturnType<typeof checkHistory>; report: RunReport }, o: RunOptions): void {
   const { violations, report } = r;
-  const summary = `${name}: ${report.ops} ops, ${report.addsOk} ADDs ok, ${report.failedOrUnknown} failed/unknown (${report.cutNodeFailures} on the cut node), ${report.leaderChanges} leader changes, ${report.droppedBytes} bytes dropped, ${report.checkpoints} checkpoints`;
-  console.log(`# ${summary}\n${report.log.map((l) => `#   ${l}`).join('\n')}`);
+  const summary = `${name}: ${report.ops} ops, ${report.stats.ok} ok, ${report.failed} failed, ${report.unknown} unknown, ${report.faultAffected} fault-affected, ${report.leaderChanges} leader changes, ${report.droppedBytes} bytes dropped, ${report.checkpoints} checkpoints, checker: ${violations.length} violation(s)`;
+  console.log(`# ${summary}\n${report.log.map((l) => `#   ${l}`).join('\n')}\n${reportTable(name, report, violations.length).split('\n').map((l) => `# ${l}`).join('\n')}`);
   assert.deepEqual(
     violations.map((v) => `${v.kind}: ${v.message}`),
     [],
@@ -789,16 +1083,181 @@ function assertClean(name: string, r: { violations: ReturnType<typeof checkHisto
   );
   // The run was not vacuous: most lifecycles allocated, the faults bit.
   assert.ok(report.addsOk >= (o.nodes * o.lanes * o.cycles) / 2, `too few successful ADDs: ${summary}`);
-  assert.ok(report.cutNodeFailures > 0, `the cut node never failed: ${summary}`);
+  // Each certain fault: its burst ran entirely inside the fault (sent after it began, healed only
+  // once every op had an outcome), and no op of it can have succeeded.
+  const certain = report.windows.filter((w) => w.certain);
+  assert.ok(certain.length >= 4, `too few certain faults: ${summary}`);
+  for (const w of certain) {
+    assert.ok(w.burst.length >= 1, `${w.name}: no burst`);
+    for (const x of w.burst) {
+      assert.ok(x.start >= w.start && x.end <= w.end, `${w.name}: burst op #${x.id} outside the window`);
+      assert.notEqual(x.outcome, 'ok', `${w.name}: ADD #${x.id} of ${x.containerId} answered ok (${x.ips?.join(',')}) although it could not reach a quorum`);
+    }
+  }
+  assert.ok(report.faultAffected >= certain.reduce((s, w) => s + w.burst.length, 0), `fault-affected ops fewer than the certain bursts: ${summary}`);
+  // Unknown outcomes: the bursts killed at subject.burstKillMs (below any call deadline) have none.
+  assert.ok(report.stats.unknownAdds >= 1, `no ADD with an unknown outcome: ${summary}`);
   assert.ok(report.droppedBytes > 0, `nothing was dropped: ${summary}`);
   assert.ok(report.leaderChanges >= 1, `the leader never changed: ${summary}`);
-  assert.ok(report.checkpoints >= 9, summary);
+  assert.ok(report.checkpoints >= 10, summary);
+  if (report.storeHistory) {
+    // The store's own history and the revision clock were there: rules 8, 10, 11 ran on every
+    // commit, each placed in time (without ticks rule 10 could not tell a release before its DEL).
+    assert.ok(report.stats.revisionTicks >= 10, `revision clock: ${report.stats.revisionTicks} ticks: ${summary}`);
+    assert.ok(report.stats.storeAllocations >= report.addsOk / 2 && report.stats.storeReleases >= 1, `store history: ${summary}`);
+  }
   // --finish after the node came back releases nothing: it refuses (exit 1: the veto window has
   // not passed, the node vetoed so there is no marker, or its heartbeat is live), or it succeeds
   // with nothing released.
   for (const f of report.finishReports) {
     if (f.exitCode === 0) assert.deepEqual(f.json?.['released'], [], `remove-node --finish after the node returned released addresses: ${f.output}`);
     else assert.equal(f.exitCode, 1, `remove-node --finish: ${f.output}`);
+  }
+}
+
+/** What {@link offlineRun} found, for the assertions. */
+interface OfflineReport {
+  violations: ReturnType<typeof checkHistory>;
+  stats: CheckStats;
+  /** The cut node's reserve (addresses) just before the cut. */
+  reserve: string[];
+  /** The cut node's ADDs while cut off, and the repeated ADD of the first. */
+  offlineAdds: Op[];
+  repeated: Op;
+  /** Its DEL of the last offline attachment while still cut off. */
+  offlineDel: Op;
+  /** Ops of the other nodes that ended while the node was cut off, ok ones. */
+  othersOkWhileCut: number;
+  handles: string[];
+  log: string[];
+}
+
+/**
+ * Offline allocation under churn (issue 11: "a partitioned node keeps allocating from the blocks
+ * it owns, and never from others'"): `o.nodes` daemons with `ipam.pool.offline`; the first node is
+ * cut off (drop) once its reserve is set aside, answers `reserve - 1` concurrent ADDs, a repeated
+ * ADD and a DEL from the reserve while the other nodes churn, is healed, syncs its journal, and
+ * DELs the rest. Every op recorded; the checker gets the store's history with reserve entries.
+ */
+async function offlineRun(cluster: EtcdCluster, subject: ReturnType<typeof daemonPoolSubject>, n: PoolNames, o: RunOptions & { reserve: number }): Promise<OfflineReport> {
+  const deadline = Date.now() + RUN_DEADLINE_MS;
+  const rec = new HistoryRecorder();
+  const log: string[] = [];
+  const say = (s: string): void => {
+    log.push(`${(performance.now() / 1000).toFixed(1)}s ${s}`);
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'ipwarden-jepsen-offline-'));
+  const nodes: SimNode[] = [];
+  const proxies: NodeProxies[] = [];
+  const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
+  let ticking = true;
+  let ticker: Promise<void> = Promise.resolve();
+  const until = async (what: string, cond: () => boolean | Promise<boolean>): Promise<void> => {
+    while (!(await cond())) {
+      if (Date.now() > deadline) throw new Error(`run deadline passed waiting for ${what}`);
+      await sleep(100);
+    }
+  };
+  try {
+    for (let i = 0; i < o.nodes; i++) {
+      const name = `jepsen-off-${String(i).padStart(2, '0')}`;
+      const clockFile = join(dir, `${name}.clock`);
+      writeFileSync(clockFile, '+0\n');
+      const np = await startNodeProxies(cluster.endpoints);
+      proxies.push(np);
+      nodes.push(await subject.startNode(name, np, clockFile));
+    }
+    const tick = subject.tick;
+    if (tick !== undefined) {
+      ticker = (async () => {
+        while (ticking) {
+          await rec.tick(tick).catch(() => undefined);
+          await sleep(100);
+        }
+      })();
+    }
+    const cut = nodes[0] as SimNode;
+    const op = async (node: SimNode, kind: 'ADD' | 'DEL', cid: string): Promise<Op> => {
+      const done = rec.begin(kind, node.name, cid, 'net1');
+      const a = await node.run(kind, cid, 'net1');
+      return done(a.outcome, { ...(a.ips ? { ips: a.ips } : {}), ...(a.error ? { error: a.error } : {}) });
+    };
+    const needsDel = new Map<string, SimNode>();
+    let cutOver = false;
+    // The other nodes churn until the cut node is back and synced (at least `cycles` lifecycles).
+    const lane = async (node: SimNode, l: number): Promise<void> => {
+      for (let k = 0; (k < o.cycles || !cutOver) && k < 40 * o.cycles && Date.now() < deadline; k++) {
+        const cid = `jo-${node.name}-${l}-${k}`;
+        needsDel.set(cid, node);
+        await op(node, 'ADD', cid);
+        for (let t = 0; t < 3; t++) {
+          if ((await op(node, 'DEL', cid)).outcome === 'ok') {
+            needsDel.delete(cid);
+            break;
+          }
+        }
+      }
+    };
+    const myReserve = async (): Promise<string[]> => (await readPoolState(direct, n)).allocations.filter((a) => a.reserveOf === cut.name).map((a) => a.ip).sort();
+    // The cut node reaches etcd once (an online ADD and DEL), and sets its reserve aside.
+    const first = await op(cut, 'ADD', `jo-${cut.name}-online`);
+    assert.equal(first.outcome, 'ok', `the cut node's first ADD, online: ${first.error?.msg}`);
+    assert.equal((await op(cut, 'DEL', `jo-${cut.name}-online`)).outcome, 'ok');
+    await until(`${cut.name}'s reserve of ${o.reserve} and its settings key`, async () => (await myReserve()).length >= o.reserve && (await direct.get(`${n.prefix}/pools/${n.pool}/nodes/${cut.name}/settings`)) !== null);
+    const churn = Promise.all(nodes.slice(1).flatMap((node) => Array.from({ length: o.lanes }, (_, l) => lane(node, l))));
+    await rec.checkpoint(() => readPoolState(direct, n));
+    const reserve = await myReserve();
+    say(`${cut.name}'s reserve: ${reserve.join(', ')}`);
+
+    // The cut: every byte of the node's etcd traffic is dropped. Its ADDs go offline after one
+    // call deadline and are answered from the reserve, while the others churn.
+    cut.proxies.setMode({ kind: 'drop' });
+    const cutAt = performance.now();
+    say(`drop ${cut.name}`);
+    const offlineAdds = await Promise.all(Array.from({ length: o.reserve - 1 }, (_, i) => op(cut, 'ADD', `jo-${cut.name}-off-${i}`)));
+    const repeated = await op(cut, 'ADD', `jo-${cut.name}-off-0`);
+    const last = `jo-${cut.name}-off-${o.reserve - 2}`;
+    const offlineDel = await op(cut, 'DEL', last);
+    // The others keep allocating meanwhile: the cut lasts until 5 of their ops started after it and succeeded.
+    await until('5 ok ops of the other nodes during the cut', () => rec.ops.filter((x) => x.node !== cut.name && x.outcome === 'ok' && x.start >= cutAt && Number.isFinite(x.end)).length >= 5);
+    await rec.checkpoint(() => readPoolState(direct, n));
+    say(`offline: ${offlineAdds.map((x) => `${x.outcome} ${x.ips?.join(',') ?? x.error?.msg}`).join('; ')}; repeated ${repeated.outcome} ${repeated.ips?.join(',')}; DEL ${offlineDel.outcome}`);
+    cut.proxies.setMode({ kind: 'pass' });
+    const healedAt = performance.now();
+    say(`healed ${cut.name}`);
+    // The journal is synced on the first successful call (or the next heartbeat): poll until empty.
+    const journal = join(subject.dataDirOf(cut.name), '.ipwarden-pool-offline');
+    await until(`${cut.name}'s journal to be synced`, () => !existsSync(journal) || readdirSync(journal).length === 0);
+    say(`${cut.name}'s journal synced`);
+    await rec.checkpoint(() => readPoolState(direct, n));
+    for (const x of offlineAdds) if (x.containerId !== last) needsDel.set(x.containerId, cut);
+    cutOver = true;
+    await churn;
+    for (const [cid, node] of needsDel) {
+      for (;;) {
+        const d = await op(node, 'DEL', cid);
+        if (d.outcome === 'ok') break;
+        if (Date.now() > deadline) throw new Error(`DEL of ${cid} on ${node.name} never succeeded: ${d.error?.msg}`);
+        await sleep(200);
+      }
+    }
+    for (const node of nodes) await node.close();
+    nodes.length = 0;
+    ticking = false;
+    await ticker;
+    await rec.checkpoint(() => readPoolState(direct, n), true);
+    const h = { ...rec.history(), storeEvents: await poolStoreEvents(cluster.endpoints, n) };
+    const { violations, stats } = checkHistoryDetailed(h);
+    const othersOkWhileCut = h.ops.filter((x) => x.node !== cut.name && x.outcome === 'ok' && x.start >= cutAt && x.end <= healedAt).length;
+    say(`ops ${stats.ops}, ok ${stats.ok}, failed ${stats.failed}, unknown ${stats.unknown}; other nodes' ok ops while ${cut.name} was cut off: ${othersOkWhileCut}; store: ${stats.reserveEntries} reserve entries, ${stats.allocationsBySync} allocations by an offline ADD's sync, ${stats.offlineUnsynced} offline ADDs never synced (DELeted offline); checker: ${violations.length === 0 ? 'no violation' : `${violations.length} violation(s)`}`);
+    return { violations, stats, reserve, offlineAdds, repeated, offlineDel, othersOkWhileCut, handles: await subject.handles(), log };
+  } finally {
+    ticking = false;
+    await ticker;
+    for (const node of nodes) await node.close().catch(() => undefined);
+    for (const np of proxies) await np.close();
+    await direct.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -851,6 +1310,37 @@ describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_
     try {
       assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
       assert.deepEqual(await subject.handles(), [], 'handles (other than tombstones) left after every DEL');
+    } finally {
+      await subject.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+  it('offline allocation: a daemon node with ipam.pool.offline, cut off, answers ADDs from its reserve while 5 other nodes churn — the checker finds nothing, no handle is left', async () => {
+    if (!existsSync(join(ROOT, 'dist/ipwarden.cjs'))) throw new Error('run "npm run build" first');
+    cluster ??= await startEtcdCluster({ members: 3 });
+    const dir = mkdtempSync(join(tmpdir(), 'ipwarden-jepsen-offd-'));
+    // A /24 in /27 blocks: 8 blocks for 6 nodes.
+    const names: PoolNames = { prefix: `/ipwarden-jepsen-o-${process.pid}`, pool: 'jepsen', subnet: '10.86.12.0/24', blockSize: 27 };
+    const reserve = 4;
+    const subject = daemonPoolSubject(cluster, names, dir, { offline: { reserve, seconds: 120 } });
+    try {
+      const r = await offlineRun(cluster, subject, names, { nodes: 6, lanes: 2, cycles: 4, reserve });
+      console.log(r.log.map((l) => `#   ${l}`).join('\n'));
+      assert.deepEqual(
+        r.violations.map((v) => `${v.kind}: ${v.message}`),
+        [],
+      );
+      // Certain by design: the node reached etcd, set its reserve aside and is well within S = 120 s
+      // of its last contact, so every ADD while cut off is answered from the reserve.
+      const ips = r.offlineAdds.map((x) => x.ips?.[0] ?? `${x.outcome}: ${x.error?.msg}`);
+      assert.deepEqual(r.offlineAdds.map((x) => x.outcome), r.offlineAdds.map(() => 'ok'), `offline ADDs: ${ips.join('; ')}`);
+      assert.equal(new Set(ips).size, ips.length, 'distinct addresses');
+      assert.deepEqual(ips.filter((x) => !r.reserve.includes(x)), [], `offline ADDs answered only from the node's reserve ${r.reserve.join(', ')}`);
+      assert.deepEqual([r.repeated.outcome, r.repeated.ips], ['ok', [ips[0]]], 'a repeated offline ADD gets the same address');
+      assert.equal(r.offlineDel.outcome, 'ok', `the offline DEL: ${r.offlineDel.error?.msg}`);
+      assert.ok(r.othersOkWhileCut >= 1, 'the other nodes allocated while the node was cut off');
+      assert.ok(r.stats.reserveEntries >= reserve && r.stats.allocationsBySync >= 1, `the checker saw reserve entries and an offline ADD's sync: ${JSON.stringify(r.stats)}`);
+      assert.deepEqual(r.handles, [], 'handles (other than tombstones) left after every DEL');
     } finally {
       await subject.close();
       rmSync(dir, { recursive: true, force: true });
