@@ -94,8 +94,8 @@ describe('the fallback names the node from the file install-cni wrote (real etcd
     assert.match(r.stdout, /^pool nnpool: blocks \/28 \(IPv4\), \/122 \(IPv6\)\n/);
     const html = readFileSync(page, 'utf8');
     assert.ok(html.startsWith('<!DOCTYPE html>'));
-    assert.match(html, new RegExp(`<tr data-node="${NODE}" data-alive="no"><td>${NODE}</td><td class="n">1</td><td class="n">(14|15)</td><td class="n">3</td><td class="n">0</td>`));
-    assert.match(html, /<tr data-node="other-node" data-alive="no"><td>other-node<\/td><td class="n">1<\/td>/);
+    assert.match(html, new RegExp(`<tr data-node="${NODE}" data-alive="no" data-heartbeat="never"><td>${NODE}</td><td class="n">1</td><td class="n">(14|15)</td><td class="n">3</td><td class="n">0</td>`));
+    assert.match(html, /<tr data-node="other-node" data-alive="no" data-heartbeat="never"><td>other-node<\/td><td class="n">1<\/td>/);
     assert.match(html, /<dd data-count="used">4<\/dd>/);
     // Without --out the page is the whole stdout.
     const s = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'status', '--pool', 'nnpool', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', P, '--html'], { encoding: 'utf8', timeout: 60_000 });
