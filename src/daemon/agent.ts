@@ -42,12 +42,15 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   // Cluster pools: one etcd client per pool for the daemon's life, the node's ADDs batched; the
   // node name is the daemon's own (NODE_NAME from the DaemonSet's downward API, else the host name).
   const metrics = new DaemonMetrics();
-  const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer);
+  const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer, options.poolJournalDir === undefined ? {} : { journalRoot: options.poolJournalDir });
   // Pool gauges on scrape, at most once per reconcile interval (and 10 s): scrapes never load etcd.
   metrics.pools.watch(() => pools.sample(), options.intervalSeconds);
   // At start, announce the node in every pool its CNI configurations name, so a node that comes
   // back idle vetoes a removal begun while it was away (docs/cluster.md "remove-node", review F2b).
   const poolPart: DaemonPartFactory = ({ log }) => {
+    // Offline pool allocations a crash or a restart left: read before the socket serves any
+    // request (the parts start first), so a DEL or a repeated ADD is decided on its journal entry.
+    pools.loadJournals();
     let networks: CniNetwork[] = [];
     try {
       networks = readCniConfigs(options.cniConfDir);
