@@ -552,8 +552,11 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
     assert.notEqual(kv.dump()[`${P}/removal-window/node-a`], undefined);
     kv.expireLease(leases[1] as string);
     assert.equal(kv.dump()[`${P}/removal-window/node-a`], undefined);
-    await op.markForRemoval('node-a', { windowLease }); // the marker exists: nothing new
-    assert.equal(ttls.length, 4);
+    // F1: a re-run finds the marker and puts the window again with a fresh lease (of the real size).
+    await op.markForRemoval('node-a', { windowLease });
+    assert.deepEqual(ttls, [70, 70, 60, 60, 70]);
+    assert.notEqual(kv.dump()[`${P}/removal-window/node-a`], undefined, 'the window is back');
+    kv.expireLease(leases[4] as string);
     kv.plant(`${P}/removal-window/node-a`, '{"v":1,"node":"node-a","at":0}');
     await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof Error && e.message === `the veto window of node node-a's removal from pool p1 has not passed (${P}/removal-window/node-a exists until its 70 s lease expires): try --finish again later`);
   });
@@ -857,6 +860,34 @@ describe('offline allocation: review A fixes (memory KV, injected clock)', () =>
     } finally {
       await a.sessions.close();
     }
+  });
+
+  it('F1: step 1 whose marker transaction lost its answer, re-run after the first lease ran out: the window is put again with a fresh lease and --finish waits for it', async () => {
+    const kv = new MemoryKV();
+    const link = new PartitionKV(kv);
+    const op = operator(kv);
+    const opLink = new PoolAllocator({ kv: link, pool: 'p1', prefix: '/ipwarden', node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 } });
+    const leases: string[] = [];
+    const ttls: number[] = [];
+    const windowLease = async (ttl: number): Promise<string> => {
+      ttls.push(ttl);
+      const id = await kv.grantLease(ttl);
+      leases.push(id);
+      return id;
+    };
+    link.loseNextAnswer = true;
+    await unavailable(opLink.markForRemoval('node-a', { windowLease }));
+    assert.notEqual(kv.dump()[`${P}/removing/node-a`], undefined, 'the marker was applied');
+    kv.expireLease(leases[0] as string); // the first lease, granted before the marker, runs out
+    assert.equal(kv.dump()[`${P}/removal-window/node-a`], undefined);
+    link.cut = false;
+    await opLink.markForRemoval('node-a', { windowLease });
+    assert.deepEqual(ttls, [60, 60], 'the re-run granted a lease of the real window');
+    assert.notEqual(kv.dump()[`${P}/removal-window/node-a`], undefined);
+    await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof Error && e.message.startsWith("the veto window of node node-a's removal from pool p1 has not passed"));
+    kv.expireLease(leases[1] as string);
+    await op.finishRemoval('node-a');
+    assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'finished after the fresh window');
   });
 
   it('F4: one entry whose sync throws (a corrupt handle) never stops the other entries\' syncs nor the refill', async () => {
