@@ -9,17 +9,18 @@
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, existsSync, lstatSync, mkdirSync, renameSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, renameSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { decodeBlock, PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
-import { decodeJournalEntry, pickReserve, removalWindowSeconds, withinBudget } from '../../src/ipam/pool-offline.ts';
+import { decodeJournalEntry, journalEntryMisfit, pickReserve, removalWindowSeconds, withinBudget } from '../../src/ipam/pool-offline.ts';
+import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import type { IPAMConfig } from '../../src/ipam/types.ts';
 import { poolHooks, PoolSessions } from '../../src/cni/pool.ts';
-import { ContactKV, type OfflineLog } from '../../src/cni/pool-offline.ts';
+import { bootClock, ContactKV, type OfflineLog } from '../../src/cni/pool-offline.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../../src/store/kv.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { PoolJournal, poolJournalDir } from '../../src/store/pool-journal.ts';
@@ -888,6 +889,80 @@ describe('offline allocation: review A fixes (memory KV, injected clock)', () =>
     kv.expireLease(leases[1] as string);
     await op.finishRemoval('node-a');
     assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'finished after the fresh window');
+  });
+
+  it('F5: a clock seen going back drops the confirmed contact: once it has caught up, no offline ADD (the budget is never lengthened)', async () => {
+    const kv = new MemoryKV();
+    const a = node(kv, tempDir());
+    const conf = config({ reserve: 2, seconds: 30 });
+    try {
+      a.sessions.announce(conf);
+      await a.sessions.maintainOffline(); // contact at t = 1000
+      a.link.cut = true;
+      a.t = 500; // stepped back by 500 ms
+      await code11(a.sessions.add(conf, req('c1')), 'etcd unreachable (test partition)');
+      a.t = 6_000; // caught up, 5 s after the contact (S = 30 s)
+      await code11(a.sessions.add(conf, req('c2')), 'etcd unreachable (test partition)');
+      assert.equal(a.sessions.offlineStats()[0]?.contactAgeSeconds, null, 'no contact left');
+      a.link.cut = false;
+      await a.sessions.maintainOffline(); // a new contact on the (new) clock
+      a.link.cut = true;
+      a.t += 1_000;
+      assert.deepEqual(ips(await a.sessions.add(conf, req('c3'))), ['10.80.0.16'], 'a contact after the step counts');
+    } finally {
+      await a.sessions.close();
+    }
+  });
+
+  it('F5: the default clock is CLOCK_BOOTTIME as /proc/uptime gives it (it counts suspended time)', () => {
+    const up = (): number => Number(readFileSync('/proc/uptime', 'latin1').split(' ')[0]) * 1000;
+    const before = up();
+    const t = bootClock();
+    const after = up();
+    assert.ok(before <= t && t <= after, `${before} <= ${t} <= ${after}`);
+  });
+
+  it('F7: journal entries are validated on read: ip = block address + ordinal, distinct slots, one per range set; an invalid one is set aside', async () => {
+    const entry = (ips: unknown) => JSON.stringify({ v: 1, kind: 'add', pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'], prefix: '/ipwarden' }, blockSize: 28, blockSize6: 122, offline: { reserve: 2, seconds: 300 } }, network: 'net1', node: 'node-a', containerId: 'c1', ifname: 'eth0', at: 1, ips });
+    const slot = (ip: string, ordinal: number, rangeSet = 0, block = '10.80.0.16-28') => ({ ip, block, ordinal, seq: 1, rangeSet });
+    assert.equal(decodeJournalEntry(entry([slot('10.80.0.16', 0)]), '/j/x').ips.length, 1);
+    const bad: Array<[unknown, string]> = [
+      [[slot('10.80.0.29', 0)], 'ips[0].ip 10.80.0.29 is not ordinal 0 of block 10.80.0.16-28 (that is 10.80.0.16)'],
+      [[slot('10.80.0.16', 0), slot('10.80.0.16', 0, 1)], '"ips" names one address twice'],
+      [[slot('10.80.0.16', 0), slot('10.80.0.17', 1)], '"ips" names one range set twice (one address per range set)'],
+      [[slot('10.80.0.32', 16)], 'ips[0].ordinal 16 is outside block 10.80.0.16-28'],
+      [[slot('10.80.0.17', 0, 0, '10.80.0.17-28')], 'ips[0].block "10.80.0.17-28" is not a block\'s network address and prefix'],
+    ];
+    for (const [ips, why] of bad) assert.throws(() => decodeJournalEntry(entry(ips), '/j/x'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `pool journal /j/x: ${why}`, why);
+    // On disk: the edited entry is set aside, never synced; the pool refuses offline ADDs.
+    const kv = new MemoryKV();
+    const root = tempDir();
+    const conf = config({ reserve: 2, seconds: 300 });
+    const a = node(kv, root);
+    a.sessions.announce(conf);
+    await a.sessions.maintainOffline();
+    a.link.cut = true;
+    a.t += 1_000;
+    await a.sessions.add(conf, req('c1'));
+    const name = readdirSync(pdir(root))[0] as string;
+    const e = JSON.parse(readFileSync(join(pdir(root), name), 'utf8'));
+    e.ips[0].ip = '10.80.0.29';
+    writeFileSync(join(pdir(root), name), JSON.stringify(e));
+    const b = node(kv, root);
+    try {
+      b.sessions.loadJournals();
+      b.sessions.announce(conf);
+      await b.sessions.maintainOffline();
+      assert.deepEqual(readdirSync(pdir(root)), [`${name}.corrupt`]);
+      assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined, 'never synced');
+      assert.equal(b.sessions.offlineStats()[0]?.stuck, 1);
+      // A pool layout that changed (another block size) sets an entry aside too (journalEntryMisfit).
+      assert.equal(journalEntryMisfit(decodeJournalEntry(entry([slot('10.80.0.16', 0)]), '/j/x'), { ...(conf.pool as PoolConfig), blockSize4: 27 }, conf.rangeSets), 'its pool config differs from the current one');
+      assert.equal(journalEntryMisfit(decodeJournalEntry(entry([slot('10.80.0.16', 0)]), '/j/x'), conf.pool as PoolConfig, [[...(conf.rangeSets[0] ?? [])], [...(conf.rangeSets[0] ?? [])]]), 'it names 1 addresses for 2 range sets');
+    } finally {
+      await a.sessions.close();
+      await b.sessions.close();
+    }
   });
 
   it('F4: one entry whose sync throws (a corrupt handle) never stops the other entries\' syncs nor the refill', async () => {
