@@ -75,7 +75,6 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
   reconcileCommand('gc', 'release leaked and corrupt reservations (each recorded in the audit log)', 'ipwarden gc --dry-run')
     .option('--dry-run', 'release nothing; list what would be released')
     .option('--audit-log <FILE>', 'audit log (default: <data-dir>/ipwarden-audit.log)')
-    .option('--pool-journal-dir <DIR>', 'journal of offline pool allocations, one directory per pool (read at start, before any request)', '/var/lib/cni/networks/.ipwarden-pool-offline')
     .action(async (opts: ReconcileCommandOptions) => {
       const m = await import('./gc.ts');
       setCode(await m.run(opts, ctx));
@@ -164,6 +163,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .option('--policy <P>', 'conservative, or reclaim-notready', 'conservative')
     .option('--cni-conf-dir <DIR>', 'CNI configuration directory', '/etc/cni/net.d')
     .option('--audit-log <FILE>', 'audit log (default: <data-dir>/ipwarden-audit.log)')
+    .option('--pool-journal-dir <DIR>', 'journal of offline pool allocations, one directory per pool (read at start, before any request)', '/var/lib/cni/networks/.ipwarden-pool-offline')
     .addHelpText('after', '\nExamples:\n  ipwarden daemon\n  ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug\n')
     .action(async (opts: DaemonCommandOptions) => {
       const m = await import('./daemon.ts');
