@@ -1074,7 +1074,7 @@ export class PoolSessions implements PoolHooks {
       const kv = this.#kv(pool);
       this.#note(pool, node);
       // An attachment allocated offline and not yet synced is answered from the journal.
-      const j = this.#offlineOf(pool, node, kv, conf)?.journaled(conf, req) ?? null;
+      const j = this.#offlineOf(pool, node, kv, null)?.journaled(conf, req) ?? null;
       if (j !== null) return j;
       return this.#allocator(kv, pool, node, conf.name, conf.rangeSets).find(req);
     });
