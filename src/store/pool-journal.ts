@@ -1,7 +1,7 @@
 /**
  * The local journal of offline pool allocations (issue 11; docs/cluster.md "Offline allocation"):
  * one file per attachment, named `<64 hex>.json` (a hash: no request text in a path), in one
- * directory per pool (`<root>/<64 hex of [etcd prefix, pool name]>`, {@link poolJournalDir})
+ * directory per pool and node (`<root>/<64 hex of [etcd prefix, pool name, node]>`, {@link poolJournalDir})
  * under one fixed per-node root that does not depend on any network's `ipam.dataDir` (review F2:
  * a journal whose place depended on which network of the pool came first was lost on a
  * restart). The root is the daemon's `--pool-journal-dir`, default
@@ -41,9 +41,13 @@ export const POOL_DIR_RE = /^[0-9a-f]{64}$/;
 export const ASIDE_SUFFIX = '.corrupt';
 const TMP_PREFIX = '.tmp-';
 
-/** The journal directory of pool `name` under etcd key prefix `prefix`: `<root>/<sha256 hex of JSON [prefix, name]>`. Pure. */
-export function poolJournalDir(root: string, prefix: string, name: string): string {
-  return join(root, createHash('sha256').update(JSON.stringify([prefix, name])).digest('hex'));
+/**
+ * The journal directory of pool `name` under etcd key prefix `prefix`, of node `node`:
+ * `<root>/<sha256 hex of JSON [prefix, name, node]>`. The node is in the name so that daemons of
+ * several simulated nodes on one host (tests) never share a directory. Pure.
+ */
+export function poolJournalDir(root: string, prefix: string, name: string, node: string): string {
+  return join(root, createHash('sha256').update(JSON.stringify([prefix, name, node])).digest('hex'));
 }
 
 /** One file of {@link PoolJournal.list}: its text, or why it cannot be read (`STORE_IO`). */

@@ -412,7 +412,7 @@ describe('offline allocation: a daemon cut off from etcd keeps allocating from i
       assert.deepEqual([...offIps].sort(), reserve, 'exactly the reserve');
       assert.deepEqual(ip(await dadd('off1')), offIps[0], 'a repeated offline ADD gets the journal\'s answer');
       // One directory per (etcd prefix, pool) under the root, not under the network's dataDir (review F2).
-      const journal = poolJournalDir(journalRoot, p, 'offpool');
+      const journal = poolJournalDir(journalRoot, p, 'offpool', 'node-off');
       assert.equal(existsSync(join(dataDir, '.ipwarden-pool-offline')), false);
       assert.equal(readdirSync(journal).length, 3);
       // Another node, connected, allocates meanwhile: nothing in common with the offline ones.

@@ -105,7 +105,7 @@ interface Node {
 }
 
 /** The journal directory of pool p1 (prefix /ipwarden) under journal root `root`. */
-const pdir = (root: string): string => poolJournalDir(root, '/ipwarden', 'p1');
+const pdir = (root: string, node = 'node-a'): string => poolJournalDir(root, '/ipwarden', 'p1', node);
 
 function node(kv: MemoryKV, journal: string, name = 'node-a'): Node {
   const link = new PartitionKV(kv);
