@@ -7,7 +7,7 @@
  *   ipwarden daemon [--interval DUR] [--metrics-address HOST:PORT] [--socket PATH]
  *                   [--log-level LEVEL] [--data-dir DIR] [--network NAME]
  *                   [--runtime-endpoint URL] [--grace DUR] [--policy P] [--cni-conf-dir DIR]
- *                   [--audit-log FILE]
+ *                   [--audit-log FILE] [--pool-journal-dir DIR]
  * Examples:
  *   ipwarden daemon
  *   ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug
@@ -43,6 +43,7 @@ export interface DaemonCommandOptions extends Pick<RawReconcileOptions, 'dataDir
   metricsAddress?: string;
   socket?: string;
   logLevel?: string;
+  poolJournalDir?: string;
 }
 
 /**
@@ -110,6 +111,13 @@ export function parseSocketPath(text: string): string {
   return text;
 }
 
+/** An absolute path flag without "." or ".." components. */
+function absoluteFlag(flag: string, text: string): string {
+  pathFlag(flag, text);
+  if (!text.startsWith('/') || text.split('/').some((c) => c === '.' || c === '..')) throw new UsageError(`${flag} must be an absolute path without "." or ".." components, got ${JSON.stringify(text)}`);
+  return text;
+}
+
 /** A non-empty path flag. */
 function pathFlag(flag: string, text: string): string {
   if (text === '') throw new UsageError(`${flag} must not be empty`);
@@ -162,6 +170,7 @@ export function parseDaemonFlags(opts: DaemonCommandOptions): DaemonOptions {
     policy: p,
     cniConfDir: pathFlag('--cni-conf-dir', opts.cniConfDir ?? DEFAULT_CNI_CONF_DIR),
     auditLog: opts.auditLog === undefined ? null : pathFlag('--audit-log', opts.auditLog),
+    ...(opts.poolJournalDir === undefined ? {} : { poolJournalDir: absoluteFlag('--pool-journal-dir', opts.poolJournalDir) }),
   };
 }
 

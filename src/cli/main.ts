@@ -163,6 +163,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .option('--policy <P>', 'conservative, or reclaim-notready', 'conservative')
     .option('--cni-conf-dir <DIR>', 'CNI configuration directory', '/etc/cni/net.d')
     .option('--audit-log <FILE>', 'audit log (default: <data-dir>/ipwarden-audit.log)')
+    .option('--pool-journal-dir <DIR>', 'journal of offline pool allocations, one directory per pool, read at start (default: /var/lib/cni/networks/.ipwarden-pool-offline)')
     .addHelpText('after', '\nExamples:\n  ipwarden daemon\n  ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug\n')
     .action(async (opts: DaemonCommandOptions) => {
       const m = await import('./daemon.ts');

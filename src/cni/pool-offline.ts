@@ -14,6 +14,8 @@
  *   counters; `addOffline` (synchronous: take a reserve address, write the journal entry, answer),
  *   `del`, and `maintain` (sync the journal, then refill the reserve; one at a time).
  */
+import { readFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { AppError, isAppError } from '../common/errors.ts';
 import { parseIP } from '../common/ip.ts';
 import type { PoolAllocation, PoolAllocator, PoolRequest } from '../ipam/pool-allocator.ts';
@@ -21,6 +23,7 @@ import type { OfflineConfig, PoolConfig } from '../ipam/pool-config.ts';
 import {
   decodeJournalEntry,
   encodeJournalEntry,
+  journalEntryMisfit,
   journalName,
   pickReserve,
   reserveLeft,
@@ -35,6 +38,32 @@ import type { IPAMConfig, Range } from '../ipam/types.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import type { PoolJournal } from '../store/pool-journal.ts';
 
+let procUptime: boolean | null = null;
+
+/**
+ * The offline budget's clock, milliseconds (review F5 and the suspend note): CLOCK_BOOTTIME as
+ * `/proc/uptime` gives it (10 ms resolution) — it counts time the system was suspended or the VM
+ * paused (CLOCK_MONOTONIC, `performance.now()`, stands still then while etcd's leases run on),
+ * never goes back, and libfaketime does not fake a file read. When `/proc/uptime` cannot be read
+ * at the first call, `performance.now()` for the process's life (then a backward step is caught
+ * by {@link ContactKV}: a reading below an earlier one drops every contact); when it becomes
+ * unreadable later, NaN (no contact is recorded, no budget holds: fail closed).
+ */
+export function bootClock(): number {
+  if (procUptime !== false) {
+    try {
+      const v = Number(readFileSync('/proc/uptime', 'latin1').split(' ')[0]);
+      if (!Number.isFinite(v) || v < 0) throw new Error('unparsable /proc/uptime');
+      procUptime = true;
+      return v * 1000;
+    } catch {
+      if (procUptime === true) return NaN;
+      procUptime = false;
+    }
+  }
+  return performance.now();
+}
+
 /** A log sink: level, fields, message (the daemon's log; tests collect). */
 export type OfflineLog = (level: 'info' | 'warn' | 'error', fields: Record<string, unknown>, msg: string) => void;
 
@@ -47,8 +76,10 @@ export class ContactKV implements KV, Leases {
   /** Called after every call that succeeded (`afterFailure`: the call before it failed as unavailable). */
   onSuccess: ((afterFailure: boolean) => void) | null = null;
   #failing = false;
+  /** The highest clock reading seen so far (a lower one later: the clock went back). */
+  #seen = -Infinity;
 
-  /** @param clock monotonic milliseconds (default `performance.now`). */
+  /** @param clock milliseconds that never go back (the daemon passes {@link bootClock}; default `performance.now`). */
   constructor(inner: KV & Leases, clock: () => number = () => performance.now()) {
     this.#inner = inner;
     this.#clock = clock;
@@ -70,9 +101,22 @@ export class ContactKV implements KV, Leases {
     this.#watched.add(removingKey);
   }
 
-  /** Send time (monotonic ms) of the last request that confirmed `removingKey` absent, or null. */
+  /**
+   * Send time (ms, the clock) of the last request that confirmed `removingKey` absent, or null.
+   * Samples the clock: a reading below an earlier one (a clock stepped back) or NaN drops every
+   * contact, so a backward step never lengthens the budget (review F5).
+   */
   lastContact(removingKey: string): number | null {
+    this.#sample();
     return this.#contact.get(removingKey) ?? null;
+  }
+
+  /** Read the clock; on a reading lower than one seen before (or NaN), forget every contact. */
+  #sample(): number {
+    const now = this.#clock();
+    if (!(now >= this.#seen)) this.#contact.clear();
+    if (now > this.#seen || Number.isNaN(now)) this.#seen = Number.isNaN(now) ? this.#seen : now;
+    return now;
   }
 
   #confirm(key: string, sent: number): void {
@@ -81,6 +125,7 @@ export class ContactKV implements KV, Leases {
   }
 
   async #call<T>(f: () => Promise<T>): Promise<T> {
+    this.#sample(); // every call (the heartbeat's too) watches the clock for a backward step
     let r: T;
     try {
       r = await f();
@@ -95,7 +140,7 @@ export class ContactKV implements KV, Leases {
   }
 
   get(key: string): Promise<KVEntry | null> {
-    const sent = this.#clock();
+    const sent = this.#sample();
     return this.#call(async () => {
       const e = await this.#inner.get(key);
       if (e === null) this.#confirm(key, sent);
@@ -106,7 +151,7 @@ export class ContactKV implements KV, Leases {
     return this.#call(() => this.#inner.list(prefix, opts));
   }
   txn(compare: readonly KVCompare[], ops: readonly KVOp[]): Promise<KVTxnResult> {
-    const sent = this.#clock();
+    const sent = this.#sample();
     return this.#call(async () => {
       const t = await this.#inner.txn(compare, ops);
       if (t.succeeded) for (const c of compare) if ('absent' in c) this.#confirm(c.key, sent);
@@ -133,10 +178,6 @@ export interface OfflinePoolParts {
   readonly cfg: OfflineConfig;
   readonly node: string;
   readonly kv: ContactKV;
-  /** An allocator of the pool and node with the config's range sets (refill) — shared block cache. */
-  readonly alloc: PoolAllocator;
-  /** How many range sets the config has (the reserve is kept per range set). */
-  readonly rangeSets: number;
   /** An allocator of the pool and node for a journal entry's network (sync, DEL). */
   readonly allocFor: (network: string) => PoolAllocator;
   readonly journal: PoolJournal;
@@ -149,6 +190,13 @@ export interface OfflinePoolParts {
   readonly event?: (kind: 'add' | 'del' | 'synced' | 'syncFailure') => void;
 }
 
+/** The network config an {@link OfflinePool} refills and answers with ({@link OfflinePool.attach}). */
+export interface OfflineAttachment {
+  readonly conf: IPAMConfig;
+  /** An allocator of the pool and node with the config's range sets (refill) — shared block cache. */
+  readonly alloc: PoolAllocator;
+}
+
 /** A snapshot of one pool and node's offline state (metrics; see `PoolSessions.offlineStats`). */
 export interface OfflineStats extends OfflineCounters {
   readonly pool: string;
@@ -159,7 +207,7 @@ export interface OfflineStats extends OfflineCounters {
   readonly reserveLeft: number[];
   /** Journal entries not yet synced (also the stuck ones). */
   readonly journaled: number;
-  /** Journal entries whose sync failed for good (reserve entry gone): they wait for an operator. */
+  /** Journal entries whose sync failed for good (reserve entry gone) or that were set aside (unreadable, invalid: `<name>.corrupt`): they wait for an operator. */
   readonly stuck: number;
   /** Seconds since the last confirmed contact (monotonic), or null when none yet. */
   readonly contactAgeSeconds: number | null;
@@ -192,34 +240,108 @@ export class OfflinePool {
   /** Per journal name: the tail of the operations on it (a DEL is ordered after a sync of the same entry). */
   readonly #locks = new Map<string, Promise<unknown>>();
 
+  /** The network config refills and answers use (the first ADD or announce of the pool); null until then (sync only). */
+  #att: OfflineAttachment | null = null;
+  /** Entries set aside (`<name>.corrupt` files, also those of earlier runs): offline ADDs are refused while any exists. */
+  #aside = 0;
+  /** Why the journal directory cannot be read (offline ADDs refused; read again at each maintenance round), or null. */
+  #unreadable: string | null = null;
+
+  /**
+   * Reads the journal at once (entries a crash left). Never throws: an unreadable directory is
+   * logged and offline ADDs are refused until it reads (review F4: the heartbeat and the veto
+   * must start all the same).
+   */
   constructor(p: OfflinePoolParts) {
     this.#p = p;
-    this.#removingKey = p.alloc.removingKey(p.node);
+    this.#removingKey = p.allocFor('').removingKey(p.node);
     p.kv.watch(this.#removingKey);
-    this.#load();
+    this.#loadOrNote();
   }
 
-  /** Read this pool and node's journal entries (daemon start: entries a crash left). Unreadable ones are logged and kept on disk. */
+  #loadOrNote(): void {
+    try {
+      this.#load();
+      this.#unreadable = null;
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      if (this.#unreadable !== why) this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, dir: this.#p.journal.dir, error: why }, 'pool journal cannot be read: offline allocation is off until it can');
+      this.#unreadable = why;
+    }
+  }
+
+  /** Set entry `name` aside (renamed `<name>.corrupt`), with an error line; never throws. */
+  #setAside(name: string, why: string): void {
+    const file = `${this.#p.journal.dir}/${name}`;
+    try {
+      this.#p.journal.setAside(name);
+      this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, file, setAsideAs: `${file}.corrupt`, error: why }, 'pool journal entry set aside for an operator (offline allocation of the pool is off until it is removed)');
+    } catch (err) {
+      this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, file, error: why, renameError: err instanceof Error ? err.message : String(err) }, 'pool journal entry cannot be read nor set aside');
+      this.#unreadable ??= `${file}: ${why}`;
+    }
+  }
+
+  /**
+   * Read this pool and node's journal entries (daemon start: entries a crash left). An entry
+   * that cannot be read, does not decode, is another node's or pool's, or does not fit the
+   * current config ({@link journalEntryMisfit}) is set aside, never dropped (review F4, F7).
+   * @throws AppError STORE_IO when the directory itself cannot be used.
+   */
   #load(): void {
-    for (const { name, text } of this.#p.journal.list()) {
+    const j = this.#p.journal;
+    for (const f of j.list()) {
+      if (this.#entries.has(f.name)) continue;
+      if ('error' in f) {
+        this.#setAside(f.name, f.error.message);
+        continue;
+      }
       let e: JournalEntry;
       try {
-        e = decodeJournalEntry(text, `${this.#p.journal.dir}/${name}`);
+        e = decodeJournalEntry(f.text, `${j.dir}/${f.name}`);
       } catch (err) {
-        this.#p.log('error', { pool: this.#p.pool.name, file: name, error: (err as Error).message }, 'unreadable pool journal entry kept for an operator');
+        this.#setAside(f.name, (err as Error).message);
         continue;
       }
-      if (e.node !== this.#p.node || journalName(e.pool, e.containerId, e.ifname) !== name) continue;
-      if (journalName(this.#p.pool, e.containerId, e.ifname) !== name) {
-        // Another pool's, or this pool's under other endpoints or prefix (a changed config): say so.
-        if (e.pool.name === this.#p.pool.name) {
-          this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, file: `${this.#p.journal.dir}/${name}`, containerId: e.containerId, ifname: e.ifname, endpoints: e.pool.etcd.endpoints, prefix: e.pool.etcd.prefix },
-            'pool journal entry written under other etcd endpoints or prefix: not synced by this configuration; kept for an operator');
-        }
+      const misfit =
+        e.node !== this.#p.node
+          ? `it is node ${e.node}'s, this node is ${this.#p.node}`
+          : journalName(this.#p.pool, e.containerId, e.ifname) !== f.name
+            ? `its name is not that of ${e.containerId}/${e.ifname} in pool ${this.#p.pool.name} under these etcd endpoints and prefix`
+            : journalEntryMisfit(e, (this.#att?.conf.pool as PoolConfig | undefined) ?? this.#p.pool, this.#att?.conf.rangeSets ?? null);
+      if (misfit !== null) {
+        this.#setAside(f.name, `pool journal ${j.dir}/${f.name}: ${misfit}`);
         continue;
       }
-      this.#entries.set(name, e);
+      this.#entries.set(f.name, e);
     }
+    this.#aside = j.asideCount();
+  }
+
+  /**
+   * The network config to refill and answer with (the pool's first ADD or announce); later calls
+   * keep the first. Entries already loaded that do not fit it are set aside (review F7).
+   */
+  attach(a: OfflineAttachment): void {
+    if (this.#att !== null) return;
+    this.#att = a;
+    for (const [name, e] of [...this.#entries]) {
+      const misfit = journalEntryMisfit(e, a.conf.pool as PoolConfig, a.conf.rangeSets);
+      if (misfit === null) continue;
+      this.#entries.delete(name);
+      this.#certain.delete(name);
+      this.#setAside(name, `pool journal ${this.#p.journal.dir}/${name}: ${misfit}`);
+    }
+    try {
+      this.#aside = this.#p.journal.asideCount();
+    } catch {
+      // the next round reads it again
+    }
+  }
+
+  /** Has {@link attach} been called? */
+  get attached(): boolean {
+    return this.#att !== null;
   }
 
   /** Slots journaled (held, or held back by a `del` entry) and converted or released since the view was read: never handed out. */
@@ -254,21 +376,30 @@ export class OfflinePool {
    * ADD while etcd is unreachable (`cause`: the STORE_UNAVAILABLE the ADD failed with). Synchronous:
    * checks the budget (a confirmed contact less than `seconds` ago, and the settings key confirmed
    * at `seconds` or more), takes one reserve entry per range set, writes the journal entry
-   * durably, and answers with the result's shape. Throws `cause` when out of budget, a
-   * STORE_UNAVAILABLE naming the reason when the reserve is used up, STORE_IO when the journal
-   * cannot be written (nothing handed out then).
+   * durably, and answers with the result's shape. `mayHoldOnline`: the caller knows (or cannot
+   * rule out) that the attachment holds an online allocation (review F3). Throws `cause` when out
+   * of budget; a STORE_UNAVAILABLE (code 11, the runtime retries) naming the reason when the
+   * reserve is used up, when the attachment may hold an online allocation, when its entry is a
+   * held-back `del` not yet synced (review F8), or when journal entries are set aside or the
+   * journal cannot be read (review F4: their reserve entries are unknown); STORE_IO when the
+   * journal cannot be written (nothing handed out then).
    */
-  addOffline(conf: IPAMConfig, req: PoolRequest, cause: AppError): PoolAllocation[] {
-    const cfg = this.#p.cfg;
+  addOffline(conf: IPAMConfig, req: PoolRequest, cause: AppError, mayHoldOnline = false): PoolAllocation[] {
+    const cfg = this.#cfg;
     const last = this.#p.kv.lastContact(this.#removingKey);
     if (this.#settingsSeconds < cfg.seconds || !withinBudget(last, this.#p.clock(), cfg.seconds)) throw cause;
+    const id = req.containerId.trim();
+    const name = journalName(this.#p.pool, id, req.ifname);
+    const refuse = (why: string): AppError => new AppError('STORE_UNAVAILABLE', `${cause.message}; ${why}; retry`, { cause });
+    if (this.#entries.get(name)?.kind === 'del') throw refuse(`an offline DEL of ${id}/${req.ifname} in pool ${this.#p.pool.name} awaits its sync to etcd (its addresses are held back until then)`);
+    if (mayHoldOnline) throw refuse(`${id}/${req.ifname} may hold an online allocation in pool ${this.#p.pool.name} that cannot be read while etcd is unreachable (no second one is given offline)`);
+    if (this.#unreadable !== null) throw refuse(`offline allocation of pool ${this.#p.pool.name} is off: its journal cannot be read (${this.#unreadable})`);
+    if (this.#aside > 0) throw refuse(`offline allocation of pool ${this.#p.pool.name} is off: ${this.#aside} journal entries in ${this.#p.journal.dir} are set aside (*.corrupt) and may hold reserve addresses; an operator must resolve them`);
     const picks = pickReserve(this.#view, this.#used(), conf.rangeSets.length);
     if (picks === null) {
       throw new AppError('STORE_UNAVAILABLE', `${cause.message}; the offline reserve of pool ${this.#p.pool.name} (${cfg.reserve} per range set) is used up`, { cause });
     }
-    const id = req.containerId.trim();
     const e: JournalEntry = { v: 1, kind: 'add', pool: this.#p.pool, network: conf.name, node: this.#p.node, containerId: id, ifname: req.ifname, at: this.#p.now(), ips: picks };
-    const name = journalName(this.#p.pool, id, req.ifname);
     this.#p.journal.write(name, encodeJournalEntry(e));
     this.#entries.set(name, e);
     this.#certain.add(name);
@@ -335,7 +466,7 @@ export class OfflinePool {
     });
   }
 
-  /** Before an ADD of an attachment with a `del` entry: sync that DEL first (a later sync must not delete the new handle). Unreachable etcd: left (an offline ADD overwrites the entry). */
+  /** Before an ADD of an attachment with a `del` entry: sync that DEL first (a later sync must not delete the new handle). Unreachable etcd: left (the ADD then fails with code 11 until it is synced: review F8). */
   async settleDel(req: PoolRequest): Promise<void> {
     const name = journalName(this.#p.pool, req.containerId.trim(), req.ifname);
     await this.#withLock(name, async () => {
@@ -376,14 +507,25 @@ export class OfflinePool {
     this.#p.log('info', { pool: this.#p.pool.name, node: this.#p.node, containerId: e.containerId, ifname: e.ifname, kind: e.kind }, 'offline journal entry synced');
   }
 
-  /** Sync every journal entry (one transaction each), stopping at the first failure of etcd. */
+  /**
+   * Sync every journal entry (one transaction each), stopping at the first failure of etcd
+   * (STORE_UNAVAILABLE, CLOSED: rethrown). Any other failure of one entry (a corrupt handle or
+   * block, STORE_CONFLICT) is logged and the others go on (review F4: one entry never blocks the
+   * rest, nor the refill); it is tried again next round.
+   */
   async #sync(): Promise<void> {
     for (const name of [...this.#entries.keys()]) {
       if (this.#stuck.has(name)) continue; // waits for an operator (retried at the next daemon start)
-      await this.#withLock(name, async () => {
+      try {
+        await this.#withLock(name, async () => {
+          const e = this.#entries.get(name);
+          if (e !== undefined) await this.#syncEntry(name, e);
+        });
+      } catch (err) {
+        if (isAppError(err, 'STORE_UNAVAILABLE') || isAppError(err, 'CLOSED')) throw err;
         const e = this.#entries.get(name);
-        if (e !== undefined) await this.#syncEntry(name, e);
-      });
+        this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, file: `${this.#p.journal.dir}/${name}`, containerId: e?.containerId, ifname: e?.ifname, error: (err as Error).message }, 'offline journal entry not synced this round (the others go on)');
+      }
     }
   }
 
@@ -402,8 +544,10 @@ export class OfflinePool {
       do {
         this.#again = false;
         try {
+          if (this.#unreadable !== null) this.#loadOrNote();
           await this.#sync();
-          const r = await this.#p.alloc.refillReserve(this.#p.cfg.reserve, this.#p.cfg.seconds);
+          if (this.#att === null) break; // no network config yet: nothing to refill with
+          const r = await this.#att.alloc.refillReserve(this.#cfg.reserve, this.#cfg.seconds);
           this.#view = r.slots;
           this.#consumed.clear();
           this.#settingsSeconds = r.settingsSeconds;
@@ -422,8 +566,17 @@ export class OfflinePool {
 
   /** Is a maintenance round due after a batch: entries to sync, the settings not confirmed, or the reserve below target? */
   get wantsMaintain(): boolean {
-    if (this.pendingSync || this.#settingsSeconds < this.#p.cfg.seconds) return true;
-    return reserveLeft(this.#view, this.#used(), this.#p.rangeSets).some((n) => n < this.#p.cfg.reserve);
+    if (this.pendingSync || this.#settingsSeconds < this.#cfg.seconds) return true;
+    return reserveLeft(this.#view, this.#used(), this.#rangeSets).some((n) => n < this.#cfg.reserve);
+  }
+
+  /** The offline settings: the attached config's, else those the pool was made with. */
+  get #cfg(): OfflineConfig {
+    return (this.#att?.conf.pool as PoolConfig | undefined)?.offline ?? this.#p.cfg;
+  }
+
+  get #rangeSets(): number {
+    return this.#att?.conf.rangeSets.length ?? 0;
   }
 
   /** Entries to sync (not stuck) exist. */
@@ -433,16 +586,16 @@ export class OfflinePool {
 
   /** A snapshot for metrics. */
   stats(): OfflineStats {
-    const rangeSets = this.#p.rangeSets;
+    const rangeSets = this.#rangeSets;
     const last = this.#p.kv.lastContact(this.#removingKey);
     return {
       pool: this.#p.pool.name,
       node: this.#p.node,
       ...this.counters,
-      reserveTarget: this.#p.cfg.reserve,
+      reserveTarget: this.#cfg.reserve,
       reserveLeft: reserveLeft(this.#view, this.#used(), rangeSets),
       journaled: this.#entries.size,
-      stuck: this.#stuck.size,
+      stuck: this.#stuck.size + this.#aside,
       contactAgeSeconds: last === null ? null : (this.#p.clock() - last) / 1000,
     };
   }

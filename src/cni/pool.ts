@@ -13,13 +13,15 @@
  * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
  * client and its gRPC stack.
  */
-import { mkdirSync, readFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { AppError, ClosedError, errnoCode, isAppError } from '../common/errors.ts';
 import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
+import { decodeJournalEntry, journalName } from '../ipam/pool-offline.ts';
+import { untrustedReason } from '../common/trust.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import { poolNodeSample } from '../ipam/pool-status.ts';
 import { settingsValue } from '../ipam/pool-offline.ts';
@@ -29,8 +31,8 @@ import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import { defaultAuditLogPath, openAuditLog } from '../reconcile/audit.ts';
 import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
 import { readNodeNameFile } from './node-name-file.ts';
-import { JOURNAL_DIR_NAME, PoolJournal } from '../store/pool-journal.ts';
-import { ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './pool-offline.ts';
+import { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from '../store/pool-journal.ts';
+import { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './pool-offline.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
 export interface PoolHooks {
@@ -184,7 +186,7 @@ function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, r
  * The standalone plugin's hooks over `source` (default: a client per request, one transaction per
  * ADD), resolving the node name from `env` (the request's environment).
  */
-export function poolHooks(env: Readonly<Record<string, string | undefined>>, source: KVSource = PER_REQUEST): PoolHooks {
+export function poolHooks(env: Readonly<Record<string, string | undefined>>, source: KVSource = PER_REQUEST, journalRoot: string = DEFAULT_POOL_JOURNAL_ROOT): PoolHooks {
   async function withKV<T>(pool: PoolConfig, f: (kv: KV) => Promise<T>): Promise<T> {
     const kv = await source.acquire(pool);
     try {
@@ -203,10 +205,16 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
         return r as PoolAllocation[];
       });
     },
-    del: (id, req) => {
+    del: async (id, req) => {
       const pool = id.pool as PoolConfig;
       const node = delNodeName(pool, env);
-      return withKV(pool, (kv) => allocatorFor(kv, pool, node, id.name, []).del(req));
+      // Review F6: an attachment the daemon allocated (or released) offline and has not synced is
+      // the daemon's to release: answering "released" here would let its later sync bring the
+      // handle back. Code 11: the runtime retries until the daemon is back.
+      if (journalHolds(poolJournalDir(journalRoot, pool.etcd.prefix, pool.name, node), journalName(pool, req.containerId.trim(), req.ifname))) {
+        throw new AppError('STORE_UNAVAILABLE', `an offline allocation of ${req.containerId.trim()}/${req.ifname} in pool ${pool.name} awaits its sync by the daemon; retry`);
+      }
+      return await withKV(pool, (kv) => allocatorFor(kv, pool, node, id.name, []).del(req));
     },
     find: (conf, req) => {
       const pool = conf.pool as PoolConfig;
@@ -621,12 +629,23 @@ function attachmentKey(pool: PoolConfig, req: PoolRequest): string {
 /** Requests per batch (the allocator's limit). */
 const MAX_BATCH_REQUESTS = MAX_BATCH;
 
+/** Does the node's block cache hold an allocation (not a reserve entry) of `req`'s attachment? */
+function cacheHolds(cache: BlockCache, req: PoolRequest): boolean {
+  const id = req.containerId.trim();
+  for (const b of cache.blocks?.values() ?? []) for (const a of Object.values(b.value.allocs)) if (a.reserve !== true && a.id === id && a.ifname === req.ifname) return true;
+  return false;
+}
+
 /** Options of {@link PoolSessions} (offline allocation, docs/cluster.md "Offline allocation"). */
 export interface PoolSessionsOptions {
   /** Monotonic clock, milliseconds (default `performance.now`): the offline budget is measured on it. */
   readonly clock?: () => number;
-  /** The journal directory of a network config (default `<ipam.dataDir>/.ipwarden-pool-offline`). */
-  readonly journalDir?: (conf: IPAMConfig) => string;
+  /**
+   * The root of the pool journals (the daemon's `--pool-journal-dir`; default
+   * {@link DEFAULT_POOL_JOURNAL_ROOT}): one directory per (etcd prefix, pool) under it, whatever
+   * the networks' `ipam.dataDir` (review F2).
+   */
+  readonly journalRoot?: string;
   /** Log sink (default: one JSON line in pino's shape on stderr, the daemon's log). */
   readonly log?: OfflineLog;
 }
@@ -647,8 +666,9 @@ const stderrLog: OfflineLog = (level, fields, msg) => {
  *
  * With `ipam.pool.offline` (docs/cluster.md "Offline allocation") it also keeps the node's
  * reserve in etcd, answers ADDs from it while etcd is unreachable (within `seconds` of the last
- * confirmed contact, on the monotonic clock of `opts.clock`), journals them under
- * `opts.journalDir(conf)` (default `<ipam.dataDir>/.ipwarden-pool-offline`) and syncs them on
+ * confirmed contact, on the clock of `opts.clock`), journals them under
+ * `opts.journalRoot` (default {@link DEFAULT_POOL_JOURNAL_ROOT}; {@link loadJournals} reads it at
+ * daemon start, before any request) and syncs them on
  * reconnect; `offlineStats()` and `observer.offline` are the metrics' view. Every etcd client is
  * wrapped in a {@link ContactKV} (it forwards everything; it writes nothing of its own).
  */
@@ -671,6 +691,10 @@ export class PoolSessions implements PoolHooks {
   /** Offline allocation per etcd, pool and node (pools with `ipam.pool.offline` only). */
   readonly #offline = new Map<string, OfflinePool>();
   readonly #opts: PoolSessionsOptions;
+  /** Attachments this daemon answered an online ADD for and has not released since (review F3). */
+  readonly #online = new Set<string>();
+  /** The journal root could not be read at start: offline ADDs are refused (review F4). */
+  #rootUnreadable = false;
   #closed = false;
 
   /**
@@ -693,39 +717,128 @@ export class PoolSessions implements PoolHooks {
   }
 
   /**
-   * The offline state of `conf`'s pool and `node`, made on first use (its journal read: entries a
-   * crash left are synced by the first `maintain`), or null without `ipam.pool.offline`.
+   * The offline state of `pool` and `node`, made on first use (its journal read: entries a crash
+   * left are synced by the first `maintain`), or null without `ipam.pool.offline`. `conf` (an ADD
+   * or announce): the network config it refills and answers with (the first one given is kept);
+   * null (a DEL, a CHECK, the journal loaded at start): none yet. Never throws for journal
+   * trouble (review F4: logged, offline ADDs refused).
    */
-  #offlineOf(conf: IPAMConfig, pool: PoolConfig, node: string, kv: ContactKV): OfflinePool | null {
+  #offlineOf(pool: PoolConfig, node: string, kv: ContactKV, conf: IPAMConfig | null): OfflinePool | null {
     const cfg = pool.offline;
     if (cfg === undefined || cfg === null) return null;
     const key = this.#offlineKey(pool, node);
-    const have = this.#offline.get(key);
-    if (have !== undefined) return have;
-    const cache = this.#cacheFor(pool, node);
-    const off = new OfflinePool({
-      pool,
-      cfg,
-      node,
-      kv,
-      alloc: this.#allocator(kv, pool, node, conf.name, conf.rangeSets, cache),
-      rangeSets: conf.rangeSets.length,
-      allocFor: (network) => this.#allocator(kv, pool, node, network, [], cache),
-      journal: new PoolJournal(this.#opts.journalDir?.(conf) ?? join(conf.dataDir, JOURNAL_DIR_NAME)),
-      clock: this.#opts.clock ?? (() => performance.now()),
-      now: Date.now,
-      log: this.#opts.log ?? stderrLog,
-      event: (kind) => tell(() => this.#observer.offline?.({ pool: pool.name, node, kind })),
-    });
-    this.#offline.set(key, off);
-    // The first success after etcd was unreachable syncs the journal (and refills) at once.
-    const prev = kv.onSuccess;
-    kv.onSuccess = (afterFailure) => {
-      prev?.(afterFailure);
-      if (afterFailure && !this.#closed) void off.maintain();
-    };
-    void off.maintain();
+    let off = this.#offline.get(key);
+    let made = false;
+    if (off === undefined) {
+      made = true;
+      const cache = this.#cacheFor(pool, node);
+      const o = new OfflinePool({
+        pool,
+        cfg,
+        node,
+        kv,
+        allocFor: (network) => this.#allocator(kv, pool, node, network, [], cache),
+        journal: new PoolJournal(poolJournalDir(this.#journalRoot, pool.etcd.prefix, pool.name, node)),
+        clock: this.#clock,
+        now: Date.now,
+        log: this.#log,
+        event: (kind) => tell(() => this.#observer.offline?.({ pool: pool.name, node, kind })),
+      });
+      off = o;
+      this.#offline.set(key, o);
+      // The first success after etcd was unreachable syncs the journal (and refills) at once.
+      const prev = kv.onSuccess;
+      kv.onSuccess = (afterFailure) => {
+        prev?.(afterFailure);
+        if (afterFailure && !this.#closed) void o.maintain();
+      };
+    }
+    if (conf !== null && !off.attached) {
+      off.attach({ conf, alloc: this.#allocator(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node)) });
+      void off.maintain();
+    } else if (made) void off.maintain();
     return off;
+  }
+
+  get #journalRoot(): string {
+    return this.#opts.journalRoot ?? DEFAULT_POOL_JOURNAL_ROOT;
+  }
+
+  get #log(): OfflineLog {
+    return this.#opts.log ?? stderrLog;
+  }
+
+  get #clock(): () => number {
+    return this.#opts.clock ?? bootClock;
+  }
+
+  /**
+   * Daemon start, before it serves any request (review F2, F6): read every pool journal under
+   * the root (`opts.journalRoot`) and make the offline state of each pool found, so a DEL, a
+   * CHECK or a repeated ADD of a journaled attachment is decided on its entry from the first
+   * request on, whichever network of the pool it names. A pool directory whose entries cannot be
+   * read has them set aside (`<name>.corrupt`, an error line); an unusable root is an error line.
+   * Never throws for journal trouble; `ClosedError` after `close()`. Returns the pools loaded.
+   */
+  loadJournals(): Array<{ pool: string; node: string; dir: string; entries: number }> {
+    if (this.#closed) throw new ClosedError('pool sessions');
+    const root = this.#journalRoot;
+    const log = this.#log;
+    let dirs: string[];
+    try {
+      const st = lstatSync(root);
+      if (!st.isDirectory()) throw new AppError('STORE_IO', `pool journal: ${root} is not a directory (a symlink or a file): ipwarden follows no symlink it did not make`);
+      const why = untrustedReason(root, st, process.geteuid?.() ?? 0);
+      if (why !== null) throw new AppError('STORE_IO', `pool journal: ${why}`);
+      dirs = readdirSync(root).filter((n) => POOL_DIR_RE.test(n)).sort();
+    } catch (e) {
+      if (errnoCode(e) === 'ENOENT') return [];
+      log('error', { dir: root, error: e instanceof Error ? e.message : String(e) }, 'pool journals cannot be read: offline allocation is off for every pool');
+      this.#rootUnreadable = true;
+      return [];
+    }
+    const out: Array<{ pool: string; node: string; dir: string; entries: number }> = [];
+    for (const n of dirs) {
+      const dir = join(root, n);
+      const j = new PoolJournal(dir);
+      let pool: PoolConfig | null = null;
+      try {
+        for (const f of j.list()) {
+          if (!('text' in f)) continue;
+          try {
+            const e = decodeJournalEntry(f.text, `${dir}/${f.name}`);
+            if (poolJournalDir(root, e.pool.etcd.prefix, e.pool.name, e.node) === dir) {
+              pool = e.pool;
+              break;
+            }
+          } catch {
+            // set aside below (or by the pool's own load)
+          }
+        }
+        if (pool === null) {
+          // Whose it is cannot be told (another simulated node's on a shared root, say): left;
+          // its pool's own load sets its entries aside.
+          if (j.list().length > 0) log('error', { dir }, 'pool journal directory with no readable entry: left for its pool (its entries are set aside when the pool is used)');
+          continue;
+        }
+      } catch (e) {
+        log('error', { dir, error: e instanceof Error ? e.message : String(e) }, 'pool journal directory cannot be read (its pool refuses offline ADDs)');
+        continue;
+      }
+      try {
+        const node = resolveNodeName(pool, this.#env);
+        if (poolJournalDir(root, pool.etcd.prefix, pool.name, node) !== dir) continue; // another node's (a shared root)
+        const off = this.#offlineOf(pool, node, this.#kv(pool), null);
+        this.#note(pool, node);
+        const st = off?.stats();
+        out.push({ pool: pool.name, node, dir, entries: st?.journaled ?? 0 });
+        log('info', { pool: pool.name, node, dir, entries: st?.journaled ?? 0, stuck: st?.stuck ?? 0 }, 'pool journal loaded');
+      } catch (e) {
+        if (e instanceof ClosedError) throw e;
+        log('error', { dir, pool: pool.name, error: e instanceof Error ? e.message : String(e) }, 'pool journal not loaded');
+      }
+    }
+    return out;
   }
 
   /**
@@ -823,7 +936,7 @@ export class PoolSessions implements PoolHooks {
     let kv = this.#kvs.get(key);
     if (kv === undefined) {
       // Wrapped so the node's confirmed contacts are known (offline allocation); it writes nothing more.
-      kv = new ContactKV(this.#make(pool), this.#opts.clock);
+      kv = new ContactKV(this.#make(pool), this.#clock);
       this.#kvs.set(key, kv);
     }
     return kv;
@@ -850,7 +963,7 @@ export class PoolSessions implements PoolHooks {
     const kv = this.#kv(pool);
     this.#note(pool, node);
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
-    const off = this.#offlineOf(conf, pool, node, kv);
+    const off = this.#offlineOf(pool, node, kv, conf);
     let b = this.#batchers.get(key);
     if (b === undefined) {
       const alloc = this.#allocator(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
@@ -873,14 +986,24 @@ export class PoolSessions implements PoolHooks {
             // etcd is unreachable is served from the node's reserve while the budget lasts.
             const j = off.journaled(conf, req);
             if (j !== null) return j;
-            if (off.hasDel(req)) await off.settleDel(req);
+            if (off.hasDel(req)) {
+              await off.settleDel(req);
+              // Still held back (etcd unreachable): no ADD before that DEL is synced (review F8).
+              if (off.hasDel(req)) throw new AppError('STORE_UNAVAILABLE', `an offline DEL of ${req.containerId.trim()}/${req.ifname} in pool ${pool.name} awaits its sync to etcd; retry`);
+            }
+            const ak = attachmentKey(pool, req);
             try {
               const r = await batcher.submit(req, signal);
+              this.#online.add(ak);
               if (off.wantsMaintain) void off.maintain();
               return r;
             } catch (e) {
-              if (isAppError(e, 'STORE_UNAVAILABLE')) return off.journaled(conf, req) ?? off.addOffline(conf, req, e);
-              throw e;
+              if (!isAppError(e, 'STORE_UNAVAILABLE')) throw e;
+              const again = off.journaled(conf, req);
+              if (again !== null) return again;
+              if (this.#rootUnreadable) throw new AppError('STORE_UNAVAILABLE', `${e.message}; offline allocation is off: the pool journals under ${this.#journalRoot} could not be read at start; retry`, { cause: e });
+              // Review F3: never a second set of addresses for an attachment that may hold one.
+              return off.addOffline(conf, req, e, this.#online.has(ak) || cacheHolds(this.#cacheFor(pool, node), req));
             }
           })();
     // Remember it until answered, so a DEL of the same container is ordered after it (review F4).
@@ -933,9 +1056,10 @@ export class PoolSessions implements PoolHooks {
     const node = resolveNodeName(pool, this.#env);
     const kv = this.#kv(pool);
     this.#note(pool, node);
-    // With ipam.pool.offline: the journal is read (entries a crash left get synced) and the reserve filled.
-    this.#offlineOf(conf, pool, node, kv);
+    // The heartbeat (and its veto) first: whatever the journal's state (review F4).
     this.#startHeartbeat(kv, pool, node, this.#allocator(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
+    // With ipam.pool.offline: the journal is read (entries a crash left get synced) and the reserve filled.
+    this.#offlineOf(pool, node, kv, conf);
   }
 
   /**
@@ -957,13 +1081,14 @@ export class PoolSessions implements PoolHooks {
     const pend = this.#pendingAdds.get(attachmentKey(pool, req));
     if (pend !== undefined) await Promise.all([...pend]);
     const etcdDel = (): Promise<string[]> => this.#allocator(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
-    // An attachment allocated offline is released on its journal entry (ordered after its sync).
-    const off = this.#offline.get(this.#offlineKey(pool, node));
-    if (off !== undefined) {
-      const r = await off.del(req, etcdDel);
-      if (r !== null) return r;
-    }
-    return etcdDel();
+    // An attachment allocated offline is released on its journal entry (ordered after its sync);
+    // the pool's journal is read first if no request read it yet (review F6).
+    const off = this.#offlineOf(pool, node, kv, null);
+    let r: string[] | null = null;
+    if (off !== null) r = await off.del(req, etcdDel);
+    r ??= await etcdDel();
+    this.#online.delete(attachmentKey(pool, req));
+    return r;
   }
 
   find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {
@@ -972,7 +1097,7 @@ export class PoolSessions implements PoolHooks {
       const kv = this.#kv(pool);
       this.#note(pool, node);
       // An attachment allocated offline and not yet synced is answered from the journal.
-      const j = this.#offline.get(this.#offlineKey(pool, node))?.journaled(conf, req) ?? null;
+      const j = this.#offlineOf(pool, node, kv, null)?.journaled(conf, req) ?? null;
       if (j !== null) return j;
       return this.#allocator(kv, pool, node, conf.name, conf.rangeSets).find(req);
     });

@@ -55,4 +55,9 @@ export interface DaemonOptions {
   readonly cniConfDir: string;
   /** Audit log path, or null for `<dataDir>/ipwarden-audit.log`. */
   readonly auditLog: string | null;
+  /**
+   * `--pool-journal-dir`: root of the offline pool allocations' journal (docs/cluster.md
+   * "Offline allocation"), absolute; absent: `/var/lib/cni/networks/.ipwarden-pool-offline`.
+   */
+  readonly poolJournalDir?: string;
 }

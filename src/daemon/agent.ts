@@ -49,7 +49,10 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   // sync, sync failure, reserve short) are the daemon's own lines, with `part: "pools"`.
   const log = over.log ?? createLogger(options.logLevel);
   const poolLog = log.child({ part: 'pools' });
-  const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer, { log: (level, fields, msg) => poolLog[level](fields, msg) });
+  const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer, {
+    log: (level, fields, msg) => poolLog[level](fields, msg),
+    ...(options.poolJournalDir === undefined ? {} : { journalRoot: options.poolJournalDir }),
+  });
   // Pool gauges on scrape, at most once per reconcile interval (and 10 s): scrapes never load etcd.
   metrics.pools.watch(() => pools.sample(), options.intervalSeconds);
   // Offline gauges (reserve left, journal entries, contact age) on every scrape: no I/O.
@@ -57,6 +60,9 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   // At start, announce the node in every pool its CNI configurations name, so a node that comes
   // back idle vetoes a removal begun while it was away (docs/cluster.md "remove-node", review F2b).
   const poolPart: DaemonPartFactory = ({ log }) => {
+    // Offline pool allocations a crash or a restart left: read before the socket serves any
+    // request (the parts start first), so a DEL or a repeated ADD is decided on its journal entry.
+    pools.loadJournals();
     let networks: CniNetwork[] = [];
     try {
       networks = readCniConfigs(options.cniConfDir);

@@ -1031,7 +1031,9 @@ export class PoolAllocator {
    * goes `owned → pendingRelease` (a CAS each, also comparing the marker's revision: a veto meanwhile
    * stops the marking). With `windowLease` (the CLI: `grantLease(ttlSeconds)`) the window key is
    * put with the marker, its lease's TTL `max(60, 2·S + 10)` seconds where S is the target's
-   * announced offline seconds ({@link settingsKey}; none: {@link REMOVAL_WINDOW_SECONDS}), and and `--finish` refuses until it has expired. No new allocation in a marked block, and no ADD of `target` commits
+   * announced offline seconds ({@link settingsKey}; none: {@link REMOVAL_WINDOW_SECONDS}), and `--finish` refuses until it has expired;
+   * a call that finds the marker existing puts the window again with a lease granted after it
+   * read the marker (review F1: the window always runs its TTL after the marker is known). No new allocation in a marked block, and no ADD of `target` commits
    * while the marker exists. Unless `force`, the marker is created only if `target`'s heartbeat
    * key is absent (compared in the same transaction).
    * With `checkNode` (the CLI's step 1; trial findings 1 and 11), before any write and only when
@@ -1091,6 +1093,16 @@ export class PoolAllocator {
         await kv.txn([{ key: mk, modRevision: created.rev }], [{ delete: mk }]);
         throw new RemovalRefusedError(`the veto window of node ${target}'s removal from pool ${this.#o.pool} expired before step 1 could confirm it (it stalled for more than ${created.ttl} s): the removal was undone; run remove-node again`);
       }
+    } else if (opts.windowLease !== undefined) {
+      // The marker existed already (a re-run of step 1, or one whose answer was lost or whose CLI
+      // died before the re-lease: review F1): put the window again with a lease granted now,
+      // after the marker was read (compared unchanged), so the window runs at least its TTL after
+      // the marker is known to exist. A fresh lease of the full TTL only lengthens a window.
+      const wk = this.windowKey(target);
+      const ttl = await this.windowSecondsOf(target);
+      const lease = await opts.windowLease(ttl);
+      const again = await kv.txn([{ key: mk, modRevision: marker.modRevision }], [{ put: wk, value: marker.value, lease }]);
+      if (!again.succeeded) throw vetoRefusal(this.#o.pool, target, mk);
     }
     const prefix = `${this.#base}/nodes/${target}/blocks/`;
     const out: string[] = [];

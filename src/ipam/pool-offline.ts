@@ -16,10 +16,13 @@
  */
 import { createHash } from 'node:crypto';
 import { AppError } from '../common/errors.ts';
-import { formatIP, parseIP } from '../common/ip.ts';
+import { formatIP, parseCIDR, parseIP } from '../common/ip.ts';
 import { CNI_NAME_RE } from '../common/names.ts';
 import type { KVEntry } from '../store/kv.ts';
+import { blockAddresses, ordinalIP } from './pool-blocks.ts';
 import { decodePoolConfig, type PoolConfig } from './pool-config.ts';
+import { rangeFor } from './range.ts';
+import type { RangeSet } from './types.ts';
 
 /** One reserve entry of the node: where it is, its sequence number, its address (canonical text). */
 export interface ReserveSlot {
@@ -212,10 +215,49 @@ export function decodeJournalEntry(text: string, file: string): JournalEntry {
     if (ip === null || formatIP(ip) !== s['ip']) throw bad(`ips[${i}].ip must be a canonical IP`);
     if (typeof s['block'] !== 'string' || !/^[0-9a-f.:]+-[0-9]{1,3}$/.test(s['block'])) throw bad(`ips[${i}].block must be a block key`);
     if (!isNat(s['ordinal']) || !isNat(s['seq']) || !isNat(s['rangeSet'])) throw bad(`ips[${i}]: "ordinal", "seq" and "rangeSet" must be non-negative integers`);
+    // Review F7: the address must be the block's network address + the ordinal (the sync writes
+    // the handle's text from `ip` and the block's allocation from `ordinal`: they must agree).
+    const m = /^(.+)-([0-9]{1,3})$/.exec(s['block']) as RegExpExecArray;
+    const cidr = parseCIDR(`${m[1] as string}/${m[2] as string}`);
+    if (cidr === null || formatIP(cidr.ip) !== m[1] || cidr.ip.value !== cidr.subnet.ip.value) throw bad(`ips[${i}].block ${JSON.stringify(s['block'])} is not a block's network address and prefix`);
+    if (BigInt(s['ordinal']) >= blockAddresses(cidr.subnet.ip.family, cidr.subnet.prefix)) throw bad(`ips[${i}].ordinal ${s['ordinal']} is outside block ${s['block']}`);
+    const want = formatIP(ordinalIP(cidr.subnet, s['ordinal']));
+    if (want !== s['ip']) throw bad(`ips[${i}].ip ${s['ip'] as string} is not ordinal ${s['ordinal']} of block ${s['block']} (that is ${want})`);
     return { ip: s['ip'] as string, block: s['block'], ordinal: s['ordinal'], seq: s['seq'], rangeSet: s['rangeSet'] };
   });
   if (r['kind'] === 'add' && ips.length === 0) throw bad('an "add" entry must name its addresses');
+  const slots = new Set(ips.map((x) => `${x.block}#${x.ordinal}`));
+  if (slots.size !== ips.length) throw bad('"ips" names one address twice');
+  if (new Set(ips.map((x) => x.rangeSet)).size !== ips.length) throw bad('"ips" names one range set twice (one address per range set)');
   return { v: 1, kind: r['kind'], pool, network: r['network'] as string, node: r['node'] as string, containerId: r['containerId'] as string, ifname: r['ifname'], at: r['at'], ips };
+}
+
+/**
+ * Are two pool configs the same pool with the same layout: name, etcd endpoints and prefix,
+ * block sizes (what decides which keys and addresses a journal entry names)? TLS files and the
+ * `offline` settings may differ (they change no address). Pure.
+ */
+export function samePoolConfig(a: PoolConfig, b: PoolConfig): boolean {
+  const id = (p: PoolConfig): string => JSON.stringify([p.name, p.etcd.endpoints, p.etcd.prefix, p.blockSize4, p.blockSize6]);
+  return id(a) === id(b);
+}
+
+/**
+ * Does journal entry `e` fit the network config it is answered and synced with (review F7)?
+ * null when it does, else why not: the pool config must equal `pool` (the current one), an
+ * `add` entry must name exactly one address per range set of `rangeSets` (the config's), and
+ * each address must lie in its range set. Pure.
+ */
+export function journalEntryMisfit(e: JournalEntry, pool: PoolConfig, rangeSets: readonly RangeSet[] | null): string | null {
+  if (!samePoolConfig(e.pool, pool)) return 'its pool config differs from the current one';
+  if (rangeSets === null) return null;
+  if (e.kind === 'add' && e.ips.length !== rangeSets.length) return `it names ${e.ips.length} addresses for ${rangeSets.length} range sets`;
+  for (const x of e.ips) {
+    const rs = rangeSets[x.rangeSet];
+    const ip = parseIP(x.ip);
+    if (rs === undefined || ip === null || rangeFor(rs, ip) < 0) return `${x.ip} is not in range set ${x.rangeSet} of the config`;
+  }
+  return null;
 }
 
 /** Counters of one pool and node's offline allocation (the metrics engineer's interface; see `PoolSessions.offlineStats`). */

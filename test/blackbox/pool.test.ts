@@ -11,13 +11,14 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startTestDaemon } from '../helpers/daemon.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';
 import { startNodeProxies } from '../helpers/tcp-proxy.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
+import { poolJournalDir } from '../../src/store/pool-journal.ts';
 import { installedPlugin, ROOT, runCni, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 
@@ -386,7 +387,10 @@ describe('offline allocation: a daemon cut off from etcd keeps allocating from i
     const direct = cfg(c.endpoints);
     const { name, cniVersion, ...plugin } = viaProxy;
     writeFileSync(join(netd, '10-off.conflist'), JSON.stringify({ cniVersion, name, plugins: [{ type: 'macvlan', ...plugin }] }));
-    const d = await startTestDaemon({ cniConfDir: netd, env: { NODE_NAME: 'node-off' } });
+    // The journal root: the test's own (the default is the host's /var/lib/cni/networks/.ipwarden-pool-offline).
+    const journalRoot = join(work, 'journal');
+    const start = () => startTestDaemon({ cniConfDir: netd, env: { NODE_NAME: 'node-off' }, args: ['--pool-journal-dir', journalRoot] });
+    let d = await start();
     const dadd = (id: string) => runViaDaemon(d.socket, { command: 'ADD', containerId: id, ifname: 'eth0', stdin: viaProxy });
     const ddel = (id: string) => runViaDaemon(d.socket, { command: 'DEL', containerId: id, ifname: 'eth0', stdin: viaProxy });
     const ip = (r: Outcome): string => address(r).split('/')[0] as string;
@@ -419,12 +423,21 @@ describe('offline allocation: a daemon cut off from etcd keeps allocating from i
       assert.equal(new Set(offIps).size, 3, 'distinct addresses');
       assert.deepEqual([...offIps].sort(), reserve, 'exactly the reserve');
       assert.deepEqual(ip(await dadd('off1')), offIps[0], 'a repeated offline ADD gets the journal\'s answer');
-      const journal = join(dataDir, '.ipwarden-pool-offline');
+      // One directory per (etcd prefix, pool) under the root, not under the network's dataDir (review F2).
+      const journal = poolJournalDir(journalRoot, p, 'offpool', 'node-off');
+      assert.equal(existsSync(join(dataDir, '.ipwarden-pool-offline')), false);
       assert.equal(readdirSync(journal).length, 3);
       // Another node, connected, allocates meanwhile: nothing in common with the offline ones.
       const others = ['b1', 'b2', 'b3', 'b4', 'b5'].map((id) => address(add(direct, id, 'node-b')).split('/')[0] as string);
       assert.deepEqual(others.filter((x) => offIps.includes(x) || x === on1), []);
       assert.equal(await ekv.get(`${base}/handles/off1/eth0`), null, 'nothing of the offline ADDs reached etcd');
+
+      // A restart while still cut off: the new daemon loads the journal before it serves (review
+      // F2, F6) and answers a repeated ADD from it.
+      await d.stop();
+      d = await start();
+      await d.waitForLog((l) => l.msg === 'pool journal loaded' && l['entries'] === 3);
+      assert.deepEqual(ip(await dadd('off2')), offIps[1], 'the restarted daemon answers from the journal it loaded');
 
       // Restore: the first successful call syncs the journal.
       proxies.setMode({ kind: 'pass' });

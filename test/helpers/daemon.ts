@@ -70,7 +70,10 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
   const cniConfDir = opts.cniConfDir ?? join(own, 'net.d');
   // Any free port for the metrics unless the test names one: daemons of parallel tests must not collide on 9617.
   const metrics = (opts.args ?? []).includes('--metrics-address') ? [] : ['--metrics-address', '127.0.0.1:0'];
-  const args = [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', cniConfDir, '--log-level', opts.logLevel ?? 'debug', ...metrics, ...(opts.args ?? [])];
+  // The offline journal of pools in the daemon's own directory unless the test names one: never
+  // the host's default (/var/lib/cni/networks/.ipwarden-pool-offline).
+  const journal = (opts.args ?? []).includes('--pool-journal-dir') ? [] : ['--pool-journal-dir', join(own, 'pool-journal')];
+  const args = [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', cniConfDir, '--log-level', opts.logLevel ?? 'debug', ...metrics, ...journal, ...(opts.args ?? [])];
   // exec'd through setpriv --pdeathsig: the daemon dies with this test process even when a signal
   // ends it (no 'exit' handler runs then). setpriv execs node, so the pid is the daemon's.
   const child: ChildProcess = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', ...(opts.wrap ?? []), process.execPath, ...args], { env: { PATH: '/usr/bin:/bin', ...(opts.env ?? {}) }, stdio: ['ignore', 'ignore', 'pipe'] });

@@ -540,11 +540,12 @@ function daemonPoolSubject(
   n: PoolNames,
   dir: string,
   opts: { offline?: { reserve: number; seconds: number } } = {},
-): Subject & { handles(): Promise<string[]>; crash(name: string): Promise<() => Promise<void>>; dataDirOf(name: string): string } {
+): Subject & { handles(): Promise<string[]>; crash(name: string): Promise<() => Promise<void>>; dataDirOf(name: string): string; journalOf(name: string): string } {
   const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
   const daemons = new Map<string, { d: TestDaemon; env: Record<string, string>; socket: string }>();
-  // Each node its own ipam.dataDir, as each host has its own disk (the offline journal lives there).
+  // Each node its own ipam.dataDir and offline journal (--pool-journal-dir), as each host has its own disk.
   const dataDirOf = (name: string): string => join(dir, name, 'data');
+  const journalOf = (name: string): string => join(dir, name, 'journal');
   const conf = (endpoints: string[], name: string) => ({
     cniVersion: '1.0.0',
     name: 'jepsen-net',
@@ -558,6 +559,7 @@ function daemonPoolSubject(
   return {
     name: opts.offline ? 'ipwarden pool (daemons with ipam.pool.offline)' : 'ipwarden pool (daemons + shim)',
     dataDirOf,
+    journalOf,
     burstKillMs: 1500,
     async startNode(name, proxies, clockFile) {
       const nodeDir = join(dir, name);
@@ -571,7 +573,7 @@ function daemonPoolSubject(
       // pools of the node's CNI configurations) leaves these simulated pods alone — no runtime
       // knows them, so to it they would be leaks.
       const c = conf(proxies.endpoints, name);
-      const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d') });
+      const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d'), args: ['--pool-journal-dir', join(nodeDir, 'journal')] });
       daemons.set(name, { d, env, socket });
       const stdin = JSON.stringify(c);
       return {
@@ -590,7 +592,7 @@ function daemonPoolSubject(
       x.d.kill('SIGKILL');
       await x.d.exited;
       return async () => {
-        x.d = await startTestDaemon({ socket: x.socket, env: x.env, logLevel: 'info', dataDir: join(dir, name, 'd-data'), cniConfDir: join(dir, name, 'net.d') });
+        x.d = await startTestDaemon({ socket: x.socket, env: x.env, logLevel: 'info', dataDir: join(dir, name, 'd-data'), cniConfDir: join(dir, name, 'net.d'), args: ['--pool-journal-dir', join(dir, name, 'journal')] });
       };
     },
     async readState() {
@@ -1222,12 +1224,15 @@ async function offlineRun(cluster: EtcdCluster, subject: ReturnType<typeof daemo
     await until('5 ok ops of the other nodes during the cut', () => rec.ops.filter((x) => x.node !== cut.name && x.outcome === 'ok' && x.start >= cutAt && Number.isFinite(x.end)).length >= 5);
     await rec.checkpoint(() => readPoolState(direct, n));
     say(`offline: ${offlineAdds.map((x) => `${x.outcome} ${x.ips?.join(',') ?? x.error?.msg}`).join('; ')}; repeated ${repeated.outcome} ${repeated.ips?.join(',')}; DEL ${offlineDel.outcome}`);
+    // The offline answers were journaled (so the wait for the sync below is not vacuous): checked
+    // while still cut off, since the sync starts with the first call that gets through.
+    const journal = subject.journalOf(cut.name);
+    assert.ok(journalEntries(journal) > 0, `${cut.name}'s offline ADDs are in its journal under ${journal}`);
     cut.proxies.setMode({ kind: 'pass' });
     const healedAt = performance.now();
     say(`healed ${cut.name}`);
     // The journal is synced on the first successful call (or the next heartbeat): poll until empty.
-    const journal = join(subject.dataDirOf(cut.name), '.ipwarden-pool-offline');
-    await until(`${cut.name}'s journal to be synced`, () => !existsSync(journal) || readdirSync(journal).length === 0);
+    await until(`${cut.name}'s journal to be synced`, () => journalEntries(journal) === 0);
     say(`${cut.name}'s journal synced`);
     await rec.checkpoint(() => readPoolState(direct, n));
     for (const x of offlineAdds) if (x.containerId !== last) needsDel.set(x.containerId, cut);
@@ -1347,3 +1352,11 @@ describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_
     }
   });
 });
+
+/** Journal entry files (`*.json`) under a daemon's --pool-journal-dir (one subdirectory per pool). */
+function journalEntries(root: string): number {
+  if (!existsSync(root)) return 0;
+  return readdirSync(root, { withFileTypes: true })
+    .filter((d) => d.isDirectory())
+    .reduce((n, d) => n + readdirSync(join(root, d.name)).filter((f) => f.endsWith('.json')).length, 0);
+}

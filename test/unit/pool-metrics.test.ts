@@ -301,7 +301,7 @@ describe('pool metrics of offline allocation (memory KV, injected monotonic cloc
     let t = 1_000;
     const logs: string[] = [];
     const m = new DaemonMetrics({ monotonicMs: () => t });
-    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined, m.pools.observer, { clock: () => t, journalDir: () => journal, log: (_l, _f, msg) => void logs.push(msg) });
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined, m.pools.observer, { clock: () => t, journalRoot: journal, log: (_l, _f, msg) => void logs.push(msg) });
     m.pools.watchOffline(() => s.offlineStats());
     try {
       assert.deepEqual(offline(await m.text()), [], 'no pool with ipam.pool.offline yet: no series');

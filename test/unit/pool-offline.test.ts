@@ -9,20 +9,21 @@
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, renameSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { decodeBlock, PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
-import { decodeJournalEntry, pickReserve, removalWindowSeconds, withinBudget } from '../../src/ipam/pool-offline.ts';
+import { decodeJournalEntry, journalEntryMisfit, pickReserve, removalWindowSeconds, withinBudget } from '../../src/ipam/pool-offline.ts';
+import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import type { IPAMConfig } from '../../src/ipam/types.ts';
-import { PoolSessions } from '../../src/cni/pool.ts';
-import { ContactKV, type OfflineLog } from '../../src/cni/pool-offline.ts';
+import { poolHooks, PoolSessions } from '../../src/cni/pool.ts';
+import { bootClock, ContactKV, type OfflineLog } from '../../src/cni/pool-offline.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../../src/store/kv.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
-import { PoolJournal } from '../../src/store/pool-journal.ts';
+import { PoolJournal, poolJournalDir } from '../../src/store/pool-journal.ts';
 
 const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (.2–.15: .1 is the gateway) and 10.80.0.16/28 (.16–.30); node-a's name hash picks .16/28. */
@@ -103,6 +104,9 @@ interface Node {
   t: number;
 }
 
+/** The journal directory of pool p1 (prefix /ipwarden) under journal root `root`. */
+const pdir = (root: string, node = 'node-a'): string => poolJournalDir(root, '/ipwarden', 'p1', node);
+
 function node(kv: MemoryKV, journal: string, name = 'node-a'): Node {
   const link = new PartitionKV(kv);
   const logs: Node['logs'] = [];
@@ -112,7 +116,7 @@ function node(kv: MemoryKV, journal: string, name = 'node-a'): Node {
     logs,
     t: 1_000,
     events: [],
-    sessions: new PoolSessions({ NODE_NAME: name }, () => link, () => () => undefined, { offline: (e) => void n.events.push(`${e.node}:${e.kind}`) }, { clock: () => n.t, journalDir: () => journal, log }),
+    sessions: new PoolSessions({ NODE_NAME: name }, () => link, () => () => undefined, { offline: (e) => void n.events.push(`${e.node}:${e.kind}`) }, { clock: () => n.t, journalRoot: journal, log }),
   };
   return n;
 }
@@ -300,8 +304,9 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
 
   it('cut off: an ADD takes a reserve address and writes its journal entry; a repeat gets the same answer; a DEL returns it; past S seconds: code 11', async () => {
     const kv = new MemoryKV();
-    const dir = tempDir();
-    const a = node(kv, dir);
+    const root = tempDir();
+    const dir = pdir(root);
+    const a = node(kv, root);
     const conf = config();
     try {
       a.sessions.announce(conf);
@@ -350,8 +355,9 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
 
   it('reconnect: each journal entry becomes the container\'s allocation and handle (exact values), a released one a DEL; the reserve is refilled; all DELs leave no handle', async () => {
     const kv = new MemoryKV();
-    const dir = tempDir();
-    const a = node(kv, dir);
+    const root = tempDir();
+    const dir = pdir(root);
+    const a = node(kv, root);
     const conf = config();
     try {
       a.sessions.announce(conf);
@@ -383,8 +389,9 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
 
   it('a DEL that arrives online before the sync is decided on the journal: a tombstone, the journal entry gone, nothing held', async () => {
     const kv = new MemoryKV();
-    const dir = tempDir();
-    const a = node(kv, dir);
+    const root = tempDir();
+    const dir = pdir(root);
+    const a = node(kv, root);
     const conf = config();
     try {
       a.sessions.announce(conf);
@@ -404,8 +411,9 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
 
   it('an ADD whose transaction etcd applied but whose answer was lost goes offline: the sync replaces its handle with the journal\'s answer and frees the other address', async () => {
     const kv = new MemoryKV();
-    const dir = tempDir();
-    const a = node(kv, dir);
+    const root = tempDir();
+    const dir = pdir(root);
+    const a = node(kv, root);
     const conf = config();
     try {
       a.sessions.announce(conf);
@@ -428,8 +436,9 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
 
   it('a sync whose answer was lost, then an offline DEL: the address is held back (it may be the container\'s in etcd now), not handed out again', async () => {
     const kv = new MemoryKV();
-    const dir = tempDir();
-    const a = node(kv, dir);
+    const root = tempDir();
+    const dir = pdir(root);
+    const a = node(kv, root);
     const conf = config();
     try {
       a.sessions.announce(conf);
@@ -460,15 +469,16 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
 
   it('a daemon "crash": new sessions read the journal, answer a repeated ADD from it, and sync it at start', async () => {
     const kv = new MemoryKV();
-    const dir = tempDir();
+    const root = tempDir();
+    const dir = pdir(root);
     const conf = config();
-    const a = node(kv, dir);
+    const a = node(kv, root);
     a.sessions.announce(conf);
     await a.sessions.maintainOffline();
     a.link.cut = true;
     await a.sessions.add(conf, req('off1'));
     // Crash: the sessions are dropped without close(); a new daemon starts, still cut off.
-    const b = node(kv, dir);
+    const b = node(kv, root);
     b.link.cut = true;
     try {
       b.sessions.announce(conf);
@@ -485,8 +495,9 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
 
   it('the reserve entry is gone (remove-node --finish ran): the sync failure is logged and counted, the journal entry kept', async () => {
     const kv = new MemoryKV();
-    const dir = tempDir();
-    const a = node(kv, dir);
+    const root = tempDir();
+    const dir = pdir(root);
+    const a = node(kv, root);
     const conf = config();
     try {
       a.sessions.announce(conf);
@@ -542,8 +553,11 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
     assert.notEqual(kv.dump()[`${P}/removal-window/node-a`], undefined);
     kv.expireLease(leases[1] as string);
     assert.equal(kv.dump()[`${P}/removal-window/node-a`], undefined);
-    await op.markForRemoval('node-a', { windowLease }); // the marker exists: nothing new
-    assert.equal(ttls.length, 4);
+    // F1: a re-run finds the marker and puts the window again with a fresh lease (of the real size).
+    await op.markForRemoval('node-a', { windowLease });
+    assert.deepEqual(ttls, [70, 70, 60, 60, 70]);
+    assert.notEqual(kv.dump()[`${P}/removal-window/node-a`], undefined, 'the window is back');
+    kv.expireLease(leases[4] as string);
     kv.plant(`${P}/removal-window/node-a`, '{"v":1,"node":"node-a","at":0}');
     await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof Error && e.message === `the veto window of node node-a's removal from pool p1 has not passed (${P}/removal-window/node-a exists until its 70 s lease expires): try --finish again later`);
   });
@@ -564,8 +578,9 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
 
   it('without ipam.pool.offline a cut-off ADD fails with code 11 and nothing is journaled', async () => {
     const kv = new MemoryKV();
-    const dir = tempDir();
-    const a = node(kv, dir);
+    const root = tempDir();
+    const dir = pdir(root);
+    const a = node(kv, root);
     const conf = config(ABSENT);
     try {
       await a.sessions.add(conf, req('c1'));
@@ -573,7 +588,7 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
       for (let i = 0; i < 1000 && kv.dump()[`${P}/alive/node-a`] === undefined; i++) await new Promise((r) => setImmediate(r));
       a.link.cut = true;
       await unavailable(a.sessions.add(conf, req('c2')));
-      assert.deepEqual(readdirSync(dir), []);
+      assert.equal(existsSync(dir), false, 'no journal directory made');
       assert.deepEqual(a.sessions.offlineStats(), []);
       // The daemon's heartbeat writes the settings key with 0 offline seconds (the record that a
       // daemon served the node; branch polish, trial finding 1), before its heartbeat key.
@@ -593,12 +608,17 @@ describe('PoolJournal (files)', () => {
     assert.throws(() => j.write('a'.repeat(64) + '.json', 'x'), (e: unknown) => isAppError(e, 'STORE_IO') && e.message === `pool journal: ${join(d, 'link')} is not a directory (a symlink or a file): ipwarden follows no symlink it did not make`);
     assert.deepEqual(readdirSync(join(d, 'real')), []);
   });
-  it('an entry that is a symlink is refused on read', () => {
+  it('an entry that is a symlink is refused on read; list names its error and still gives the others', () => {
     const d = tempDir();
     const j = new PoolJournal(join(d, 'j'));
     j.ensure();
     symlinkSync('/etc/hostname', join(d, 'j', 'b'.repeat(64) + '.json'));
-    assert.throws(() => j.list(), (e: unknown) => isAppError(e, 'STORE_IO') && e.message.includes('ELOOP'));
+    j.write('c'.repeat(64) + '.json', 'text');
+    assert.throws(() => j.read('b'.repeat(64) + '.json'), (e: unknown) => isAppError(e, 'STORE_IO') && e.message.includes('ELOOP'));
+    const l = j.list();
+    assert.equal(l.length, 2);
+    assert.ok('error' in (l[0] as object) && isAppError((l[0] as { error: unknown }).error, 'STORE_IO'));
+    assert.deepEqual(l[1], { name: 'c'.repeat(64) + '.json', text: 'text' });
   });
   it('writes atomically (no temporary left) and removes', () => {
     const d = tempDir();
@@ -609,5 +629,367 @@ describe('PoolJournal (files)', () => {
     j.remove('c'.repeat(64) + '.json');
     j.remove('c'.repeat(64) + '.json');
     assert.deepEqual(j.list(), []);
+  });
+});
+
+/** A config of pool p1 for network `name` with its own `ipam.dataDir` (review F2). */
+function netConf(name: string, dataDir: string, offline: unknown = { reserve: 2, seconds: 300 }): IPAMConfig {
+  return loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name, ipam: { type: 'ipwarden', ranges: SMALL, dataDir, pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'] }, blockSize: 28, offline } } }), undefined);
+}
+
+/** A DEL's network identity for `conf`. */
+const ident = (conf: IPAMConfig) => ({ name: conf.name, pool: conf.pool }) as never;
+
+async function code11(p: Promise<unknown>, message: string): Promise<void> {
+  const e = await unavailable(p);
+  assert.equal(e.message, message);
+}
+
+describe('offline allocation: review A fixes (memory KV, injected clock)', () => {
+  it('F2: one journal directory per pool under the root, whatever the network\'s dataDir; a restart that announces the other network first loads it (no duplicate)', async () => {
+    const kv = new MemoryKV();
+    const root = tempDir();
+    const base = tempDir();
+    const netA = netConf('netA', join(base, 'a'));
+    const netB = netConf('netB', join(base, 'b'));
+    const a = node(kv, root);
+    a.sessions.announce(netA);
+    a.sessions.announce(netB);
+    await a.sessions.maintainOffline();
+    a.link.cut = true;
+    a.t += 5_000;
+    const first = ips(await a.sessions.add(netB, req('c1')));
+    assert.deepEqual(first, ['10.80.0.16']);
+    assert.equal(readdirSync(pdir(root)).length, 1, 'journaled in the pool\'s directory');
+    assert.equal(existsSync(join(base, 'a')) || existsSync(join(base, 'b')), false, 'nothing under either dataDir');
+    // kill -9: a new daemon announces netB first this time.
+    const b = node(kv, root);
+    try {
+      assert.deepEqual(b.sessions.loadJournals().map((x) => [x.pool, x.node, x.entries]), [['p1', 'node-a', 1]]);
+      b.sessions.announce(netB);
+      b.sessions.announce(netA);
+      await b.sessions.maintainOffline();
+      assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/c1/eth0`] as string).ips.map((x: { ip: string }) => x.ip), first, 'c1 synced');
+      b.link.cut = true;
+      b.t += 5_000;
+      const second = ips(await b.sessions.add(netB, req('c2')));
+      assert.equal(second.some((x) => first.includes(x)), false, `no duplicate: c2 got ${second.join()}`);
+    } finally {
+      await a.sessions.close();
+      await b.sessions.close();
+    }
+  });
+
+  it('F6: the daemon loads every journal at start; a DEL before any ADD or announce is decided on its entry (no tombstone, no handle brought back)', async () => {
+    const kv = new MemoryKV();
+    const root = tempDir();
+    const conf = config();
+    const a = node(kv, root);
+    a.sessions.announce(conf);
+    await a.sessions.maintainOffline();
+    a.link.cut = true;
+    a.t += 1_000;
+    assert.deepEqual(ips(await a.sessions.add(conf, req('c1'))), ['10.80.0.16']);
+    const b = node(kv, root);
+    try {
+      b.sessions.loadJournals();
+      assert.equal(b.sessions.offlineStats()[0]?.journaled, 1, 'loaded before any request');
+      assert.deepEqual(await b.sessions.del(ident(conf), req('c1')), ['10.80.0.16']);
+      assert.deepEqual(readdirSync(pdir(root)), []);
+      b.sessions.announce(conf);
+      await b.sessions.add(conf, req('c2'));
+      await b.sessions.maintainOffline();
+      const h = kv.dump()[`${P}/handles/c1/eth0`];
+      assert.ok(h === undefined || JSON.parse(h).deleted === true, `no live handle of c1: ${h}`);
+      assert.equal(Object.values(block(kv, '10.80.0.16-28').allocs).some((x) => x['id'] === 'c1'), false, 'no allocation of c1');
+    } finally {
+      await a.sessions.close();
+      await b.sessions.close();
+    }
+  });
+
+  it('F6: a DEL that comes first after a restart (no loadJournals) reads the pool\'s journal itself', async () => {
+    const kv = new MemoryKV();
+    const root = tempDir();
+    const conf = config();
+    const a = node(kv, root);
+    a.sessions.announce(conf);
+    await a.sessions.maintainOffline();
+    a.link.cut = true;
+    a.t += 1_000;
+    await a.sessions.add(conf, req('c1'));
+    const b = node(kv, root);
+    try {
+      assert.deepEqual(await b.sessions.del(ident(conf), req('c1')), ['10.80.0.16']);
+      assert.deepEqual(readdirSync(pdir(root)), []);
+    } finally {
+      await a.sessions.close();
+      await b.sessions.close();
+    }
+  });
+
+  it('F6: the standalone DEL (daemon down) of a journaled attachment fails with code 11; others go to etcd', async () => {
+    const kv = new MemoryKV();
+    const root = tempDir();
+    const conf = config();
+    const a = node(kv, root);
+    try {
+      a.sessions.announce(conf);
+      await a.sessions.maintainOffline();
+      a.link.cut = true;
+      a.t += 1_000;
+      await a.sessions.add(conf, req('c1'));
+      const hooks = poolHooks({ NODE_NAME: 'node-a' }, { acquire: async () => kv, release: async () => undefined }, root);
+      await code11(hooks.del(ident(conf), req('c1')), 'an offline allocation of c1/eth0 in pool p1 awaits its sync by the daemon; retry');
+      assert.deepEqual(await hooks.del(ident(conf), req('other')), []);
+      // Set aside (corrupt) counts as held too; a journal root that is a symlink is refused.
+      const name = readdirSync(pdir(root))[0] as string;
+      renameSync(join(pdir(root), name), join(pdir(root), `${name}.corrupt`));
+      await code11(hooks.del(ident(conf), req('c1')), 'an offline allocation of c1/eth0 in pool p1 awaits its sync by the daemon; retry');
+      const link = join(tempDir(), 'link');
+      symlinkSync(root, link);
+      const viaLink = poolHooks({ NODE_NAME: 'node-a' }, { acquire: async () => kv, release: async () => undefined }, link);
+      await assert.rejects(viaLink.del(ident(conf), req('c1')), (e: unknown) => isAppError(e, 'STORE_IO') && e.message.includes('follows no symlink'));
+    } finally {
+      await a.sessions.close();
+    }
+  });
+
+  it('F8: an offline re-ADD of an attachment whose held-back DEL is not synced fails with code 11; its address is never handed out again', async () => {
+    const kv = new MemoryKV();
+    const a = node(kv, tempDir());
+    const conf = config({ reserve: 3, seconds: 300 });
+    try {
+      a.sessions.announce(conf);
+      await a.sessions.maintainOffline();
+      a.link.cut = true;
+      a.t += 1_000;
+      const x = ips(await a.sessions.add(conf, req('c1')));
+      a.link.cut = false;
+      a.link.loseNextAnswer = true; // the sync is applied, its answer lost
+      await a.sessions.maintainOffline();
+      assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/c1/eth0`] as string).ips.map((i: { ip: string }) => i.ip), x);
+      assert.deepEqual(await a.sessions.del(ident(conf), req('c1')), x, 'held back');
+      a.t += 1_000;
+      await code11(a.sessions.add(conf, req('c1')), 'an offline DEL of c1/eth0 in pool p1 awaits its sync to etcd; retry');
+      const d = ips(await a.sessions.add(conf, req('d1')));
+      assert.notDeepEqual(d, x, 'd1 does not get the held-back address');
+      a.link.cut = false;
+      await a.sessions.maintainOffline();
+      assert.equal(a.sessions.offlineStats()[0]?.stuck, 0);
+      assert.equal(a.sessions.offlineStats()[0]?.journaled, 0);
+      assert.deepEqual(ips(await a.sessions.add(conf, req('c1'))).length, 1, 'after the sync the re-ADD is served');
+    } finally {
+      await a.sessions.close();
+    }
+  });
+
+  it('F3: an offline repeated ADD of an attachment allocated online fails with code 11 (no second address, the first never freed)', async () => {
+    const kv = new MemoryKV();
+    const root = tempDir();
+    const a = node(kv, root);
+    const conf = config({ reserve: 2, seconds: 300 });
+    try {
+      a.sessions.announce(conf);
+      await a.sessions.maintainOffline();
+      const first = ips(await a.sessions.add(conf, req('c1')));
+      assert.deepEqual(first, ['10.80.0.18']);
+      a.link.cut = true;
+      a.t += 1_000;
+      await code11(a.sessions.add(conf, req('c1')), 'etcd unreachable (test partition); c1/eth0 may hold an online allocation in pool p1 that cannot be read while etcd is unreachable (no second one is given offline); retry');
+      assert.equal(existsSync(pdir(root)) ? readdirSync(pdir(root)).length : 0, 0, 'nothing journaled');
+      // A daemon that only knows it from its block cache (a restart that read its blocks) refuses too.
+      const b = node(kv, root);
+      b.sessions.announce(conf);
+      await b.sessions.maintainOffline();
+      await b.sessions.add(conf, req('warm')); // reads the node's blocks into the cache
+      b.link.cut = true;
+      b.t += 1_000;
+      await code11(b.sessions.add(conf, req('c1')), 'etcd unreachable (test partition); c1/eth0 may hold an online allocation in pool p1 that cannot be read while etcd is unreachable (no second one is given offline); retry');
+      b.link.cut = false;
+      a.link.cut = false;
+      await b.sessions.maintainOffline();
+      assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/c1/eth0`] as string).ips.map((i: { ip: string }) => i.ip), first, 'c1 keeps its address');
+      await b.sessions.close();
+    } finally {
+      await a.sessions.close();
+    }
+  });
+
+  it('F4: an unreadable entry (a directory, a symlink) is set aside as <name>.corrupt; announce, the heartbeat and online ADDs go on; offline ADDs are refused with code 11', async () => {
+    for (const kind of ['dir', 'symlink'] as const) {
+      const kv = new MemoryKV();
+      const root = tempDir();
+      mkdirSync(pdir(root), { recursive: true, mode: 0o700 });
+      const bad = join(pdir(root), `${'d'.repeat(64)}.json`);
+      if (kind === 'dir') mkdirSync(bad);
+      else symlinkSync('/etc/hostname', bad);
+      const a = node(kv, root);
+      const conf = config({ reserve: 2, seconds: 300 });
+      try {
+        a.sessions.loadJournals();
+        a.sessions.announce(conf);
+        assert.equal(a.sessions.heartbeats.size, 1, `${kind}: the heartbeat started`);
+        await a.sessions.maintainOffline();
+        assert.deepEqual(readdirSync(pdir(root)), [`${'d'.repeat(64)}.json.corrupt`], `${kind}: set aside`);
+        assert.ok(a.logs.some((l) => l.level === 'error' && l.msg.startsWith('pool journal entry')), `${kind}: an error line`);
+        assert.deepEqual(ips(await a.sessions.add(conf, req('c1'))), ['10.80.0.18'], `${kind}: online ADD served`);
+        assert.equal(a.sessions.offlineStats()[0]?.stuck, 1);
+        a.link.cut = true;
+        a.t += 1_000;
+        await code11(a.sessions.add(conf, req('c2')), `etcd unreachable (test partition); offline allocation of pool p1 is off: 1 journal entries in ${pdir(root)} are set aside (*.corrupt) and may hold reserve addresses; an operator must resolve them; retry`);
+      } finally {
+        await a.sessions.close();
+      }
+    }
+  });
+
+  it('F4: a journal directory writable by group (0770) never stops announce, the heartbeat or online ADDs; offline ADDs are refused with code 11', async () => {
+    const kv = new MemoryKV();
+    const root = tempDir();
+    mkdirSync(pdir(root), { recursive: true, mode: 0o700 });
+    chmodSync(pdir(root), 0o770);
+    const a = node(kv, root);
+    const conf = config({ reserve: 2, seconds: 300 });
+    try {
+      a.sessions.loadJournals();
+      a.sessions.announce(conf);
+      assert.equal(a.sessions.heartbeats.size, 1);
+      await a.sessions.maintainOffline();
+      assert.ok(kv.dump()[`${P}/alive/node-a`] !== undefined, 'alive key put');
+      assert.deepEqual(ips(await a.sessions.add(conf, req('c1'))), ['10.80.0.18']);
+      a.link.cut = true;
+      a.t += 1_000;
+      const e = await unavailable(a.sessions.add(conf, req('c2')));
+      assert.match(e.message, /^etcd unreachable \(test partition\); offline allocation of pool p1 is off: its journal cannot be read \(pool journal: .* is writable by group or others \(mode 770\)\); retry$/);
+    } finally {
+      await a.sessions.close();
+    }
+  });
+
+  it('F1: step 1 whose marker transaction lost its answer, re-run after the first lease ran out: the window is put again with a fresh lease and --finish waits for it', async () => {
+    const kv = new MemoryKV();
+    const link = new PartitionKV(kv);
+    const op = operator(kv);
+    const opLink = new PoolAllocator({ kv: link, pool: 'p1', prefix: '/ipwarden', node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 } });
+    const leases: string[] = [];
+    const ttls: number[] = [];
+    const windowLease = async (ttl: number): Promise<string> => {
+      ttls.push(ttl);
+      const id = await kv.grantLease(ttl);
+      leases.push(id);
+      return id;
+    };
+    link.loseNextAnswer = true;
+    await unavailable(opLink.markForRemoval('node-a', { windowLease }));
+    assert.notEqual(kv.dump()[`${P}/removing/node-a`], undefined, 'the marker was applied');
+    kv.expireLease(leases[0] as string); // the first lease, granted before the marker, runs out
+    assert.equal(kv.dump()[`${P}/removal-window/node-a`], undefined);
+    link.cut = false;
+    await opLink.markForRemoval('node-a', { windowLease });
+    assert.deepEqual(ttls, [60, 60], 'the re-run granted a lease of the real window');
+    assert.notEqual(kv.dump()[`${P}/removal-window/node-a`], undefined);
+    await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof Error && e.message.startsWith("the veto window of node node-a's removal from pool p1 has not passed"));
+    kv.expireLease(leases[1] as string);
+    await op.finishRemoval('node-a');
+    assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'finished after the fresh window');
+  });
+
+  it('F5: a clock seen going back drops the confirmed contact: once it has caught up, no offline ADD (the budget is never lengthened)', async () => {
+    const kv = new MemoryKV();
+    const a = node(kv, tempDir());
+    const conf = config({ reserve: 2, seconds: 30 });
+    try {
+      a.sessions.announce(conf);
+      await a.sessions.maintainOffline(); // contact at t = 1000
+      a.link.cut = true;
+      a.t = 500; // stepped back by 500 ms
+      await code11(a.sessions.add(conf, req('c1')), 'etcd unreachable (test partition)');
+      a.t = 6_000; // caught up, 5 s after the contact (S = 30 s)
+      await code11(a.sessions.add(conf, req('c2')), 'etcd unreachable (test partition)');
+      assert.equal(a.sessions.offlineStats()[0]?.contactAgeSeconds, null, 'no contact left');
+      a.link.cut = false;
+      await a.sessions.maintainOffline(); // a new contact on the (new) clock
+      a.link.cut = true;
+      a.t += 1_000;
+      assert.deepEqual(ips(await a.sessions.add(conf, req('c3'))), ['10.80.0.16'], 'a contact after the step counts');
+    } finally {
+      await a.sessions.close();
+    }
+  });
+
+  it('F5: the default clock is CLOCK_BOOTTIME as /proc/uptime gives it (it counts suspended time)', () => {
+    const up = (): number => Number(readFileSync('/proc/uptime', 'latin1').split(' ')[0]) * 1000;
+    const before = up();
+    const t = bootClock();
+    const after = up();
+    assert.ok(before <= t && t <= after, `${before} <= ${t} <= ${after}`);
+  });
+
+  it('F7: journal entries are validated on read: ip = block address + ordinal, distinct slots, one per range set; an invalid one is set aside', async () => {
+    const entry = (ips: unknown) => JSON.stringify({ v: 1, kind: 'add', pool: { name: 'p1', etcd: { endpoints: ['http://127.0.0.1:1'], prefix: '/ipwarden' }, blockSize: 28, blockSize6: 122, offline: { reserve: 2, seconds: 300 } }, network: 'net1', node: 'node-a', containerId: 'c1', ifname: 'eth0', at: 1, ips });
+    const slot = (ip: string, ordinal: number, rangeSet = 0, block = '10.80.0.16-28') => ({ ip, block, ordinal, seq: 1, rangeSet });
+    assert.equal(decodeJournalEntry(entry([slot('10.80.0.16', 0)]), '/j/x').ips.length, 1);
+    const bad: Array<[unknown, string]> = [
+      [[slot('10.80.0.29', 0)], 'ips[0].ip 10.80.0.29 is not ordinal 0 of block 10.80.0.16-28 (that is 10.80.0.16)'],
+      [[slot('10.80.0.16', 0), slot('10.80.0.16', 0, 1)], '"ips" names one address twice'],
+      [[slot('10.80.0.16', 0), slot('10.80.0.17', 1)], '"ips" names one range set twice (one address per range set)'],
+      [[slot('10.80.0.32', 16)], 'ips[0].ordinal 16 is outside block 10.80.0.16-28'],
+      [[slot('10.80.0.17', 0, 0, '10.80.0.17-28')], 'ips[0].block "10.80.0.17-28" is not a block\'s network address and prefix'],
+    ];
+    for (const [ips, why] of bad) assert.throws(() => decodeJournalEntry(entry(ips), '/j/x'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `pool journal /j/x: ${why}`, why);
+    // On disk: the edited entry is set aside, never synced; the pool refuses offline ADDs.
+    const kv = new MemoryKV();
+    const root = tempDir();
+    const conf = config({ reserve: 2, seconds: 300 });
+    const a = node(kv, root);
+    a.sessions.announce(conf);
+    await a.sessions.maintainOffline();
+    a.link.cut = true;
+    a.t += 1_000;
+    await a.sessions.add(conf, req('c1'));
+    const name = readdirSync(pdir(root))[0] as string;
+    const e = JSON.parse(readFileSync(join(pdir(root), name), 'utf8'));
+    e.ips[0].ip = '10.80.0.29';
+    writeFileSync(join(pdir(root), name), JSON.stringify(e));
+    const b = node(kv, root);
+    try {
+      b.sessions.loadJournals();
+      b.sessions.announce(conf);
+      await b.sessions.maintainOffline();
+      assert.deepEqual(readdirSync(pdir(root)), [`${name}.corrupt`]);
+      assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined, 'never synced');
+      assert.equal(b.sessions.offlineStats()[0]?.stuck, 1);
+      // A pool layout that changed (another block size) sets an entry aside too (journalEntryMisfit).
+      assert.equal(journalEntryMisfit(decodeJournalEntry(entry([slot('10.80.0.16', 0)]), '/j/x'), { ...(conf.pool as PoolConfig), blockSize4: 27 }, conf.rangeSets), 'its pool config differs from the current one');
+      assert.equal(journalEntryMisfit(decodeJournalEntry(entry([slot('10.80.0.16', 0)]), '/j/x'), conf.pool as PoolConfig, [[...(conf.rangeSets[0] ?? [])], [...(conf.rangeSets[0] ?? [])]]), 'it names 1 addresses for 2 range sets');
+    } finally {
+      await a.sessions.close();
+      await b.sessions.close();
+    }
+  });
+
+  it('F4: one entry whose sync throws (a corrupt handle) never stops the other entries\' syncs nor the refill', async () => {
+    const kv = new MemoryKV();
+    const root = tempDir();
+    const a = node(kv, root);
+    const conf = config({ reserve: 3, seconds: 300 });
+    try {
+      a.sessions.announce(conf);
+      await a.sessions.maintainOffline();
+      a.link.cut = true;
+      a.t += 1_000;
+      await a.sessions.add(conf, req('c1'));
+      await a.sessions.add(conf, req('c2'));
+      await kv.txn([], [{ put: `${P}/handles/c1/eth0`, value: 'garbage' }]);
+      a.link.cut = false;
+      await a.sessions.maintainOffline();
+      assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/c2/eth0`] as string).ips.map((i: { ip: string }) => i.ip), ['10.80.0.17'], 'c2 synced');
+      assert.equal(a.sessions.offlineStats()[0]?.journaled, 1, 'c1 waits');
+      assert.deepEqual(a.sessions.offlineStats()[0]?.reserveLeft, [2], 'refilled to 3, one of them held by c1\'s entry');
+      assert.ok(a.logs.some((l) => l.msg === 'offline journal entry not synced this round (the others go on)' && l.fields['containerId'] === 'c1'));
+    } finally {
+      await a.sessions.close();
+    }
   });
 });
