@@ -21,20 +21,14 @@ import type { KVCompare, KVEntry, KVOp, KVTxnResult } from '../../src/store/kv.t
 import { AppError } from '../../src/common/errors.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { poolNodeSample } from '../../src/ipam/pool-status.ts';
+import { GatedKV, until } from '../helpers/gated-kv.ts';
 
 /** A memory KV whose next transactions can be made to lose a race, fail unavailable, or wait at a gate. */
-class TestKV extends MemoryKV {
+class TestKV extends GatedKV {
   conflictNext = 0;
   unavailableNext = 0;
-  hold = false;
-  waiting = 0;
-  #open: Array<() => void> = [];
   override async txn(c: readonly KVCompare[], o: readonly KVOp[]): Promise<KVTxnResult> {
-    if (this.hold) {
-      this.waiting++;
-      await new Promise<void>((r) => this.#open.push(r));
-      this.waiting--;
-    }
+    await this.gate();
     if (this.unavailableNext > 0) {
       this.unavailableNext--;
       this.failNext = 1;
@@ -43,18 +37,8 @@ class TestKV extends MemoryKV {
       this.stats.txns++;
       return { succeeded: false, revision: String(this.revision) };
     }
-    return super.txn(c, o);
+    return this.plainTxn(c, o);
   }
-  release(): void {
-    this.hold = false;
-    for (const r of this.#open.splice(0)) r();
-  }
-}
-
-/** Bounded poll for a condition (no sleep decides an outcome). */
-async function until(cond: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setImmediate(r));
-  assert.ok(cond(), what);
 }
 
 /** The sample lines of the series `name` (and of its `_bucket`/`_sum`/`_count` when `histogram`). */

@@ -11,11 +11,11 @@ import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
-import type { KVCompare, KVOp, KVTxnResult } from '../../src/store/kv.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { backoffMs, Heartbeat, HEARTBEAT_RETRY_MS, HEARTBEAT_TTL_SECONDS, PoolSessions, resolveNodeName } from '../../src/cni/pool.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
+import { GatedKV, until } from '../helpers/gated-kv.ts';
 
 const CI = process.env['CI'] === 'true';
 const skip = haveEtcd() || CI ? false : '/usr/bin/etcd not installed';
@@ -68,31 +68,6 @@ describe('Heartbeat (memory KV, injected schedule)', () => {
     assert.deepEqual(ticks, [], 'the schedule is cancelled');
   });
 });
-
-/** A memory KV whose transactions wait at a gate while `hold` is set (the test decides when etcd answers). */
-class GatedKV extends MemoryKV {
-  hold = false;
-  waiting = 0;
-  #open: Array<() => void> = [];
-  override async txn(c: readonly KVCompare[], o: readonly KVOp[]): Promise<KVTxnResult> {
-    if (this.hold) {
-      this.waiting++;
-      await new Promise<void>((r) => this.#open.push(r));
-      this.waiting--;
-    }
-    return super.txn(c, o);
-  }
-  release(): void {
-    this.hold = false;
-    for (const r of this.#open.splice(0)) r();
-  }
-}
-
-/** Bounded poll for a condition (no sleep decides an outcome). */
-async function until(cond: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 1000 && !cond(); i++) await new Promise((r) => setImmediate(r));
-  assert.ok(cond(), what);
-}
 
 describe('Heartbeat while etcd is unreachable (review F2c)', () => {
   it('a failed beat adds a beat every HEARTBEAT_RETRY_MS until one works (key back, veto run), then only the period is left', async () => {
