@@ -30,7 +30,10 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .description('Leak-proof pod IP address management (CNI IPAM plugin and leak reconciler)')
     .exitOverride()
     .configureOutput({ writeOut: (s) => ctx.stdout(s), writeErr: (s) => ctx.stderr(s) })
-    .showHelpAfterError();
+    .showHelpAfterError()
+    // `ipwarden --version` / `-V`: the version line alone (commander prints it and exits 0); the
+    // `version` verb below adds Node.js, the CNI versions and the flock binding.
+    .version(`ipwarden ${VERSION}`, '-V, --version', 'print the ipwarden version');
 
   program
     .command('version')
