@@ -36,6 +36,9 @@ import type { DaemonMetrics } from './metrics.ts';
 /** Least time between two passes triggered by a full range set, ms. */
 export const MIN_TRIGGER_GAP_MS = 1_000;
 
+/** How far past a candidate's confirm time the confirming pass runs, ms. */
+const CONFIRM_SLACK_MS = 50;
+
 /** How long `close()` waits for a pass in progress, seconds. */
 const CLOSE_WAIT_SECONDS = 10;
 
@@ -193,6 +196,10 @@ class Loop implements ReconcileLoop {
   private readonly watchers = new Map<string, FSWatcher>();
   private readonly dirty = new Map<string, readonly RangeSet[]>();
   private lastTriggerMs = -Infinity;
+  /** Network dir → monotonic ms it was first seen with a full range set (ipwarden_heal_seconds). */
+  private readonly fullSince = new Map<string, number>();
+  /** Delay of the confirming pass the last pass asked for (a full range set's waiting leaks), ms. */
+  private confirmDueInMs: number | null = null;
   private closed = false;
   private readonly daemonOptions: DaemonOptions;
   private readonly deps: LoopDeps;
@@ -239,9 +246,43 @@ class Loop implements ReconcileLoop {
 
   private schedule(): void {
     if (this.closed) return;
-    const delay = jitteredDelay(this.daemonOptions.intervalSeconds, this.deps.random ?? Math.random);
-    this.timer = setTimeout(() => void this.passNow('interval'), Math.min(delay * 1000, 2 ** 31 - 1));
+    const delayMs = jitteredDelay(this.daemonOptions.intervalSeconds, this.deps.random ?? Math.random) * 1000;
+    // Heal on arrival (issue 19): a full range set whose leaks wait for their second observation
+    // gets that pass when they become confirmable, not an interval later. A few ms past the due
+    // time, so the monotonic difference is surely reached.
+    const due = this.confirmDueInMs;
+    const confirming = due !== null && due + CONFIRM_SLACK_MS < delayMs;
+    const ms = confirming ? Math.max(0, due) + CONFIRM_SLACK_MS : delayMs;
+    this.timer = setTimeout(() => void this.passNow(confirming ? 'confirm (range set full)' : 'interval'), Math.min(ms, 2 ** 31 - 1));
     this.timer.unref();
+  }
+
+  private monotonicMs(): number {
+    return (this.deps.monotonic ?? (() => performance.now()))();
+  }
+
+  /** Note a network dir seen with a full range set (the first time starts its heal clock). */
+  private markFull(dir: string): void {
+    if (!this.fullSince.has(dir)) this.fullSince.set(dir, this.monotonicMs());
+  }
+
+  /**
+   * ipwarden_heal_seconds: a release in a network seen full ends its clock (observed); a network
+   * no longer full without a release of ours (a pod's DEL) ends it unobserved.
+   */
+  private recordHeals(report: PassReport): void {
+    const now = this.monotonicMs();
+    const releasedIn = new Set(report.released.map((r) => join(r.dataDir, r.network)));
+    for (const dir of report.fullNetworks) this.markFull(dir);
+    for (const [dir, since] of [...this.fullSince]) {
+      if (releasedIn.has(dir)) {
+        this.deps.metrics.recordHeal((now - since) / 1000);
+        this.log.info({ network: dir, healSeconds: (now - since) / 1000 }, 'range set healed');
+        this.fullSince.delete(dir);
+      } else if (!report.fullNetworks.includes(dir)) {
+        this.fullSince.delete(dir);
+      }
+    }
   }
 
   private async pass(reason: string): Promise<PassReport> {
@@ -267,11 +308,15 @@ class Loop implements ReconcileLoop {
         deferred: 0,
         errors: [{ kind: 'pass', message }],
         networks: 0,
+        fullNetworks: [],
+        confirmDueInMs: null,
       };
       this.last = report;
       return report;
     }
     this.last = report;
+    this.confirmDueInMs = report.confirmDueInMs;
+    this.recordHeals(report);
     this.deps.metrics.recordPass({
       rangeSets: report.rangeSets.map((r) => ({
         network: r.network,
@@ -392,6 +437,7 @@ class Loop implements ReconcileLoop {
       const full = [...this.dirty].filter(([d, rs]) => anyRangeSetFull(d, rs)).map(([d]) => d);
       this.dirty.clear();
       if (full.length === 0) return;
+      for (const d of full) this.markFull(d);
       this.lastTriggerMs = now;
       this.log.info({ networks: full }, 'range set full: reconciling now');
       void this.passNow('range set full');

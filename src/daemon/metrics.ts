@@ -80,6 +80,7 @@ export class DaemonMetrics {
   private readonly releases: Counter<'network' | 'reason'>;
   private readonly candidates: Gauge<'network'>;
   private readonly reconcileDuration: Histogram;
+  private readonly heal: Histogram;
   private readonly reconcileErrors: Counter<'kind'>;
   private readonly lastSuccess: Gauge;
   private readonly cniRequests: Counter<'command' | 'path' | 'result'>;
@@ -114,6 +115,12 @@ export class DaemonMetrics {
       name: 'ipwarden_release_candidates',
       help: 'Leaked or corrupt reservations seen and not (yet) released: awaiting a second observation, over the per-pass cap, or refused.',
       labelNames: ['network'],
+      registers,
+    });
+    this.heal = new Histogram({
+      name: 'ipwarden_heal_seconds',
+      help: 'Seconds from a range set seen full (inotify or a pass) to the daemon releasing a leak in it (issue 19 heal on arrival; docs/reconciler.md).',
+      buckets: [0.5, 1, 2, 5, 10, 20, 35, 60, 120, 300, 600],
       registers,
     });
     this.reconcileDuration = new Histogram({
@@ -190,6 +197,11 @@ export class DaemonMetrics {
   /** Count a reconcile error outside a pass's report (e.g. a pass that threw). */
   recordReconcileError(kind: string): void {
     this.reconcileErrors.inc({ kind });
+  }
+
+  /** One heal: `seconds` from a range set seen full to the daemon's first release in it. */
+  recordHeal(seconds: number): void {
+    this.heal.observe(Math.max(0, seconds));
   }
 
   /** Feed one finished reconcile pass. */

@@ -19,6 +19,15 @@
  *    handles them.
  */
 
+/**
+ * The longest gap between the two observations of a candidate in a **full** range set, seconds
+ * (issue 19 "heal on arrival"): there the daemon confirms `min(grace, 30 s)` after the first
+ * observation, not a whole grace period later, and schedules that confirming pass itself, so a
+ * node installed to cure exhaustion heals within seconds. Both observations still need both
+ * witnesses, the same owner and file time; the file itself must still be older than the grace.
+ */
+export const FULL_CONFIRM_MAX_SECONDS = 30;
+
 /** Most releases per daemon pass (the rest roll over to the next pass). */
 export const DEFAULT_RELEASE_CAP = 32;
 
@@ -45,6 +54,11 @@ export interface ConfirmDecision<C extends Candidate> {
   readonly waiting: C[];
   /** Why nothing is released this pass (distrust), else null. */
   readonly held: string | null;
+  /**
+   * Milliseconds (on the `nowMs` clock) until the first waiting candidate of an `urgent` network
+   * can be confirmed, or null when there is none: the daemon schedules its confirming pass then.
+   */
+  readonly urgentDueInMs: number | null;
 }
 
 const keyOf = (c: Candidate): string => `${c.network}\u0000${c.ip}`;
@@ -73,25 +87,35 @@ export class Confirmations {
    * One pass: `candidates` are the reservations the plan (with every evidence rule) would release,
    * `nowMs` a MONOTONIC clock in ms (never the wall clock: a forward step must not make two passes
    * a grace period apart), `trusted(network)` whether any sandbox the runtime listed owns a
-   * reservation of that network (rule 3; a runtime listing nothing owns none).
+   * reservation of that network (rule 3; a runtime listing nothing owns none), `urgent(network)`
+   * whether a range set of that network is full: its candidates confirm after
+   * `min(grace, FULL_CONFIRM_MAX_SECONDS)` (default: no network is urgent).
    */
-  observe<C extends Candidate>(candidates: readonly C[], nowMs: number, trusted: (network: string) => boolean): ConfirmDecision<C> {
+  observe<C extends Candidate>(candidates: readonly C[], nowMs: number, trusted: (network: string) => boolean, urgent: (network: string) => boolean = () => false): ConfirmDecision<C> {
     const seen = new Set<string>();
     const confirmed: Array<{ c: C; since: number }> = [];
     const waiting: C[] = [];
+    const urgentGapMs = Math.min(this.graceSeconds, FULL_CONFIRM_MAX_SECONDS) * 1000;
+    let urgentDueInMs: number | null = null;
     for (const c of candidates) {
       const k = keyOf(c);
       seen.add(k);
+      const isUrgent = urgent(c.network);
+      const gapMs = isUrgent ? urgentGapMs : this.graceSeconds * 1000;
       const prev = this.firstSeen.get(k);
+      let since: number;
       // A clock that went back makes `nowMs - atMs` negative: the candidate waits (restarted).
       if (prev === undefined || prev.owner !== c.owner || prev.mtimeMs !== c.mtimeMs || prev.atMs > nowMs) {
         this.firstSeen.set(k, { owner: c.owner, mtimeMs: c.mtimeMs, atMs: nowMs });
-        waiting.push(c);
-      } else if (nowMs - prev.atMs >= this.graceSeconds * 1000) {
+        since = nowMs;
+      } else if (nowMs - prev.atMs >= gapMs) {
         confirmed.push({ c, since: prev.atMs });
+        continue;
       } else {
-        waiting.push(c);
+        since = prev.atMs;
       }
+      waiting.push(c);
+      if (isUrgent) urgentDueInMs = Math.min(urgentDueInMs ?? Infinity, since + gapMs - nowMs);
     }
     for (const k of [...this.firstSeen.keys()]) if (!seen.has(k)) this.firstSeen.delete(k);
 
@@ -111,6 +135,7 @@ export class Confirmations {
       deferred: [...eligible.slice(this.cap).map((x) => x.c), ...deferredByDistrust],
       waiting,
       held,
+      urgentDueInMs,
     };
   }
 

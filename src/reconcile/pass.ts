@@ -89,6 +89,17 @@ export interface PassReport {
   readonly released: readonly PassRelease[];
   /** Why the daemon released nothing this pass although candidates were confirmed, else null. */
   readonly held: string | null;
+  /**
+   * Network directories (`<dataDir>/<name>`) with a range set that was full when the pass read
+   * them (before its releases).
+   */
+  readonly fullNetworks: readonly string[];
+  /**
+   * Milliseconds until a waiting candidate of a full range set can be confirmed (its
+   * `min(grace, 30 s)` since the first observation, confirm.ts), or null: when to run the
+   * confirming pass (issue 19 "heal on arrival").
+   */
+  readonly confirmDueInMs: number | null;
   /** Candidates seen for less than the grace period (rule 1: first observation, or too recent). */
   readonly waiting: number;
   /** Confirmed candidates not released this pass (over the cap, or held by rule 3). */
@@ -172,7 +183,11 @@ export async function runPass(
   );
   const owned = new Set<string>();
   for (const np of plans) for (const e of np.plan.entries) if (e.verdict === 'live' || e.verdict === 'notready') owned.add(join(np.dataDir, e.network));
-  const decision = confirmations.observe(candidates, monotonic(), (network) => owned.has(network));
+  // A network with a full range set (counted before any release) confirms sooner (confirm.ts
+  // FULL_CONFIRM_MAX_SECONDS), and the loop schedules that confirming pass.
+  const fullNetworks = countRangeSets(plans, configured, new Set()).filter((r) => r.free === 0).map((r) => join(r.dataDir, r.network));
+  const full = new Set(fullNetworks);
+  const decision = confirmations.observe(candidates, monotonic(), (network) => owned.has(network), (network) => full.has(network));
   const toRelease = new Set(decision.release.map((c) => c.entry));
 
   // 4. Apply: releases (re-checked under the lock), restamps, re-reserves.
@@ -200,38 +215,7 @@ export async function runPass(
   }
 
   // 5. Counts per configured range set, after the releases.
-  const entriesOf = new Map<string, PlanEntry<AnyVerdict>[]>();
-  for (const np of plans) {
-    for (const e of np.plan.entries) {
-      if (releasedKeys.has(`${np.dataDir}\0${e.network}\0${e.ip}`)) continue;
-      const k = `${np.dataDir}\0${e.network}`;
-      let list = entriesOf.get(k);
-      if (list === undefined) entriesOf.set(k, (list = []));
-      // Counted like a leak (released by policy `reclaim-notready`).
-      list.push(e.verdict === 'notready' ? { ...e, verdict: 'leaked' } : e);
-    }
-  }
-  const rangeSets: RangeSetCounts[] = [];
-  for (const n of configured) {
-    const rs = n.config?.ipam?.rangeSets ?? [];
-    const { sets } = splitByRangeSet(rs, (entriesOf.get(`${n.dataDir}\0${n.name}`) ?? []) as PlanEntry[]);
-    for (const s of sets) {
-      const c = s.counts;
-      rangeSets.push({
-        network: n.name,
-        dataDir: n.dataDir,
-        rangeSet: s.index,
-        range: s.range,
-        capacity: clamp(rangeSetSize(s.rangeSet)),
-        live: c.live,
-        grace: c.grace,
-        leaked: c.leaked,
-        corrupt: c.corrupt,
-        unknown: c.unknown,
-        free: clamp(s.free),
-      });
-    }
-  }
+  const rangeSets = countRangeSets(plans, configured, releasedKeys);
 
   const pending = new Map<string, number>();
   for (const c of [...decision.deferred, ...decision.waiting]) pending.set(c.entry.network, (pending.get(c.entry.network) ?? 0) + 1);
@@ -247,11 +231,53 @@ export async function runPass(
     candidates: pending,
     released,
     held: decision.held,
+    fullNetworks: [...full].sort(),
+    confirmDueInMs: decision.urgentDueInMs,
     waiting: decision.waiting.length,
     deferred: decision.deferred.length,
     errors,
     networks: networksRead,
   };
+}
+
+/**
+ * Counts per configured range set of `configured` from the plans' entries, leaving out the
+ * entries in `excluded` (`<dataDir>\0<network>\0<ip>`, the ones the pass released). A NOT READY
+ * entry counts like a leak (released by policy `reclaim-notready`).
+ */
+function countRangeSets(plans: readonly NetworkPlan[], configured: readonly NetworkLayout[], excluded: ReadonlySet<string>): RangeSetCounts[] {
+  const entriesOf = new Map<string, PlanEntry<AnyVerdict>[]>();
+  for (const np of plans) {
+    for (const e of np.plan.entries) {
+      if (excluded.has(`${np.dataDir}\0${e.network}\0${e.ip}`)) continue;
+      const k = `${np.dataDir}\0${e.network}`;
+      let list = entriesOf.get(k);
+      if (list === undefined) entriesOf.set(k, (list = []));
+      list.push(e.verdict === 'notready' ? { ...e, verdict: 'leaked' } : e);
+    }
+  }
+  const out: RangeSetCounts[] = [];
+  for (const n of configured) {
+    const rs = n.config?.ipam?.rangeSets ?? [];
+    const { sets } = splitByRangeSet(rs, (entriesOf.get(`${n.dataDir}\0${n.name}`) ?? []) as PlanEntry[]);
+    for (const s of sets) {
+      const c = s.counts;
+      out.push({
+        network: n.name,
+        dataDir: n.dataDir,
+        rangeSet: s.index,
+        range: s.range,
+        capacity: clamp(rangeSetSize(s.rangeSet)),
+        live: c.live,
+        grace: c.grace,
+        leaked: c.leaked,
+        corrupt: c.corrupt,
+        unknown: c.unknown,
+        free: clamp(s.free),
+      });
+    }
+  }
+  return out;
 }
 
 /** A bigint count as a number for the metrics (an IPv6 /64 exceeds 2^53: clamped). */

@@ -266,6 +266,86 @@ describe('the daemon heals an upstream host-local network filled with leaks with
   });
 });
 
+describe('heal on arrival: a host-local node full of leaks before the daemon starts heals without waiting for an interval (defaults except --grace)', { skip, timeout: 300_000 }, () => {
+  const SUBNET = '10.247.63.0/28';
+  const ip = (n: number): string => `10.247.63.${n}`;
+  const EXHAUSTED = `failed to allocate for range 0: no IP addresses available in range set: ${rangeSetText(SUBNET)}`;
+  let lab: Lab | undefined;
+  let daemon: TestDaemon | undefined;
+  const leaked: Pod[] = [];
+  const live: Pod[] = [];
+
+  before(async () => {
+    if (unavailable !== undefined) throw new Error(`CI=true but the e2e prerequisites are missing: ${unavailable}`);
+    lab = await startLab({ ipam: 'host-local', subnet: SUBNET, chained: 'pass' });
+  });
+  after(async () => {
+    try {
+      await daemon?.stop();
+    } finally {
+      await lab?.stop();
+    }
+  });
+
+  it('10 pods (.2–.11), then the runtime loses its records; 3 live pods take .12–.14: the range set is full and the next pod fails with host-local\'s exact error', async () => {
+    const l = lab!;
+    for (let n = 1; n <= 10; n++) {
+      const r = await tryRunPod(l, `lost-${n}`);
+      assert.ok(r.ok, r.ok ? '' : r.error);
+      leaked.push(r.pod);
+    }
+    await l.wipeRuntimeState();
+    for (const n of [1, 2, 3]) {
+      const r = await tryRunPod(l, `app-${n}`);
+      assert.ok(r.ok, r.ok ? '' : r.error);
+      live.push(r.pod);
+    }
+    assert.deepEqual(leaked.map((p) => p.ip), [2, 3, 4, 5, 6, 7, 8, 9, 10, 11].map(ip));
+    assert.deepEqual(live.map((p) => p.ip), [12, 13, 14].map(ip));
+    const r = await tryRunPod(l, 'before-daemon');
+    assert.equal(r.ok, false);
+    assert.ok(!r.ok && r.error.endsWith(EXHAUSTED), r.ok ? '' : r.error);
+  });
+
+  it('the daemon (--grace 2s, default 1m interval) sees 10 candidates in a full range set at start and confirms them in a pass of its own a grace later: 10 released, the next pod starts on .2, no interval pass ran', async (t) => {
+    const l = lab!;
+    await waitUntilOlder(l, leaked.map((p) => p.ip), GRACE_SECONDS);
+    daemon = await startLabDaemon(l, ['--grace', `${GRACE_SECONDS}s`]);
+    const d = daemon;
+    const start = await d.waitForLog((x) => x.msg === 'reconcile pass');
+    assert.equal(start['reason'], 'start');
+    assert.equal(start['candidates'], leaked.length);
+    assert.equal(start['released'], 0);
+    assert.equal(start['errors'], 0, d.stderr());
+    // The confirming pass: scheduled by the start pass for min(grace, 30 s) after the first
+    // observation (confirm.ts FULL_CONFIRM_MAX_SECONDS), not by an interval or an inotify event.
+    const confirming = await d.waitForLog((x) => x.msg === 'reconcile pass' && x['released'] !== 0);
+    assert.equal(confirming['reason'], 'confirm (range set full)');
+    assert.equal(confirming['released'], leaked.length);
+    assert.equal(confirming['errors'], 0, d.stderr());
+    assert.deepEqual(passLines(d).map((x) => x['reason']).filter((r) => r === 'interval'), []);
+    assert.deepEqual(
+      d.logs.filter((x) => x.msg === 'released').map((x) => x['ip']).sort(ipCompareText),
+      leaked.map((p) => p.ip),
+    );
+    const r = await tryRunPod(l, 'healed');
+    assert.ok(r.ok, r.ok ? '' : r.error);
+    assert.equal(r.pod.ip, ip(2));
+    for (const p of live) assert.equal(readFileSync(join(l.networkDir, p.ip), 'utf8'), `${p.id}\r\neth0`);
+    const healed = await d.waitForLog((x) => x.msg === 'range set healed');
+    assert.equal(healed['network'], l.networkDir);
+    const m = await scrape(d);
+    assert.equal(sample(m, 'ipwarden_heal_seconds_count', {}), 1);
+    t.diagnostic(`first pass → confirming pass: ${Math.round((confirming.time as number) - (start.time as number))} ms; heal ${String(healed['healSeconds'])} s`);
+  });
+});
+
+/** Compare dotted IPv4 texts by value. */
+function ipCompareText(a: unknown, b: unknown): number {
+  const v = (x: unknown): number => String(x).split('.').reduce((n, o) => n * 256 + Number(o), 0);
+  return v(a) - v(b);
+}
+
 describe('ipwarden through the shim and the daemon on the lab; with the daemon stopped, pods start through the standalone fallback', { skip, timeout: 300_000 }, () => {
   const SUBNET = '10.247.62.0/28';
   const ip = (n: number): string => `10.247.62.${n}`;

@@ -86,3 +86,36 @@ test('jitteredDelay stays within ±10% of the interval', () => {
   assert.equal(jitteredDelay(60, () => 0.5), 60);
   assert.ok(Math.abs(jitteredDelay(60, () => 0.999999) - 66) < 1e-3);
 });
+
+test('heal on arrival: in a full range set (urgent) the second observation may come min(grace, 30 s) after the first; urgentDueInMs says when', () => {
+  const c = new Confirmations(300);
+  const a = cand('10.87.0.2');
+  const b = cand('10.87.0.3', 1_000, 'c-b\r\neth0', 'n2');
+  const full = (n: string): boolean => n === 'n1';
+  const first = c.observe([a, b], 0, yes, full);
+  assert.deepEqual(first.waiting, [a, b]);
+  assert.equal(first.urgentDueInMs, 30_000);
+  const mid = c.observe([a, b], 12_000, yes, full);
+  assert.deepEqual(mid.release, []);
+  assert.equal(mid.urgentDueInMs, 18_000);
+  const due = c.observe([a, b], 30_000, yes, full);
+  assert.deepEqual(due.release, [a]);
+  assert.deepEqual(due.waiting, [b], 'a network that is not full still waits its whole grace period');
+  assert.equal(due.urgentDueInMs, null);
+  assert.deepEqual(c.observe([b], 299_999, yes, full).release, []);
+  assert.deepEqual(c.observe([b], 300_000, yes, full).release, [b]);
+});
+
+test('heal on arrival: a grace shorter than 30 s is the gap; a changed owner restarts the clock; distrust (rule 3) still holds', () => {
+  const c = new Confirmations(2);
+  const urgent = (): boolean => true;
+  assert.equal(c.observe([cand('10.87.0.2')], 0, yes, urgent).urgentDueInMs, 2_000);
+  assert.deepEqual(c.observe([cand('10.87.0.2', 1_000, 'other\r\neth0')], 2_000, yes, urgent).release, []);
+  assert.deepEqual(c.observe([cand('10.87.0.2', 1_000, 'other\r\neth0')], 4_000, yes, urgent).release, [cand('10.87.0.2', 1_000, 'other\r\neth0')]);
+  const many = Array.from({ length: DISTRUST_MIN }, (_, i) => cand(`10.87.1.${i + 2}`));
+  const d = new Confirmations(2);
+  d.observe(many, 0, () => false, urgent);
+  const held = d.observe(many, 2_000, () => false, urgent);
+  assert.deepEqual(held.release, []);
+  assert.equal(held.deferred.length, DISTRUST_MIN);
+});
