@@ -93,7 +93,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .option('--runtime-endpoint <URL>', 'CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, else containerd, else CRI-O)')
     .option('--grace <DUR>', 'unowned files younger than this are "grace", not "leaked" (Go duration)', '5m')
     .option('--json', 'print the documented JSON report')
-    .option('--html <FILE>', 'also write a self-contained HTML page with an address map of every range set')
+    .option('--html <FILE>', 'also write a self-contained HTML page with an address map of every range set (FILE "-": print only the page on stdout)')
     .addHelpText('after', '\nExamples:\n  ipwarden status\n  ipwarden status --network cbr0 --json\n  ipwarden status --html /tmp/addresses.html\n')
     .action(async (opts: StatusOptions) => {
       const m = await import('./status.ts');

@@ -90,14 +90,21 @@ export async function run(opts: StatusOptions, ctx: CliContext): Promise<number>
   const report = await collectStatus(statusQuery(opts), ctx);
   if (opts.html !== undefined) {
     if (opts.html === '') throw new UsageError('--html must not be empty');
+    if (opts.html === '-' && opts.json === true) throw new UsageError('--html - prints the page on stdout: it cannot be combined with --json');
     const { renderStatusHtml } = await import('./html.ts');
-    try {
-      writeFileSync(opts.html, renderStatusHtml(report, { generatedAtMs: ctx.now() }));
-    } catch (e) {
-      throw new AppError('STORE_IO', `cannot write ${opts.html}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    const page = renderStatusHtml(report, { generatedAtMs: ctx.now() });
+    if (opts.html === '-') {
+      // The page alone on stdout (`kubectl exec … ipwarden status --html - > node.html`).
+      ctx.stdout(page);
+    } else {
+      try {
+        writeFileSync(opts.html, page);
+      } catch (e) {
+        throw new AppError('STORE_IO', `cannot write ${opts.html}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+      }
     }
   }
-  ctx.stdout(opts.json === true ? `${JSON.stringify(statusToJson(report))}\n` : statusTable(report));
+  if (opts.html !== '-') ctx.stdout(opts.json === true ? `${JSON.stringify(statusToJson(report))}\n` : statusTable(report));
   if (report.runtime.error !== undefined) {
     ctx.stderr(`ipwarden: runtime not reachable: ${report.runtime.error}; live, grace and leaked are unknown\n`);
     return 1;

@@ -368,6 +368,22 @@ describe('ipwarden status', () => {
     assert.match(html, /<dd data-count="leaked">9<\/dd>/);
     assert.match(html, /title="10\.42\.1\.5 live: l5 eth0, age 2h0m"/);
   });
+
+  it('--html - prints only the page on stdout (no table); with --json it is a usage error', async () => {
+    br20();
+    const file = join(root, 'page.html');
+    const toFile = await cli(['status', '--cni-conf-dir', confDir, '--data-dir', dataDir, '--html', file], BR20_LIVE);
+    const r = await cli(['status', '--cni-conf-dir', confDir, '--data-dir', dataDir, '--html', '-'], BR20_LIVE);
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok(r.stdout.startsWith('<!DOCTYPE html>'), r.stdout.slice(0, 80));
+    assert.ok(r.stdout.trimEnd().endsWith('</html>'));
+    assert.doesNotMatch(r.stdout, /NETWORK\s+SET\s+RANGE/);
+    assert.match(toFile.stdout, /NETWORK\s+SET\s+RANGE/);
+    assert.equal(r.stdout, readFileSync(file, 'utf8'), 'the same page as --html FILE at the same clock');
+    const j = await cli(['status', '--cni-conf-dir', confDir, '--data-dir', dataDir, '--html', '-', '--json'], BR20_LIVE);
+    assert.equal(j.code, 2);
+    assert.equal(j.stderr, 'ipwarden: --html - prints the page on stdout: it cannot be combined with --json\n');
+  });
 });
 
 function jsonError(text: string): string {
