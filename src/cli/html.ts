@@ -49,6 +49,24 @@ const COLOURS: Readonly<Record<CellState, string>> = {
   corrupt: '#6a1b9a',
 };
 
+/**
+ * The letter each state shows inside its cell and in the legend, so states differ without
+ * colour (WCAG 1.4.1 "Use of Color"): `·` free, `G` gateway, `L` live, `T` in grace (time),
+ * `?` unknown, `X` leaked, `!` corrupt.
+ */
+export const STATE_LETTERS: Readonly<Record<CellState, string>> = {
+  free: '·',
+  gateway: 'G',
+  live: 'L',
+  grace: 'T',
+  unknown: '?',
+  leaked: 'X',
+  corrupt: '!',
+};
+
+/** Cells per labelled row of an address map (each row starts with its first address). */
+export const MAP_ROW_CELLS = 16;
+
 /** One cell of an address map. */
 export interface MapCell {
   /** First and last address covered (equal for a one-address cell). */
@@ -189,16 +207,25 @@ function entriesTable(entries: readonly PlanEntry[], snapshotAtMs: number): stri
 
 function rangeSetHtml(n: NetworkStatus, s: RangeSetStatus, r: StatusReport): string {
   const map = addressMap(s.rangeSet, s.entries);
-  const cells = map.cells
-    .map((c) => {
-      const ipAttr = c.size === 1n ? ` data-ip="${escapeHtml(formatIP(c.first))}"` : '';
-      return `<i class="cell" data-state="${c.state}"${ipAttr} title="${escapeHtml(cellTitle(c, r.snapshotAtMs))}"></i>`;
-    })
-    .join('');
+  const cellHtml = (c: MapCell): string => {
+    const ipAttr = c.size === 1n ? ` data-ip="${escapeHtml(formatIP(c.first))}"` : '';
+    return `<i class="cell" data-state="${c.state}"${ipAttr} title="${escapeHtml(cellTitle(c, r.snapshotAtMs))}">${STATE_LETTERS[c.state]}</i>`;
+  };
+  // Rows of MAP_ROW_CELLS cells, each labelled with its first address.
+  let cells = '';
+  for (let i = 0; i < map.cells.length; i += MAP_ROW_CELLS) {
+    const row = map.cells.slice(i, i + MAP_ROW_CELLS);
+    cells += `<div class="row"><span class="addr">${escapeHtml(formatIP((row[0] as MapCell).first))}</span>${row.map(cellHtml).join('')}</div>`;
+  }
+  const full = s.capacity > 0n && s.free === 0n;
+  const alarm = full
+    ? `<p class="alarm" role="alert" data-alarm="full">FULL: no free address in range set ${s.index} of ${escapeHtml(n.name)} — new pods on this network fail with "no IP addresses available in range set" until leaks are released (ipwarden gc) or pods are removed</p>`
+    : '';
   const block = map.blockSize === 1n ? 'one cell per address' : `one cell per block of ${map.blockSize} addresses (worst state shown)`;
   return (
     `<section class="rangeset" id="rs-${escapeHtml(n.name)}-${s.index}" data-network="${escapeHtml(n.name)}" data-range-set="${s.index}">` +
-    `<h3>range set ${s.index}: <code>${escapeHtml(s.range)}</code></h3>` +
+    `<h3>range set ${s.index}: <code>${escapeHtml(s.range)}</code>${full ? ' <span class="badge">FULL</span>' : ''}</h3>` +
+    alarm +
     countsHtml(s.counts, r.verdicts, { capacity: s.capacity, free: s.free }) +
     `<p class="note">${escapeHtml(block)}</p>` +
     `<div class="map" data-block-size="${map.blockSize}" data-cells="${map.cells.length}">${cells}</div>` +
@@ -232,10 +259,16 @@ h3{font-size:14px;margin:12px 0 4px}code,.id{font-family:ui-monospace,monospace}
 dl.counts{display:flex;flex-wrap:wrap;gap:6px;margin:6px 0}dl.counts div{border:1px solid #ccd;border-radius:4px;padding:2px 8px}
 dt{font-size:11px;color:#555;text-transform:uppercase}dd{margin:0;font-weight:600;font-size:16px}
 .k-leaked dd,.k-corrupt dd{color:#b71c1c}
-.map{display:flex;flex-wrap:wrap;gap:2px;max-width:760px;margin:6px 0}
-.cell{display:block;width:14px;height:14px;border-radius:2px;cursor:default}
+.map{display:flex;flex-direction:column;gap:2px;margin:6px 0}
+.map .row{display:flex;gap:2px;align-items:center}
+.map .addr{font:11px ui-monospace,monospace;color:#555;width:128px;text-align:right;padding-right:6px}
+.cell{display:block;width:14px;height:14px;border-radius:2px;cursor:default;font:bold 9px/14px ui-monospace,monospace;text-align:center;font-style:normal;color:#fff}
+.cell[data-state="free"],.cell[data-state="grace"]{color:#333}
+.alarm{background:#b71c1c;color:#fff;font-weight:600;padding:6px 10px;border-radius:4px;margin:6px 0}
+.badge{background:#b71c1c;color:#fff;border-radius:3px;padding:0 6px;font-size:12px}
 .legend{display:flex;gap:8px;flex-wrap:wrap;margin:8px 0}.legend button{border:1px solid #ccd;background:#fff;border-radius:4px;padding:2px 8px;cursor:pointer}
-.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
+.legend i{display:inline-block;width:14px;height:14px;margin-right:4px;border-radius:2px;font:bold 9px/14px ui-monospace,monospace;text-align:center;font-style:normal;color:#fff}
+.legend i.s-free,.legend i.s-grace{color:#333}
 #hover{min-height:1.4em;font-family:ui-monospace,monospace;white-space:pre-wrap;color:#333}
 table.entries{border-collapse:collapse;margin:6px 0}table.entries td,table.entries th{border:1px solid #dde;padding:2px 6px;text-align:left}
 ${STATE_ORDER.map((s) => `.cell[data-state="${s}"],.legend i.s-${s}{background:${COLOURS[s]}}`).join('\n')}
@@ -278,7 +311,7 @@ export function renderStatusHtml(r: StatusReport, opts: HtmlOptions): string {
       ? `runtime ${rt.endpoint ?? '-'}: not reachable (${rt.error ?? 'unknown error'}): live, grace and leaked are unknown`
       : `runtime ${rt.endpoint ?? '-'}: ${rt.sandboxes} sandboxes · grace ${r.graceSeconds}s`;
   const legend = STATE_ORDER.map(
-    (s) => `<button type="button" data-state="${s}"><i class="s-${s}"></i>${s}</button>`,
+    (s) => `<button type="button" data-state="${s}"><i class="s-${s}">${STATE_LETTERS[s]}</i>${s}</button>`,
   ).join('');
   const errors = r.layout.configErrors
     .map((e) => `<li>${escapeHtml(e.file)}: ${escapeHtml(e.error)}</li>`)
@@ -310,7 +343,10 @@ table.nodes,table.blocks{border-collapse:collapse;margin:6px 0}
 table.nodes td,table.nodes th,table.blocks td,table.blocks th{border:1px solid #dde;padding:2px 6px;text-align:left}
 table td.n{text-align:right;font-variant-numeric:tabular-nums}
 .bar{display:flex;width:200px;height:12px;background:${COLOURS.free};border-radius:2px;overflow:hidden}
-.bar i{display:block;height:12px}.bar i.own{background:${COLOURS.live}}.bar i.borrowed{background:${COLOURS.grace}}.bar i.reserved{background:#7986cb}
+.bar i{display:block;height:12px}.bar i.own,.bar-legend i.own{background:${COLOURS.live}}
+.bar i.borrowed,.bar-legend i.borrowed{background:repeating-linear-gradient(45deg,${COLOURS.grace} 0 3px,#fff3c4 3px 5px)}
+.bar i.reserved,.bar-legend i.reserved{background:repeating-linear-gradient(90deg,#7986cb 0 2px,#dfe3f5 2px 4px)}
+.bar-legend{display:flex;gap:12px;flex-wrap:wrap;margin:6px 0}.bar-legend i{display:inline-block;width:24px;height:12px;margin-right:4px;vertical-align:middle;border-radius:2px}.bar-legend i.free{background:${COLOURS.free}}
 tr[data-heartbeat="expired"] td.alive{color:#b71c1c}tr[data-heartbeat="never"] td.alive{color:#b71c1c;font-weight:600}tr[data-state="pendingRelease"] td.state{color:#b71c1c;font-weight:600}
 `;
 
@@ -399,7 +435,10 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
     `<title>ipwarden pool ${escapeHtml(s.pool)}</title><style>${CSS}${POOL_CSS}</style></head><body>` +
     `<h1>ipwarden pool <code>${escapeHtml(s.pool)}</code></h1>` +
     `<p class="meta">generated ${escapeHtml(new Date(opts.generatedAtMs).toISOString())}${source} · blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)</p>` +
-    `<section id="rangesets"><h2>range sets</h2>${sets}</section>` +
+    `<section id="rangesets"><h2>range sets</h2>` +
+    // The bars' legend: each part has its own pattern as well as its colour (not colour alone).
+    `<p class="bar-legend" id="bar-legend"><span><i class="own"></i>used by the block's node (solid)</span><span><i class="borrowed"></i>borrowed by another node (diagonal stripes)</span><span><i class="reserved"></i>reserve for offline allocation (vertical stripes)</span><span><i class="free"></i>free</span></p>` +
+    `${sets}</section>` +
     `<section id="nodes"><h2>nodes</h2>${nodes}</section>` +
     `</body></html>\n`
   );

@@ -146,6 +146,19 @@ if (missing !== null && process.env['CI'] === 'true') {
       assert.equal(title, '10.64.15.197 - 10.64.15.200 (4 addresses): 1 corrupt\n10.64.15.200 corrupt: corrupt record');
     });
 
+    it('a full range set shows a visible alarm (cbr0), a roomy one none (big); states read without colour: letters in cells and legend', async () => {
+      assert.equal(await page.locator('section.rangeset[data-network="cbr0"] .alarm[data-alarm="full"]').count(), 1);
+      assert.ok(await page.locator('section.rangeset[data-network="cbr0"] .alarm').isVisible());
+      assert.equal(await page.locator('section.rangeset[data-network="big"] .alarm').count(), 0);
+      assert.equal(await page.textContent('.cell[data-ip="10.42.1.5"]'), 'L');
+      assert.equal(await page.textContent('.cell[data-ip="10.42.1.2"]'), 'X');
+      assert.equal(await page.textContent('.legend button[data-state="corrupt"]'), '!corrupt');
+      // The /20's 1024 cells in 64 rows of 16, each labelled with its first address.
+      const labels = await page.locator('section.rangeset[data-network="big"] .map .addr').allTextContents();
+      assert.equal(labels.length, 64);
+      assert.deepEqual([labels[0], labels[1], labels[63]], ['10.64.0.1', '10.64.0.65', '10.64.15.193']);
+    });
+
     it('the directory-only network is listed with its reservations, its name as text', async () => {
       assert.equal(await page.textContent('section.network[data-network="x.-_y"] h2'), 'x.-_y');
       assert.equal(await page.textContent('section.network[data-network="x.-_y"] table.entries tbody tr td.id'), 'orphan');

@@ -39,6 +39,7 @@ const BODY =
   '<body><h1>ipwarden pool <code>net1-pool</code></h1>' +
   '<p class="meta">generated 2026-01-02T03:04:05.000Z · etcd http://127.0.0.1:2379 /ipwarden · blocks /28 (IPv4), /122 (IPv6)</p>' +
   '<section id="rangesets"><h2>range sets</h2>' +
+  '<p class="bar-legend" id="bar-legend"><span><i class="own"></i>used by the block\'s node (solid)</span><span><i class="borrowed"></i>borrowed by another node (diagonal stripes)</span><span><i class="reserved"></i>reserve for offline allocation (vertical stripes)</span><span><i class="free"></i>free</span></p>' +
   '<section class="rangeset" id="set-0" data-range-set="0"><h3>range set 0: <code>10.84.0.1-10.84.0.30</code></h3>' +
   '<dl class="counts"><div class="k-size"><dt>size</dt><dd data-count="size">29</dd></div><div class="k-used"><dt>used</dt><dd data-count="used">4</dd></div>' +
   '<div class="k-reserved"><dt>reserved</dt><dd data-count="reserved">2</dd></div><div class="k-free"><dt>free</dt><dd data-count="free">23</dd></div><div class="k-blocks"><dt>blocks</dt><dd data-count="blocks">2</dd></div></dl>' +

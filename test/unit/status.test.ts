@@ -367,6 +367,15 @@ describe('ipwarden status', () => {
     assert.equal((html.match(/class="cell"/g) ?? []).length, 14);
     assert.match(html, /<dd data-count="leaked">9<\/dd>/);
     assert.match(html, /title="10\.42\.1\.5 live: l5 eth0, age 2h0m"/);
+    // Not colour alone: each cell carries its state's letter; the legend shows it too.
+    assert.match(html, /data-ip="10\.42\.1\.5" title="[^"]*">L<\/i>/);
+    assert.match(html, /data-ip="10\.42\.1\.2" title="[^"]*">X<\/i>/);
+    assert.match(html, /<button type="button" data-state="leaked"><i class="s-leaked">X<\/i>leaked<\/button>/);
+    // Rows are labelled with their first address (14 cells: one row).
+    assert.deepEqual([...html.matchAll(/<span class="addr">([^<]*)<\/span>/g)].map((m) => m[1]), ['10.42.1.1']);
+    // BR-20 has no free address: the range set shows the alarm.
+    assert.equal((html.match(/data-alarm="full"/g) ?? []).length, 1);
+    assert.match(html, /<p class="alarm" role="alert" data-alarm="full">FULL: no free address in range set 0 of cbr0 — new pods on this network fail with "no IP addresses available in range set" until leaks are released \(ipwarden gc\) or pods are removed<\/p>/);
   });
 
   it('--html - prints only the page on stdout (no table); with --json it is a usage error', async () => {
