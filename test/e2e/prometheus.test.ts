@@ -13,6 +13,7 @@ import { installedPlugin, pluginSocket, ROOT, requireOrSkip, runCni, runCniAsync
 import { haveEtcd, startEtcdCluster } from '../helpers/etcd-cluster.ts';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
 import { startHostileCri } from '../helpers/hostile-cri.ts';
+import { parse as parseYaml } from 'yaml';
 import { freePort, havePrometheus, PROMTOOL, startPrometheus, type TestPrometheus } from '../helpers/prometheus.ts';
 
 const skip = requireOrSkip(havePrometheus(), 'Debian prometheus (/usr/bin/prometheus, /usr/bin/promtool)');
@@ -160,7 +161,16 @@ test('a real Prometheus sees the cluster pool series of a daemon serving a pool 
     const d = runCni(shim, { command: 'DEL', containerId: 'p1', ifname: 'eth0', stdin });
     assert.equal(d.exitCode, 0, d.stdout + d.stderr);
 
-    prom = await startPrometheus(`127.0.0.1:${port}`);
+    // Scraped through the shipped ServiceMonitor's honorLabels and relabelings, with the
+    // Kubernetes node named differently from the pool's node name: the pool series keep their own
+    // `node` (no `exported_node`), the node-local series get the target's.
+    const sm = parseYaml(readFileSync(join(ROOT, 'deploy/components/monitoring/servicemonitor.yaml'), 'utf8')) as { spec: { endpoints: Array<{ honorLabels?: boolean; relabelings: Array<{ sourceLabels: string[]; targetLabel: string }> }> } };
+    const ep = sm.spec.endpoints[0]!;
+    prom = await startPrometheus(`127.0.0.1:${port}`, {
+      honorLabels: ep.honorLabels === true,
+      relabelings: ep.relabelings.map((r) => ({ sourceLabels: r.sourceLabels, targetLabel: r.targetLabel })),
+      meta: { __meta_kubernetes_pod_node_name: 'k8s-worker-7' },
+    });
     const one = (r: Array<{ value: [number, string] }>): number => (r.length === 1 ? Number(r[0]?.value[1]) : NaN);
     const sel = 'pool="prompool",node="prom-node"';
     await prom.waitFor(`ipwarden_pool_requests_total{${sel},command="ADD",result="ok"}`, (r) => one(r) === 3, 120_000);
@@ -181,6 +191,9 @@ test('a real Prometheus sees the cluster pool series of a daemon serving a pool 
     assert.equal(await value(`ipwarden_pool_unclaimed_blocks{${sel}}`), 1, "a /27 in /28 blocks: 2, one claimed");
     assert.equal(await value(`ipwarden_pool_node_alive{${sel}}`), 1, 'the daemon announced the node at start: its heartbeat key exists');
     assert.deepEqual(await prom.query('ipwarden_pool_status_read_errors_total'), []);
+    assert.deepEqual(await prom.query('{__name__=~"ipwarden_.*",exported_node!=""}'), [], 'no series lost its node label to exported_node');
+    assert.equal(await value('up{job="ipwarden",node="k8s-worker-7"}'), 1, "the target's node label (the ServiceMonitor's relabeling) is on the series without their own");
+    assert.equal((await prom.query('ipwarden_reconcile_duration_seconds_count{node="k8s-worker-7"}')).length, 1);
     // Each documented pool series is in docs/metrics.md's table.
     const md = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
     for (const name of ['ipwarden_pool_requests_total', 'ipwarden_pool_request_duration_seconds', 'ipwarden_pool_etcd_transactions_total', 'ipwarden_pool_batch_size', 'ipwarden_pool_node_blocks', 'ipwarden_pool_node_addresses', 'ipwarden_pool_claimed_blocks', 'ipwarden_pool_unclaimed_blocks', 'ipwarden_pool_node_alive', 'ipwarden_pool_status_read_errors_total']) {

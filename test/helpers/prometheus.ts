@@ -43,14 +43,35 @@ export function havePrometheus(): boolean {
   return existsSync(PROMETHEUS) && existsSync(PROMTOOL);
 }
 
-/** Start Prometheus scraping `target` (`host:port`) every second as job `ipwarden`. */
-export async function startPrometheus(target: string): Promise<TestPrometheus> {
+/**
+ * What the Prometheus Operator makes of a ServiceMonitor endpoint, for a static target: its
+ * `honorLabels`, and its `replace` relabelings, whose source labels (`__meta_kubernetes_…`) the
+ * target carries as static labels with the values given in `meta`.
+ */
+export interface ScrapeAsServiceMonitor {
+  readonly honorLabels: boolean;
+  readonly relabelings: ReadonlyArray<{ readonly sourceLabels: readonly string[]; readonly targetLabel: string }>;
+  /** Source label → value, as Kubernetes service discovery would give it (`__meta_kubernetes_pod_node_name: worker-1`). */
+  readonly meta: Readonly<Record<string, string>>;
+}
+
+/**
+ * Start Prometheus scraping `target` (`host:port`) every second as job `ipwarden`; with `sm`, the
+ * scrape config carries the ServiceMonitor's `honor_labels` and relabelings (the shipped
+ * deploy/components/monitoring/servicemonitor.yaml, read by the test).
+ */
+export async function startPrometheus(target: string, sm?: ScrapeAsServiceMonitor): Promise<TestPrometheus> {
   const dir = mkdtempSync(join(tmpdir(), 'ipwarden-prom-'));
   const port = await freePort();
-  writeFileSync(
-    join(dir, 'prometheus.yml'),
-    ['global:', '  scrape_interval: 1s', '  evaluation_interval: 1s', 'scrape_configs:', '  - job_name: ipwarden', '    static_configs:', `      - targets: ['${target}']`, ''].join('\n'),
-  );
+  const lines = ['global:', '  scrape_interval: 1s', '  evaluation_interval: 1s', 'scrape_configs:', '  - job_name: ipwarden'];
+  if (sm !== undefined) lines.push(`    honor_labels: ${sm.honorLabels}`);
+  lines.push('    static_configs:', `      - targets: ['${target}']`);
+  if (sm !== undefined) {
+    lines.push('        labels:', ...Object.entries(sm.meta).map(([k, v]) => `          ${k}: ${JSON.stringify(v)}`));
+    lines.push('    relabel_configs:');
+    for (const r of sm.relabelings) lines.push(`      - source_labels: [${r.sourceLabels.join(', ')}]`, `        target_label: ${r.targetLabel}`, '        action: replace');
+  }
+  writeFileSync(join(dir, 'prometheus.yml'), [...lines, ''].join('\n'));
   const p: ChildProcess = spawn(
     PROMETHEUS,
     [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'],

@@ -19,6 +19,7 @@
  *   Service select the DaemonSet's pods with the job label the rules expect, and
  *   kustomization.yaml lists every manifest.
  */
+import { spawnSync } from 'node:child_process';
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -106,12 +107,17 @@ function validateStrict(obj: unknown): void {
   if (unknown.length > 0) throw new Error(`${key}: unknown field${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}`);
 }
 
-/** Every manifest: file name → its parsed documents. */
-function loadManifests(): Map<string, unknown[]> {
+/** The Prometheus Operator objects: a kustomize Component beside the core. */
+const MONITORING = join(ROOT, 'deploy/components/monitoring');
+/** The overlay of the core plus the monitoring component. */
+const OVERLAY = join(ROOT, 'deploy/overlays/monitoring');
+
+/** Every manifest of `dirs` (default: the core and the monitoring component): file name → its parsed documents. */
+function loadManifests(dirs: readonly string[] = [DIR, MONITORING]): Map<string, unknown[]> {
   const out = new Map<string, unknown[]>();
-  for (const name of readdirSync(DIR).sort()) {
+  for (const [dir, name] of dirs.flatMap((d) => readdirSync(d).sort().map((n) => [d, n] as const))) {
     if (!name.endsWith('.yaml') || name === 'kustomization.yaml') continue;
-    const docs = parseAllDocuments(readFileSync(join(DIR, name), 'utf8'));
+    const docs = parseAllDocuments(readFileSync(join(dir, name), 'utf8'));
     const values = docs.map((d, i) => {
       assert.deepEqual(d.errors, [], `${name} document ${i}`);
       return d.toJS({ maxAliasCount: 0 }) as unknown;
@@ -485,12 +491,42 @@ describe('deploy/kubernetes: monitoring and kustomization', () => {
     }
   });
 
-  it('kustomization.yaml lists every manifest, and only existing files', () => {
-    const k = parseYaml(readFileSync(join(DIR, 'kustomization.yaml'), 'utf8')) as Obj;
-    assert.equal(k.apiVersion, 'kustomize.config.k8s.io/v1beta1');
-    assert.equal(k.kind, 'Kustomization');
-    assert.deepEqual(Object.keys(k).sort(), ['apiVersion', 'kind', 'resources']);
-    assert.deepEqual((k.resources as string[]).slice().sort(), [...manifests.keys()].sort());
+  it('the core kustomization lists every core manifest and needs no CRD; the monitoring component lists the Prometheus Operator objects; the overlay joins them', () => {
+    const core = parseYaml(readFileSync(join(DIR, 'kustomization.yaml'), 'utf8')) as Obj;
+    assert.equal(core.apiVersion, 'kustomize.config.k8s.io/v1beta1');
+    assert.equal(core.kind, 'Kustomization');
+    assert.deepEqual(Object.keys(core).sort(), ['apiVersion', 'kind', 'resources']);
+    const coreFiles = [...loadManifests([DIR]).keys()].sort();
+    assert.deepEqual((core.resources as string[]).slice().sort(), coreFiles);
+    assert.deepEqual(coreFiles, ['daemonset.yaml', 'namespace.yaml', 'service.yaml']);
+    for (const d of [...loadManifests([DIR]).values()].flat()) assert.ok(isObj(d) && !String(d.apiVersion).startsWith('monitoring.coreos.com/'), `${String(isObj(d) ? d.kind : d)} in the core`);
+    const comp = parseYaml(readFileSync(join(MONITORING, 'kustomization.yaml'), 'utf8')) as Obj;
+    assert.deepEqual([comp.apiVersion, comp.kind], ['kustomize.config.k8s.io/v1alpha1', 'Component']);
+    assert.deepEqual(Object.keys(comp).sort(), ['apiVersion', 'kind', 'resources']);
+    assert.deepEqual((comp.resources as string[]).slice().sort(), [...loadManifests([MONITORING]).keys()].sort());
+    assert.deepEqual((comp.resources as string[]).slice().sort(), ['prometheusrule.yaml', 'servicemonitor.yaml']);
+    const overlay = parseYaml(readFileSync(join(OVERLAY, 'kustomization.yaml'), 'utf8')) as Obj;
+    assert.deepEqual(overlay, { apiVersion: 'kustomize.config.k8s.io/v1beta1', kind: 'Kustomization', resources: ['../../kubernetes'], components: ['../../components/monitoring'] });
+  });
+
+  it('kubectl kustomize (when kubectl is installed) renders the core as Namespace, Service, DaemonSet and the overlay with the ServiceMonitor and PrometheusRule added', (t) => {
+    const probe = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' });
+    if (probe.status !== 0) {
+      t.skip('no kubectl on this machine: the structure is checked by the test above');
+      return;
+    }
+    const kinds = (dir: string): string[] => {
+      const r = spawnSync('kubectl', ['kustomize', dir], { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+      return parseAllDocuments(r.stdout).map((d) => String((d.toJS() as Obj).kind)).sort();
+    };
+    assert.deepEqual(kinds(DIR), ['DaemonSet', 'Namespace', 'Service']);
+    assert.deepEqual(kinds(OVERLAY), ['DaemonSet', 'Namespace', 'PrometheusRule', 'Service', 'ServiceMonitor']);
+  });
+
+  it('the ServiceMonitor honours the daemon\'s labels, so the pool series keep their own `node` (never `exported_node`)', () => {
+    assert.equal(at(only('ServiceMonitor'), 'spec', 'endpoints', 0, 'honorLabels'), true);
+    assert.equal(at(only('ServiceMonitor'), 'spec', 'endpoints', 0, 'relabelings', 0, 'targetLabel'), 'node');
   });
 });
 
