@@ -21,6 +21,10 @@
  * through a symlink planted at its name), fsync, rename(2), fsync of DIR. A runtime sees the old or
  * the new file, never a partial one.
  *
+ * One install at a time per DIR: {@link run} holds an exclusive flock on `DIR/.ipwarden-install.lock`
+ * for the whole install, and first removes the temporaries an earlier, killed install left
+ * ({@link removeStaleTemporaries}: a killed standalone copy is ~99 MB each time).
+ *
  * The files come from the directory of the program running the install ({@link sourceDir}): `dist/`
  * of a built checkout, the image's `/usr/lib/ipwarden` when the single executable runs it, or an
  * installed CNI bin dir (where the shim is named `ipwarden`).
@@ -28,7 +32,8 @@
 import { hostname } from 'node:os';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { lockExclusive, type HeldLock } from '../store/file/flock.ts';
 import { createRequire } from 'node:module';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -392,14 +397,73 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
   };
 }
 
+/** The lock file `run` holds in DIR for the whole install (one install-cni at a time per DIR). */
+export const INSTALL_LOCK_NAME = '.ipwarden-install.lock';
+
+/** How long an install waits for another one in the same DIR, seconds. */
+const INSTALL_LOCK_TIMEOUT_SECONDS = 300;
+
+/**
+ * The names {@link atomicWrite} gives its temporaries for the files install-cni writes:
+ * `<name>.tmp-<pid>-<16 hex digits>`.
+ */
+const STALE_TEMP = /^(ipwarden|ipwarden-flock\.node|ipwarden-netns|ipwarden-standalone)\.tmp-\d+-[0-9a-f]{16}$/;
+const STALE_NODE_NAME_TEMP = /^node-name\.tmp-\d+-[0-9a-f]{16}$/;
+
+/**
+ * Remove the temporaries an install killed mid-write left in `dir` (and `dir/ipwarden.d`): only
+ * names of exactly {@link atomicWrite}'s pattern for the files install-cni writes, only regular
+ * files (lstat: a symlink or anything else is left alone, never followed) owned by `euid`. Call
+ * it only while holding `dir`'s {@link INSTALL_LOCK_NAME}: then no install is writing one.
+ * Returns what was removed, with sizes in bytes. Errors of a single removal are skipped (the next
+ * install tries again).
+ */
+export function removeStaleTemporaries(dir: string, euid: number = process.geteuid?.() ?? 0): Array<{ path: string; bytes: number }> {
+  const out: Array<{ path: string; bytes: number }> = [];
+  const sweep = (d: string, pattern: RegExp): void => {
+    let names: string[];
+    try {
+      names = readdirSync(d);
+    } catch {
+      return;
+    }
+    for (const name of names.filter((n) => pattern.test(n)).sort()) {
+      const p = join(d, name);
+      try {
+        const st = lstatSync(p);
+        if (!st.isFile() || st.uid !== euid) continue;
+        unlinkSync(p);
+        out.push({ path: p, bytes: st.size });
+      } catch {
+        // Gone already, or not removable: left for the next install.
+      }
+    }
+  };
+  sweep(dir, STALE_TEMP);
+  sweep(dirname(nodeNameFilePath(dir)), STALE_NODE_NAME_TEMP);
+  return out;
+}
+
 /**
  * CLI action: install, then print one line per file written. The node name is `--node-name`,
  * else `NODE_NAME` of the environment (empty = unset).
  */
-export function run(opts: { dest?: string; socket?: string; nodeName?: string }, ctx: CliContext): number {
+export async function run(opts: { dest?: string; socket?: string; nodeName?: string }, ctx: CliContext): Promise<number> {
   const fromEnv = ctx.env['NODE_NAME'];
   const nodeName = opts.nodeName ?? (fromEnv === undefined || fromEnv === '' ? undefined : fromEnv);
-  const r = installCni(opts.dest ?? '', { ...(opts.socket === undefined ? {} : { socket: opts.socket }), ...(nodeName === undefined ? {} : { nodeName }) });
+  const dest = opts.dest ?? '';
+  let lock: HeldLock | null = null;
+  if (dest !== '' && existsSync(dest) && lstatSync(dest).isDirectory()) {
+    // One install at a time in DIR; then every temporary of ours in it is an earlier install's.
+    lock = await lockExclusive(join(resolve(dest), INSTALL_LOCK_NAME), INSTALL_LOCK_TIMEOUT_SECONDS);
+  }
+  let r: Installed;
+  try {
+    if (lock !== null) for (const x of removeStaleTemporaries(resolve(dest))) ctx.stdout(`removed ${x.path} (a temporary a killed install left, ${x.bytes} bytes)\n`);
+    r = installCni(dest, { ...(opts.socket === undefined ? {} : { socket: opts.socket }), ...(nodeName === undefined ? {} : { nodeName }) });
+  } finally {
+    lock?.release();
+  }
   // In the order written.
   if (r.nodeName !== null) ctx.stdout(`installed ${r.nodeName.file} (node name ${r.nodeName.name})\n`);
   ctx.stdout(`installed ${r.binding} (flock binding)\n`);

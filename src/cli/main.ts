@@ -54,7 +54,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n  NODE_NAME=worker-1 ipwarden install-cni --dest /opt/cni/bin\n')
     .action(async (opts: { dest: string; socket?: string; nodeName?: string }) => {
       const m = await import('./install-cni.ts');
-      setCode(m.run(opts, ctx));
+      setCode(await m.run(opts, ctx));
     });
 
   // leaks / gc (issue 3): same flags; gc adds --dry-run and --audit-log. Engine in ./leaks.ts.

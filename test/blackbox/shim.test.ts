@@ -454,6 +454,58 @@ describe('install-cni', () => {
     assert.equal(readShimFields(readFileSync(join(dest, 'ipwarden'))).socket, socket);
   });
 
+  it('a killed install\'s temporaries are removed by the next install (exact pattern, regular files only); a symlink, a foreign name and the node name are left alone', () => {
+    const base = temp('ipw-shim-stale-');
+    const dest = join(base, 'bin');
+    mkdirSync(join(dest, 'ipwarden.d'), { recursive: true });
+    const stale = ['ipwarden-standalone.tmp-4242-0123456789abcdef', 'ipwarden.tmp-1-fedcba9876543210', 'ipwarden-netns.tmp-77-00000000000000aa'];
+    for (const n of stale) writeFileSync(join(dest, n), Buffer.alloc(4096));
+    writeFileSync(join(dest, 'ipwarden.d', 'node-name.tmp-9-0123456789abcdef'), 'half');
+    const victim = join(base, 'victim');
+    writeFileSync(victim, 'precious');
+    symlinkSync(victim, join(dest, 'ipwarden-flock.node.tmp-5-0123456789abcdef'));
+    const keep = ['ipwarden-standalone.tmp-notours', 'bridge.tmp-1-0123456789abcdef', 'ipwarden-standalone.tmp-1-0123456789ABCDEF'];
+    for (const n of keep) writeFileSync(join(dest, n), 'x');
+    const r = cli(['--dest', dest]);
+    assert.equal(r.status, 0, r.stderr);
+    const removed = r.stdout.split('\n').filter((l) => l.startsWith('removed '));
+    assert.deepEqual(removed, [
+      `removed ${join(dest, 'ipwarden-netns.tmp-77-00000000000000aa')} (a temporary a killed install left, 4096 bytes)`,
+      `removed ${join(dest, 'ipwarden-standalone.tmp-4242-0123456789abcdef')} (a temporary a killed install left, 4096 bytes)`,
+      `removed ${join(dest, 'ipwarden.tmp-1-fedcba9876543210')} (a temporary a killed install left, 4096 bytes)`,
+      `removed ${join(dest, 'ipwarden.d', 'node-name.tmp-9-0123456789abcdef')} (a temporary a killed install left, 4 bytes)`,
+    ]);
+    assert.deepEqual(readdirSync(dest).sort(), ['.ipwarden-install.lock', 'ipwarden', 'ipwarden-flock.node', 'ipwarden-flock.node.tmp-5-0123456789abcdef', 'ipwarden-netns', 'ipwarden-standalone', ...keep, 'ipwarden.d'].sort());
+    assert.deepEqual(readdirSync(join(dest, 'ipwarden.d')), []);
+    assert.equal(readFileSync(victim, 'utf8'), 'precious');
+    assert.ok(lstatSync(join(dest, 'ipwarden-flock.node.tmp-5-0123456789abcdef')).isSymbolicLink());
+  });
+
+  it('a SIGKILLed install leaves a temporary; the next install removes it', async () => {
+    const base = temp('ipw-shim-kill-');
+    const dest = join(base, 'bin');
+    mkdirSync(dest);
+    const child = spawn(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', dest], { stdio: 'ignore' });
+    // Kill it once its standalone temporary exists (the ~99 MB copy), whatever the machine's speed.
+    const tmpOf = (): string[] => readdirSync(dest).filter((n) => /^ipwarden-standalone\.tmp-\d+-[0-9a-f]{16}$/.test(n));
+    const exited = new Promise<void>((res) => child.once('exit', () => res()));
+    let ended = false;
+    void exited.then(() => (ended = true));
+    while (tmpOf().length === 0 && !ended) await new Promise((res) => setTimeout(res, 2));
+    child.kill('SIGKILL');
+    await exited;
+    const left = tmpOf();
+    if (left.length === 0) {
+      // The install finished before it could be killed: nothing to clean, nothing to check here.
+      assert.ok(existsSync(join(dest, 'ipwarden')), 'an install that ended wrote the shim');
+      return;
+    }
+    const r = cli(['--dest', dest]);
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, new RegExp(`^removed ${join(dest, left[0] as string).replace(/[.]/g, '\\.')} \\(a temporary a killed install left, \\d+ bytes\\)$`, 'm'));
+    assert.deepEqual(tmpOf(), []);
+  });
+
   it('atomic write: a temporary name is never a guessable one, a planted file or link is neither followed nor removed, and the file is replaced by rename', () => {
     const dir = temp('ipw-shim-atomic-');
     const victim = join(dir, 'victim');
