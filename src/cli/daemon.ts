@@ -41,6 +41,7 @@ import type { CliContext } from './context.ts';
 export interface DaemonCommandOptions extends Pick<RawReconcileOptions, 'dataDir' | 'network' | 'runtimeEndpoint' | 'grace' | 'policy' | 'cniConfDir' | 'auditLog'> {
   interval?: string;
   metricsAddress?: string;
+  healthAddress?: string;
   socket?: string;
   logLevel?: string;
   poolJournalDir?: string;
@@ -69,10 +70,10 @@ function durationFlag(flag: string, text: string, positive: boolean): number {
 
 /**
  * `HOST:PORT` (`127.0.0.1:9617`, `localhost:9617`, `[::1]:9617`, `0.0.0.0:9617`); port 0–65535.
- * @throws UsageError naming `--metrics-address` and what is wrong.
+ * @throws UsageError naming `flag` (default `--metrics-address`) and what is wrong.
  */
-export function parseHostPort(text: string): HostPort {
-  const bad = (why: string): UsageError => new UsageError(`--metrics-address: ${why}, got ${JSON.stringify(text)}`);
+export function parseHostPort(text: string, flag = '--metrics-address'): HostPort {
+  const bad = (why: string): UsageError => new UsageError(`${flag}: ${why}, got ${JSON.stringify(text)}`);
   let host: string;
   let port: string;
   if (text.startsWith('[')) {
@@ -161,6 +162,7 @@ export function parseDaemonFlags(opts: DaemonCommandOptions): DaemonOptions {
   return {
     socket: parseSocketPath(opts.socket ?? DEFAULT_DAEMON_SOCKET),
     metricsAddress: parseHostPort(opts.metricsAddress ?? DEFAULT_METRICS_ADDRESS),
+    ...(opts.healthAddress === undefined ? {} : { healthAddress: parseHostPort(opts.healthAddress, '--health-address') }),
     intervalSeconds: durationFlag('--interval', opts.interval ?? DEFAULT_DAEMON_INTERVAL, true),
     logLevel: level as LogLevel,
     dataDir: pathFlag('--data-dir', opts.dataDir ?? DEFAULT_DATA_DIR),

@@ -158,6 +158,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .option('--socket <PATH>', 'plugin socket (its directory is created 0700 if missing)', '/run/ipwarden/plugin.sock')
     .option('--interval <DUR>', 'reconcile interval (Go duration)', '1m')
     .option('--metrics-address <HOST:PORT>', 'where Prometheus metrics are served', '127.0.0.1:9617')
+    .option('--health-address <HOST:PORT>', "a listener of its own for /healthz and /readyz (the kubelet's probes; the DaemonSet: 127.0.0.1:9618)")
     .option('--log-level <LEVEL>', 'fatal, error, warn, info, debug, trace or silent (JSON lines on stderr)', 'info')
     .option('--data-dir <DIR>', 'host-local data dir holding one directory per network', '/var/lib/cni/networks')
     .option('--network <NAME>', 'only this network (default: every network directory)')

@@ -37,6 +37,12 @@ export interface DaemonOptions {
   readonly socket: string;
   /** Where the Prometheus metrics are served (the metrics come with issue 9's metrics part). */
   readonly metricsAddress: HostPort;
+  /**
+   * `--health-address`: a listener of its own for `/healthz` and `/readyz` (the kubelet's probes),
+   * which connections held on the metrics port cannot starve; absent: the probes are served on
+   * the metrics listener only.
+   */
+  readonly healthAddress?: HostPort;
   /** Reconcile interval, seconds (> 0). */
   readonly intervalSeconds: number;
   /** Log level of the JSON log lines on stderr. */

@@ -14,7 +14,7 @@ import type { PoolConfig } from '../ipam/pool-config.ts';
 import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
 import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts';
-import { DaemonMetrics, startMetricsServer } from './metrics.ts';
+import { DaemonMetrics, startHealthServer, startMetricsServer } from './metrics.ts';
 import { createLogger, type Logger } from './log.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
@@ -85,18 +85,25 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   let state: 'starting' | 'started' | 'stopping' = 'starting';
   const metricsPart: DaemonPartFactory = async ({ log }) => {
     const shown = `${options.metricsAddress.host.includes(':') ? `[${options.metricsAddress.host}]` : options.metricsAddress.host}:${options.metricsAddress.port}`;
-    const server = await startMetricsServer(options.metricsAddress, metrics, {
+    const health = {
       live: () => ({ ok: true, why: '' }),
       ready: () =>
         state === 'started'
           ? { ok: true, why: '' }
           : { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' },
-    }).catch((e: unknown) => {
+    };
+    const listenError = (flag: string, at: string) => (e: unknown): never => {
       const code = (e as { code?: unknown }).code;
       const why = code === 'EADDRINUSE' ? 'the address is in use (another daemon?)' : code === 'EADDRNOTAVAIL' ? 'no interface has that address' : code === 'EACCES' ? 'permission denied' : e instanceof Error ? e.message : String(e);
-      throw new AppError('USAGE', `cannot serve the metrics on --metrics-address ${shown}: ${why}`, { cause: e });
+      throw new AppError('USAGE', `cannot serve the ${flag === '--metrics-address' ? 'metrics' : 'probes'} on ${flag} ${at}: ${why}`, { cause: e });
+    };
+    const hostPort = (a: { host: string; port: number }): string => `${a.host.includes(':') ? `[${a.host}]` : a.host}:${a.port}`;
+    const server = await startMetricsServer(options.metricsAddress, metrics, health).catch(listenError('--metrics-address', shown));
+    const probes = options.healthAddress === undefined ? null : await startHealthServer(options.healthAddress, health).catch(async (e: unknown) => {
+      await server.close();
+      return listenError('--health-address', hostPort(options.healthAddress as { host: string; port: number }))(e);
     });
-    log.info({ metricsAddress: `${server.address.host.includes(':') ? `[${server.address.host}]` : server.address.host}:${server.address.port}` }, 'metrics listening');
+    log.info({ metricsAddress: hostPort(server.address), ...(probes === null ? {} : { healthAddress: hostPort(probes.address) }) }, 'metrics listening');
     return {
       name: 'metrics',
       hooks: {
@@ -104,7 +111,9 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
         onDropped: (e) => metrics.recordCniRequest(e.command, 'dropped', e.durationSeconds),
         onDeclined: (e) => metrics.recordCniRequest(e.command, 'declined', 0),
       },
-      close: () => server.close(),
+      close: async () => {
+        await Promise.all([server.close(), probes?.close()]);
+      },
     };
   };
   const reconcile: ReconcileDeps = over.reconcile ?? {

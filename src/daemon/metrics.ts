@@ -516,6 +516,11 @@ export const METRICS_MAX_CONNECTIONS = 32;
 /** A metrics connection idle this long (no bytes either way) is closed, seconds. */
 export const METRICS_IDLE_SECONDS = 15;
 
+/** Most connections the probe listener (`--health-address`) holds at once. */
+export const HEALTH_MAX_CONNECTIONS = 8;
+/** A probe connection idle this long is closed, seconds (the kubelet opens one per probe). */
+export const HEALTH_IDLE_SECONDS = 5;
+
 /** The daemon's health, as `/healthz` and `/readyz` report it. */
 export interface Health {
   /** `/healthz`: the process works (its event loop answers; the plugin server has not failed). */
@@ -538,18 +543,33 @@ export interface MetricsServer {
  * @throws the `listen` error (EADDRINUSE, EACCES, EADDRNOTAVAIL) as a rejected promise.
  */
 export async function startMetricsServer(addr: HostPort, metrics: DaemonMetrics, health: Health): Promise<MetricsServer> {
-  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    void answer(req, res, metrics, health);
-  });
+  return listen(addr, (req, res) => void answer(req, res, metrics, health), METRICS_MAX_CONNECTIONS, METRICS_IDLE_SECONDS);
+}
+
+/**
+ * Serve only `/healthz` and `/readyz` on `addr` (`--health-address`, the kubelet's probes), with
+ * connections of their own ({@link HEALTH_MAX_CONNECTIONS}, idle ones closed after
+ * {@link HEALTH_IDLE_SECONDS}): connections held open on the metrics port — anyone who reaches the
+ * node can hold its 32 — never starve the probes, so they cannot put the pod in a restart loop.
+ * `/metrics` is 404 here. Bound to loopback in the DaemonSet (the pod is in the host network: the
+ * kubelet probes the node's 127.0.0.1).
+ * @throws the `listen` error (EADDRINUSE, EACCES, EADDRNOTAVAIL) as a rejected promise.
+ */
+export async function startHealthServer(addr: HostPort, health: Health): Promise<MetricsServer> {
+  return listen(addr, (req, res) => void answerHealth(req, res, health), HEALTH_MAX_CONNECTIONS, HEALTH_IDLE_SECONDS);
+}
+
+async function listen(addr: HostPort, handler: (req: IncomingMessage, res: ServerResponse) => void, maxConnections: number, idleSeconds: number): Promise<MetricsServer> {
+  const server: Server = createServer(handler);
   server.keepAliveTimeout = 5_000;
   server.headersTimeout = 10_000;
   server.requestTimeout = 10_000;
   // Any local user can connect: bound the connections and close the ones that send nothing, so
   // the endpoint cannot be used to exhaust the daemon's file descriptors (found by review: 20,000
   // idle connections did). Prometheus needs one connection per scraper.
-  server.maxConnections = METRICS_MAX_CONNECTIONS;
+  server.maxConnections = maxConnections;
   server.on('connection', (sock) => {
-    sock.setTimeout(METRICS_IDLE_SECONDS * 1000, () => sock.destroy());
+    sock.setTimeout(idleSeconds * 1000, () => sock.destroy());
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -570,6 +590,18 @@ export async function startMetricsServer(addr: HostPort, metrics: DaemonMetrics,
       return closing;
     },
   };
+}
+
+function answerHealth(req: IncomingMessage, res: ServerResponse, health: Health): void {
+  const path = (req.url ?? '/').split('?')[0];
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    res.writeHead(405, { Allow: 'GET, HEAD', 'Content-Type': 'text/plain' }).end('method not allowed\n');
+  } else if (path === '/healthz' || path === '/readyz') {
+    const h = path === '/healthz' ? health.live() : health.ready();
+    res.writeHead(h.ok ? 200 : 503, { 'Content-Type': 'text/plain' }).end(h.ok ? 'ok\n' : `${h.why}\n`);
+  } else {
+    res.writeHead(404, { 'Content-Type': 'text/plain' }).end('not found: this is the probe listener, try /healthz, /readyz\n');
+  }
 }
 
 async function answer(req: IncomingMessage, res: ServerResponse, metrics: DaemonMetrics, health: Health): Promise<void> {

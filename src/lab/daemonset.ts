@@ -185,8 +185,14 @@ export function planPod(ds: unknown, node: LabNode, pod: { name: string; uid: st
       if (typeof e['value'] === 'string') return { key, value: mapValue(node, e['value']) };
       const ref = isObj(e['valueFrom']) && isObj((e['valueFrom'] as Obj)['fieldRef']) ? ((e['valueFrom'] as Obj)['fieldRef'] as Obj)['fieldPath'] : undefined;
       if (ref === 'spec.nodeName') return { key, value: node.nodeName };
-      return unsupported(`env ${key}: only a value or fieldRef spec.nodeName`);
+      // The lab's node listens on loopback: its "node IP" is 127.0.0.1.
+      if (ref === 'status.hostIP') return { key, value: '127.0.0.1' };
+      return unsupported(`env ${key}: only a value or fieldRef spec.nodeName or status.hostIP`);
     });
+    // The kubelet expands $(NAME) in command and args from the container's env (an undefined
+    // name stays as written; $$ is a literal $).
+    const envOf = new Map(env.map((e) => [e.key, e.value]));
+    const expand = (a: string): string => a.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (m, n: string | undefined) => (n === undefined ? '$' : (envOf.get(n) ?? m)));
     const sc = isObj(c['securityContext']) ? (c['securityContext'] as Obj) : {};
     const caps = isObj(sc['capabilities']) ? (sc['capabilities'] as Obj) : {};
     const res = isObj(c['resources']) ? (c['resources'] as Obj) : {};
@@ -198,8 +204,8 @@ export function planPod(ds: unknown, node: LabNode, pod: { name: string; uid: st
     return {
       name,
       image: String(c['image']),
-      command: ((c['command'] ?? []) as unknown[]).map((a) => mapValue(node, String(a))),
-      args: ((c['args'] ?? []) as unknown[]).map((a) => mapValue(node, String(a))),
+      command: ((c['command'] ?? []) as unknown[]).map((a) => mapValue(node, expand(String(a)))),
+      args: ((c['args'] ?? []) as unknown[]).map((a) => mapValue(node, expand(String(a)))),
       env,
       mounts,
       logPath: `${name}/0.log`,
@@ -276,9 +282,9 @@ export function freePort(): Promise<number> {
  * conf dir, `/var/lib/cni/networks` → its data dir, `/run/ipwarden` → its daemon socket dir,
  * `/run/containerd` → its containerd run dir (the CRI socket `containerd.sock`), `/run/netns` and
  * `/var/run/netns` (one directory: `/var/run` is `/run`) → `<scratch>/node/run/netns`; the
- * manifest's metrics port → a free port.
+ * manifest's metrics and probe ports (9617, 9618) → free ports.
  */
-export async function labNode(lab: Lab, manifestPorts: readonly number[] = [9617]): Promise<LabNode> {
+export async function labNode(lab: Lab, manifestPorts: readonly number[] = [9617, 9618]): Promise<LabNode> {
   const ports = new Map<number, number>();
   for (const p of manifestPorts) ports.set(p, await freePort());
   const netns = join(lab.scratch, 'node', 'run', 'netns');

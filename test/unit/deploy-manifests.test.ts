@@ -364,7 +364,10 @@ describe('deploy/kubernetes: the DaemonSet', () => {
   });
 
   it("the daemon's arguments are flags `ipwarden daemon` accepts, with valid values", async () => {
-    const args = (daemonC.args ?? []).slice(1);
+    // As the kubelet expands them: $(HOST_IP) from the downward API's status.hostIP (a node IP here).
+    const hostIpEnv = (daemonC.env ?? []).find((e) => e.name === 'HOST_IP');
+    assert.equal(at(hostIpEnv, 'valueFrom', 'fieldRef', 'fieldPath'), 'status.hostIP');
+    const args = (daemonC.args ?? []).slice(1).map((a) => a.replace('$(HOST_IP)', '10.20.30.40'));
     const known = await helpFlags('daemon');
     for (const a of args.filter((x) => x.startsWith('--'))) assert.ok(known.has(a), `${a} is a daemon flag`);
     let stderr = '';
@@ -387,9 +390,10 @@ describe('deploy/kubernetes: the DaemonSet', () => {
     // The CLI run through `kubectl exec` asks the same runtime.
     const env = daemonC.env ?? [];
     assert.ok(env.some((e) => e.name === 'CONTAINER_RUNTIME_ENDPOINT' && e.value === o.runtimeEndpoint));
-    // Metrics: reachable by the kubelet's probes and Prometheus at the pod's (= the node's) IP.
-    assert.notEqual(o.metricsAddress.host, '127.0.0.1');
-    assert.notEqual(o.metricsAddress.host, 'localhost');
+    // Metrics: on the node's IP only (never 0.0.0.0: not on every interface of the node), where
+    // Prometheus scrapes the pod (= the node's) IP; the probes on a loopback listener of their own.
+    assert.equal(o.metricsAddress.host, '10.20.30.40');
+    assert.deepEqual(o.healthAddress, { host: '127.0.0.1', port: 9618 });
     const port = (daemonC.ports ?? []).find((p) => p.name === 'metrics');
     assert.ok(port !== undefined, 'a port named metrics');
     assert.equal(port.containerPort, o.metricsAddress.port);
@@ -410,11 +414,9 @@ describe('deploy/kubernetes: the DaemonSet', () => {
     assert.equal(at(env, 'valueFrom', 'fieldRef', 'fieldPath'), 'spec.nodeName');
   });
 
-  it('probes /healthz and /readyz on the metrics port', () => {
-    assert.equal(at(daemonC.livenessProbe, 'httpGet', 'path'), '/healthz');
-    assert.equal(at(daemonC.livenessProbe, 'httpGet', 'port'), 'metrics');
-    assert.equal(at(daemonC.readinessProbe, 'httpGet', 'path'), '/readyz');
-    assert.equal(at(daemonC.readinessProbe, 'httpGet', 'port'), 'metrics');
+  it("probes /healthz and /readyz on the daemon's own probe listener (127.0.0.1:9618, the node's loopback: host network), not the metrics port", () => {
+    assert.deepEqual(at(daemonC.livenessProbe, 'httpGet'), { host: '127.0.0.1', path: '/healthz', port: 9618 });
+    assert.deepEqual(at(daemonC.readinessProbe, 'httpGet'), { host: '127.0.0.1', path: '/readyz', port: 9618 });
   });
 
   it('every container: root, read-only root filesystem, all capabilities dropped, only the needed ones added', () => {
@@ -541,7 +543,7 @@ describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/la
       ['/run/netns', '/lab/node/run/netns'],
       ['/var/run/netns', '/lab/node/run/netns'],
     ],
-    ports: new Map([[9617, 40123]]),
+    ports: new Map([[9617, 40123], [9618, 40124]]),
     nodeName: 'lab-node',
     cgroupParent: '/ipwarden-lab-abcdef',
     podsDir: '/lab/node/pods',
@@ -557,7 +559,7 @@ describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/la
     assert.equal(mapPath(node, '/host/opt/cni/bin'), '/host/opt/cni/bin');
     assert.equal(mapValue(node, 'unix:///run/containerd/containerd.sock'), 'unix:///lab/run/containerd.sock');
     assert.equal(mapValue(node, '0.0.0.0:9617'), '0.0.0.0:40123');
-    assert.equal(mapValue(node, '0.0.0.0:9618'), '0.0.0.0:9618');
+    assert.equal(mapValue(node, '0.0.0.0:9619'), '0.0.0.0:9619');
     assert.equal(mapValue(node, 'daemon'), 'daemon');
     assert.equal(memoryBytes('256Mi'), 268435456);
     assert.equal(milliCpu('50m'), 50);
@@ -589,10 +591,11 @@ describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/la
 
   it('the daemon: its flags with the node\'s paths and port, the mounts at the node\'s paths (propagation, read-only), three capabilities, the resources as cgroup values', () => {
     assert.deepEqual(daemon.args, [
-      'daemon', '--socket', '/lab/run/ipwarden/plugin.sock', '--metrics-address', '0.0.0.0:40123', '--data-dir', '/lab/cni/networks',
+      'daemon', '--socket', '/lab/run/ipwarden/plugin.sock', '--metrics-address', '127.0.0.1:40123', '--health-address', '127.0.0.1:40124', '--data-dir', '/lab/cni/networks',
       '--cni-conf-dir', '/lab/cni/net.d', '--runtime-endpoint', 'unix:///lab/run/containerd.sock', '--interval', '1m', '--log-level', 'info',
     ]);
-    assert.deepEqual(daemon.env, [{ key: 'NODE_NAME', value: 'lab-node' }, { key: 'CONTAINER_RUNTIME_ENDPOINT', value: 'unix:///lab/run/containerd.sock' }]);
+    // status.hostIP is the lab node's loopback; $(HOST_IP) in the args is expanded from it.
+    assert.deepEqual(daemon.env, [{ key: 'NODE_NAME', value: 'lab-node' }, { key: 'HOST_IP', value: '127.0.0.1' }, { key: 'CONTAINER_RUNTIME_ENDPOINT', value: 'unix:///lab/run/containerd.sock' }]);
     const byPath = new Map(daemon.mounts.map((m) => [m.containerPath, m]));
     assert.deepEqual(byPath.get('/lab/run'), { containerPath: '/lab/run', hostPath: '/lab/run', readonly: true, propagation: 'PROPAGATION_HOST_TO_CONTAINER' });
     assert.deepEqual(byPath.get('/lab/run/ipwarden'), { containerPath: '/lab/run/ipwarden', hostPath: '/lab/run/ipwarden', readonly: false, propagation: 'PROPAGATION_PRIVATE' });
@@ -603,7 +606,7 @@ describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/la
     assert.equal(daemon.security.apparmorProfile, 'unconfined');
     assert.equal(daemon.security.seLinuxType, 'spc_t');
     assert.deepEqual(daemon.resources, { cpuPeriod: 100_000, cpuQuota: 100_000, cpuShares: 51, memoryLimitBytes: 256 * 2 ** 20 });
-    assert.deepEqual(plan.readiness.get('ipwarden'), { path: '/readyz', port: 40123 });
+    assert.deepEqual(plan.readiness.get('ipwarden'), { path: '/readyz', port: 40124 });
   });
 
   it('creates the DirectoryOrCreate host paths (0755) and the emptyDirs (0777); requires the Directory ones', () => {
