@@ -77,7 +77,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     });
   reconcileCommand('gc', 'release leaked and corrupt reservations (each recorded in the audit log)', 'ipwarden gc --dry-run')
     .option('--dry-run', 'release nothing; list what would be released')
-    .option('--audit-log <FILE>', 'audit log (default: <data-dir>/ipwarden-audit.log)')
+    .option('--audit-log <FILE>', 'audit log (default: <data-dir>/.ipwarden-audit.log)')
     .action(async (opts: ReconcileCommandOptions) => {
       const m = await import('./gc.ts');
       setCode(await m.run(opts, ctx));
@@ -166,7 +166,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .option('--grace <DUR>', 'keep unowned files younger than this (Go duration)', '5m')
     .option('--policy <P>', 'conservative, or reclaim-notready', 'conservative')
     .option('--cni-conf-dir <DIR>', 'CNI configuration directory', '/etc/cni/net.d')
-    .option('--audit-log <FILE>', 'audit log (default: <data-dir>/ipwarden-audit.log)')
+    .option('--audit-log <FILE>', 'audit log (default: <data-dir>/.ipwarden-audit.log)')
     .option('--pool-journal-dir <DIR>', 'journal of offline pool allocations, one directory per pool, read at start (default: /var/lib/cni/networks/.ipwarden-pool-offline)')
     .addHelpText('after', '\nExamples:\n  ipwarden daemon\n  ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug\n')
     .action(async (opts: DaemonCommandOptions) => {

@@ -16,12 +16,12 @@
  * The kernel evidence is read from `/proc` and the pinned namespaces
  * (`src/node/kernel-evidence.ts`). Each CRI call gets a short deadline
  * ({@link PLUGIN_CRI_TIMEOUT_SECONDS}) and all of them one overall deadline (reclaim.ts). The
- * audit log is `<dataDir>/ipwarden-audit.log`, opened on first use.
+ * audit log is `<dataDir>/.ipwarden-audit.log`, opened on first use.
  */
 import { existsSync } from 'node:fs';
 import { identifyRuntime, type RuntimeIdentity } from '../node/runtime-identity.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
-import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../reconcile/audit.ts';
+import { openDefaultAuditLog, type AuditSink } from '../reconcile/audit.ts';
 import { criSandboxSource, type PodIPSource } from '../reconcile/cri-source.ts';
 import { makeHeal } from '../reconcile/reclaim.ts';
 import type { UseEvidence } from '../reconcile/evidence.ts';
@@ -130,7 +130,7 @@ export function criHeal(
     source: (conf) => pluginRuntimeSource(conf, realChoice(env, runtimePid)),
     audit: (conf): AuditSink => {
       let sink: AuditSink | null = null;
-      const get = (): AuditSink => (sink ??= openAuditLog(defaultAuditLogPath(conf.dataDir)));
+      const get = (): AuditSink => (sink ??= openDefaultAuditLog(conf.dataDir));
       return {
         append: (rec) => get().append(rec),
         sync: () => get().sync(),

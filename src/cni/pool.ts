@@ -28,7 +28,7 @@ import { settingsValue } from '../ipam/pool-offline.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import { EtcdKV } from '../store/etcd/etcd-kv.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
-import { defaultAuditLogPath, openAuditLog } from '../reconcile/audit.ts';
+import { openDefaultAuditLog } from '../reconcile/audit.ts';
 import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
 import { readNodeNameFile } from './node-name-file.ts';
 import { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from '../store/pool-journal.ts';
@@ -58,7 +58,7 @@ export interface PoolHooks {
 
 /**
  * {@link PoolHooks.gc} over `kv` for `node`: the kernel evidence from /proc and the pinned
- * namespaces, the audit log `<dataDir>/ipwarden-audit.log` of the network's data dir (opened only
+ * namespaces, the audit log `<dataDir>/.ipwarden-audit.log` of the network's data dir (opened only
  * when something is released).
  */
 export function poolGcWith(kv: KV, pool: PoolConfig, node: string, id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome> {
@@ -67,7 +67,7 @@ export function poolGcWith(kv: KV, pool: PoolConfig, node: string, id: NetworkId
     // A pool network writes nothing else under its data dir: make it for the log if it is missing.
     audit: () => {
       mkdirSync(id.dataDir, { recursive: true, mode: 0o755 });
-      return openAuditLog(defaultAuditLogPath(id.dataDir));
+      return openDefaultAuditLog(id.dataDir);
     },
     now: Date.now,
   });

@@ -59,7 +59,7 @@ export interface DaemonOptions {
   readonly policy: 'conservative' | 'reclaim-notready';
   /** CNI configuration directory. */
   readonly cniConfDir: string;
-  /** Audit log path, or null for `<dataDir>/ipwarden-audit.log`. */
+  /** Audit log path, or null for `<dataDir>/.ipwarden-audit.log`. */
   readonly auditLog: string | null;
   /**
    * `--pool-journal-dir`: root of the offline pool allocations' journal (docs/cluster.md

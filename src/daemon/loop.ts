@@ -24,7 +24,7 @@ import type { ReconcileDeps } from '../reconcile/options.ts';
 import { runPass, type PassOptions, type PassReport } from '../reconcile/pass.ts';
 import { layoutNetworks } from '../reconcile/status.ts';
 import { runPoolPass, type PoolPassReport, type PoolTarget } from '../reconcile/pool-pass.ts';
-import { defaultAuditLogPath, openAuditLog, type AuditSink } from '../reconcile/audit.ts';
+import { openAuditLog, openDefaultAuditLog, type AuditSink } from '../reconcile/audit.ts';
 import { etcdFor, resolveNodeName } from '../cni/pool.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
 import { readCniConfigs } from '../node/cni-conf.ts';
@@ -356,11 +356,12 @@ class Loop implements ReconcileLoop {
       const { targets, errors } = src.targets();
       for (const e of errors) this.log.warn({ kind: 'config', error: e }, 'pool reconcile: network not used');
       if (targets.length === 0) return;
-      const auditPath = this.opts.auditLog ?? defaultAuditLogPath(this.opts.dataDir);
+      const auditPath = this.opts.auditLog;
       const audit = (): AuditSink => {
+        if (auditPath !== null) return openAuditLog(auditPath);
         // A node with only pool networks may have no data dir yet: make it for the default log.
-        if (this.opts.auditLog === null) mkdirSync(this.opts.dataDir, { recursive: true, mode: 0o755 });
-        return openAuditLog(auditPath);
+        mkdirSync(this.opts.dataDir, { recursive: true, mode: 0o755 });
+        return openDefaultAuditLog(this.opts.dataDir);
       };
       const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic);
       this.lastPool = r;

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { AppError } from '../common/errors.ts';
 import type { ReportJson } from '../cli/leaks.ts';
 import { IPWARDEN_BUNDLE, type Lab } from './lab.ts';
+import { defaultAuditLogPath } from '../reconcile/audit.ts';
 
 /** A sandbox the flow created and the address reserved for it ('' when it holds none). */
 export interface Pod {
@@ -147,7 +148,7 @@ export function ipsOf(pods: readonly Pod[]): string[] {
   return pods.map((p) => p.ip).sort(ipCompare);
 }
 
-/** One line of the audit log (`<dataDir>/ipwarden-audit.log`, JSON lines). */
+/** One line of the audit log (`<dataDir>/.ipwarden-audit.log`, JSON lines). */
 export interface AuditLine {
   readonly network: string;
   readonly ip: string;
@@ -164,7 +165,7 @@ export interface AuditLine {
 export function auditLines(lab: Lab): AuditLine[] {
   let text: string;
   try {
-    text = readFileSync(join(lab.dataDir, 'ipwarden-audit.log'), 'utf8');
+    text = readFileSync(defaultAuditLogPath(lab.dataDir), 'utf8');
   } catch {
     return [];
   }

@@ -22,10 +22,21 @@
  * program (issue 10); else `perl` (Essential on Debian, `perl-base`) calling `setns` per file; or
  * failing that one `sh` loop over `nsenter --net=FILE cat …` (util-linux).
  *
+ * Pinned files live in a mount namespace: a process outside the host's (a DaemonSet pod whose
+ * manifest lacks the `/run/netns` mount, or mounts it without `mountPropagation`) sees an empty
+ * directory, or plain empty files where the host has nsfs bind mounts, and would take them for
+ * "nothing pinned" (issue 17: 5 addresses of a pinned namespace were released and one handed out
+ * again). So when `<procDir>/self/ns/mnt` differs from the host's (`<procDir>/1/ns/mnt`, else
+ * `<procDir>/2/ns/mnt`: kthreadd, in the initial mount namespace), the directories are ALSO read as
+ * the host sees them, through `<procDir>/<pid>/root` (proc(5) `/proc/pid/root`; symlinks on the way,
+ * `/var/run` → `/run`, are resolved inside that root); what cannot be read there makes the
+ * evidence incomplete, and "absent" or "empty" here is never taken for "absent on the host".
+ *
  * Blind spots (documented, not reported as `incomplete`): a namespace kept alive only by an open
  * file descriptor, by a thread other than a process's main thread, or by a bind mount outside
- * `netnsDirs`; an IPv4 `local` route added by hand (`ip route add local X dev lo`) looks exactly
- * like an address in `fib_trie`.
+ * `netnsDirs`; pins made in a mount namespace that is neither this process's nor the host's (pid 1's,
+ * or kthreadd's when pid 1's is closed to us); an IPv4 `local` route added by hand
+ * (`ip route add local X dev lo`) looks exactly like an address in `fib_trie`.
  */
 import { execFileSync } from 'node:child_process';
 import { closeSync, existsSync, lstatSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, realpathSync, statSync } from 'node:fs';
@@ -83,6 +94,13 @@ export interface KernelEvidence {
    * absence is only proof when this is null.
    */
   readonly incomplete: string | null;
+  /**
+   * The entries of `netnsDirs` (as given, `/run/netns`) that could not be read completely: listing
+   * failed here or in the host's view, or the host's view could not be reached or compared (then
+   * every one). [] when every directory was read (absent ones count as read). Each is also named
+   * in `incomplete`.
+   */
+  readonly unreadPinDirs: readonly string[];
   /** Distinct network namespaces read. */
   readonly namespaces: number;
   /** Live processes examined (vanished ones are not counted). */
@@ -93,7 +111,11 @@ export interface KernelEvidence {
 export interface KernelEvidenceOptions {
   /** procfs root; default `/proc`. Pids listed here must be of the host PID namespace. */
   procDir?: string;
-  /** Directories of pinned namespace files; default {@link DEFAULT_NETNS_DIRS}. Missing ones are skipped. */
+  /**
+   * Directories of pinned namespace files (absolute paths); default {@link DEFAULT_NETNS_DIRS}.
+   * One missing in this mount namespace is skipped when this is the host's mount namespace, or when
+   * it is missing in the host's view too ({@link readKernelEvidence}).
+   */
   netnsDirs?: readonly string[];
   /** A pid whose environment is not scanned for CNI variables; default `process.pid`. */
   selfPid?: number;
@@ -511,6 +533,88 @@ function errText(e: unknown): string {
   return errnoCode(e) ?? (e instanceof Error ? e.message : String(e));
 }
 
+/** The host's view of the pin directories, through the root of a process in its mount namespace. */
+interface HostPinView {
+  /** `<procDir>/<pid>/root`. */
+  readonly root: string;
+  /** The process (1, or 2 when pid 1's `ns/mnt` is closed to us). */
+  readonly pid: number;
+  /** Its mount namespace, `mnt:[INODE]`. */
+  readonly mnt: string;
+}
+
+/**
+ * Where the host's pin directories are seen from, when not from here: `views` holds one entry per
+ * mount namespace of pid 1 and pid 2 (kthreadd: the initial mount namespace) that is not this
+ * process's (`<procDir>/self/ns/mnt`); [] when this process is in the host's. A `failure` (one
+ * clause) when that cannot be told: our own link, or both references, cannot be read.
+ */
+function hostPinViews(procDir: string): { views: HostPinView[]; self: string; failure: null } | { failure: string } {
+  const selfLink = join(procDir, 'self', 'ns', 'mnt');
+  let self: string;
+  try {
+    self = readlinkSync(selfLink);
+  } catch (e) {
+    return { failure: `cannot read ${selfLink}: ${errText(e)}: whether this process sees the host's pinned network namespaces cannot be told` };
+  }
+  const closed: string[] = [];
+  const seen = new Set<string>();
+  const views: HostPinView[] = [];
+  for (const pid of [1, 2]) {
+    const link = join(procDir, String(pid), 'ns', 'mnt');
+    let mnt: string;
+    try {
+      mnt = readlinkSync(link);
+    } catch (e) {
+      closed.push(`${link}: ${errText(e)}`);
+      continue;
+    }
+    if (seen.has(mnt)) continue;
+    seen.add(mnt);
+    if (mnt !== self) views.push({ root: join(procDir, String(pid), 'root'), pid, mnt });
+  }
+  if (seen.size === 0) {
+    return { failure: `cannot read the host's mount namespace (${closed.join('; ')}): whether this process sees the host's pinned network namespaces cannot be told` };
+  }
+  return { views, self, failure: null };
+}
+
+/** An `ELOOP` error for {@link resolveInside}. */
+function loopError(path: string): Error {
+  return Object.assign(new Error(`${path}: too many levels of symbolic links`), { code: 'ELOOP' });
+}
+
+/**
+ * `path` (absolute) as seen under `root` (a `/proc/<pid>/root`): each symlink on the way is read
+ * and resolved inside `root` (the kernel would resolve an absolute target such as `/var/run` →
+ * `/run` from OUR root, not from the host's). Returns `root` joined with the resolved path; the
+ * final component is not required to be a directory. Throws the `lstat`/`readlink` error (ENOENT,
+ * ENOTDIR: absent), or ELOOP after 40 links (as `path_resolution(7)`).
+ */
+function resolveInside(root: string, path: string): string {
+  const parts = (p: string): string[] => p.split('/').filter((c) => c !== '' && c !== '.');
+  const rest = parts(path);
+  const done: string[] = [];
+  let links = 0;
+  while (rest.length > 0) {
+    const c = rest.shift() as string;
+    if (c === '..') {
+      done.pop(); // `..` of the root is the root
+      continue;
+    }
+    const here = join(root, ...done, c);
+    if (!lstatSync(here).isSymbolicLink()) {
+      done.push(c);
+      continue;
+    }
+    if (++links > 40) throw loopError(here);
+    const target = readlinkSync(here);
+    if (target.startsWith('/')) done.length = 0;
+    rest.unshift(...parts(target));
+  }
+  return join(root, ...done);
+}
+
 /**
  * Read, from the kernel, every address configured on an interface in every network namespace of
  * the node, and every CNI operation in flight. Synchronous; never throws (what could not be read
@@ -523,11 +627,19 @@ function errText(e: unknown): string {
  * environ is closed even to root). A process whose `ns/net` link is closed to us (EACCES) is matched
  * to a namespace by the inode of its `fib_trie` file. Then each nsfs file in `netnsDirs` whose
  * namespace no process is inside is read through {@link readPinnedNamespaces} (one helper process).
+ * When this process is not in the host's mount namespace, each directory is listed a second time as
+ * the host sees it ({@link hostPinViews}: `<procDir>/1/root<dir>`, or `<procDir>/2/root<dir>`), its
+ * pins passed to the helper by that path (`/proc/1/root/run/netns/cni-…`); a namespace listed in both
+ * views is read once, by this view's path.
  *
  * `incomplete` is set when: euid is not 0; `<procDir>` cannot be listed or holds no process;
  * `<procDir>/2` is not `kthreadd` (not the host PID namespace: other containers' processes are
  * invisible); a namespace or environ could not be read for another reason than the process exiting;
- * a netns directory could not be listed; the helper could not run or could not enter a file.
+ * a netns directory could not be listed; the helper could not run or could not enter a file; (when
+ * `netnsDirs` is not empty) this process's or the host's mount namespace cannot be read, or the
+ * host's view of a directory cannot be read (`<procDir>/<pid>/root` closed: no SYS_PTRACE). A
+ * directory absent in the host's view is absent; absent or empty here proves nothing when this is
+ * not the host's mount namespace.
  */
 export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvidence {
   const procDir = opts.procDir ?? '/proc';
@@ -685,45 +797,81 @@ export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvid
       // try the next
     }
   }
-  const seenDirs = new Set<string>();
+  // Views of the directories: this process's own (root null), then the host's when this is not its
+  // mount namespace (issue 17: an empty or unmounted /run/netns here is not the host's).
+  const views: Array<{ root: string | null }> = [{ root: null }];
+  const viewFailures: string[] = [];
+  const unreadDirs = new Set<string>();
+  if (netnsDirs.length > 0 && !notRoot) {
+    const h = hostPinViews(procDir);
+    if (h.failure !== null) {
+      viewFailures.push(h.failure);
+      for (const d of netnsDirs) unreadDirs.add(d);
+    } else {
+      for (const v of h.views) {
+        try {
+          if (!statSync(v.root).isDirectory()) throw Object.assign(new Error('not a directory'), { code: 'ENOTDIR' });
+          views.push({ root: v.root });
+        } catch (e) {
+          viewFailures.push(
+            `this process is not in the host's mount namespace (${h.self}; pid ${v.pid} is in ${v.mnt}) and cannot read the host's view through ${v.root}: ${errText(e)}: the host's pinned network namespaces are not seen`,
+          );
+          for (const d of netnsDirs) unreadDirs.add(d);
+        }
+      }
+    }
+  }
   const pinned: Array<{ file: string; netns: string }> = [];
   const pinnedNs = new Set<string>();
-  for (const d of netnsDirs) {
-    let real: string;
-    let raw: Buffer[];
-    try {
-      real = realpathSync(d);
-      if (seenDirs.has(real)) continue;
-      seenDirs.add(real);
-      raw = readdirSync(d, { encoding: 'buffer' });
-    } catch (e) {
-      if (errnoCode(e) === 'ENOENT' || errnoCode(e) === 'ENOTDIR') continue;
-      pinFailures.add(`${d}: ${errText(e)}`);
-      continue;
-    }
-    const entries: string[] = [];
-    for (const b of raw) {
-      const name = b.toString('utf8');
-      // A name that is not UTF-8 cannot be passed on by its text: a pin we cannot read is a gap.
-      if (!Buffer.from(name, 'utf8').equals(b)) pinFailures.add(`${d}/${b.toString('latin1')}: a name that is not UTF-8 (hex ${b.toString('hex')})`);
-      else entries.push(name);
-    }
-    for (const name of entries.sort()) {
-      const file = join(d, name);
-      let st;
+  for (const view of views) {
+    const seenDirs = new Set<string>();
+    for (const d of netnsDirs) {
+      const shown = view.root === null ? d : join(view.root, d);
+      let at: string;
+      let raw: Buffer[];
       try {
-        // lstat: a symlink here is never followed (root follows no link it did not make).
-        st = lstatSync(file);
+        // Here: by the given path (deduplicated by real path). The host's: resolved inside its root.
+        const real = view.root === null ? realpathSync(d) : resolveInside(view.root, d);
+        at = view.root === null ? d : real;
+        if (seenDirs.has(real)) continue;
+        seenDirs.add(real);
+        raw = readdirSync(at, { encoding: 'buffer' });
       } catch (e) {
-        if (errnoCode(e) !== 'ENOENT') pinFailures.add(`${file}: ${errText(e)}`);
-        continue; // ENOENT: removed meanwhile
+        if (errnoCode(e) === 'ENOENT' || errnoCode(e) === 'ENOTDIR') continue;
+        pinFailures.add(`${shown}: ${errText(e)}`);
+        unreadDirs.add(d);
+        continue;
       }
-      // An nsfs bind mount has the nsfs device; a plain or stale file (unmounted) does not.
-      if (nsfsDev === null || st.dev !== nsfsDev || !st.isFile()) continue;
-      const netns = `net:[${st.ino}]`;
-      if (readNs.has(netns) || pinnedNs.has(netns)) continue;
-      pinnedNs.add(netns);
-      pinned.push({ file, netns });
+      const entries: string[] = [];
+      for (const b of raw) {
+        const name = b.toString('utf8');
+        // A name that is not UTF-8 cannot be passed on by its text: a pin we cannot read is a gap.
+        if (!Buffer.from(name, 'utf8').equals(b)) {
+          pinFailures.add(`${at}/${b.toString('latin1')}: a name that is not UTF-8 (hex ${b.toString('hex')})`);
+          unreadDirs.add(d);
+        } else entries.push(name);
+      }
+      for (const name of entries.sort()) {
+        const file = join(at, name);
+        let st;
+        try {
+          // lstat: a symlink here is never followed (root follows no link it did not make).
+          st = lstatSync(file);
+        } catch (e) {
+          if (errnoCode(e) !== 'ENOENT') {
+            pinFailures.add(`${file}: ${errText(e)}`);
+            unreadDirs.add(d);
+          }
+          continue; // ENOENT: removed meanwhile
+        }
+        // An nsfs bind mount has the nsfs device; a plain or stale file (unmounted, or a bind
+        // mount that did not propagate into this mount namespace) does not.
+        if (nsfsDev === null || st.dev !== nsfsDev || !st.isFile()) continue;
+        const netns = `net:[${st.ino}]`;
+        if (readNs.has(netns) || pinnedNs.has(netns)) continue;
+        pinnedNs.add(netns);
+        pinned.push({ file, netns });
+      }
     }
   }
   // setns(2) needs CAP_SYS_ADMIN: without root the helper could only fail.
@@ -763,11 +911,12 @@ export function readKernelEvidence(opts: KernelEvidenceOptions = {}): KernelEvid
     general.push(`no network namespace could be read through ${procDir} (${processes} processes seen)`);
   }
   // Without root, every other failure is a consequence of that one: name only the cause.
-  const clauses = notRoot ? general : [...general, nsFailures.text(), envFailures.text(), pinFailures.text()].filter((c): c is string => c !== null);
+  const clauses = notRoot ? general : [...general, ...viewFailures, nsFailures.text(), envFailures.text(), pinFailures.text()].filter((c): c is string => c !== null);
   return {
     addresses,
     inFlight,
     incomplete: clauses.length === 0 ? null : clauses.join('; '),
+    unreadPinDirs: [...new Set(netnsDirs.filter((d) => unreadDirs.has(d)))],
     namespaces: readNs.size,
     processes,
   };

@@ -1,8 +1,12 @@
 /**
  * The reconciler's audit log (ARCHITECTURE.md "Reconciler safety rules": every release is
  * recorded, before the release, never through a symlink). One JSON object per line, appended;
- * default file `<dataDir>/ipwarden-audit.log` (the data dir root, never inside a network
- * directory, where host-local would read it as a non-reservation entry).
+ * default file `<dataDir>/.ipwarden-audit.log` (the data dir root, never inside a network
+ * directory, where host-local would read it as a non-reservation entry). Its name starts with a
+ * `.`, which no network name can (libcni `cniValidNameChars`), so no network's directory can take
+ * its place (issue 17: a network named `ipwarden-audit.log`, the name before, made the log a
+ * directory and every reclaim in that data dir failed). A log at the old name is moved to the new
+ * one when the default log is opened ({@link openDefaultAuditLog}).
  *
  * A release is two lines: `phase: "intent"` written and made durable (fsync) BEFORE the file is
  * removed, then `released` (removed) or `kept` (not removed after all: changed meanwhile, or the
@@ -14,20 +18,71 @@
  * symlink (`O_NOFOLLOW`), without blocking on a FIFO (`O_NONBLOCK`), and only if it is a regular
  * file with one link; anything else is refused with `STORE_IO`, and then nothing is released.
  */
-import { closeSync, constants as fsConstants, fstatSync, fsyncSync, lstatSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, constants as fsConstants, fstatSync, fsyncSync, lstatSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { AppError, ClosedError, errnoCode } from '../common/errors.ts';
 import type { AnyVerdict } from './plan.ts';
 
-/** File name of the default audit log in the data dir root. */
-export const AUDIT_LOG_NAME = 'ipwarden-audit.log';
+/**
+ * File name of the default audit log in the data dir root. The leading `.` keeps it out of the
+ * names a network can have (`CNI_NAME_RE` of src/common/names.ts starts with a letter or digit),
+ * as the pool journals' `.ipwarden-pool-offline` beside it.
+ */
+export const AUDIT_LOG_NAME = '.ipwarden-audit.log';
+
+/**
+ * The default name up to issue 17, a valid network name as well. A regular file of that name is
+ * moved to {@link AUDIT_LOG_NAME} by {@link openDefaultAuditLog}; a directory of that name is a
+ * network's and is left alone.
+ */
+export const LEGACY_AUDIT_LOG_NAME = 'ipwarden-audit.log';
 
 /** Mode the audit log is created with (it names container IDs). */
 export const AUDIT_LOG_MODE = 0o600;
 
-/** Default audit log path for a data dir. */
+/** Default audit log path for a data dir: `<dataDir>/.ipwarden-audit.log`. */
 export function defaultAuditLogPath(dataDir: string): string {
   return join(dataDir, AUDIT_LOG_NAME);
+}
+
+/**
+ * Move the log at the old default name (`<dataDir>/ipwarden-audit.log`) to the new one, when it
+ * is a regular file with one link (a symlink, a directory — a network named so — or anything
+ * else stays where it is) and nothing is at the new name yet. `rename(2)` in one directory: a
+ * writer that opened the old name keeps writing to the same file. Returns true when it moved the
+ * file; false when there was nothing to move or the move failed (another process moved it first,
+ * or a read-only data dir: opening the log reports that). Never throws.
+ */
+export function migrateLegacyAuditLog(dataDir: string): boolean {
+  const legacy = join(dataDir, LEGACY_AUDIT_LOG_NAME);
+  const target = defaultAuditLogPath(dataDir);
+  try {
+    const st = lstatSync(legacy);
+    if (!st.isFile() || st.nlink !== 1) return false;
+  } catch {
+    return false;
+  }
+  try {
+    lstatSync(target);
+    return false; // both: an older ipwarden still writes the old name; never overwrite the new log
+  } catch (e) {
+    if (errnoCode(e) !== 'ENOENT') return false;
+  }
+  try {
+    renameSync(legacy, target);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The default audit log of `dataDir`: {@link migrateLegacyAuditLog}, then
+ * {@link openAuditLog}(`<dataDir>/.ipwarden-audit.log`). Throws what `openAuditLog` throws.
+ */
+export function openDefaultAuditLog(dataDir: string): AuditSink {
+  migrateLegacyAuditLog(dataDir);
+  return openAuditLog(defaultAuditLogPath(dataDir));
 }
 
 /**

@@ -266,12 +266,17 @@ function kernelFindings(r: StatusReport): Finding[] {
   const out: Finding[] = [];
   const ev = r.evidence;
   if (ev.incomplete !== null) {
+    // Issue 17: a mount namespace that does not show the host's pins is named as the cause.
+    const dirs = ev.unreadPinDirs ?? [];
     out.push({
       id: 'kernel-evidence-incomplete',
       severity: 'warning',
-      title: 'cannot see every network namespace of the node',
+      title: dirs.length === 0 ? 'cannot see every network namespace of the node' : `cannot see the host's pinned network namespaces in ${dirs.join(', ')}`,
       evidence: `${ev.incomplete}; an address configured in a namespace that cannot be seen may be in use, so gc and the plugin release nothing they cannot verify`,
-      fix: 'run ipwarden as root in the host PID namespace with /run/netns visible (DaemonSet: hostPID: true and a hostPath mount of /run/netns)',
+      fix:
+        dirs.length === 0
+          ? 'run ipwarden as root in the host PID namespace with /run/netns visible (DaemonSet: hostPID: true and a hostPath mount of /run/netns)'
+          : "run ipwarden in the host's mount namespace, or let it read the host's view through /proc/1/root (DaemonSet: hostPID: true, SYS_PTRACE) and mount these directories with mountPropagation: HostToContainer",
     });
   }
   const ranged = r.networks.filter((n) => n.config?.ipam != null);

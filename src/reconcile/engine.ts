@@ -19,7 +19,7 @@ import { openFileStore } from '../store/file/file-store.ts';
 import { readCniConfigs } from '../node/cni-conf.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import { applyPlan, reReserve, restampFuture, type ApplyResult, type SkippedRelease } from './apply.ts';
-import { defaultAuditLogPath, openAuditLog, type AuditSink } from './audit.ts';
+import { openAuditLog, openDefaultAuditLog, type AuditSink } from './audit.ts';
 import type { UseEvidence } from './evidence.ts';
 import { discoverNetworks, namedNetwork, readReservations, type NetworkDir, type StoreOpener } from './networks.ts';
 import { describeError as describe, type ReconcileDeps, type ReconcileOptions } from './options.ts';
@@ -305,7 +305,7 @@ export async function planNetwork(
 
 /** Options of phase 3 ({@link applyNetworkPlan}). */
 export interface ApplyPhaseOptions {
-  /** Audit log path (default `<dataDir>/ipwarden-audit.log`), opened only when something is to change. */
+  /** Audit log path (default `<dataDir>/.ipwarden-audit.log`), opened only when something is to change. */
   readonly auditLog?: string;
   /** Seconds to wait for each network's lock (default 30). */
   readonly lockTimeoutSeconds?: number;
@@ -339,7 +339,7 @@ export async function applyNetworkPlan(np: NetworkPlan, opts: ApplyPhaseOptions,
   const toReserve = (findings ?? []).some((f) => f.action === 'reported' && f.network !== null);
   const restampErrors = (await restampFuture(p, { openStore, ...lockTimeout })).map((e) => ({ ...e }));
   if (p.release.length === 0 && !toReserve) return { applied: { released: [], skipped: [], errors: restampErrors }, findings };
-  const audit: AuditSink = opts.audit ?? openAuditLog(opts.auditLog ?? defaultAuditLogPath(np.dataDir));
+  const audit: AuditSink = opts.audit ?? (opts.auditLog === undefined ? openDefaultAuditLog(np.dataDir) : openAuditLog(opts.auditLog));
   const applyOpts = { openStore, audit, now: () => deps.now(), evidence: readEvidence, ...lockTimeout };
   try {
     const a0 = await applyPlan(p, applyOpts);

@@ -36,6 +36,12 @@ export interface UseEvidence {
    * rules release nothing (`unknown`): an address in a namespace we could not see may be in use.
    */
   readonly incomplete: string | null;
+  /**
+   * The pinned-namespace directories (`/run/netns`…) that could not be read completely, also as
+   * the host sees them (`KernelEvidence.unreadPinDirs`, src/node/kernel-evidence.ts); absent or []
+   * when none. Named by doctor; the rules go by `incomplete` alone.
+   */
+  readonly unreadPinDirs?: readonly string[];
 }
 
 /** Complete evidence of a node where nothing is configured and nothing is in flight (tests, fixtures). */

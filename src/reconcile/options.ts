@@ -66,7 +66,7 @@ export interface RawReconcileOptions {
   json?: boolean;
   /** gc only. */
   dryRun?: boolean;
-  /** gc only: audit log path (default `<dataDir>/ipwarden-audit.log`). */
+  /** gc only: audit log path (default `<dataDir>/.ipwarden-audit.log`). */
   auditLog?: string;
 }
 
@@ -85,7 +85,7 @@ export interface ReconcileOptions {
   readonly cniConfDir: string;
   /** gc only: release nothing. */
   readonly dryRun?: boolean;
-  /** gc only: audit log path (default `<dataDir>/ipwarden-audit.log`). */
+  /** gc only: audit log path (default `<dataDir>/.ipwarden-audit.log`). */
   readonly auditLog?: string;
 }
 

@@ -35,7 +35,7 @@ export interface PassOptions {
   /** Grace period, seconds. */
   readonly graceSeconds: number;
   readonly policy: Policy;
-  /** Audit log, or null for `<dataDir>/ipwarden-audit.log` of each data directory. */
+  /** Audit log, or null for `<dataDir>/.ipwarden-audit.log` of each data directory. */
   readonly auditLog: string | null;
   /** Seconds to wait for a network's lock (the pass must not hold up pods for long). */
   readonly lockTimeoutSeconds: number;

@@ -175,7 +175,7 @@ describe('seeded fuzz', () => {
       const net = typeof top['name'] === 'string' && top['name'] !== '' ? top['name'] : 'net';
       // The one file outside DIR by design: the audit log in the data dir root (a recovery may
       // recreate the reservation of an address configured on this host, e.g. its own fd00::2).
-      for (const p of walk(dd)) assert.ok(p === net || p.startsWith(`${net}/`) || p === 'ipwarden-audit.log', `${label}: wrote ${p}`);
+      for (const p of walk(dd)) assert.ok(p === net || p.startsWith(`${net}/`) || p === '.ipwarden-audit.log', `${label}: wrote ${p}`);
     }
   });
 });

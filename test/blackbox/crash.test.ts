@@ -150,7 +150,7 @@ describe('crash safety: SIGKILL during ipwarden gc (issue 8.2)', () => {
     const dataDir = join(t.dir, 'data');
     const dir = join(dataDir, 'i8gc');
     mkdirSync(dir, { recursive: true });
-    const log = join(dataDir, 'ipwarden-audit.log');
+    const log = join(dataDir, '.ipwarden-audit.log');
     const args = ['gc', '--data-dir', dataDir, '--runtime-endpoint', '/nonexistent/i8-cri.sock'];
     const intents = (): Set<string> => {
       const out = new Set<string>();

@@ -191,7 +191,7 @@ function reservations(w: World): Record<string, string> {
 
 /** The audit log as [ip, containerId, ifname, verdict, reason] rows, in file order. */
 function auditRows(w: World): Array<[string, string | null, string | null, string, string]> {
-  const p = join(w.dd, 'ipwarden-audit.log');
+  const p = join(w.dd, '.ipwarden-audit.log');
   if (!existsSync(p)) return [];
   const lines = readFileSync(p, 'utf8')
     .split('\n')

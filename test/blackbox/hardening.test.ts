@@ -93,12 +93,12 @@ describe('errors raised in the cold part keep their CNI code (issue 8.5)', () =>
     const dd = dataDir();
     // A /30 has one allocatable address, .2, held by a sandbox the runtime does not list.
     const dir = prepared(dd, { '10.8.5.2': 'gone|eth0', 'last_reserved_ip.0': '10.8.5.2' });
-    mkdirSync(join(dd, 'ipwarden-audit.log')); // a directory where the log should be
+    mkdirSync(join(dd, '.ipwarden-audit.log')); // a directory where the log should be
     const cri = await fakeRuntime(['c1']);
     const before = snapshotDir(dir);
     const r = await run({ command: 'ADD', containerId: 'c2', ifname: 'eth0', stdin: config(dd, { ranges: [[{ subnet: '10.8.5.0/30' }]], runtimeEndpoint: cri.endpoint }) });
     assert.equal(r.json?.['code'], 5, r.stdout + r.stderr);
-    assert.equal(String(r.json?.['msg']).startsWith(`cannot open the audit log ${join(dd, 'ipwarden-audit.log')}: `), true, r.stdout);
+    assert.equal(String(r.json?.['msg']).startsWith(`cannot open the audit log ${join(dd, '.ipwarden-audit.log')}: `), true, r.stdout);
     assert.deepEqual([r.exitCode, r.stderr], [1, '']);
     delete before['lock'];
     const afterRun = snapshotDir(dir);
@@ -178,10 +178,10 @@ function cli(args: string[]): { code: number; stdout: string; stderr: string } {
 }
 
 describe('the audit log is opened safely (issue 8.2)', () => {
-  it('a FIFO at <dataDir>/ipwarden-audit.log: the reclaiming ADD answers code 5 at once instead of hanging', { timeout: 60_000 }, async () => {
+  it('a FIFO at <dataDir>/.ipwarden-audit.log: the reclaiming ADD answers code 5 at once instead of hanging', { timeout: 60_000 }, async () => {
     const dd = dataDir();
     const dir = prepared(dd, { '10.8.2.2': 'gone|eth0', 'last_reserved_ip.0': '10.8.2.2' });
-    const log = join(dd, 'ipwarden-audit.log');
+    const log = join(dd, '.ipwarden-audit.log');
     execFileSync('mkfifo', [log]);
     const cri = await fakeRuntime(['c1']);
     const r = await run({ command: 'ADD', containerId: 'c2', ifname: 'eth0', stdin: config(dd, { ranges: [[{ subnet: '10.8.2.0/30' }]], runtimeEndpoint: cri.endpoint }) });
@@ -196,9 +196,9 @@ describe('the audit log is opened safely (issue 8.2)', () => {
     writeFileSync(join(dir, '10.8.2.3'), ''); // corrupt: released by gc even without a runtime
     const victim = join(dd, 'i8-victim');
     writeFileSync(victim, 'precious\n');
-    symlinkSync(victim, join(dd, 'ipwarden-audit.log'));
+    symlinkSync(victim, join(dd, '.ipwarden-audit.log'));
     const r = cli(['gc', '--data-dir', dd, '--runtime-endpoint', '/nonexistent/i8-cri.sock']);
-    assert.deepEqual(r, { code: 1, stdout: '', stderr: `ipwarden: cannot open the audit log ${join(dd, 'ipwarden-audit.log')}: it is a symbolic link (not followed)\n` });
+    assert.deepEqual(r, { code: 1, stdout: '', stderr: `ipwarden: cannot open the audit log ${join(dd, '.ipwarden-audit.log')}: it is a symbolic link (not followed)\n` });
     assert.equal(readFileSync(victim, 'utf8'), 'precious\n');
     assert.deepEqual(readdirSync(dir).sort(), ['10.8.2.3', 'lock']);
   });
@@ -208,7 +208,7 @@ describe('the audit log is opened safely (issue 8.2)', () => {
     mkdirSync(join(dd, NET));
     writeFileSync(join(dd, NET, '10.8.2.3'), '');
     const target = join(dd, 'i8-would-be-created');
-    symlinkSync(target, join(dd, 'ipwarden-audit.log'));
+    symlinkSync(target, join(dd, '.ipwarden-audit.log'));
     const r = cli(['gc', '--data-dir', dd, '--runtime-endpoint', '/nonexistent/i8-cri.sock']);
     assert.equal(r.code, 1);
     assert.equal(existsSync(target), false);

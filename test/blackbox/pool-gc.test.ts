@@ -174,7 +174,7 @@ describe('the node reconciles its pool attachments (real etcd, daemon, fake CRI,
       assert.deepEqual(first['pools'], [{ pool: POOL, node: NODE, live: 1, inUse: 1, grace: 0, leaked: 1, unknown: 0 }]);
       assert.ok(passes.findIndex((l) => l['released'] === 1) > firstSeen, 'released in a later pass than the first observation');
       // Audited like the node-local reconciler, with pool and revision, intent first.
-      const audit = readFileSync(join(d.dataDir, 'ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+      const audit = readFileSync(join(d.dataDir, '.ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
       assert.deepEqual(audit.map((a) => [a['phase'], a['network'], a['containerId'], a['ifname'], a['verdict'], a['pool'], a['revision']]), [
         ['intent', 'pgcnet', 'leak1', 'eth0', 'leaked', POOL, rel[0]?.['modRevision']],
         ['released', 'pgcnet', 'leak1', 'eth0', 'leaked', POOL, rel[0]?.['modRevision']],
@@ -211,7 +211,7 @@ describe('the node reconciles its pool attachments (real etcd, daemon, fake CRI,
       const r = runCni(installedPlugin(), { command: 'GC', stdin: gcStdin(p, ['gA'], mine) });
       assert.deepEqual([r.exitCode, r.stdout], [0, ''], r.stderr);
       assert.deepEqual(await handles(p), ['gA@pgc-node', 'gC@pgc-node', 'gD@pgc-other', 'gE@pgc-node']);
-      const audit = readFileSync(join(tmp, 'data', 'ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+      const audit = readFileSync(join(tmp, 'data', '.ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
       assert.deepEqual(audit.filter((a) => a['containerId'] === 'gB').map((a) => [a['phase'], a['pool'], a['verdict']]), [
         ['intent', POOL, 'leaked'],
         ['released', POOL, 'leaked'],

@@ -116,7 +116,7 @@ test('a real Prometheus scraping the daemon sees the documented series with the 
     assert.equal(await value('up{job="ipwarden"}'), 1);
     // The release is on disk, audited, and logged as one decision.
     assert.equal(existsSync(join(data, 'promnet', '10.87.91.3')), false);
-    const audit = readFileSync(join(data, 'ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const audit = readFileSync(join(data, '.ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
     assert.deepEqual(audit.map((a) => [a['phase'], a['ip'], a['containerId']]), [['intent', '10.87.91.3', GONE], ['released', '10.87.91.3', GONE]]);
     const released = await daemon.waitForLog((l) => l.msg === 'released');
     assert.equal(released['ip'], '10.87.91.3');

@@ -133,7 +133,7 @@ describe('ipwarden leaks', () => {
       released: [],
     });
     assert.deepEqual(filesOf('cbr0'), ['10.244.1.10', '10.244.1.2', '10.244.1.3', '10.244.1.4', '10.244.1.5', '10.244.1.6', 'last_reserved_ip.0', 'lock']);
-    assert.equal(existsSync(join(dataDir, 'ipwarden-audit.log')), false);
+    assert.equal(existsSync(join(dataDir, '.ipwarden-audit.log')), false);
   });
 
   it('prints a table with short container IDs and a summary line', async () => {
@@ -253,7 +253,7 @@ describe('ipwarden gc', () => {
     ]);
     assert.deepEqual(filesOf('cbr0'), ['10.244.1.10', '10.244.1.2', '10.244.1.5', '10.244.1.6', 'last_reserved_ip.0', 'lock']);
     assert.deepEqual(filesOf('other'), ['10.9.0.2', 'lock']);
-    const lines = readFileSync(join(dataDir, 'ipwarden-audit.log'), 'utf8').split('\n');
+    const lines = readFileSync(join(dataDir, '.ipwarden-audit.log'), 'utf8').split('\n');
     const e3 = (phase: string) =>
       `{"time":"2025-01-01T00:00:00.000Z","network":"cbr0","ip":"10.244.1.3","containerId":"${'e'.repeat(64)}","ifname":null,"ageSeconds":3600.5,"verdict":"leaked","reason":"${LEAKED_REASON}; legacy ID-only record","phase":"${phase}"}`;
     const c4 = (phase: string) =>
@@ -279,7 +279,7 @@ describe('ipwarden gc', () => {
       '',
     ]);
     assert.equal(readFileSync(log, 'utf8').split('\n').length, 7);
-    assert.equal(existsSync(join(dataDir, 'ipwarden-audit.log')), false);
+    assert.equal(existsSync(join(dataDir, '.ipwarden-audit.log')), false);
     // Nothing left to do: a second run releases nothing and writes no audit line.
     const again = await cli(['gc', '--data-dir', dataDir, '--audit-log', log], sandboxes);
     assert.ok(again.stdout.endsWith('5 reservations: 4 live, 1 grace, 0 leaked, 0 corrupt\nreleased 0\n'), again.stdout);
@@ -301,7 +301,7 @@ describe('ipwarden gc', () => {
     // Only DIR/lock was added (taking the lock creates it, as host-local does).
     assert.deepEqual(filesOf('cbr0'), ['10.244.1.10', '10.244.1.2', '10.244.1.3', '10.244.1.4', '10.244.1.5', '10.244.1.6', 'last_reserved_ip.0', 'lock']);
     assert.deepEqual(filesOf('other'), ['10.9.0.2', '10.9.0.3', 'lock']);
-    assert.equal(existsSync(join(dataDir, 'ipwarden-audit.log')), false);
+    assert.equal(existsSync(join(dataDir, '.ipwarden-audit.log')), false);
     const j = await cli(['gc', '--data-dir', dataDir, '--dry-run', '--json'], sandboxes);
     assert.deepEqual(JSON.parse(j.stdout).released, []);
   });
@@ -325,7 +325,7 @@ describe('ipwarden gc', () => {
     ]);
     assert.deepEqual(filesOf('cbr0'), ['10.244.1.10', '10.244.1.2', '10.244.1.3', '10.244.1.5', '10.244.1.6', 'last_reserved_ip.0', 'lock']);
     assert.deepEqual(filesOf('other'), ['10.9.0.2', '10.9.0.3', 'lock']);
-    const lines = readFileSync(join(dataDir, 'ipwarden-audit.log'), 'utf8').trimEnd().split('\n');
+    const lines = readFileSync(join(dataDir, '.ipwarden-audit.log'), 'utf8').trimEnd().split('\n');
     assert.deepEqual(lines.map((l) => [JSON.parse(l).ip, JSON.parse(l).phase]), [['10.244.1.4', 'intent'], ['10.244.1.4', 'released']]);
   });
 
@@ -486,7 +486,7 @@ describe('leaks and gc: pod IPs of live sandboxes (BR-13) and --policy (BR-22)',
       '',
     ]);
     assert.equal(existsSync(join(dataDir, 'solo', '10.5.0.2')), false);
-    assert.equal(existsSync(join(dataDir, 'ipwarden-audit.log')), false);
+    assert.equal(existsSync(join(dataDir, '.ipwarden-audit.log')), false);
   });
 
   it('gc: a PodSandboxStatus that fails (not NOT_FOUND) is not silent: exit 1, and without complete kernel evidence nothing is released (issue 7, case 5)', async () => {

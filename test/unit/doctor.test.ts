@@ -484,6 +484,22 @@ describe('ipwarden doctor', () => {
       ]);
     });
 
+    it('pin directories whose host view cannot be read are named as the cause (issue 17)', async () => {
+      cbr0();
+      const why = "cannot read the host's mount namespace (/proc/1/ns/mnt: EACCES; /proc/2/ns/mnt: EACCES): whether this process sees the host's pinned network namespaces cannot be told";
+      const evidence: UseEvidence = { ...unreadableEvidence(why), unreadPinDirs: ['/run/netns', '/var/run/netns'] };
+      const r = await doctor(['--json'], [], { evidence });
+      assert.deepEqual(json(r), [
+        {
+          id: 'kernel-evidence-incomplete',
+          severity: 'warning',
+          title: "cannot see the host's pinned network namespaces in /run/netns, /var/run/netns",
+          evidence: `${why}; an address configured in a namespace that cannot be seen may be in use, so gc and the plugin release nothing they cannot verify`,
+          fix: "run ipwarden in the host's mount namespace, or let it read the host's view through /proc/1/root (DaemonSet: hostPID: true, SYS_PTRACE) and mount these directories with mountPropagation: HostToContainer",
+        },
+      ]);
+    });
+
     it('after a backward clock step: clock-skew, and a full range of future-stamped leaks is not called genuinely full', async () => {
       cbr0();
       for (let i = 2; i <= 14; i++) reserve('cbr0', `10.42.1.${i}`, `d${i}\r\neth0`, -HOUR);

@@ -549,11 +549,135 @@ describe('readKernelEvidence: what makes it incomplete (exact reasons)', () => {
   });
   it('files in a netns directory that are not nsfs mounts are skipped; missing directories too', () => {
     const root = tree([KTHREADD]);
+    mountNs(root, { self: 'mnt:[4026531841]', 2: 'mnt:[4026531841]' });
     const dir = join(tmp, 'netns-plain');
     mkdirSync(dir);
     writeFileSync(join(dir, 'cni-stale'), '');
     mkdirSync(join(dir, 'a-dir'));
     const ev = readKernelEvidence({ procDir: root, netnsDirs: [dir, join(tmp, 'no-such-dir'), dir], euid: 0 });
     assert.deepEqual({ incomplete: ev.incomplete, namespaces: ev.namespaces, processes: ev.processes }, { incomplete: null, namespaces: 1, processes: 1 });
+  });
+});
+
+/** Give processes of a fake procfs an `ns/mnt` link (`mnt:[N]` text). */
+function mountNs(root: string, links: Record<string, string>): void {
+  for (const [pid, text] of Object.entries(links)) {
+    mkdirSync(join(root, pid, 'ns'), { recursive: true });
+    symlinkSync(text, join(root, pid, 'ns', 'mnt'));
+  }
+}
+
+describe('readKernelEvidence: pin directories as the host sees them (issue 17)', () => {
+  // A pin directory that exists in no mount namespace of this machine (ours is read by its path).
+  const FAR = '/ipwarden-ke-unit-no-such';
+  const HOST = 'mnt:[4026531841]';
+  const OURS = 'mnt:[4026532999]';
+  /** A fake host root (`<procDir>/1/root` → it) holding `files` (path → content; a value `{ link }` is a symlink). */
+  function hostRoot(root: string, pid: number, files: Record<string, string | { link: string } | { dir: true }>): string {
+    const host = join(tmp, `hostroot${n++}`);
+    for (const [path, v] of Object.entries(files)) {
+      const at = join(host, path);
+      if (typeof v === 'string') {
+        mkdirSync(join(at, '..'), { recursive: true });
+        writeFileSync(at, v);
+      } else if ('link' in v) {
+        mkdirSync(join(at, '..'), { recursive: true });
+        symlinkSync(v.link, at);
+      } else mkdirSync(at, { recursive: true });
+    }
+    mkdirSync(host, { recursive: true });
+    symlinkSync(host, join(root, String(pid), 'root'));
+    return host;
+  }
+  const NOT_SEEN = (root: string, pid: number, code: string) =>
+    `this process is not in the host's mount namespace (${OURS}; pid ${pid} is in ${HOST}) and cannot read the host's view through ${root}/${pid}/root: ${code}: the host's pinned network namespaces are not seen`;
+
+  it("in the host's mount namespace only our own view is read: the host root is not even looked at", () => {
+    const root = tree([{ pid: 1, netns: 'net:[4026531840]', net: 2, environ: '' }, KTHREADD]);
+    mountNs(root, { self: HOST, 1: HOST, 2: HOST });
+    symlinkSync(join(tmp, 'no-such-host-root'), join(root, '1', 'root')); // would fail if read
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [`${FAR}/run/netns`], euid: 0 });
+    assert.deepEqual([ev.incomplete, ev.unreadPinDirs], [null, []]);
+  });
+  it("pid 1's ns/mnt closed to us (this development VM): kthreadd's, equal to ours, decides; complete", () => {
+    const root = tree([{ pid: 1, netns: 'file', net: 2, environ: '' }, KTHREADD]);
+    mountNs(root, { self: HOST, 2: HOST });
+    writeFileSync(join(root, '1', 'ns', 'mnt'), ''); // readlink: EINVAL, like EACCES
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [`${FAR}/run/netns`], euid: 0 });
+    assert.deepEqual([ev.incomplete, ev.unreadPinDirs], [null, []]);
+  });
+  it("another mount namespace: the host's directory is read through <procDir>/1/root, an absolute symlink on the way resolved inside that root", () => {
+    const root = tree([{ pid: 1, netns: 'net:[4026531840]', net: 2, environ: '' }, KTHREADD]);
+    mountNs(root, { self: OURS, 1: HOST, 2: HOST });
+    // The host's /var/run → /run; its /run/netns holds a name that cannot be passed on (a visible gap).
+    // Resolved from OUR root, FAR/run would not exist and the directory would look absent.
+    const host = hostRoot(root, 1, { [`${FAR}/var/run`]: { link: `${FAR}/run` }, [`${FAR}/run/netns`]: { dir: true } });
+    writeFileSync(Buffer.from(`${host}${FAR}/run/netns/cni-\xff`, 'latin1'), '');
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [`${FAR}/var/run/netns`], euid: 0 });
+    assert.deepEqual(
+      [ev.incomplete, ev.unreadPinDirs],
+      [`cannot read ${root}/1/root${FAR}/run/netns/cni-\xff: a name that is not UTF-8 (hex 636e692dff)`, [`${FAR}/var/run/netns`]],
+    );
+  });
+  it("another mount namespace, the host's directory absent there too: absent, complete", () => {
+    const root = tree([{ pid: 1, netns: 'net:[4026531840]', net: 2, environ: '' }, KTHREADD]);
+    mountNs(root, { self: OURS, 1: HOST, 2: HOST });
+    hostRoot(root, 1, { [`${FAR}/run`]: { dir: true }, [`${FAR}/var`]: 'a file, not a directory' });
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [`${FAR}/run/netns`, `${FAR}/var/run/netns`], euid: 0 });
+    assert.deepEqual([ev.incomplete, ev.unreadPinDirs], [null, []]);
+  });
+  it("another mount namespace and the host's root cannot be read: incomplete, every directory unread", () => {
+    const root = tree([{ pid: 1, netns: 'net:[4026531840]', net: 2, environ: '' }, KTHREADD]);
+    mountNs(root, { self: OURS, 1: HOST, 2: HOST });
+    symlinkSync(join(tmp, 'no-such-host-root'), join(root, '1', 'root'));
+    const dirs = [`${FAR}/run/netns`, `${FAR}/var/run/netns`];
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: dirs, euid: 0 });
+    assert.deepEqual([ev.incomplete, ev.unreadPinDirs], [NOT_SEEN(root, 1, 'ENOENT'), dirs]);
+  });
+  it("the host's root is a file: incomplete (ENOTDIR), not \"absent\"", () => {
+    const root = tree([{ pid: 1, netns: 'net:[4026531840]', net: 2, environ: '' }, KTHREADD]);
+    mountNs(root, { self: OURS, 1: HOST, 2: HOST });
+    writeFileSync(join(root, '1', 'root'), '');
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [`${FAR}/run/netns`], euid: 0 });
+    assert.deepEqual([ev.incomplete, ev.unreadPinDirs], [NOT_SEEN(root, 1, 'ENOTDIR'), [`${FAR}/run/netns`]]);
+  });
+  it('pid 1 closed, kthreadd in another mount namespace than ours: read through <procDir>/2/root', () => {
+    const root = tree([KTHREADD]);
+    mountNs(root, { self: OURS, 2: HOST });
+    symlinkSync(join(tmp, 'no-such-host-root'), join(root, '2', 'root'));
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [`${FAR}/run/netns`], euid: 0 });
+    assert.equal(ev.incomplete, NOT_SEEN(root, 2, 'ENOENT'));
+  });
+  it("a symlink loop in the host's view: ELOOP after 40 links, a gap", () => {
+    const root = tree([{ pid: 1, netns: 'net:[4026531840]', net: 2, environ: '' }, KTHREADD]);
+    mountNs(root, { self: OURS, 1: HOST, 2: HOST });
+    hostRoot(root, 1, { [`${FAR}/run`]: { link: `${FAR}/run` } });
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [`${FAR}/run/netns`], euid: 0 });
+    assert.deepEqual([ev.incomplete, ev.unreadPinDirs], [`cannot read ${root}/1/root${FAR}/run/netns: ELOOP`, [`${FAR}/run/netns`]]);
+  });
+  it("neither pid 1's nor kthreadd's mount namespace can be read: incomplete, whatever our directories hold", () => {
+    const root = tree([KTHREADD]);
+    mountNs(root, { self: OURS });
+    const dirs = [`${FAR}/run/netns`];
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: dirs, euid: 0 });
+    assert.deepEqual(
+      [ev.incomplete, ev.unreadPinDirs],
+      [`cannot read the host's mount namespace (${root}/1/ns/mnt: ENOENT; ${root}/2/ns/mnt: ENOENT): whether this process sees the host's pinned network namespaces cannot be told`, dirs],
+    );
+  });
+  it('our own ns/mnt cannot be read: incomplete', () => {
+    const root = tree([KTHREADD]);
+    mountNs(root, { 2: HOST });
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [`${FAR}/run/netns`], euid: 0 });
+    assert.equal(ev.incomplete, `cannot read ${root}/self/ns/mnt: ENOENT: whether this process sees the host's pinned network namespaces cannot be told`);
+  });
+  it('no pin directories to read: mount namespaces are not looked at', () => {
+    const root = tree([KTHREADD]);
+    assert.deepEqual([readKernelEvidence({ procDir: root, netnsDirs: [], euid: 0 }).incomplete], [null]);
+  });
+  it('not root: still the one reason (the host view is not judged)', () => {
+    const root = tree([KTHREADD]);
+    const ev = readKernelEvidence({ procDir: root, netnsDirs: [`${FAR}/run/netns`], euid: 1000 });
+    assert.deepEqual([ev.incomplete, ev.unreadPinDirs], ["not running as root (euid 1000): other users' namespaces and environments cannot be read", []]);
   });
 });

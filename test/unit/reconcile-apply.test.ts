@@ -13,7 +13,8 @@ import { join } from 'node:path';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { applyPlan, reReserve, SKIP_REASONS } from '../../src/reconcile/apply.ts';
 import type { PodIPFinding } from '../../src/reconcile/unreserved.ts';
-import { defaultAuditLogPath, memoryAuditSink, openAuditLog, type AuditSink } from '../../src/reconcile/audit.ts';
+import { AUDIT_LOG_NAME, defaultAuditLogPath, LEGACY_AUDIT_LOG_NAME, memoryAuditSink, migrateLegacyAuditLog, openAuditLog, openDefaultAuditLog, type AuditSink } from '../../src/reconcile/audit.ts';
+import { isCniName } from '../../src/common/names.ts';
 import { discoverNetworks, namedNetwork, readReservations } from '../../src/reconcile/networks.ts';
 import { plan, type AnyVerdict, type Plan, type SandboxState } from '../../src/reconcile/plan.ts';
 import { openFileStore } from '../../src/store/file/file-store.ts';
@@ -278,7 +279,7 @@ describe('audit log file', () => {
     write('n', '10.0.0.2', 'gone\r\neth0');
     write('n', '10.0.0.3', 'gone\r\neth0');
     const path = defaultAuditLogPath(dataDir);
-    assert.equal(path, join(dataDir, 'ipwarden-audit.log'));
+    assert.equal(path, join(dataDir, '.ipwarden-audit.log'));
     writeFileSync(path, '{"earlier":true}\n', { mode: 0o600 });
     const audit = openAuditLog(path);
     try {
@@ -402,7 +403,7 @@ describe('every release is on record before it happens (issue 8.2)', () => {
 });
 
 describe('audit log opening refuses what is not its own regular file (issue 8.2)', () => {
-  const path = () => join(dataDir, 'ipwarden-audit.log');
+  const path = () => join(dataDir, '.ipwarden-audit.log');
   const refused = (why: string) => (e: unknown) => {
     assert.ok(isAppError(e, 'STORE_IO'), String(e));
     assert.equal(e.message, `cannot open the audit log ${path()}: ${why}`);
@@ -459,6 +460,55 @@ describe('audit log opening refuses what is not its own regular file (issue 8.2)
       '{"time":"t","network":"n","ip":"10.0.0.2","containerId":null,"ifname":null,"ageSeconds":0,"verdict":"corrupt","reason":"r","phase":"intent"}',
       '',
     ]);
+  });
+});
+
+describe('the default audit log is out of the network names (issue 17 item 10)', () => {
+  const legacy = () => join(dataDir, 'ipwarden-audit.log');
+  const current = () => join(dataDir, '.ipwarden-audit.log');
+  const REC = { time: 't', network: 'n', ip: '10.0.0.2', containerId: 'c', ifname: 'eth0', ageSeconds: 1, verdict: 'leaked', reason: 'r', phase: 'intent' } as const;
+  const LINE = '{"time":"t","network":"n","ip":"10.0.0.2","containerId":"c","ifname":"eth0","ageSeconds":1,"verdict":"leaked","reason":"r","phase":"intent"}\n';
+  const appendOne = (): void => {
+    const a = openDefaultAuditLog(dataDir);
+    a.append(REC);
+    a.close();
+  };
+
+  it('its name is no network name; the old one was', () => {
+    assert.deepEqual([AUDIT_LOG_NAME, isCniName(AUDIT_LOG_NAME), LEGACY_AUDIT_LOG_NAME, isCniName(LEGACY_AUDIT_LOG_NAME)], ['.ipwarden-audit.log', false, 'ipwarden-audit.log', true]);
+  });
+  it('a regular file at the old name is moved (its lines first), once', () => {
+    writeFileSync(legacy(), '{"earlier":1}\n', { mode: 0o600 });
+    appendOne();
+    assert.deepEqual([existsSync(legacy()), readFileSync(current(), 'utf8')], [false, `{"earlier":1}\n${LINE}`]);
+    assert.equal(migrateLegacyAuditLog(dataDir), false);
+  });
+  it('a directory at the old name is a network: left alone, the log made beside it', () => {
+    mkdirSync(join(legacy(), ''), { recursive: true });
+    writeFileSync(join(legacy(), '10.0.0.2'), 'c\r\neth0');
+    appendOne();
+    assert.deepEqual([readdirSync(legacy()), readFileSync(current(), 'utf8')], [['10.0.0.2'], LINE]);
+  });
+  it('both present (an older ipwarden still writing the old name): neither is overwritten', () => {
+    writeFileSync(legacy(), 'old\n');
+    writeFileSync(current(), 'new\n', { mode: 0o600 });
+    appendOne();
+    assert.deepEqual([readFileSync(legacy(), 'utf8'), readFileSync(current(), 'utf8')], ['old\n', `new\n${LINE}`]);
+  });
+  it('a symlink or a file with another hard link at the old name is not moved', () => {
+    const target = join(dataDir, 'i17-victim');
+    writeFileSync(target, 'precious\n');
+    symlinkSync(target, legacy());
+    assert.equal(migrateLegacyAuditLog(dataDir), false);
+    rmSync(legacy());
+    linkSync(target, legacy());
+    assert.equal(migrateLegacyAuditLog(dataDir), false);
+    assert.deepEqual([readFileSync(legacy(), 'utf8'), existsSync(current())], ['precious\n', false]);
+  });
+  it('nothing at the old name: nothing to move', () => {
+    assert.equal(migrateLegacyAuditLog(dataDir), false);
+    appendOne();
+    assert.equal(readFileSync(current(), 'utf8'), LINE);
   });
 });
 

@@ -121,7 +121,7 @@ describe('planNetworks / planNetwork / applyNetworkPlan', () => {
     // Nothing to do in the other data directory: no audit log is opened there.
     const b = await applyNetworkPlan(p2, {}, d);
     assert.deepEqual(b.applied, { released: [], skipped: [], errors: [] });
-    assert.equal(existsSync(join(two, 'ipwarden-audit.log')), false);
+    assert.equal(existsSync(join(two, '.ipwarden-audit.log')), false);
   });
 
   it('planNetwork refuses an invalid name and a missing directory', async () => {

@@ -498,7 +498,7 @@ describe('field reports: reconcile on a real FileStore', () => {
       ]);
       assert.deepEqual(r.doc['released'], []);
       assert.deepEqual(filesOf('dup13'), { '10.22.0.2': 'c1\r\neth0', ...afterC5 });
-      const audit = readFileSync(join(dataDir, 'ipwarden-audit.log'), 'utf8');
+      const audit = readFileSync(join(dataDir, '.ipwarden-audit.log'), 'utf8');
       assert.equal(
         audit,
         '{"time":"2025-01-01T00:00:00.000Z","network":"dup13","ip":"10.22.0.2","containerId":"c1","ifname":"eth0","ageSeconds":0,"verdict":"live","reason":"re-reserved: live sandbox c1 has no reservation for its IP 10.22.0.2","phase":"reserved"}\n',
@@ -524,7 +524,7 @@ describe('field reports: reconcile on a real FileStore', () => {
       ]);
       assert.deepEqual(r.doc['released'], []);
       assert.deepEqual(filesOf('dup13'), before);
-      assert.equal(existsSync(join(dataDir, 'ipwarden-audit.log')), false);
+      assert.equal(existsSync(join(dataDir, '.ipwarden-audit.log')), false);
     });
   });
 

@@ -98,7 +98,7 @@ describe('runPass', () => {
     assert.deepEqual(third.rangeSets.map((r) => [r.live, r.leaked, r.free]), [[1, 0, 4]]);
     assert.deepEqual([...third.candidates], []);
     assert.deepEqual(third.errors, []);
-    const audit = readFileSync(join(data, 'ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const audit = readFileSync(join(data, '.ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
     assert.deepEqual(audit.map((a) => [a['phase'], a['ip']]), [['intent', '10.87.1.3'], ['released', '10.87.1.3']]);
   });
 
