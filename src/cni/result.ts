@@ -6,10 +6,15 @@
  * - 0.1.0 / 0.2.0: `{cniVersion, ip4?: {ip, gateway?, routes?}, ip6?: {...}, dns}`; routes are split
  *   by the family of their `dst`.
  * - 0.3.0 / 0.3.1 / 0.4.0: `{cniVersion, ips: [{version: "4"|"6", address, gateway?}], routes?, dns}`.
- * - 1.0.0 / 1.1.0: as 0.4.0 without `ips[].version`; 1.1.0 routes may carry mtu, advmss,
- *   priority, table, scope.
- * Key order and the 4-space indentation follow upstream host-local's output, so a diff of the two
- * plugins' stdout is empty.
+ * - 1.0.0 / 1.1.0: as 0.4.0 without `ips[].version`, and without `dns` when it is empty; 1.1.0
+ *   routes may carry mtu, advmss, priority, table, scope.
+ * Key order and the 4-space indentation follow current upstream host-local's output, so a diff of
+ * the two plugins' stdout is empty. For 1.0.0 / 1.1.0 that is libcni's `types100.Result.MarshalJSON`
+ * (containernetworking/cni#1039, merged November 2023; host-local prints it so since v1.6.0, as
+ * issue 17's run of the upstream suites found): it drops an
+ * empty `dns` (`DNS.IsEmpty()`) by a round trip through a Go map, so every object's keys come out
+ * sorted. Older releases (Debian's 1.1.1) print `"dns": {}` and struct order; the 0.x encoders
+ * never changed and still print `"dns": {}` (docs/compatibility.md).
  */
 import type { DNS } from '../ipam/types.ts';
 import { compareVersions } from './version.ts';
@@ -88,7 +93,24 @@ export function encodeResult(r: IPAMResult, cniVersion: string): Record<string, 
     return o;
   });
   if (r.routes.length > 0) out['routes'] = r.routes.map((rt) => pickRoute(rt, routeKeys));
-  out['dns'] = dnsObject(r.dns);
+  const dns = dnsObject(r.dns);
+  if (withVersion) {
+    out['dns'] = dns;
+    return out;
+  }
+  if (Object.keys(dns).length > 0) out['dns'] = dns;
+  return sortedKeys(out) as Record<string, unknown>;
+}
+
+/**
+ * `v` with the keys of every object in it sorted by UTF-16 code units (Go's `encoding/json` sorts
+ * map keys by bytes; the keys here are ASCII, so the orders agree). Arrays keep their order.
+ */
+function sortedKeys(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(sortedKeys);
+  if (v === null || typeof v !== 'object') return v;
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(v).sort()) out[k] = sortedKeys((v as Record<string, unknown>)[k]);
   return out;
 }
 

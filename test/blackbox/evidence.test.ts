@@ -262,7 +262,7 @@ async function add(id: string, config: object, opts: { args?: string; wrap?: rea
 }
 
 /** The result document of a one-address ADD. */
-const okResult = (addr: string, gateway: string) => ({ cniVersion: '1.0.0', ips: [{ address: addr, gateway }], dns: {} });
+const okResult = (addr: string, gateway: string) => ({ cniVersion: '1.0.0', ips: [{ address: addr, gateway }] });
 
 /** The CLI (`node dist/ipwarden.cjs …`), optionally wrapped (faketime). */
 async function cli(args: readonly string[], wrap: readonly string[] = []): Promise<Ran> {

@@ -253,7 +253,7 @@ describe('records are read as host-local reads them (issue 8.3)', () => {
     const dd = dataDir();
     const file = join(dd, NET, '10.8.3.2');
     const a = runWithRawIfname(bin, 'ADD', 'i8c1', 'eth\\377', conf(dd, 'ipwarden'));
-    assert.deepEqual(a.json, { cniVersion: '1.0.0', ips: [{ address: '10.8.3.2/30', gateway: '10.8.3.1' }], dns: {} });
+    assert.deepEqual(a.json, { cniVersion: '1.0.0', ips: [{ address: '10.8.3.2/30', gateway: '10.8.3.1' }] });
     assert.deepEqual(readFileSync(file), Buffer.from('i8c1\r\neth\xff', 'latin1'));
     // A repeated ADD returns the same address (the record is its own).
     assert.deepEqual(runWithRawIfname(bin, 'ADD', 'i8c1', 'eth\\377', conf(dd, 'ipwarden')).json, a.json);
@@ -305,7 +305,7 @@ describe('entries that cannot be opened are skipped, as host-local skips them (i
     symlinkSync(join(dir, '10.8.4.3'), join(dir, '10.8.4.3')); // points at itself: ELOOP
     const conf = config(dd, { ranges: [[{ subnet: '10.8.4.0/29' }]] });
     const a = await run({ command: 'ADD', containerId: 'i8c1', ifname: 'eth0', stdin: conf });
-    assert.deepEqual(a.json, { cniVersion: '1.0.0', ips: [{ address: '10.8.4.4/29', gateway: '10.8.4.1' }], dns: {} });
+    assert.deepEqual(a.json, { cniVersion: '1.0.0', ips: [{ address: '10.8.4.4/29', gateway: '10.8.4.1' }] });
     const c = await run({ command: 'CHECK', containerId: 'i8c1', ifname: 'eth0', stdin: conf });
     assert.deepEqual([c.exitCode, c.stdout], [0, '']);
     const d = await run({ command: 'DEL', containerId: 'i8c1', ifname: 'eth0', stdin: conf });

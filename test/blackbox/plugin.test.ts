@@ -42,13 +42,22 @@ for (const v of ALL) {
       assert.equal(r.stderr, '');
       const old = v === '0.1.0' || v === '0.2.0';
       const withVersion = ['0.3.0', '0.3.1', '0.4.0'].includes(v);
+      // 0.x print an empty "dns": {} (libcni types020/040); 1.0.0 and 1.1.0 omit it, as current
+      // upstream does (libcni types100 MarshalJSON, host-local v1.6.0+; docs/compatibility.md).
       const expected = old
         ? { cniVersion: v, ip4: { ip: '10.1.0.2/24', gateway: '10.1.0.1' }, dns: {} }
-        : { cniVersion: v, ips: [{ ...(withVersion ? { version: '4' } : {}), address: '10.1.0.2/24', gateway: '10.1.0.1' }], dns: {} };
+        : withVersion
+          ? { cniVersion: v, ips: [{ version: '4', address: '10.1.0.2/24', gateway: '10.1.0.1' }], dns: {} }
+          : { cniVersion: v, ips: [{ address: '10.1.0.2/24', gateway: '10.1.0.1' }] };
       assert.deepEqual(r.json, expected);
+      // Byte for byte: upstream's key order and 4-space indentation.
+      assert.equal(r.stdout, JSON.stringify(expected, null, 4));
+      assert.equal(Object.hasOwn(r.json ?? {}, 'dns'), old || withVersion);
       const dir = join(dd, NET);
       assert.deepEqual(snapshotDir(dir), { '10.1.0.2': 'c1\r\neth0', 'last_reserved_ip.0': '10.1.0.2', lock: '' });
       assert.equal(statSync(join(dir, '10.1.0.2')).mode & 0o777, 0o600);
+      // last_reserved_ip.<N> is 0600 too, as upstream writes it since v1.4.0.
+      assert.equal(statSync(join(dir, 'last_reserved_ip.0')).mode & 0o777, 0o600);
       assert.equal(statSync(dir).mode & 0o777, 0o755);
     });
 
@@ -322,7 +331,7 @@ describe('field reports (plugin)', () => {
     writeFileSync(join(dir, 'last_reserved_ip.0'), `fd00:20::${(1001).toString(16)}`);
     const conf = config(dd, v4('fd00:20::/64'));
     const r = run({ command: 'ADD', containerId: 'c1', ifname: 'eth0', stdin: conf });
-    assert.deepEqual(r.json, { cniVersion: '1.0.0', ips: [{ address: 'fd00:20::3ea/64', gateway: 'fd00:20::1' }], dns: {} });
+    assert.deepEqual(r.json, { cniVersion: '1.0.0', ips: [{ address: 'fd00:20::3ea/64', gateway: 'fd00:20::1' }] });
     const s = run({ command: 'STATUS', stdin: { ...conf, cniVersion: '1.1.0' } });
     assert.equal(s.exitCode, 0, s.stdout);
   });
@@ -340,6 +349,37 @@ describe('resolvConf, routes and static requests', () => {
       routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }],
       dns: { nameservers: ['10.0.0.10'], domain: 'cluster.local', search: ['a.svc', 'b.svc'], options: ['ndots:5'] },
     });
+  });
+
+  // Byte for byte as current upstream prints it: 0.4.0 in struct order with "dns" last; 1.0.0 and
+  // 1.1.0 through libcni's types100 MarshalJSON, a Go map round trip, so every object's keys sorted.
+  for (const [v, text] of [
+    ['0.4.0', '{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.1.0.2/24","gateway":"10.1.0.1"}],"routes":[{"dst":"0.0.0.0/0","gw":"10.1.0.1"}],"dns":{"nameservers":["10.0.0.10"],"domain":"cluster.local","search":["a.svc","b.svc"],"options":["ndots:5"]}}'],
+    ['1.0.0', '{"cniVersion":"1.0.0","dns":{"domain":"cluster.local","nameservers":["10.0.0.10"],"options":["ndots:5"],"search":["a.svc","b.svc"]},"ips":[{"address":"10.1.0.2/24","gateway":"10.1.0.1"}],"routes":[{"dst":"0.0.0.0/0","gw":"10.1.0.1"}]}'],
+    ['1.1.0', '{"cniVersion":"1.1.0","dns":{"domain":"cluster.local","nameservers":["10.0.0.10"],"options":["ndots:5"],"search":["a.svc","b.svc"]},"ips":[{"address":"10.1.0.2/24","gateway":"10.1.0.1"}],"routes":[{"advmss":1400,"dst":"0.0.0.0/0","gw":"10.1.0.1","mtu":1450,"priority":5,"scope":0,"table":100}]}'],
+  ] as const) {
+    it(`cniVersion ${v}: the result's key order and indentation are upstream's`, () => {
+      const dd = dataDir();
+      const rc = join(dd, 'resolv.conf');
+      writeFileSync(rc, 'nameserver 10.0.0.10\nsearch a.svc b.svc\ndomain cluster.local\noptions ndots:5\n');
+      const route = { dst: '0.0.0.0/0', gw: '10.1.0.1', mtu: 1450, advmss: 1400, priority: 5, table: 100, scope: 0 };
+      const r = run({ command: 'ADD', containerId: 'c1', ifname: 'eth0', stdin: config(dd, { ...v4('10.1.0.0/24'), resolvConf: rc, routes: [route] }, v) });
+      assert.equal(r.exitCode, 0, r.stdout);
+      assert.equal(r.stdout, JSON.stringify(JSON.parse(text), null, 4));
+    });
+  }
+
+  it('a last_reserved_ip.0 left 0644 (older ipwarden, host-local before v1.4.0) is 0600 after the next ADD', () => {
+    const dd = dataDir();
+    const dir = join(dd, NET);
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'last_reserved_ip.0'), '10.1.0.7', { mode: 0o644 });
+    chmodSync(join(dir, 'last_reserved_ip.0'), 0o644);
+    const r = run({ command: 'ADD', containerId: 'c1', ifname: 'eth0', stdin: config(dd, v4('10.1.0.0/24')) });
+    assert.equal(r.exitCode, 0, r.stdout);
+    assert.equal((r.json?.['ips'] as Array<{ address: string }>)[0]?.address, '10.1.0.8/24');
+    assert.deepEqual(snapshotDir(dir), { '10.1.0.8': 'c1\r\neth0', 'last_reserved_ip.0': '10.1.0.8', lock: '' });
+    assert.equal(statSync(join(dir, 'last_reserved_ip.0')).mode & 0o777, 0o600);
   });
 
   it('a missing resolvConf fails before anything is reserved', () => {

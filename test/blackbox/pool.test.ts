@@ -90,7 +90,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(address(add(conf(p), 'c1', 'node-a')), '10.81.0.16/27');
     assert.deepEqual(await claims(p), { 'node-a': ['10.81.0.16-28'], 'node-b': ['10.81.0.0-28'] });
     const r = add(conf(p), 'c3', 'node-a');
-    assert.deepEqual(r.json, { cniVersion: '1.0.0', ips: [{ address: '10.81.0.17/27', gateway: '10.81.0.1' }], dns: {} });
+    assert.deepEqual(r.json, { cniVersion: '1.0.0', ips: [{ address: '10.81.0.17/27', gateway: '10.81.0.1' }] });
   });
 
   it('concurrent ADDs of both nodes never give one address twice; after all DELs no handle is left and each node that owns a block keeps exactly one', async () => {

@@ -120,7 +120,7 @@ function config(dataDir: string, extra: Record<string, unknown> = {}): Buffer {
   return Buffer.from(JSON.stringify({ cniVersion: '1.0.0', name: NET, ...extra, ipam: { type: 'ipwarden', dataDir, ranges: [[{ subnet: '10.77.0.0/24' }]] } }));
 }
 
-const RESULT = { cniVersion: '1.0.0', ips: [{ address: '10.77.0.2/24', gateway: '10.77.0.1' }], dns: {} };
+const RESULT = { cniVersion: '1.0.0', ips: [{ address: '10.77.0.2/24', gateway: '10.77.0.1' }] };
 
 /** An ADD through `shimPath` that must end in the standalone plugin: its real effect, exactly. */
 async function assertFallbackAdd(shimPath: string, sockDir: string, extra: Record<string, unknown> = {}): Promise<Ran> {

@@ -9,7 +9,7 @@
  * exclusion is checked with a single non-blocking flock attempt from another descriptor.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, lstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -21,7 +21,7 @@ import { RangeSetIterator } from '../../src/ipam/iterator.ts';
 import type { IP, RangeSet } from '../../src/ipam/types.ts';
 import { lockExclusive } from '../../src/store/file/flock.ts';
 import { IndexData, SortedKeys } from '../../src/store/file/index-data.ts';
-import { NetworkIndexes, readEntry, type IndexClock, type IndexedStore } from '../../src/store/file/indexed-store.ts';
+import { NetworkIndexes, readEntry, realFsClock, type FsClock, type IndexClock, type IndexedStore } from '../../src/store/file/indexed-store.ts';
 import { MemoryStore } from '../../src/store/memory/memory-store.ts';
 import type { Owner, ReservationIndex, Store } from '../../src/store/store.ts';
 import { rng } from '../helpers/rng.ts';
@@ -82,6 +82,30 @@ class ManualClock implements IndexClock {
 /** Test tick and bound: far above any real delay between two steps of a test. */
 const TICK = 10_000;
 const BOUND = 30_000;
+
+/**
+ * The file system's clock of the tests: the manual clock one TICK behind, as a coarse clock that
+ * lags (so a linger ends when the test has advanced the clock about one TICK past the stamp).
+ */
+function laggingFsClock(clock: ManualClock): FsClock {
+  return { stampNow: () => BigInt(Math.floor(clock.now() - TICK)) * 1_000_000n };
+}
+
+/** A file system clock the test sets: `v` ns, or null (a probe that fails). */
+class SetFsClock implements FsClock {
+  v: bigint | null = 0n;
+  probes = 0;
+  stampNow(): bigint | null {
+    this.probes++;
+    return this.v;
+  }
+}
+
+/** DIR's stamp as the index records it: max(mtime, ctime), ns. */
+function dirStampNs(dir: string): bigint {
+  const s = statSync(dir, { bigint: true });
+  return s.mtimeNs > s.ctimeNs ? s.mtimeNs : s.ctimeNs;
+}
 
 /** True when another descriptor can take DIR/lock right now (one non-blocking attempt). */
 async function lockIsFree(dir: string): Promise<boolean> {
@@ -324,9 +348,9 @@ describe('allocator fast path', () => {
 });
 
 /** A fresh indexes object with a manual clock, the test tick and bound, plus one network. */
-function fixture(opts: { maxHoldMs?: number; fullRebuildBelow?: number; verify?: boolean } = {}) {
+function fixture(opts: { maxHoldMs?: number; fullRebuildBelow?: number; verify?: boolean; fsClock?: FsClock } = {}) {
   const clock = new ManualClock();
-  const ix = new NetworkIndexes({ tickMs: TICK, maxHoldMs: BOUND, clock, ...opts });
+  const ix = new NetworkIndexes({ tickMs: TICK, maxHoldMs: BOUND, clock, fsClock: laggingFsClock(clock), ...opts });
   const dataDir = tempDataDir();
   const dir = join(dataDir, 'net1');
   after(() => ix.close());
@@ -461,7 +485,7 @@ describe('IndexedStore: validation', () => {
 });
 
 describe('IndexedStore: the linger rule', () => {
-  it('close() returns at once but the lock is held until the clock passes the stamp + one tick', async () => {
+  it("close() returns at once but the lock is held until the file system's clock passes the stamp", async () => {
     const { ix, open, dir, clock } = fixture();
     await withLocked(open, (s) => s.reserve('10.0.0.2', C1, 0));
     // The stamp is "now" in real time and the manual clock has not moved: still held.
@@ -544,7 +568,7 @@ describe('IndexedStore: the linger rule', () => {
   it('an early release (shutdown, a stamp in the future) marks the stamp suspect: the next hold refreshes', async () => {
     const clock = new ManualClock();
     const dataDir = tempDataDir();
-    const ix1 = new NetworkIndexes({ tickMs: TICK, maxHoldMs: BOUND, clock, fullRebuildBelow: 0 });
+    const ix1 = new NetworkIndexes({ tickMs: TICK, maxHoldMs: BOUND, clock, fsClock: laggingFsClock(clock), fullRebuildBelow: 0 });
     const open = () => ix1.open({ dataDir, network: 'net1' });
     await withLocked(open, (s) => s.reserve('10.0.0.2', C1, 0));
     // Clock stepped back by a minute: the stamp lies in the future; no waiting for it.
@@ -613,5 +637,122 @@ describe('IndexedStore: the linger rule', () => {
     await withLocked(open, async (s) => assert.equal((await s.list({ mtime: false })).length, 1));
     assert.equal(ix.stats.trusted, before + 1);
     assert.equal(ix.stats.refreshed, 0);
+  });
+});
+
+describe("IndexedStore: the linger ends on the file system's clock, not the wall clock (issue 17)", () => {
+  it('a wall clock far past the stamp does not end the linger while the file system has not passed it', async () => {
+    const fs = new SetFsClock();
+    const { ix, open, dir, clock } = fixture({ fsClock: fs });
+    await withLocked(open, (s) => s.reserve('10.0.0.2', C1, 0));
+    const m = dirStampNs(dir);
+    assert.equal(ix.stats.lingers, 1);
+    // The first rule ended here (wall clock ≥ M + one tick + 1 ms); the coarse clock can lag more.
+    clock.advance(TICK + 2);
+    assert.equal(ix.holdsAnyLock, true);
+    assert.equal(await lockIsFree(dir), false);
+    fs.v = m; // equal is not past: a change now could still get the stamp M
+    clock.advance(TICK / 4);
+    assert.equal(ix.holdsAnyLock, true);
+    fs.v = m + 1n;
+    clock.advance(TICK / 4);
+    assert.equal(ix.holdsAnyLock, false);
+    assert.equal(await lockIsFree(dir), true);
+    assert.equal(ix.stats.cut, 0);
+    const trusted = ix.stats.trusted;
+    await withLocked(open, async (s) => assert.deepEqual((await s.list({ mtime: false })).map((r) => r.ip), ['10.0.0.2']));
+    assert.equal(ix.stats.trusted, trusted + 1, 'a linger that ended on the probe leaves a trusted stamp');
+  });
+
+  it('a file system clock already past the stamp ends the hold at once, without a linger', async () => {
+    const fs = new SetFsClock();
+    fs.v = 1n << 62n;
+    const { ix, open, dir } = fixture({ fsClock: fs });
+    await withLocked(open, (s) => s.reserve('10.0.0.2', C1, 0));
+    assert.equal(ix.stats.lingers, 0);
+    assert.equal(ix.holdsAnyLock, false);
+    assert.equal(await lockIsFree(dir), true);
+    assert.equal(ix.stats.cut, 0);
+    assert.equal(fs.probes, 1);
+  });
+
+  for (const [name, v] of [
+    ['a probe that never passes (a stalled tick, whole-second stamps)', 0n],
+    ['a probe that fails', null],
+  ] as const) {
+    it(`${name}: the linger ends at M + 2 ticks + 1 ms, the stamp suspect, and the next hold refreshes`, async () => {
+      const fs = new SetFsClock();
+      fs.v = v;
+      const { ix, open, dir, clock } = fixture({ fsClock: fs, fullRebuildBelow: 0 });
+      await withLocked(open, (s) => s.reserve('10.0.0.2', C1, 0));
+      const capMs = Number(dirStampNs(dir) / 1_000_000n) + 2 * TICK + 1;
+      clock.advance(capMs - clock.now() - 2);
+      assert.equal(ix.holdsAnyLock, true, 'held until the cap');
+      clock.advance(3);
+      assert.equal(ix.holdsAnyLock, false, 'released at the cap');
+      assert.equal(ix.stats.cut, 1);
+      // Another writer's change in the same coarse tick would be invisible: the stamp is not trusted.
+      const [trusted, refreshed] = [ix.stats.trusted, ix.stats.refreshed];
+      await withLocked(open, async (s) => assert.deepEqual((await s.list({ mtime: false })).map((r) => r.ip), ['10.0.0.2']));
+      assert.equal(ix.stats.trusted, trusted);
+      assert.equal(ix.stats.refreshed, refreshed + 1);
+    });
+  }
+
+  /** The file systems of the interop suite: ext4 under /var/tmp, tmpfs at /dev/shm (where present). */
+  const realFileSystems = ['/var/tmp', '/dev/shm'].filter((b) => {
+    try {
+      return statSync(b).isDirectory();
+    } catch {
+      return false;
+    }
+  });
+
+  for (const base of realFileSystems) {
+    it(`realFsClock on ${base}: once it passed DIR's stamp, another writer's unlink always changes the stamp (500 rounds)`, () => {
+      const root = mkdtempSync(join(base, 'ipwarden-fsclock-'));
+      tempRoots.push(root);
+      const lock = join(root, 'lock');
+      closeSync(openSync(lock, 'wx', 0o750));
+      const before = lstatSync(lock, { bigint: true });
+      // Victims: files nobody stats (their coarse ctime is what tmpfs gives DIR on unlink).
+      for (let i = 0; i < 500; i++) writeFileSync(join(root, `v${i}`), 'x');
+      let probes = 0;
+      const missed: number[] = [];
+      for (let i = 0; i < 500; i++) {
+        // "Our" last change, as an ADD ends: last_reserved_ip's temporary renamed into place.
+        writeFileSync(join(root, 't'), String(i));
+        renameSync(join(root, 't'), join(root, 'last'));
+        const m = dirStampNs(root);
+        // A condition, not a time: probe until the file system's clock has passed M.
+        for (;;) {
+          probes++;
+          const v = realFsClock.stampNow(lock);
+          assert.notEqual(v, null);
+          if ((v as bigint) > m) break;
+        }
+        unlinkSync(join(root, `v${i}`));
+        if (dirStampNs(root) === m) missed.push(i);
+      }
+      assert.deepEqual(missed, []);
+      assert.ok(probes >= 500);
+      // The probe changes nothing but the lock's ctime: same inode, mode, size, mtime, content.
+      const now = lstatSync(lock, { bigint: true });
+      assert.deepEqual([now.ino, now.mode & 0o7777n, now.size, now.mtimeNs], [before.ino, 0o750n, 0n, before.mtimeNs]);
+      assert.ok(now.ctimeNs > before.ctimeNs);
+      assert.equal(readFileSync(lock, 'latin1'), '');
+    });
+  }
+
+  it('realFsClock says null for a missing lock and a lock that is a symlink, and changes neither', () => {
+    const root = tempDataDir();
+    assert.equal(realFsClock.stampNow(join(root, 'lock')), null);
+    const target = join(root, 'elsewhere');
+    writeFileSync(target, '', { mode: 0o640 });
+    symlinkSync(target, join(root, 'lock'));
+    const before = lstatSync(target, { bigint: true }).ctimeNs;
+    assert.equal(realFsClock.stampNow(join(root, 'lock')), null);
+    assert.equal(lstatSync(target, { bigint: true }).ctimeNs, before);
+    assert.equal(lstatSync(target).mode & 0o7777, 0o640);
   });
 });

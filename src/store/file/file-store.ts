@@ -8,7 +8,9 @@
  * - A reservation file is written to a temporary name in DIR, fsynced, then `link(2)`ed to the
  *   IP's name, so it is never visible empty or half-written (upstream `O_EXCL`-creates the IP file
  *   and writes into it; a crash in between leaves an empty file no ID ever matches).
- * - `last_reserved_ip.<N>` is replaced atomically (temp + rename) instead of truncated in place.
+ * - `last_reserved_ip.<N>` is replaced atomically (temp + rename) instead of truncated in place;
+ *   so every write leaves it with {@link LAST_RESERVED_IP_FILE_MODE}, also where an older writer
+ *   had created it 0644 (upstream's `os.WriteFile` keeps an existing file's mode).
  * - A failed `last_reserved_ip` write removes the just-made reservation (upstream leaves it).
  * - Failures to remove a file in `releaseByOwner` are reported, not swallowed.
  *
@@ -53,8 +55,11 @@ export const LAST_RESERVED_IP_PREFIX = 'last_reserved_ip.';
 export const LINE_BREAK = '\r\n';
 /** Mode of a reservation file (host-local v1.4.0+, commit 33ccedc; anchors §2.5). */
 export const RESERVATION_FILE_MODE = 0o600;
-/** Mode of `last_reserved_ip.<N>` (host-local backend.go `os.WriteFile(..., 0644)`). */
-export const LAST_RESERVED_IP_FILE_MODE = 0o644;
+/**
+ * Mode of `last_reserved_ip.<N>` (host-local v1.4.0+ backend.go `os.WriteFile(ipfile, …, 0o600)`,
+ * the same commit as the reservation files; 0644 before, e.g. Debian's 1.1.1).
+ */
+export const LAST_RESERVED_IP_FILE_MODE = 0o600;
 /** Mode DIR is created with (host-local backend.go `New`: `os.MkdirAll(dir, 0755)`). */
 export const DIR_MODE = 0o755;
 /**

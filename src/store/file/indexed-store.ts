@@ -26,32 +26,49 @@
  *
  * ## The linger rule (why an equal stamp proves "no change")
  *
- * Another writer's change is invisible to the stamp only if it lands in the same timestamp tick as
- * the stamp M we recorded: the kernel stamps directories from the coarse real-time clock C, which
- * is updated once per tick, so C(t) > t − tick. (On 6.13+ kernels, multigrain timestamps make a
- * create after our `stat` fine-grained, but tmpfs stamps an unlink with the removed inode's coarse
- * time, and older kernels stamp everything coarsely: fast-path-measurements.md §3.2 measured 68 of
- * 513 trusted validations stale on tmpfs without this rule, 0 with it.) Every other writer takes
- * `DIR/lock` before changing DIR (host-local does). So after a hold, the store keeps holding the
- * lock — `close()` returns at once, so the daemon answers the runtime first — until the wall clock
- * has passed M + G (M = max(mtime, ctime) of DIR as recorded, G = one tick + 1 ms; the tick is
- * 1000/CONFIG_HZ ms, read from the kernel config, else 10 ms). A later writer then changes DIR at
- * t2 > M + G, its stamp is ≥ C(t2) > t2 − tick > M, so an equal (ino, mtime, ctime) at our next
- * acquisition proves that nothing changed. A request for the same network arriving meanwhile takes
- * the held lock over without releasing it (no validation needed: the hold was continuous).
+ * Another writer's change is invisible to the stamp only if the file system gives it a time stamp
+ * ≤ the stamp M we recorded (M = max(mtime, ctime) of DIR right after our own last change). The
+ * kernel stamps from the coarse real-time clock (on 6.13+ kernels raised to the newest fine-grained
+ * stamp handed out, "multigrain"), and a change to a queried directory gets a fine stamp, but tmpfs
+ * stamps an unlink with the *removed inode's* time, which is coarse, and kernels before 6.13 stamp
+ * everything coarsely (fast-path-measurements.md §3.2). Every other writer takes `DIR/lock` before
+ * changing DIR (host-local does). So after a hold the store keeps holding the lock — `close()`
+ * returns at once, so the daemon answers the runtime first — until the file system's clock has
+ * passed M, **as the file system itself reports it**: the probe ({@link FsClock}, default
+ * {@link realFsClock}) chmods `DIR/lock` to its own mode, which changes nothing but its ctime, and
+ * reads that ctime back: V, the stamp a change made now gets on this file system (same clock, same
+ * granularity as DIR). Stamps never decrease (bar a clock step), so once V > M, a later writer's
+ * change gets a stamp ≥ V > M and an equal (ino, mtime, ctime) at our next acquisition proves that
+ * nothing changed. A request for the same network arriving meanwhile takes the held lock over
+ * without releasing it (no validation needed: the hold was continuous).
  *
- * Bound: the lock is never held continuously (our requests back to back plus lingering) longer
- * than `maxHoldMs` (default 50 ms) when someone may be waiting: a hold that reaches the bound is
- * released at the end of its current request even though requests are queued (they then compete
- * for the flock like host-local, after a short pause that lets a blocked host-local win), and a
- * linger that would pass the bound is cut short. Whenever the lock is released before M + G the
- * stamp is marked *suspect*, and the next acquisition refreshes (readdir diff) even if the stamp is
- * equal. So host-local waits at most one tick more than without the daemon and is never starved.
- * Every error path (a failing request, a failing stat, a closed {@link NetworkIndexes}) releases
- * the lock or leaves it to the bounded linger; nothing can keep it longer than the bound.
+ * Why not the wall clock (issue 17): the first version waited until `Date.now()` ≥ M + one tick +
+ * 1 ms, assuming the coarse clock lags real time by less than one tick. It lags by up to two: the
+ * timekeeper accumulates whole tick intervals, so the coarse value is the last accumulated boundary,
+ * up to a tick before the interrupt that publishes it (measured here at HZ=250: lag up to 7.0 ms,
+ * over 5 ms in 49% of samples), and more when a vCPU or the timekeeping CPU stalls (the kernel lets
+ * another CPU take over only after 5 stalled ticks). A host-local DEL right after such a linger left
+ * DIR's stamp unchanged on tmpfs 981 times in 2,000 (a C loop), and the index kept the removed
+ * reservation (CI: "disk -, index 10.77.0.8"). On multigrain kernels the probe passes at the second
+ * try (the first chmod marks the lock's ctime for a fine stamp), so lingering costs ≈ 10 µs instead
+ * of a tick; on older kernels it passes at the next tick.
+ *
+ * Bound: a linger ends at the latest when the wall clock reaches M + 2 ticks + 1 ms (the tick is
+ * 1000/CONFIG_HZ ms, read from the kernel config, else 10 ms); a linger ended there, with the probe
+ * not passed (a stalled tick, a file system with whole-second stamps such as ext4 with 128-byte
+ * inodes, a probe that fails), marks the stamp *suspect*, and the next acquisition refreshes even if
+ * the stamp is equal. And the lock is never held continuously (our requests back to back plus
+ * lingering) much longer than `maxHoldMs` (default 50 ms) when someone may be waiting: a hold that
+ * reaches the bound is released at the end of its current request (and linger) even though requests
+ * are queued (they then compete for the flock like host-local, after a short pause that lets a
+ * blocked host-local win). Whenever the lock is released before the probe passed, the stamp is
+ * marked suspect. So host-local waits at most two ticks more than without the daemon and is never
+ * starved. Every error path (a failing request, a failing stat, a closed {@link NetworkIndexes})
+ * releases the lock or leaves it to the bounded linger; nothing can keep it longer than the bound.
  *
  * Not covered by any stamp rule (as in the measurements): in-place rewrites of an existing file by
- * a writer that ignores the lock (host-local never does), and a backwards clock step landing on M.
+ * a writer that ignores the lock (host-local never does), and a backwards clock step after our
+ * release that lands a foreign change exactly on M.
  * Belt and braces: a reservation that `link(2)` finds taken although the index said free, a DEL or
  * a release whose file does not hold what the index says, drop the index (rebuilt on next use); DEL
  * re-reads each file before unlinking it, and every other removal or rewrite goes through
@@ -59,9 +76,10 @@
  * (`link(2)` says EEXIST); a stale "taken" entry only skips an address.
  *
  * Source of the numbers and the rule: `../shared/reference/fast-path-measurements.md` §3 (measured
- * prototype `daemon-index.cjs`, `mtime.c`, `stress.py`); docs/daemon.md "The index".
+ * prototype `daemon-index.cjs`, `mtime.c`, `stress.py`), `bench/stamp-lag.c` (the coarse clock's lag,
+ * the wall-clock rule's misses, the probe rule's); docs/daemon.md "The index".
  */
-import { closeSync, constants as fsConstants, existsSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
+import { chmodSync, closeSync, constants as fsConstants, existsSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
 import { gunzipSync } from 'node:zlib';
 import { release as osRelease } from 'node:os';
 import { join } from 'node:path';
@@ -88,7 +106,7 @@ import { IndexData, type EntryState } from './index-data.ts';
 export const DEFAULT_MAX_HOLD_MS = 50;
 /** Tick assumed when the kernel's CONFIG_HZ cannot be read, milliseconds (HZ ≥ 100). */
 export const DEFAULT_TICK_MS = 10;
-/** Extra margin added to the tick in the linger rule, milliseconds. */
+/** Extra margin added to the linger's cap (two ticks), milliseconds. */
 export const TICK_MARGIN_MS = 1;
 /**
  * Directories with at most this many IP-named entries are re-read completely on a refresh. The
@@ -115,6 +133,38 @@ export interface IndexClock {
   setTimer(fn: () => void, ms: number, keepAlive: boolean): () => void;
 }
 
+/**
+ * The file system's clock, as the linger rule reads it (tests inject one). `stampNow(lockPath)`
+ * returns the time stamp, nanoseconds since the Unix epoch, that a change made now on the file
+ * system holding `lockPath` (DIR/lock, held by the caller) gets, or null when it cannot tell.
+ * Stamps returned must never exceed a stamp a later change gets (bar a clock step).
+ */
+export interface FsClock {
+  stampNow(lockPath: string): bigint | null;
+}
+
+/**
+ * The default {@link FsClock}: `lstat` DIR/lock, `chmod` it to its own mode (this changes only its
+ * ctime, to the stamp the kernel gives a change now: coarse or fine, truncated to the file system's
+ * granularity, exactly as a change to DIR would be stamped), `lstat` again and return the new ctime.
+ * Null when the lock is not a regular file (a symlink may lead to another file system) or a call
+ * fails (EPERM, EROFS, ENOENT): the linger then runs to its cap and the stamp is marked suspect.
+ * Three syscalls, ≈ 5 µs.
+ */
+export const realFsClock: FsClock = {
+  stampNow(lockPath) {
+    try {
+      const st = lstatSync(lockPath);
+      if (!st.isFile()) return null;
+      chmodSync(lockPath, st.mode & 0o7777);
+      const after = lstatSync(lockPath, { bigint: true });
+      return after.isFile() ? after.ctimeNs : null;
+    } catch {
+      return null;
+    }
+  },
+};
+
 const realIndexClock: IndexClock = {
   now: () => Date.now(),
   setTimer: (fn, ms, keepAlive) => {
@@ -138,8 +188,10 @@ export interface NetworkIndexesOptions {
    * {@link IndexStats.stale}. Costs a full scan per request.
    */
   readonly verify?: boolean;
-  /** Clock of the linger rule. */
+  /** Wall clock and timers of the linger rule (its cap, its re-probes). */
   readonly clock?: IndexClock;
+  /** The file system's clock, probed to end a linger (default {@link realFsClock}). */
+  readonly fsClock?: FsClock;
   /** Clock for lock polling, passed to FileStore (tests). */
   readonly lockClock?: LockClock;
 }
@@ -158,7 +210,7 @@ export interface IndexStats {
   handoffs: number;
   /** Holds that kept the lock after their request, by the linger rule. */
   lingers: number;
-  /** Releases before M + G (the bound or a close): the stamp was marked suspect. */
+  /** Releases before the file system's clock passed the stamp (the cap, the bound, a close): the stamp was marked suspect. */
   cut: number;
   /** Index entries found wrong by the store's own operations (EEXIST, owner changed); index dropped. */
   staleHits: number;
@@ -231,12 +283,16 @@ class NetState {
  */
 export class NetworkIndexes {
   readonly #nets = new Map<string, NetState>();
-  readonly #tickNs: bigint;
-  readonly #tickMs: number;
+  /** The linger's cap after the stamp: two ticks + {@link TICK_MARGIN_MS}, ns (see the module comment). */
+  readonly #capNs: bigint;
+  readonly #capMs: number;
+  /** Interval between two probes of a linger, ms. */
+  readonly #probeEveryMs: number;
   readonly #maxHoldMs: number;
   readonly #fullRebuildBelow: number;
   readonly #verify: boolean;
   readonly #clock: IndexClock;
+  readonly #fsClock: FsClock;
   readonly #lockClock: LockClock | undefined;
   readonly #buf = Buffer.allocUnsafe(4096);
   #closed = false;
@@ -258,12 +314,14 @@ export class NetworkIndexes {
   constructor(opts: NetworkIndexesOptions = {}) {
     const tickMs = opts.tickMs ?? detectTimestampTickMs();
     if (!(tickMs >= 0) || !Number.isFinite(tickMs)) throw new AppError('INTERNAL', `invalid tick ${String(tickMs)} ms`);
-    this.#tickMs = tickMs;
-    this.#tickNs = BigInt(Math.ceil((tickMs + (tickMs > 0 ? TICK_MARGIN_MS : 0)) * 1e6));
+    this.#capMs = 2 * tickMs + (tickMs > 0 ? TICK_MARGIN_MS : 0);
+    this.#capNs = BigInt(Math.ceil(this.#capMs * 1e6));
+    this.#probeEveryMs = Math.max(1, Math.ceil(tickMs / 4));
     this.#maxHoldMs = opts.maxHoldMs ?? DEFAULT_MAX_HOLD_MS;
     this.#fullRebuildBelow = opts.fullRebuildBelow ?? DEFAULT_FULL_REBUILD_BELOW;
     this.#verify = opts.verify ?? false;
     this.#clock = opts.clock ?? realIndexClock;
+    this.#fsClock = opts.fsClock ?? realFsClock;
     this.#lockClock = opts.lockClock;
   }
 
@@ -442,11 +500,14 @@ export class NetworkIndexes {
     }
   }
 
-  /** Drop the flock of `st` now. `early`: before M + G (marks the stamp suspect). */
+  /**
+   * Drop the flock of `st` now. `early`: the linger rule was not known to be met; the file system's
+   * clock is probed once more and, if it has not passed the stamp, the stamp is marked suspect.
+   */
   #releaseLock(st: NetState, early: boolean, pauseNext = false): void {
     st.cancelLinger?.();
     st.cancelLinger = null;
-    if (early && st.data !== null && st.stamp !== null && this.#clock.now() < this.#lingerUntil(st.stamp)) {
+    if (early && st.data !== null && st.stamp !== null && !this.#fsPassed(st, st.stamp)) {
       st.suspect = true;
       this.stats.cut++;
     }
@@ -458,10 +519,26 @@ export class NetworkIndexes {
     this.#grantNext(st, pauseNext);
   }
 
-  /** Wall-clock ms at or after which the coarse clock has passed the stamp by one tick (see module comment). */
-  #lingerUntil(s: Stamp): number {
+  /**
+   * Has the file system's clock passed the stamp `s` (the linger rule, see the module comment)? One
+   * probe, and a second when the first did not pass: on a multigrain kernel (6.13+) the first
+   * chmod stamps the lock coarsely and our `lstat` marks that ctime as seen, so the second gets a
+   * fine-grained stamp (and raises the kernel's floor for every later coarse stamp).
+   */
+  #fsPassed(st: NetState, s: Stamp): boolean {
     const m = s.mtimeNs > s.ctimeNs ? s.mtimeNs : s.ctimeNs;
-    return Number((m + this.#tickNs + 999_999n) / 1_000_000n);
+    for (let i = 0; i < 2; i++) {
+      const v = this.#fsClock.stampNow(st.lockPath);
+      if (v === null) return false;
+      if (v > m) return true;
+    }
+    return false;
+  }
+
+  /** Wall-clock ms at which a linger ends even though the probe has not passed: M + 2 ticks + 1 ms. */
+  #lingerCap(s: Stamp): number {
+    const m = s.mtimeNs > s.ctimeNs ? s.mtimeNs : s.ctimeNs;
+    return Number((m + this.#capNs + 999_999n) / 1_000_000n);
   }
 
   /** @internal The request `h` is done with the lock: hand off, linger, or release. Never throws. */
@@ -500,13 +577,13 @@ export class NetworkIndexes {
       this.#releaseLock(st, false, pause);
       return;
     }
-    const until = this.#lingerUntil(st.stamp);
-    if (now >= until) {
+    if (this.#fsPassed(st, st.stamp)) {
       this.#releaseLock(st, false, pause);
       return;
     }
-    if (until - now > this.#tickMs + TICK_MARGIN_MS + this.#maxHoldMs) {
-      // A stamp in the future (the clock was stepped back): do not wait for it.
+    const until = this.#lingerCap(st.stamp);
+    if (now >= until || until - now > this.#capMs + this.#maxHoldMs) {
+      // At the cap already, or a stamp in the future (the clock was stepped back): do not wait.
       this.#releaseLock(st, true, pause);
       return;
     }
@@ -514,14 +591,19 @@ export class NetworkIndexes {
     this.#armLinger(st, until, now);
   }
 
+  /** Probe again in {@link #probeEveryMs} (or at the cap); release when passed, or early at the cap. */
   #armLinger(st: NetState, until: number, now: number): void {
     st.cancelLinger = this.#clock.setTimer(() => {
       st.cancelLinger = null;
       if (st.holder !== null || !st.lockHeld) return;
+      if (st.data === null || st.stamp === null || this.#fsPassed(st, st.stamp)) {
+        this.#releaseLock(st, false, st.waiters.length > 0);
+        return;
+      }
       const t = this.#clock.now();
-      if (t >= until) this.#releaseLock(st, false, st.waiters.length > 0);
+      if (t >= until) this.#releaseLock(st, true, st.waiters.length > 0);
       else this.#armLinger(st, until, t);
-    }, Math.max(1, until - now), false);
+    }, Math.max(1, Math.min(until - now, this.#probeEveryMs)), false);
   }
 
   /**
