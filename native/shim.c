@@ -1,10 +1,11 @@
 /*
  * ipwarden exec shim (docs/daemon.md): installed as DIR/ipwarden, exec'd by the container runtime
  * once per CNI request. It forwards the request to the resident daemon over a unix socket
- * (protocol v1) and relays the answer; when the daemon is absent, refuses, closes, answers
- * malformed or does not answer in time, it runs DIR/ipwarden-standalone (the Node plugin) in this
- * same process with the same stdin bytes. Static, single-threaded, no config file, no variable of
- * its own: the socket path and the timeout are patchable fields in this binary.
+ * (protocol v2: the header, the daemon's acknowledgement, then the body) and relays the answer;
+ * when the daemon is absent, refuses, closes, does not acknowledge within the short deadline (3 s),
+ * answers malformed or does not answer in time (150 s), it runs DIR/ipwarden-standalone (the Node
+ * plugin) in this same process with the same stdin bytes. Static, single-threaded, no config file,
+ * no variable of its own: the socket path and the two timeouts are patchable fields in this binary.
  *
  * Build: gcc -static -O2 -Wall -Wextra -Werror -o dist/ipwarden-shim native/shim.c
  */
@@ -25,22 +26,26 @@
 #include <unistd.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "protocol v1 is little-endian; this shim writes its integers in host order"
+#error "the protocol is little-endian; this shim writes its integers in host order"
 #endif
 
 #define SOCKET_MARKER "IPWARDEN-SOCKET-PATH="
 #define TIMEOUT_MARKER "IPWARDEN-SHIM-TIMEOUT="
+#define ACK_TIMEOUT_MARKER "IPWARDEN-SHIM-ACK-TIMEOUT="
 #define MAX_SOCKET_PATH 107u           /* sun_path holds 108 bytes with the NUL */
-#define MAX_ENV_BYTES 65536u           /* protocol v1 limits (docs/daemon.md) */
+#define MAX_ENV_BYTES 65536u           /* protocol limits (docs/daemon.md) */
 #define MAX_STDIN_BYTES (16u << 20)
 #define MAX_ANSWER_PART (16u << 20)    /* stdout, stderr: each */
+#define PROTOCOL_VERSION 2u
 #define DEFAULT_TIMEOUT_MS 150000
+#define DEFAULT_ACK_TIMEOUT_MS 3000
 #define STANDALONE "ipwarden-standalone"
 
 /* Patchable fields (install-cni rewrites them in the copy it writes): marker, value, NUL padding.
  * Not static, so the compiler cannot fold their contents into the code. */
 char ipwarden_socket_field[256] = SOCKET_MARKER "/run/ipwarden/plugin.sock";
 char ipwarden_timeout_field[32] = TIMEOUT_MARKER "150";
+char ipwarden_ack_timeout_field[32] = ACK_TIMEOUT_MARKER "3";
 
 extern char **environ;
 
@@ -99,20 +104,52 @@ static const char *field_value(const char *field, size_t size, size_t m, char *o
   return NULL;
 }
 
-/* Timeout in ms from the timeout field: decimal seconds, optionally with a fraction ("0.5"). */
-static long long timeout_ms(void) {
+/* A timeout in ms from a timeout field (marker of m bytes): decimal seconds, optionally with a
+ * fraction ("0.5"); unparsable, empty or zero: dflt. */
+static long long timeout_ms(const char *field, size_t size, size_t m, long long dflt) {
   char v[16];
-  const char *s = field_value(ipwarden_timeout_field, sizeof ipwarden_timeout_field, sizeof TIMEOUT_MARKER - 1, v, sizeof v);
+  const char *s = field_value(field, size, m, v, sizeof v);
   long long ms = 0, scale = 1000;
   int frac = 0;
-  if (s == NULL) return DEFAULT_TIMEOUT_MS;
+  if (s == NULL) return dflt;
   for (; *s; s++) {
     if (*s == '.' && !frac) { frac = 1; continue; }
-    if (*s < '0' || *s > '9' || ms > 86400000LL) return DEFAULT_TIMEOUT_MS;
+    if (*s < '0' || *s > '9' || ms > 86400000LL) return dflt;
     if (!frac) ms = ms * 10 + (*s - '0') * 1000;
     else if (scale > 1) { scale /= 10; ms += (*s - '0') * scale; }
   }
-  return ms > 0 ? ms : DEFAULT_TIMEOUT_MS;
+  return ms > 0 ? ms : dflt;
+}
+
+/* Send all of msg's iovecs before the deadline (MSG_NOSIGNAL: a closed peer is EPIPE, not a
+ * signal). 0, or -1 when the daemon went away, failed or the deadline passed. */
+static int send_all(int s, struct msghdr *msg, long long deadline) {
+  while (msg->msg_iovlen > 0) {
+    ssize_t n = sendmsg(s, msg, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) { if (wait_fd(s, POLLOUT, deadline) <= 0) return -1; continue; }
+    if (n < 0) return -1;             /* EPIPE, ECONNRESET: the daemon went away */
+    while (msg->msg_iovlen > 0 && (size_t)n >= msg->msg_iov[0].iov_len) {
+      n -= (ssize_t)msg->msg_iov[0].iov_len;
+      msg->msg_iov++;
+      msg->msg_iovlen--;
+    }
+    if (msg->msg_iovlen > 0) { msg->msg_iov[0].iov_base = (char *)msg->msg_iov[0].iov_base + n; msg->msg_iov[0].iov_len -= (size_t)n; }
+  }
+  return 0;
+}
+
+/* Receive exactly len bytes into buf before the deadline. 0, or -1 (closed, reset, deadline). */
+static int recv_all(int s, char *buf, size_t len, long long deadline) {
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = recv(s, buf + got, len - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) { if (wait_fd(s, POLLIN, deadline) <= 0) return -1; continue; }
+    if (n <= 0) return -1;            /* closed before all of it, or reset */
+    got += (size_t)n;
+  }
+  return 0;
 }
 
 static char *no_args[2];               /* argv when the shim was run with argc == 0 */
@@ -267,48 +304,42 @@ int main(int argc, char **argv) {
   if (failed && len == 0) { close(s); exec_standalone(argv, env); }  /* it meets the same error */
   if (over || failed) { close(s); replay_stdin(in, len, over); exec_standalone(argv, env); }
 
-  /* Request: "IPWD" version pid envBytes stdinBytes | env block | stdin. */
+  /* Protocol v2 (docs/daemon.md): the header "IPWD" 2 pid envBytes stdinBytes; the daemon's
+   * acknowledgement "IPWA" 2 within the short deadline; only then the body (env block, stdin),
+   * and the answer within the long one. Both deadlines count from here. A daemon that does not
+   * acknowledge in time (stopped, hung, its event loop blocked) never gets the body: when it
+   * wakes it finds a header and an end of stream, and cannot run the request the standalone runs
+   * now. An old daemon that speaks only v1 closes at once: the standalone, at once. */
   char *block = malloc(env_bytes + 1), *p = block;
   if (block == NULL) goto fallback;
   for (size_t i = 0; i < kept; i++) { size_t l = strlen(env[i]) + 1; memcpy(p, env[i], l); p += l; }
-  uint32_t head[5] = { 0, 1, (uint32_t)getpid(), (uint32_t)env_bytes, (uint32_t)len };
+  uint32_t head[5] = { 0, PROTOCOL_VERSION, (uint32_t)getpid(), (uint32_t)env_bytes, (uint32_t)len };
   memcpy(head, "IPWD", 4);              /* host order = little-endian (checked above) */
-  struct iovec iov[3] = { { head, sizeof head }, { block, env_bytes }, { in, len } };
-  struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 3 };
-  long long deadline = now_ms() + timeout_ms();
-  while (msg.msg_iovlen > 0) {
-    ssize_t n = sendmsg(s, &msg, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) { if (wait_fd(s, POLLOUT, deadline) <= 0) goto fallback; continue; }
-    if (n < 0) goto fallback;         /* EPIPE, ECONNRESET: the daemon went away */
-    while (msg.msg_iovlen > 0 && (size_t)n >= msg.msg_iov[0].iov_len) {
-      n -= (ssize_t)msg.msg_iov[0].iov_len;
-      msg.msg_iov++;
-      msg.msg_iovlen--;
-    }
-    if (msg.msg_iovlen > 0) { msg.msg_iov[0].iov_base = (char *)msg.msg_iov[0].iov_base + n; msg.msg_iov[0].iov_len -= (size_t)n; }
-  }
+  long long start = now_ms();
+  long long deadline = start + timeout_ms(ipwarden_timeout_field, sizeof ipwarden_timeout_field, sizeof TIMEOUT_MARKER - 1, DEFAULT_TIMEOUT_MS);
+  long long ack_deadline = start + timeout_ms(ipwarden_ack_timeout_field, sizeof ipwarden_ack_timeout_field, sizeof ACK_TIMEOUT_MARKER - 1, DEFAULT_ACK_TIMEOUT_MS);
+  if (ack_deadline > deadline) ack_deadline = deadline;
+  struct iovec hiov[1] = { { head, sizeof head } };
+  struct msghdr hmsg = { .msg_iov = hiov, .msg_iovlen = 1 };
+  if (send_all(s, &hmsg, ack_deadline) < 0) goto fallback;
+  uint32_t ack[2];
+  if (recv_all(s, (char *)ack, sizeof ack, ack_deadline) < 0) goto fallback;
+  if (memcmp(ack, "IPWA", 4) != 0 || ack[1] != PROTOCOL_VERSION) goto fallback;
+  /* Acknowledged: from here the daemon may run the request, so the shim waits for its answer (or
+   * its close) until the long deadline; it never falls back because the daemon is slow. */
+  struct iovec iov[2] = { { block, env_bytes }, { in, len } };
+  struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+  if (send_all(s, &msg, deadline) < 0) goto fallback;
 
-  /* Answer: "IPWD" version exitStatus stdoutBytes stderrBytes | stdout | stderr. The header is
+  /* Answer: "IPWD" 2 exitStatus stdoutBytes stderrBytes | stdout | stderr. The header is
    * checked before the body is allocated. */
   uint32_t ans[5];
-  char *body = NULL;
-  size_t want = sizeof ans, got = 0, body_len = 0;
-  while (got < want) {
-    char *dst = body == NULL ? (char *)ans + got : body + (got - sizeof ans);
-    ssize_t n = recv(s, dst, want - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) { if (wait_fd(s, POLLIN, deadline) <= 0) goto fallback; continue; }
-    if (n <= 0) goto fallback;        /* closed before a full answer, or reset */
-    got += (size_t)n;
-    if (body == NULL && got == sizeof ans) {
-      if (memcmp(ans, "IPWD", 4) != 0 || ans[1] != 1 || ans[2] > 255 || ans[3] > MAX_ANSWER_PART || ans[4] > MAX_ANSWER_PART) goto fallback;
-      body_len = (size_t)ans[3] + ans[4];
-      body = malloc(body_len + 1);
-      if (body == NULL) goto fallback;
-      want += body_len;
-    }
-  }
+  if (recv_all(s, (char *)ans, sizeof ans, deadline) < 0) goto fallback;
+  if (memcmp(ans, "IPWD", 4) != 0 || ans[1] != PROTOCOL_VERSION || ans[2] > 255 || ans[3] > MAX_ANSWER_PART || ans[4] > MAX_ANSWER_PART) goto fallback;
+  size_t body_len = (size_t)ans[3] + ans[4];
+  char *body = malloc(body_len + 1);
+  if (body == NULL) goto fallback;
+  if (recv_all(s, body, body_len, deadline) < 0) goto fallback;
   close(s);
   write_all(1, body, ans[3]);          /* nothing more to do if the runtime closed its pipes */
   write_all(2, body + ans[3], ans[4]);

@@ -58,6 +58,12 @@ export const BUILT_SHIM_NAME = 'ipwarden-shim';
 export const SOCKET_FIELD = { marker: 'IPWARDEN-SOCKET-PATH=', bytes: 256 } as const;
 /** The shim's patchable timeout field: marker, decimal seconds (e.g. `150`, `0.5`), NUL padding; 32 bytes. */
 export const TIMEOUT_FIELD = { marker: 'IPWARDEN-SHIM-TIMEOUT=', bytes: 32 } as const;
+/**
+ * The shim's patchable acknowledgement deadline (docs/daemon.md, protocol v2): how long it waits
+ * for the daemon to acknowledge the request header before it runs the standalone plugin; decimal
+ * seconds, NUL padding; 32 bytes. Default 3.
+ */
+export const ACK_TIMEOUT_FIELD = { marker: 'IPWARDEN-SHIM-ACK-TIMEOUT=', bytes: 32 } as const;
 /** The socket path compiled into the shim (docs/daemon.md). */
 export const DEFAULT_SOCKET = '/run/ipwarden/plugin.sock';
 /** Longest socket path: `sun_path` is 108 bytes including the NUL (unix(7)). */
@@ -154,8 +160,8 @@ export function patchField(binary: Uint8Array, field: { readonly marker: string;
   return out;
 }
 
-/** What a shim's patchable fields hold: `{ socket, timeout }` (the timeout as its decimal text). */
-export function readShimFields(binary: Uint8Array): { socket: string; timeout: string } {
+/** What a shim's patchable fields hold: `{ socket, timeout, ackTimeout }` (timeouts as their decimal text). */
+export function readShimFields(binary: Uint8Array): { socket: string; timeout: string; ackTimeout: string } {
   const b = Buffer.from(binary.buffer, binary.byteOffset, binary.byteLength);
   const read = (field: { readonly marker: string; readonly bytes: number }): string => {
     const at = b.indexOf(field.marker, 0, 'latin1');
@@ -164,21 +170,22 @@ export function readShimFields(binary: Uint8Array): { socket: string; timeout: s
     const end = b.indexOf(0, start);
     return b.toString('utf8', start, end < 0 || end > at + field.bytes ? at + field.bytes : end);
   };
-  return { socket: read(SOCKET_FIELD), timeout: read(TIMEOUT_FIELD) };
+  return { socket: read(SOCKET_FIELD), timeout: read(TIMEOUT_FIELD), ackTimeout: read(ACK_TIMEOUT_FIELD) };
 }
 
 /**
- * The shim with its fields patched: `socket` (validated as for `--socket`) and `timeoutSeconds`
- * (the answer timeout, seconds, > 0, at most 3 decimals; tests use a short one). Absent ones keep
- * the compiled defaults (`/run/ipwarden/plugin.sock`, 150 s). Throws UsageError or AppError('INTERNAL').
+ * The shim with its fields patched: `socket` (validated as for `--socket`), `timeoutSeconds` (the
+ * answer timeout) and `ackTimeoutSeconds` (the acknowledgement deadline; the shim uses the smaller
+ * of the two for it), seconds, > 0, at most 3 decimals; tests use short ones. Absent ones keep the
+ * compiled defaults (`/run/ipwarden/plugin.sock`, 150 s, 3 s). Throws UsageError or AppError('INTERNAL').
  */
-export function patchShim(binary: Uint8Array, opts: { socket?: string; timeoutSeconds?: number } = {}): Buffer {
+export function patchShim(binary: Uint8Array, opts: { socket?: string; timeoutSeconds?: number; ackTimeoutSeconds?: number } = {}): Buffer {
   let out: Buffer = Buffer.from(binary);
   if (opts.socket !== undefined) out = patchField(out, SOCKET_FIELD, validateSocketPath(opts.socket));
-  if (opts.timeoutSeconds !== undefined) {
-    const t = opts.timeoutSeconds;
-    if (!Number.isFinite(t) || t <= 0 || t > 86_400 || Math.round(t * 1000) !== t * 1000) throw new UsageError(`shim timeout must be 0.001..86400 seconds with at most 3 decimals (got ${t})`);
-    out = patchField(out, TIMEOUT_FIELD, String(t));
+  for (const [t, field, what] of [[opts.timeoutSeconds, TIMEOUT_FIELD, 'shim timeout'], [opts.ackTimeoutSeconds, ACK_TIMEOUT_FIELD, 'shim acknowledgement timeout']] as const) {
+    if (t === undefined) continue;
+    if (!Number.isFinite(t) || t <= 0 || t > 86_400 || Math.round(t * 1000) !== t * 1000) throw new UsageError(`${what} must be 0.001..86400 seconds with at most 3 decimals (got ${t})`);
+    out = patchField(out, field, String(t));
   }
   return out;
 }
@@ -469,6 +476,6 @@ export async function run(opts: { dest?: string; socket?: string; nodeName?: str
   ctx.stdout(`installed ${r.binding} (flock binding)\n`);
   ctx.stdout(`installed ${r.netnsHelper} (namespace helper)\n`);
   ctx.stdout(`installed ${r.standalone} (${r.standaloneVersion}, ${r.standaloneBytes} bytes)\n`);
-  ctx.stdout(`installed ${r.target} (exec shim, protocol v1, socket ${r.socket})\n`);
+  ctx.stdout(`installed ${r.target} (exec shim, protocol v2, socket ${r.socket})\n`);
   return 0;
 }

@@ -3,17 +3,19 @@
  * plus the parts composed around it (the reconcile loop and the metrics endpoint plug in as
  * {@link DaemonPart}s), structured JSON logs on stderr, and SIGTERM/SIGINT → a clean stop.
  *
- * Start order: the logger, then each part (so its hooks exist), then the plugin server (with
- * every part's hooks fanned in). Stop order: the plugin server first (stop accepting, finish and
- * answer what is in flight, remove the socket file), then the parts in reverse order, then the
- * log is flushed. {@link Daemon.close} is idempotent.
+ * Start order: the logger, the socket's lock (`<socket>.lock`, held until the daemon has stopped:
+ * one daemon per socket) and the check of the socket path, then each part (so its hooks exist),
+ * then the plugin server (with every part's hooks fanned in). Stop order: the plugin server first
+ * (stop accepting, finish and answer what is in flight, remove the socket file), then the parts in
+ * reverse order, then the lock is released and the log is flushed. {@link Daemon.close} is idempotent.
  */
 import type { PoolHooks } from '../cni/pool.ts';
 import type { DaemonOptions } from '../common/daemon-options.ts';
 import { createLogger, flushLog, type Logger } from './log.ts';
 import {
-  checkSocketPath,
+  claimSocketPath,
   startPluginServer,
+  type SocketLock,
   type HealFactory,
   type PluginServer,
   type PluginServerHooks,
@@ -104,17 +106,18 @@ async function closeParts(parts: readonly DaemonPart[], log: Logger): Promise<vo
  * Start the daemon with `options`. Resolves once the plugin socket listens (the log line
  * `daemon started` is written then).
  * @throws `SocketSetupError` (an `AppError`) when the socket cannot be served safely (unsafe
- *   directory, a non-socket or a live socket at the path); whatever a part factory throws.
- *   Parts already started are closed first.
+ *   directory, another daemon holding `<socket>.lock`, a non-socket or a live socket at the path);
+ *   whatever a part factory throws. Parts already started are closed and the lock released first.
  */
 export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {}): Promise<Daemon> {
   const log = deps.log ?? createLogger(options.logLevel);
   const parts: DaemonPart[] = [];
   let server: PluginServer;
+  let lock: SocketLock | null = null;
   try {
     // The socket first: a daemon that cannot serve it refuses before any part starts (no metrics
-    // port opened, no reconcile pass run).
-    await checkSocketPath(options.socket);
+    // port opened, no reconcile pass run). Its lock is ours from here until the daemon stopped.
+    lock = await claimSocketPath(options.socket);
     for (const f of deps.parts ?? []) parts.push(await f({ options, log }));
     const hooks = [...parts.flatMap((p) => (p.hooks === undefined ? [] : [p.hooks])), ...(deps.hooks === undefined ? [] : [deps.hooks])];
     server = await startPluginServer({
@@ -127,13 +130,16 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
       ...(deps.maxInFlight === undefined ? {} : { maxInFlight: deps.maxInFlight }),
       ...(deps.maxConnections === undefined ? {} : { maxConnections: deps.maxConnections }),
       ...(deps.requestTimeoutSeconds === undefined ? {} : { requestTimeoutSeconds: deps.requestTimeoutSeconds }),
+      socketLock: lock,
     });
   } catch (e) {
     await closeParts(parts, log);
+    lock?.release();
     log.error({ error: e instanceof Error ? e.message : String(e) }, 'daemon did not start');
     await flushLog(log);
     throw e;
   }
+  const held: SocketLock = lock;
   log.info({ socket: options.socket, dataDir: options.dataDir, parts: parts.map((p) => p.name) }, 'daemon started');
   deps.onState?.('started');
   let closed: Promise<void> | null = null;
@@ -152,6 +158,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
           log.error({ error: e instanceof Error ? e.message : String(e) }, 'the plugin server failed to close');
         }
         await closeParts(parts, log);
+        held.release();
         log.info('daemon stopped');
         await flushLog(log);
       })();

@@ -1,19 +1,25 @@
 /**
  * The daemon's plugin server (docs/daemon.md): a unix socket the exec shim connects to, one
- * protocol-v1 request per connection ({@link RequestDecoder}), answered with exactly what the
- * standalone plugin would have printed and its exit status. Each request runs the project's own
+ * request per connection ({@link RequestDecoder}; protocol version 2, whose header is
+ * acknowledged before the shim sends the body, or version 1 of older shims), answered with exactly
+ * what the standalone plugin would have printed and its exit status. Each request runs the project's own
  * handlers, `pluginMain(makeHandlers(deps), io)`, with an in-memory {@link PluginIO} whose
  * environment comes only from the request's env block and whose stdin is the request's bytes.
  *
  * Safety rules:
  * - The socket's directory must be a real directory (lstat: a symlink is refused, never
  *   followed) owned by root and not writable by group or others; it is created 0700 when missing.
+ *   Before the socket path is looked at, an exclusive flock(2) on `<socket>.lock` is taken and
+ *   held for the server's (the daemon's) life: of two daemons started together one serves, the
+ *   other refuses ({@link lockSocketPath}).
  *   A file already at the socket path is removed only when it is a socket nobody answers on.
  *   The socket is bound under umask 0177, so it is 0600 from its first instant.
  * - A request whose client went away (end of stream, reset) is dropped: checked before the
  *   network's store is opened and again right after `DIR/lock` is taken (the lock is then
  *   released and nothing is changed). A late ADD must not land after the runtime's DEL
  *   (fast-path-measurements.md, "Failure behaviour").
+ * - A version-2 request header is acknowledged at once, in the callback that read it (a daemon
+ *   whose event loop runs); a client that goes away before sending the body has nothing run.
  * - Malformed requests and other protocol versions get no answer (the shim then runs the
  *   standalone plugin); a request not complete within {@link PluginServerOptions.requestTimeoutSeconds}
  *   is closed the same way.
@@ -23,7 +29,7 @@
  *   kernel backlog / closed at once: the shim falls back).
  */
 import type { PoolHooks } from '../cni/pool.ts';
-import { existsSync, lstatSync, mkdirSync, readFileSync, unlinkSync, type Stats } from 'node:fs';
+import { closeSync, constants as fsConstants, existsSync, fstatSync, lstatSync, mkdirSync, openSync, readFileSync, unlinkSync, type Stats } from 'node:fs';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { AppError, errnoCode } from '../common/errors.ts';
@@ -37,7 +43,7 @@ import { openFileStore } from '../store/file/file-store.ts';
 import type { ListOptions, Owner, Reservation, Store } from '../store/store.ts';
 import { memoConfigDecoders } from './config-memo.ts';
 import type { Logger } from './log.ts';
-import { encodeAnswer, RequestDecoder, type PluginRequest } from './protocol.ts';
+import { encodeAck, encodeAnswer, HEADER_BYTES, RequestDecoder, SUPPORTED_PROTOCOL_VERSIONS, type PluginRequest } from './protocol.ts';
 
 /** Opens the store of one network (the shape of `PluginDeps.openStore`). */
 export type StoreOpener = PluginDeps['openStore'];
@@ -138,6 +144,12 @@ export interface PluginServerOptions {
    * not the same file for both is declined (see {@link DeclinedEvent}).
    */
   readonly hostView?: HostView;
+  /**
+   * The lock on `<socketPath>.lock` ({@link lockSocketPath}), taken by the caller, who keeps it
+   * and releases it (the daemon: after its last part closed). Without it the server takes its
+   * own before it touches the socket path and releases it when closed or when it fails to start.
+   */
+  readonly socketLock?: SocketLock;
   /**
    * Cluster pools (issue 11): ADD/DEL/CHECK of networks with `ipam.pool` (src/cni/pool.ts
    * `PoolSessions`: one etcd client per pool, the node's concurrent ADDs batched). Without it such
@@ -254,19 +266,98 @@ async function clearStaleSocket(path: string, log: Logger): Promise<void> {
   }
 }
 
+/** An exclusive flock(2) on the socket's lock file, held while the daemon lives. */
+export interface SocketLock {
+  /** The lock file, `<socket>.lock`. */
+  readonly path: string;
+  /** Drop the lock (close its file descriptor). Idempotent; never throws. The file stays. */
+  release(): void;
+}
+
+/** The lock file of the socket `socketPath`: `<socketPath>.lock`, beside it. */
+export function socketLockPath(socketPath: string): string {
+  return `${socketPath}.lock`;
+}
+
 /**
- * Check, before anything else of the daemon starts, that `path` can be served: its directory as
- * {@link prepareSocketDir} demands (created 0700 when missing), and nothing at `path` but nothing
- * or a stale socket. So a second daemon, or one given an unsafe path, refuses at once — before it
- * opens its metrics port or runs a reconcile pass.
- * @throws SocketSetupError as `prepareSocketDir` and {@link startPluginServer} do.
+ * Take an exclusive flock(2) on `<socketPath>.lock` without waiting (fs-ext `flockSync`, the
+ * binding the file store uses). The file is opened `O_RDWR|O_CREAT|O_NOFOLLOW|O_NONBLOCK` (and
+ * close-on-exec, as libuv opens every file), mode 0600 when created, and must be a regular file;
+ * it is never written, and never removed (a removed lock file would let a second daemon lock a new
+ * inode while the first holds the old one). The socket's directory must have been checked
+ * ({@link prepareSocketDir}): only root can create files there. Lock before anything looks at,
+ * removes or binds the socket path: two daemons started together, after a crash left a stale
+ * socket, otherwise both saw it stale, both removed it and both bound (issue 17).
+ * @throws SocketSetupError `another daemon holds <lock> (it serves <socket> or is starting to)`
+ *   when the lock is taken; naming the file when it cannot be opened, is a symlink or not a regular
+ *   file, or flock fails otherwise.
  */
-export async function checkSocketPath(path: string): Promise<void> {
+export async function lockSocketPath(socketPath: string): Promise<SocketLock> {
+  const path = socketLockPath(socketPath);
+  let flockSync: (fd: number, flags: 'exnb' | 'un') => void;
+  try {
+    flockSync = (await import('../store/file/fs-ext.ts')).flockSync;
+  } catch (e) {
+    throw new SocketSetupError(`cannot load the flock binding to lock ${path}: ${(e instanceof Error ? e.message : String(e)).split('\n')[0] as string}`, e);
+  }
+  let fd: number;
+  try {
+    fd = openSync(path, fsConstants.O_RDWR | fsConstants.O_CREAT | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK, 0o600);
+  } catch (e) {
+    if (errnoCode(e) === 'ELOOP') throw new SocketSetupError(`the lock file ${path} is a symbolic link; refusing to follow it`, e);
+    throw new SocketSetupError(`cannot open the lock file ${path}: ${e instanceof Error ? e.message : String(e)}`, e);
+  }
+  try {
+    if (!fstatSync(fd).isFile()) throw new SocketSetupError(`the lock file ${path} is not a regular file`);
+    try {
+      flockSync(fd, 'exnb');
+    } catch (e) {
+      const code = errnoCode(e);
+      if (code === 'EAGAIN' || code === 'EWOULDBLOCK') throw new SocketSetupError(`another daemon holds ${path} (it serves ${socketPath} or is starting to)`, e);
+      throw new SocketSetupError(`cannot lock ${path}: ${e instanceof Error ? e.message : String(e)}`, e);
+    }
+  } catch (e) {
+    closeSync(fd);
+    throw e;
+  }
+  let held = true;
+  return {
+    path,
+    release() {
+      if (!held) return;
+      held = false;
+      try {
+        closeSync(fd); // closing the only descriptor of the open file description drops the flock
+      } catch {
+        // already closed: nothing is held
+      }
+    },
+  };
+}
+
+/**
+ * Claim `path` before anything else of the daemon starts: check its directory as
+ * {@link prepareSocketDir} demands (created 0700 when missing), take the socket's lock
+ * ({@link lockSocketPath}), then check that nothing is at `path` but nothing or a stale socket.
+ * So a second daemon, or one given an unsafe path, refuses at once — before it opens its metrics
+ * port or runs a reconcile pass. Resolves to the held lock, which the caller releases (after the
+ * server it hands it to has closed).
+ * @throws SocketSetupError as `prepareSocketDir`, {@link lockSocketPath} and
+ *   {@link startPluginServer} do (the lock is released first).
+ */
+export async function claimSocketPath(path: string): Promise<SocketLock> {
   prepareSocketDir(dirname(path));
-  const st = lstatOrNull(path);
-  if (st === null) return;
-  if (!st.isSocket()) throw new SocketSetupError(`${path} exists and is not a socket; remove it or choose another --socket`);
-  if (await answers(path)) throw new SocketSetupError(`another process is serving ${path} (a daemon already running?)`);
+  const lock = await lockSocketPath(path);
+  try {
+    const st = lstatOrNull(path);
+    if (st === null) return lock;
+    if (!st.isSocket()) throw new SocketSetupError(`${path} exists and is not a socket; remove it or choose another --socket`);
+    if (await answers(path)) throw new SocketSetupError(`another process is serving ${path} (a daemon already running?)`);
+    return lock;
+  } catch (e) {
+    lock.release();
+    throw e;
+  }
 }
 
 /** FIFO counting semaphore. */
@@ -420,7 +511,14 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   let closing = false;
 
   prepareSocketDir(dirname(path));
-  await clearStaleSocket(path, log);
+  // The lock before the path is looked at: a second daemon must not see our socket as stale.
+  const ownLock = opts.socketLock === undefined ? await lockSocketPath(path) : null;
+  try {
+    await clearStaleSocket(path, log);
+  } catch (e) {
+    ownLock?.release();
+    throw e;
+  }
 
   const reject = (conn: Conn, e: MalformedEvent): void => {
     log.warn({ kind: e.kind, reason: e.reason }, 'malformed request: closed without an answer');
@@ -507,7 +605,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       }
       let answer: Buffer;
       try {
-        answer = encodeAnswer({ exitStatus: status, stdout: out.join(''), stderr: err.join('') });
+        answer = encodeAnswer({ exitStatus: status, stdout: out.join(''), stderr: err.join(''), version: req.version });
       } catch (e) {
         log.error({ ...fields, error: e instanceof Error ? e.message : String(e) }, 'answer cannot be encoded: closed without an answer');
         conn.sock.destroy();
@@ -536,11 +634,38 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     conns.add(conn);
     const decoder = new RequestDecoder();
     let started = false;
+    /** The version-2 header was acknowledged. */
+    let acked = false;
+    /** This connection's end was logged (rejected, or abandoned). */
+    let settled = false;
+    const refuse = (e: MalformedEvent): void => {
+      settled = true;
+      reject(conn, e);
+    };
+    /**
+     * A version-2 client that left after its acknowledged header, before sending any of the
+     * body: it gave up (its short deadline passed while this daemon was stopped or slow) and runs
+     * the standalone plugin. Nothing was run here, and nothing can be: the body never came.
+     */
+    const abandoned = (): boolean => {
+      if (settled || started || !acked || decoder.received !== HEADER_BYTES) return false;
+      settled = true;
+      clearTimeout(timer);
+      log.info({ receivedBytes: decoder.received }, 'request abandoned: the client went away before sending its body (nothing was run)');
+      sock.destroy();
+      return true;
+    };
     const timer = setTimeout(() => {
-      if (!started) reject(conn, { kind: 'timeout', reason: `no complete request within ${timeoutMs / 1000}s (${decoder.received} bytes received)` });
+      if (!started) refuse({ kind: 'timeout', reason: `no complete request within ${timeoutMs / 1000}s (${decoder.received} bytes received)` });
     }, timeoutMs);
     sock.on('data', (chunk: Buffer) => {
       const st = decoder.push(chunk);
+      if (!acked && decoder.version === 2 && st.kind !== 'malformed' && !conn.gone) {
+        // At once, from the callback that read the header: the shim waits only a few seconds for
+        // this before it runs the standalone plugin instead, and sends the body only after it.
+        acked = true;
+        sock.write(encodeAck());
+      }
       if (st.kind === 'complete' && !started) {
         started = true;
         clearTimeout(timer);
@@ -554,10 +679,10 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         pending.add(p);
       } else if (st.kind === 'malformed') {
         clearTimeout(timer);
-        reject(conn, { kind: 'malformed', reason: st.reason });
+        refuse({ kind: 'malformed', reason: st.reason });
       } else if (st.kind === 'unsupported-version') {
         clearTimeout(timer);
-        reject(conn, { kind: 'unsupported-version', reason: `protocol version ${st.version} (this daemon speaks 1)` });
+        refuse({ kind: 'unsupported-version', reason: `protocol version ${st.version} (this daemon speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(' and ')})` });
       }
     });
     sock.on('end', () => {
@@ -565,8 +690,9 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       markGone(conn);
       if (!started) {
         clearTimeout(timer);
+        if (abandoned()) return;
         const st = decoder.end();
-        if (st.kind === 'malformed') reject(conn, { kind: 'malformed', reason: st.reason });
+        if (st.kind === 'malformed') refuse({ kind: 'malformed', reason: st.reason });
       } else if (serving.has(conn)) {
         log.debug({ command: conn.command, containerId: conn.containerId }, 'client closed its connection while its request was in flight');
       }
@@ -578,13 +704,18 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     sock.on('close', () => {
       markGone(conn);
       clearTimeout(timer);
+      // A client gone with a reset, or our acknowledgement met EPIPE: no 'end' came.
+      abandoned();
       conns.delete(conn);
     });
   });
   server.maxConnections = opts.maxConnections ?? 1024;
 
   await new Promise<void>((resolve, rejectListen) => {
-    const onError = (e: Error): void => rejectListen(new SocketSetupError(`cannot listen on ${path}: ${e.message}`, e));
+    const onError = (e: Error): void => {
+      ownLock?.release();
+      rejectListen(new SocketSetupError(`cannot listen on ${path}: ${e.message}`, e));
+    };
     server.once('error', onError);
     // Bound under umask 0177: the socket file is 0600 from the moment it exists (bind(2) is
     // synchronous inside listen() for a path).
@@ -601,6 +732,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   const made = lstatSync(path);
   if (!made.isSocket() || (made.mode & 0o777) !== 0o600) {
     server.close();
+    ownLock?.release();
     throw new SocketSetupError(`${path} was not created as a 0600 socket (mode ${modeText(made)})`);
   }
   server.on('error', (e) => log.error({ error: e.message }, 'plugin socket error'));
@@ -631,6 +763,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
             // gone meanwhile
           }
         }
+        ownLock?.release();
       })();
       return closed;
     },

@@ -1,14 +1,21 @@
 /**
- * Wire protocol v1 between the exec shim (`native/shim.c`) and the daemon's plugin server
- * (docs/daemon.md "Protocol, version 1"). Pure: values in, values out, no I/O.
+ * Wire protocol between the exec shim (`native/shim.c`) and the daemon's plugin server
+ * (docs/daemon.md "Protocol"). Pure: values in, values out, no I/O. All integers u32 little-endian.
  *
- * Request, shim → daemon, one per connection (all integers u32 little-endian):
+ * Version 2 (what the shim sends since issue 17), one request per connection:
  *
- *     "IPWD"  version=1  pid  envBytes  stdinBytes  | env block (envBytes) | stdin (stdinBytes)
+ *     shim → daemon    "IPWD"  version=2  pid  envBytes  stdinBytes                 (header)
+ *     daemon → shim    "IPWA"  version=2                                            (acknowledgement)
+ *     shim → daemon    env block (envBytes) | stdin (stdinBytes)                    (body)
+ *     daemon → shim    "IPWD"  version=2  exitStatus  stdoutBytes  stderrBytes | stdout | stderr
  *
- * Answer, daemon → shim:
+ * The daemon writes the acknowledgement as soon as it has read and checked the header; the shim
+ * sends the body only after it has read the acknowledgement, and falls back to the standalone
+ * plugin when none comes within its short deadline (3 s). So a daemon that was stopped never holds
+ * the body of a request whose shim gave up: it cannot run it after the standalone did.
  *
- *     "IPWD"  version=1  exitStatus  stdoutBytes  stderrBytes  | stdout | stderr
+ * Version 1 (older shims; still served): the header and the body at once, no acknowledgement, and
+ * the answer's header says version 1.
  *
  * The env block is `NAME=value` entries, each ended by one NUL byte. Only `CNI_*`,
  * `CONTAINER_RUNTIME_ENDPOINT` and `PATH` are meaningful; other names are ignored (and reported
@@ -20,8 +27,14 @@
 
 /** The 4 magic bytes that start every request and answer. */
 export const MAGIC = Buffer.from('IPWD', 'latin1');
-/** The protocol version this module speaks. */
-export const PROTOCOL_VERSION = 1;
+/** The newest protocol version: what the shim sends (the request header, acknowledged, then the body). */
+export const PROTOCOL_VERSION = 2;
+/** The versions the daemon serves, oldest first: 1 (no acknowledgement) and 2. */
+export const SUPPORTED_PROTOCOL_VERSIONS: readonly number[] = [1, 2];
+/** The 4 magic bytes of the acknowledgement (version 2). */
+export const ACK_MAGIC = Buffer.from('IPWA', 'latin1');
+/** Size of the acknowledgement, bytes: its magic and the version (u32). */
+export const ACK_BYTES = 8;
 /** Size of the request header and of the answer header, bytes (magic + 4 u32). */
 export const HEADER_BYTES = 20;
 /** Largest env block accepted, bytes (docs/daemon.md). */
@@ -41,7 +54,7 @@ export function isForwardedEnvName(name: string): boolean {
 
 /** One decoded request. */
 export interface PluginRequest {
-  /** Always {@link PROTOCOL_VERSION}. */
+  /** The request's protocol version, one of {@link SUPPORTED_PROTOCOL_VERSIONS}; its answer carries the same. */
   readonly version: number;
   /** The shim's pid (> 0): whose ancestry names the runtime that ran the plugin. */
   readonly pid: number;
@@ -119,7 +132,9 @@ function header(a: number, b: number, c: number, d: number): Buffer {
 }
 
 /**
- * Encode a request. `env` is an object (see {@link encodeEnvBlock}) or a raw block sent as it is
+ * Encode a request: header, env block, stdin, as one buffer (`version` default 1, the old shim's
+ * request sent at once; a version-2 client sends the first {@link HEADER_BYTES}, waits for the
+ * acknowledgement, then sends the rest). `env` is an object (see {@link encodeEnvBlock}) or a raw block sent as it is
  * (tests use that to send malformed blocks). Throws `RangeError` when `pid` is not a u32 or a
  * part exceeds its limit ({@link MAX_ENV_BYTES}, {@link MAX_STDIN_BYTES}) unless `unchecked`.
  */
@@ -137,7 +152,7 @@ export function encodeRequest(r: {
     if (envBlock.length > MAX_ENV_BYTES) throw new RangeError(`env block of ${envBlock.length} bytes exceeds ${MAX_ENV_BYTES}`);
     if (stdin.length > MAX_STDIN_BYTES) throw new RangeError(`stdin of ${stdin.length} bytes exceeds ${MAX_STDIN_BYTES}`);
   }
-  return Buffer.concat([header(r.version ?? PROTOCOL_VERSION, r.pid, envBlock.length, stdin.length), envBlock, stdin]);
+  return Buffer.concat([header(r.version ?? 1, r.pid, envBlock.length, stdin.length), envBlock, stdin]);
 }
 
 /** One answer: what the standalone plugin would have printed and its exit status. */
@@ -149,18 +164,30 @@ export interface PluginAnswer {
 }
 
 /**
- * Encode an answer. Strings are encoded as UTF-8 (what the standalone's `write(2)` of the same
- * text puts out). Throws `RangeError` when `exitStatus` is not a u32 or a stream exceeds
- * {@link MAX_ANSWER_STREAM_BYTES}.
+ * Encode an answer with `version` in its header (default 1; the request's version). Strings are
+ * encoded as UTF-8 (what the standalone's `write(2)` of the same text puts out). Throws
+ * `RangeError` when `exitStatus` is not a u32 or a stream exceeds {@link MAX_ANSWER_STREAM_BYTES}.
  */
-export function encodeAnswer(a: { exitStatus: number; stdout: Uint8Array | string; stderr: Uint8Array | string }): Buffer {
+export function encodeAnswer(a: { exitStatus: number; stdout: Uint8Array | string; stderr: Uint8Array | string; version?: number }): Buffer {
   const out = typeof a.stdout === 'string' ? Buffer.from(a.stdout, 'utf8') : Buffer.from(a.stdout);
   const err = typeof a.stderr === 'string' ? Buffer.from(a.stderr, 'utf8') : Buffer.from(a.stderr);
   if (!Number.isInteger(a.exitStatus) || a.exitStatus < 0 || a.exitStatus > 0xffffffff) throw new RangeError(`exit status ${a.exitStatus} is not a u32`);
   for (const [what, b] of [['stdout', out], ['stderr', err]] as const) {
     if (b.length > MAX_ANSWER_STREAM_BYTES) throw new RangeError(`${what} of ${b.length} bytes exceeds ${MAX_ANSWER_STREAM_BYTES}`);
   }
-  return Buffer.concat([header(PROTOCOL_VERSION, a.exitStatus, out.length, err.length), out, err]);
+  return Buffer.concat([header(a.version ?? 1, a.exitStatus, out.length, err.length), out, err]);
+}
+
+/**
+ * The acknowledgement of a version-2 request header: `"IPWA"` and the version 2 (u32 LE), 8
+ * bytes. The daemon writes it once the header is read and checked; the shim sends the body only
+ * after reading exactly these bytes (anything else: it runs the standalone plugin).
+ */
+export function encodeAck(): Buffer {
+  const b = Buffer.allocUnsafe(ACK_BYTES);
+  ACK_MAGIC.copy(b, 0);
+  b.writeUInt32LE(2, 4);
+  return b;
 }
 
 /**
@@ -173,6 +200,18 @@ abstract class FrameDecoder<T> {
   #body: Buffer | null = null;
   #bodyLen = 0;
   #state: DecodeState<T> = { kind: 'more' };
+  #version: number | null = null;
+
+  /** The versions this decoder accepts. */
+  protected abstract readonly versions: readonly number[];
+
+  /**
+   * The frame's version once its whole header has arrived and passed every check (the state is
+   * then `more` or `complete`, or `malformed` by a later byte); null before.
+   */
+  get version(): number | null {
+    return this.#version;
+  }
 
   /** The state after the last push. */
   get state(): DecodeState<T> {
@@ -203,11 +242,12 @@ abstract class FrameDecoder<T> {
       }
       if (before < 8 && this.#headLen >= 8) {
         const version = this.#head.readUInt32LE(4);
-        if (version !== PROTOCOL_VERSION) return (this.#state = { kind: 'unsupported-version', version });
+        if (!this.versions.includes(version)) return (this.#state = { kind: 'unsupported-version', version });
       }
       if (this.#headLen < HEADER_BYTES) return this.#state;
       const bad = this.check(this.#head.readUInt32LE(8), this.#head.readUInt32LE(12), this.#head.readUInt32LE(16));
       if (bad !== null) return (this.#state = { kind: 'malformed', reason: bad });
+      this.#version = this.#head.readUInt32LE(4);
       this.#body = Buffer.allocUnsafe(this.#head.readUInt32LE(12) + this.#head.readUInt32LE(16));
     }
     const body = this.#body as Buffer;
@@ -217,7 +257,7 @@ abstract class FrameDecoder<T> {
     body.set(chunk.subarray(off), this.#bodyLen);
     this.#bodyLen += rest;
     if (this.#bodyLen < body.length) return this.#state;
-    return (this.#state = this.finish(this.#head.readUInt32LE(8), body.subarray(0, this.#head.readUInt32LE(12)), body.subarray(this.#head.readUInt32LE(12))));
+    return (this.#state = this.finish(this.#head.readUInt32LE(4), this.#head.readUInt32LE(8), body.subarray(0, this.#head.readUInt32LE(12)), body.subarray(this.#head.readUInt32LE(12))));
   }
 
   /**
@@ -239,7 +279,7 @@ abstract class FrameDecoder<T> {
   protected abstract readonly what: string;
   /** Reason the header's three fields are unacceptable, or null. */
   protected abstract check(field: number, len1: number, len2: number): string | null;
-  protected abstract finish(field: number, part1: Buffer, part2: Buffer): DecodeState<T>;
+  protected abstract finish(version: number, field: number, part1: Buffer, part2: Buffer): DecodeState<T>;
 }
 
 /**
@@ -247,10 +287,12 @@ abstract class FrameDecoder<T> {
  * `envBytes` > {@link MAX_ENV_BYTES}; `stdinBytes` > {@link MAX_STDIN_BYTES}; an env block that
  * does not end with NUL, has an empty entry, an entry without `=`, an empty name or a name twice;
  * bytes after the request; (at {@link end}) a truncated request. A version other than 1 is
- * `unsupported-version`. Limits are checked before the body buffer is allocated.
+ * `unsupported-version` unless it is one of {@link SUPPORTED_PROTOCOL_VERSIONS}. Limits are checked
+ * before the body buffer is allocated. Once {@link version} is 2 the server acknowledges.
  */
 export class RequestDecoder extends FrameDecoder<PluginRequest> {
   protected readonly what = 'request';
+  protected readonly versions = SUPPORTED_PROTOCOL_VERSIONS;
 
   protected check(pid: number, envBytes: number, stdinBytes: number): string | null {
     if (pid === 0) return 'pid is 0';
@@ -259,20 +301,27 @@ export class RequestDecoder extends FrameDecoder<PluginRequest> {
     return null;
   }
 
-  protected finish(pid: number, envBlock: Buffer, stdin: Buffer): DecodeState<PluginRequest> {
+  protected finish(version: number, pid: number, envBlock: Buffer, stdin: Buffer): DecodeState<PluginRequest> {
     const parsed = parseEnvBlock(envBlock);
     if ('malformed' in parsed) return { kind: 'malformed', reason: parsed.malformed };
-    return { kind: 'complete', value: { version: PROTOCOL_VERSION, pid, env: parsed.env, envBlock, ignored: parsed.ignored, stdin } };
+    return { kind: 'complete', value: { version, pid, env: parsed.env, envBlock, ignored: parsed.ignored, stdin } };
   }
 }
 
 /**
  * Incremental decoder of one answer (the client's side; the test client and the daemon's unit
- * tests use it). Malformed: bad magic; a stream longer than {@link MAX_ANSWER_STREAM_BYTES};
- * bytes after the answer; (at {@link end}) a truncated answer.
+ * tests use it), of the request's `version` (default 1; another is `unsupported-version`).
+ * Malformed: bad magic; a stream longer than {@link MAX_ANSWER_STREAM_BYTES}; bytes after the
+ * answer; (at {@link end}) a truncated answer.
  */
 export class AnswerDecoder extends FrameDecoder<PluginAnswer> {
   protected readonly what = 'answer';
+  protected readonly versions: readonly number[];
+
+  constructor(version = 1) {
+    super();
+    this.versions = [version];
+  }
 
   protected check(_exitStatus: number, stdoutBytes: number, stderrBytes: number): string | null {
     if (stdoutBytes > MAX_ANSWER_STREAM_BYTES) return `stdout of ${stdoutBytes} bytes exceeds the limit of ${MAX_ANSWER_STREAM_BYTES}`;
@@ -280,7 +329,7 @@ export class AnswerDecoder extends FrameDecoder<PluginAnswer> {
     return null;
   }
 
-  protected finish(exitStatus: number, stdout: Buffer, stderr: Buffer): DecodeState<PluginAnswer> {
+  protected finish(_version: number, exitStatus: number, stdout: Buffer, stderr: Buffer): DecodeState<PluginAnswer> {
     return { kind: 'complete', value: { exitStatus, stdout, stderr } };
   }
 }
@@ -292,9 +341,9 @@ export function decodeRequest(bytes: Uint8Array): DecodeState<PluginRequest> {
   return d.end();
 }
 
-/** Decode one whole answer from `bytes`. Pure. */
-export function decodeAnswer(bytes: Uint8Array): DecodeState<PluginAnswer> {
-  const d = new AnswerDecoder();
+/** Decode one whole answer of `version` (default 1) from `bytes`. Pure. */
+export function decodeAnswer(bytes: Uint8Array, version = 1): DecodeState<PluginAnswer> {
+  const d = new AnswerDecoder(version);
   d.push(bytes);
   return d.end();
 }

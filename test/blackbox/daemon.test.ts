@@ -1,6 +1,7 @@
 /**
  * `ipwarden daemon` black-box (issue 9, docs/daemon.md): the built daemon as a child process
- * (test/helpers/daemon.ts), spoken to over protocol v1 (test/helpers/daemon-client.ts), on real
+ * (test/helpers/daemon.ts), spoken to over protocol v1 — what older shims send, still served — and
+ * v2 step by step (test/helpers/daemon-client.ts), on real
  * files, against the standalone plugin (`node dist/ipwarden.cjs` with the CNI env) and upstream
  * host-local. Needs root (the socket directory must be owned by root) and `npm run build`.
  *
@@ -15,9 +16,10 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { HOST_LOCAL, haveHostLocal, requireOrSkip, ROOT, runCni, snapshotDir, type Invocation, type Outcome } from '../helpers/cni.ts';
 import { startTestDaemon, type TestDaemon, hasOpen } from '../helpers/daemon.ts';
-import { cniEnv, runViaDaemon, sendRaw } from '../helpers/daemon-client.ts';
+import { cniEnv, exchangeV2, runViaDaemon, sendRaw } from '../helpers/daemon-client.ts';
 import { startHostileCri, type HostileCri } from '../helpers/hostile-cri.ts';
 import { encodeRequest, HEADER_BYTES, MAX_STDIN_BYTES } from '../../src/daemon/protocol.ts';
+import { socketLockPath } from '../../src/daemon/plugin-server.ts';
 import { startDaemon } from '../../src/daemon/daemon.ts';
 import { createLogger } from '../../src/daemon/log.ts';
 import type { RequestEvent } from '../../src/daemon/plugin-server.ts';
@@ -218,11 +220,14 @@ describe('ipwarden daemon', { skip }, () => {
     const good = () => encodeRequest({ pid: 1, env: { CNI_COMMAND: 'VERSION' }, stdin: '{}' });
     const cases: Array<{ name: string; bytes: Buffer; reason: string | RegExp; kind?: string }> = [
       { name: 'an HTTP request', bytes: Buffer.from('GET / HTTP/1.1\r\nHost: x\r\n\r\n'), reason: 'bad magic "GET " (want "IPWD")' },
-      { name: 'protocol version 2', bytes: Buffer.concat([Buffer.from('IPWD'), Buffer.from([2, 0, 0, 0]), good().subarray(8)]), reason: 'protocol version 2 (this daemon speaks 1)', kind: 'unsupported-version' },
+      { name: 'protocol version 3', bytes: Buffer.concat([Buffer.from('IPWD'), Buffer.from([3, 0, 0, 0]), good().subarray(8)]), reason: 'protocol version 3 (this daemon speaks 1 and 2)', kind: 'unsupported-version' },
       { name: 'stdin above the limit (header only)', bytes: (() => { const h = good().subarray(0, HEADER_BYTES); h.writeUInt32LE(MAX_STDIN_BYTES + 1, 16); h.writeUInt32LE(0, 12); return h; })(), reason: 'stdin of 16777217 bytes exceeds the limit of 16777216' },
+      // A v2 header the daemon refuses is not acknowledged (0 bytes came back): the shim falls back at once.
+      { name: 'version 2: stdin above the limit (header only, no acknowledgement)', bytes: (() => { const h = encodeRequest({ version: 2, pid: 1, env: {}, stdin: '' }); h.writeUInt32LE(MAX_STDIN_BYTES + 2, 16); return h; })(), reason: 'stdin of 16777218 bytes exceeds the limit of 16777216' },
+      { name: 'pid 0', bytes: encodeRequest({ pid: 0, env: { CNI_COMMAND: 'VERSION' }, stdin: '{}' }), reason: 'pid is 0' },
+      { name: 'version 2: pid 0 (no acknowledgement)', bytes: encodeRequest({ version: 2, pid: 0, env: {}, stdin: '' }).subarray(0, HEADER_BYTES), reason: 'pid is 0' },
       { name: 'an env entry without "="', bytes: encodeRequest({ pid: 1, env: Buffer.from('CNI_COMMAND\0'), stdin: '{}' }), reason: 'env entry 0 has no "="' },
       { name: 'bytes after the request', bytes: Buffer.concat([good(), Buffer.from('x')]), reason: '1 bytes after the end of the request' },
-      { name: 'pid 0', bytes: encodeRequest({ pid: 0, env: { CNI_COMMAND: 'VERSION' }, stdin: '{}' }), reason: 'pid is 0' },
     ];
     cases.forEach((c) =>
       it(c.name, async () => {
@@ -243,6 +248,39 @@ describe('ipwarden daemon', { skip }, () => {
         s.resume();
       });
       await d.waitForLog((x) => x.msg === 'malformed request: closed without an answer' && x['reason'] === `truncated request: ${HEADER_BYTES + 2} of ${good().length} bytes`);
+    });
+  });
+
+  describe('protocol version 2: the header acknowledged at once, the body after it', () => {
+    const ACK = Buffer.from([0x49, 0x50, 0x57, 0x41, 2, 0, 0, 0]); // "IPWA" 2
+    const ABANDONED = 'request abandoned: the client went away before sending its body (nothing was run)';
+
+    it('"IPWA" 2 answers the header; the answer is of version 2 and the same as version 1 gives; ADD writes the same files', async () => {
+      const v2 = await exchangeV2(d.socket, encodeRequest({ version: 2, pid: shimPid, env: cniEnv({ command: 'VERSION', stdin: '' }), stdin: '{"cniVersion":"1.0.0"}' }));
+      const v1 = await runViaDaemon(d.socket, { command: 'VERSION', stdin: '{"cniVersion":"1.0.0"}' }, shimPid);
+      assert.deepEqual(v2.ack, ACK);
+      assert.ok(v2.result?.kind === 'answer', JSON.stringify(v2.result));
+      assert.deepEqual([v2.result.answer.exitStatus, Buffer.from(v2.result.answer.stdout).toString(), Buffer.from(v2.result.answer.stderr).toString()], [v1.exitCode, v1.stdout, v1.stderr]);
+      const dd = temp();
+      const add = await exchangeV2(d.socket, encodeRequest({ version: 2, pid: shimPid, env: cniEnv({ command: 'ADD', containerId: 'v2c', ifname: 'eth0', stdin: '' }), stdin: JSON.stringify(conf(dd)) }));
+      assert.ok(add.result?.kind === 'answer', JSON.stringify(add.result));
+      assert.equal(add.result.answer.exitStatus, 0, Buffer.from(add.result.answer.stdout).toString());
+      assert.deepEqual(JSON.parse(Buffer.from(add.result.answer.stdout).toString()), { cniVersion: '1.1.0', ips: [{ address: '10.93.0.2/28', gateway: '10.93.0.1' }], dns: {} });
+      assert.deepEqual(snapshotDir(join(dd, NET)), { '10.93.0.2': 'v2c\r\neth0', 'last_reserved_ip.0': '10.93.0.2', lock: '' });
+    });
+
+    it('a client that closes after the acknowledged header (a shim whose short deadline passed): nothing is run, the connection is logged abandoned', async () => {
+      const dd = temp();
+      const before = d.logs.filter((l) => l.msg === ABANDONED).length;
+      const x = await exchangeV2(d.socket, encodeRequest({ version: 2, pid: shimPid, env: cniEnv({ command: 'ADD', containerId: 'gave-up', ifname: 'eth0', stdin: '' }), stdin: JSON.stringify(conf(dd)) }), { abandon: true });
+      assert.deepEqual([x.ack, x.result], [ACK, null]);
+      await until(() => d.logs.filter((l) => l.msg === ABANDONED).length > before);
+      const l = d.logs.filter((y) => y.msg === ABANDONED)[before] as Record<string, unknown>;
+      assert.deepEqual([l['level'], l['receivedBytes']], [30, HEADER_BYTES]);
+      // The daemon keeps serving; it never saw the body, so it created nothing for it.
+      assert.equal((await runViaDaemon(d.socket, { command: 'VERSION', stdin: '{}' }, shimPid)).exitCode, 0);
+      assert.equal(existsSync(join(dd, NET)), false);
+      assert.equal(d.logs.some((y) => y['containerId'] === 'gave-up'), false);
     });
   });
 
@@ -365,10 +403,10 @@ describe('ipwarden daemon start-up refusals and stale sockets', { skip }, () => 
     assert.equal(readFileSync(join(t, 'run', 'plugin.sock'), 'utf8'), 'keep');
   });
 
-  it('a live socket (another daemon) is refused; a stale one is replaced', async () => {
+  it('a live socket (another daemon, holding <socket>.lock) is refused; a stale one is replaced', async () => {
     const t = temp();
     const first = await startTestDaemon({ socket: join(t, 'run', 'plugin.sock') });
-    await refused(first.socket, `another process is serving ${first.socket} (a daemon already running?)`);
+    await refused(first.socket, `another daemon holds ${first.socket}.lock (it serves ${first.socket} or is starting to)`);
     assert.equal((await runViaDaemon(first.socket, { command: 'VERSION', stdin: '{}' })).exitCode, 0);
     await first.stop();
     // A socket file whose server died without removing it (a SIGKILLed daemon).
@@ -378,6 +416,69 @@ describe('ipwarden daemon start-up refusals and stale sockets', { skip }, () => 
     const second = await startTestDaemon({ socket: first.socket });
     assert.equal((await runViaDaemon(second.socket, { command: 'VERSION', stdin: '{}' })).exitCode, 0);
     assert.equal((await second.stop()).code, 0);
+    // The lock file stays (a removed one would let a later daemon lock a new inode while an old one holds the first).
+    const lk = lstatSync(socketLockPath(first.socket));
+    assert.deepEqual([lk.isFile(), lk.mode & 0o7777, lk.uid, lk.size], [true, 0o600, 0, 0]);
+  });
+
+  it('a live socket of a process that holds no lock (an older daemon) is refused, and left alone', async () => {
+    const t = temp();
+    mkdirSync(join(t, 'run'), { mode: 0o700 });
+    const socket = join(t, 'run', 'plugin.sock');
+    const other = spawn(process.execPath, ['-e', `require('node:net').createServer().listen(${JSON.stringify(socket)}, () => console.log('listening'))`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(other);
+    await new Promise<void>((resolve) => other.stdout?.once('data', () => resolve()));
+    await refused(socket, `another process is serving ${socket} (a daemon already running?)`);
+    assert.ok(lstatSync(socket).isSocket());
+    assert.equal(await new Promise<boolean>((resolve) => {
+      const c = createConnection(socket);
+      c.once('connect', () => (c.destroy(), resolve(true)));
+      c.once('error', () => resolve(false));
+    }), true, 'the other process still serves its socket');
+    other.kill('SIGKILL');
+  });
+
+  it('a symlink at <socket>.lock is refused, never followed', async () => {
+    const t = temp();
+    mkdirSync(join(t, 'run'), { mode: 0o700 });
+    const socket = join(t, 'run', 'plugin.sock');
+    writeFileSync(join(t, 'victim'), 'keep');
+    symlinkSync(join(t, 'victim'), socketLockPath(socket));
+    await refused(socket, `the lock file ${socket}.lock is a symbolic link; refusing to follow it`);
+    assert.equal(readFileSync(join(t, 'victim'), 'utf8'), 'keep');
+    assert.equal(existsSync(socket), false);
+  });
+
+  it('after a crash left a stale socket, of two daemons started together exactly one serves and the other refuses (8 of 8 tries)', async () => {
+    const outcomes: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      const t = temp();
+      mkdirSync(join(t, 'run'), { mode: 0o700 });
+      const socket = join(t, 'run', 'plugin.sock');
+      const k = spawnSync(process.execPath, ['-e', `require('node:net').createServer().listen(${JSON.stringify(socket)}, () => process.kill(process.pid, 'SIGKILL'))`]);
+      assert.equal(k.signal, 'SIGKILL');
+      assert.ok(lstatSync(socket).isSocket(), 'a stale socket file');
+      const pair = [await startTestDaemon({ socket, noWait: true }), await startTestDaemon({ socket, noWait: true })];
+      try {
+        const fates = await Promise.all(pair.map((x) => x.waitForLog((l) => l.msg === 'daemon started').then(() => 'serves', () => 'exited')));
+        outcomes.push(fates.join('+'));
+        assert.deepEqual([...fates].sort(), ['exited', 'serves'], `try ${i}: ${fates.join(', ')}`);
+        const loser = pair[fates.indexOf('exited')] as TestDaemon;
+        const winner = pair[fates.indexOf('serves')] as TestDaemon;
+        assert.equal((await loser.exited).code, 1, loser.stderr());
+        const why = `another daemon holds ${socket}.lock (it serves ${socket} or is starting to)`;
+        assert.equal(loser.logs.find((l) => l.msg === 'daemon did not start')?.['error'], why);
+        assert.equal(loser.stderr().split('\n').filter((l) => !l.startsWith('{')).join('\n'), `ipwarden: ${why}\n`);
+        // The winner serves the path (the loser touched nothing of it), also after the loser is gone.
+        assert.equal((await runViaDaemon(socket, { command: 'VERSION', stdin: '{}' })).exitCode, 0);
+        assert.ok(winner.logs.some((l) => l.msg === 'removing a stale socket (nobody accepts on it)'));
+        assert.equal((await winner.stop()).code, 0);
+        assert.equal(existsSync(socket), false);
+      } finally {
+        for (const x of pair) await x.stop();
+      }
+    }
+    assert.equal(outcomes.length, 8);
   });
 });
 

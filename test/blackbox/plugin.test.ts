@@ -408,7 +408,7 @@ describe('install-cni', () => {
       `installed ${join(dest, 'ipwarden-flock.node')} (flock binding)\n` +
         `installed ${join(dest, 'ipwarden-netns')} (namespace helper)\n` +
         `installed ${join(dest, 'ipwarden-standalone')} (ipwarden 0.1.0, Node.js ${process.version}, ${size} bytes)\n` +
-        `installed ${join(dest, 'ipwarden')} (exec shim, protocol v1, socket /run/ipwarden/plugin.sock)\n`,
+        `installed ${join(dest, 'ipwarden')} (exec shim, protocol v2, socket /run/ipwarden/plugin.sock)\n`,
     );
     assert.deepEqual(readFileSync(join(dest, 'ipwarden')), readFileSync(join(ROOT, 'dist/ipwarden-shim')));
     for (const f of ['ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns']) assert.deepEqual(readFileSync(join(dest, f)), readFileSync(join(ROOT, 'dist', f)), f);
@@ -423,7 +423,7 @@ describe('install-cni', () => {
     const second = join(dataDir(), 'bin2');
     const r = spawnSync(join(first, 'ipwarden-standalone'), ['install-cni', '--dest', second, '--socket', '/run/ipw-test/p.sock'], { encoding: 'utf8', env: { PATH: '/nonexistent' } });
     assert.deepEqual([r.status, r.stderr], [0, '']);
-    assert.match(r.stdout, new RegExp(`^installed ${second}/ipwarden \\(exec shim, protocol v1, socket /run/ipw-test/p\\.sock\\)$`, 'm'));
+    assert.match(r.stdout, new RegExp(`^installed ${second}/ipwarden \\(exec shim, protocol v2, socket /run/ipw-test/p\\.sock\\)$`, 'm'));
     for (const f of ['ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns']) assert.deepEqual(readFileSync(join(second, f)), readFileSync(join(first, f)), f);
     assert.equal(readShimFields(readFileSync(join(second, 'ipwarden'))).socket, '/run/ipw-test/p.sock');
   });

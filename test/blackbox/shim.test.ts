@@ -4,13 +4,19 @@
  *
  * - a valid v1 answer is relayed exactly (stdout and stderr bytes, exit status 0, 1 or other) and
  *   the daemon receives exactly the filtered env, the exact stdin bytes and the shim's pid;
- * - every way the daemon can fail — no socket, a stale socket file, closing without an answer,
- *   a bad magic or version, an impossible header, half an answer, no answer within the (patched)
- *   timeout, a stdin over 16 MiB — ends in the standalone plugin doing the real ADD (exact result,
+ * - every way the daemon can fail — no socket, a stale socket file, no acknowledgement of the
+ *   header within the (patched) short deadline, a wrong acknowledgement, closing on the header (a
+ *   daemon that speaks only v1), closing without an answer, a bad magic or version, an impossible
+ *   header, half an answer, no answer within the (patched) timeout, a stdin over 16 MiB — ends in
+ *   the standalone plugin doing the real ADD (exact result,
  *   exact reservation file), with `IPWARDEN_PATH=standalone-fallback` (its counting line) and
  *   without the dropped variables (NODE_EXTRA_CA_CERTS would print a warning on stderr; the exact
  *   environment is read from /proc while the standalone waits for a held lock);
  * - the replayed stdin is byte for byte the original (a recording standalone in a scratch bin dir);
+ * - an acknowledged request is not abandoned at the short deadline: a late answer is relayed;
+ * - the real daemon SIGSTOPped (connections wait in the kernel's backlog): ADD and DEL fall back
+ *   after the short deadline, and the daemon, woken, gets headers only and runs nothing (exact
+ *   files, also for ADD/DEL/DEL/ADD of one owner while stopped);
  * - the shim is statically linked (no PT_INTERP / PT_DYNAMIC program header);
  * - install-cni's atomic write and --socket validation, and the counting line's own checks.
  *
@@ -24,8 +30,9 @@ import { after, before, describe, it } from 'node:test';
 import { atomicWrite, patchShim, readShimFields, validateSocketPath, SOCKET_FIELD } from '../../src/cli/install-cni.ts';
 import { UsageError } from '../../src/common/errors.ts';
 import { countFallbackRequest, fallbackLine } from '../../src/cni/plugin.ts';
-import { encodeAnswer, MAGIC, startFakeDaemon, type Behaviour, type FakeDaemon } from '../helpers/fake-daemon.ts';
+import { ACK, encodeAnswer, HEADER_BYTES, MAGIC, startFakeDaemon, type Behaviour, type FakeDaemon } from '../helpers/fake-daemon.ts';
 import { installedPlugin, pluginSocket, ROOT, standalonePlugin, tempDir } from '../helpers/cni.ts';
+import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
 
 const NET = 'shimnet';
 const CA = '/nonexistent/ipw-shim-ca.pem';
@@ -51,13 +58,15 @@ function temp(prefix: string): string {
 let copies = 0;
 /**
  * A patched copy of the installed shim in `dir` (default: beside the installed standalone) that
- * connects to `<new 0700 temp dir>/plugin.sock`; returns the copy and that socket's directory.
+ * connects to `<new 0700 temp dir>/plugin.sock`, with the given timeouts (else the compiled 150 s
+ * and 3 s); returns the copy and that socket's directory.
  */
-function shim(opts: { timeoutSeconds?: number; dir?: string } = {}): { shim: string; socket: string; sockDir: string } {
+function shim(opts: { timeoutSeconds?: number; ackTimeoutSeconds?: number; dir?: string } = {}): { shim: string; socket: string; sockDir: string } {
   const sockDir = temp('ipw-shim-sock-');
   const socket = join(sockDir, 'plugin.sock');
   const path = join(opts.dir ?? binDir, `ipwarden-shim-test-${copies++}`);
-  atomicWrite(path, patchShim(readFileSync(bin), { socket, ...(opts.timeoutSeconds !== undefined ? { timeoutSeconds: opts.timeoutSeconds } : {}) }), 0o755);
+  const { dir: _dir, ...timeouts } = opts;
+  atomicWrite(path, patchShim(readFileSync(bin), { socket, ...timeouts }), 0o755);
   return { shim: path, socket, sockDir };
 }
 
@@ -161,7 +170,7 @@ describe('shim: a valid answer is relayed exactly', () => {
       assert.deepEqual(r.stderr, stderr);
       const c = await d.connection(0);
       assert.ok(c.request !== null);
-      assert.deepEqual({ ...c.request, env: [...c.request.env].sort() }, { magic: 'IPWD', version: 1, pid: r.pid, env: forwarded('ADD'), stdin });
+      assert.deepEqual({ ...c.request, env: [...c.request.env].sort() }, { magic: 'IPWD', version: 2, pid: r.pid, env: forwarded('ADD'), stdin });
       assert.equal(d.connections.length, 1);
       assert.equal(existsSync(join(sockDir, 'standalone-requests.log')), false, 'the standalone did not run');
     });
@@ -246,7 +255,8 @@ describe('shim: every daemon failure falls back to the standalone plugin', () =>
   const malformed: Array<[string, Behaviour]> = [
     ['the daemon closes after the request without answering', { kind: 'close' }],
     ['a bad magic', { kind: 'raw', bytes: encodeAnswer(0, Buffer.from('{"fake":true}'), Buffer.alloc(0), Buffer.from('IPWX')) }],
-    ['a bad version', { kind: 'raw', bytes: encodeAnswer(0, Buffer.from('{"fake":true}'), Buffer.alloc(0), MAGIC, 2) }],
+    ['an answer of version 1 to a version-2 request', { kind: 'raw', bytes: encodeAnswer(0, Buffer.from('{"fake":true}'), Buffer.alloc(0), MAGIC, 1) }],
+    ['an answer of version 3', { kind: 'raw', bytes: encodeAnswer(0, Buffer.from('{"fake":true}'), Buffer.alloc(0), MAGIC, 3) }],
     ['an exit status above 255', { kind: 'raw', bytes: encodeAnswer(256, Buffer.from('{"fake":true}'), Buffer.alloc(0)) }],
     ['a header declaring more than 16 MiB of stdout', { kind: 'raw', bytes: encodeAnswer(0, Buffer.alloc(0), Buffer.alloc(0)).fill(0x01, 12, 16) }],
     ['half an answer, then close', { kind: 'raw', bytes: encodeAnswer(0, Buffer.from('{"fake":true,"padding":"................"}'), Buffer.from('x')).subarray(0, 30) }],
@@ -262,6 +272,46 @@ describe('shim: every daemon failure falls back to the standalone plugin', () =>
       assert.deepEqual([...c.request.env].sort(), forwarded('ADD'));
     });
   }
+
+  // The header only: the body is sent after the acknowledgement, so a daemon that never gives one
+  // never holds a request it could run after the standalone did.
+  const unacknowledged: Array<[string, Behaviour, { timeoutSeconds?: number; ackTimeoutSeconds?: number }]> = [
+    ['no acknowledgement within the (patched, 0.2 s) short deadline: a stopped or hung daemon', { kind: 'no-ack' }, { ackTimeoutSeconds: 0.2 }],
+    ['no acknowledgement, and an answer timeout (0.5 s) shorter than the default 3 s deadline: the shorter one', { kind: 'no-ack' }, { timeoutSeconds: 0.5 }],
+    ['a daemon that closes on the header without an acknowledgement (one that speaks only v1)', { kind: 'close-on-header' }, {}],
+    ['an acknowledgement of version 1', { kind: 'bad-ack', bytes: Buffer.from([0x49, 0x50, 0x57, 0x41, 1, 0, 0, 0]) }, {}],
+    ['an answer header instead of the acknowledgement', { kind: 'bad-ack', bytes: encodeAnswer(0, Buffer.from('{"fake":true}'), Buffer.alloc(0)) }, {}],
+    ['half an acknowledgement, then nothing (within the 0.2 s deadline)', { kind: 'bad-ack', bytes: ACK.subarray(0, 5) }, { ackTimeoutSeconds: 0.2 }],
+  ];
+  for (const [what, behaviour, timeouts] of unacknowledged) {
+    it(what, async () => {
+      const { shim: s, socket, sockDir } = shim(timeouts);
+      const d = await daemon(socket, behaviour);
+      await assertFallbackAdd(s, sockDir);
+      const c = await d.connection(0);
+      await c.clientGone; // the shim closed before it ran the standalone
+      assert.deepEqual([c.received, c.request], [HEADER_BYTES, null], 'the header only: the body was never sent');
+    });
+  }
+
+  it('an acknowledged request is not abandoned at the short deadline: an answer that comes after it is relayed', async () => {
+    const { shim: s, socket, sockDir } = shim({ ackTimeoutSeconds: 0.1 });
+    assert.deepEqual(readShimFields(readFileSync(s)), { socket, timeout: '150', ackTimeout: '0.1' });
+    let release: () => void = () => undefined;
+    const hold = new Promise<void>((r) => (release = r));
+    const d = await daemon(socket, { kind: 'answer', exitStatus: 0, stdout: Buffer.from('{"late":true}'), stderr: Buffer.alloc(0), hold });
+    const done = run(s, runtimeEnv('ADD'), config(temp('ipw-shim-data-')));
+    const c = await d.connection(0);
+    await c.header; // acknowledged now: the shim's short deadline began before this
+    // Hold the answer well past that deadline (ten times it): a shim that still counted it would
+    // have closed and run the standalone by then.
+    await new Promise((r) => setTimeout(r, 1000));
+    release();
+    const r = await done;
+    assert.deepEqual([r.code, r.stdout.toString(), r.stderr.toString()], [0, '{"late":true}', '']);
+    assert.ok(c.request !== null);
+    assert.equal(existsSync(join(sockDir, 'standalone-requests.log')), false, 'the standalone did not run');
+  });
 
   it('a daemon that never answers: the shim gives up after its (patched, 1 s) timeout and closes', async () => {
     const { shim: s, socket, sockDir } = shim({ timeoutSeconds: 1 });
@@ -310,6 +360,109 @@ describe('shim: every daemon failure falls back to the standalone plugin', () =>
     const r = await done;
     assert.deepEqual([r.pid, r.code, JSON.parse(r.stdout.toString())], [pid, 0, RESULT]);
     assert.match(readFileSync(join(sockDir, 'standalone-requests.log'), 'utf8'), /^\d+ ADD ok\n$/);
+  });
+});
+
+describe('shim: the real daemon SIGSTOPped (issue 17): the standalone answers after the short deadline, and the woken daemon runs nothing', { skip: process.getuid?.() !== 0 ? 'needs root' : false }, () => {
+  const ABANDONED = 'request abandoned: the client went away before sending its body (nothing was run)';
+  /** A real daemon on a fresh shim copy's socket (the compiled 3 s acknowledgement deadline), continued and stopped in `after`. */
+  async function realDaemon(): Promise<{ d: TestDaemon; shim: string; sockDir: string }> {
+    const s = shim();
+    const d = await startTestDaemon({ socket: s.socket });
+    cleanups.push(async () => {
+      d.kill('SIGCONT'); // a stopped process would never handle the SIGTERM of stop()
+      await d.stop();
+    });
+    return { d, shim: s.shim, sockDir: s.sockDir };
+  }
+  /** The process state letter of `pid` (/proc/PID/stat: `T` = stopped). */
+  const state = (pid: number): string => {
+    const st = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return st.slice(st.lastIndexOf(')') + 2, st.lastIndexOf(')') + 3);
+  };
+  async function sigstop(d: TestDaemon): Promise<void> {
+    d.kill('SIGSTOP');
+    await waitFor('the daemon to be stopped', () => state(d.pid) === 'T', 12_000);
+  }
+  async function sigcont(d: TestDaemon, shimPath: string, abandonedBefore: number, fallbacks: number): Promise<void> {
+    d.kill('SIGCONT');
+    // Each fallback's connection waited in the backlog with its header and an end of stream.
+    await waitFor(`${fallbacks} abandoned requests in the daemon's log`, () => d.logs.filter((l) => l.msg === ABANDONED).length >= abandonedBefore + fallbacks, 12_000);
+    // One more request through the daemon, answered and logged (the log is written asynchronously,
+    // in order): every line about the connections accepted before it is in by then.
+    const versions = d.logs.filter((l) => l.msg === 'request served' && l['command'] === 'VERSION').length;
+    const v = await run(shimPath, { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION' }, Buffer.from('{"cniVersion":"1.0.0"}'));
+    assert.equal(v.code, 0);
+    await waitFor('the VERSION request in the log', () => d.logs.filter((l) => l.msg === 'request served' && l['command'] === 'VERSION').length > versions, 12_000);
+    const abandoned = d.logs.filter((l) => l.msg === ABANDONED);
+    assert.equal(abandoned.length, abandonedBefore + fallbacks, 'one abandoned connection per fallback, no more');
+    for (const l of abandoned) assert.equal(l['receivedBytes'], HEADER_BYTES);
+  }
+  const files = (dd: string): string[][] => readdirSync(join(dd, NET)).sort().map((n) => [n, readFileSync(join(dd, NET, n), 'utf8')]);
+  const served = (d: TestDaemon, containerId: string): number => d.logs.filter((l) => l.msg === 'request served' && l['containerId'] === containerId).length;
+  const counted = (sockDir: string): string[] => {
+    const p = join(sockDir, 'standalone-requests.log');
+    return existsSync(p) ? readFileSync(p, 'utf8').split('\n').filter((l) => l !== '').map((l) => l.replace(/^\d+ /, '')) : [];
+  };
+  const RESULT3 = { cniVersion: '1.0.0', ips: [{ address: '10.77.0.3/24', gateway: '10.77.0.1' }], dns: {} };
+  const measured: number[] = [];
+  after(() => {
+    if (measured.length > 0) process.stdout.write(`# shim fallback with a SIGSTOPped daemon: ${measured.map((m) => `${m.toFixed(0)} ms`).join(', ')}\n`);
+  });
+  /** Run through the shim, timing it (reported, never asserted). */
+  async function timed(path: string, env: Record<string, string>, stdin: Uint8Array): Promise<Ran> {
+    const t0 = performance.now();
+    const r = await run(path, env, stdin);
+    measured.push(performance.now() - t0);
+    return r;
+  }
+
+  it('ADD, then DEL, each while the daemon is stopped: both answered by the standalone; woken, the daemon leaves exactly the standalone\'s files', async () => {
+    const { d, shim: s, sockDir } = await realDaemon();
+    const dd = temp('ipw-shim-data-');
+    await sigstop(d);
+    const add = await timed(s, runtimeEnv('ADD', 'c-stop'), config(dd));
+    assert.deepEqual([add.code, add.stderr.toString(), JSON.parse(add.stdout.toString())], [0, '', RESULT]);
+    assert.deepEqual(counted(sockDir), ['ADD ok']);
+    assert.deepEqual(files(dd), [['10.77.0.2', 'c-stop\r\neth0'], ['last_reserved_ip.0', '10.77.0.2'], ['lock', '']]);
+    await sigcont(d, s, 0, 1);
+    assert.deepEqual(files(dd), [['10.77.0.2', 'c-stop\r\neth0'], ['last_reserved_ip.0', '10.77.0.2'], ['lock', '']], 'exactly one reservation, the right owner');
+    assert.equal(served(d, 'c-stop'), 0, 'the woken daemon ran nothing for c-stop');
+    // Awake, the daemon answers a repeated ADD itself: the same address (ADD is idempotent per owner).
+    const again = await run(s, runtimeEnv('ADD', 'c-stop'), config(dd));
+    assert.deepEqual([again.code, JSON.parse(again.stdout.toString())], [0, RESULT]);
+    await d.waitForLog((l) => l.msg === 'request served' && l['containerId'] === 'c-stop');
+    assert.deepEqual([served(d, 'c-stop'), counted(sockDir)], [1, ['ADD ok']]);
+
+    await sigstop(d);
+    const del = await timed(s, runtimeEnv('DEL', 'c-stop'), config(dd));
+    assert.deepEqual([del.code, del.stdout.toString(), del.stderr.toString()], [0, '', '']);
+    assert.deepEqual(counted(sockDir), ['ADD ok', 'DEL ok']);
+    assert.deepEqual(files(dd), [['last_reserved_ip.0', '10.77.0.2'], ['lock', '']]);
+    await sigcont(d, s, 1, 1);
+    assert.deepEqual(files(dd), [['last_reserved_ip.0', '10.77.0.2'], ['lock', '']], 'no reservation after DEL');
+    assert.equal(served(d, 'c-stop'), 1, 'the woken daemon ran nothing more for c-stop');
+  });
+
+  it('ADD a, DEL a, DEL b, ADD b of one node while the daemon is stopped: woken, it re-adds nothing and releases nothing', async () => {
+    const { d, shim: s, sockDir } = await realDaemon();
+    const dd = temp('ipw-shim-data-');
+    await sigstop(d);
+    const steps: Array<[string, string]> = [['ADD', 'a'], ['DEL', 'a'], ['DEL', 'b'], ['ADD', 'b']];
+    const outs: Array<[number | null, string]> = [];
+    for (const [command, id] of steps) {
+      const r = await timed(s, runtimeEnv(command, id), config(dd));
+      outs.push([r.code, r.stdout.toString() === '' ? '' : JSON.stringify(JSON.parse(r.stdout.toString()))]);
+    }
+    assert.deepEqual(outs, [[0, JSON.stringify(RESULT)], [0, ''], [0, ''], [0, JSON.stringify(RESULT3)]]);
+    assert.deepEqual(counted(sockDir), ['ADD ok', 'DEL ok', 'DEL ok', 'ADD ok']);
+    const standalone = [['10.77.0.3', 'b\r\neth0'], ['last_reserved_ip.0', '10.77.0.3'], ['lock', '']];
+    assert.deepEqual(files(dd), standalone);
+    // A daemon that ran the stale requests in order on waking would re-reserve an address for a
+    // (deleted: a leak) and release b's (in use: the next pod would get it).
+    await sigcont(d, s, 0, 4);
+    assert.deepEqual(files(dd), standalone);
+    assert.deepEqual([served(d, 'a'), served(d, 'b')], [0, 0]);
   });
 });
 
@@ -415,8 +568,8 @@ describe('shim binary', () => {
     const at = built.indexOf(SOCKET_FIELD.marker, 0, 'latin1');
     const diff = [...inst.keys()].filter((i) => inst[i] !== built[i]);
     assert.ok(diff.length > 0 && diff.every((i) => i >= at + SOCKET_FIELD.marker.length && i < at + SOCKET_FIELD.bytes));
-    assert.deepEqual(readShimFields(inst), { socket: pluginSocket(), timeout: '150' });
-    assert.deepEqual(readShimFields(built), { socket: '/run/ipwarden/plugin.sock', timeout: '150' });
+    assert.deepEqual(readShimFields(inst), { socket: pluginSocket(), timeout: '150', ackTimeout: '3' });
+    assert.deepEqual(readShimFields(built), { socket: '/run/ipwarden/plugin.sock', timeout: '150', ackTimeout: '3' });
   });
 });
 
@@ -447,7 +600,7 @@ describe('install-cni', () => {
       `installed ${join(dest, 'ipwarden-flock.node')} (flock binding)\n` +
         `installed ${join(dest, 'ipwarden-netns')} (namespace helper)\n` +
         `installed ${join(dest, 'ipwarden-standalone')} (ipwarden 0.1.0, Node.js ${process.version}, ${statSync(join(dest, 'ipwarden-standalone')).size} bytes)\n` +
-        `installed ${join(dest, 'ipwarden')} (exec shim, protocol v1, socket ${socket})\n`,
+        `installed ${join(dest, 'ipwarden')} (exec shim, protocol v2, socket ${socket})\n`,
     );
     assert.deepEqual(readdirSync(dest).sort(), ['ipwarden', 'ipwarden-flock.node', 'ipwarden-netns', 'ipwarden-standalone']);
     for (const n of readdirSync(dest)) assert.equal(statSync(join(dest, n)).mode & 0o777, 0o755, n);
@@ -541,6 +694,7 @@ describe('install-cni', () => {
 
   it('patchShim refuses a bad timeout and a binary without the marker', () => {
     assert.throws(() => patchShim(readFileSync(bin), { timeoutSeconds: 0 }), UsageError);
+    assert.throws(() => patchShim(readFileSync(bin), { ackTimeoutSeconds: 0.0001 }), (e: unknown) => e instanceof UsageError && e.message === 'shim acknowledgement timeout must be 0.001..86400 seconds with at most 3 decimals (got 0.0001)');
     assert.throws(() => patchShim(Buffer.from('no marker here'), { socket: '/x.sock' }), /exactly once/);
   });
 });

@@ -1,10 +1,12 @@
 /**
- * A Node client of the daemon's protocol v1 (docs/daemon.md), for tests until the C shim lands
- * (later suites go through the shim). It sends one request per connection and reads one answer,
- * or reports that the daemon closed without one (what makes the shim fall back).
+ * Node clients of the daemon's protocol (docs/daemon.md): {@link sendRaw}/{@link runViaDaemon}
+ * speak version 1 (the whole request at once, as shims before issue 17 do: the daemon still serves
+ * them), {@link exchangeV2} version 2 step by step (header, acknowledgement, body, answer), as the
+ * C shim does. One request per connection; an answer, or a report that the daemon closed without
+ * one (what makes the shim fall back).
  */
 import { createConnection, type Socket } from 'node:net';
-import { AnswerDecoder, encodeRequest, type PluginAnswer } from '../../src/daemon/protocol.ts';
+import { ACK_BYTES, AnswerDecoder, encodeRequest, HEADER_BYTES, type PluginAnswer } from '../../src/daemon/protocol.ts';
 import { envFor, type Invocation, type Outcome } from './cni.ts';
 
 /** What came back for one request. */
@@ -86,4 +88,67 @@ export async function runViaDaemon(socketPath: string, inv: Invocation, pid: num
     }
   }
   return { exitCode: r.answer.exitStatus, stdout, stderr: Buffer.from(r.answer.stderr).toString('utf8'), json };
+}
+
+/** What a version-2 exchange gave. */
+export interface V2Exchange {
+  /** The bytes that came in answer to the header, up to {@link ACK_BYTES} (fewer: the daemon closed first). */
+  readonly ack: Buffer;
+  /** After the body: the answer or the close; null when the client closed after the acknowledgement. */
+  readonly result: ClientResult | null;
+}
+
+/**
+ * Version 2, as the shim speaks it: connect, send the first {@link HEADER_BYTES} of `request` (an
+ * encodeRequest of version 2), wait for {@link ACK_BYTES} bytes (or the daemon's close); then
+ * either close (`abandon`: the shim that gave up) or send the rest and read a version-2 answer.
+ * Rejects when the connection cannot be made.
+ */
+export function exchangeV2(socketPath: string, request: Uint8Array, opts: { abandon?: boolean } = {}): Promise<V2Exchange> {
+  return new Promise((resolve, reject) => {
+    const sock = createConnection(socketPath);
+    const dec = new AnswerDecoder(2);
+    let ack = Buffer.alloc(0);
+    let connected = false;
+    let settled = false;
+    const finish = (r: V2Exchange): void => {
+      if (settled) return;
+      settled = true;
+      sock.destroy();
+      resolve(r);
+    };
+    sock.on('connect', () => {
+      connected = true;
+      sock.write(request.subarray(0, HEADER_BYTES));
+    });
+    sock.on('data', (c: Buffer) => {
+      let rest = c;
+      if (ack.length < ACK_BYTES) {
+        const take = Math.min(ACK_BYTES - ack.length, rest.length);
+        ack = Buffer.concat([ack, rest.subarray(0, take)]);
+        rest = rest.subarray(take);
+        if (ack.length < ACK_BYTES) return;
+        if (opts.abandon === true) return finish({ ack, result: null });
+        sock.write(request.subarray(HEADER_BYTES));
+      }
+      const st = dec.push(rest);
+      if (st.kind === 'complete') finish({ ack, result: { kind: 'answer', answer: st.value } });
+      else if (st.kind !== 'more') finish({ ack, result: { kind: 'closed', received: dec.received, reason: st.kind === 'malformed' ? st.reason : `answer version ${st.version}` } });
+    });
+    const closed = (why: string): void => {
+      const st = dec.end();
+      if (st.kind === 'complete') finish({ ack, result: { kind: 'answer', answer: st.value } });
+      else finish({ ack, result: { kind: 'closed', received: dec.received, reason: why } });
+    };
+    sock.on('end', () => closed('end of stream'));
+    sock.on('error', (e) => {
+      if (!connected && !settled) {
+        settled = true;
+        reject(e);
+        return;
+      }
+      closed(`error: ${e.message}`);
+    });
+    sock.on('close', () => closed('closed'));
+  });
 }

@@ -1,28 +1,44 @@
 /**
  * A fake ipwarden daemon for black-box tests of the exec shim: a Node unix-socket server that
- * speaks protocol v1 (docs/daemon.md) — or deliberately does not. It is the hostile side: it can
- * answer exactly, close without answering, send any raw bytes (bad magic, bad version, half an
- * answer), or never answer. Every connection is recorded with the request bytes it carried, so a
+ * speaks protocol v2 (docs/daemon.md: it acknowledges a version-2 header at once, then reads the
+ * body) — or deliberately does not. It is the hostile side: it can answer exactly, close without
+ * answering, send any raw bytes (bad magic, bad version, half an answer), never answer, never
+ * acknowledge (a stopped daemon), close on the header (a daemon that speaks only v1) or send a
+ * wrong acknowledgement. Every connection is recorded with the request bytes it carried, so a
  * test can assert what the shim sent (magic, version, pid, env block, stdin) and whether the shim
  * went away.
  */
 import { createServer, type Server, type Socket } from 'node:net';
 
-/** v1 magic, both directions. */
+/** The magic of requests and answers, both directions. */
 export const MAGIC = Buffer.from('IPWD', 'latin1');
+/** The acknowledgement of a version-2 header: "IPWA", then 2 (u32 LE). */
+export const ACK = Buffer.from([0x49, 0x50, 0x57, 0x41, 2, 0, 0, 0]);
 /** Fixed header size of a request and of an answer: 5 × u32, bytes. */
 export const HEADER_BYTES = 20;
 
-/** How the fake daemon treats a connection once it has read a full request (or the client's end). */
+/**
+ * How the fake daemon treats a connection once it has read a full request (or the client's end).
+ * Except for `no-ack`, `close-on-header` and `bad-ack` it first acknowledges a version-2 header.
+ */
 export type Behaviour =
-  /** Answer with this exit status and these stdout/stderr bytes (a valid v1 answer). */
-  | { readonly kind: 'answer'; readonly exitStatus: number; readonly stdout: Uint8Array; readonly stderr: Uint8Array }
+  /**
+   * Answer with this exit status and these stdout/stderr bytes (a valid answer of the request's
+   * version), once `hold` (if given) has resolved.
+   */
+  | { readonly kind: 'answer'; readonly exitStatus: number; readonly stdout: Uint8Array; readonly stderr: Uint8Array; readonly hold?: Promise<void> }
   /** Close the connection without answering. */
   | { readonly kind: 'close' }
   /** Write exactly these bytes, then close (a malformed or short answer). */
   | { readonly kind: 'raw'; readonly bytes: Uint8Array }
   /** Never answer; keep the connection open until the client closes it or the daemon stops. */
-  | { readonly kind: 'silent' };
+  | { readonly kind: 'silent' }
+  /** Never acknowledge the header (nor answer): a daemon that is stopped or hung. */
+  | { readonly kind: 'no-ack' }
+  /** Close once the header has come, without an acknowledgement: a daemon that speaks only v1. */
+  | { readonly kind: 'close-on-header' }
+  /** Write these bytes instead of the acknowledgement, then stay silent. */
+  | { readonly kind: 'bad-ack'; readonly bytes: Uint8Array };
 
 /** One request as the fake daemon decoded it. */
 export interface ReceivedRequest {
@@ -43,6 +59,8 @@ export interface Connection {
   readonly request: ReceivedRequest | null;
   /** Resolves when the client has ended or closed the connection. */
   readonly clientGone: Promise<void>;
+  /** Resolves once the header has come (and, unless the behaviour says otherwise, was acknowledged). */
+  readonly header: Promise<void>;
 }
 
 /** A running fake daemon. */
@@ -56,8 +74,8 @@ export interface FakeDaemon {
   close(): Promise<void>;
 }
 
-/** A v1 answer: header, stdout, stderr. */
-export function encodeAnswer(exitStatus: number, stdout: Uint8Array, stderr: Uint8Array, magic: Uint8Array = MAGIC, version = 1): Buffer {
+/** An answer (default version 2, what the shim expects): header, stdout, stderr. */
+export function encodeAnswer(exitStatus: number, stdout: Uint8Array, stderr: Uint8Array, magic: Uint8Array = MAGIC, version = 2): Buffer {
   const h = Buffer.alloc(HEADER_BYTES);
   Buffer.from(magic).copy(h, 0, 0, 4);
   h.writeUInt32LE(version, 4);
@@ -99,21 +117,28 @@ export async function startFakeDaemon(path: string, behaviour: Behaviour): Promi
     sockets.add(sock);
     const chunks: Buffer[] = [];
     let goneResolve: () => void = () => undefined;
+    let headerResolve: () => void = () => undefined;
     const conn = {
       received: 0,
       request: null as ReceivedRequest | null,
       clientGone: new Promise<void>((res) => (goneResolve = res)),
+      header: new Promise<void>((res) => (headerResolve = res)),
     };
+    let headed = false;
     connections.push(conn);
     waiters.splice(0).forEach((w) => w());
     let acted = false;
     const act = (): void => {
       if (acted) return;
       acted = true;
+      const version = conn.request?.version ?? 2;
       switch (behaviour.kind) {
-        case 'answer':
-          sock.end(encodeAnswer(behaviour.exitStatus, behaviour.stdout, behaviour.stderr));
+        case 'answer': {
+          const answer = encodeAnswer(behaviour.exitStatus, behaviour.stdout, behaviour.stderr, MAGIC, version);
+          if (behaviour.hold === undefined) sock.end(answer);
+          else void behaviour.hold.then(() => sock.end(answer));
           break;
+        }
         case 'close':
           sock.destroy();
           break;
@@ -121,12 +146,23 @@ export async function startFakeDaemon(path: string, behaviour: Behaviour): Promi
           sock.end(behaviour.bytes);
           break;
         case 'silent':
+        case 'no-ack':
+        case 'bad-ack':
+        case 'close-on-header':
           break;
       }
     };
     sock.on('data', (c: Buffer) => {
       chunks.push(c);
       conn.received += c.length;
+      if (!headed && conn.received >= HEADER_BYTES) {
+        headed = true;
+        const version = Buffer.concat(chunks).readUInt32LE(4);
+        if (behaviour.kind === 'close-on-header') sock.destroy();
+        else if (behaviour.kind === 'bad-ack') sock.write(behaviour.bytes);
+        else if (behaviour.kind !== 'no-ack' && version === 2) sock.write(ACK);
+        headerResolve();
+      }
       if (conn.request === null) {
         conn.request = decodeRequest(Buffer.concat(chunks));
         if (conn.request !== null) act();

@@ -1,19 +1,24 @@
 /**
- * Protocol v1 (docs/daemon.md): request and answer codecs, the incremental decoder's three
- * outcomes, and every malformed case with its exact reason.
+ * The shim–daemon protocol (docs/daemon.md), versions 1 and 2: request and answer codecs, the
+ * acknowledgement, the incremental decoder's outcomes and the version it reports once the header is
+ * checked, and every malformed case with its exact reason.
  */
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 import { exactEnv } from '../../src/cni/plugin.ts';
 import {
+  ACK_BYTES,
   AnswerDecoder,
   decodeAnswer,
+  encodeAck,
   decodeRequest,
   encodeAnswer,
   encodeEnvBlock,
   encodeRequest,
   HEADER_BYTES,
   MAX_ENV_BYTES,
+  PROTOCOL_VERSION,
+  SUPPORTED_PROTOCOL_VERSIONS,
   MAX_STDIN_BYTES,
   RequestDecoder,
   type DecodeState,
@@ -63,6 +68,28 @@ describe('request encode/decode', () => {
     assert.equal(d.received, bytes.length);
   });
 
+  it('version 2: the same layout with 2 in the header; the decoder reports the version once the header is checked, not before', () => {
+    const bytes = encodeRequest({ version: 2, pid: 4242, env: ENV, stdin: '{"a":1}' });
+    assert.deepEqual(bytes.subarray(0, HEADER_BYTES), head('IPWD', 2, 4242, 70, 7));
+    const d = new RequestDecoder();
+    assert.deepEqual(d.push(bytes.subarray(0, HEADER_BYTES - 1)), { kind: 'more' });
+    assert.equal(d.version, null);
+    assert.deepEqual(d.push(bytes.subarray(HEADER_BYTES - 1, HEADER_BYTES)), { kind: 'more' });
+    assert.equal(d.version, 2);
+    const r = complete(d.push(bytes.subarray(HEADER_BYTES)));
+    assert.deepEqual([r.version, r.pid, { ...r.env }], [2, 4242, ENV]);
+    assert.deepEqual([PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS], [2, [1, 2]]);
+    // A header that fails a check reports no version: the server does not acknowledge it.
+    const bad = new RequestDecoder();
+    assert.deepEqual(bad.push(head('IPWD', 2, 0, 0, 0)), { kind: 'malformed', reason: 'pid is 0' });
+    assert.equal(bad.version, null);
+  });
+
+  it('the acknowledgement is exactly "IPWA" and 2 (u32 LE), 8 bytes', () => {
+    assert.deepEqual(encodeAck(), Buffer.from([0x49, 0x50, 0x57, 0x41, 2, 0, 0, 0]));
+    assert.equal(ACK_BYTES, 8);
+  });
+
   it('empty env block and empty stdin', () => {
     const r = complete(decodeRequest(encodeRequest({ pid: 1, env: {}, stdin: '' })));
     assert.deepEqual({ ...r.env }, {});
@@ -100,7 +127,7 @@ describe('malformed requests: the exact reason, decided as early as possible', (
     { name: 'bad magic', bytes: good(block).fill('X', 0, 1), want: { kind: 'malformed', reason: 'bad magic "XPWD" (want "IPWD")' } },
     { name: 'bad magic, seen on its first 2 bytes', bytes: Buffer.from('IX'), want: { kind: 'malformed', reason: 'bad magic "IX" (want "IPWD")' } },
     { name: 'an HTTP request', bytes: Buffer.from('GET / HTTP/1.1\r\n\r\n'), want: { kind: 'malformed', reason: 'bad magic "GET " (want "IPWD")' } },
-    { name: 'version 2, told on the first 8 bytes', bytes: head('IPWD', 2, 0, 0, 0).subarray(0, 8), want: { kind: 'unsupported-version', version: 2 } },
+    { name: 'version 3, told on the first 8 bytes', bytes: head('IPWD', 3, 0, 0, 0).subarray(0, 8), want: { kind: 'unsupported-version', version: 3 } },
     { name: 'version 0', bytes: head('IPWD', 0, 1, 0, 0), want: { kind: 'unsupported-version', version: 0 } },
     { name: 'pid 0', bytes: good(block, Buffer.alloc(0), 0), want: { kind: 'malformed', reason: 'pid is 0' } },
     { name: 'env too large, told on the header alone', bytes: head('IPWD', 1, 10, MAX_ENV_BYTES + 1, 0), want: { kind: 'malformed', reason: 'env block of 65537 bytes exceeds the limit of 65536' } },
@@ -166,6 +193,13 @@ describe('answers', () => {
     assert.deepEqual(decodeAnswer(Buffer.from('NOPE')), { kind: 'malformed', reason: 'bad magic "NOPE" (want "IPWD")' });
     assert.deepEqual(decodeAnswer(head('IPWD', 3, 0, 0, 0)), { kind: 'unsupported-version', version: 3 });
     assert.deepEqual(decodeAnswer(head('IPWD', 1, 0, 0xffffffff, 0)), { kind: 'malformed', reason: 'stdout of 4294967295 bytes exceeds the limit of 16777216' });
+  });
+  it('version 2: the header says 2; a decoder of version 2 refuses an answer of version 1 and the reverse', () => {
+    const a = encodeAnswer({ exitStatus: 0, stdout: 'x', stderr: 'y', version: 2 });
+    assert.deepEqual(a.subarray(0, HEADER_BYTES), head('IPWD', 2, 0, 1, 1));
+    assert.equal(decodeAnswer(a, 2).kind, 'complete');
+    assert.deepEqual(decodeAnswer(a), { kind: 'unsupported-version', version: 2 });
+    assert.deepEqual(decodeAnswer(encodeAnswer({ exitStatus: 0, stdout: '', stderr: '' }), 2), { kind: 'unsupported-version', version: 1 });
   });
   it('refuses an exit status that is not a u32', () => {
     assert.throws(() => encodeAnswer({ exitStatus: -1, stdout: '', stderr: '' }), RangeError);
