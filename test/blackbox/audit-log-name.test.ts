@@ -79,7 +79,7 @@ describe('the audit log is out of the network names (issue 17 item 10)', { skip 
     const cri = await runtimeListing([]);
 
     const r = await runCniAsync(bin, { command: 'ADD', containerId: 'i17-new', ifname: 'eth0', stdin: conf('ipwarden', name, dd, subnet, { runtimeEndpoint: cri.endpoint }) });
-    assert.deepEqual([r.exitCode, r.json, r.stderr], [0, { cniVersion: '1.0.0', ips: [{ address: '10.217.18.2/30', gateway: '10.217.18.1' }], dns: {} }, ''], r.stdout);
+    assert.deepEqual([r.exitCode, r.json, r.stderr], [0, { cniVersion: '1.0.0', ips: [{ address: '10.217.18.2/30', gateway: '10.217.18.1' }] }, ''], r.stdout);
     assert.equal(lstatSync(join(dd, name)).isDirectory(), true);
     assert.deepEqual(snapshotDir(join(dd, name)), { '10.217.18.2': 'i17-new\r\neth0', 'last_reserved_ip.0': '10.217.18.2', lock: '' });
     assert.deepEqual(auditLines(join(dd, '.ipwarden-audit.log')), [record(name, '10.217.18.2', 'i17-old', 'intent'), record(name, '10.217.18.2', 'i17-old', 'released')]);
@@ -98,7 +98,7 @@ describe('the audit log is out of the network names (issue 17 item 10)', { skip 
     const cri = await runtimeListing([]);
 
     const r = await runCniAsync(bin, { command: 'ADD', containerId: 'i17-new', ifname: 'eth0', stdin: conf('ipwarden', name, dd, subnet, { runtimeEndpoint: cri.endpoint }) });
-    assert.deepEqual([r.exitCode, r.json, r.stderr], [0, { cniVersion: '1.0.0', ips: [{ address: '10.217.18.6/30', gateway: '10.217.18.5' }], dns: {} }, ''], r.stdout);
+    assert.deepEqual([r.exitCode, r.json, r.stderr], [0, { cniVersion: '1.0.0', ips: [{ address: '10.217.18.6/30', gateway: '10.217.18.5' }] }, ''], r.stdout);
     assert.equal(existsSync(join(dd, 'ipwarden-audit.log')), false);
     const text = readFileSync(join(dd, '.ipwarden-audit.log'), 'utf8');
     assert.equal(text.startsWith(earlier), true, text);

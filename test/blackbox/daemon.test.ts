@@ -265,7 +265,7 @@ describe('ipwarden daemon', { skip }, () => {
       const add = await exchangeV2(d.socket, encodeRequest({ version: 2, pid: shimPid, env: cniEnv({ command: 'ADD', containerId: 'v2c', ifname: 'eth0', stdin: '' }), stdin: JSON.stringify(conf(dd)) }));
       assert.ok(add.result?.kind === 'answer', JSON.stringify(add.result));
       assert.equal(add.result.answer.exitStatus, 0, Buffer.from(add.result.answer.stdout).toString());
-      assert.deepEqual(JSON.parse(Buffer.from(add.result.answer.stdout).toString()), { cniVersion: '1.1.0', ips: [{ address: '10.93.0.2/28', gateway: '10.93.0.1' }], dns: {} });
+      assert.deepEqual(JSON.parse(Buffer.from(add.result.answer.stdout).toString()), { cniVersion: '1.1.0', ips: [{ address: '10.93.0.2/28', gateway: '10.93.0.1' }] });
       assert.deepEqual(snapshotDir(join(dd, NET)), { '10.93.0.2': 'v2c\r\neth0', 'last_reserved_ip.0': '10.93.0.2', lock: '' });
     });
 

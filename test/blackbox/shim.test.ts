@@ -404,7 +404,7 @@ describe('shim: the real daemon SIGSTOPped (issue 17): the standalone answers af
     const p = join(sockDir, 'standalone-requests.log');
     return existsSync(p) ? readFileSync(p, 'utf8').split('\n').filter((l) => l !== '').map((l) => l.replace(/^\d+ /, '')) : [];
   };
-  const RESULT3 = { cniVersion: '1.0.0', ips: [{ address: '10.77.0.3/24', gateway: '10.77.0.1' }], dns: {} };
+  const RESULT3 = { cniVersion: '1.0.0', ips: [{ address: '10.77.0.3/24', gateway: '10.77.0.1' }] };
   const measured: number[] = [];
   after(() => {
     if (measured.length > 0) process.stdout.write(`# shim fallback with a SIGSTOPped daemon: ${measured.map((m) => `${m.toFixed(0)} ms`).join(', ')}\n`);
