@@ -68,7 +68,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 
 {{/*
 Refuse values the daemon or the CNI configuration would refuse later, with the same rule:
-paths absolute, the pool endpoints of one scheme, https with a CA, a TLS Secret only with https.
+paths absolute, the pool endpoints as ipam.pool.etcd.endpoints takes them (src/ipam/pool-config.ts) and of one scheme, https with a CA, a TLS Secret only with https.
 */}}
 {{- define "ipwarden.validate" -}}
 {{- range $k, $p := dict "runtime.socket" .Values.runtime.socket "dataDir" .Values.dataDir "cni.binDir" .Values.cni.binDir "cni.confDir" .Values.cni.confDir -}}
@@ -82,7 +82,7 @@ paths absolute, the pool endpoints of one scheme, https with a CA, a TLS Secret 
 {{- $eps := .Values.pools.etcd.endpoints -}}
 {{- $https := 0 -}}
 {{- range $i, $e := $eps -}}
-{{- if not (regexMatch "^https?://[^/?#@]+:[0-9]+$" $e) -}}
+{{- if not (regexMatch "^https?://(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$" $e) -}}
 {{- fail (printf "pools.etcd.endpoints[%d] must be http://HOST:PORT or https://HOST:PORT, got %q" $i $e) -}}
 {{- end -}}
 {{- if hasPrefix "https://" $e -}}{{- $https = add1 $https -}}{{- end -}}
