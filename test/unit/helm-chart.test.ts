@@ -185,13 +185,13 @@ async function helpFlags(verb: string): Promise<Set<string>> {
  * uses must be the host's, mounted at the same path.
  * @returns the parsed daemon options.
  */
-async function checkArgs(ds: Obj): Promise<DaemonOptions> {
+async function checkArgs(ds: Obj, hostIp = '10.20.30.40'): Promise<DaemonOptions> {
   const { init, daemon, volumes } = podSpec(ds);
   const initFlags = await helpFlags('install-cni');
   assert.equal(init.args[0], 'install-cni');
   for (let i = 1; i < init.args.length; i += 2) assert.ok(initFlags.has(init.args[i] as string), `install-cni ${init.args[i]}`);
   assert.equal(daemon.args[0], 'daemon');
-  const args = daemon.args.slice(1).map((a) => a.replace('$(HOST_IP)', '10.20.30.40'));
+  const args = daemon.args.slice(1).map((a) => a.replace('$(HOST_IP)', hostIp));
   let stderr = '';
   let got: DaemonOptions | null = null;
   const ctx: CliContext = { stdout: () => {}, stderr: (t) => void (stderr += t), env: {}, now: () => 0 };
@@ -436,7 +436,11 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     const offDs = one(off, 'DaemonSet');
     assert.equal(podSpec(offDs).daemon.ports, undefined);
     assert.deepEqual((await checkArgs(offDs)).metricsAddress, { host: '127.0.0.1', port: 9617 });
-    for (const x of [...objs, ...off]) validateStrict(x);
+    // A node whose primary address is IPv6: status.hostIP comes unbracketed.
+    const v6 = one(render({ metrics: { host: '[$(HOST_IP)]' } }), 'DaemonSet');
+    assert.equal(podSpec(v6).daemon.args[podSpec(v6).daemon.args.indexOf('--metrics-address') + 1], '[$(HOST_IP)]:9617');
+    assert.deepEqual((await checkArgs(v6, 'fd00::5')).metricsAddress, { host: 'fd00::5', port: 9617 });
+    for (const x of [...objs, ...off, v6]) validateStrict(x);
   });
 
   const failures: Array<[string, Values, RegExp, string?]> = [
