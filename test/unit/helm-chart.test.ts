@@ -32,6 +32,7 @@ import type { DaemonOptions } from '../../src/common/daemon-options.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { runMain } from '../../src/cli/main.ts';
 import { decodePoolConfig } from '../../src/ipam/pool-config.ts';
+import { planPod, type LabNode } from '../../src/lab/daemonset.ts';
 import { k8sTools } from '../helpers/k8s-tools.ts';
 import { isObj, validateStrict, type Obj } from '../helpers/k8s-validate.ts';
 
@@ -299,6 +300,20 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     Object.assign(at(expectSvc, 'metadata', 'labels') as Obj, HELM_LABELS, { 'app.kubernetes.io/version': VERSION });
     Object.assign(at(expectSvc, 'spec', 'selector') as Obj, { 'app.kubernetes.io/instance': RELEASE });
     assert.deepEqual(one(h, 'Service'), expectSvc);
+    // The lab's kubelet (src/lab/daemonset.ts, the e2e run of the kustomize DaemonSet) makes the
+    // same CRI requests of both, but for the pod's instance label.
+    const node: LabNode = { paths: [['/run/containerd', '/lab/run']], ports: new Map(), nodeName: 'n', cgroupParent: '/p', podsDir: '/lab/pods' };
+    const fromKustomize = planPod(one(k, 'DaemonSet'), node, { name: 'p', uid: 'u' });
+    const fromChart = planPod(one(h, 'DaemonSet'), node, { name: 'p', uid: 'u' });
+    (fromKustomize.sandbox.labels as Record<string, string>)['app.kubernetes.io/instance'] = RELEASE;
+    assert.deepEqual(fromChart, fromKustomize);
+  });
+
+  it('values that change no pod field (monitoring, pool endpoints over http) leave the pod template as it is: no pod restarts on such an upgrade', () => {
+    const base = at(one(render(), 'DaemonSet'), 'spec', 'template');
+    for (const values of [MONITORING_ON, { pools: { etcd: { endpoints: ['http://10.0.0.5:2379'] } } }, { serviceMonitor: { enabled: true, interval: '1m' } }]) {
+      assert.deepEqual(at(one(render(values, { apiVersions: ['monitoring.coreos.com/v1'] }), 'DaemonSet'), 'spec', 'template'), base, JSON.stringify(values));
+    }
   });
 
   it('the key fields of the default DaemonSet, exactly', () => {
