@@ -25,87 +25,17 @@ import { describe, it } from 'node:test';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, posix, resolve } from 'node:path';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
-import { Namespace, Service } from 'kubernetes-models/v1';
-import { DaemonSet } from 'kubernetes-models/apps/v1';
-import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import type { DaemonOptions } from '../../src/common/daemon-options.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { runMain } from '../../src/cli/main.ts';
 import { validateSocketPath } from '../../src/cli/install-cni.ts';
 import { DEFAULT_NETNS_DIRS } from '../../src/node/kernel-evidence.ts';
+import { isObj, MODELS, validateStrict, type Obj } from '../helpers/k8s-validate.ts';
+import { k8sTools } from '../helpers/k8s-tools.ts';
 import { mapPath, mapValue, memoryBytes, milliCpu, planPod, type LabNode } from '../../src/lab/daemonset.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const DIR = join(ROOT, 'deploy/kubernetes');
-
-type Obj = Record<string, unknown>;
-
-/** A model class of kubernetes-models: constructed from a plain object, `validate()` throws. */
-interface ModelClass {
-  new (data: never): object;
-  prototype: { validate(this: object): void };
-}
-
-/** apiVersion/kind → its model. Every document in deploy/kubernetes must have one. */
-const MODELS: Record<string, ModelClass> = {
-  'v1/Namespace': Namespace as unknown as ModelClass,
-  'v1/Service': Service as unknown as ModelClass,
-  'apps/v1/DaemonSet': DaemonSet as unknown as ModelClass,
-  'monitoring.coreos.com/v1/ServiceMonitor': ServiceMonitor as unknown as ModelClass,
-  'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule as unknown as ModelClass,
-};
-
-function isObj(v: unknown): v is Obj {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-/**
- * Validate `obj` against its API schema and fail on fields the schema does not know.
- * The schema check is the model's `validate()` (ajv code generated from the OpenAPI schemas). It
- * is run on a proxy of the object that records every property the validator reads: a validator
- * reads each property its schema defines (and each key of a map, `additionalProperties`), so a
- * property present in the object and never read is one the schema has no place for.
- * @throws Error naming the schema violation, or listing the unknown fields by JSON path.
- */
-function validateStrict(obj: unknown): void {
-  if (!isObj(obj)) throw new Error('not an object');
-  const key = `${String(obj.apiVersion)}/${String(obj.kind)}`;
-  const Model = MODELS[key];
-  if (Model === undefined) throw new Error(`no schema for ${key}`);
-  const model = new Model(obj as never) as Obj;
-  const read = new WeakMap<object, Set<PropertyKey>>();
-  const proxies = new WeakMap<object, object>();
-  const track = <T extends object>(target: T): T => {
-    const known = proxies.get(target);
-    if (known !== undefined) return known as T;
-    read.set(target, new Set());
-    const p = new Proxy(target, {
-      get(t, k, r) {
-        read.get(t)?.add(k);
-        const v: unknown = Reflect.get(t, k, r);
-        return typeof v === 'object' && v !== null ? track(v) : v;
-      },
-    });
-    proxies.set(target, p);
-    return p;
-  };
-  Model.prototype.validate.call(track(model));
-  const unknown: string[] = [];
-  const walk = (v: unknown, path: string): void => {
-    if (Array.isArray(v)) {
-      v.forEach((x, i) => walk(x, `${path}/${i}`));
-      return;
-    }
-    if (!isObj(v)) return;
-    const seen = read.get(v) ?? new Set<PropertyKey>();
-    for (const [k, x] of Object.entries(v)) {
-      if (!seen.has(k)) unknown.push(`${path}/${k}`);
-      else walk(x, `${path}/${k}`);
-    }
-  };
-  walk(model, '');
-  if (unknown.length > 0) throw new Error(`${key}: unknown field${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}`);
-}
 
 /** The Prometheus Operator objects: a kustomize Component beside the core. */
 const MONITORING = join(ROOT, 'deploy/components/monitoring');
@@ -511,14 +441,16 @@ describe('deploy/kubernetes: monitoring and kustomization', () => {
     assert.deepEqual(overlay, { apiVersion: 'kustomize.config.k8s.io/v1beta1', kind: 'Kustomization', resources: ['../../kubernetes'], components: ['../../components/monitoring'] });
   });
 
-  it('kubectl kustomize (when kubectl is installed) renders the core as Namespace, Service, DaemonSet and the overlay with the ServiceMonitor and PrometheusRule added', (t) => {
-    const probe = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' });
-    if (probe.status !== 0) {
-      t.skip('no kubectl on this machine: the structure is checked by the test above');
+  it('kubectl kustomize renders the core as Namespace, Service, DaemonSet and the overlay with the ServiceMonitor and PrometheusRule added', (t) => {
+    // The kubectl of the dev dependency's Lambda layer (test/helpers/k8s-tools.ts); required in CI.
+    const tools = k8sTools();
+    if ('missing' in tools) {
+      if (process.env['CI'] === 'true') assert.fail(`CI is missing a test prerequisite: ${tools.missing}`);
+      t.skip(`no kubectl: ${tools.missing}`);
       return;
     }
     const kinds = (dir: string): string[] => {
-      const r = spawnSync('kubectl', ['kustomize', dir], { encoding: 'utf8' });
+      const r = spawnSync(tools.kubectl, ['kustomize', dir], { encoding: 'utf8' });
       assert.equal(r.status, 0, r.stderr);
       return parseAllDocuments(r.stdout).map((d) => String((d.toJS() as Obj).kind)).sort();
     };
