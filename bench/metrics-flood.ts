@@ -10,12 +10,15 @@
  * ADD then one DEL of container `<phase><round>` on a /24 that holds 110 reservations of other
  * containers. The flood is a separate Node process (so its own work is not on the daemon's event
  * loop): `BENCH_FLOOD_CONNECTIONS` keep-alive connections (32 = the endpoint's connection cap),
- * each sending `GET /metrics` again as soon as the previous answer is read completely. Each round
- * runs a quiet phase and a flood phase, the order alternating; a flood phase starts timing only
- * after 100 scrapes were answered and stops the flood (all connections idle) before the next
- * phase. Medians with IQR; the flood's scrape rate and the daemon's renders of the exposition
- * (`ipwarden_metrics_renders_total`) are printed. Asserts nothing (benchmarks are never part of
- * `npm test`).
+ * each sending `GET /metrics` again as soon as the previous answer is read completely
+ * (`BENCH_FLOOD_PATH=/healthz` floods another path; `BENCH_FLOOD_KEEPALIVE=0` opens a new
+ * connection per request). Each round runs a quiet phase and a flood phase, the order alternating;
+ * a flood phase starts timing once as many answers came as there are connections, and ends with
+ * the flood stopped (every connection answered and closed) before the next phase. Requests refused
+ * (the previous phase's connections not yet closed on the server's side) are retried after 10 ms
+ * and counted as failed. Medians with IQR; the flood's answer rate and the daemon's renders of the
+ * exposition (`ipwarden_metrics_renders_total`, absent before it existed) are printed. Asserts
+ * nothing (benchmarks are never part of `npm test`).
  */
 import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -139,7 +142,17 @@ function startFlood(port: number): { child: ChildProcessWithoutNullStreams; next
 
 /** The value of the unlabelled series `name` in the exposition at `port` (NaN when absent). */
 async function scrapeValue(port: number, name: string): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  let text = '';
+  // Retried: right after a flood phase the server may still count the flood's closed connections.
+  for (let i = 0; ; i++) {
+    try {
+      text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      break;
+    } catch (e) {
+      if (i >= 50) throw e;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
   const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
   return m === null ? Number.NaN : Number(m[1]);
 }
@@ -148,7 +161,13 @@ const root = mkdtempSync('/tmp/ipw-floodbench-');
 let daemon: TestDaemon | null = null;
 let flood: ReturnType<typeof startFlood> | null = null;
 const cleanup = (): void => {
-  if (flood !== null && flood.child.exitCode === null && flood.child.pid !== undefined) process.kill(flood.child.pid, 'SIGKILL');
+  if (flood !== null && flood.child.exitCode === null && flood.child.signalCode === null && flood.child.pid !== undefined) {
+    try {
+      process.kill(flood.child.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
   rmSync(root, { recursive: true, force: true });
 };
 process.on('exit', cleanup);
