@@ -15,6 +15,7 @@
  * - `ipwarden_cni_requests_total{command,path,result}` counter, path = daemon|standalone
  * - `ipwarden_cni_request_duration_seconds{command}` histogram (daemon path only: the standalone
  *   plugin's own time is not visible to the daemon)
+ * - `ipwarden_metrics_renders_total` counter (renders of the exposition; {@link RenderGate})
  * - cluster pools (docs/cluster.md "Metrics"; {@link PoolMetrics}), all labelled `pool` and `node`:
  *   `ipwarden_pool_requests_total{command,result}`, `ipwarden_pool_request_duration_seconds{command}`,
  *   `ipwarden_pool_etcd_transactions_total{outcome}`, `ipwarden_pool_batch_size`, the gauges
@@ -661,7 +662,10 @@ export interface MetricsServer {
 
 /**
  * Serve `GET /metrics` (Prometheus text format 0.0.4), `/healthz` and `/readyz` (200 `ok`, else
- * 503 with the reason) on `addr`. Any other path is 404, any other method 405.
+ * 503 with the reason) on `addr`. Any other path is 404, any other method 405. `/metrics` answers
+ * {@link DaemonMetrics.exposition} (a render begun after the request arrived, at most one render
+ * per {@link METRICS_RENDER_INTERVAL_MS}); every other answer waits for the next
+ * {@link ANSWER_INTERVAL_MS} batch (docs/metrics.md "Scrape floods").
  * @throws the `listen` error (EADDRINUSE, EACCES, EADDRNOTAVAIL) as a rejected promise.
  */
 export async function startMetricsServer(addr: HostPort, metrics: DaemonMetrics, health: Health): Promise<MetricsServer> {
