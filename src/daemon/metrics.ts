@@ -15,6 +15,7 @@
  * - `ipwarden_cni_requests_total{command,path,result}` counter, path = daemon|standalone
  * - `ipwarden_cni_request_duration_seconds{command}` histogram (daemon path only: the standalone
  *   plugin's own time is not visible to the daemon)
+ * - `ipwarden_metrics_renders_total` counter (renders of the exposition; {@link RenderGate})
  * - cluster pools (docs/cluster.md "Metrics"; {@link PoolMetrics}), all labelled `pool` and `node`:
  *   `ipwarden_pool_requests_total{command,result}`, `ipwarden_pool_request_duration_seconds{command}`,
  *   `ipwarden_pool_etcd_transactions_total{outcome}`, `ipwarden_pool_batch_size`, the gauges
@@ -30,7 +31,7 @@
  */
 import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { HostPort } from '../common/daemon-options.ts';
@@ -86,12 +87,24 @@ export class DaemonMetrics {
   private readonly cniRequests: Counter<'command' | 'path' | 'result'>;
   private readonly cniDuration: Histogram<'command'>;
   private fallbackLog: FallbackLogReader | null = null;
+  private readonly renders: Counter;
+  private readonly gate: RenderGate<Buffer>;
   /** The cluster pools' series (docs/cluster.md "Metrics"). */
   readonly pools: PoolMetrics;
 
-  /** @param opts.monotonicMs the clock of the pool gauges' cache, milliseconds (default `performance.now`; tests inject one). */
-  constructor(opts: { readonly monotonicMs?: () => number } = {}) {
+  /**
+   * @param opts.monotonicMs the clock of the pool gauges' cache, milliseconds (default `performance.now`; tests inject one).
+   * @param opts.renderIntervalMs least time between two renders for `/metrics` (default {@link METRICS_RENDER_INTERVAL_MS}).
+   * @param opts.gateClock the clock of that spacing (default {@link REAL_GATE_CLOCK}).
+   */
+  constructor(opts: { readonly monotonicMs?: () => number; readonly renderIntervalMs?: number; readonly gateClock?: GateClock } = {}) {
     const registers = [this.registry];
+    this.gate = new RenderGate(async () => Buffer.from(await this.text(), 'utf8'), opts.renderIntervalMs ?? METRICS_RENDER_INTERVAL_MS, opts.gateClock);
+    this.renders = new Counter({
+      name: 'ipwarden_metrics_renders_total',
+      help: 'Renders of this exposition (scrapes that arrive while one is due share it; at most one per second).',
+      registers,
+    });
     this.pools = new PoolMetrics(this.registry, opts.monotonicMs ?? (() => performance.now()));
     this.addresses = new Gauge({
       name: 'ipwarden_addresses',
@@ -221,12 +234,25 @@ export class DaemonMetrics {
     if (p.errors.length === 0) this.lastSuccess.set(p.endedAtSeconds);
   }
 
-  /** The exposition text (what `/metrics` answers). */
+  /**
+   * Render the exposition text now (counted in `ipwarden_metrics_renders_total`). `/metrics`
+   * answers through {@link exposition} instead, which bounds how often this runs.
+   */
   async text(): Promise<string> {
+    this.renders.inc();
     this.readFallbackLog();
     await this.pools.refreshFor(POOL_SCRAPE_WAIT_MS);
     this.pools.refreshOffline();
     return this.registry.metrics();
+  }
+
+  /**
+   * What `/metrics` answers: the exposition as bytes, through a {@link RenderGate} (a render that
+   * began at or after the call; renders at least {@link METRICS_RENDER_INTERVAL_MS} apart and
+   * shared by every scrape that arrives meanwhile). Rejects when that render failed.
+   */
+  exposition(): Promise<Buffer> {
+    return this.gate.get();
   }
 
   private readFallbackLog(): void {
@@ -511,6 +537,96 @@ export class FallbackLogReader {
   }
 }
 
+/**
+ * Least time between the starts of two renders of the exposition, milliseconds: under a scrape
+ * flood the registry is rendered at most once per second, whatever the number of scrapers.
+ */
+export const METRICS_RENDER_INTERVAL_MS = 1000;
+
+/** The clock of a {@link RenderGate}: monotonic milliseconds and a timer (tests inject a fake one). */
+export interface GateClock {
+  /** Monotonic time, milliseconds. */
+  now(): number;
+  /** Resolves after `ms` milliseconds (the real clock's timer is unref'd: a waiting scrape keeps no process alive). */
+  sleep(ms: number): Promise<void>;
+}
+
+/** `performance.now` and an unref'd `setTimeout`. */
+export const REAL_GATE_CLOCK: GateClock = {
+  now: () => performance.now(),
+  sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref()),
+};
+
+/**
+ * Single-flight, rate-bounded renders shared by every caller (the scrapes of `/metrics`; issue 17
+ * item 3: a scrape flood slowed the shim's requests, whose work shares the daemon's event loop).
+ *
+ * - Fresh: {@link get} resolves with a render that began at or after the call, so a scrape sees
+ *   everything counted before it was asked (a request answered, then a scrape: it is counted).
+ * - Bounded: renders never overlap, and each begins at least `intervalMs` after the previous one
+ *   began; every caller that arrives before a render begins shares it. A scrape may thus wait up
+ *   to `intervalMs` (plus a render in progress). In any window of W ms at most
+ *   `floor(W / intervalMs) + 1` renders begin, however many callers there are; and a client that
+ *   scrapes again as soon as it is answered gets at most one answer per interval (a flood on N
+ *   connections is paced to about N answers per interval).
+ * - A render that rejects rejects every caller that shared it; the next caller starts another one
+ *   (still spaced).
+ */
+export class RenderGate<T> {
+  private readonly render: () => Promise<T>;
+  private readonly intervalMs: number;
+  private readonly clock: GateClock;
+  private lastStartMs: number | null = null;
+  private running: Promise<unknown> | null = null;
+  /** The render the next callers share, until it begins. */
+  private pending: Promise<T> | null = null;
+  /** Renders begun so far. */
+  renders = 0;
+
+  /**
+   * @param render makes one value (called by the gate only, never twice at once)
+   * @param intervalMs least time between two renders' starts, milliseconds
+   * @param clock default {@link REAL_GATE_CLOCK}
+   */
+  constructor(render: () => Promise<T>, intervalMs: number, clock: GateClock = REAL_GATE_CLOCK) {
+    this.render = render;
+    this.intervalMs = intervalMs;
+    this.clock = clock;
+  }
+
+  /** A value rendered at or after this call (see the class comment); rejects when that render failed. */
+  get(): Promise<T> {
+    if (this.pending === null) {
+      const p = this.next();
+      this.pending = p;
+      // The caller's handlers see a rejection; this copy only stops an unhandled one being reported.
+      p.catch(() => undefined);
+    }
+    return this.pending;
+  }
+
+  private async next(): Promise<T> {
+    // Always yields first, so `pending` is set before anything below runs.
+    await this.running?.catch(() => undefined);
+    for (;;) {
+      const wait = this.lastStartMs === null ? 0 : this.lastStartMs + this.intervalMs - this.clock.now();
+      if (wait <= 0) break;
+      await this.clock.sleep(wait);
+    }
+    // From here a new caller waits for the render after this one: this one may miss its writes.
+    this.pending = null;
+    this.lastStartMs = this.clock.now();
+    this.renders++;
+    const r = this.render();
+    this.running = r;
+    try {
+      return await r;
+    } finally {
+      if (this.running === r) this.running = null;
+    }
+  }
+}
+
 /** Most connections the metrics endpoint holds at once (more are refused by the kernel's accept). */
 export const METRICS_MAX_CONNECTIONS = 32;
 /** A metrics connection idle this long (no bytes either way) is closed, seconds. */
@@ -520,6 +636,13 @@ export const METRICS_IDLE_SECONDS = 15;
 export const HEALTH_MAX_CONNECTIONS = 8;
 /** A probe connection idle this long is closed, seconds (the kubelet opens one per probe). */
 export const HEALTH_IDLE_SECONDS = 5;
+
+/**
+ * Least time between two batches of the answers other than `/metrics` (health, 404, 405) on the
+ * daemon's HTTP listeners, milliseconds: each request waits for the next batch (at most this
+ * long), so a client gets at most one such answer per interval per connection, whatever it sends.
+ */
+export const ANSWER_INTERVAL_MS = 100;
 
 /** The daemon's health, as `/healthz` and `/readyz` report it. */
 export interface Health {
@@ -539,11 +662,14 @@ export interface MetricsServer {
 
 /**
  * Serve `GET /metrics` (Prometheus text format 0.0.4), `/healthz` and `/readyz` (200 `ok`, else
- * 503 with the reason) on `addr`. Any other path is 404, any other method 405.
+ * 503 with the reason) on `addr`. Any other path is 404, any other method 405. `/metrics` answers
+ * {@link DaemonMetrics.exposition} (a render begun after the request arrived, at most one render
+ * per {@link METRICS_RENDER_INTERVAL_MS}); every other answer waits for the next
+ * {@link ANSWER_INTERVAL_MS} batch (docs/metrics.md "Scrape floods").
  * @throws the `listen` error (EADDRINUSE, EACCES, EADDRNOTAVAIL) as a rejected promise.
  */
 export async function startMetricsServer(addr: HostPort, metrics: DaemonMetrics, health: Health): Promise<MetricsServer> {
-  return listen(addr, (req, res) => void answer(req, res, metrics, health), METRICS_MAX_CONNECTIONS, METRICS_IDLE_SECONDS);
+  return listen(addr, (req, res, pace) => answer(req, res, metrics, health, pace), METRICS_MAX_CONNECTIONS, METRICS_IDLE_SECONDS);
 }
 
 /**
@@ -556,11 +682,33 @@ export async function startMetricsServer(addr: HostPort, metrics: DaemonMetrics,
  * @throws the `listen` error (EADDRINUSE, EACCES, EADDRNOTAVAIL) as a rejected promise.
  */
 export async function startHealthServer(addr: HostPort, health: Health): Promise<MetricsServer> {
-  return listen(addr, (req, res) => void answerHealth(req, res, health), HEALTH_MAX_CONNECTIONS, HEALTH_IDLE_SECONDS);
+  return listen(addr, (req, res, pace) => answerHealth(req, res, health, pace), HEALTH_MAX_CONNECTIONS, HEALTH_IDLE_SECONDS);
 }
 
-async function listen(addr: HostPort, handler: (req: IncomingMessage, res: ServerResponse) => void, maxConnections: number, idleSeconds: number): Promise<MetricsServer> {
-  const server: Server = createServer(handler);
+/** Answers one request; `pace` releases the answers that are not `/metrics` ({@link ANSWER_INTERVAL_MS}). */
+type Answer = (req: IncomingMessage, res: ServerResponse, pace: RenderGate<void>) => Promise<void>;
+
+/**
+ * The HTTP server of both listeners. Bounded work per client (issue 17 item 3: the daemon's CNI
+ * requests share this event loop): at most `maxConnections`, idle ones closed, every answer paced
+ * (`/metrics` by the render gate, the rest by {@link ANSWER_INTERVAL_MS}), and one request at a time
+ * per connection — a client that pipelines a second request before its answer is disconnected
+ * (Prometheus and the kubelet never pipeline; Node parses pipelined requests at once, so paced
+ * answers would let a queue of them grow).
+ */
+async function listen(addr: HostPort, answer: Answer, maxConnections: number, idleSeconds: number): Promise<MetricsServer> {
+  const pace = new RenderGate<void>(() => Promise.resolve(), ANSWER_INTERVAL_MS);
+  const busy = new WeakSet<Socket>();
+  const server: Server = createServer((req, res) => {
+    const sock = req.socket;
+    if (busy.has(sock)) {
+      sock.destroy();
+      return;
+    }
+    busy.add(sock);
+    res.once('close', () => busy.delete(sock));
+    void answer(req, res, pace);
+  });
   server.keepAliveTimeout = 5_000;
   server.headersTimeout = 10_000;
   server.requestTimeout = 10_000;
@@ -592,35 +740,47 @@ async function listen(addr: HostPort, handler: (req: IncomingMessage, res: Serve
   };
 }
 
-function answerHealth(req: IncomingMessage, res: ServerResponse, health: Health): void {
+/** A plain-text answer with its length (no chunked encoding: one write). */
+function reply(res: ServerResponse, status: number, text: string, headers: Record<string, string> = {}): void {
+  const body = Buffer.from(text, 'utf8');
+  res.writeHead(status, { ...headers, 'Content-Type': 'text/plain', 'Content-Length': body.length }).end(body);
+}
+
+async function answerHealth(req: IncomingMessage, res: ServerResponse, health: Health, pace: RenderGate<void>): Promise<void> {
+  await pace.get();
+  if (res.destroyed) return;
   const path = (req.url ?? '/').split('?')[0];
   if (req.method !== 'GET' && req.method !== 'HEAD') {
-    res.writeHead(405, { Allow: 'GET, HEAD', 'Content-Type': 'text/plain' }).end('method not allowed\n');
+    reply(res, 405, 'method not allowed\n', { Allow: 'GET, HEAD' });
   } else if (path === '/healthz' || path === '/readyz') {
     const h = path === '/healthz' ? health.live() : health.ready();
-    res.writeHead(h.ok ? 200 : 503, { 'Content-Type': 'text/plain' }).end(h.ok ? 'ok\n' : `${h.why}\n`);
+    reply(res, h.ok ? 200 : 503, h.ok ? 'ok\n' : `${h.why}\n`);
   } else {
-    res.writeHead(404, { 'Content-Type': 'text/plain' }).end('not found: this is the probe listener, try /healthz, /readyz\n');
+    reply(res, 404, 'not found: this is the probe listener, try /healthz, /readyz\n');
   }
 }
 
-async function answer(req: IncomingMessage, res: ServerResponse, metrics: DaemonMetrics, health: Health): Promise<void> {
+async function answer(req: IncomingMessage, res: ServerResponse, metrics: DaemonMetrics, health: Health, pace: RenderGate<void>): Promise<void> {
   const path = (req.url ?? '/').split('?')[0];
+  // /metrics waits for its render (at most one per METRICS_RENDER_INTERVAL_MS), the rest for the pace.
+  if (path !== '/metrics' || (req.method !== 'GET' && req.method !== 'HEAD')) await pace.get();
+  if (res.destroyed) return;
   if (req.method !== 'GET' && req.method !== 'HEAD') {
-    res.writeHead(405, { Allow: 'GET, HEAD', 'Content-Type': 'text/plain' }).end('method not allowed\n');
+    reply(res, 405, 'method not allowed\n', { Allow: 'GET, HEAD' });
     return;
   }
   try {
     if (path === '/metrics') {
-      const body = await metrics.text();
-      res.writeHead(200, { 'Content-Type': metrics.registry.contentType }).end(req.method === 'HEAD' ? undefined : body);
+      const body = await metrics.exposition();
+      if (res.destroyed) return; // the client left while its render was due
+      res.writeHead(200, { 'Content-Type': metrics.registry.contentType, 'Content-Length': body.length }).end(req.method === 'HEAD' ? undefined : body);
     } else if (path === '/healthz' || path === '/readyz') {
       const h = path === '/healthz' ? health.live() : health.ready();
-      res.writeHead(h.ok ? 200 : 503, { 'Content-Type': 'text/plain' }).end(h.ok ? 'ok\n' : `${h.why}\n`);
+      reply(res, h.ok ? 200 : 503, h.ok ? 'ok\n' : `${h.why}\n`);
     } else {
-      res.writeHead(404, { 'Content-Type': 'text/plain' }).end('not found: try /metrics, /healthz, /readyz\n');
+      reply(res, 404, 'not found: try /metrics, /healthz, /readyz\n');
     }
   } catch (e) {
-    res.writeHead(500, { 'Content-Type': 'text/plain' }).end(`${e instanceof Error ? e.message : String(e)}\n`);
+    reply(res, 500, `${e instanceof Error ? e.message : String(e)}\n`);
   }
 }
