@@ -155,9 +155,9 @@ async function releaseAudited(
   items: ReadonlyArray<{ readonly target: PoolTarget; readonly handle: PoolHandleEntry; readonly reason: string }>,
   audit: AuditSink,
   now: () => number,
-): Promise<{ released: Array<{ target: PoolTarget; handle: PoolHandleEntry; ips: string[] }>; kept: Array<{ handle: PoolHandleEntry; why: string }>; errors: PoolPassError[]; unavailable: AppError | null }> {
+): Promise<{ released: Array<{ target: PoolTarget; handle: PoolHandleEntry; ips: string[] }>; kept: Array<{ target: PoolTarget; handle: PoolHandleEntry; why: string; corruptKey?: string }>; errors: PoolPassError[]; unavailable: AppError | null }> {
   const released: Array<{ target: PoolTarget; handle: PoolHandleEntry; ips: string[] }> = [];
-  const kept: Array<{ handle: PoolHandleEntry; why: string }> = [];
+  const kept: Array<{ target: PoolTarget; handle: PoolHandleEntry; why: string; corruptKey?: string }> = [];
   const errors: PoolPassError[] = [];
   if (items.length === 0) return { released, kept, errors, unavailable: null };
   try {
@@ -184,7 +184,7 @@ async function releaseAudited(
         released.push({ target: it.target, handle: it.handle, ips: outcome.ips });
         for (const ip of it.handle.value.ips) audit.append(auditRecord(it.target, it.handle, ip.ip, t, it.reason, 'released'));
       } else {
-        kept.push({ handle: it.handle, why: outcome.why });
+        kept.push({ target: it.target, handle: it.handle, why: outcome.why, ...(outcome.corruptKey === undefined ? {} : { corruptKey: outcome.corruptKey }) });
         for (const ip of it.handle.value.ips) audit.append(auditRecord(it.target, it.handle, ip.ip, t, outcome.why, 'kept'));
       }
     } catch (e) {
@@ -336,6 +336,8 @@ export async function runPoolPass(
           released.push({ pool: x.target.pool, node: x.target.node, network: x.handle.value.network, containerId: x.handle.containerId, ifname: x.handle.ifname, ips: x.ips, modRevision: x.handle.modRevision, createRevision: x.handle.createRevision });
         }
         for (const k of r.kept) for (const c of decision.release) if (c.handle === k.handle) confirmations.forget(c.target.id, c.ip);
+        // A handle kept because a block it names cannot be read: reported (kind corrupt) every time, left for an operator.
+        for (const k of r.kept) if (k.corruptKey !== undefined) errors.push({ kind: 'corrupt', pool: k.target.pool, message: `${k.handle.containerId}/${k.handle.ifname}: ${k.why}` });
       } finally {
         audit.close();
       }
