@@ -82,6 +82,32 @@ describe('pool status --html: the page', () => {
     assert.match(html, /<p class="meta">generated 2026-01-02T03:04:05.000Z · blocks \/28 \(IPv4\), \/122 \(IPv6\)<\/p>/);
   });
 
+  it('keys that cannot be read: a section of their own (escaped), and the unreadable count of their range set', () => {
+    const html = renderPoolStatusHtml(
+      {
+        ...STATUS,
+        rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, free: '13', blocksClaimed: 2 }],
+        corrupt: [
+          { key: '/ipwarden/pools/p1/blocks/10.84.0.16-28', why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)' },
+          { key: '/ipwarden/pools/p1/blocks/<b>', why: 'not a block key' },
+        ],
+      },
+      { generatedAtMs: AT },
+    );
+    assert.ok(html.includes('<div class="k-reserved"><dt>reserved</dt><dd data-count="reserved">0</dd></div><div class="k-unreadable"><dt>unreadable</dt><dd data-count="unreadable">15</dd></div><div class="k-free"><dt>free</dt><dd data-count="free">13</dd></div>'));
+    assert.ok(
+      html.endsWith(
+        '</tbody></table></section>' +
+          '<section id="corrupt"><h2>keys that cannot be read</h2><p class="note">not counted above; never allocated from or rewritten by ipwarden: left for an operator</p>' +
+          '<table class="corrupt"><thead><tr><th>key</th><th>why</th></tr></thead><tbody>' +
+          '<tr data-key="/ipwarden/pools/p1/blocks/10.84.0.16-28"><td><code>/ipwarden/pools/p1/blocks/10.84.0.16-28</code></td><td>unknown field &#34;owner&#34; (known: v, cidr, rangeSet, node, state, seq, next, allocs)</td></tr>' +
+          '<tr data-key="/ipwarden/pools/p1/blocks/&#60;b&#62;"><td><code>/ipwarden/pools/p1/blocks/&#60;b&#62;</code></td><td>not a block key</td></tr>' +
+          '</tbody></table></section></body></html>\n',
+      ),
+      html.slice(-900),
+    );
+  });
+
   it('escapes every string of the status: an injection attempt stays text', () => {
     const evil = `"><script>alert(1)</script><img src=x onerror='alert(2)'>&`;
     const esc = '&#34;&#62;&#60;script&#62;alert(1)&#60;/script&#62;&#60;img src=x onerror=&#39;alert(2)&#39;&#62;&#38;';
