@@ -33,6 +33,10 @@
  * A lost race re-reads everything and decides again (at most {@link MAX_ATTEMPTS} times, then
  * `STORE_CONFLICT`, CNI 11). A transaction whose answer was lost is decided by the re-read: a
  * handle that now exists with our allocation is our own earlier success (the repeated-ADD rule).
+ *
+ * Values are decoded exactly (an unknown field is corrupt). A key that cannot be read is never
+ * written: an ADD skips such a block, a DEL always finishes without it (docs/cluster.md "Corrupt
+ * keys"; {@link CorruptValueError}, {@link PoolAllocatorOptions.onCorrupt}).
  */
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, parseIP, type IP, type Subnet } from '../common/ip.ts';
@@ -640,8 +644,13 @@ export class PoolAllocator {
    * ADD for a batch of requests of this node, in one transaction per attempt. Returns, per
    * request in order, its allocations (one per range set) or the AppError it failed with (a full
    * range set: host-local's `failed to allocate for range <i>: no IP addresses available in range
-   * set: <set>`). Whole-batch failures (etcd unavailable, `STORE_CONFLICT`, `STORE_CORRUPT`,
-   * a `meta` mismatch) are thrown. At most {@link MAX_BATCH} requests.
+   * set: <set>`, its details naming any block skipped as unreadable). A block that cannot be read
+   * (the node's own, or another's when borrowing, or a key under `blocks/` that names no block) is
+   * skipped — never allocated from, never written — and told to `onCorrupt` once the batch is
+   * decided; a corrupt block's key exists, so it is never claimed either. Whole-batch failures
+   * (etcd unavailable, `STORE_CONFLICT`, `STORE_CORRUPT` — a `meta`, or a handle or block a
+   * repeated ADD must verify, that cannot be read —, a `meta` mismatch) are thrown. At most
+   * {@link MAX_BATCH} requests.
    */
   async add(reqs: readonly PoolRequest[]): Promise<Array<PoolAllocation[] | AppError>> {
     if (reqs.length > MAX_BATCH) throw new AppError('INTERNAL', `a pool batch holds at most ${MAX_BATCH} requests, got ${reqs.length}`);
@@ -1190,7 +1199,8 @@ export class PoolAllocator {
    * Veto a removal of this node (docs/cluster.md "Reclaiming a dead node's blocks"): delete its
    * marker `removing/<node>` first — from then on every `--finish` transaction, which compares
    * the marker's revision, fails — then write each of its blocks in `pendingRelease` back to
-   * `owned` (one revision-checked write each). Returns the blocks written back. Called by an ADD
+   * `owned` (one revision-checked write each; a block it cannot read is left as it is and told to
+   * `onCorrupt`). Returns the blocks written back. Called by an ADD
    * that finds the marker (its transaction compares it absent), by the daemon at the start of a
    * pool and on every heartbeat ({@link vetoIfMarked}), and by tools and tests.
    */
@@ -1279,7 +1289,8 @@ export class PoolAllocator {
    * daemon that serves the node) is refused: only the standalone plugin has served it, which
    * writes no heartbeat, so a live idle node could not veto. The settings key's absence is also
    * compared in the marker's transaction.
-   * Returns the blocks now pending (also those that already were), as keys.
+   * Returns the blocks now pending (also those that already were), as keys. A block that cannot be
+   * read is not marked (told to `onCorrupt`; `--finish` keeps it).
    * @throws RemovalRefusedError when `target` has a heartbeat (without `force`; the message names
    *   the daemon that wrote it when its value says), it vetoed during the marking, or (with
    *   `checkNode`) it has nothing in the pool or was never served by a daemon (without `force`).
@@ -1376,7 +1387,10 @@ export class PoolAllocator {
    * handle is released only if each of `target`'s blocks it touches is still `pendingRelease`
    * at the revision read. A veto deletes the marker, so nothing is released after it (review F1).
    * Allocations other nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease`
-   * until their DELs). Returns what was released and what was kept.
+   * until their DELs). Returns what was released and what was kept. Keys that cannot be read are
+   * never released or deleted, and are told to `onCorrupt`: a handle (whose node is unknown), a
+   * handle naming a block that cannot be read (its address would stay held with no handle), and
+   * such a block (in `keptBlocks`).
    * @throws RemovalRefusedError when step 1 was not run (no marker), the node vetoed (the marker
    *   is gone or was re-created), or its heartbeat key exists.
    */
@@ -1521,7 +1535,8 @@ export class PoolAllocator {
    * owned blocks (round robin from `next`), then into a free block it claims; never into another
    * node's block. Entries beyond `k` are kept (they are released with the node's blocks). When
    * nothing needs writing it reads `removing/<me>` instead (so a call is always a confirmed
-   * contact when it returns). Returns every reserve entry of the node (in owned blocks), the
+   * contact when it returns). A block of the node that cannot be read is skipped (no entry in it,
+   * never rewritten; told to `onCorrupt`). Returns every reserve entry of the node (in owned blocks), the
    * shortfall per range set (a full pool), and the offline seconds its settings now hold.
    * @throws like {@link add} (STORE_UNAVAILABLE, STORE_CONFLICT after {@link MAX_ATTEMPTS}, STORE_CORRUPT).
    */

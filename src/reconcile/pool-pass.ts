@@ -24,7 +24,9 @@
  *    still carrying the handle's seq and owner, `removing/<node>` absent), then its outcome.
  *
  * A runtime that cannot be asked, incomplete kernel evidence, a failed status call: verdicts
- * `unknown`, nothing released (D4). An unreachable etcd skips that pool for the pass.
+ * `unknown`, nothing released (D4). An unreachable etcd skips that pool for the pass. A handle
+ * that cannot be read, or a leak whose handle names a block that cannot be read, is an error of
+ * kind `corrupt` (the latter audited `kept`), never released (docs/cluster.md "Corrupt keys").
  */
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseIP } from '../common/ip.ts';
