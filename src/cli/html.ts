@@ -339,8 +339,9 @@ export function renderStatusHtml(r: StatusReport, opts: HtmlOptions): string {
 
 /** Extra rules of the pool page: tables, block bars (own use, borrowed, reserved, free), the heartbeat column. */
 const POOL_CSS = `
-table.nodes,table.blocks{border-collapse:collapse;margin:6px 0}
-table.nodes td,table.nodes th,table.blocks td,table.blocks th{border:1px solid #dde;padding:2px 6px;text-align:left}
+table.nodes,table.blocks,table.corrupt{border-collapse:collapse;margin:6px 0}
+table.nodes td,table.nodes th,table.blocks td,table.blocks th,table.corrupt td,table.corrupt th{border:1px solid #dde;padding:2px 6px;text-align:left}
+table.corrupt td{color:#b71c1c}
 table td.n{text-align:right;font-variant-numeric:tabular-nums}
 .bar{display:flex;width:200px;height:12px;background:${COLOURS.free};border-radius:2px;overflow:hidden}
 .bar i{display:block;height:12px}.bar i.own,.bar-legend i.own{background:${COLOURS.live}}
@@ -387,7 +388,9 @@ function blockBar(b: PoolBlockStatus): string {
  * its blocks (`table.blocks`, one `tr[data-block][data-node][data-state]` each, with a bar of the
  * owner's use, borrowed, reserved and free), then the nodes (`table.nodes`, one
  * `tr[data-node][data-alive="yes|no"][data-heartbeat="yes|expired|never"]` each: blocks,
- * capacity, used, borrowed, reserved, heartbeat). Self-contained (inline CSS, no script; the
+ * capacity, used, borrowed, reserved, heartbeat), then — only when there are any — the keys that
+ * cannot be read (`section#corrupt`, `table.corrupt tr[data-key]`: key, why; a range set with
+ * unreadable addresses also gets `dd[data-count="unreadable"]`). Self-contained (inline CSS, no script; the
  * Content-Security-Policy loads nothing). Every string of the status — node names, CIDRs, ranges,
  * the pool name — is escaped ({@link escapeHtml}).
  */
@@ -410,7 +413,7 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
       return (
         `<section class="rangeset" id="set-${r.index}" data-range-set="${r.index}">` +
         `<h3>range set ${r.index}: <code>${escapeHtml(r.ranges)}</code></h3>` +
-        poolCounts([['size', r.size], ['used', String(r.used)], ['reserved', String(r.reserved)], ['free', r.free], ['blocks', String(r.blocksClaimed)]]) +
+        poolCounts([['size', r.size], ['used', String(r.used)], ['reserved', String(r.reserved)], ...(r.unreadable > 0 ? [['unreadable', String(r.unreadable)] as const] : []), ['free', r.free], ['blocks', String(r.blocksClaimed)]]) +
         table +
         `</section>`
       );
@@ -428,6 +431,12 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
       ? '<p>no nodes</p>'
       : `<table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>reserved</th><th>heartbeat</th></tr></thead><tbody>${nodeRows}</tbody></table>`;
   const source = opts.source === undefined ? '' : ` · ${escapeHtml(opts.source)}`;
+  // Keys that cannot be read: a section of their own, only when there are any.
+  const corrupt =
+    s.corrupt.length === 0
+      ? ''
+      : `<section id="corrupt"><h2>keys that cannot be read</h2><p class="note">not counted above; never allocated from or rewritten by ipwarden: left for an operator</p>` +
+        `<table class="corrupt"><thead><tr><th>key</th><th>why</th></tr></thead><tbody>${s.corrupt.map((c) => `<tr data-key="${escapeHtml(c.key)}"><td><code>${escapeHtml(c.key)}</code></td><td>${escapeHtml(c.why)}</td></tr>`).join('')}</tbody></table></section>`;
   return (
     `<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">` +
     `<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">` +
@@ -440,6 +449,7 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
     `<p class="bar-legend" id="bar-legend"><span><i class="own"></i>used by the block's node (solid)</span><span><i class="borrowed"></i>borrowed by another node (diagonal stripes)</span><span><i class="reserved"></i>reserve for offline allocation (vertical stripes)</span><span><i class="free"></i>free</span></p>` +
     `${sets}</section>` +
     `<section id="nodes"><h2>nodes</h2>${nodes}</section>` +
+    corrupt +
     `</body></html>\n`
   );
 }

@@ -35,7 +35,7 @@ import { compareIP, parseCIDR } from '../common/ip.ts';
 import { blockKeyCidr, PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError } from '../ipam/pool-allocator.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import { nodeHeartbeat, poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
-import { etcdFor, resolveNodeName } from '../cni/pool.ts';
+import { corruptLine, etcdFor, resolveNodeName } from '../cni/pool.ts';
 import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
 import { currentRevision, handlesPrefix, nodeHandles } from '../ipam/pool-reclaim.ts';
 import { inUseReason } from '../reconcile/evidence.ts';
@@ -84,15 +84,17 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
 }
 
 /**
- * The human report of `pool status`: range sets, nodes, blocks. HEARTBEAT is `yes` (its heartbeat
- * key exists), `expired` (none, but a daemon has served the node: its settings key exists) or
- * `never` (only the standalone plugin has served it: alive or dead, it looks the same).
+ * The human report of `pool status`: range sets, nodes, blocks, and — only when there are any —
+ * the keys that cannot be read (`CORRUPT KEY`, `WHY`) with a last line saying they are left for an
+ * operator. HEARTBEAT is `yes` (its heartbeat key exists), `expired` (none, but a daemon has served
+ * the node: its settings key exists) or `never` (only the standalone plugin has served it: alive
+ * or dead, it looks the same). UNREADABLE: allocatable addresses of blocks whose value cannot be read.
  */
 export function poolStatusTable(s: PoolStatus): string {
   let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
   out += renderTable(
-    ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'FREE', 'BLOCKS'],
-    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), r.free, String(r.blocksClaimed)]),
+    ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'UNREADABLE', 'FREE', 'BLOCKS'],
+    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), r.free, String(r.blocksClaimed)]),
   );
   out += renderTable(
     ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT'],
@@ -102,6 +104,10 @@ export function poolStatusTable(s: PoolStatus): string {
     ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED'],
     s.blocks.map((b) => [b.cidr, String(b.rangeSet), b.node, b.state, String(b.capacity), String(b.used), String(b.borrowed), String(b.reserved)]),
   );
+  if (s.corrupt.length > 0) {
+    out += renderTable(['CORRUPT KEY', 'WHY'], s.corrupt.map((c) => [c.key, c.why]));
+    out += `${s.corrupt.length} key${s.corrupt.length === 1 ? '' : 's'} cannot be read: not counted above, never allocated from or rewritten by ipwarden; left for an operator (docs/cluster.md "Corrupt keys")\n`;
+  }
   return out;
 }
 
@@ -210,7 +216,17 @@ async function removeNode(node: string, opts: PoolOptions, ctx: CliContext): Pro
   const kv = etcdFor(pool);
   try {
     // The operator acts as no node: it never allocates, so the allocator needs no ranges.
-    const op = new PoolAllocator({ kv, pool: pool.name, prefix: pool.etcd.prefix, node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 } });
+    // A key that cannot be read is skipped (never marked, released or deleted) and named on stderr.
+    const op = new PoolAllocator({
+      kv,
+      pool: pool.name,
+      prefix: pool.etcd.prefix,
+      node: 'ipwarden-operator',
+      network: '',
+      rangeSets: [],
+      sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
+      onCorrupt: (c) => ctx.stderr(corruptLine(pool.name, c)),
+    });
     if (opts.finish !== true) {
       const heartbeat = await nodeHeartbeat(kv, pool.etcd.prefix, pool.name, node);
       // The window is sized by the node's announced offline seconds (docs/cluster.md "Offline allocation").

@@ -13,12 +13,12 @@
  * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
  * client and its gRPC stack.
  */
-import { lstatSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, readdirSync, readFileSync, writeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { AppError, ClosedError, errnoCode, isAppError } from '../common/errors.ts';
-import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
+import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
 import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import { decodeJournalEntry, journalName } from '../ipam/pool-offline.ts';
 import { untrustedReason } from '../common/trust.ts';
@@ -164,7 +164,20 @@ export function backoffMs(attempt: number, random: () => number = Math.random): 
   return Math.floor(random() * Math.min(200, 5 * 2 ** attempt));
 }
 
-function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache): PoolAllocator {
+/** `text` with C0/C1 control characters as `\xNN` (a key from etcd may hold any bytes; stderr may be a terminal). */
+function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+}
+
+/**
+ * The stderr line of a corrupt key a pool operation went on without (the standalone plugin;
+ * docs/cluster.md "Corrupt keys"): `ipwarden: pool <pool>: <op>: <action> (etcd key <key>: <why>)`.
+ */
+export function corruptLine(pool: string, c: CorruptSkip): string {
+  return `ipwarden: pool ${printable(pool)}: ${c.op}: ${printable(c.action)} (etcd key ${printable(c.key)}: ${printable(c.why)})\n`;
+}
+
+function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache, onCorrupt?: (c: CorruptSkip) => void): PoolAllocator {
   const leases = 'grantLease' in kv ? (kv as KV & Leases) : null;
   return new PoolAllocator({
     kv,
@@ -179,14 +192,23 @@ function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, r
     host: hostname(),
     ...(cache === undefined ? {} : { cache }),
     ...(leases === null ? {} : { tombstoneLease: () => leases.grantLease(TOMBSTONE_TTL_SECONDS) }),
+    ...(onCorrupt === undefined ? {} : { onCorrupt }),
   });
 }
 
 /**
  * The standalone plugin's hooks over `source` (default: a client per request, one transaction per
- * ADD), resolving the node name from `env` (the request's environment).
+ * ADD), resolving the node name from `env` (the request's environment). A corrupt key an ADD or
+ * DEL went on without is one {@link corruptLine} on `stderr` (default: fd 2; stdout belongs to
+ * the protocol).
  */
-export function poolHooks(env: Readonly<Record<string, string | undefined>>, source: KVSource = PER_REQUEST, journalRoot: string = DEFAULT_POOL_JOURNAL_ROOT): PoolHooks {
+export function poolHooks(
+  env: Readonly<Record<string, string | undefined>>,
+  source: KVSource = PER_REQUEST,
+  journalRoot: string = DEFAULT_POOL_JOURNAL_ROOT,
+  stderr: (text: string) => void = (t) => void writeSync(2, t),
+): PoolHooks {
+  const tellCorrupt = (pool: PoolConfig) => (c: CorruptSkip) => stderr(corruptLine(pool.name, c));
   async function withKV<T>(pool: PoolConfig, f: (kv: KV) => Promise<T>): Promise<T> {
     const kv = await source.acquire(pool);
     try {
@@ -200,7 +222,7 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
       const pool = conf.pool as PoolConfig;
       const node = resolveNodeName(pool, env);
       return withKV(pool, async (kv) => {
-        const [r] = await allocatorFor(kv, pool, node, conf.name, conf.rangeSets).add([req]);
+        const [r] = await allocatorFor(kv, pool, node, conf.name, conf.rangeSets, undefined, tellCorrupt(pool)).add([req]);
         if (r instanceof AppError) throw r;
         return r as PoolAllocation[];
       });
@@ -214,7 +236,7 @@ export function poolHooks(env: Readonly<Record<string, string | undefined>>, sou
       if (journalHolds(poolJournalDir(journalRoot, pool.etcd.prefix, pool.name, node), journalName(pool, req.containerId.trim(), req.ifname))) {
         throw new AppError('STORE_UNAVAILABLE', `an offline allocation of ${req.containerId.trim()}/${req.ifname} in pool ${pool.name} awaits its sync by the daemon; retry`);
       }
-      return await withKV(pool, (kv) => allocatorFor(kv, pool, node, id.name, []).del(req));
+      return await withKV(pool, (kv) => allocatorFor(kv, pool, node, id.name, [], undefined, tellCorrupt(pool)).del(req));
     },
     find: (conf, req) => {
       const pool = conf.pool as PoolConfig;
@@ -608,6 +630,8 @@ export interface PoolSample extends PoolEventScope {
   readonly unclaimedBlocks: number;
   /** The node's heartbeat key exists. */
   readonly alive: boolean;
+  /** The node's blocks whose value (or affinity key) cannot be read: skipped by every ADD, left for an operator. */
+  readonly corruptBlocks: number;
 }
 
 /** A pool whose status could not be read ({@link PoolSessions.sample}). */
@@ -625,6 +649,9 @@ function poolKey(pool: PoolConfig): string {
 function attachmentKey(pool: PoolConfig, req: PoolRequest): string {
   return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, req.containerId.trim(), req.ifname]);
 }
+
+/** Least time between two identical corrupt-key log lines of the daemon, milliseconds (10 minutes). */
+export const CORRUPT_LOG_EVERY_MS = 600_000;
 
 /** Requests per batch (the allocator's limit). */
 const MAX_BATCH_REQUESTS = MAX_BATCH;
@@ -695,6 +722,8 @@ export class PoolSessions implements PoolHooks {
   readonly #online = new Set<string>();
   /** The journal root could not be read at start: offline ADDs are refused (review F4). */
   #rootUnreadable = false;
+  /** Corrupt-key log lines by content → when last logged (the sessions' clock, ms). */
+  readonly #corruptLogged = new Map<string, number>();
   #closed = false;
 
   /**
@@ -864,7 +893,22 @@ export class PoolSessions implements PoolHooks {
 
   /** An allocator whose transactions are told to the observer. */
   #allocator(kv: KV & Leases, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache): PoolAllocator {
-    return allocatorFor(observeTxns(kv, { pool: pool.name, node }, this.#observer), pool, node, network, rangeSets, cache);
+    return allocatorFor(observeTxns(kv, { pool: pool.name, node }, this.#observer), pool, node, network, rangeSets, cache, (c) => this.#corrupt(pool, node, c));
+  }
+
+  /**
+   * Log a corrupt key a pool operation went on without (warn, `pool key cannot be read: left for
+   * an operator`, with `op`, `key`, `error` and `action`), the same line at most once per
+   * {@link CORRUPT_LOG_EVERY_MS} (an ADD that skips a block would log it on every request).
+   */
+  #corrupt(pool: PoolConfig, node: string, c: CorruptSkip): void {
+    const k = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node, c.op, c.key, c.why, c.action]);
+    const now = this.#clock();
+    const last = this.#corruptLogged.get(k);
+    if (last !== undefined && now - last < CORRUPT_LOG_EVERY_MS) return;
+    if (this.#corruptLogged.size >= 4096) this.#corruptLogged.clear();
+    this.#corruptLogged.set(k, now);
+    this.#log('warn', { pool: pool.name, node, op: c.op, key: c.key, error: c.why, action: c.action }, 'pool key cannot be read: left for an operator');
   }
 
   /** Run `f` (a request as `node` of `pool`), telling the observer its result and duration. */

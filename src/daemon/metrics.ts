@@ -20,7 +20,7 @@
  *   `ipwarden_pool_requests_total{command,result}`, `ipwarden_pool_request_duration_seconds{command}`,
  *   `ipwarden_pool_etcd_transactions_total{outcome}`, `ipwarden_pool_batch_size`, the gauges
  *   `ipwarden_pool_node_blocks`, `ipwarden_pool_node_addresses`, `ipwarden_pool_claimed_blocks`,
- *   `ipwarden_pool_unclaimed_blocks`, `ipwarden_pool_node_alive` (the node's own blocks and the
+ *   `ipwarden_pool_unclaimed_blocks`, `ipwarden_pool_node_alive`, `ipwarden_pool_node_corrupt_blocks` (the node's own blocks and the
  *   pool's block keys only: never every block value, review B5), and
  *   `ipwarden_pool_status_read_errors_total`; offline allocation (`ipam.pool.offline`):
  *   `ipwarden_pool_offline_operations_total{kind}`, `ipwarden_pool_reserve_addresses`,
@@ -292,7 +292,7 @@ export class PoolMetrics {
   private readonly duration: Histogram<'pool' | 'node' | 'command'>;
   private readonly txns: Counter<'pool' | 'node' | 'outcome'>;
   private readonly batches: Histogram<'pool' | 'node'>;
-  private readonly gauges: Record<'blocks' | 'held' | 'claimedBlocks' | 'unclaimedBlocks' | 'alive', Gauge<'pool' | 'node'>>;
+  private readonly gauges: Record<'blocks' | 'held' | 'claimedBlocks' | 'unclaimedBlocks' | 'alive' | 'corruptBlocks', Gauge<'pool' | 'node'>>;
   private readonly readErrors: Counter<'pool' | 'node'>;
   private readonly offlineOps: Counter<'pool' | 'node' | 'kind'>;
   private readonly reserve: Gauge<'pool' | 'node'>;
@@ -356,6 +356,7 @@ export class PoolMetrics {
       claimedBlocks: gauge('ipwarden_pool_claimed_blocks', 'Blocks claimed in the whole pool, by any node.'),
       unclaimedBlocks: gauge('ipwarden_pool_unclaimed_blocks', 'Blocks of the pool no node has claimed (0: a node whose blocks are full can only borrow).'),
       alive: gauge('ipwarden_pool_node_alive', "1 when the node's heartbeat key exists in the pool, else 0 (a hint, never a decision)."),
+      corruptBlocks: gauge('ipwarden_pool_node_corrupt_blocks', "The node's blocks whose value cannot be read (corrupt): no ADD allocates from them; an operator must repair them (ipwarden pool status lists the keys)."),
     };
     this.readErrors = new Counter({
       name: 'ipwarden_pool_status_read_errors_total',
@@ -472,6 +473,7 @@ export class PoolMetrics {
       this.gauges.claimedBlocks.set(l, s.claimedBlocks);
       this.gauges.unclaimedBlocks.set(l, s.unclaimedBlocks);
       this.gauges.alive.set(l, s.alive ? 1 : 0);
+      this.gauges.corruptBlocks.set(l, s.corruptBlocks);
     }
   }
 }

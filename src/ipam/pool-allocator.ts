@@ -33,6 +33,10 @@
  * A lost race re-reads everything and decides again (at most {@link MAX_ATTEMPTS} times, then
  * `STORE_CONFLICT`, CNI 11). A transaction whose answer was lost is decided by the re-read: a
  * handle that now exists with our allocation is our own earlier success (the repeated-ADD rule).
+ *
+ * Values are decoded exactly (an unknown field is corrupt). A key that cannot be read is never
+ * written: an ADD skips such a block, a DEL always finishes without it (docs/cluster.md "Corrupt
+ * keys"; {@link CorruptValueError}, {@link PoolAllocatorOptions.onCorrupt}).
  */
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, parseIP, type IP, type Subnet } from '../common/ip.ts';
@@ -185,6 +189,29 @@ export interface PoolAllocatorOptions {
    * `grantLease(TOMBSTONE_TTL_SECONDS)` of its etcd client.
    */
   readonly tombstoneLease?: () => Promise<string>;
+  /**
+   * Told of every corrupt key an operation went on without ({@link CorruptSkip}): a block an ADD
+   * or a reserve refill skipped, an address a DEL could not release, a handle a DEL could not
+   * read. Called synchronously, after the operation's outcome is known; must not throw (what it
+   * throws is ignored). Default: nobody. The plugin writes a line on stderr, the daemon a log line.
+   */
+  readonly onCorrupt?: (s: CorruptSkip) => void;
+}
+
+/** A corrupt key an operation went on without (see {@link PoolAllocatorOptions.onCorrupt}). */
+export interface CorruptSkip {
+  /** The operation: `ADD`, `DEL`, `refill` (offline reserve), `veto`, `remove-node`. */
+  readonly op: 'ADD' | 'DEL' | 'refill' | 'veto' | 'remove-node';
+  /** The full etcd key. */
+  readonly key: string;
+  /** Why its value (or name) cannot be read: the {@link CorruptValueError}'s `why`. */
+  readonly why: string;
+  /**
+   * What was done instead, one sentence: `block skipped: never allocated from, left for an
+   * operator`, `10.81.0.16 of c1/eth0 not released (its block cannot be read): the handle keeps
+   * it for an operator`, …
+   */
+  readonly action: string;
 }
 
 /** One cached block: its CIDR, its value and the revision it has in etcd. */
@@ -199,9 +226,44 @@ export class BlockCache {
   blocks: Map<string, CachedBlock> | null = null;
 }
 
-function corrupt(key: string, why: string): AppError {
-  return new AppError('STORE_CORRUPT', `etcd key ${key}: ${why}`);
+/**
+ * A pool key whose value (or name) this version cannot read: code `STORE_CORRUPT` (CNI 999),
+ * message `etcd key <key>: <why>`. Its `key` and `why` let a caller that can go on without the key
+ * (a DEL, an ADD choosing among blocks, `pool status`) name it and skip it: a corrupt key is never
+ * read as free, never rewritten and never released; it is left for an operator (docs/cluster.md
+ * "Corrupt keys").
+ */
+export class CorruptValueError extends AppError {
+  /** The full etcd key. */
+  readonly key: string;
+  /** Why it cannot be read (the message without the `etcd key <key>: ` part). */
+  readonly why: string;
+  constructor(key: string, why: string) {
+    super('STORE_CORRUPT', `etcd key ${key}: ${why}`);
+    this.key = key;
+    this.why = why;
+  }
 }
+
+function corrupt(key: string, why: string): CorruptValueError {
+  return new CorruptValueError(key, why);
+}
+
+/**
+ * Refuse a field outside `known` (docs/cluster.md "Key layout": a value that does not decode
+ * exactly is corrupt — a field this version does not know may be one it would drop when it
+ * rewrites the value). `where`: `""` for the value itself, else e.g. `allocation 3: `.
+ */
+function onlyKnown(key: string, o: Record<string, unknown>, known: readonly string[], where = ''): void {
+  for (const f of Object.keys(o)) if (!known.includes(f)) throw corrupt(key, `${where}unknown field ${JSON.stringify(f)} (known: ${known.join(', ')})`);
+}
+
+const BLOCK_FIELDS = ['v', 'cidr', 'rangeSet', 'node', 'state', 'seq', 'next', 'allocs'] as const;
+const ALLOC_FIELDS = ['id', 'ifname', 'node', 'seq', 'at'] as const;
+const RESERVE_FIELDS = ['id', 'ifname', 'node', 'seq', 'at', 'reserve'] as const;
+const HANDLE_FIELDS = ['v', 'node', 'network', 'at', 'ips', 'host', 'deleted'] as const;
+const HANDLE_IP_FIELDS = ['ip', 'block', 'ordinal', 'seq', 'rangeSet'] as const;
+const AFFINITY_FIELDS = ['v', 'rangeSet'] as const;
 
 /**
  * `pool remove-node` refused to go on (the node may be alive): no heartbeat override, no veto
@@ -278,9 +340,14 @@ function parseJson(e: KVEntry): Record<string, unknown> {
 
 const isNat = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
-/** Decode a block value; throws STORE_CORRUPT naming the key and the field. */
+/**
+ * Decode a block value exactly: every field of {@link BlockValue} with its type and range, no
+ * other field (in the value or in an allocation). Throws {@link CorruptValueError}
+ * (STORE_CORRUPT) naming the key and the field.
+ */
 export function decodeBlock(e: KVEntry, expectCidr: string): BlockValue {
   const r = parseJson(e);
+  onlyKnown(e.key, r, BLOCK_FIELDS);
   if (r['cidr'] !== expectCidr) throw corrupt(e.key, `"cidr" must be ${JSON.stringify(expectCidr)}, got ${JSON.stringify(r['cidr'] ?? null)}`);
   const cidr = parseCIDR(expectCidr);
   if (cidr === null) throw corrupt(e.key, '"cidr" is not a CIDR');
@@ -296,7 +363,8 @@ export function decodeBlock(e: KVEntry, expectCidr: string): BlockValue {
   for (const [k, a] of Object.entries(allocs as Record<string, unknown>)) {
     if (!/^(0|[1-9][0-9]*)$/.test(k) || Number(k) >= size) throw corrupt(e.key, `allocation ordinal ${JSON.stringify(k)} is not an ordinal of a block of ${size} addresses`);
     const x = a as Record<string, unknown> | null;
-    if (typeof x !== 'object' || x === null) throw corrupt(e.key, `allocation ${k} must be an object`);
+    if (typeof x !== 'object' || x === null || Array.isArray(x)) throw corrupt(e.key, `allocation ${k} must be an object`);
+    onlyKnown(e.key, x, x['reserve'] !== undefined ? RESERVE_FIELDS : ALLOC_FIELDS, `allocation ${k}: `);
     if (x['reserve'] !== undefined) {
       // A reserve entry of the block's owner (ipam.pool.offline): no container, exactly this shape.
       if (x['reserve'] !== true || x['id'] !== '' || x['ifname'] !== '') throw corrupt(e.key, `allocation ${k}: a reserve entry must have "reserve":true and an empty "id" and "ifname"`);
@@ -316,9 +384,13 @@ export function decodeBlock(e: KVEntry, expectCidr: string): BlockValue {
   return { v: 1, cidr: expectCidr, rangeSet: r['rangeSet'], node: r['node'], state: r['state'], seq: r['seq'], next: r['next'], allocs: out };
 }
 
-/** Decode a handle value; throws STORE_CORRUPT naming the key and the field. */
+/**
+ * Decode a handle value exactly (the fields of {@link HandleValue} and of its `ips`, no other).
+ * Throws {@link CorruptValueError} (STORE_CORRUPT) naming the key and the field.
+ */
 export function decodeHandle(e: KVEntry): HandleValue {
   const r = parseJson(e);
+  onlyKnown(e.key, r, HANDLE_FIELDS);
   if (typeof r['node'] !== 'string') throw corrupt(e.key, '"node" must be a string');
   if (typeof r['network'] !== 'string') throw corrupt(e.key, '"network" must be a string');
   if (typeof r['at'] !== 'number') throw corrupt(e.key, '"at" must be a number');
@@ -326,7 +398,8 @@ export function decodeHandle(e: KVEntry): HandleValue {
   if (r['deleted'] !== undefined && (r['deleted'] !== true || r['ips'].length !== 0)) throw corrupt(e.key, '"deleted" must be true, with "ips" empty');
   const ips: HandleIP[] = r['ips'].map((x: unknown, i: number) => {
     const o = x as Record<string, unknown> | null;
-    if (typeof o !== 'object' || o === null) throw corrupt(e.key, `ips[${i}] must be an object`);
+    if (typeof o !== 'object' || o === null || Array.isArray(o)) throw corrupt(e.key, `ips[${i}] must be an object`);
+    onlyKnown(e.key, o, HANDLE_IP_FIELDS, `ips[${i}]: `);
     const ip = typeof o['ip'] === 'string' ? parseIP(o['ip']) : null;
     if (ip === null || formatIP(ip) !== o['ip']) throw corrupt(e.key, `ips[${i}].ip must be a canonical IP`);
     if (typeof o['block'] !== 'string' || !/^[0-9a-f.:]+-[0-9]{1,3}$/.test(o['block'])) throw corrupt(e.key, `ips[${i}].block must be a block key`);
@@ -335,6 +408,17 @@ export function decodeHandle(e: KVEntry): HandleValue {
   });
   if (r['host'] !== undefined && (typeof r['host'] !== 'string' || r['host'] === '' || r['host'].length > 253)) throw corrupt(e.key, '"host" must be a host name');
   return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips, ...(typeof r['host'] === 'string' ? { host: r['host'] } : {}), ...(r['deleted'] === true ? { deleted: true as const } : {}) };
+}
+
+/**
+ * Decode an affinity value (`nodes/<node>/blocks/<block>` → `{"v":1,"rangeSet":N}`) exactly; returns
+ * the range set index. Throws {@link CorruptValueError} (STORE_CORRUPT) naming the key.
+ */
+export function decodeAffinity(e: KVEntry): number {
+  const r = parseJson(e);
+  onlyKnown(e.key, r, AFFINITY_FIELDS);
+  if (!isNat(r['rangeSet'])) throw corrupt(e.key, '"rangeSet" must be a non-negative integer');
+  return r['rangeSet'];
 }
 
 /** The CIDR text of a block key (`10.80.0.64-26` → `10.80.0.64/26`), or null. */
@@ -495,6 +579,25 @@ export class PoolAllocator {
     return w;
   }
 
+  /** {@link #block}, but a block that cannot be read is returned as its {@link CorruptValueError} (the KV's errors are thrown). */
+  async #tryBlock(key: string, cache: Map<string, Working | null>): Promise<Working | null | CorruptValueError> {
+    try {
+      return await this.#block(key, cache);
+    } catch (e) {
+      if (e instanceof CorruptValueError) return e;
+      throw e;
+    }
+  }
+
+  /** Tell `onCorrupt` (never throws). */
+  #report(op: CorruptSkip['op'], e: CorruptValueError, action: string): void {
+    try {
+      this.#o.onCorrupt?.({ op, key: e.key, why: e.why, action });
+    } catch {
+      // reporting never fails an operation
+    }
+  }
+
   /**
    * The allocations a handle names, checked against their blocks (repeated ADD, CHECK). Throws
    * {@link LostRace} when a block lacks the allocation but the handle changed since it was read
@@ -541,12 +644,25 @@ export class PoolAllocator {
    * ADD for a batch of requests of this node, in one transaction per attempt. Returns, per
    * request in order, its allocations (one per range set) or the AppError it failed with (a full
    * range set: host-local's `failed to allocate for range <i>: no IP addresses available in range
-   * set: <set>`). Whole-batch failures (etcd unavailable, `STORE_CONFLICT`, `STORE_CORRUPT`,
-   * a `meta` mismatch) are thrown. At most {@link MAX_BATCH} requests.
+   * set: <set>`, its details naming any block skipped as unreadable). A block that cannot be read
+   * (the node's own, or another's when borrowing, or a key under `blocks/` that names no block) is
+   * skipped — never allocated from, never written — and told to `onCorrupt` once the batch is
+   * decided; a corrupt block's key exists, so it is never claimed either. Whole-batch failures
+   * (etcd unavailable, `STORE_CONFLICT`, `STORE_CORRUPT` — a `meta`, or a handle or block a
+   * repeated ADD must verify, that cannot be read —, a `meta` mismatch) are thrown. At most
+   * {@link MAX_BATCH} requests.
    */
   async add(reqs: readonly PoolRequest[]): Promise<Array<PoolAllocation[] | AppError>> {
     if (reqs.length > MAX_BATCH) throw new AppError('INTERNAL', `a pool batch holds at most ${MAX_BATCH} requests, got ${reqs.length}`);
     await this.checkMeta();
+    /** Blocks that cannot be read, skipped (never allocated from, never written), by key: told to `onCorrupt` once at the end. */
+    const skipped = new Map<string, CorruptValueError>();
+    const r = await this.#add(reqs, skipped);
+    for (const e of skipped.values()) this.#report('ADD', e, 'block skipped: never allocated from, left for an operator');
+    return r;
+  }
+
+  async #add(reqs: readonly PoolRequest[], skipped: Map<string, CorruptValueError>): Promise<Array<PoolAllocation[] | AppError>> {
     const kv = this.#o.kv;
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       if (attempt > 0) await this.#o.backoff?.(attempt);
@@ -600,7 +716,13 @@ export class PoolAllocator {
           const key = a.key.slice(prefix.length);
           const c = cached?.get(key);
           if (c !== undefined) blocks.set(key, { key, cidr: c.cidr, value: structuredClone(c.value), rev: c.rev, dirty: false });
-          const b = await this.#block(key, blocks);
+          const b = await this.#tryBlock(key, blocks);
+          if (b instanceof CorruptValueError) {
+            // One of the node's blocks cannot be read: skip it (nothing in it is handed out, it is
+            // never rewritten); the node uses its other blocks, claims one or borrows.
+            skipped.set(b.key, b);
+            continue;
+          }
           if (b === null || b.value.node !== this.#o.node) {
             // Another process of this node may have given the block back (a DEL that emptied
             // it), and another node claimed it since, between our affinity list and this read: a
@@ -661,7 +783,7 @@ export class PoolAllocator {
             }
             if (pick === null) {
               // No free block anywhere in the pool: borrow from another node's block.
-              others ??= await this.#othersBlocks(blocks);
+              others ??= await this.#othersBlocks(blocks, skipped);
               for (const b of others) {
                 if (b.value.rangeSet !== s) continue;
                 const o = this.#freeOrdinal(b);
@@ -673,8 +795,9 @@ export class PoolAllocator {
             }
             if (pick === null || pick.o < 0) {
               const rs = this.#o.rangeSets[s] as RangeSet;
+              const bad = [...skipped.values()].map((e) => e.message).join('; ');
               failed = new RangeExhaustedError({ rangeSetIndex: s, rangeSet: rangeSetString(rs), size: rangeSetSize(rs), reserved: Number(rangeSetSize(rs)) }, {
-                details: `pool ${this.#o.pool}: every block of range set ${s} is claimed and none has a free address`,
+                details: `pool ${this.#o.pool}: every block of range set ${s} is claimed and none has a free address${bad === '' ? '' : `; blocks that cannot be read were skipped (never allocated from, left for an operator): ${bad}`}`,
               });
               break;
             }
@@ -736,7 +859,7 @@ export class PoolAllocator {
       // halves re-read; nothing was written) instead of failing it as a whole (review).
       if (anyHandle && reqs.length > 1 && compares.length + ops.length + 1 > MAX_TXN_OPS) {
         const half = Math.ceil(reqs.length / 2);
-        return [...(await this.add(reqs.slice(0, half))), ...(await this.add(reqs.slice(half)))];
+        return [...(await this.#add(reqs.slice(0, half), skipped)), ...(await this.#add(reqs.slice(half), skipped))];
       }
       if (anyHandle) {
         // No ADD of this node commits while a removal of it is begun (review F2): the marker's
@@ -801,8 +924,11 @@ export class PoolAllocator {
     };
   }
 
-  /** Every block of the pool owned by other nodes (one prefix read), cached in `blocks`. */
-  async #othersBlocks(blocks: Map<string, Working | null>): Promise<Working[]> {
+  /**
+   * Every block of the pool owned by other nodes (one prefix read), cached in `blocks`. A key that
+   * is not a block's, or whose value cannot be read, is put in `skipped` (never borrowed from).
+   */
+  async #othersBlocks(blocks: Map<string, Working | null>, skipped: Map<string, CorruptValueError>): Promise<Working[]> {
     const prefix = `${this.#base}/blocks/`;
     const out: Working[] = [];
     for (const e of await this.#o.kv.list(prefix)) {
@@ -813,8 +939,15 @@ export class PoolAllocator {
         continue;
       }
       const cidrText = blockKeyCidr(key);
-      if (cidrText === null) throw corrupt(e.key, 'not a block key');
-      const w: Working = { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, dirty: false };
+      let w: Working;
+      try {
+        if (cidrText === null) throw corrupt(e.key, 'not a block key');
+        w = { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, dirty: false };
+      } catch (err) {
+        if (!(err instanceof CorruptValueError)) throw err;
+        skipped.set(err.key, err);
+        continue;
+      }
       blocks.set(key, w);
       if (w.value.node !== this.#o.node) out.push(w);
     }
@@ -844,33 +977,77 @@ export class PoolAllocator {
    * handle's sequence number and owner (re-allocated since) is not touched. An owned block left
    * empty is deleted with its affinity unless it is the node's last block of its range set.
    * Returns the released addresses (canonical text, sorted).
+   *
+   * A DEL always finishes when etcd answers (docs/cluster.md "Corrupt keys": a runtime retries a
+   * failed DEL forever, and the pod is never torn down). Corrupt keys are left exactly as they are
+   * and told to `onCorrupt` (after the DEL's transaction):
+   * - an address whose block cannot be read is not released, and the handle is rewritten to name
+   *   only such addresses, in the transaction that releases the others (nothing is written when
+   *   no address could be released): no address is freed that the corrupt block may still give to
+   *   this container, and the record of what it holds there stays for an operator — and for the
+   *   node's reconcile, which releases it once the block is repaired;
+   * - a handle that cannot be read is left as it is (a late ADD transaction of the container
+   *   still fails its create-only compare on it), and the container's allocations (its ID and
+   *   ifname) found in the pool's readable blocks are released ({@link #delByOwner}: one read of
+   *   every block value, on this path only);
+   * - an affinity that cannot be read only keeps an emptied block (no block is given back on it).
+   * @throws STORE_UNAVAILABLE (CNI 11) when etcd cannot be asked; STORE_CONFLICT (CNI 11) after
+   *   {@link MAX_ATTEMPTS} lost races.
    */
   async del(req: PoolRequest): Promise<string[]> {
+    /** What the last attempt went on without, by key and action (told once it succeeded). */
+    const reports = new Map<string, [CorruptValueError, string]>();
+    const r = await this.#del(req, reports);
+    for (const [e, action] of reports.values()) this.#report('DEL', e, action);
+    return r;
+  }
+
+  async #del(req: PoolRequest, reports: Map<string, [CorruptValueError, string]>): Promise<string[]> {
     const kv = this.#o.kv;
     const id = req.containerId.trim();
+    const tell = (e: CorruptValueError, action: string): void => void reports.set(`${e.key}\u0000${action}`, [e, action]);
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       if (attempt > 0) await this.#o.backoff?.(attempt);
-      const h = await this.#handle(req);
-      if (h === null) {
+      reports.clear();
+      const he = await kv.get(this.handleKey(id, req.ifname));
+      if (he === null) {
         // Nothing held: leave a tombstone, so an ADD of this container whose transaction etcd
         // applies only now (its sender gave up: the runtime's DEL came after an error) fails its
         // create-only compare instead of holding an address nobody will release (review F4).
         if (await this.#tombstone(req)) return [];
         continue; // a handle appeared meanwhile: release it
       }
-      if (h.value.deleted === true) return [];
+      let hv: HandleValue;
+      try {
+        hv = decodeHandle(he);
+      } catch (e) {
+        if (!(e instanceof CorruptValueError)) throw e;
+        const r = await this.#delByOwner(req, he, e, tell);
+        if (r !== null) return r;
+        continue; // the handle or a block changed meanwhile: decide again
+      }
+      if (hv.deleted === true) return [];
       const blocks = new Map<string, Working | null>();
       const released: string[] = [];
-      for (const x of h.value.ips) {
-        const b = await this.#block(x.block, blocks);
+      /** The handle's addresses whose block cannot be read: never released; the handle keeps naming them. */
+      const left: HandleIP[] = [];
+      for (const x of hv.ips) {
+        const b = await this.#tryBlock(x.block, blocks);
+        if (b instanceof CorruptValueError) {
+          left.push(x);
+          tell(b, `${x.ip} of ${id}/${req.ifname} not released (its block cannot be read): the handle ${he.key} keeps it for an operator`);
+          continue;
+        }
         const a = b?.value.allocs[String(x.ordinal)];
         if (b === null || a === undefined || a.seq !== x.seq || a.id !== id || a.ifname !== req.ifname) continue;
         delete b.value.allocs[String(x.ordinal)];
         b.dirty = true;
         released.push(x.ip);
       }
-      const compares: KVCompare[] = [{ key: h.entry.key, modRevision: h.entry.modRevision }];
-      const ops: KVOp[] = [{ delete: h.entry.key }];
+      // Every address is in a block that cannot be read: nothing can be released, nothing is written.
+      if (left.length > 0 && left.length === hv.ips.length) return [];
+      const compares: KVCompare[] = [{ key: he.key, modRevision: he.modRevision }];
+      const ops: KVOp[] = [left.length === 0 ? { delete: he.key } : { put: he.key, value: JSON.stringify({ ...hv, ips: left }) }];
       let mineByRs: Map<number, KVEntry[]> | null = null;
       for (const b of blocks.values()) {
         if (b === null || !b.dirty) continue;
@@ -880,8 +1057,15 @@ export class PoolAllocator {
           if (mineByRs === null) {
             mineByRs = new Map();
             for (const e of await kv.list(`${this.#base}/nodes/${this.#o.node}/blocks/`)) {
-              const rs = parseJson(e)['rangeSet'];
-              if (!isNat(rs)) throw corrupt(e.key, '"rangeSet" must be a non-negative integer');
+              let rs: number;
+              try {
+                rs = decodeAffinity(e);
+              } catch (err) {
+                if (!(err instanceof CorruptValueError)) throw err;
+                // Left out: an emptied block is then kept rather than given back (keeping is always safe).
+                tell(err, 'affinity not read: no block is given back on it, left for an operator');
+                continue;
+              }
               mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
             }
           }
@@ -918,6 +1102,56 @@ export class PoolAllocator {
       }
     }
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
+  }
+
+  /**
+   * The DEL of an attachment whose handle `he` cannot be read (`err`): release the allocations of
+   * (containerId, ifname) — reserve entries never — found in the pool's readable blocks (one prefix
+   * read of every block value), in one transaction that compares the handle's `mod_revision`
+   * (still the unreadable value: a handle rewritten meanwhile is decided again), each block written
+   * and `removing/<me>` absent. The handle is left as it is for an operator; emptied blocks are
+   * kept. Returns the released addresses (sorted; `[]` when there are none: nothing written), or
+   * null when the transaction failed (the caller decides again).
+   */
+  async #delByOwner(req: PoolRequest, he: KVEntry, err: CorruptValueError, tell: (e: CorruptValueError, action: string) => void): Promise<string[] | null> {
+    const kv = this.#o.kv;
+    const id = req.containerId.trim();
+    const prefix = `${this.#base}/blocks/`;
+    const compares: KVCompare[] = [{ key: he.key, modRevision: he.modRevision }];
+    const ops: KVOp[] = [];
+    const released: string[] = [];
+    for (const e of await kv.list(prefix)) {
+      const cidrText = blockKeyCidr(e.key.slice(prefix.length));
+      let v: BlockValue;
+      try {
+        if (cidrText === null) throw corrupt(e.key, 'not a block key');
+        v = decodeBlock(e, cidrText);
+      } catch (x) {
+        if (!(x instanceof CorruptValueError)) throw x;
+        tell(x, `not searched for allocations of ${id}/${req.ifname} (it cannot be read): left for an operator`);
+        continue;
+      }
+      const cidr = (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet;
+      let dirty = false;
+      for (const [o, a] of Object.entries(v.allocs)) {
+        if (a.reserve === true || a.id !== id || a.ifname !== req.ifname) continue;
+        delete v.allocs[o];
+        dirty = true;
+        released.push(formatIP(ordinalIP(cidr, Number(o))));
+      }
+      if (!dirty) continue;
+      compares.push({ key: e.key, modRevision: e.modRevision });
+      ops.push({ put: e.key, value: JSON.stringify(v) });
+    }
+    released.sort();
+    tell(err, `handle left as it is for an operator (the addresses it names cannot be read from it); allocations of ${id}/${req.ifname} in the pool's readable blocks: ${released.length === 0 ? 'none' : `${released.join(', ')}, released`}`);
+    if (ops.length === 0) return [];
+    compares.push({ key: this.removingKey(this.#o.node), absent: true });
+    const t = await kv.txn(compares, ops);
+    this.#cache = null;
+    if (t.succeeded) return released;
+    if ((await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
+    return null;
   }
 
   /** Put a tombstone at (containerId, ifname)'s handle key if it is absent; false when a handle exists. */
@@ -965,7 +1199,8 @@ export class PoolAllocator {
    * Veto a removal of this node (docs/cluster.md "Reclaiming a dead node's blocks"): delete its
    * marker `removing/<node>` first — from then on every `--finish` transaction, which compares
    * the marker's revision, fails — then write each of its blocks in `pendingRelease` back to
-   * `owned` (one revision-checked write each). Returns the blocks written back. Called by an ADD
+   * `owned` (one revision-checked write each; a block it cannot read is left as it is and told to
+   * `onCorrupt`). Returns the blocks written back. Called by an ADD
    * that finds the marker (its transaction compares it absent), by the daemon at the start of a
    * pool and on every heartbeat ({@link vetoIfMarked}), and by tools and tests.
    */
@@ -977,7 +1212,12 @@ export class PoolAllocator {
     for (const a of await kv.list(prefix, { keysOnly: true })) {
       const key = a.key.slice(prefix.length);
       for (let i = 0; i < MAX_ATTEMPTS; i++) {
-        const b = await this.#block(key, new Map());
+        const b = await this.#tryBlock(key, new Map());
+        if (b instanceof CorruptValueError) {
+          // Never rewritten: the other blocks are still written back.
+          this.#report('veto', b, 'block not written back to owned (it cannot be read): left for an operator');
+          break;
+        }
         if (b === null || b.value.state !== 'pendingRelease' || b.value.node !== this.#o.node) break;
         b.value.state = 'owned';
         if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
@@ -1014,7 +1254,13 @@ export class PoolAllocator {
     if (ae === null && indexed.length === 0) {
       const hprefix = `${this.#base}/handles/`;
       const held = (await kv.list(hprefix)).some((e) => {
-        const h = decodeHandle(e);
+        let h: HandleValue;
+        try {
+          h = decodeHandle(e);
+        } catch (err) {
+          if (err instanceof CorruptValueError) return false; // whose it is cannot be told
+          throw err;
+        }
         return h.node === target && h.deleted !== true;
       });
       if (!held) throw nothingRefusal(this.#o.pool, target);
@@ -1043,7 +1289,8 @@ export class PoolAllocator {
    * daemon that serves the node) is refused: only the standalone plugin has served it, which
    * writes no heartbeat, so a live idle node could not veto. The settings key's absence is also
    * compared in the marker's transaction.
-   * Returns the blocks now pending (also those that already were), as keys.
+   * Returns the blocks now pending (also those that already were), as keys. A block that cannot be
+   * read is not marked (told to `onCorrupt`; `--finish` keeps it).
    * @throws RemovalRefusedError when `target` has a heartbeat (without `force`; the message names
    *   the daemon that wrote it when its value says), it vetoed during the marking, or (with
    *   `checkNode`) it has nothing in the pool or was never served by a daemon (without `force`).
@@ -1109,7 +1356,11 @@ export class PoolAllocator {
     for (const a of await kv.list(prefix, { keysOnly: true })) {
       const key = a.key.slice(prefix.length);
       for (let i = 0; i < MAX_ATTEMPTS; i++) {
-        const b = await this.#block(key, new Map());
+        const b = await this.#tryBlock(key, new Map());
+        if (b instanceof CorruptValueError) {
+          this.#report('remove-node', b, `block not marked pendingRelease (it cannot be read): left for an operator; --finish keeps it`);
+          break;
+        }
         if (b === null || b.value.node !== target) break;
         if (b.value.state === 'pendingRelease') {
           out.push(key);
@@ -1136,7 +1387,10 @@ export class PoolAllocator {
    * handle is released only if each of `target`'s blocks it touches is still `pendingRelease`
    * at the revision read. A veto deletes the marker, so nothing is released after it (review F1).
    * Allocations other nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease`
-   * until their DELs). Returns what was released and what was kept.
+   * until their DELs). Returns what was released and what was kept. Keys that cannot be read are
+   * never released or deleted, and are told to `onCorrupt`: a handle (whose node is unknown), a
+   * handle naming a block that cannot be read (its address would stay held with no handle), and
+   * such a block (in `keptBlocks`).
    * @throws RemovalRefusedError when step 1 was not run (no marker), the node vetoed (the marker
    *   is gone or was re-created), or its heartbeat key exists.
    */
@@ -1167,25 +1421,51 @@ export class PoolAllocator {
     const released: string[] = [];
     const hprefix = `${this.#base}/handles/`;
     for (const e of await kv.list(hprefix)) {
-      const h = decodeHandle(e);
+      let h: HandleValue;
+      try {
+        h = decodeHandle(e);
+      } catch (err) {
+        if (!(err instanceof CorruptValueError)) throw err;
+        // Whose it is cannot be told: never released here.
+        this.#report('remove-node', err, 'handle not released (it cannot be read): left for an operator');
+        continue;
+      }
       if (h.node !== target || h.deleted === true) continue;
       const [containerId, ifname] = e.key.slice(hprefix.length).split('/') as [string, string];
       for (let i = 0; i < MAX_ATTEMPTS; i++) {
         const cur = await this.#o.kv.get(e.key);
         if (cur === null) break;
-        const hv = decodeHandle(cur);
+        let hv: HandleValue;
+        try {
+          hv = decodeHandle(cur);
+        } catch (err) {
+          if (!(err instanceof CorruptValueError)) throw err;
+          this.#report('remove-node', err, 'handle not released (it cannot be read): left for an operator');
+          break;
+        }
         if (hv.node !== target || hv.deleted === true) break;
         const blocks = new Map<string, Working | null>();
         let vetoed = false;
+        let unreadable: CorruptValueError | null = null;
         const freed: string[] = [];
         for (const x of hv.ips) {
-          const b = await this.#block(x.block, blocks);
+          const b0 = await this.#tryBlock(x.block, blocks);
+          if (b0 instanceof CorruptValueError) {
+            unreadable = b0;
+            break;
+          }
+          const b = b0;
           if (b !== null && b.value.node === target && b.value.state !== 'pendingRelease') vetoed = true;
           const a = b?.value.allocs[String(x.ordinal)];
           if (b === null || a === undefined || a.seq !== x.seq || a.id !== containerId || a.ifname !== ifname) continue;
           delete b.value.allocs[String(x.ordinal)];
           b.dirty = true;
           freed.push(x.ip);
+        }
+        if (unreadable !== null) {
+          // Not released at all: the address in the unreadable block would stay held with no handle naming it.
+          this.#report('remove-node', unreadable, `handle ${cur.key} not released (a block it names cannot be read): left for an operator`);
+          break;
         }
         if (vetoed) break;
         const compares: KVCompare[] = [...guard, { key: cur.key, modRevision: cur.modRevision }];
@@ -1207,7 +1487,12 @@ export class PoolAllocator {
     const aprefix = `${this.#base}/nodes/${target}/blocks/`;
     for (const a of await kv.list(aprefix)) {
       const key = a.key.slice(aprefix.length);
-      const b = await this.#block(key, new Map());
+      const b = await this.#tryBlock(key, new Map());
+      if (b instanceof CorruptValueError) {
+        this.#report('remove-node', b, 'block kept (it cannot be read): left for an operator');
+        keptBlocks.push(key);
+        continue;
+      }
       // The node's reserve entries (ipam.pool.offline) go with its block: the node is gone.
       if (b === null || b.value.state !== 'pendingRelease' || Object.values(b.value.allocs).some((x) => x.reserve !== true || x.node !== target)) {
         keptBlocks.push(key);
@@ -1250,7 +1535,8 @@ export class PoolAllocator {
    * owned blocks (round robin from `next`), then into a free block it claims; never into another
    * node's block. Entries beyond `k` are kept (they are released with the node's blocks). When
    * nothing needs writing it reads `removing/<me>` instead (so a call is always a confirmed
-   * contact when it returns). Returns every reserve entry of the node (in owned blocks), the
+   * contact when it returns). A block of the node that cannot be read is skipped (no entry in it,
+   * never rewritten; told to `onCorrupt`). Returns every reserve entry of the node (in owned blocks), the
    * shortfall per range set (a full pool), and the offline seconds its settings now hold.
    * @throws like {@link add} (STORE_UNAVAILABLE, STORE_CONFLICT after {@link MAX_ATTEMPTS}, STORE_CORRUPT).
    */
@@ -1267,8 +1553,13 @@ export class PoolAllocator {
       const announced = se === null ? null : decodeSettings(se);
       const mine: Working[] = [];
       let lostRace = false;
+      const skipped: CorruptValueError[] = [];
       for (const a of listed) {
-        const b = await this.#block(a.key.slice(prefix.length), blocks);
+        const b = await this.#tryBlock(a.key.slice(prefix.length), blocks);
+        if (b instanceof CorruptValueError) {
+          skipped.push(b); // as an ADD does: no reserve entry in it, never rewritten
+          continue;
+        }
         if (b === null || b.value.node !== me) {
           lostRace = true; // given back and claimed by another meanwhile (see add): read again
           break;
@@ -1347,6 +1638,7 @@ export class PoolAllocator {
           continue;
         }
         this.#remember(blocks, null);
+        for (const e of skipped) this.#report('refill', e, 'block skipped: no reserve entry set aside in it, left for an operator');
         return { slots: slots(), short, settingsSeconds };
       }
       if (compares.length + ops.length + 1 > MAX_TXN_OPS) throw new AppError('INTERNAL', `pool ${this.#o.pool}: a reserve refill of ${k} per range set needs more than ${MAX_TXN_OPS} transaction ops (blocks too small)`);
@@ -1358,6 +1650,7 @@ export class PoolAllocator {
         continue;
       }
       this.#remember(blocks, t.revision);
+      for (const e of skipped) this.#report('refill', e, 'block skipped: no reserve entry set aside in it, left for an operator');
       return { slots: slots(), short, settingsSeconds };
     }
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reserve refills lost to concurrent writers; try again`);
@@ -1438,12 +1731,18 @@ export class PoolAllocator {
     throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} syncs of ${e.containerId}/${e.ifname} lost to concurrent writers; try again`);
   }
 
-  /** Every handle `node` made, sorted by key (one prefix read of the pool's handles). */
+  /** Every handle `node` made, sorted by key (one prefix read of the pool's handles); a handle that cannot be read is left out (whose it is cannot be told). */
   async handlesOf(node: string): Promise<Array<{ containerId: string; ifname: string; value: HandleValue }>> {
     const prefix = `${this.#base}/handles/`;
     const out: Array<{ containerId: string; ifname: string; value: HandleValue }> = [];
     for (const e of await this.#o.kv.list(prefix)) {
-      const value = decodeHandle(e);
+      let value: HandleValue;
+      try {
+        value = decodeHandle(e);
+      } catch (err) {
+        if (err instanceof CorruptValueError) continue; // whose it is cannot be told
+        throw err;
+      }
       if (value.node !== node || value.deleted === true) continue;
       const [containerId, ifname] = e.key.slice(prefix.length).split('/') as [string, string];
       out.push({ containerId, ifname, value });

@@ -21,7 +21,7 @@
  */
 import { AppError } from '../common/errors.ts';
 import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
-import { blockKeyCidr, decodeBlock, decodeHandle, MAX_ATTEMPTS, type BlockValue, type HandleValue, type PoolRequest } from './pool-allocator.ts';
+import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, MAX_ATTEMPTS, type BlockValue, type HandleValue, type PoolRequest } from './pool-allocator.ts';
 import { revisionAfter } from './pool-leaks.ts';
 
 /** Where a pool's keys are: `P/pools/<pool>/…` (docs/cluster.md "Key layout"). */
@@ -154,8 +154,11 @@ export function gcDecision(
 export type ReleaseOutcome =
   /** Released: the handle is deleted and `ips` (all of its addresses) freed. */
   | { readonly released: true; readonly ips: string[]; readonly revision: string }
-  /** Not released (nothing written): why. */
-  | { readonly released: false; readonly why: string };
+  /**
+   * Not released (nothing written): why. `corruptKey`: set when a block the handle names cannot be
+   * read (the key; left for an operator, never rewritten).
+   */
+  | { readonly released: false; readonly why: string; readonly corruptKey?: string };
 
 /**
  * Release `h` exactly as observed, in one transaction (see the module comment for its compares).
@@ -164,10 +167,11 @@ export type ReleaseOutcome =
  * (nothing written) when the handle is gone or was rewritten since it was observed, when an
  * allocation it names moved on (another `seq` or owner, or gone: the address is never freed, and
  * the handle stays for an operator or the container's DEL), or when a removal of `node` is begun
- * (the node's heartbeat vetoes it; the next pass decides again).
+ * (the node's heartbeat vetoes it; the next pass decides again), or when a block it names cannot
+ * be read (`corruptKey`: nothing of the handle is released, the block is never rewritten).
  * @throws AppError STORE_UNAVAILABLE (CNI 11) when etcd cannot be asked — a transaction whose
- *   answer was lost may have been applied (the next pass finds the handle gone); STORE_CORRUPT
- *   when a block it touches cannot be read; STORE_CONFLICT after {@link MAX_ATTEMPTS} lost races.
+ *   answer was lost may have been applied (the next pass finds the handle gone); STORE_CONFLICT
+ *   after {@link MAX_ATTEMPTS} lost races.
  */
 export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: PoolHandleEntry): Promise<ReleaseOutcome> {
   const base = `${k.prefix}/pools/${k.pool}`;
@@ -182,7 +186,16 @@ export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: Pool
       if (!blocks.has(x.block)) {
         const cidr = blockKeyCidr(x.block);
         const e = cidr === null ? null : await kv.get(`${base}/blocks/${x.block}`);
-        blocks.set(x.block, e === null || cidr === null ? null : { entry: e, value: decodeBlock(e, cidr), dirty: false });
+        let value: BlockValue | null = null;
+        if (e !== null && cidr !== null) {
+          try {
+            value = decodeBlock(e, cidr);
+          } catch (err) {
+            if (!(err instanceof CorruptValueError)) throw err;
+            return { released: false, why: `${x.ip}: ${err.message}: nothing released (left for an operator)`, corruptKey: err.key };
+          }
+        }
+        blocks.set(x.block, e === null || value === null ? null : { entry: e, value, dirty: false });
       }
       const b = blocks.get(x.block) ?? null;
       const a = b?.value.allocs[String(x.ordinal)];

@@ -2,14 +2,17 @@
  * The status model of a cluster pool (`ipwarden pool status`, docs/cluster.md "pool status"):
  * from one read of the pool's `meta` and one of its blocks (both at current revisions), the
  * blocks per node, usage, reserve entries (`ipam.pool.offline`) and free addresses cluster-wide,
- * and each node's heartbeat state. Logic over a {@link KV}, no I/O of its own; malformed values
- * throw `STORE_CORRUPT` as the allocator's reads do.
+ * and each node's heartbeat state. Logic over a {@link KV}, no I/O of its own. A key that cannot be
+ * read (a block value that does not decode, a key under `blocks/` that names no block, a heartbeat
+ * or settings key that names no node) is listed in `corrupt` with why, and the rest is counted
+ * (docs/cluster.md "Corrupt keys"); only a `meta` that cannot be read fails the report (without
+ * the layout nothing can be counted).
  */
 import { AppError } from '../common/errors.ts';
-import { compareIP, parseCIDR, parseIP } from '../common/ip.ts';
+import { compareIP, parseCIDR, parseIP, type Subnet } from '../common/ip.ts';
 import type { KV, KVEntry } from '../store/kv.ts';
-import { blockKeyCidr, decodeBlock, POOL_VALUE_VERSION } from './pool-allocator.ts';
-import { allocatableOrdinals, blockAddresses, countBlocks } from './pool-blocks.ts';
+import { blockKeyCidr, CorruptValueError, decodeBlock, POOL_VALUE_VERSION } from './pool-allocator.ts';
+import { allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './pool-blocks.ts';
 import { validNodeName } from './pool-config.ts';
 import { canonicalizeRangeSet, rangeSetSize, rangeSetString } from './range.ts';
 import type { RangeSet } from './types.ts';
@@ -69,9 +72,23 @@ export interface PoolRangeSetStatus {
   readonly used: number;
   /** Reserve entries (`ipam.pool.offline`). */
   readonly reserved: number;
-  /** `size − used − reserved`, decimal text. */
+  /**
+   * Allocatable addresses of this range set's blocks whose value cannot be read (listed in
+   * {@link PoolStatus.corrupt}): neither used nor free — no ADD allocates from such a block.
+   */
+  readonly unreadable: number;
+  /** `size − used − reserved − unreadable`, decimal text. */
   readonly free: string;
+  /** Blocks with a key (claimed by a node), those whose value cannot be read included. */
   readonly blocksClaimed: number;
+}
+
+/** A key of the pool that cannot be read (never counted, never rewritten by ipwarden: left for an operator). */
+export interface PoolCorruptKey {
+  /** The full etcd key. */
+  readonly key: string;
+  /** Why it cannot be read (`not valid JSON`, `not a block key`, `unknown field "x" (known: …)`, …). */
+  readonly why: string;
 }
 
 /** The report (`--json` prints exactly this; `version` = 1). */
@@ -85,10 +102,21 @@ export interface PoolStatus {
   readonly nodes: readonly PoolNodeStatus[];
   /** Sorted by address (IPv4 before IPv6, numerically: `10.0.0.32/28` before `10.0.0.112/28`). */
   readonly blocks: readonly PoolBlockStatus[];
+  /** Keys that cannot be read, sorted by key (empty when none). */
+  readonly corrupt: readonly PoolCorruptKey[];
 }
 
-function corrupt(key: string, why: string): AppError {
-  return new AppError('STORE_CORRUPT', `etcd key ${key}: ${why}`);
+function corrupt(key: string, why: string): CorruptValueError {
+  return new CorruptValueError(key, why);
+}
+
+/**
+ * The index of the range set of `rangeSets` that block `cidr` belongs to — its prefix is the block
+ * prefix of a range of that set and it holds an allocatable address of it — or -1 (a key that
+ * names no block of the pool).
+ */
+function rangeSetOfBlock(rangeSets: readonly RangeSet[], sizes: BlockSizes, cidr: Subnet): number {
+  return rangeSets.findIndex((rs) => rs.some((r) => r.subnet.ip.family === cidr.ip.family && blockPrefix(r, sizes) === cidr.prefix) && allocatableOrdinals(rs, cidr).length > 0);
 }
 
 /** The range sets and block sizes stored in `meta`. Throws STORE_CORRUPT naming the key. */
@@ -140,18 +168,23 @@ function byAddress(a: PoolBlockStatus, b: PoolBlockStatus): number {
 
 /**
  * The status of pool `pool` under key prefix `prefix`. Throws `IPAM_NOT_FOUND` when the pool has
- * no `meta` (never used), `STORE_CORRUPT` for a bad value (a block, `meta`, or a heartbeat key
- * whose node part is not a node name), the KV's errors otherwise. Four reads: `meta`, the
- * heartbeat keys and the node index (`nodes/`: affinities and settings; keys only), the blocks.
- * Reserve entries (`"reserve": true`, docs/cluster.md "Offline allocation") are counted as
- * `reserved`, never as `used`; `free` is what is neither.
+ * no `meta` (never used), `STORE_CORRUPT` when `meta` cannot be read, the KV's errors otherwise.
+ * Any other key that cannot be read — a block value that does not decode exactly or names a range
+ * set the pool lacks, a key under `blocks/` that is not a block's, a heartbeat or settings key whose
+ * node part is not a node name — is listed in `corrupt` and left out of the counts; a corrupt block
+ * of a range set still counts as claimed, and its allocatable addresses as `unreadable` (not free).
+ * Four reads: `meta`, the heartbeat keys and the node index (`nodes/`: affinities and settings;
+ * keys only), the blocks. Reserve entries (`"reserve": true`, docs/cluster.md "Offline allocation")
+ * are counted as `reserved`, never as `used`; `free` is what is none of these.
  */
 export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<PoolStatus> {
   const base = `${prefix}/pools/${pool}`;
   const metaEntry = await kv.get(`${base}/meta`);
   if (metaEntry === null) throw new AppError('IPAM_NOT_FOUND', `pool ${pool} has no data in ${kv.description} under ${prefix} (no ${base}/meta key: never used)`);
   const meta = decodeMeta(metaEntry);
+  const sizes: BlockSizes = { blockSize4: meta.blockSize, blockSize6: meta.blockSize6 };
   const blocks: PoolBlockStatus[] = [];
+  const bad: PoolCorruptKey[] = [];
   const nodes = new Map<string, { blocks: number; capacity: number; used: number; borrowed: number; reserved: number }>();
   const node = (n: string) => {
     let x = nodes.get(n);
@@ -162,7 +195,10 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   for (const e of await kv.list(`${base}/alive/`, { keysOnly: true })) {
     const n = e.key.slice(`${base}/alive/`.length);
     // A heartbeat key names a node (the daemon writes only valid names): anything else is corrupt.
-    if (!validNodeName(n)) throw corrupt(e.key, 'not the heartbeat key of a node name');
+    if (!validNodeName(n)) {
+      bad.push({ key: e.key, why: 'not the heartbeat key of a node name' });
+      continue;
+    }
     alive.add(n);
     node(n);
   }
@@ -172,27 +208,45 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     const m = /^([^/]+)\/settings$/.exec(e.key.slice(`${base}/nodes/`.length));
     if (m === null) continue;
     const n = m[1] as string;
-    if (!validNodeName(n)) throw corrupt(e.key, 'not the settings key of a node name');
+    if (!validNodeName(n)) {
+      bad.push({ key: e.key, why: 'not the settings key of a node name' });
+      continue;
+    }
     served.add(n);
     node(n);
   }
   const usedPerSet = meta.rangeSets.map(() => 0);
   const reservedPerSet = meta.rangeSets.map(() => 0);
+  const unreadablePerSet = meta.rangeSets.map(() => 0);
   const claimedPerSet = meta.rangeSets.map(() => 0);
   for (const e of await kv.list(`${base}/blocks/`)) {
     const key = e.key.slice(`${base}/blocks/`.length);
     const cidrText = blockKeyCidr(key);
-    if (cidrText === null) throw corrupt(e.key, 'not a block key');
-    const b = decodeBlock(e, cidrText);
-    const rs = meta.rangeSets[b.rangeSet];
-    if (rs === undefined) throw corrupt(e.key, `"rangeSet" ${b.rangeSet} is not a range set of the pool`);
-    const cidr = (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet;
-    const capacity = Math.min(allocatableOrdinals(rs, cidr).length, Number(blockAddresses(cidr.ip.family, cidr.prefix)));
+    const cidr = cidrText === null ? null : (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet;
+    let b: ReturnType<typeof decodeBlock>;
+    try {
+      if (cidrText === null || cidr === null) throw corrupt(e.key, 'not a block key');
+      b = decodeBlock(e, cidrText);
+      if (meta.rangeSets[b.rangeSet] === undefined) throw corrupt(e.key, `"rangeSet" ${b.rangeSet} is not a range set of the pool`);
+    } catch (err) {
+      if (!(err instanceof CorruptValueError)) throw err;
+      bad.push({ key: err.key, why: err.why });
+      // A block of the pool whose value cannot be read: claimed (no ADD claims it), its addresses unreadable.
+      const s = cidr === null ? -1 : rangeSetOfBlock(meta.rangeSets, sizes, cidr);
+      if (s >= 0 && cidr !== null) {
+        unreadablePerSet[s] = (unreadablePerSet[s] as number) + allocatableOrdinals(meta.rangeSets[s] as RangeSet, cidr).length;
+        claimedPerSet[s] = (claimedPerSet[s] as number) + 1;
+      }
+      continue;
+    }
+    const rs = meta.rangeSets[b.rangeSet] as RangeSet;
+    const subnet = cidr as Subnet;
+    const capacity = Math.min(allocatableOrdinals(rs, subnet).length, Number(blockAddresses(subnet.ip.family, subnet.prefix)));
     const all = Object.values(b.allocs);
     const allocs = all.filter((a) => a.reserve !== true);
     const reserved = all.length - allocs.length;
     const borrowed = allocs.filter((a) => a.node !== b.node).length;
-    blocks.push({ cidr: cidrText, rangeSet: b.rangeSet, node: b.node, state: b.state, capacity, used: allocs.length, borrowed, reserved });
+    blocks.push({ cidr: cidrText as string, rangeSet: b.rangeSet, node: b.node, state: b.state, capacity, used: allocs.length, borrowed, reserved });
     const owner = node(b.node);
     owner.blocks++;
     owner.capacity += capacity;
@@ -216,12 +270,14 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       const size = rangeSetSize(rs);
       const used = usedPerSet[i] as number;
       const reserved = reservedPerSet[i] as number;
-      return { index: i, ranges: rangeSetString(rs), size: String(size), used, reserved, free: String(size - BigInt(used) - BigInt(reserved)), blocksClaimed: claimedPerSet[i] as number };
+      const unreadable = unreadablePerSet[i] as number;
+      return { index: i, ranges: rangeSetString(rs), size: String(size), used, reserved, unreadable, free: String(size - BigInt(used) - BigInt(reserved) - BigInt(unreadable)), blocksClaimed: claimedPerSet[i] as number };
     }),
     nodes: [...nodes]
       .sort((a, b) => (a[0] < b[0] ? -1 : 1))
       .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const) })),
     blocks: blocks.sort(byAddress),
+    corrupt: bad.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)),
   };
 }
 
@@ -237,6 +293,11 @@ export interface PoolNodeSample {
   readonly unclaimedBlocks: number;
   /** The node's heartbeat key exists. */
   readonly alive: boolean;
+  /**
+   * The node's blocks (its affinity keys) whose block value, or affinity key name, cannot be read:
+   * not in `blocks` or `held`; no ADD allocates from them (left for an operator).
+   */
+  readonly corruptBlocks: number;
 }
 
 /**
@@ -246,8 +307,10 @@ export interface PoolNodeSample {
  * heartbeat key, its affinity keys and its own blocks' values, and the pool's block keys
  * (keys only, ≈ 60 bytes each). How many addresses the node borrows, and the pool's free
  * addresses, need every block: `ipwarden pool status` shows them.
- * @throws AppError IPAM_NOT_FOUND when the pool has no `meta`; STORE_CORRUPT for a value that does
- *   not decode; the KV's errors (STORE_UNAVAILABLE, CNI 11).
+ * A block of the node (or an affinity key) that cannot be read is counted in `corruptBlocks`, not
+ * thrown: one corrupt key must not take every gauge of the pool away.
+ * @throws AppError IPAM_NOT_FOUND when the pool has no `meta`; STORE_CORRUPT when `meta` cannot be
+ *   read; the KV's errors (STORE_UNAVAILABLE, CNI 11).
  */
 export async function poolNodeSample(kv: KV, prefix: string, pool: string, node: string): Promise<PoolNodeSample> {
   const base = `${prefix}/pools/${pool}`;
@@ -261,17 +324,28 @@ export async function poolNodeSample(kv: KV, prefix: string, pool: string, node:
   const affPrefix = `${base}/nodes/${node}/blocks/`;
   let blocks = 0;
   let held = 0;
+  let corruptBlocks = 0;
   for (const a of await kv.list(affPrefix, { keysOnly: true })) {
     const key = a.key.slice(affPrefix.length);
     const cidrText = blockKeyCidr(key);
-    if (cidrText === null) throw corrupt(a.key, 'not the affinity key of a block');
+    if (cidrText === null) {
+      corruptBlocks++; // not the affinity key of a block
+      continue;
+    }
     const e = await kv.get(`${base}/blocks/${key}`);
     if (e === null) continue; // given back between the two reads
-    const b = decodeBlock(e, cidrText);
+    let b: ReturnType<typeof decodeBlock>;
+    try {
+      b = decodeBlock(e, cidrText);
+    } catch (err) {
+      if (!(err instanceof CorruptValueError)) throw err;
+      corruptBlocks++;
+      continue;
+    }
     if (b.node !== node) continue;
     blocks++;
     held += Object.values(b.allocs).filter((x) => x.reserve !== true && x.node === node).length;
   }
   const unclaimed = total - BigInt(claimedBlocks);
-  return { blocks, held, claimedBlocks, unclaimedBlocks: Number(unclaimed < 0n ? 0n : unclaimed), alive };
+  return { blocks, held, claimedBlocks, unclaimedBlocks: Number(unclaimed < 0n ? 0n : unclaimed), alive, corruptBlocks };
 }

@@ -24,7 +24,9 @@
  *    still carrying the handle's seq and owner, `removing/<node>` absent), then its outcome.
  *
  * A runtime that cannot be asked, incomplete kernel evidence, a failed status call: verdicts
- * `unknown`, nothing released (D4). An unreachable etcd skips that pool for the pass.
+ * `unknown`, nothing released (D4). An unreachable etcd skips that pool for the pass. A handle
+ * that cannot be read, or a leak whose handle names a block that cannot be read, is an error of
+ * kind `corrupt` (the latter audited `kept`), never released (docs/cluster.md "Corrupt keys").
  */
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseIP } from '../common/ip.ts';
@@ -155,9 +157,9 @@ async function releaseAudited(
   items: ReadonlyArray<{ readonly target: PoolTarget; readonly handle: PoolHandleEntry; readonly reason: string }>,
   audit: AuditSink,
   now: () => number,
-): Promise<{ released: Array<{ target: PoolTarget; handle: PoolHandleEntry; ips: string[] }>; kept: Array<{ handle: PoolHandleEntry; why: string }>; errors: PoolPassError[]; unavailable: AppError | null }> {
+): Promise<{ released: Array<{ target: PoolTarget; handle: PoolHandleEntry; ips: string[] }>; kept: Array<{ target: PoolTarget; handle: PoolHandleEntry; why: string; corruptKey?: string }>; errors: PoolPassError[]; unavailable: AppError | null }> {
   const released: Array<{ target: PoolTarget; handle: PoolHandleEntry; ips: string[] }> = [];
-  const kept: Array<{ handle: PoolHandleEntry; why: string }> = [];
+  const kept: Array<{ target: PoolTarget; handle: PoolHandleEntry; why: string; corruptKey?: string }> = [];
   const errors: PoolPassError[] = [];
   if (items.length === 0) return { released, kept, errors, unavailable: null };
   try {
@@ -184,7 +186,7 @@ async function releaseAudited(
         released.push({ target: it.target, handle: it.handle, ips: outcome.ips });
         for (const ip of it.handle.value.ips) audit.append(auditRecord(it.target, it.handle, ip.ip, t, it.reason, 'released'));
       } else {
-        kept.push({ handle: it.handle, why: outcome.why });
+        kept.push({ target: it.target, handle: it.handle, why: outcome.why, ...(outcome.corruptKey === undefined ? {} : { corruptKey: outcome.corruptKey }) });
         for (const ip of it.handle.value.ips) audit.append(auditRecord(it.target, it.handle, ip.ip, t, outcome.why, 'kept'));
       }
     } catch (e) {
@@ -336,6 +338,8 @@ export async function runPoolPass(
           released.push({ pool: x.target.pool, node: x.target.node, network: x.handle.value.network, containerId: x.handle.containerId, ifname: x.handle.ifname, ips: x.ips, modRevision: x.handle.modRevision, createRevision: x.handle.createRevision });
         }
         for (const k of r.kept) for (const c of decision.release) if (c.handle === k.handle) confirmations.forget(c.target.id, c.ip);
+        // A handle kept because a block it names cannot be read: reported (kind corrupt) every time, left for an operator.
+        for (const k of r.kept) if (k.corruptKey !== undefined) errors.push({ kind: 'corrupt', pool: k.target.pool, message: `${k.handle.containerId}/${k.handle.ifname}: ${k.why}` });
       } finally {
         audit.close();
       }

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { decodeBlock, decodeHandle, PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import type { KV, KVCompare, KVOp } from '../../src/store/kv.ts';
 
@@ -17,9 +17,9 @@ const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (ordinals 2–15 allocatable: .0 network, .1 gateway) and 10.80.0.16/28 (16–30). */
 const SMALL = [[{ subnet: '10.80.0.0/27' }]];
 
-function allocator(kv: MemoryKV, node: string, ranges: unknown = SMALL, blockSize = 28, backoff?: (attempt: number) => Promise<void>): PoolAllocator {
+function allocator(kv: MemoryKV, node: string, ranges: unknown = SMALL, blockSize = 28, backoff?: (attempt: number) => Promise<void>, onCorrupt?: (s: CorruptSkip) => void): PoolAllocator {
   const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges } }), undefined);
-  return new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node, network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: blockSize, blockSize6: 122 }, now: () => 1000, ...(backoff === undefined ? {} : { backoff }) });
+  return new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node, network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: blockSize, blockSize6: 122 }, now: () => 1000, ...(backoff === undefined ? {} : { backoff }), ...(onCorrupt === undefined ? {} : { onCorrupt }) });
 }
 
 function ips(r: PoolAllocation[] | AppError): string[] {
@@ -222,25 +222,47 @@ describe('PoolAllocator', () => {
     await assert.rejects(other.add([{ containerId: 'c2', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.cniCode === 7 && e.message === 'pool p1 is defined in etcd with other ranges or block sizes than this network\'s config');
   });
 
+  const BK = `${P}/blocks/10.80.0.16-28`;
+  const H1 = `${P}/handles/c1/eth0`;
+  const OK_BLOCK = { v: 1, cidr: '10.80.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', seq: 1, next: 1, allocs: { '0': { id: 'c1', ifname: 'eth0', node: 'node-a', seq: 1, at: 1000 } } };
   const corrupt: Array<[string, string, string]> = [
-    ['not JSON', '{', `etcd key ${P}/blocks/10.80.0.16-28: not valid JSON`],
-    ['another version', '{"v":7}', `etcd key ${P}/blocks/10.80.0.16-28: unknown value version 7 (this ipwarden writes 1)`],
-    ['a wrong cidr', '{"v":1,"cidr":"10.80.0.0/28"}', `etcd key ${P}/blocks/10.80.0.16-28: "cidr" must be "10.80.0.16/28", got "10.80.0.0/28"`],
-    ['an ordinal outside the block', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":1,"next":0,"allocs":{"16":{"id":"c","ifname":"e","node":"node-a","seq":1,"at":1}}}', `etcd key ${P}/blocks/10.80.0.16-28: allocation ordinal "16" is not an ordinal of a block of 16 addresses`],
-    ['a sequence above the block\'s', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":1,"next":0,"allocs":{"3":{"id":"c","ifname":"e","node":"node-a","seq":2,"at":1}}}', `etcd key ${P}/blocks/10.80.0.16-28: allocation 3: "seq" must be an integer from 1 to the block's seq 1`],
+    ['not JSON', '{', 'not valid JSON'],
+    ['another version', '{"v":7}', 'unknown value version 7 (this ipwarden writes 1)'],
+    ['a wrong cidr', '{"v":1,"cidr":"10.80.0.0/28"}', '"cidr" must be "10.80.0.16/28", got "10.80.0.0/28"'],
+    ['a wrong type', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":"x"}', '"seq" must be a non-negative integer'],
+    ['an ordinal outside the block', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":1,"next":0,"allocs":{"16":{"id":"c","ifname":"e","node":"node-a","seq":1,"at":1}}}', 'allocation ordinal "16" is not an ordinal of a block of 16 addresses'],
+    ['a sequence above the block\'s', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":1,"next":0,"allocs":{"3":{"id":"c","ifname":"e","node":"node-a","seq":2,"at":1}}}', 'allocation 3: "seq" must be an integer from 1 to the block\'s seq 1'],
+    ['an unknown field', JSON.stringify({ ...OK_BLOCK, owner: 'x' }), 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)'],
+    ['an unknown field in an allocation', JSON.stringify({ ...OK_BLOCK, allocs: { '0': { ...OK_BLOCK.allocs['0'], pod: 'x' } } }), 'allocation 0: unknown field "pod" (known: id, ifname, node, seq, at)'],
+    ['an unknown field in a reserve entry', JSON.stringify({ ...OK_BLOCK, allocs: { '0': { id: '', ifname: '', node: 'node-a', seq: 1, at: 1, reserve: true, x: 1 } } }), 'allocation 0: unknown field "x" (known: id, ifname, node, seq, at, reserve)'],
   ];
-  for (const [name, value, msg] of corrupt) {
-    it(`a block value with ${name} is STORE_CORRUPT, and nothing is allocated from it`, async () => {
+  for (const [name, value, why] of corrupt) {
+    it(`a block value with ${name} is STORE_CORRUPT: an ADD skips it (claims another block), a DEL of an address in it succeeds releasing nothing; the value is never rewritten`, async () => {
+      assert.throws(() => decodeBlock({ key: BK, value, modRevision: '1', createRevision: '1' }, '10.80.0.16/28'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.cniCode === 999 && e.message === `etcd key ${BK}: ${why}`);
       const kv = new MemoryKV();
-      const a = allocator(kv, 'node-a');
-      await one(a, 'c1');
-      kv.plant(`${P}/blocks/10.80.0.16-28`, value);
-      const before = kv.dump();
-      await assert.rejects(a.add([{ containerId: 'c2', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === msg);
-      await assert.rejects(a.del({ containerId: 'c1', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === msg);
-      assert.deepEqual(kv.dump(), before);
+      const seen: CorruptSkip[] = [];
+      const a = allocator(kv, 'node-a', SMALL, 28, undefined, (x) => seen.push(x));
+      assert.equal(await one(a, 'c1'), '10.80.0.16');
+      kv.plant(BK, value);
+      const handle = kv.dump()[H1];
+      // The node's only block cannot be read: the ADD claims the free one (10.80.0.0/28: .0 network, .1 gateway).
+      assert.equal(await one(a, 'c2'), '10.80.0.2');
+      assert.deepEqual(await a.del({ containerId: 'c1', ifname: 'eth0' }), []);
+      assert.equal(kv.dump()[BK], value, 'never rewritten');
+      assert.equal(kv.dump()[H1], handle, 'the handle still names 10.80.0.16: nothing released, nothing written');
+      assert.deepEqual(seen, [
+        { op: 'ADD', key: BK, why, action: 'block skipped: never allocated from, left for an operator' },
+        { op: 'DEL', key: BK, why, action: `10.80.0.16 of c1/eth0 not released (its block cannot be read): the handle ${H1} keeps it for an operator` },
+      ]);
     });
   }
+
+  it('a handle value with an unknown field is STORE_CORRUPT (decoded exactly, as every value)', () => {
+    const value = JSON.stringify({ v: 1, node: 'node-a', network: 'net1', at: 1, ips: [], extra: true });
+    assert.throws(() => decodeHandle({ key: H1, value, modRevision: '1', createRevision: '1' }), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${H1}: unknown field "extra" (known: v, node, network, at, ips, host, deleted)`);
+    const ip = JSON.stringify({ v: 1, node: 'node-a', network: 'net1', at: 1, ips: [{ ip: '10.80.0.16', block: '10.80.0.16-28', ordinal: 0, seq: 1, rangeSet: 0, x: 0 }] });
+    assert.throws(() => decodeHandle({ key: H1, value: ip, modRevision: '1', createRevision: '1' }), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${H1}: ips[0]: unknown field "x" (known: ip, block, ordinal, seq, rangeSet)`);
+  });
 
   it('an unavailable store is STORE_UNAVAILABLE (CNI 11)', async () => {
     const kv = new MemoryKV();
@@ -333,10 +355,14 @@ describe('PoolAllocator', () => {
       assert.equal(await one(allocator(kv, 'node-a'), 'c2'), '10.80.0.17');
       assert.equal(JSON.parse(kv.dump()[`${P}/handles/c2/eth0`] as string).deleted, undefined);
     });
-    it('a tombstone value that is not exactly {"deleted":true,"ips":[]} is STORE_CORRUPT', async () => {
+    it('a tombstone value that is not exactly {"deleted":true,"ips":[]} is STORE_CORRUPT: a DEL leaves it as it is and succeeds', async () => {
       const kv = new MemoryKV();
-      kv.apply([], [{ put: `${P}/handles/c9/eth0`, value: '{"v":1,"node":"node-a","network":"net1","at":1,"ips":[],"deleted":1}' }]);
-      await assert.rejects(allocator(kv, 'node-a').del({ containerId: 'c9', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/handles/c9/eth0: "deleted" must be true, with "ips" empty`);
+      const bad = '{"v":1,"node":"node-a","network":"net1","at":1,"ips":[],"deleted":1}';
+      kv.apply([], [{ put: `${P}/handles/c9/eth0`, value: bad }]);
+      const seen: CorruptSkip[] = [];
+      assert.deepEqual(await allocator(kv, 'node-a', SMALL, 28, undefined, (x) => seen.push(x)).del({ containerId: 'c9', ifname: 'eth0' }), []);
+      assert.equal(kv.dump()[`${P}/handles/c9/eth0`], bad);
+      assert.deepEqual(seen, [{ op: 'DEL', key: `${P}/handles/c9/eth0`, why: '"deleted" must be true, with "ips" empty', action: "handle left as it is for an operator (the addresses it names cannot be read from it); allocations of c9/eth0 in the pool's readable blocks: none" }]);
     });
   });
 
@@ -690,5 +716,95 @@ describe('PoolAllocator.markForRemoval with checkNode (trial findings 1, 5, 11)'
     kv.apply([], [{ delete: a.aliveKey('node-a') }]);
     assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
     assert.deepEqual(Object.keys(kv.dump()).filter((k) => k.includes('node-a')), [], 'no key of node-a is left (marker, settings)');
+  });
+});
+
+describe('PoolAllocator and corrupt keys: a DEL always finishes, an ADD never allocates from a block it cannot read', () => {
+  const TWO = [[{ subnet: '10.80.0.0/27' }], [{ subnet: '10.80.1.0/27' }]];
+
+  it('a DEL releases the address in a readable block, keeps the one in a corrupt block in the handle; a retry writes nothing; after a repair a DEL releases it', async () => {
+    const kv = new MemoryKV();
+    const seen: CorruptSkip[] = [];
+    const a = allocator(kv, 'node-a', TWO, 28, undefined, (x) => seen.push(x));
+    const [r] = await a.add([{ containerId: 'c1', ifname: 'eth0' }]);
+    assert.deepEqual(ips(r as PoolAllocation[]), ['10.80.0.16', '10.80.1.16']);
+    const bad = `${P}/blocks/10.80.1.16-28`;
+    const good = kv.dump()[bad] as string;
+    kv.plant(bad, '{"v":1,"cidr":"10.80.1.16/28"');
+    assert.deepEqual(await a.del({ containerId: 'c1', ifname: 'eth0' }), ['10.80.0.16']);
+    // The handle now names only the address it could not release (same fields otherwise).
+    assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/c1/eth0`] as string), { v: 1, node: 'node-a', network: 'net1', at: 1000, ips: [{ ip: '10.80.1.16', block: '10.80.1.16-28', ordinal: 0, seq: 1, rangeSet: 1 }] });
+    assert.deepEqual(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).allocs, {}, 'released (the node\'s last block of set 0 is kept)');
+    assert.equal(kv.dump()[bad], '{"v":1,"cidr":"10.80.1.16/28"');
+    const action = `10.80.1.16 of c1/eth0 not released (its block cannot be read): the handle ${P}/handles/c1/eth0 keeps it for an operator`;
+    assert.deepEqual(seen, [{ op: 'DEL', key: bad, why: 'not valid JSON', action }]);
+    // The runtime retries the DEL (or sends it again): nothing is written, it succeeds again.
+    const txns = kv.stats.txns;
+    assert.deepEqual(await a.del({ containerId: 'c1', ifname: 'eth0' }), []);
+    assert.equal(kv.stats.txns, txns);
+    assert.equal(seen.length, 2);
+    // An operator repairs the block: the next DEL releases the address and the handle goes.
+    kv.plant(bad, good);
+    assert.deepEqual(await a.del({ containerId: 'c1', ifname: 'eth0' }), ['10.80.1.16']);
+    assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined);
+    assert.deepEqual(JSON.parse(kv.dump()[bad] as string).allocs, {});
+  });
+
+  it('a DEL whose handle cannot be read releases the container\'s allocations found in readable blocks, and leaves the handle', async () => {
+    const kv = new MemoryKV();
+    const seen: CorruptSkip[] = [];
+    const a = allocator(kv, 'node-a', TWO, 28, undefined, (x) => seen.push(x));
+    await a.add([{ containerId: 'c1', ifname: 'eth0' }]);
+    await a.add([{ containerId: 'c2', ifname: 'eth0' }]);
+    const hk = `${P}/handles/c1/eth0`;
+    kv.plant(hk, '{"v":1,"node":"node-a","network":"net1","at":1000,"ips":"x"}');
+    kv.plant(`${P}/blocks/garbage`, 'x');
+    assert.deepEqual(await a.del({ containerId: 'c1', ifname: 'eth0' }), ['10.80.0.16', '10.80.1.16']);
+    assert.equal(kv.dump()[hk], '{"v":1,"node":"node-a","network":"net1","at":1000,"ips":"x"}', 'left as it is');
+    for (const b of ['10.80.0.16-28', '10.80.1.16-28']) {
+      assert.deepEqual(JSON.parse(kv.dump()[`${P}/blocks/${b}`] as string).allocs, { '1': { id: 'c2', ifname: 'eth0', node: 'node-a', seq: 2, at: 1000 } }, `${b}: c2's allocation stays`);
+    }
+    assert.deepEqual(seen, [
+      { op: 'DEL', key: `${P}/blocks/garbage`, why: 'not a block key', action: 'not searched for allocations of c1/eth0 (it cannot be read): left for an operator' },
+      { op: 'DEL', key: hk, why: '"ips" must be an array', action: "handle left as it is for an operator (the addresses it names cannot be read from it); allocations of c1/eth0 in the pool's readable blocks: 10.80.0.16, 10.80.1.16, released" },
+    ]);
+    // A late ADD transaction of c1 still fails on the handle (create-only); a second DEL finds nothing more.
+    assert.deepEqual(await a.del({ containerId: 'c1', ifname: 'eth0' }), []);
+  });
+
+  it('borrowing skips a corrupt block and a stray key under blocks/; with no readable room the ADD fails with host-local\'s text and details naming them', async () => {
+    const kv = new MemoryKV();
+    const seen: CorruptSkip[] = [];
+    assert.equal(await one(allocator(kv, 'node-a'), 'a1'), '10.80.0.16');
+    assert.equal(await one(allocator(kv, 'node-b'), 'b1'), '10.80.0.2');
+    kv.plant(`${P}/blocks/10.80.0.16-28`, '{"v":1}');
+    kv.plant(`${P}/blocks/garbage`, 'x');
+    const c = allocator(kv, 'node-c', SMALL, 28, undefined, (x) => seen.push(x));
+    // No free block: node-c borrows in node-b's readable block only.
+    assert.equal(await one(c, 'c1'), '10.80.0.3');
+    const skip = (key: string, why: string): CorruptSkip => ({ op: 'ADD', key, why, action: 'block skipped: never allocated from, left for an operator' });
+    assert.deepEqual(seen, [skip(`${P}/blocks/10.80.0.16-28`, '"cidr" must be "10.80.0.16/28", got null'), skip(`${P}/blocks/garbage`, 'not a block key')]);
+    // Fill node-b's block (.4–.15): then nothing readable is free.
+    for (let i = 0; i < 12; i++) await one(c, `f${i}`);
+    const before = kv.dump();
+    const [r] = await c.add([{ containerId: 'c2', ifname: 'eth0' }]);
+    assert.ok(isAppError(r, 'IPAM_RANGE_EXHAUSTED'));
+    assert.equal((r as AppError).message, 'failed to allocate for range 0: no IP addresses available in range set: 10.80.0.1-10.80.0.30');
+    assert.equal((r as AppError).details, `pool p1: every block of range set 0 is claimed and none has a free address; blocks that cannot be read were skipped (never allocated from, left for an operator): etcd key ${P}/blocks/10.80.0.16-28: "cidr" must be "10.80.0.16/28", got null; etcd key ${P}/blocks/garbage: not a block key`);
+    assert.deepEqual(kv.dump(), before, 'nothing written');
+  });
+
+  it('an affinity that cannot be read: a DEL that empties a block keeps it (never given back on it)', async () => {
+    const kv = new MemoryKV();
+    const seen: CorruptSkip[] = [];
+    const a = allocator(kv, 'node-a', SMALL, 28, undefined, (x) => seen.push(x));
+    for (let i = 0; i < 15; i++) await one(a, `x${i}`); // 10.80.0.16/28 full
+    assert.equal(await one(a, 'last'), '10.80.0.2'); // a second block claimed
+    const aff = `${P}/nodes/node-a/blocks/10.80.0.16-28`;
+    kv.plant(aff, '{"v":1,"rangeSet":0,"x":1}');
+    assert.deepEqual(await a.del({ containerId: 'last', ifname: 'eth0' }), ['10.80.0.2']);
+    assert.deepEqual(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.0-28`] as string).allocs, {}, 'kept, empty');
+    assert.notEqual(kv.dump()[`${P}/nodes/node-a/blocks/10.80.0.0-28`], undefined);
+    assert.deepEqual(seen, [{ op: 'DEL', key: aff, why: 'unknown field "x" (known: v, rangeSet)', action: 'affinity not read: no block is given back on it, left for an operator' }]);
   });
 });

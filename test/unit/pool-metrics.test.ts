@@ -161,12 +161,45 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
       spy.get = async (k: string) => (valueReads.push(k), kv.get(k));
       spy.list = async (p: string, o?: { keysOnly?: boolean }) => (o?.keysOnly === true ? kv.list(p, o) : (valueReads.push(`${p}*`), kv.list(p, o)));
       const sample = await poolNodeSample(spy, '/ipwarden', 'p1', 'node-a');
-      assert.deepEqual(sample, { blocks: 1, held: 1, claimedBlocks: 4, unclaimedBlocks: 12, alive: true });
+      assert.deepEqual(sample, { blocks: 1, held: 1, claimedBlocks: 4, unclaimedBlocks: 12, alive: true, corruptBlocks: 0 });
       const aBlock = Object.keys(kv.dump()).find((k) => k.startsWith('/ipwarden/pools/p1/nodes/node-a/blocks/'))?.split('/').pop();
       assert.deepEqual(valueReads, ['/ipwarden/pools/p1/meta', '/ipwarden/pools/p1/alive/node-a', `/ipwarden/pools/p1/blocks/${aBlock}`]);
     } finally {
       await a.close();
       await b.close();
+    }
+  });
+
+  it("a block of the node that cannot be read: the gauges stay (it is counted in ipwarden_pool_node_corrupt_blocks), the ADD claims another block, one log line", async () => {
+    const kv = new TestKV();
+    const m = new DaemonMetrics({ monotonicMs: () => 0 });
+    const lines: Array<[string, Record<string, unknown>, string]> = [];
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined, m.pools.observer, { log: (level, fields, msg) => void lines.push([level, fields, msg]) });
+    m.pools.watch(() => s.sample());
+    try {
+      await s.add(conf, { containerId: 'a1', ifname: 'eth0' });
+      const mine = Object.keys(kv.dump()).find((k) => k.startsWith('/ipwarden/pools/p1/nodes/node-a/blocks/')) as string;
+      const bk = `/ipwarden/pools/p1/blocks/${mine.split('/').pop() as string}`;
+      kv.plant(bk, '{"v":1}');
+      await s.add(conf, { containerId: 'a2', ifname: 'eth0' });
+      await s.add(conf, { containerId: 'a3', ifname: 'eth0' });
+      const text = await m.text();
+      const gauges = ['node_blocks', 'node_addresses', 'claimed_blocks', 'unclaimed_blocks', 'node_alive', 'node_corrupt_blocks'].flatMap((g) => series(text, `ipwarden_pool_${g}`));
+      assert.deepEqual(gauges, [
+        `ipwarden_pool_node_blocks{${L}} 1`,
+        `ipwarden_pool_node_addresses{${L}} 2`,
+        `ipwarden_pool_claimed_blocks{${L}} 2`,
+        `ipwarden_pool_unclaimed_blocks{${L}} 14`,
+        `ipwarden_pool_node_alive{${L}} 1`,
+        `ipwarden_pool_node_corrupt_blocks{${L}} 1`,
+      ]);
+      assert.deepEqual(series(text, 'ipwarden_pool_status_read_errors_total'), []);
+      // One warn line (a2 skipped it; a3 built on the cached blocks, which hold only readable ones; the same line is logged at most once per 10 minutes anyway).
+      assert.deepEqual(lines.filter((l) => l[2] === 'pool key cannot be read: left for an operator'), [
+        ['warn', { pool: 'p1', node: 'node-a', op: 'ADD', key: bk, error: '"cidr" must be "' + (mine.split('/').pop() as string).replace(/-(\d+)$/, '/$1') + '", got null', action: 'block skipped: never allocated from, left for an operator' }, 'pool key cannot be read: left for an operator'],
+      ]);
+    } finally {
+      await s.close();
     }
   });
 
@@ -229,7 +262,7 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
     assert.equal(calls, 1);
     await m.text();
     assert.equal(calls, 1, 'the running read is joined, not repeated');
-    finish([{ pool: 'p1', node: 'node-a', blocks: 2, held: 3, claimedBlocks: 4, unclaimedBlocks: 7, alive: false }]);
+    finish([{ pool: 'p1', node: 'node-a', blocks: 2, held: 3, claimedBlocks: 4, unclaimedBlocks: 7, alive: false, corruptBlocks: 0 }]);
     await until(() => m.pools.reads === 1, 'one read');
     const later = await m.text();
     assert.deepEqual(series(later, 'ipwarden_pool_node_blocks'), [`ipwarden_pool_node_blocks{${L}} 2`]);

@@ -415,3 +415,40 @@ describe('CNI GC on a pool network', () => {
     assert.deepEqual(v.map((x) => [x.handle.containerId, x.release]), [['b', true], ['c', false]]);
   });
 });
+
+describe('a block that cannot be read, in the pass and in CNI GC: reported, never released, never rewritten', () => {
+  const bk = '/ipwarden/pools/gp/blocks/10.85.0.0-26';
+  const BAD = '{"v":1,"bad":true}';
+  const WHY = 'unknown field "bad" (known: v, cidr, rangeSet, node, state, seq, next, allocs)';
+
+  it('the pass keeps the leak (audited kept, error kind corrupt) and the pool goes on; after a repair two observations release it', async () => {
+    const { w, pass } = world();
+    assert.equal(await add(w.kv, 'gone'), '10.85.0.2');
+    const good = w.kv.dump()[bk] as string;
+    w.kv.plant(bk, BAD);
+    await pass();
+    const p2 = await pass();
+    assert.deepEqual(released(p2), []);
+    const why = `10.85.0.2: etcd key ${bk}: ${WHY}: nothing released (left for an operator)`;
+    assert.deepEqual(p2.errors, [{ kind: 'corrupt', pool: 'gp', message: `gone/eth0: ${why}` }]);
+    assert.deepEqual(w.audit.records.map((r) => [r.phase, r.ip, r.containerId, r.phase === 'kept' ? r.reason : '']), [
+      ['intent', '10.85.0.2', 'gone', ''],
+      ['kept', '10.85.0.2', 'gone', why],
+    ]);
+    assert.equal(w.kv.dump()[bk], BAD);
+    assert.notEqual(w.kv.dump()[hkey('gone')], undefined);
+    w.kv.plant(bk, good);
+    assert.deepEqual(released(await pass()), []);
+    assert.deepEqual(released(await pass()), ['gone']);
+  });
+
+  it('CNI GC keeps the stale attachment with why instead of failing', async () => {
+    const kv = new MemoryKV();
+    await add(kv, 'stale');
+    kv.plant(bk, '{');
+    const audit = memoryAuditSink();
+    const out = await poolGC({ kv, ...KEYS, node: 'n1' }, 'net1', [], { evidence: () => NOTHING_IN_USE, audit: () => audit, now: () => 0, host: HOST });
+    assert.deepEqual(out, { released: [], kept: [{ containerId: 'stale', ifname: 'eth0', why: `10.85.0.2: etcd key ${bk}: not valid JSON: nothing released (left for an operator)` }] });
+    assert.equal(kv.dump()[bk], '{');
+  });
+});

@@ -20,8 +20,8 @@ const STATUS: PoolStatus = {
   blockSize: 28,
   blockSize6: 122,
   rangeSets: [
-    { index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 2, free: '23', blocksClaimed: 2 },
-    { index: 1, ranges: 'fd84::1-fd84::ffff', size: '65534', used: 0, reserved: 0, free: '65534', blocksClaimed: 0 },
+    { index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 2, unreadable: 0, free: '23', blocksClaimed: 2 },
+    { index: 1, ranges: 'fd84::1-fd84::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, free: '65534', blocksClaimed: 0 },
   ],
   nodes: [
     { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 2, alive: true, heartbeat: 'yes' },
@@ -32,6 +32,7 @@ const STATUS: PoolStatus = {
     { cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'pendingRelease', capacity: 14, used: 2, borrowed: 1, reserved: 0 },
     { cidr: '10.84.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 2 },
   ],
+  corrupt: [],
 };
 const AT = Date.UTC(2026, 0, 2, 3, 4, 5);
 
@@ -76,9 +77,35 @@ describe('pool status --html: the page', () => {
   });
 
   it('no node and no block: says so', () => {
-    const html = renderPoolStatusHtml({ ...STATUS, rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 0, reserved: 0, free: '29', blocksClaimed: 0 }], nodes: [], blocks: [] }, { generatedAtMs: AT });
+    const html = renderPoolStatusHtml({ ...STATUS, rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 0, reserved: 0, unreadable: 0, free: '29', blocksClaimed: 0 }], nodes: [], blocks: [] }, { generatedAtMs: AT });
     assert.match(html, /<p class="note">no block claimed<\/p><\/section><\/section><section id="nodes"><h2>nodes<\/h2><p>no nodes<\/p><\/section>/);
     assert.match(html, /<p class="meta">generated 2026-01-02T03:04:05.000Z · blocks \/28 \(IPv4\), \/122 \(IPv6\)<\/p>/);
+  });
+
+  it('keys that cannot be read: a section of their own (escaped), and the unreadable count of their range set', () => {
+    const html = renderPoolStatusHtml(
+      {
+        ...STATUS,
+        rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, free: '13', blocksClaimed: 2 }],
+        corrupt: [
+          { key: '/ipwarden/pools/p1/blocks/10.84.0.16-28', why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)' },
+          { key: '/ipwarden/pools/p1/blocks/<b>', why: 'not a block key' },
+        ],
+      },
+      { generatedAtMs: AT },
+    );
+    assert.ok(html.includes('<div class="k-reserved"><dt>reserved</dt><dd data-count="reserved">0</dd></div><div class="k-unreadable"><dt>unreadable</dt><dd data-count="unreadable">15</dd></div><div class="k-free"><dt>free</dt><dd data-count="free">13</dd></div>'));
+    assert.ok(
+      html.endsWith(
+        '</tbody></table></section>' +
+          '<section id="corrupt"><h2>keys that cannot be read</h2><p class="note">not counted above; never allocated from or rewritten by ipwarden: left for an operator</p>' +
+          '<table class="corrupt"><thead><tr><th>key</th><th>why</th></tr></thead><tbody>' +
+          '<tr data-key="/ipwarden/pools/p1/blocks/10.84.0.16-28"><td><code>/ipwarden/pools/p1/blocks/10.84.0.16-28</code></td><td>unknown field &#34;owner&#34; (known: v, cidr, rangeSet, node, state, seq, next, allocs)</td></tr>' +
+          '<tr data-key="/ipwarden/pools/p1/blocks/&#60;b&#62;"><td><code>/ipwarden/pools/p1/blocks/&#60;b&#62;</code></td><td>not a block key</td></tr>' +
+          '</tbody></table></section></body></html>\n',
+      ),
+      html.slice(-900),
+    );
   });
 
   it('escapes every string of the status: an injection attempt stays text', () => {

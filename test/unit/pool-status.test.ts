@@ -11,6 +11,7 @@ import { AppError, isAppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
 import { nodeHeartbeat, poolStatus } from '../../src/ipam/pool-status.ts';
+import { poolStatusTable } from '../../src/cli/pool.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { hostname } from 'node:os';
 import { PoolSessions } from '../../src/cni/pool.ts';
@@ -51,7 +52,7 @@ describe('poolStatus (memory KV)', () => {
       pool: 'p1',
       blockSize: 28,
       blockSize6: 122,
-      rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 0, free: '25', blocksClaimed: 2 }],
+      rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 0, unreadable: 0, free: '25', blocksClaimed: 2 }],
       nodes: [
         { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: true, heartbeat: 'yes' },
         { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
@@ -61,14 +62,18 @@ describe('poolStatus (memory KV)', () => {
         { cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 2, borrowed: 1, reserved: 0 },
         { cidr: '10.84.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 0 },
       ],
+      corrupt: [],
     });
   });
 
-  it('a heartbeat key whose node part is not a node name is corrupt, naming the key', async () => {
+  it('a heartbeat key whose node part is not a node name is listed as corrupt, naming the key; the rest is counted', async () => {
     const kv = new MemoryKV();
     await add(allocator(kv, 'node-a'), 'a1');
     await kv.txn([], [{ put: `${P}/alive/<script>x`, value: '{}' }]);
-    await assert.rejects(poolStatus(kv, '/ipwarden', 'p1'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/alive/<script>x: not the heartbeat key of a node name`);
+    const s = await poolStatus(kv, '/ipwarden', 'p1');
+    assert.deepEqual(s.corrupt, [{ key: `${P}/alive/<script>x`, why: 'not the heartbeat key of a node name' }]);
+    assert.deepEqual(s.nodes.map((n) => n.node), ['node-a']);
+    assert.equal(s.rangeSets[0]?.used, 1);
   });
 
   it('reserve entries are counted as reserved per range set, node and block, never as used; free is what is neither', async () => {
@@ -85,7 +90,7 @@ describe('poolStatus (memory KV)', () => {
     v.allocs['6'] = { id: '', ifname: '', node: 'node-a', seq: 3, at: 1, reserve: true };
     await kv.txn([], [{ put: key, value: JSON.stringify(v) }, { put: `${P}/nodes/node-a/settings`, value: '{"v":1,"offlineSeconds":30}' }]);
     const s = await poolStatus(kv, '/ipwarden', 'p1');
-    assert.deepEqual(s.rangeSets, [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 2, reserved: 2, free: '25', blocksClaimed: 2 }]);
+    assert.deepEqual(s.rangeSets, [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 2, reserved: 2, unreadable: 0, free: '25', blocksClaimed: 2 }]);
     assert.deepEqual(s.nodes, [
       { node: 'node-a', blocks: 1, capacity: 15, used: 1, borrowed: 0, reserved: 2, alive: false, heartbeat: 'expired' },
       { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
@@ -108,7 +113,9 @@ describe('poolStatus (memory KV)', () => {
     assert.deepEqual(s.nodes.map((n) => [n.node, n.alive, n.heartbeat]), [['node-a', true, 'yes'], ['node-z', false, 'expired']]);
     assert.deepEqual(await Promise.all(['node-a', 'node-z', 'node-q'].map((n) => nodeHeartbeat(kv, '/ipwarden', 'p1', n))), ['yes', 'expired', 'never']);
     await kv.txn([], [{ put: `${P}/nodes/bad name/settings`, value: '{}' }]);
-    await assert.rejects(poolStatus(kv, '/ipwarden', 'p1'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/nodes/bad name/settings: not the settings key of a node name`);
+    const t = await poolStatus(kv, '/ipwarden', 'p1');
+    assert.deepEqual(t.corrupt, [{ key: `${P}/nodes/bad name/settings`, why: 'not the settings key of a node name' }]);
+    assert.deepEqual(t.nodes.map((n) => [n.node, n.heartbeat]), [['node-a', 'yes'], ['node-z', 'expired']]);
   });
 
   it('blocks are sorted by address (numerically, IPv4 before IPv6), not as text', async () => {
@@ -163,5 +170,56 @@ describe('poolStatus (memory KV)', () => {
 
   it('a pool never used is IPAM_NOT_FOUND', async () => {
     await assert.rejects(poolStatus(new MemoryKV(), '/ipwarden', 'nope'), (e: unknown) => isAppError(e, 'IPAM_NOT_FOUND') && e.message === 'pool nope has no data in memory under /ipwarden (no /ipwarden/pools/nope/meta key: never used)');
+  });
+
+  it('keys that cannot be read are listed (key, why) and not counted; a corrupt block of the pool stays claimed and its addresses are unreadable, not free', async () => {
+    const kv = new MemoryKV();
+    await add(allocator(kv, 'node-a'), 'a1');
+    await add(allocator(kv, 'node-b'), 'b1');
+    const a16 = `${P}/blocks/10.84.0.16-28`;
+    kv.plant(a16, JSON.stringify({ ...JSON.parse(kv.dump()[a16] as string), owner: 'x' }));
+    kv.plant(`${P}/blocks/garbage`, 'x');
+    // A block key outside the pool's ranges, with a range set the pool lacks.
+    kv.plant(`${P}/blocks/10.84.0.64-28`, '{"v":1,"cidr":"10.84.0.64/28","rangeSet":3,"node":"node-c","state":"owned","seq":0,"next":0,"allocs":{}}');
+    const s = await poolStatus(kv, '/ipwarden', 'p1');
+    assert.deepEqual(s, {
+      version: 1,
+      pool: 'p1',
+      blockSize: 28,
+      blockSize6: 122,
+      rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, free: '13', blocksClaimed: 2 }],
+      nodes: [{ node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' }],
+      blocks: [{ cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0, reserved: 0 }],
+      corrupt: [
+        { key: a16, why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)' },
+        { key: `${P}/blocks/10.84.0.64-28`, why: '"rangeSet" 3 is not a range set of the pool' },
+        { key: `${P}/blocks/garbage`, why: 'not a block key' },
+      ],
+    });
+    assert.equal(
+      poolStatusTable(s),
+      [
+        'pool p1: blocks /28 (IPv4), /122 (IPv6)',
+        'SET  RANGES                SIZE  USED  RESERVED  UNREADABLE  FREE  BLOCKS',
+        '0    10.84.0.1-10.84.0.30  29    1     0         15          13    2',
+        'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT',
+        'node-b  1       14        1     0         0         never',
+        'BLOCK         SET  NODE    STATE  CAPACITY  USED  BORROWED  RESERVED',
+        '10.84.0.0/28  0    node-b  owned  14        1     0         0',
+        `${'CORRUPT KEY'.padEnd(a16.length + 2)}WHY`,
+        `${a16}  unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)`,
+        `${P}/blocks/10.84.0.64-28  "rangeSet" 3 is not a range set of the pool`,
+        `${P}/blocks/garbage        not a block key`,
+        '3 keys cannot be read: not counted above, never allocated from or rewritten by ipwarden; left for an operator (docs/cluster.md "Corrupt keys")',
+        '',
+      ].join('\n'),
+    );
+  });
+
+  it('a meta that cannot be read still fails the report (without the layout nothing can be counted)', async () => {
+    const kv = new MemoryKV();
+    await add(allocator(kv, 'node-a'), 'a1');
+    kv.plant(`${P}/meta`, '{');
+    await assert.rejects(poolStatus(kv, '/ipwarden', 'p1'), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/meta: not valid JSON`);
   });
 });
