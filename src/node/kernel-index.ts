@@ -22,15 +22,18 @@ import { performance } from 'node:perf_hooks';
 import { readKernelEvidenceAsync, type AddressHolder, type KernelEvidence } from './kernel-evidence.ts';
 
 /** Milliseconds from the end of one read to the start of the next (default of {@link KernelIndexOptions.intervalMs}). */
-export const KERNEL_INDEX_INTERVAL_MS = 2000;
+export const KERNEL_INDEX_INTERVAL_MS = 3000;
 
 /**
  * Oldest a read may be, from its start, for the index to be used by an ADD, milliseconds (default
- * of {@link KernelIndexOptions.maxAgeMs}): the interval plus room for a read that is slow on a
- * loaded node. The bound of the index: an address configured at least this long before an ADD
- * starts is in the index the ADD uses, or the ADD does not use the index (and logs why).
+ * of {@link KernelIndexOptions.maxAgeMs}): the interval, plus the longest a read can take when a
+ * pinned namespace hangs its helper (`PINNED_HELPER_TIMEOUT_MS`, 5 s: that read then lands
+ * incomplete), plus 2 s for a loaded node. The bound of the index: an address configured at least
+ * this long before an ADD starts, and still configured, is in the index the ADD uses — or the ADD
+ * does not use the index and logs why. In steady state an index is at most one interval plus one
+ * read old.
  */
-export const KERNEL_INDEX_MAX_AGE_MS = 5000;
+export const KERNEL_INDEX_MAX_AGE_MS = 10_000;
 
 /** One whole read of the kernel, as the index holds it. */
 export interface KernelIndexRead {

@@ -23,7 +23,7 @@ import { allocate } from '../../src/ipam/allocator.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import type { IP, RangeSet } from '../../src/ipam/types.ts';
 import { readKernelEvidence, readKernelEvidenceAsync, type AddressHolder, type KernelEvidence } from '../../src/node/kernel-evidence.ts';
-import { KernelIndex } from '../../src/node/kernel-index.ts';
+import { KERNEL_INDEX_INTERVAL_MS, KernelIndex } from '../../src/node/kernel-index.ts';
 import { NetworkIndexes } from '../../src/store/file/indexed-store.ts';
 import { MemoryStore } from '../../src/store/memory/memory-store.ts';
 import type { Store } from '../../src/store/store.ts';
@@ -157,7 +157,7 @@ describe('KernelIndex', () => {
     const [ra, rb] = await Promise.all([a, b]);
     assert.equal(ra, rb);
     assert.deepEqual([ra.generation, ra.startedAtMs, [...ra.addresses.keys()]], [2, 10, ['10.1.0.7']]);
-    assert.deepEqual(timers.live().map((t) => t.ms), [2000]);
+    assert.deepEqual(timers.live().map((t) => t.ms), [KERNEL_INDEX_INTERVAL_MS]);
     // With no read running, refresh() starts one at once (and disarms the timer).
     const c = ix.refresh();
     assert.deepEqual([reads.calls, timers.live().length], [3, 0]);
