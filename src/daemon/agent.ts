@@ -38,9 +38,11 @@ export interface AgentOverrides {
 }
 
 /**
- * The daemon's parts and hooks: the per-network index (closed last: it may still hold a lock in
- * its linger), the metrics (with `/healthz`, `/readyz`), so the loop's first pass is already
- * counted, then the loop. The plugin server and the loop open every store through the one
+ * The daemon's parts and hooks: the pool sessions, the per-network index (closed last: it may still
+ * hold a lock in its linger), the kernel address index (its first read before the socket serves;
+ * its hooks make the ADDs skip addresses configured in a namespace: src/daemon/kernel-addresses.ts),
+ * the metrics (with `/healthz`, `/readyz`), so the loop's first pass is already counted, then the
+ * loop. The plugin server and the loop open every store through the one
  * index (docs/daemon.md "The index"), so the loop's changes are not seen as a foreign writer's.
  */
 export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): DaemonDeps {
