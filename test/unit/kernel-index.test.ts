@@ -8,6 +8,8 @@
  *   reserve, in host-local's order, skipping them like reserved ones;
  * - an ADD's use of the hooks (src/cni/commands.ts): a view that cannot be used changes nothing; a
  *   stale view that leaves only skipped addresses is read again once; what is reported;
+ * - the daemon's wiring (src/daemon/kernel-addresses.ts): with an injected failing reader, ADDs are
+ *   told the index cannot be used, with the log lines and metrics; with a good one, what a skip logs;
  * - `readKernelEvidenceAsync` gives what `readKernelEvidence` gives over a fake procfs, and
  *   `inFlight: false` reads no environment.
  */
@@ -24,6 +26,9 @@ import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import type { IP, RangeSet } from '../../src/ipam/types.ts';
 import { readKernelEvidence, readKernelEvidenceAsync, type AddressHolder, type KernelEvidence } from '../../src/node/kernel-evidence.ts';
 import { KERNEL_INDEX_INTERVAL_MS, KernelIndex } from '../../src/node/kernel-index.ts';
+import { kernelAddresses } from '../../src/daemon/kernel-addresses.ts';
+import { createLogger } from '../../src/daemon/log.ts';
+import { DaemonMetrics } from '../../src/daemon/metrics.ts';
 import { NetworkIndexes } from '../../src/store/file/indexed-store.ts';
 import { MemoryStore } from '../../src/store/memory/memory-store.ts';
 import type { Store } from '../../src/store/store.ts';
@@ -396,5 +401,52 @@ describe('readKernelEvidenceAsync', () => {
     assert.equal(readKernelEvidence(opts).incomplete, `cannot read ${root}/50/environ: EISDIR`);
     const ev = await readKernelEvidenceAsync({ ...opts, inFlight: false });
     assert.deepEqual([ev.incomplete, ev.inFlight.size, ev.addresses.size, ev.processes], [null, 0, 4, 201]);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+
+describe("the daemon's wiring of the index (log lines, metrics)", () => {
+  async function wired(read: () => Promise<KernelEvidence>) {
+    const lines: Array<Record<string, unknown>> = [];
+    const log = createLogger('debug', { stream: { write: (t: string) => void lines.push(JSON.parse(t) as Record<string, unknown>) } });
+    const metrics = new DaemonMetrics();
+    const k = kernelAddresses(log, metrics.kernelIndex, { read, schedule: new Timers().schedule });
+    const part = await k.part({ options: {} as never, log });
+    const series = async (prefix: string): Promise<string[]> => (await metrics.registry.metrics()).split('\n').filter((l) => l.startsWith(prefix));
+    const msgs = (): Array<[unknown, unknown]> => lines.filter((l) => l['msg'] !== 'kernel address index read').map((l) => [l['level'], l['msg']]);
+    return { k, part, lines, series, msgs };
+  }
+
+  it('an injected reader that fails: the ADD gets no view, and the log and the metrics say why', async () => {
+    const w = await wired(() => Promise.reject(new Error('boom')));
+    assert.equal(w.k.hooks.view({ network: 'n', containerId: 'c1' }), null);
+    assert.deepEqual(w.msgs(), [
+      [40, 'kernel address index incomplete: ADDs do not use it'],
+      [40, 'ADD did not use the kernel address index'],
+    ]);
+    const unused = w.lines.find((l) => l['msg'] === 'ADD did not use the kernel address index') as Record<string, unknown>;
+    assert.deepEqual([unused['part'], unused['network'], unused['containerId'], unused['reason'], unused['generation']], ['kernel-index', 'n', 'c1', 'the kernel address index is incomplete: the read failed: boom', 1]);
+    assert.deepEqual(await w.series('ipwarden_allocation_kernel_index_unused_total'), ['ipwarden_allocation_kernel_index_unused_total{network="n",reason="incomplete"} 1']);
+    assert.deepEqual(await w.series('ipwarden_kernel_index_reads_total'), ['ipwarden_kernel_index_reads_total{result="incomplete"} 1']);
+    await w.part.close();
+  });
+
+  it('a good reader: the view names the holders; a skip is logged and counted', async () => {
+    const w = await wired(async () => evidence(['10.244.1.2']));
+    const view = w.k.hooks.view({ network: 'n', containerId: 'c1' });
+    assert.deepEqual([view?.heldBy(ipOf('10.244.1.2')), view?.heldBy(ipOf('10.244.1.3'))], ['net:[4026532455] via /run/netns/cni-9f', null]);
+    w.k.hooks.skipped({ network: 'n', containerId: 'c1', conflicts: [{ ip: '10.244.1.2', heldBy: 'net:[4026532455] via /run/netns/cni-9f' }], addresses: ['10.244.1.3'] });
+    assert.deepEqual(w.msgs(), [
+      [30, 'kernel address index complete'],
+      [40, 'ADD skipped addresses configured in a network namespace with no reservation file'],
+    ]);
+    assert.deepEqual(await w.series('ipwarden_allocation_kernel_conflicts_total'), ['ipwarden_allocation_kernel_conflicts_total{network="n"} 1']);
+    assert.deepEqual(await w.series('ipwarden_kernel_index_addresses'), ['ipwarden_kernel_index_addresses 1']);
+    assert.equal((await w.series('ipwarden_kernel_index_age_seconds')).length, 1);
+    // fresh(): a read that starts now, judged as usual.
+    assert.notEqual(await w.k.hooks.fresh({ network: 'n', containerId: 'c1' }), null);
+    assert.deepEqual(await w.series('ipwarden_kernel_index_reads_total'), ['ipwarden_kernel_index_reads_total{result="complete"} 2']);
+    await w.part.close();
   });
 });
