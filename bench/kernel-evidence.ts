@@ -8,15 +8,19 @@
  * only, each with a bridge holding one IPv4 and one IPv6 address) plus EXTRA sleeping processes
  * (default 2,000), then measures, interleaved, RUNS times (default 9): `readKernelEvidence()` (in
  * this process), `ps -e -o pid=,comm=` (spawned), and the two halves of the evidence apart
- * (processes only, `netnsDirs: []`; the pinned-namespace helper alone). Prints medians (ms), the
- * ratio to `ps`, and the counts. Everything it made (processes by pid, namespaces by name) is
+ * (processes only, `netnsDirs: []`; the pinned-namespace helper alone), and the daemon's kernel
+ * address index read (src/node/kernel-index.ts: addresses only, `inFlight: false`), synchronous and
+ * as the daemon runs it (`readKernelEvidenceAsync`: wall time, and the longest time the event loop
+ * was held, measured by a `setImmediate` chain beside it, against the same chain idle for as long).
+ * Prints medians (ms), the ratio to `ps`,
+ * and the counts. Everything it made (processes by pid, namespaces by name) is
  * removed afterwards, also on an error or Ctrl-C. Env: BENCH_NS, BENCH_EXTRA, BENCH_RUNS.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { readlinkSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { readKernelEvidence, readPinnedNamespaces } from '../src/node/kernel-evidence.ts';
+import { readKernelEvidence, readKernelEvidenceAsync, readPinnedNamespaces } from '../src/node/kernel-evidence.ts';
 
 const NS = Number(process.env['BENCH_NS'] ?? 300);
 const EXTRA = Number(process.env['BENCH_EXTRA'] ?? 2000);
@@ -80,6 +84,46 @@ function tick(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
+/**
+ * The longest gap between `setImmediate` callbacks over `forMs` with nothing else to do, ms: what
+ * the machine's own scheduling (other processes on the cores) costs, the baseline of a stall.
+ */
+async function idleStall(forMs: number): Promise<number> {
+  let maxGap = 0;
+  let lastT = process.hrtime.bigint();
+  const end = lastT + BigInt(Math.round(forMs * 1e6));
+  await new Promise<void>((resolve) => {
+    const spin = (): void => {
+      const t = process.hrtime.bigint();
+      maxGap = Math.max(maxGap, Number(t - lastT) / 1e6);
+      lastT = t;
+      if (t < end) setImmediate(spin);
+      else resolve();
+    };
+    setImmediate(spin);
+  });
+  return maxGap;
+}
+
+/** One `readKernelEvidenceAsync({ inFlight: false })`: its wall time and the longest event-loop stall during it, ms. */
+async function indexRead(): Promise<{ wall: number; stall: number }> {
+  let running = true;
+  let maxGap = 0;
+  let lastT = process.hrtime.bigint();
+  const spin = (): void => {
+    const t = process.hrtime.bigint();
+    maxGap = Math.max(maxGap, Number(t - lastT) / 1e6);
+    lastT = t;
+    if (running) setImmediate(spin);
+  };
+  setImmediate(spin);
+  const t0 = process.hrtime.bigint();
+  await readKernelEvidenceAsync({ inFlight: false });
+  const wall = ms(t0);
+  running = false;
+  return { wall, stall: maxGap };
+}
+
 function spawned(c: ChildProcess): Promise<void> {
   return new Promise((resolve, reject) => {
     c.once('spawn', () => resolve());
@@ -137,6 +181,10 @@ async function main(): Promise<void> {
   const ps: number[] = [];
   const procsOnly: number[] = [];
   const helper: number[] = [];
+  const indexSync: number[] = [];
+  const indexWall: number[] = [];
+  const indexStall: number[] = [];
+  const baseStall: number[] = [];
   let last = readKernelEvidence(); // warm-up (module code, page cache)
   let psLines = 0;
   for (let r = 0; r < RUNS; r++) {
@@ -155,6 +203,13 @@ async function main(): Promise<void> {
     t0 = process.hrtime.bigint();
     readPinnedNamespaces(pinnedFiles);
     helper.push(ms(t0));
+    t0 = process.hrtime.bigint();
+    readKernelEvidence({ inFlight: false });
+    indexSync.push(ms(t0));
+    const a = await indexRead();
+    indexWall.push(a.wall);
+    indexStall.push(a.stall);
+    baseStall.push(await idleStall(a.wall));
   }
   const mine = last.addresses.size;
   const ours = [...last.addresses.keys()].filter((ip) => ip.startsWith('10.252.') || ip.startsWith('fd00:6b65:b::')).length;
@@ -165,6 +220,10 @@ async function main(): Promise<void> {
   say(row('ps -e -o pid=,comm= (spawned)', ps));
   say(row('  of which: processes only (netnsDirs: [])', procsOnly));
   say(row(`  of which: helper for ${pinnedFiles.length} pinned namespaces`, helper));
+  say(row('kernel index read, sync ({ inFlight: false })', indexSync));
+  say(row('kernel index read, async (the daemon), wall', indexWall));
+  say(row('  longest event-loop stall during it', indexStall));
+  say(row('  the same, idle for as long (baseline)', baseStall));
   say(`\ncounts: ${last.processes} processes (ps: ${psLines}), ${last.namespaces} namespaces, ${mine} addresses (${ours} of the bench's ${NS * 2}), in flight ${last.inFlight.size}, incomplete: ${last.incomplete ?? 'null'}`);
 }
 

@@ -8,13 +8,13 @@
  * production and the memory store in unit tests.
  */
 import { AppError, errnoCode } from '../common/errors.ts';
-import { allocate, RangeExhaustedError } from '../ipam/allocator.ts';
+import { allocate, RangeExhaustedError, type Allocation } from '../ipam/allocator.ts';
 import { loadIPAMConfig, loadNetworkIdentity } from '../ipam/config.ts';
 import { parseResolvConf } from '../ipam/dns.ts';
 import { formatIP, ipEquals, parseIP } from '../common/ip.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
-import type { DNS, IPAMConfig, NetworkIdentity, Range, RangeSet } from '../ipam/types.ts';
-import { ownerMatches, type Owner, type Store } from '../store/store.ts';
+import type { DNS, IP, IPAMConfig, NetworkIdentity, Range, RangeSet } from '../ipam/types.ts';
+import { ownerMatches, type Owner, type Reservation, type Store } from '../store/store.ts';
 import type { HealHooks, ReclaimSummary } from '../reconcile/reclaim.ts';
 import type { PoolAllocation } from '../ipam/pool-allocator.ts';
 import type { IPAMResult } from './result.ts';
@@ -47,6 +47,48 @@ export interface PluginDeps {
    * `AppError('INTERNAL')`.
    */
   pool?: PoolHooks;
+  /**
+   * The daemon's kernel address index (docs/daemon.md "The kernel address index"): an ADD never
+   * hands out an address it shows configured in a network namespace. Absent in the standalone
+   * plugin (no per-pod read of the kernel there: ADD behaves as host-local).
+   */
+  kernel?: KernelAddressHooks;
+}
+
+/** What the kernel address index says about one address. */
+export interface KernelAddressView {
+  /** Where `ip` is configured on an interface (one clause naming the namespaces), or null when nowhere. */
+  heldBy(ip: IP): string | null;
+}
+
+/** One address an ADD skipped because the kernel address index shows it configured. */
+export interface KernelConflict {
+  /** Canonical IP text. */
+  readonly ip: string;
+  /** {@link KernelAddressView.heldBy}'s clause. */
+  readonly heldBy: string;
+}
+
+/** The kernel address index as an ADD of a node-local network uses it (the daemon builds it). */
+export interface KernelAddressHooks {
+  /**
+   * The index for this ADD, asked once the network's lock is held; null when it cannot be used
+   * now (no read yet, incomplete, older than its bound): the hook records why, and the ADD then
+   * allocates as host-local would. Must not throw.
+   */
+  view(req: { readonly network: string; readonly containerId: string }): KernelAddressView | null;
+  /**
+   * Like {@link view}, from a read of the kernel that starts after this call. Asked when a range
+   * set is exhausted after skipping addresses the index showed: an index up to its bound old may
+   * still list an address whose pod has just gone. Must not reject.
+   */
+  fresh(req: { readonly network: string; readonly containerId: string }): Promise<KernelAddressView | null>;
+  /**
+   * The ADD skipped `conflicts` (each once, in the order met; never empty): told once per ADD,
+   * before it answers, with its outcome (`addresses`: what it returned, [] on failure). Must not
+   * throw.
+   */
+  skipped(e: { readonly network: string; readonly containerId: string; readonly conflicts: readonly KernelConflict[]; readonly addresses: readonly string[] }): void;
 }
 
 /** Decoders of a request's network config (pure: the same input gives the same value or error). */
@@ -113,50 +155,59 @@ async function cmdAdd(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promis
   }
   const store = await deps.openStore({ dataDir: conf.dataDir, network: conf.name, create: true });
   if (store === null) throw new AppError('INTERNAL', 'store could not be opened');
-  const allocs = await withLockedStore(store, conf.lockTimeoutSeconds, async (s) => {
-    const req = {
-      containerId: a.containerId,
-      ifname: a.ifname,
-      rangeSets: conf.rangeSets,
-      requestedIPs: conf.requestedIPs,
-    };
-    let listed = await s.list({ mtime: false });
-    // A network without any reservation and without round-robin state is a new or wiped data
-    // directory (a reboot on tmpfs, `rm -r`), possibly under running pods: recreate their
-    // reservations before handing out anything (issue 4). A directory merely emptied by DELs
-    // keeps its last_reserved_ip files and is trusted, so ADD/DEL churn never asks the runtime.
-    // A recovery that was killed midway left its mark: it is resumed, never taken as done (issue 7).
-    if (
-      deps.heal !== undefined &&
-      ((listed.length === 0 && (await hasNoRoundRobinState(s, conf))) || (await s.recoveryPending())) &&
-      (await deps.heal.recover(s, conf)) > 0
-    ) {
-      listed = await s.list({ mtime: false });
-    }
-    try {
-      return await allocate(s, req, listed);
-    } catch (e) {
-      if (deps.heal === undefined) throw e;
-      // A static request (IP=, args.cni.ips, runtimeConfig.ips) whose address a leak holds: the
-      // same rules as exhaustion decide, for those addresses only (issue 7).
-      const held = e instanceof AppError && e.code === 'IPAM_REQUESTED_IP_UNAVAILABLE' ? heldByOthers(conf, listed, a.containerId, a.ifname) : [];
-      if (held.length > 0) {
-        const r = await deps.heal.reclaim(s, conf, conf.reclaimOnExhaustion, held);
-        // Nothing a leak held could be freed: host-local's error as it is, unless a leak holds it.
-        if (r.released === 0) throw r.reclaimable.length > 0 ? withDetails(e as AppError, (e as AppError).details, r.details) : e;
-        return await allocate(s, req);
+  const kernel = deps.kernel === undefined ? null : new KernelCheck(deps.kernel, { network: conf.name, containerId: a.containerId });
+  let allocs: Allocation[];
+  try {
+    allocs = await withLockedStore(store, conf.lockTimeoutSeconds, async (s) => {
+      const req = {
+        containerId: a.containerId,
+        ifname: a.ifname,
+        rangeSets: conf.rangeSets,
+        requestedIPs: conf.requestedIPs,
+      };
+      let listed = await s.list({ mtime: false });
+      // A network without any reservation and without round-robin state is a new or wiped data
+      // directory (a reboot on tmpfs, `rm -r`), possibly under running pods: recreate their
+      // reservations before handing out anything (issue 4). A directory merely emptied by DELs
+      // keeps its last_reserved_ip files and is trusted, so ADD/DEL churn never asks the runtime.
+      // A recovery that was killed midway left its mark: it is resumed, never taken as done (issue 7).
+      if (
+        deps.heal !== undefined &&
+        ((listed.length === 0 && (await hasNoRoundRobinState(s, conf))) || (await s.recoveryPending())) &&
+        (await deps.heal.recover(s, conf)) > 0
+      ) {
+        listed = await s.list({ mtime: false });
       }
-      if (!(e instanceof RangeExhaustedError)) throw e;
-      const r = await deps.heal.reclaim(s, conf, conf.reclaimOnExhaustion);
-      if (r.released === 0) throw withDetails(e, e.details, r.details);
+      const alloc = (l?: readonly Reservation[]): Promise<Allocation[]> =>
+        kernel === null ? allocate(s, req, l) : kernel.allocate((held) => allocate(s, req, l, held));
       try {
-        return await allocate(s, req);
-      } catch (e2) {
-        if (e2 instanceof RangeExhaustedError) throw withDetails(e2, e2.details, r.details);
-        throw e2;
+        return await alloc(listed);
+      } catch (e) {
+        if (deps.heal === undefined) throw e;
+        // A static request (IP=, args.cni.ips, runtimeConfig.ips) whose address a leak holds: the
+        // same rules as exhaustion decide, for those addresses only (issue 7).
+        const held = e instanceof AppError && e.code === 'IPAM_REQUESTED_IP_UNAVAILABLE' ? heldByOthers(conf, listed, a.containerId, a.ifname) : [];
+        if (held.length > 0) {
+          const r = await deps.heal.reclaim(s, conf, conf.reclaimOnExhaustion, held);
+          // Nothing a leak held could be freed: host-local's error as it is, unless a leak holds it.
+          if (r.released === 0) throw r.reclaimable.length > 0 ? withDetails(e as AppError, (e as AppError).details, r.details) : e;
+          return await alloc();
+        }
+        if (!(e instanceof RangeExhaustedError)) throw e;
+        const r = await deps.heal.reclaim(s, conf, conf.reclaimOnExhaustion);
+        if (r.released === 0) throw withDetails(e, e.details, r.details);
+        try {
+          return await alloc();
+        } catch (e2) {
+          if (e2 instanceof RangeExhaustedError) throw withDetails(e2, e2.details, r.details);
+          throw e2;
+        }
       }
-    }
-  });
+    });
+  } catch (e) {
+    throw kernel === null ? e : kernel.finish([], e);
+  }
+  kernel?.finish(allocs.map((x) => formatIP(x.ip)), null);
   return {
     ips: allocs.map((x) => ({
       family: x.ip.family,
@@ -166,6 +217,70 @@ async function cmdAdd(deps: PluginDeps, dec: ConfigDecoders, a: CmdArgs): Promis
     routes: conf.routes,
     dns,
   };
+}
+
+/**
+ * One ADD's use of the kernel address index: the view taken once the lock is held, the addresses
+ * it made the allocator skip, one fresh read when only skipped addresses were left, and the report
+ * to the hooks at the end.
+ */
+class KernelCheck {
+  readonly #hooks: KernelAddressHooks;
+  readonly #req: { readonly network: string; readonly containerId: string };
+  /** Skipped addresses of the current attempt with the current view: IP text → holders. */
+  readonly #conflicts = new Map<string, string>();
+  #view: KernelAddressView | null | undefined = undefined;
+  #refreshed = false;
+
+  constructor(hooks: KernelAddressHooks, req: { readonly network: string; readonly containerId: string }) {
+    this.#hooks = hooks;
+    this.#req = req;
+  }
+
+  /**
+   * Run `attempt` with the predicate of the current view (taken now the first time). When it
+   * fails with exhaustion after skipping addresses, read the kernel once more (once per ADD) and,
+   * when the fresh view can be used, run it again with that view: what the first attempt created
+   * was rolled back by the allocator.
+   */
+  async allocate(attempt: (held: ((ip: IP) => boolean) | undefined) => Promise<Allocation[]>): Promise<Allocation[]> {
+    if (this.#view === undefined) this.#view = this.#hooks.view(this.#req);
+    try {
+      return await attempt(this.#predicate());
+    } catch (e) {
+      if (!(e instanceof RangeExhaustedError) || this.#conflicts.size === 0 || this.#refreshed) throw e;
+      this.#refreshed = true;
+      this.#view = await this.#hooks.fresh(this.#req);
+      // What the stale view showed and the fresh one does not was never a conflict.
+      this.#conflicts.clear();
+      return await attempt(this.#predicate());
+    }
+  }
+
+  #predicate(): ((ip: IP) => boolean) | undefined {
+    const view = this.#view;
+    if (view === null || view === undefined) return undefined;
+    return (ip) => {
+      const by = view.heldBy(ip);
+      if (by === null) return false;
+      const text = formatIP(ip);
+      if (!this.#conflicts.has(text)) this.#conflicts.set(text, by);
+      return true;
+    };
+  }
+
+  /**
+   * Report the skipped addresses (if any) with the ADD's outcome; on failure return the error to
+   * throw: the same, its details naming the skipped addresses.
+   */
+  finish(addresses: readonly string[], err: unknown): unknown {
+    if (this.#conflicts.size === 0) return err;
+    const conflicts = [...this.#conflicts].map(([ip, heldBy]) => ({ ip, heldBy }));
+    this.#hooks.skipped({ ...this.#req, conflicts, addresses });
+    if (!(err instanceof AppError)) return err;
+    const note = `not handed out, configured in a network namespace with no reservation file: ${conflicts.map((c) => `${c.ip} (${c.heldBy})`).join(', ')}`;
+    return withDetails(err, err.details, note);
+  }
 }
 
 /** The pool hooks, or INTERNAL when the plugin was built without them. */

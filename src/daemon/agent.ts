@@ -16,6 +16,8 @@ import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource }
 import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts';
 import { DaemonMetrics, startHealthServer, startMetricsServer } from './metrics.ts';
 import { createLogger, type Logger } from './log.ts';
+import { kernelAddresses } from './kernel-addresses.ts';
+import type { KernelIndexOptions } from '../node/kernel-index.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
 export const FALLBACK_LOG_NAME = 'standalone-requests.log';
@@ -31,12 +33,16 @@ export interface AgentOverrides {
   readonly releaseCap?: number;
   /** The daemon's logger (default: pino at `--log-level` on stderr); the pool sessions' lines go to it too. */
   readonly log?: Logger;
+  /** The kernel address index's reader, clock and bounds (default: the real kernel, docs/daemon.md). */
+  readonly kernelIndex?: Omit<KernelIndexOptions, 'onRead'>;
 }
 
 /**
- * The daemon's parts and hooks: the per-network index (closed last: it may still hold a lock in
- * its linger), the metrics (with `/healthz`, `/readyz`), so the loop's first pass is already
- * counted, then the loop. The plugin server and the loop open every store through the one
+ * The daemon's parts and hooks: the pool sessions, the per-network index (closed last: it may still
+ * hold a lock in its linger), the kernel address index (its first read before the socket serves;
+ * its hooks make the ADDs skip addresses configured in a namespace: src/daemon/kernel-addresses.ts),
+ * the metrics (with `/healthz`, `/readyz`), so the loop's first pass is already counted, then the
+ * loop. The plugin server and the loop open every store through the one
  * index (docs/daemon.md "The index"), so the loop's changes are not seen as a foreign writer's.
  */
 export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): DaemonDeps {
@@ -81,6 +87,9 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     return { name: 'pools', close: () => pools.close() };
   };
   metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
+  // The kernel's addresses for the ADDs the daemon serves (docs/daemon.md "The kernel address
+  // index"): its first read lands before the socket serves.
+  const kernel = kernelAddresses(log, metrics.kernelIndex, over.kernelIndex);
   over.onMetrics?.(metrics);
   let state: 'starting' | 'started' | 'stopping' = 'starting';
   const metricsPart: DaemonPartFactory = async ({ log }) => {
@@ -146,9 +155,10 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   };
   return {
     log,
-    parts: [poolPart, indexPart, metricsPart, loopPart],
+    parts: [poolPart, indexPart, kernel.part, metricsPart, loopPart],
     openStore: (o) => indexes.openStore(o),
     pool: poolHooks,
+    kernel: kernel.hooks,
     onState: (s) => {
       state = s;
     },

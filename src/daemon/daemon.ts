@@ -9,6 +9,7 @@
  * (stop accepting, finish and answer what is in flight, remove the socket file), then the parts in
  * reverse order, then the lock is released and the log is flushed. {@link Daemon.close} is idempotent.
  */
+import type { KernelAddressHooks } from '../cni/commands.ts';
 import type { PoolHooks } from '../cni/pool.ts';
 import type { DaemonOptions } from '../common/daemon-options.ts';
 import { createLogger, flushLog, type Logger } from './log.ts';
@@ -57,6 +58,8 @@ export interface DaemonDeps {
   readonly onState?: (state: 'started' | 'stopping') => void;
   /** Cluster pool hooks of the plugin server (src/cni/pool.ts `PoolSessions`, closed by a part). */
   readonly pool?: PoolHooks;
+  /** The kernel address index's ADD hooks (src/daemon/kernel-addresses.ts; its reads are a part). */
+  readonly kernel?: KernelAddressHooks;
 }
 
 /** A running daemon. */
@@ -127,6 +130,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
       ...(deps.openStore === undefined ? {} : { openStore: deps.openStore }),
       ...(deps.heal === undefined ? {} : { heal: deps.heal }),
       ...(deps.pool === undefined ? {} : { pool: deps.pool }),
+      ...(deps.kernel === undefined ? {} : { kernel: deps.kernel }),
       ...(deps.maxInFlight === undefined ? {} : { maxInFlight: deps.maxInFlight }),
       ...(deps.maxConnections === undefined ? {} : { maxConnections: deps.maxConnections }),
       ...(deps.requestTimeoutSeconds === undefined ? {} : { requestTimeoutSeconds: deps.requestTimeoutSeconds }),

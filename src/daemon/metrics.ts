@@ -16,6 +16,9 @@
  * - `ipwarden_cni_request_duration_seconds{command}` histogram (daemon path only: the standalone
  *   plugin's own time is not visible to the daemon)
  * - `ipwarden_metrics_renders_total` counter (renders of the exposition; {@link RenderGate})
+ * - the kernel address index ({@link KernelIndexMetrics}): `ipwarden_allocation_kernel_conflicts_total{network}`,
+ *   `ipwarden_allocation_kernel_index_unused_total{network,reason}`, `ipwarden_kernel_index_reads_total{result}`,
+ *   `ipwarden_kernel_index_read_seconds`, `ipwarden_kernel_index_addresses`, `ipwarden_kernel_index_age_seconds`
  * - cluster pools (docs/cluster.md "Metrics"; {@link PoolMetrics}), all labelled `pool` and `node`:
  *   `ipwarden_pool_requests_total{command,result}`, `ipwarden_pool_request_duration_seconds{command}`,
  *   `ipwarden_pool_etcd_transactions_total{outcome}`, `ipwarden_pool_batch_size`, the gauges
@@ -91,6 +94,8 @@ export class DaemonMetrics {
   private readonly gate: RenderGate<Buffer>;
   /** The cluster pools' series (docs/cluster.md "Metrics"). */
   readonly pools: PoolMetrics;
+  /** The kernel address index's series (docs/daemon.md "The kernel address index"). */
+  readonly kernelIndex: KernelIndexMetrics;
 
   /**
    * @param opts.monotonicMs the clock of the pool gauges' cache, milliseconds (default `performance.now`; tests inject one).
@@ -106,6 +111,7 @@ export class DaemonMetrics {
       registers,
     });
     this.pools = new PoolMetrics(this.registry, opts.monotonicMs ?? (() => performance.now()));
+    this.kernelIndex = new KernelIndexMetrics(this.registry);
     this.addresses = new Gauge({
       name: 'ipwarden_addresses',
       help: 'Addresses per range set by state (live, grace, leaked, corrupt, unknown, free), as of the last reconcile pass.',
@@ -260,6 +266,90 @@ export class DaemonMetrics {
     for (const l of this.fallbackLog.readNew()) {
       this.cniRequests.inc({ command: CNI_COMMANDS.has(l.command) ? l.command : 'other', path: 'standalone', result: l.result });
     }
+  }
+}
+
+/** Results of one read of the kernel address index (`ipwarden_kernel_index_reads_total{result}`). */
+export type KernelIndexReadResult = 'complete' | 'incomplete';
+
+/**
+ * The kernel address index's series (docs/metrics.md): what ADDs skipped because the index showed
+ * the address configured in a network namespace, ADDs that could not use it and why, and the
+ * index's own reads (their count is its generation), duration, size and age.
+ */
+export class KernelIndexMetrics {
+  private readonly conflicts: Counter<'network'>;
+  private readonly unused: Counter<'network' | 'reason'>;
+  private readonly reads: Counter<'result'>;
+  private readonly readSeconds: Histogram;
+  private readonly addresses: Gauge;
+  private ageSource: (() => number | null) | null = null;
+
+  /** @param registry where the series go */
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.conflicts = new Counter({
+      name: 'ipwarden_allocation_kernel_conflicts_total',
+      help: 'Addresses an ADD served by the daemon skipped because the kernel address index showed them configured in a network namespace while no reservation file held them.',
+      labelNames: ['network'],
+      registers,
+    });
+    this.unused = new Counter({
+      name: 'ipwarden_allocation_kernel_index_unused_total',
+      help: 'ADDs served by the daemon that could not use the kernel address index (reason: no-read, incomplete, stale) and allocated as host-local does.',
+      labelNames: ['network', 'reason'],
+      registers,
+    });
+    this.reads = new Counter({
+      name: 'ipwarden_kernel_index_reads_total',
+      help: "Full reads of every network namespace's addresses by the kernel address index, by result (complete, incomplete); their sum is the index's generation.",
+      labelNames: ['result'],
+      registers,
+    });
+    this.readSeconds = new Histogram({
+      name: 'ipwarden_kernel_index_read_seconds',
+      help: 'Wall time of one read of the kernel address index.',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    });
+    this.addresses = new Gauge({
+      name: 'ipwarden_kernel_index_addresses',
+      help: 'Distinct addresses configured in the network namespaces of the node, as of the last read of the kernel address index.',
+      registers,
+    });
+    const self = this;
+    new Gauge({
+      name: 'ipwarden_kernel_index_age_seconds',
+      help: 'Seconds since the last read of the kernel address index started (monotonic clock); absent before the first read.',
+      registers,
+      collect() {
+        const age = self.ageSource?.() ?? null;
+        if (age === null) this.reset();
+        else this.set(age);
+      },
+    });
+  }
+
+  /** Read the age gauge from `source` on every scrape (seconds, or null before the first read). */
+  watchAge(source: () => number | null): void {
+    this.ageSource = source;
+  }
+
+  /** Count one read of the index. */
+  recordRead(r: { readonly result: KernelIndexReadResult; readonly durationSeconds: number; readonly addresses: number }): void {
+    this.reads.inc({ result: r.result });
+    this.readSeconds.observe(r.durationSeconds);
+    this.addresses.set(r.addresses);
+  }
+
+  /** Count `n` addresses an ADD of `network` skipped. */
+  recordConflicts(network: string, n: number): void {
+    if (n > 0) this.conflicts.inc({ network }, n);
+  }
+
+  /** Count one ADD of `network` that could not use the index. */
+  recordUnused(network: string, reason: string): void {
+    this.unused.inc({ network, reason });
   }
 }
 

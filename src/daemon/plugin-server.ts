@@ -33,7 +33,7 @@ import { closeSync, constants as fsConstants, existsSync, fstatSync, lstatSync, 
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { AppError, errnoCode } from '../common/errors.ts';
-import { makeHandlers, type HealHooks, type PluginDeps } from '../cni/commands.ts';
+import { makeHandlers, type HealHooks, type KernelAddressHooks, type PluginDeps } from '../cni/commands.ts';
 import { criHeal } from '../cni/heal.ts';
 import { exactEnv } from '../cni/plugin.ts';
 import { pluginMain, type PluginIO } from '../cni/skel.ts';
@@ -156,6 +156,11 @@ export interface PluginServerOptions {
    * a request fails with `INTERNAL`.
    */
   readonly pool?: PoolHooks;
+  /**
+   * The kernel address index (src/daemon/kernel-addresses.ts): ADDs skip the addresses it shows
+   * configured in a network namespace. Without it ADDs allocate as the standalone plugin does.
+   */
+  readonly kernel?: KernelAddressHooks;
 }
 
 /** A running plugin server. */
@@ -556,6 +561,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       ...(h === undefined ? {} : { heal: h }),
       // The request's pool ADD carries its client's signal: queued, it is not sent once the shim is gone.
       ...(opts.pool === undefined ? {} : { pool: withSignal(opts.pool, conn) }),
+      ...(opts.kernel === undefined ? {} : { kernel: opts.kernel }),
     };
   };
 

@@ -14,6 +14,8 @@
  * 2. Rollback releases exactly the reservations this call created, re-checking the owner;
  *    host-local releases by ID, which also drops that container's pre-existing reservations.
  * 3. Requested IPs are matched to range sets in request order (host-local iterates a Go map).
+ * 4. Only when the caller passes `kernelHeld` (the daemon's kernel address index, issue 19): an
+ *    address configured in some network namespace is skipped like a reserved one.
  * (A corrupt record — owner null: empty or unparseable file — blocks its address here as in
  * host-local: an ordinary ADD does not ask the kernel whether a pod still uses that address. Only
  * the reconciler and the reclaim on exhaustion release it, under the evidence rules; issue 7.)
@@ -141,13 +143,28 @@ interface Known {
  * test/unit/indexed-store.test.ts against the iterator). Only `reserve()` calls that would fail
  * (an unusable IP-named entry) are skipped.
  *
+ * Kernel-held addresses (the daemon only, docs/daemon.md "The kernel address index"): when
+ * `kernelHeld` is given, a candidate it returns true for is skipped exactly like a reserved one —
+ * round robin moves on to the next address in host-local's order, a static request for it fails
+ * with `requested IP address <ip> is not available in range set <set>` — and nothing is written for
+ * it. It is asked only about addresses this call would otherwise try to reserve (not reserved,
+ * not a gateway), in candidate order; addresses the container already
+ * holds are returned without asking. Without it (the standalone plugin) nothing changes.
+ *
  * @param listed optional result of `store.list()` taken by the caller under the same lock; when
  *   absent the allocator lists the store itself
+ * @param kernelHeld optional predicate: true when the address is configured on an interface in
+ *   some network namespace of the node (the caller records what it was asked)
  * @returns one allocation per range set, in range set order
  * @throws RangeExhaustedError; AppError IPAM_REQUESTED_IP_UNAVAILABLE, IPAM_DUPLICATE_ALLOCATION;
  *   store errors (STORE_IO, CLOSED, ...) prefixed as above
  */
-export async function allocate(store: Store, req: AllocateRequest, listed?: readonly Reservation[]): Promise<Allocation[]> {
+export async function allocate(
+  store: Store,
+  req: AllocateRequest,
+  listed?: readonly Reservation[],
+  kernelHeld?: (ip: IP) => boolean,
+): Promise<Allocation[]> {
   const containerId = req.containerId.trim();
   const owner = { containerId, ifname: req.ifname };
 
@@ -172,7 +189,7 @@ export async function allocate(store: Store, req: AllocateRequest, listed?: read
     for (let i = 0; i < req.rangeSets.length; i++) {
       const set = req.rangeSets[i] as RangeSet;
       try {
-        results.push(await allocateInSet(store, set, i, owner, known, index, pending, created));
+        results.push(await allocateInSet(store, set, i, owner, known, index, pending, created, kernelHeld));
       } catch (e) {
         if (e instanceof RangeExhaustedError || !isAppError(e)) throw e;
         throw new AppError(e.code, `failed to allocate for range ${i}: ${e.message}`, {
@@ -203,6 +220,7 @@ async function allocateInSet(
   index: ReservationIndex | null,
   pending: IP[],
   created: string[],
+  kernelHeld: ((ip: IP) => boolean) | undefined,
 ): Promise<Allocation> {
   const setText = (): string => rangeSetString(set);
 
@@ -242,11 +260,12 @@ async function allocateInSet(
   /**
    * Reserve `ip` for the owner. Any record in the way, a corrupt one included, means taken: whether
    * a pod still uses a corrupt record's address is for the evidence rules to say (reclaim), not
-   * for an ordinary ADD.
+   * for an ordinary ADD. So does an address the kernel shows configured (`kernelHeld`).
    */
   const tryReserve = async (ip: IP): Promise<boolean> => {
     const key = keyOf(ip);
     if (index === null ? known.has(key) : index.isTaken(ip.family, ip.value)) return false;
+    if (kernelHeld !== undefined && kernelHeld(ip)) return false;
     const text = formatIP(ip);
     const ok = await store.reserve(text, owner, i);
     if (ok) {

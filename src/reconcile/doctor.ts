@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { formatAge } from '../common/duration.ts';
 import { parseIP } from '../common/ip.ts';
 import { DEFAULT_DATA_DIR } from '../common/names.ts';
-import { rangeSetContains, rangeSetOverlaps, rangeSetString } from '../ipam/range.ts';
+import { rangeContains, rangeSetContains, rangeSetOverlaps, rangeSetString } from '../ipam/range.ts';
 import { unusableEntries } from '../node/entries.ts';
 import { DEFAULT_CNI_BIN_DIRS, findPluginBinary, isPluginName } from '../node/plugins.ts';
 import {
@@ -60,6 +60,7 @@ export const FINDING_IDS = [
   'data-dir-survives-reboot',
   'overlapping-ranges',
   'duplicate-address',
+  'unreserved-configured-address',
   'kernel-evidence-incomplete',
   'clock-skew',
 ] as const;
@@ -294,6 +295,7 @@ function kernelFindings(r: StatusReport): Finding[] {
       fix: `two pods share ${ip}: find them (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp) and recreate one of them`,
     });
   }
+  out.push(...unreservedFindings(r));
   const future = r.networks.flatMap((n) => [...n.rangeSets.flatMap((s) => s.entries), ...n.outside.entries]).filter((e) => isStampedInFuture(e.mtimeMs, r.snapshotAtMs));
   if (future.length > 0) {
     const ahead = Math.max(...future.map((e) => -e.ageSeconds));
@@ -303,6 +305,50 @@ function kernelFindings(r: StatusReport): Finding[] {
       title: `${plural(future.length, 'reservation file')} ${future.length === 1 ? 'is' : 'are'} stamped in the future (up to ${formatAge(ahead)} ahead)`,
       evidence: `${listIPs(future.map((e) => `${e.network}/${e.ip}`))}: written before the clock was stepped back; they stay in grace until restamped`,
       fix: 'check the clock (timedatectl; chronyc tracking); ipwarden gc restamps them, and they are judged one grace period later',
+    });
+  }
+  return out;
+}
+
+/**
+ * Addresses configured on an interface in some network namespace, inside a range set of a network
+ * (not a range's gateway), for which that network has no reservation file: a file deleted under a
+ * running pod, another IPAM or another network name using the same range. The standalone plugin
+ * and host-local can hand such an address out again; the daemon's ADDs skip it (docs/daemon.md
+ * "The kernel address index"). One finding per network, the addresses sorted numerically, each
+ * with the namespaces holding it. Networks whose reservations were not read are left out.
+ */
+function unreservedFindings(r: StatusReport): Finding[] {
+  const out: Finding[] = [];
+  const configured = [...r.evidence.addresses].filter(([, h]) => h.length > 0).sort((a, b) => compareIP(a[0], b[0]));
+  for (const n of r.networks) {
+    if (n.skipped !== null || n.config?.ipam == null || n.rangeSets.length === 0) continue;
+    const reserved = new Set([...n.rangeSets.flatMap((s) => s.entries), ...n.outside.entries].map((e) => e.ip));
+    const found: string[] = [];
+    for (const [ip, holders] of configured) {
+      if (reserved.has(ip)) continue;
+      const parsed = parseIP(ip);
+      if (parsed === null) continue;
+      const inRange = n.rangeSets.some((s) =>
+        s.rangeSet.some((rg) => rangeContains(rg, parsed) && !(rg.gateway.family === parsed.family && rg.gateway.value === parsed.value)),
+      );
+      if (inRange) found.push(`${ip} in ${holders.map((h) => `${h.netns} via ${h.via}`).join(' and ')}`);
+    }
+    if (found.length === 0) continue;
+    const one = found.length === 1;
+    const ip = (found[0] as string).split(' ')[0] as string;
+    out.push({
+      id: 'unreserved-configured-address',
+      severity: 'warning',
+      title: one
+        ? `${ip} (${n.name}) is configured in a network namespace and has no reservation file`
+        : `${n.name}: ${found.length} addresses are configured in network namespaces and have no reservation file`,
+      evidence:
+        `${listIPs(found)}; ${n.dir} has no file for ${one ? 'it' : 'them'}: the standalone plugin and host-local can hand ${one ? 'it' : 'them'} out to a new pod ` +
+        `(ADDs served by ipwarden daemon skip ${one ? 'it' : 'them'})`,
+      fix:
+        `find what uses ${one ? 'it' : 'each'} (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp): a pod of ${n.name} whose file was deleted — ` +
+        `${gcCommand(n)} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`,
     });
   }
   return out;

@@ -470,6 +470,64 @@ describe('ipwarden doctor', () => {
       ]);
     });
 
+    it('addresses configured in a namespace with no reservation file in a range of a network: one warning naming each and its namespaces; the gateway, reserved ones and addresses outside the ranges are not', async () => {
+      cbr0();
+      reserve('cbr0', '10.42.1.2', 'd2\r\neth0', HOUR);
+      const holders = (...h: Array<[string, string]>) => h.map(([netns, via]) => ({ netns, via }));
+      const one: UseEvidence = {
+        addresses: new Map([
+          ['10.42.1.1', holders(['net:[4026531992]', '/proc/1/ns/net'])], // the bridge's gateway on the host
+          ['10.42.1.2', holders(['net:[4026532301]', '/proc/812/ns/net'])], // reserved
+          ['10.42.1.9', holders(['net:[4026532455]', '/run/netns/cni-9f'])],
+          ['10.42.2.7', holders(['net:[4026532500]', '/proc/900/ns/net'])], // in no range
+        ]),
+        inFlight: new Map(),
+        incomplete: null,
+      };
+      const fix = `find what uses it (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp): a pod of cbr0 whose file was deleted — ipwarden gc --network cbr0 --data-dir ${dataDir} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`;
+      const r1 = await doctor(['--json'], ['d2'], { evidence: one });
+      assert.equal(r1.code, 0);
+      assert.deepEqual(json(r1), [
+        {
+          id: 'unreserved-configured-address',
+          severity: 'warning',
+          title: '10.42.1.9 (cbr0) is configured in a network namespace and has no reservation file',
+          evidence: `10.42.1.9 in net:[4026532455] via /run/netns/cni-9f; ${join(dataDir, 'cbr0')} has no file for it: the standalone plugin and host-local can hand it out to a new pod (ADDs served by ipwarden daemon skip it)`,
+          fix,
+        },
+      ]);
+      const three: UseEvidence = {
+        ...one,
+        addresses: new Map([
+          ...one.addresses,
+          ['10.42.1.12', holders(['net:[4026532600]', '/proc/950/ns/net'], ['net:[4026532601]', '/proc/951/ns/net'])],
+          ['10.42.1.10', holders(['net:[4026532455]', '/run/netns/cni-9f'])],
+        ]),
+      };
+      const r3 = await doctor(['--json'], ['d2'], { evidence: three });
+      assert.deepEqual(
+        json(r3).map((f) => [f.id, f.severity, f.title, f.evidence, f.fix]),
+        [
+          [
+            'duplicate-address',
+            'error',
+            '10.42.1.12 (cbr0) is configured in 2 network namespaces',
+            'net:[4026532600] via /proc/950/ns/net; net:[4026532601] via /proc/951/ns/net',
+            'two pods share 10.42.1.12: find them (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp) and recreate one of them',
+          ],
+          [
+            'unreserved-configured-address',
+            'warning',
+            'cbr0: 3 addresses are configured in network namespaces and have no reservation file',
+            '10.42.1.9 in net:[4026532455] via /run/netns/cni-9f, 10.42.1.10 in net:[4026532455] via /run/netns/cni-9f, ' +
+              '10.42.1.12 in net:[4026532600] via /proc/950/ns/net and net:[4026532601] via /proc/951/ns/net; ' +
+              `${join(dataDir, 'cbr0')} has no file for them: the standalone plugin and host-local can hand them out to a new pod (ADDs served by ipwarden daemon skip them)`,
+            fix.replace('find what uses it', 'find what uses each'),
+          ],
+        ],
+      );
+    });
+
     it('incomplete evidence is a warning that says what to change', async () => {
       cbr0();
       const r = await doctor(['--json'], [], { evidence: unreadableEvidence('not running as root (uid 1000)') });
