@@ -14,14 +14,18 @@
  * - A failed `last_reserved_ip` write removes the just-made reservation (upstream leaves it).
  * - Failures to remove a file in `releaseByOwner` are reported, not swallowed.
  *
- * All file-system calls are synchronous: the plugin is a short-lived process and the work happens
- * under an exclusive lock anyway.
+ * All file-system calls are synchronous (the plugin is a short-lived process and the work happens
+ * under an exclusive lock anyway), except, when the store is opened with `fsyncOffThread` (the
+ * daemon's stores: src/store/file/indexed-store.ts), the fsyncs: they then run in libuv's thread
+ * pool, so a daemon serving many networks is not stalled by one network's disk wait, and the
+ * order of the steps (and so every crash promise) is the same.
  */
 import {
   closeSync,
   constants as fsConstants,
   existsSync,
   fstatSync,
+  fsync as fsyncCallback,
   fsyncSync,
   futimesSync,
   linkSync,
@@ -199,6 +203,8 @@ export interface FileStoreOptions {
   readonly network: string;
   /** Clock for lock polling (tests). */
   readonly lockClock?: LockClock;
+  /** Run each fsync in libuv's thread pool instead of on the calling thread (default false). */
+  readonly fsyncOffThread?: boolean;
 }
 
 /** One directory entry as read by `scan`. */
@@ -222,7 +228,7 @@ export async function openFileStore(opts: FileStoreOptions): Promise<FileStore> 
   } catch (e) {
     throw new AppError('STORE_IO', `cannot create network directory ${dir}: ${describe(e)}`, { cause: e });
   }
-  return new FileStore(opts.network, dir, opts.lockClock);
+  return new FileStore(opts.network, dir, opts.lockClock, opts.fsyncOffThread ?? false);
 }
 
 /**
@@ -236,17 +242,23 @@ export class FileStore implements Store {
   /** `<dir>/lock`. */
   readonly lockPath: string;
   readonly #lockClock: LockClock | undefined;
+  readonly #fsyncOffThread: boolean;
   #held: HeldLock | null = null;
   #closed = false;
   /** Reused read buffer; a record that fills it is read on in {@link FileStore.#readLong}. */
   readonly #buf = Buffer.allocUnsafe(READ_BUFFER_BYTES);
 
-  /** Prefer {@link openFileStore}, which also creates `dir`. */
-  constructor(network: string, dir: string, lockClock?: LockClock) {
+  /**
+   * Prefer {@link openFileStore}, which also creates `dir`. `fsyncOffThread`: every fsync runs in
+   * libuv's thread pool (the daemon, which serves other requests meanwhile); default false, all
+   * calls synchronous (the standalone plugin, one request per process).
+   */
+  constructor(network: string, dir: string, lockClock?: LockClock, fsyncOffThread = false) {
     this.network = network;
     this.dir = dir;
     this.lockPath = join(dir, LOCK_FILE_NAME);
     this.#lockClock = lockClock;
+    this.#fsyncOffThread = fsyncOffThread;
   }
 
   /**
@@ -311,7 +323,7 @@ export class FileStore implements Store {
   }
 
   /** The work of reserve/restore; `rangeSetIndex` null = do not write `last_reserved_ip`. */
-  #reserveFile(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number | null): boolean {
+  async #reserveFile(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number | null): Promise<boolean> {
     const content = formatRecord(owner.containerId, owner.ifname);
     const back = parseTrimmedRecord(goTrimSpace(content));
     if (back === null || back.containerId !== goTrimSpace(owner.containerId) || back.ifname !== owner.ifname || textByteLength(content) > MAX_RECORD_BYTES) {
@@ -321,7 +333,7 @@ export class FileStore implements Store {
       );
     }
     const target = join(this.dir, ip);
-    const tmp = this.#writeTemp(content, RESERVATION_FILE_MODE);
+    const tmp = await this.#writeTemp(content, RESERVATION_FILE_MODE);
     let linked = false;
     // The temp name is removed right after the link; `finally` retries only if that failed (an
     // unlink that finds nothing costs a syscall and a thrown ENOENT error on every ADD).
@@ -336,7 +348,7 @@ export class FileStore implements Store {
       }
       tmpGone = unlinkQuietly(tmp);
       if (rangeSetIndex !== null) {
-        const lastTmp = this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE);
+        const lastTmp = await this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE);
         try {
           renameSync(lastTmp, join(this.dir, LAST_RESERVED_IP_PREFIX + String(rangeSetIndex)));
         } catch (e) {
@@ -344,7 +356,7 @@ export class FileStore implements Store {
           throw e;
         }
       }
-      this.#fsyncDir();
+      await this.#fsyncDir();
       return true;
     } catch (e) {
       if (linked) unlinkQuietly(target);
@@ -383,14 +395,14 @@ export class FileStore implements Store {
     const rec = this.#readRecord(path, false);
     if (rec === null) return false;
     if (!sameOwner(rec.trimmed === null ? null : parseTrimmedRecord(rec.trimmed), expected)) return false;
-    const tmp = this.#writeTemp(content, RESERVATION_FILE_MODE);
+    const tmp = await this.#writeTemp(content, RESERVATION_FILE_MODE);
     try {
       renameSync(tmp, path);
     } catch (e) {
       unlinkQuietly(tmp);
       throw ioError(`cannot rewrite ${ip} in ${this.dir}`, e);
     }
-    this.#fsyncDirQuietly();
+    await this.#fsyncDirQuietly();
     return true;
   }
 
@@ -438,14 +450,14 @@ export class FileStore implements Store {
     this.#assertOpen();
     const path = join(this.dir, RECOVERY_MARK_NAME);
     if (pending) {
-      const tmp = this.#writeTemp(`ipwarden recovery of ${this.network} in progress\n`, RESERVATION_FILE_MODE);
+      const tmp = await this.#writeTemp(`ipwarden recovery of ${this.network} in progress\n`, RESERVATION_FILE_MODE);
       try {
         renameSync(tmp, path);
       } catch (e) {
         unlinkQuietly(tmp);
         throw ioError(`cannot mark the recovery of ${this.dir}`, e);
       }
-      this.#fsyncDir();
+      await this.#fsyncDir();
       return;
     }
     try {
@@ -453,7 +465,7 @@ export class FileStore implements Store {
     } catch (e) {
       if (errnoCode(e) !== 'ENOENT') throw ioError(`cannot finish the recovery of ${this.dir}`, e);
     }
-    this.#fsyncDirQuietly();
+    await this.#fsyncDirQuietly();
   }
 
   async release(ip: string, expected: Owner | null): Promise<boolean> {
@@ -470,7 +482,7 @@ export class FileStore implements Store {
       if (errnoCode(e) === 'ENOENT') return false;
       throw ioError(`cannot release ${ip} in ${this.dir}`, e);
     }
-    this.#fsyncDirQuietly();
+    await this.#fsyncDirQuietly();
     return true;
   }
 
@@ -508,7 +520,7 @@ export class FileStore implements Store {
         if (errnoCode(e) !== 'ENOENT') failures.push(`${r.ip}: ${describe(e)}`);
       }
     }
-    if (released.length > 0) this.#fsyncDirQuietly();
+    if (released.length > 0) await this.#fsyncDirQuietly();
     if (failures.length > 0) {
       throw new AppError('STORE_IO', `cannot release the reservations of ${id} ${ifname} in ${this.dir}: ${failures.join('; ')}`);
     }
@@ -637,7 +649,7 @@ export class FileStore implements Store {
   }
 
   /** Write `content` to a new temp file in DIR with `mode`, fsync and close it; returns its path. */
-  #writeTemp(content: string, mode: number): string {
+  async #writeTemp(content: string, mode: number): Promise<string> {
     let tmp = this.#tempPath();
     let fd: number;
     for (let attempt = 0; ; attempt++) {
@@ -656,7 +668,7 @@ export class FileStore implements Store {
       const data = textToBytes(content);
       let off = 0;
       while (off < data.length) off += writeSync(fd, data, off, data.length - off);
-      fsyncSync(fd);
+      await this.#fsync(fd);
     } catch (e) {
       closeQuietly(fd);
       unlinkQuietly(tmp);
@@ -671,19 +683,25 @@ export class FileStore implements Store {
     return tmp;
   }
 
-  #fsyncDir(): void {
+  /** fsync(2) of `fd`: here, or in the thread pool when opened with `fsyncOffThread`. Rejects as fsyncSync throws. */
+  #fsync(fd: number): Promise<void> | void {
+    if (!this.#fsyncOffThread) return fsyncSync(fd);
+    return new Promise((resolve, reject) => fsyncCallback(fd, (e) => (e === null ? resolve() : reject(e))));
+  }
+
+  async #fsyncDir(): Promise<void> {
     const fd = openSync(this.dir, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
     try {
-      fsyncSync(fd);
+      await this.#fsync(fd);
     } finally {
       closeQuietly(fd);
     }
   }
 
   /** After a removal: durability of an unlink is not required (a lost one is a leak the reconciler frees). */
-  #fsyncDirQuietly(): void {
+  async #fsyncDirQuietly(): Promise<void> {
     try {
-      this.#fsyncDir();
+      await this.#fsyncDir();
     } catch {
       // see above
     }
