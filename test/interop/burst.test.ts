@@ -42,6 +42,7 @@ import { after, before, describe, it } from 'node:test';
 import { requireOrSkip, ROOT, tempDir } from '../helpers/cni.ts';
 import { nearestRank, runBurst, type BurstStep } from '../helpers/burst.ts';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
+import { runViaDaemon } from '../helpers/daemon-client.ts';
 
 const BURST = 100;
 /** The kill lands after this many ADDs were logged served by the daemon. */
@@ -105,6 +106,18 @@ describe('interop: 100 ADDs at once through the shim and the daemon', { skip }, 
   const fallbackLines = (from: number): string[] =>
     existsSync(countLog) ? readFileSync(countLog, 'utf8').slice(from).split('\n').filter((l) => l !== '') : [];
   const countLogSize = (): number => (existsSync(countLog) ? statSync(countLog).size : 0);
+  /**
+   * Every line `d` logged before now is in `d.logs`: a VERSION request with a container ID of its
+   * own goes through the socket, and its `request served` line comes after all earlier ones (one
+   * stream, written in order). Never waits on a count that a fallback would leave short.
+   */
+  let sentinels = 0;
+  const logsSettled = async (d: TestDaemon): Promise<void> => {
+    const id = `sentinel-${++sentinels}`;
+    const v = await runViaDaemon(d.socket, { command: 'VERSION', containerId: id, stdin: '{"cniVersion":"1.0.0"}' });
+    assert.equal(v.exitCode, 0, v.stdout);
+    await d.waitForLog((l) => l.msg === 'request served' && l['containerId'] === id);
+  };
   /** `request served` lines of `command` for the pods' containers, in `d`'s log. */
   const servedBy = (d: TestDaemon, command: string, pods: readonly Pod[]) => {
     const ids = new Set(pods.map((p) => p.id));
@@ -186,10 +199,8 @@ describe('interop: 100 ADDs at once through the shim and the daemon', { skip }, 
       const del = await delBurst(c.pods);
       assert.deepEqual(del.violations, []);
       expectEmpty(c.pods);
-      // Answered by the daemon, every one of them: no fallback. (Log lines are written
-      // asynchronously: wait for the last one rather than read a snapshot.)
-      let n = 0;
-      await d.waitForLog((l) => l.msg === 'request served' && (l['command'] === 'ADD' || l['command'] === 'DEL') && c.pods.some((p) => p.id === l['containerId']) && ++n === 2 * BURST);
+      // Answered by the daemon, every one of them: no fallback.
+      await logsSettled(d);
       assert.deepEqual(fallbackLines(from), [], 'no request fell back to the standalone plugin');
       const served = [...servedBy(d, 'ADD', c.pods), ...servedBy(d, 'DEL', c.pods)];
       assert.equal(served.length, 2 * BURST);
@@ -211,7 +222,12 @@ describe('interop: 100 ADDs at once through the shim and the daemon', { skip }, 
         d.kill('SIGKILL');
         return d.exited;
       });
+    killed.catch(() => undefined); // awaited below; a daemon that died on its own fails there
     const add = await addBurst(pods);
+    if (n < KILL_AFTER) {
+      d.kill('SIGKILL');
+      assert.fail(`the burst ended before the daemon had logged ${KILL_AFTER} ADDs served (${n}): the kill did not land mid-burst`);
+    }
     const gone = await killed;
     assert.equal(gone.signal, 'SIGKILL', `daemon ${d.pid} ended by our SIGKILL`);
     assert.deepEqual(add.violations, []);
@@ -222,6 +238,8 @@ describe('interop: 100 ADDs at once through the shim and the daemon', { skip }, 
     tc.diagnostic(`kill after ${KILL_AFTER} served: the daemon logged ${servedByDaemon} ADDs served, the fallback ran ${lines.length}; ADD ${p99(add.ms)}`);
     assert.ok(servedByDaemon >= KILL_AFTER && servedByDaemon < BURST, `the daemon served ${servedByDaemon} of the ADDs`);
     assert.ok(lines.length >= 1 && lines.length <= BURST, `the fallback served the rest (${lines.length} lines)`);
+    // Each shim was answered once: by the daemon (its logged lines are a lower bound) or by the fallback.
+    assert.ok(servedByDaemon + lines.length <= BURST, `${servedByDaemon} served by the daemon + ${lines.length} fallbacks ≤ ${BURST}`);
     assert.deepEqual(lines.filter((l) => !/^\d+ ADD ok$/.test(l)), [], 'every fallback request was an ADD that succeeded');
 
     // The DELs at once through a new daemon: its index must take the fallback's files in.
@@ -230,7 +248,9 @@ describe('interop: 100 ADDs at once through the shim and the daemon', { skip }, 
     const del = await delBurst(pods);
     assert.deepEqual(del.violations, []);
     expectEmpty(pods);
+    await logsSettled(d2);
     assert.deepEqual(fallbackLines(fromDel), [], 'the DELs were all answered by the restarted daemon');
+    assert.equal(servedBy(d2, 'DEL', pods).filter((l) => l['result'] === 'ok').length, BURST);
     tc.diagnostic(`DELs through the restarted daemon: ${p99(del.ms)}`);
     await d2.stop();
   });
