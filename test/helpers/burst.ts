@@ -37,6 +37,8 @@ export interface BurstExec {
 export interface Burst {
   execs: BurstExec[];
   wallMs: number;
+  /** CPU time (user + system) of all the execs together and whatever they ran, ms (getrusage). */
+  cpuMs: number;
 }
 
 let harness: string | null = null;
@@ -76,7 +78,10 @@ export function runBurst(steps: readonly BurstStep[], capture = true): Promise<B
     p.on('close', (code) => {
       try {
         if (code !== 0) throw new Error(`xburst exited ${code}: ${err}`);
-        const rows = out.trim().split('\n').map((l) => l.split(' ').map(Number));
+        const lines = out.trim().split('\n');
+        const cpu = (lines.pop() ?? '').split(' ');
+        if (cpu[0] !== 'cpu') throw new Error(`xburst printed no cpu line: ${out.slice(-200)}`);
+        const rows = lines.map((l) => l.split(' ').map(Number));
         if (rows.length !== steps.length) throw new Error(`xburst reported ${rows.length} of ${steps.length} execs`);
         const execs = rows.map((r, i): BurstExec => {
           const startMs = (r[1] as number) / 1e6;
@@ -90,7 +95,7 @@ export function runBurst(steps: readonly BurstStep[], capture = true): Promise<B
             ms: endMs - startMs,
           };
         });
-        resolve({ execs, wallMs: Math.max(0, ...execs.map((e) => e.endMs)) });
+        resolve({ execs, wallMs: Math.max(0, ...execs.map((e) => e.endMs)), cpuMs: (Number(cpu[1]) + Number(cpu[2])) / 1e6 });
       } catch (e) {
         reject(e instanceof Error ? e : new Error(String(e)));
       } finally {
