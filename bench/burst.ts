@@ -7,6 +7,10 @@
  *
  *     node --import tsx bench/burst.ts        # BENCH_BURST_ROUNDS (default 10), BENCH_BURST_WARMUP (1)
  *
+ * `BENCH_BURST_BASE=<another checkout, built>` adds that build's shim + daemon as two more groups
+ * (×1 and ×8, its own install and daemon) to the same interleaved rounds: an A/B of two builds
+ * under the same load, which on a shared machine is the only comparison that means anything.
+ *
  * Method: test/helpers/xburst.c (built with gcc at run time) posix_spawns all 100 execs back to
  * back and reaps them; each exec's time is from just before its spawn to just after its waitpid,
  * the burst's wall time from the first spawn to the last exit. Every exec gets exactly PATH and
@@ -33,6 +37,7 @@ import { nearestRank, runBurst, type BurstStep } from '../test/helpers/burst.ts'
 import { startTestDaemon, type TestDaemon } from '../test/helpers/daemon.ts';
 
 const ROUNDS = Number(process.env['BENCH_BURST_ROUNDS'] ?? 10);
+const BASE = process.env['BENCH_BURST_BASE'];
 const WARMUP = Number(process.env['BENCH_BURST_WARMUP'] ?? 1);
 const N = 100;
 const KILL_AFTER = 25;
@@ -118,23 +123,27 @@ try {
   const bundle = join(ROOT, 'dist/ipwarden.cjs');
   if (!existsSync(bundle)) throw new Error('run "npm run build" first');
 
-  const install = (name: string): { bin: string; socket: string; countLog: string } => {
+  const baseBundle = BASE === undefined ? null : join(BASE, 'dist/ipwarden.cjs');
+  if (baseBundle !== null && !existsSync(baseBundle)) throw new Error(`BENCH_BURST_BASE: no ${baseBundle} (build it first)`);
+  const install = (name: string, from = bundle): { bin: string; socket: string; countLog: string } => {
     const binDir = join(root, `bin-${name}`);
     const sockDir = join(root, `run-${name}`);
     mkdirSync(binDir);
     mkdirSync(sockDir, { mode: 0o700 });
     const socket = join(sockDir, 'plugin.sock');
-    execFileSync(process.execPath, [bundle, 'install-cni', '--dest', binDir, '--socket', socket], { env: { PATH: '/usr/bin:/bin' }, stdio: 'pipe' });
+    execFileSync(process.execPath, [from, 'install-cni', '--dest', binDir, '--socket', socket], { env: { PATH: '/usr/bin:/bin' }, stdio: 'pipe' });
     return { bin: join(binDir, 'ipwarden'), socket, countLog: join(sockDir, 'standalone-requests.log') };
   };
   const up = install('up');
   const kill = install('kill');
-  const startDaemon = async (socket: string): Promise<TestDaemon> => {
-    const d = await startTestDaemon({ socket, logLevel: 'info', args: ['--interval', '1h'] });
+  const startDaemon = async (socket: string, from = bundle): Promise<TestDaemon> => {
+    const d = await startTestDaemon({ socket, logLevel: 'info', args: ['--interval', '1h'], bundle: from });
     daemons.push(d);
     return d;
   };
   const daemon = await startDaemon(up.socket);
+  const base = baseBundle === null ? null : install('base', baseBundle);
+  const baseDaemon = base === null || baseBundle === null ? null : await startDaemon(base.socket, baseBundle);
   let killable = await startDaemon(kill.socket);
 
   /** Config files of `group`'s networks (one or eight), `type` host-local or ipwarden. */
@@ -215,9 +224,13 @@ try {
     plain('host-local ×8', 'hl8', HOST_LOCAL, 'host-local', 8),
     plain('shim+daemon ×8', 'ipw8', up.bin, 'ipwarden', 8, daemon),
     killed,
+    ...(base === null || baseDaemon === null
+      ? []
+      : [plain('base shim+daemon ×1', 'base1', base.bin, 'ipwarden', 1, baseDaemon), plain('base shim+daemon ×8', 'base8', base.bin, 'ipwarden', 8, baseDaemon)]),
   ];
 
   const fallbacksBefore = countLines(up.countLog);
+  const baseFallbacksBefore = base === null ? 0 : countLines(base.countLog);
   const samples = new Map<string, Sample[]>(groups.map((g) => [g.name, []]));
   const loads: number[] = [];
   const fsyncs: number[] = [];
@@ -269,6 +282,18 @@ try {
   const execCpu = (name: string): string => medIqr(of(name).map((s) => s.execCpuMs / N));
   console.log(`   daemon CPU (user + system, /proc) per pod (ADD+DEL), ms: ×1 ${cpuPerPod('shim+daemon ×1')}, ×8 ${cpuPerPod('shim+daemon ×8')}; % of one core during the bursts: ×1 ${busy('shim+daemon ×1')}, ×8 ${busy('shim+daemon ×8')}`);
   console.log(`   CPU of the execs per pod (ADD+DEL; getrusage of the harness's children), ms: shims ×1 ${execCpu('shim+daemon ×1')}, ×8 ${execCpu('shim+daemon ×8')}; host-local ×1 ${execCpu('host-local ×1')}, ×8 ${execCpu('host-local ×8')}`);
+  if (BASE !== undefined) {
+    console.log(`   base build (${BASE}), same rounds:`);
+    for (const [nets, b, theirs] of [
+      ['one network', 'base shim+daemon ×1', 'host-local ×1'],
+      ['eight networks', 'base shim+daemon ×8', 'host-local ×8'],
+    ] as const) {
+      console.log(`   ${nets}: pods (ADD+DEL) ratio ${ratio(b, theirs, 'pod')}; ADD ${ratio(b, theirs, 'add')}; DEL ${ratio(b, theirs, 'del')}`);
+      console.log(`      ${b.padEnd(16)} pods/s ${rate(b, 'pod')}, ADD/s ${rate(b, 'add')}, DEL/s ${rate(b, 'del')}; ADD ${lat(b, 'addMs')}; DEL ${lat(b, 'delMs')}; daemon CPU/pod ${cpuPerPod(b)} ms`);
+    }
+    console.log(`   this build ÷ base, pods/s within a round: ×1 ${ratio('shim+daemon ×1', 'base shim+daemon ×1', 'pod')}, ×8 ${ratio('shim+daemon ×8', 'base shim+daemon ×8', 'pod')}; ADD/s ×1 ${ratio('shim+daemon ×1', 'base shim+daemon ×1', 'add')}, ×8 ${ratio('shim+daemon ×8', 'base shim+daemon ×8', 'add')}; DEL/s ×1 ${ratio('shim+daemon ×1', 'base shim+daemon ×1', 'del')}, ×8 ${ratio('shim+daemon ×8', 'base shim+daemon ×8', 'del')}`);
+    console.log(`   fallbacks with the base daemon up: ${countLines(base?.countLog ?? '') - baseFallbacksBefore}`);
+  }
   console.log('');
   const k = of('shim, daemon killed');
   console.log(`2. daemon SIGKILLed after its ${KILL_AFTER}th ADD served (one network; DELs through a restarted daemon)`);
