@@ -32,6 +32,8 @@ export interface TestDaemonOptions {
   env?: Record<string, string>;
   /** Do not wait for readiness (for tests of a daemon that must refuse to start). */
   noWait?: boolean;
+  /** The bundle run as the daemon (default `<repo>/dist/ipwarden.cjs`; a benchmark's A/B gives another build's). */
+  bundle?: string;
   /**
    * A command that execs its arguments (no fork: the pid stays the daemon's), run between setpriv
    * and node — e.g. `unshare --mount … sh -c '…; exec "$@"' sh` to give the daemon a mount
@@ -62,7 +64,7 @@ export interface TestDaemon {
 
 /** Start a daemon; see the module comment. */
 export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<TestDaemon> {
-  const bundle = join(ROOT, 'dist/ipwarden.cjs');
+  const bundle = opts.bundle ?? join(ROOT, 'dist/ipwarden.cjs');
   if (!existsSync(bundle)) throw new Error(`no ${bundle}: run "npm run build" first`);
   const own = mkdtempSync(join(tmpdir(), 'ipwd-daemon-'));
   const socket = opts.socket ?? join(own, 'run', 'plugin.sock');

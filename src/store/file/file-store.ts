@@ -14,14 +14,19 @@
  * - A failed `last_reserved_ip` write removes the just-made reservation (upstream leaves it).
  * - Failures to remove a file in `releaseByOwner` are reported, not swallowed.
  *
- * All file-system calls are synchronous: the plugin is a short-lived process and the work happens
- * under an exclusive lock anyway.
+ * All file-system calls are synchronous (the plugin is a short-lived process and the work happens
+ * under an exclusive lock anyway), except, when the store is opened with `fsyncOffThread` (the
+ * daemon's stores: src/store/file/indexed-store.ts), the fsyncs of a write (the temporary files and
+ * DIR after a reservation, a rewrite, the recovery mark): they then run in libuv's thread pool, so
+ * the daemon's event loop is not stalled by one network's disk wait. The steps and their order
+ * (and so every crash promise) are the same.
  */
 import {
   closeSync,
   constants as fsConstants,
   existsSync,
   fstatSync,
+  fsync as fsyncCallback,
   fsyncSync,
   futimesSync,
   linkSync,
@@ -199,6 +204,11 @@ export interface FileStoreOptions {
   readonly network: string;
   /** Clock for lock polling (tests). */
   readonly lockClock?: LockClock;
+  /**
+   * Run the fsyncs of a write in libuv's thread pool instead of on the calling thread (default
+   * false); the fsync of DIR after a removal stays synchronous.
+   */
+  readonly fsyncOffThread?: boolean;
 }
 
 /** One directory entry as read by `scan`. */
@@ -222,7 +232,7 @@ export async function openFileStore(opts: FileStoreOptions): Promise<FileStore> 
   } catch (e) {
     throw new AppError('STORE_IO', `cannot create network directory ${dir}: ${describe(e)}`, { cause: e });
   }
-  return new FileStore(opts.network, dir, opts.lockClock);
+  return new FileStore(opts.network, dir, opts.lockClock, opts.fsyncOffThread ?? false);
 }
 
 /**
@@ -236,17 +246,23 @@ export class FileStore implements Store {
   /** `<dir>/lock`. */
   readonly lockPath: string;
   readonly #lockClock: LockClock | undefined;
+  readonly #fsyncOffThread: boolean;
   #held: HeldLock | null = null;
   #closed = false;
   /** Reused read buffer; a record that fills it is read on in {@link FileStore.#readLong}. */
   readonly #buf = Buffer.allocUnsafe(READ_BUFFER_BYTES);
 
-  /** Prefer {@link openFileStore}, which also creates `dir`. */
-  constructor(network: string, dir: string, lockClock?: LockClock) {
+  /**
+   * Prefer {@link openFileStore}, which also creates `dir`. `fsyncOffThread`: the fsyncs of a write
+   * run in libuv's thread pool (the daemon, which serves other requests meanwhile); default false,
+   * all calls synchronous (the standalone plugin, one request per process).
+   */
+  constructor(network: string, dir: string, lockClock?: LockClock, fsyncOffThread = false) {
     this.network = network;
     this.dir = dir;
     this.lockPath = join(dir, LOCK_FILE_NAME);
     this.#lockClock = lockClock;
+    this.#fsyncOffThread = fsyncOffThread;
   }
 
   /**
@@ -311,7 +327,7 @@ export class FileStore implements Store {
   }
 
   /** The work of reserve/restore; `rangeSetIndex` null = do not write `last_reserved_ip`. */
-  #reserveFile(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number | null): boolean {
+  async #reserveFile(ip: string, owner: { containerId: string; ifname: string }, rangeSetIndex: number | null): Promise<boolean> {
     const content = formatRecord(owner.containerId, owner.ifname);
     const back = parseTrimmedRecord(goTrimSpace(content));
     if (back === null || back.containerId !== goTrimSpace(owner.containerId) || back.ifname !== owner.ifname || textByteLength(content) > MAX_RECORD_BYTES) {
@@ -321,7 +337,7 @@ export class FileStore implements Store {
       );
     }
     const target = join(this.dir, ip);
-    const tmp = this.#writeTemp(content, RESERVATION_FILE_MODE);
+    const tmp = await this.#writeTemp(content, RESERVATION_FILE_MODE);
     let linked = false;
     // The temp name is removed right after the link; `finally` retries only if that failed (an
     // unlink that finds nothing costs a syscall and a thrown ENOENT error on every ADD).
@@ -336,7 +352,7 @@ export class FileStore implements Store {
       }
       tmpGone = unlinkQuietly(tmp);
       if (rangeSetIndex !== null) {
-        const lastTmp = this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE);
+        const lastTmp = await this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE);
         try {
           renameSync(lastTmp, join(this.dir, LAST_RESERVED_IP_PREFIX + String(rangeSetIndex)));
         } catch (e) {
@@ -344,7 +360,7 @@ export class FileStore implements Store {
           throw e;
         }
       }
-      this.#fsyncDir();
+      await this.#fsyncDir();
       return true;
     } catch (e) {
       if (linked) unlinkQuietly(target);
@@ -383,7 +399,7 @@ export class FileStore implements Store {
     const rec = this.#readRecord(path, false);
     if (rec === null) return false;
     if (!sameOwner(rec.trimmed === null ? null : parseTrimmedRecord(rec.trimmed), expected)) return false;
-    const tmp = this.#writeTemp(content, RESERVATION_FILE_MODE);
+    const tmp = await this.#writeTemp(content, RESERVATION_FILE_MODE);
     try {
       renameSync(tmp, path);
     } catch (e) {
@@ -438,14 +454,14 @@ export class FileStore implements Store {
     this.#assertOpen();
     const path = join(this.dir, RECOVERY_MARK_NAME);
     if (pending) {
-      const tmp = this.#writeTemp(`ipwarden recovery of ${this.network} in progress\n`, RESERVATION_FILE_MODE);
+      const tmp = await this.#writeTemp(`ipwarden recovery of ${this.network} in progress\n`, RESERVATION_FILE_MODE);
       try {
         renameSync(tmp, path);
       } catch (e) {
         unlinkQuietly(tmp);
         throw ioError(`cannot mark the recovery of ${this.dir}`, e);
       }
-      this.#fsyncDir();
+      await this.#fsyncDir();
       return;
     }
     try {
@@ -637,7 +653,7 @@ export class FileStore implements Store {
   }
 
   /** Write `content` to a new temp file in DIR with `mode`, fsync and close it; returns its path. */
-  #writeTemp(content: string, mode: number): string {
+  async #writeTemp(content: string, mode: number): Promise<string> {
     let tmp = this.#tempPath();
     let fd: number;
     for (let attempt = 0; ; attempt++) {
@@ -656,7 +672,7 @@ export class FileStore implements Store {
       const data = textToBytes(content);
       let off = 0;
       while (off < data.length) off += writeSync(fd, data, off, data.length - off);
-      fsyncSync(fd);
+      await this.#fsync(fd);
     } catch (e) {
       closeQuietly(fd);
       unlinkQuietly(tmp);
@@ -671,19 +687,34 @@ export class FileStore implements Store {
     return tmp;
   }
 
-  #fsyncDir(): void {
+  /** fsync(2) of `fd`: here, or in the thread pool when opened with `fsyncOffThread`. Rejects as fsyncSync throws. */
+  #fsync(fd: number): Promise<void> | void {
+    if (!this.#fsyncOffThread) return fsyncSync(fd);
+    return new Promise((resolve, reject) => fsyncCallback(fd, (e) => (e === null ? resolve() : reject(e))));
+  }
+
+  async #fsyncDir(): Promise<void> {
     const fd = openSync(this.dir, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
     try {
-      fsyncSync(fd);
+      await this.#fsync(fd);
     } finally {
       closeQuietly(fd);
     }
   }
 
-  /** After a removal: durability of an unlink is not required (a lost one is a leak the reconciler frees). */
+  /**
+   * After a removal: durability of an unlink is not required (a lost one is a leak the reconciler
+   * frees). Always synchronous, also with `fsyncOffThread`: a DEL's critical path is this one
+   * fsync, and a trip through the thread pool made a burst of DELs slower on a loaded node.
+   */
   #fsyncDirQuietly(): void {
     try {
-      this.#fsyncDir();
+      const fd = openSync(this.dir, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
+      try {
+        fsyncSync(fd);
+      } finally {
+        closeQuietly(fd);
+      }
     } catch {
       // see above
     }

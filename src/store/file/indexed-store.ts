@@ -272,7 +272,9 @@ class NetState {
   constructor(network: string, dir: string, lockClock: LockClock | undefined) {
     this.dir = dir;
     this.lockPath = join(dir, LOCK_FILE_NAME);
-    this.inner = new FileStore(network, dir, lockClock);
+    // A write's fsyncs off the event loop: one network's disk wait must not stall the daemon's
+    // other requests, nor the acknowledgements the shims wait for (3 s) — issue 19, bursts.
+    this.inner = new FileStore(network, dir, lockClock, true);
   }
 }
 
