@@ -23,7 +23,8 @@
  *   `ipwarden_pool_requests_total{command,result}`, `ipwarden_pool_request_duration_seconds{command}`,
  *   `ipwarden_pool_etcd_transactions_total{outcome}`, `ipwarden_pool_batch_size`, the gauges
  *   `ipwarden_pool_node_blocks`, `ipwarden_pool_node_addresses`, `ipwarden_pool_claimed_blocks`,
- *   `ipwarden_pool_unclaimed_blocks`, `ipwarden_pool_node_alive`, `ipwarden_pool_node_corrupt_blocks` (the node's own blocks and the
+ *   `ipwarden_pool_unclaimed_blocks`, `ipwarden_pool_node_alive`, `ipwarden_pool_node_corrupt_blocks`,
+ *   `ipwarden_pool_pending_release_blocks`, `ipwarden_pool_free_addresses{range_set}` (the node's own blocks and the
  *   pool's block keys only: never every block value, review B5), and
  *   `ipwarden_pool_status_read_errors_total`; offline allocation (`ipam.pool.offline`):
  *   `ipwarden_pool_offline_operations_total{kind}`, `ipwarden_pool_reserve_addresses`,
@@ -382,7 +383,8 @@ export class PoolMetrics {
   private readonly duration: Histogram<'pool' | 'node' | 'command'>;
   private readonly txns: Counter<'pool' | 'node' | 'outcome'>;
   private readonly batches: Histogram<'pool' | 'node'>;
-  private readonly gauges: Record<'blocks' | 'held' | 'claimedBlocks' | 'unclaimedBlocks' | 'alive' | 'corruptBlocks', Gauge<'pool' | 'node'>>;
+  private readonly gauges: Record<'blocks' | 'held' | 'claimedBlocks' | 'unclaimedBlocks' | 'alive' | 'corruptBlocks' | 'pendingReleaseBlocks', Gauge<'pool' | 'node'>>;
+  private readonly free: Gauge<'pool' | 'node' | 'range_set'>;
   private readonly readErrors: Counter<'pool' | 'node'>;
   private readonly offlineOps: Counter<'pool' | 'node' | 'kind'>;
   private readonly reserve: Gauge<'pool' | 'node'>;
@@ -447,7 +449,14 @@ export class PoolMetrics {
       unclaimedBlocks: gauge('ipwarden_pool_unclaimed_blocks', 'Blocks of the pool no node has claimed (0: a node whose blocks are full can only borrow).'),
       alive: gauge('ipwarden_pool_node_alive', "1 when the node's heartbeat key exists in the pool, else 0 (a hint, never a decision)."),
       corruptBlocks: gauge('ipwarden_pool_node_corrupt_blocks', "The node's blocks whose value cannot be read (corrupt): no ADD allocates from them; an operator must repair them (ipwarden pool status lists the keys)."),
+      pendingReleaseBlocks: gauge('ipwarden_pool_pending_release_blocks', 'Blocks marked pendingRelease by ipwarden pool remove-node, among the blocks of nodes with a removal marker and this node\'s own (0: no removal under way).'),
     };
+    this.free = new Gauge({
+      name: 'ipwarden_pool_free_addresses',
+      help: "Addresses of the range set this node can get without borrowing: those of the blocks no node has claimed plus the free ones of the node's own blocks (other nodes' free addresses not counted).",
+      labelNames: [...labelNames, 'range_set'],
+      registers,
+    });
     this.readErrors = new Counter({
       name: 'ipwarden_pool_status_read_errors_total',
       help: "Reads of a pool's status for the gauges that failed (etcd unreachable, a corrupt value): its gauges are absent until a read succeeds.",
@@ -552,6 +561,7 @@ export class PoolMetrics {
   /** Replace every gauge series by `samples`' (a {@link PoolSampleError} counts a read error and sets none). */
   set(samples: ReadonlyArray<PoolSample | PoolSampleError>): void {
     for (const g of Object.values(this.gauges)) g.reset();
+    this.free.reset();
     for (const s of samples) {
       const l = { pool: s.pool, node: s.node };
       if ('error' in s) {
@@ -564,6 +574,8 @@ export class PoolMetrics {
       this.gauges.unclaimedBlocks.set(l, s.unclaimedBlocks);
       this.gauges.alive.set(l, s.alive ? 1 : 0);
       this.gauges.corruptBlocks.set(l, s.corruptBlocks);
+      this.gauges.pendingReleaseBlocks.set(l, s.pendingReleaseBlocks);
+      s.freeAddresses.forEach((n, i) => this.free.set({ ...l, range_set: String(i) }, n));
     }
   }
 }
