@@ -15,8 +15,14 @@ import type { DaemonStarter } from './cli/daemon.ts';
 export { criHeal } from './cni/heal.ts';
 export { poolHooks } from './cni/pool.ts';
 
-/** `ipwarden daemon`: run the node agent (src/daemon/agent.ts: plugin server, metrics, reconcile loop) until SIGTERM/SIGINT. */
-const startDaemon: DaemonStarter = async (options) => (await import('./daemon/agent.ts')).runAgent(options);
+/**
+ * `ipwarden daemon`: run the node agent (src/daemon/agent.ts: plugin server, metrics, reconcile
+ * loop) until SIGTERM/SIGINT, with the CLI's status page renderer for its `/status`.
+ */
+const startDaemon: DaemonStarter = async (options) => {
+  const [{ runAgent }, { renderStatusHtml }] = await Promise.all([import('./daemon/agent.ts'), import('./cli/html.ts')]);
+  return runAgent(options, process, { statusHtml: renderStatusHtml });
+};
 
 /** The CLI (src/cli/main.ts `runMain`) with the verbs of the layers above it wired in. */
 export function runMain(argv: readonly string[], ctx?: CliContext): Promise<number> {

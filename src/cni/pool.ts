@@ -632,6 +632,10 @@ export interface PoolSample extends PoolEventScope {
   readonly alive: boolean;
   /** The node's blocks whose value (or affinity key) cannot be read: skipped by every ADD, left for an operator. */
   readonly corruptBlocks: number;
+  /** Per range set (index = its index in the pool): addresses the node can get without borrowing (`PoolNodeSample.freeAddresses`). */
+  readonly freeAddresses: readonly number[];
+  /** Blocks `pendingRelease` of nodes being removed and of this node (`PoolNodeSample.pendingReleaseBlocks`). */
+  readonly pendingReleaseBlocks: number;
 }
 
 /** A pool whose status could not be read ({@link PoolSessions.sample}). */

@@ -1,7 +1,7 @@
 /**
  * The node agent as `ipwarden daemon` runs it: the plugin server (src/daemon/daemon.ts) with the
- * metrics endpoint and the reconcile loop as its parts, every request counted, readiness from the
- * socket's state.
+ * metrics endpoint (with the status pages, src/daemon/status-pages.ts) and the reconcile loop as
+ * its parts, every request counted, readiness from the socket's state.
  */
 import type { DaemonOptions } from '../common/daemon-options.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -18,6 +18,8 @@ import { DaemonMetrics, startHealthServer, startMetricsServer } from './metrics.
 import { createLogger, type Logger } from './log.ts';
 import { kernelAddresses } from './kernel-addresses.ts';
 import type { KernelIndexOptions } from '../node/kernel-index.ts';
+import { collectStatus, type StatusQuery } from '../reconcile/status.ts';
+import { DaemonStatusPages, STATUS_LOCK_TIMEOUT_SECONDS, type StatusHtmlRenderer } from './status-pages.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
 export const FALLBACK_LOG_NAME = 'standalone-requests.log';
@@ -35,6 +37,25 @@ export interface AgentOverrides {
   readonly log?: Logger;
   /** The kernel address index's reader, clock and bounds (default: the real kernel, docs/daemon.md). */
   readonly kernelIndex?: Omit<KernelIndexOptions, 'onRead'>;
+  /**
+   * The renderer of `/status` (src/cli/html.ts `renderStatusHtml`, handed in by src/cold.ts: the
+   * CLI is a peer layer); without it `/status` answers 500 and `/status.json` still works.
+   */
+  readonly statusHtml?: StatusHtmlRenderer;
+}
+
+/**
+ * The status query of the daemon's `/status` and `/status.json`: what `ipwarden status
+ * --cni-conf-dir C --grace G [--runtime-endpoint R] [--network N]` asks with the daemon's values
+ * (the data directories are the configurations', as for that command; not `--data-dir`).
+ */
+export function daemonStatusQuery(options: DaemonOptions): StatusQuery {
+  return {
+    cniConfDir: options.cniConfDir,
+    graceSeconds: options.graceSeconds,
+    ...(options.runtimeEndpoint === null ? {} : { runtimeEndpoint: options.runtimeEndpoint }),
+    ...(options.network === null ? {} : { network: options.network }),
+  };
 }
 
 /**
@@ -107,7 +128,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
       throw new AppError('USAGE', `cannot serve the ${flag === '--metrics-address' ? 'metrics' : 'probes'} on ${flag} ${at}: ${why}`, { cause: e });
     };
     const hostPort = (a: { host: string; port: number }): string => `${a.host.includes(':') ? `[${a.host}]` : a.host}:${a.port}`;
-    const server = await startMetricsServer(options.metricsAddress, metrics, health).catch(listenError('--metrics-address', shown));
+    const server = await startMetricsServer(options.metricsAddress, metrics, health, statusPages).catch(listenError('--metrics-address', shown));
     const probes = options.healthAddress === undefined ? null : await startHealthServer(options.healthAddress, health).catch(async (e: unknown) => {
       await server.close();
       return listenError('--health-address', hostPort(options.healthAddress as { host: string; port: number }))(e);
@@ -136,6 +157,14 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
       return store;
     },
   };
+  // /status and /status.json: a report made on request (the same reads as `ipwarden status`,
+  // through the daemon's own stores), at most one per 5 s whatever the number of requests.
+  const statusQuery = daemonStatusQuery(options);
+  const statusPages = new DaemonStatusPages({
+    collect: () => collectStatus(statusQuery, reconcile, { lockTimeoutSeconds: STATUS_LOCK_TIMEOUT_SECONDS }),
+    renderHtml: over.statusHtml ?? null,
+    registry: metrics.registry,
+  });
   // The loop also releases the node's leaks in the pools of its CNI configurations, with etcd
   // clients of its own (docs/cluster.md "Reconcile per node"), closed with the loop.
   const loopPart = reconcileLoopPart(
@@ -165,7 +194,10 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   };
 }
 
-/** `ipwarden daemon`: run the agent until SIGTERM/SIGINT; resolves to the exit status. */
-export function runAgent(options: DaemonOptions, signals: SignalSource = process): Promise<number> {
-  return runDaemon(options, agentDeps(options), signals);
+/**
+ * `ipwarden daemon`: run the agent until SIGTERM/SIGINT; resolves to the exit status. `over`:
+ * what the layers above hand in (src/cold.ts: the status page renderer).
+ */
+export function runAgent(options: DaemonOptions, signals: SignalSource = process, over: AgentOverrides = {}): Promise<number> {
+  return runDaemon(options, agentDeps(options, over), signals);
 }

@@ -19,11 +19,14 @@
  * - the kernel address index ({@link KernelIndexMetrics}): `ipwarden_allocation_kernel_conflicts_total{network}`,
  *   `ipwarden_allocation_kernel_index_unused_total{network,reason}`, `ipwarden_kernel_index_reads_total{result}`,
  *   `ipwarden_kernel_index_read_seconds`, `ipwarden_kernel_index_addresses`, `ipwarden_kernel_index_age_seconds`
+ * - `ipwarden_status_renders_total` counter (reports of `/status`, `/status.json`; registered by
+ *   src/daemon/status-pages.ts)
  * - cluster pools (docs/cluster.md "Metrics"; {@link PoolMetrics}), all labelled `pool` and `node`:
  *   `ipwarden_pool_requests_total{command,result}`, `ipwarden_pool_request_duration_seconds{command}`,
  *   `ipwarden_pool_etcd_transactions_total{outcome}`, `ipwarden_pool_batch_size`, the gauges
  *   `ipwarden_pool_node_blocks`, `ipwarden_pool_node_addresses`, `ipwarden_pool_claimed_blocks`,
- *   `ipwarden_pool_unclaimed_blocks`, `ipwarden_pool_node_alive`, `ipwarden_pool_node_corrupt_blocks` (the node's own blocks and the
+ *   `ipwarden_pool_unclaimed_blocks`, `ipwarden_pool_node_alive`, `ipwarden_pool_node_corrupt_blocks`,
+ *   `ipwarden_pool_pending_release_blocks`, `ipwarden_pool_free_addresses{range_set}` (the node's own blocks and the
  *   pool's block keys only: never every block value, review B5), and
  *   `ipwarden_pool_status_read_errors_total`; offline allocation (`ipam.pool.offline`):
  *   `ipwarden_pool_offline_operations_total{kind}`, `ipwarden_pool_reserve_addresses`,
@@ -382,7 +385,8 @@ export class PoolMetrics {
   private readonly duration: Histogram<'pool' | 'node' | 'command'>;
   private readonly txns: Counter<'pool' | 'node' | 'outcome'>;
   private readonly batches: Histogram<'pool' | 'node'>;
-  private readonly gauges: Record<'blocks' | 'held' | 'claimedBlocks' | 'unclaimedBlocks' | 'alive' | 'corruptBlocks', Gauge<'pool' | 'node'>>;
+  private readonly gauges: Record<'blocks' | 'held' | 'claimedBlocks' | 'unclaimedBlocks' | 'alive' | 'corruptBlocks' | 'pendingReleaseBlocks', Gauge<'pool' | 'node'>>;
+  private readonly free: Gauge<'pool' | 'node' | 'range_set'>;
   private readonly readErrors: Counter<'pool' | 'node'>;
   private readonly offlineOps: Counter<'pool' | 'node' | 'kind'>;
   private readonly reserve: Gauge<'pool' | 'node'>;
@@ -447,7 +451,14 @@ export class PoolMetrics {
       unclaimedBlocks: gauge('ipwarden_pool_unclaimed_blocks', 'Blocks of the pool no node has claimed (0: a node whose blocks are full can only borrow).'),
       alive: gauge('ipwarden_pool_node_alive', "1 when the node's heartbeat key exists in the pool, else 0 (a hint, never a decision)."),
       corruptBlocks: gauge('ipwarden_pool_node_corrupt_blocks', "The node's blocks whose value cannot be read (corrupt): no ADD allocates from them; an operator must repair them (ipwarden pool status lists the keys)."),
+      pendingReleaseBlocks: gauge('ipwarden_pool_pending_release_blocks', 'Blocks marked pendingRelease by ipwarden pool remove-node, among the blocks of nodes with a removal marker and this node\'s own (0: no removal under way).'),
     };
+    this.free = new Gauge({
+      name: 'ipwarden_pool_free_addresses',
+      help: "Addresses of the range set this node can get without borrowing: those of the blocks no node has claimed plus the free ones of the node's own blocks (other nodes' free addresses not counted).",
+      labelNames: [...labelNames, 'range_set'],
+      registers,
+    });
     this.readErrors = new Counter({
       name: 'ipwarden_pool_status_read_errors_total',
       help: "Reads of a pool's status for the gauges that failed (etcd unreachable, a corrupt value): its gauges are absent until a read succeeds.",
@@ -552,6 +563,7 @@ export class PoolMetrics {
   /** Replace every gauge series by `samples`' (a {@link PoolSampleError} counts a read error and sets none). */
   set(samples: ReadonlyArray<PoolSample | PoolSampleError>): void {
     for (const g of Object.values(this.gauges)) g.reset();
+    this.free.reset();
     for (const s of samples) {
       const l = { pool: s.pool, node: s.node };
       if ('error' in s) {
@@ -564,6 +576,8 @@ export class PoolMetrics {
       this.gauges.unclaimedBlocks.set(l, s.unclaimedBlocks);
       this.gauges.alive.set(l, s.alive ? 1 : 0);
       this.gauges.corruptBlocks.set(l, s.corruptBlocks);
+      this.gauges.pendingReleaseBlocks.set(l, s.pendingReleaseBlocks);
+      s.freeAddresses.forEach((n, i) => this.free.set({ ...l, range_set: String(i) }, n));
     }
   }
 }
@@ -744,6 +758,24 @@ export interface Health {
   ready(): { ok: boolean; why: string };
 }
 
+/** One answer of {@link StatusPages}: the bytes, their type and the headers that go with them. */
+export interface StatusPage {
+  readonly body: Buffer;
+  readonly contentType: string;
+  /** More response headers (the page's Content-Security-Policy, …). */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/**
+ * The node's status pages the metrics listener serves read-only (src/daemon/status-pages.ts):
+ * `/status` the page of `ipwarden status --html`, `/status.json` the document of
+ * `ipwarden status --json`. Each call is bounded like `/metrics` (a shared, spaced render).
+ */
+export interface StatusPages {
+  /** The page (`html`) or the JSON document (`json`); rejects when the report could not be made (answered 500 with the reason). */
+  get(kind: 'html' | 'json'): Promise<StatusPage>;
+}
+
 /** A running metrics endpoint. */
 export interface MetricsServer {
   /** The bound address (the real port when 0 was asked). */
@@ -754,14 +786,16 @@ export interface MetricsServer {
 
 /**
  * Serve `GET /metrics` (Prometheus text format 0.0.4), `/healthz` and `/readyz` (200 `ok`, else
- * 503 with the reason) on `addr`. Any other path is 404, any other method 405. `/metrics` answers
- * {@link DaemonMetrics.exposition} (a render begun after the request arrived, at most one render
- * per {@link METRICS_RENDER_INTERVAL_MS}); every other answer waits for the next
+ * 503 with the reason) on `addr`, and with `status` its `/status` and `/status.json`
+ * ({@link StatusPages}; docs/daemon.md "Status pages"). Any other path is 404, any other method
+ * 405 (every path is read-only). `/metrics` answers {@link DaemonMetrics.exposition} (a render
+ * begun after the request arrived, at most one render per {@link METRICS_RENDER_INTERVAL_MS}),
+ * the status pages answer through their own gate; every other answer waits for the next
  * {@link ANSWER_INTERVAL_MS} batch (docs/metrics.md "Scrape floods").
  * @throws the `listen` error (EADDRINUSE, EACCES, EADDRNOTAVAIL) as a rejected promise.
  */
-export async function startMetricsServer(addr: HostPort, metrics: DaemonMetrics, health: Health): Promise<MetricsServer> {
-  return listen(addr, (req, res, pace) => answer(req, res, metrics, health, pace), METRICS_MAX_CONNECTIONS, METRICS_IDLE_SECONDS);
+export async function startMetricsServer(addr: HostPort, metrics: DaemonMetrics, health: Health, status: StatusPages | null = null): Promise<MetricsServer> {
+  return listen(addr, (req, res, pace) => answer(req, res, metrics, health, pace, status), METRICS_MAX_CONNECTIONS, METRICS_IDLE_SECONDS);
 }
 
 /**
@@ -852,10 +886,14 @@ async function answerHealth(req: IncomingMessage, res: ServerResponse, health: H
   }
 }
 
-async function answer(req: IncomingMessage, res: ServerResponse, metrics: DaemonMetrics, health: Health, pace: RenderGate<void>): Promise<void> {
-  const path = (req.url ?? '/').split('?')[0];
-  // /metrics waits for its render (at most one per METRICS_RENDER_INTERVAL_MS), the rest for the pace.
-  if (path !== '/metrics' || (req.method !== 'GET' && req.method !== 'HEAD')) await pace.get();
+/** The status pages' paths and what each answers. */
+const STATUS_PATHS: Readonly<Record<string, 'html' | 'json'>> = { '/status': 'html', '/status.json': 'json' };
+
+async function answer(req: IncomingMessage, res: ServerResponse, metrics: DaemonMetrics, health: Health, pace: RenderGate<void>, status: StatusPages | null): Promise<void> {
+  const path = (req.url ?? '/').split('?')[0] ?? '/';
+  const page = status === null ? undefined : STATUS_PATHS[path];
+  // /metrics and the status pages wait for their renders (each gate spaces its own), the rest for the pace.
+  if ((path !== '/metrics' && page === undefined) || (req.method !== 'GET' && req.method !== 'HEAD')) await pace.get();
   if (res.destroyed) return;
   if (req.method !== 'GET' && req.method !== 'HEAD') {
     reply(res, 405, 'method not allowed\n', { Allow: 'GET, HEAD' });
@@ -866,11 +904,15 @@ async function answer(req: IncomingMessage, res: ServerResponse, metrics: Daemon
       const body = await metrics.exposition();
       if (res.destroyed) return; // the client left while its render was due
       res.writeHead(200, { 'Content-Type': metrics.registry.contentType, 'Content-Length': body.length }).end(req.method === 'HEAD' ? undefined : body);
+    } else if (page !== undefined && status !== null) {
+      const p = await status.get(page);
+      if (res.destroyed) return;
+      res.writeHead(200, { ...p.headers, 'Content-Type': p.contentType, 'Content-Length': p.body.length }).end(req.method === 'HEAD' ? undefined : p.body);
     } else if (path === '/healthz' || path === '/readyz') {
       const h = path === '/healthz' ? health.live() : health.ready();
       reply(res, h.ok ? 200 : 503, h.ok ? 'ok\n' : `${h.why}\n`);
     } else {
-      reply(res, 404, 'not found: try /metrics, /healthz, /readyz\n');
+      reply(res, 404, `not found: try /metrics, /healthz, /readyz${status === null ? '' : ', /status, /status.json'}\n`);
     }
   } catch (e) {
     reply(res, 500, `${e instanceof Error ? e.message : String(e)}\n`);

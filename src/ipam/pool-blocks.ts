@@ -62,6 +62,28 @@ export function allocatableOrdinals(rs: RangeSet, cidr: Subnet): number[] {
   return out;
 }
 
+/**
+ * How many ordinals of block `cidr` are allocatable addresses of `rs`: the same number as
+ * `allocatableOrdinals(rs, cidr).length`, without visiting each address — per range, the overlap
+ * of `[rangeStart, rangeEnd]` with the block, less one when that range's own gateway lies in the
+ * overlap ({@link isAllocatable}'s rule). O(ranges); exact for a canonical range set (its ranges
+ * do not overlap: `canonicalizeRangeSet`). The pool gauges count every claimed block with it.
+ */
+export function allocatableCount(rs: RangeSet, cidr: Subnet): number {
+  const first = cidr.ip.value;
+  const last = first + blockAddresses(cidr.ip.family, cidr.prefix) - 1n;
+  let n = 0n;
+  for (const r of rs) {
+    if (r.rangeStart.family !== cidr.ip.family) continue;
+    const lo = r.rangeStart.value > first ? r.rangeStart.value : first;
+    const hi = r.rangeEnd.value < last ? r.rangeEnd.value : last;
+    if (lo > hi) continue;
+    n += hi - lo + 1n;
+    if (r.gateway.family === cidr.ip.family && r.gateway.value >= lo && r.gateway.value <= hi) n -= 1n;
+  }
+  return Number(n);
+}
+
 /** The address of `ordinal` in block `cidr`. */
 export function ordinalIP(cidr: Subnet, ordinal: number): IP {
   return { family: cidr.ip.family, value: cidr.ip.value + BigInt(ordinal) };

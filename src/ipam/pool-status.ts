@@ -12,7 +12,7 @@ import { AppError } from '../common/errors.ts';
 import { compareIP, parseCIDR, parseIP, type Subnet } from '../common/ip.ts';
 import type { KV, KVEntry } from '../store/kv.ts';
 import { blockKeyCidr, CorruptValueError, decodeBlock, POOL_VALUE_VERSION } from './pool-allocator.ts';
-import { allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './pool-blocks.ts';
+import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './pool-blocks.ts';
 import { validNodeName } from './pool-config.ts';
 import { canonicalizeRangeSet, rangeSetSize, rangeSetString } from './range.ts';
 import type { RangeSet } from './types.ts';
@@ -116,7 +116,7 @@ function corrupt(key: string, why: string): CorruptValueError {
  * names no block of the pool).
  */
 function rangeSetOfBlock(rangeSets: readonly RangeSet[], sizes: BlockSizes, cidr: Subnet): number {
-  return rangeSets.findIndex((rs) => rs.some((r) => r.subnet.ip.family === cidr.ip.family && blockPrefix(r, sizes) === cidr.prefix) && allocatableOrdinals(rs, cidr).length > 0);
+  return rangeSets.findIndex((rs) => rs.some((r) => r.subnet.ip.family === cidr.ip.family && blockPrefix(r, sizes) === cidr.prefix) && allocatableCount(rs, cidr) > 0);
 }
 
 /** The range sets and block sizes stored in `meta`. Throws STORE_CORRUPT naming the key. */
@@ -298,6 +298,24 @@ export interface PoolNodeSample {
    * not in `blocks` or `held`; no ADD allocates from them (left for an operator).
    */
   readonly corruptBlocks: number;
+  /**
+   * Per range set of the pool (index = the range set's index in `meta`): the addresses this node
+   * can still get without borrowing — the allocatable addresses of the blocks no node has claimed
+   * (range-set size less the allocatable addresses of every block key; the same on every node),
+   * plus the free addresses of the node's own readable `owned` blocks (allocatable addresses less
+   * every entry: its own allocations, borrowers', reserve entries). Not counted: free addresses in
+   * other nodes' blocks (the node borrows those once no block is unclaimed; `poolStatus` counts
+   * them), in its `pendingRelease` blocks and in blocks that cannot be read. A claim moves
+   * addresses from the first part to the second and leaves the sum unchanged. A number (an IPv6
+   * range set's size may exceed 2^53: then approximate).
+   */
+  readonly freeAddresses: readonly number[];
+  /**
+   * Blocks in state `pendingRelease` (`pool remove-node` step 1 marked them; docs/cluster.md)
+   * among the blocks of the nodes that have a removal marker `removing/<node>` and this node's
+   * own: 0 when no removal is under way. A removal that is never finished keeps it above 0.
+   */
+  readonly pendingReleaseBlocks: number;
 }
 
 /**
@@ -305,8 +323,10 @@ export interface PoolNodeSample {
  * reads every block value of the pool (a full /16 in /26 blocks is ≈ 9 MB; on every node at every
  * scrape that loads etcd with the cluster's size squared: review B5). Reads: `meta`, the node's
  * heartbeat key, its affinity keys and its own blocks' values, and the pool's block keys
- * (keys only, ≈ 60 bytes each). How many addresses the node borrows, and the pool's free
- * addresses, need every block: `ipwarden pool status` shows them.
+ * (keys only, ≈ 60 bytes each); for `pendingReleaseBlocks` also the removal markers (keys only)
+ * and, only for nodes that have one, their affinity keys and blocks' values (a removal is rare and
+ * touches one node). How many addresses the node borrows, and the pool's free addresses in other
+ * nodes' blocks, need every block: `ipwarden pool status` shows them.
  * A block of the node (or an affinity key) that cannot be read is counted in `corruptBlocks`, not
  * thrown: one corrupt key must not take every gauge of the pool away.
  * @throws AppError IPAM_NOT_FOUND when the pool has no `meta`; STORE_CORRUPT when `meta` cannot be
@@ -319,7 +339,20 @@ export async function poolNodeSample(kv: KV, prefix: string, pool: string, node:
   const meta = decodeMeta(metaEntry);
   const sizes = { blockSize4: meta.blockSize, blockSize6: meta.blockSize6 };
   const total = meta.rangeSets.reduce((a, rs) => a + countBlocks(rs, sizes), 0n);
-  const claimedBlocks = (await kv.list(`${base}/blocks/`, { keysOnly: true })).length;
+  const blockKeys = await kv.list(`${base}/blocks/`, { keysOnly: true });
+  const claimedBlocks = blockKeys.length;
+  // Allocatable addresses of the claimed blocks per range set, from the keys alone (a key that
+  // names no block of the pool holds none).
+  const claimedAddresses = meta.rangeSets.map(() => 0n);
+  for (const e of blockKeys) {
+    const cidrText = blockKeyCidr(e.key.slice(`${base}/blocks/`.length));
+    const cidr = cidrText === null ? null : (parseCIDR(cidrText)?.subnet ?? null);
+    if (cidr === null) continue;
+    const s = rangeSetOfBlock(meta.rangeSets, sizes, cidr);
+    if (s >= 0) claimedAddresses[s] = (claimedAddresses[s] as bigint) + BigInt(allocatableCount(meta.rangeSets[s] as RangeSet, cidr));
+  }
+  const ownFree = meta.rangeSets.map(() => 0);
+  let pendingReleaseBlocks = 0;
   const alive = (await kv.get(`${base}/alive/${node}`)) !== null;
   const affPrefix = `${base}/nodes/${node}/blocks/`;
   let blocks = 0;
@@ -337,6 +370,7 @@ export async function poolNodeSample(kv: KV, prefix: string, pool: string, node:
     let b: ReturnType<typeof decodeBlock>;
     try {
       b = decodeBlock(e, cidrText);
+      if (meta.rangeSets[b.rangeSet] === undefined) throw corrupt(e.key, `"rangeSet" ${b.rangeSet} is not a range set of the pool`);
     } catch (err) {
       if (!(err instanceof CorruptValueError)) throw err;
       corruptBlocks++;
@@ -345,7 +379,36 @@ export async function poolNodeSample(kv: KV, prefix: string, pool: string, node:
     if (b.node !== node) continue;
     blocks++;
     held += Object.values(b.allocs).filter((x) => x.reserve !== true && x.node === node).length;
+    if (b.state === 'pendingRelease') {
+      pendingReleaseBlocks++;
+      continue; // no ADD allocates in it: nothing free
+    }
+    const subnet = (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet;
+    const free = allocatableCount(meta.rangeSets[b.rangeSet] as RangeSet, subnet) - Object.keys(b.allocs).length;
+    ownFree[b.rangeSet] = (ownFree[b.rangeSet] as number) + Math.max(0, free);
+  }
+  // Blocks other nodes' removals marked pendingRelease: only nodes with a removal marker are read.
+  for (const m of await kv.list(`${base}/removing/`, { keysOnly: true })) {
+    const other = m.key.slice(`${base}/removing/`.length);
+    if (other === node || !validNodeName(other)) continue;
+    const otherAff = `${base}/nodes/${other}/blocks/`;
+    for (const a of await kv.list(otherAff, { keysOnly: true })) {
+      const key = a.key.slice(otherAff.length);
+      const cidrText = blockKeyCidr(key);
+      const e = cidrText === null ? null : await kv.get(`${base}/blocks/${key}`);
+      if (e === null) continue;
+      try {
+        const b = decodeBlock(e, cidrText as string);
+        if (b.node === other && b.state === 'pendingRelease') pendingReleaseBlocks++;
+      } catch (err) {
+        if (!(err instanceof CorruptValueError)) throw err; // a block that cannot be read is not counted as marked
+      }
+    }
   }
   const unclaimed = total - BigInt(claimedBlocks);
-  return { blocks, held, claimedBlocks, unclaimedBlocks: Number(unclaimed < 0n ? 0n : unclaimed), alive, corruptBlocks };
+  const freeAddresses = meta.rangeSets.map((rs, i) => {
+    const left = rangeSetSize(rs) - (claimedAddresses[i] as bigint);
+    return Number(left < 0n ? 0n : left) + (ownFree[i] as number);
+  });
+  return { blocks, held, claimedBlocks, unclaimedBlocks: Number(unclaimed < 0n ? 0n : unclaimed), alive, corruptBlocks, freeAddresses, pendingReleaseBlocks };
 }

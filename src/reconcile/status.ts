@@ -1,6 +1,6 @@
 /**
- * The status model below `ipwarden status` and `ipwarden doctor` (and, later, the daemon's
- * status endpoint): a node's addresses per network and range set — capacity, reserved, the
+ * The status model below `ipwarden status`, `ipwarden doctor` and the daemon's `/status` and
+ * `/status.json` (src/daemon/status-pages.ts): a node's addresses per network and range set — capacity, reserved, the
  * reconciler's verdicts (live, in grace, leaked, corrupt), free — as values and as the documented
  * JSON document (docs/cli.md). Rendering (table, HTML) is the CLI's (`src/cli/status.ts`,
  * `src/cli/html.ts`), which imports the types from here.
@@ -263,6 +263,8 @@ export interface StatusExtra {
    * else {@link takeSnapshot} once for the whole report, without pod IPs.
    */
   readonly snapshot?: Snapshot;
+  /** Seconds to wait for each network's lock (default `planNetworks`'s, 30; the daemon's status pages pass 5). */
+  readonly lockTimeoutSeconds?: number;
 }
 
 /**
@@ -282,7 +284,7 @@ export async function collectStatus(q: StatusQuery, deps: ReconcileDeps, extra: 
   const entriesByDir = new Map<string, PlanEntry[]>();
   const read = async (dataDir: string, networks: readonly NetworkDir[]): Promise<void> => {
     // Conservative policy: status shows no `notready` verdict.
-    const np = await planNetworks(dataDir, networks, snap, { graceSeconds, cniConfDir: layout.cniConfDir }, deps);
+    const np = await planNetworks(dataDir, networks, snap, { graceSeconds, cniConfDir: layout.cniConfDir, ...(extra.lockTimeoutSeconds === undefined ? {} : { lockTimeoutSeconds: extra.lockTimeoutSeconds }) }, deps);
     for (const n of np.networks) entriesByDir.set(join(dataDir, n.name), np.plan.entries.filter((e) => e.network === n.name));
   };
 

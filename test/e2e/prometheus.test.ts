@@ -1,7 +1,10 @@
 /**
  * The metrics as a real Prometheus sees them (Debian `prometheus` on loopback), and the example
- * alert rules of docs/metrics.md checked by `promtool`; also the cluster pool series of a daemon
- * serving a pool network on a real etcd (test/helpers/etcd-cluster.ts).
+ * alert rules of docs/metrics.md checked by `promtool` (syntax, and the pool rules' firing by
+ * `promtool test rules` on made-up series); also the cluster pool series of a daemon serving a
+ * pool network on a real etcd (test/helpers/etcd-cluster.ts); and the Grafana dashboard
+ * (deploy/grafana/ipwarden-dashboard.json): every query of it run by both real Prometheus
+ * instances above, every series it names documented and declared by one of the two daemons.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -34,7 +37,7 @@ test('promtool accepts the example alert rules of docs/metrics.md, and they name
     writeFileSync(join(dir, 'rules.yml'), rules);
     const r = spawnSync(PROMTOOL, ['check', 'rules', join(dir, 'rules.yml')], { encoding: 'utf8' });
     assert.equal(r.status, 0, r.stdout + r.stderr);
-    assert.match(r.stdout, /SUCCESS: 5 rules found/);
+    assert.match(r.stdout, /SUCCESS: 8 rules found/);
     const md = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
     for (const name of new Set(rules.match(/ipwarden_[a-z_]+/g) ?? [])) {
       assert.ok(md.includes(`| \`${name}\` |`), `${name} is in the series table`);
@@ -43,6 +46,136 @@ test('promtool accepts the example alert rules of docs/metrics.md, and they name
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('promtool test rules: the pool rules fire exactly when they should (a falling free gauge, a missing heartbeat, blocks pendingRelease for an hour)', { skip }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipwarden-rules-test-'));
+  try {
+    writeFileSync(join(dir, 'rules.yml'), docRules());
+    // Pool p: node n1 loses 10 free addresses every 10 minutes (1440 in 24 h, from 1000), n2 is
+    // flat; pool q loses 1 every 10 minutes from 5000. Only p's forecast falls below 0.
+    // Heartbeats every minute: n1's key goes at minute 2, n2's stays. Pending release: 3 blocks from minute 1.
+    const unit = `rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 10m
+    input_series:
+      - series: 'ipwarden_pool_free_addresses{pool="p",node="n1",range_set="0"}'
+        values: '1000-10x60'
+      - series: 'ipwarden_pool_free_addresses{pool="p",node="n2",range_set="0"}'
+        values: '5000+0x60'
+      - series: 'ipwarden_pool_free_addresses{pool="q",node="n1",range_set="0"}'
+        values: '5000-1x60'
+    alert_rule_test:
+      - eval_time: 5h
+        alertname: IpwardenPoolExhaustionForecast
+        exp_alerts:
+          - exp_labels: {severity: warning, pool: p, range_set: "0"}
+            exp_annotations:
+              summary: "cluster pool p range set 0 runs out of addresses a node can get without borrowing within 24 hours at the current rate"
+  - interval: 1m
+    input_series:
+      - series: 'ipwarden_pool_node_alive{pool="p",node="n1"}'
+        values: '1 1 0x20'
+      - series: 'ipwarden_pool_node_alive{pool="p",node="n2"}'
+        values: '1x22'
+      - series: 'ipwarden_pool_pending_release_blocks{pool="p",node="n1"}'
+        values: '0 3x90'
+      - series: 'ipwarden_pool_pending_release_blocks{pool="p",node="n2"}'
+        values: '0 3x90'
+    alert_rule_test:
+      - eval_time: 3m
+        alertname: IpwardenPoolHeartbeatMissing
+        exp_alerts: []
+      - eval_time: 5m
+        alertname: IpwardenPoolHeartbeatMissing
+        exp_alerts:
+          - exp_labels: {severity: warning, pool: p, node: n1}
+            exp_annotations:
+              summary: "node n1 has no heartbeat in cluster pool p although its daemon runs"
+      - eval_time: 50m
+        alertname: IpwardenPoolPendingReleaseStuck
+        exp_alerts: []
+      - eval_time: 70m
+        alertname: IpwardenPoolPendingReleaseStuck
+        exp_alerts:
+          - exp_labels: {severity: warning, pool: p}
+            exp_annotations:
+              summary: "3 blocks of cluster pool p have been pendingRelease for over an hour"
+`;
+    writeFileSync(join(dir, 'unit.yml'), unit);
+    const r = spawnSync(PROMTOOL, ['test', 'rules', 'unit.yml'], { encoding: 'utf8', cwd: dir });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /SUCCESS/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** One query of the Grafana dashboard: its panel (or template variable) and its PromQL with the variables filled in. */
+interface DashboardQuery {
+  readonly where: string;
+  readonly expr: string;
+}
+
+/**
+ * Every query of deploy/grafana/ipwarden-dashboard.json: the panels' targets and the metric of
+ * each `label_values(metric, label)` variable, with Grafana's variables replaced as "All" does
+ * (`$node`, `$pool` → `.*`) and `$__rate_interval` by 1m (the tests scrape every second).
+ */
+function dashboardQueries(): DashboardQuery[] {
+  const d = JSON.parse(readFileSync(join(ROOT, 'deploy/grafana/ipwarden-dashboard.json'), 'utf8')) as {
+    panels: Array<{ title: string; type: string; targets?: Array<{ expr: string }> }>;
+    templating: { list: Array<{ name: string; query: unknown }> };
+  };
+  const fill = (e: string): string => e.replaceAll('$__rate_interval', '1m').replaceAll('$node', '.*').replaceAll('$pool', '.*');
+  const out: DashboardQuery[] = [];
+  for (const p of d.panels) for (const t of p.targets ?? []) out.push({ where: `panel "${p.title}"`, expr: fill(t.expr) });
+  for (const v of d.templating.list) {
+    const q = typeof v.query === 'object' && v.query !== null ? (v.query as { query: string }).query : String(v.query);
+    const m = /^label_values\((\w+), (\w+)\)$/.exec(q);
+    if (m !== null) out.push({ where: `variable $${v.name}`, expr: m[1] as string });
+  }
+  return out;
+}
+
+/** What one real Prometheus answered to each dashboard query, and what its daemon declared. */
+interface DashboardRun {
+  readonly exposition: string;
+  readonly answers: ReadonlyMap<string, { readonly error: string | null; readonly series: number }>;
+}
+
+/** The runs of the two scrape tests below (node-local, pool), checked by the dashboard test at the end. */
+const dashboardRuns = new Map<'node' | 'pool', DashboardRun>();
+
+/**
+ * The scrape in which a dashboard query must show data: the pool scrape for the series of cluster
+ * pools and for the reconcile errors (that daemon has no runtime: an error every pass), the
+ * node-local scrape for the rest; none for the release candidates (no candidate is left when that
+ * test ends).
+ */
+function dataIn(expr: string): 'node' | 'pool' | null {
+  if (expr.includes('ipwarden_release_candidates')) return null;
+  return expr.includes('ipwarden_pool_') || expr.includes('ipwarden_reconcile_errors_total') ? 'pool' : 'node';
+}
+
+/**
+ * Run every dashboard query on `prom`; a query that must show data in this scrape ({@link dataIn})
+ * is asked again until it does (a counter that just appeared needs a second sample for `rate`),
+ * for at most 60 s. Also keeps what the daemon declares on `/metrics`.
+ */
+async function runDashboard(prom: TestPrometheus, metricsUrl: string, which: 'node' | 'pool'): Promise<DashboardRun> {
+  const exposition = await (await fetch(metricsUrl)).text();
+  const answers = new Map<string, { error: string | null; series: number }>();
+  for (const q of dashboardQueries()) {
+    try {
+      const r = dataIn(q.expr) === which ? await prom.waitFor(q.expr, (x) => x.length > 0, 60_000) : await prom.query(q.expr);
+      answers.set(q.expr, { error: null, series: r.length });
+    } catch (e) {
+      answers.set(q.expr, { error: e instanceof Error ? e.message : String(e), series: 0 });
+    }
+  }
+  return { exposition, answers };
+}
 
 const LIVE = 'a1'.repeat(32);
 const GONE = 'b2'.repeat(32);
@@ -123,6 +256,7 @@ test('a real Prometheus scraping the daemon sees the documented series with the 
     // Health endpoints.
     assert.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200);
     assert.equal((await fetch(`http://127.0.0.1:${port}/readyz`)).status, 200);
+    dashboardRuns.set('node', await runDashboard(prom, `http://127.0.0.1:${port}/metrics`, 'node'));
   } finally {
     await prom?.stop();
     await daemon?.stop();
@@ -190,19 +324,53 @@ test('a real Prometheus sees the cluster pool series of a daemon serving a pool 
     assert.equal(await value(`ipwarden_pool_claimed_blocks{${sel}}`), 1);
     assert.equal(await value(`ipwarden_pool_unclaimed_blocks{${sel}}`), 1, "a /27 in /28 blocks: 2, one claimed");
     assert.equal(await value(`ipwarden_pool_node_alive{${sel}}`), 1, 'the daemon announced the node at start: its heartbeat key exists');
+    // 29 addresses, 2 held, in the node's block: 27 it can get without borrowing (the unclaimed
+    // block's addresses plus its own block's free ones, whichever of the two /28s it claimed).
+    await prom.waitFor(`ipwarden_pool_free_addresses{${sel},range_set="0"}`, (r) => one(r) === 27, 120_000);
+    assert.equal(await value(`ipwarden_pool_pending_release_blocks{${sel}}`), 0);
     assert.deepEqual(await prom.query('ipwarden_pool_status_read_errors_total'), []);
     assert.deepEqual(await prom.query('{__name__=~"ipwarden_.*",exported_node!=""}'), [], 'no series lost its node label to exported_node');
     assert.equal(await value('up{job="ipwarden",node="k8s-worker-7"}'), 1, "the target's node label (the ServiceMonitor's relabeling) is on the series without their own");
     assert.equal((await prom.query('ipwarden_reconcile_duration_seconds_count{node="k8s-worker-7"}')).length, 1);
     // Each documented pool series is in docs/metrics.md's table.
     const md = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
-    for (const name of ['ipwarden_pool_requests_total', 'ipwarden_pool_request_duration_seconds', 'ipwarden_pool_etcd_transactions_total', 'ipwarden_pool_batch_size', 'ipwarden_pool_node_blocks', 'ipwarden_pool_node_addresses', 'ipwarden_pool_claimed_blocks', 'ipwarden_pool_unclaimed_blocks', 'ipwarden_pool_node_alive', 'ipwarden_pool_status_read_errors_total']) {
+    for (const name of ['ipwarden_pool_requests_total', 'ipwarden_pool_request_duration_seconds', 'ipwarden_pool_etcd_transactions_total', 'ipwarden_pool_batch_size', 'ipwarden_pool_node_blocks', 'ipwarden_pool_node_addresses', 'ipwarden_pool_claimed_blocks', 'ipwarden_pool_unclaimed_blocks', 'ipwarden_pool_node_alive', 'ipwarden_pool_status_read_errors_total', 'ipwarden_pool_free_addresses', 'ipwarden_pool_pending_release_blocks']) {
       assert.ok(md.includes(`| \`${name}\` |`), `${name} is in the series table`);
     }
+    // The forecast needs two samples of the free gauge (read from etcd at most every 10 s).
+    await prom.waitFor(`count_over_time(ipwarden_pool_free_addresses{${sel},range_set="0"}[1h])`, (r) => one(r) >= 2, 120_000);
+    dashboardRuns.set('pool', await runDashboard(prom, `http://127.0.0.1:${port}/metrics`, 'pool'));
   } finally {
     await prom?.stop();
     await daemon?.stop();
     await cluster.close();
     t.cleanup();
+  }
+});
+
+test('the Grafana dashboard: every query runs on the real Prometheus of both scrapes above, names only documented series that one of the two daemons declares, and shows data', { skip: skip || (process.getuid?.() !== 0 ? 'needs root' : false) || (haveEtcd() || process.env['CI'] === 'true' ? false : '/usr/bin/etcd not installed') }, () => {
+  const node: DashboardRun | undefined = dashboardRuns.get('node');
+  const pool: DashboardRun | undefined = dashboardRuns.get('pool');
+  if (node === undefined || pool === undefined) assert.fail('both scrape tests above ran to their end');
+  const runs: DashboardRun[] = [node, pool];
+  const md = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
+  const queries = dashboardQueries();
+  assert.equal(queries.length, 24, 'the dashboard has 22 panel queries and 2 variables');
+  assert.deepEqual(queries.filter((q) => dataIn(q.expr) === null).map((q) => q.where), ['panel "Release candidates"']);
+  const declared = (text: string, name: string): boolean => {
+    const family = /^(ipwarden_\w+?)(_bucket|_sum|_count)?$/.exec(name);
+    return new RegExp(`^# TYPE ${name} `, 'm').test(text) || (family?.[2] !== undefined && new RegExp(`^# TYPE ${family[1]} histogram$`, 'm').test(text));
+  };
+  for (const q of queries) {
+    for (const r of runs) assert.equal(r.answers.get(q.expr)?.error, null, `${q.where}: ${q.expr}`);
+    const names = q.expr.match(/ipwarden_\w+/g) ?? [];
+    assert.ok(names.length > 0, `${q.where} names a series`);
+    for (const name of names) {
+      const base = name.replace(/_(bucket|sum|count)$/, '');
+      assert.ok(md.includes(`| \`${name}\` |`) || md.includes(`| \`${base}\` |`), `${q.where}: ${name} is in docs/metrics.md's series table`);
+      assert.ok(declared(node.exposition, name) || declared(pool.exposition, name), `${q.where}: a daemon exports ${name}`);
+    }
+    const where = dataIn(q.expr);
+    if (where !== null) assert.ok((dashboardRuns.get(where)?.answers.get(q.expr)?.series ?? 0) > 0, `${q.where} shows data in the ${where} scrape: ${q.expr}`);
   }
 });

@@ -4,7 +4,7 @@
  * field the schema does not know. Shared by test/unit/deploy-manifests.test.ts (the kustomize
  * manifests) and test/unit/helm-chart.test.ts (what the chart renders).
  */
-import { Namespace, Service } from 'kubernetes-models/v1';
+import { ConfigMap, Namespace, Service } from 'kubernetes-models/v1';
 import { DaemonSet } from 'kubernetes-models/apps/v1';
 import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 
@@ -20,6 +20,7 @@ interface ModelClass {
 /** apiVersion/kind → its model. Every document of deploy/ and of the chart's render must have one. */
 export const MODELS: Record<string, ModelClass> = {
   'v1/Namespace': Namespace as unknown as ModelClass,
+  'v1/ConfigMap': ConfigMap as unknown as ModelClass,
   'v1/Service': Service as unknown as ModelClass,
   'apps/v1/DaemonSet': DaemonSet as unknown as ModelClass,
   'monitoring.coreos.com/v1/ServiceMonitor': ServiceMonitor as unknown as ModelClass,

@@ -436,12 +436,12 @@ describe('deploy/kubernetes: monitoring and kustomization', () => {
     assert.deepEqual([comp.apiVersion, comp.kind], ['kustomize.config.k8s.io/v1alpha1', 'Component']);
     assert.deepEqual(Object.keys(comp).sort(), ['apiVersion', 'kind', 'resources']);
     assert.deepEqual((comp.resources as string[]).slice().sort(), [...loadManifests([MONITORING]).keys()].sort());
-    assert.deepEqual((comp.resources as string[]).slice().sort(), ['prometheusrule.yaml', 'servicemonitor.yaml']);
+    assert.deepEqual((comp.resources as string[]).slice().sort(), ['grafana-dashboard.yaml', 'prometheusrule.yaml', 'servicemonitor.yaml']);
     const overlay = parseYaml(readFileSync(join(OVERLAY, 'kustomization.yaml'), 'utf8')) as Obj;
     assert.deepEqual(overlay, { apiVersion: 'kustomize.config.k8s.io/v1beta1', kind: 'Kustomization', resources: ['../../kubernetes'], components: ['../../components/monitoring'] });
   });
 
-  it('kubectl kustomize renders the core as Namespace, Service, DaemonSet and the overlay with the ServiceMonitor and PrometheusRule added', (t) => {
+  it('kubectl kustomize renders the core as Namespace, Service, DaemonSet and the overlay with the ServiceMonitor, PrometheusRule and the dashboard\'s ConfigMap added', (t) => {
     // The kubectl of the dev dependency's Lambda layer (test/helpers/k8s-tools.ts); required in CI.
     const tools = k8sTools();
     if ('missing' in tools) {
@@ -455,7 +455,16 @@ describe('deploy/kubernetes: monitoring and kustomization', () => {
       return parseAllDocuments(r.stdout).map((d) => String((d.toJS() as Obj).kind)).sort();
     };
     assert.deepEqual(kinds(DIR), ['DaemonSet', 'Namespace', 'Service']);
-    assert.deepEqual(kinds(OVERLAY), ['DaemonSet', 'Namespace', 'PrometheusRule', 'Service', 'ServiceMonitor']);
+    assert.deepEqual(kinds(OVERLAY), ['ConfigMap', 'DaemonSet', 'Namespace', 'PrometheusRule', 'Service', 'ServiceMonitor']);
+  });
+
+  it('the Grafana dashboard\'s ConfigMap holds exactly deploy/grafana/ipwarden-dashboard.json, labelled for Grafana\'s dashboard sidecar', () => {
+    const cm = only('ConfigMap');
+    assert.equal(at(cm, 'metadata', 'labels', 'grafana_dashboard'), '1');
+    assert.deepEqual(Object.keys(at(cm, 'data') as Obj), ['ipwarden-dashboard.json']);
+    const file = readFileSync(join(ROOT, 'deploy/grafana/ipwarden-dashboard.json'), 'utf8');
+    assert.equal(at(cm, 'data', 'ipwarden-dashboard.json'), file);
+    assert.equal((JSON.parse(file) as Obj).uid, 'ipwarden');
   });
 
   it('the ServiceMonitor honours the daemon\'s labels, so the pool series keep their own `node` (never `exported_node`)', () => {

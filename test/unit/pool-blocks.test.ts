@@ -2,7 +2,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { allocatableOrdinals, blockCidrText, blockKeyText, blocksOf, countBlocks, nodeHash, type Block } from '../../src/ipam/pool-blocks.ts';
+import { allocatableCount, allocatableOrdinals, blockCidrText, blockKeyText, blocksOf, countBlocks, nodeHash, type Block } from '../../src/ipam/pool-blocks.ts';
 import type { RangeSet } from '../../src/ipam/types.ts';
 
 function sets(ranges: unknown): readonly RangeSet[] {
@@ -49,6 +49,35 @@ describe('allocatableOrdinals', () => {
     const z = allocatableOrdinals(rs, (last as Block).cidr);
     assert.equal(z.length, 63);
     assert.equal(z.at(-1), 62);
+  });
+});
+
+describe('allocatableCount', () => {
+  it('equals allocatableOrdinals(…).length for every block of these range sets (gateways inside and outside a range, several ranges, a gateway of one range inside another, IPv6)', () => {
+    const cases: Array<[unknown, number]> = [
+      [[[{ subnet: '10.80.1.0/24' }]], 253],
+      [[[{ subnet: '10.80.1.0/24', rangeStart: '10.80.1.70', rangeEnd: '10.80.1.130' }]], 61],
+      [[[{ subnet: '10.80.1.0/24', rangeStart: '10.80.1.100', rangeEnd: '10.80.1.110' }, { subnet: '10.80.1.0/24', rangeStart: '10.80.1.10', rangeEnd: '10.80.1.20' }]], 22],
+      // range 2's default gateway .1 is inside range 1 (which has its own gateway .200): .1 is allocatable there
+      [[[{ subnet: '10.80.1.0/24', rangeStart: '10.80.1.1', rangeEnd: '10.80.1.5', gateway: '10.80.1.200' }, { subnet: '10.80.1.0/24', rangeStart: '10.80.1.64', rangeEnd: '10.80.1.70' }]], 12],
+      [[[{ subnet: '10.80.2.0/28' }]], 13],
+      [[[{ subnet: 'fd80:1::/120' }]], 254],
+    ];
+    for (const [ranges, total] of cases) {
+      const rs = sets(ranges)[0] as RangeSet;
+      let sum = 0;
+      for (const sizes of [SIZES, { blockSize4: 28, blockSize6: 124 }]) {
+        sum = 0;
+        for (const b of blocksOf(rs, 0, sizes)) {
+          const n = allocatableCount(rs, b.cidr);
+          assert.equal(n, allocatableOrdinals(rs, b.cidr).length, `${JSON.stringify(ranges)} ${blockCidrText(b.cidr)}`);
+          sum += n;
+        }
+        assert.equal(sum, total, JSON.stringify(ranges));
+      }
+    }
+    // A block outside every range holds none.
+    assert.equal(allocatableCount(sets([[{ subnet: '10.80.1.0/24' }]])[0] as RangeSet, { ip: { family: 4, value: 0x0a500200n }, prefix: 26 }), 0);
   });
 });
 

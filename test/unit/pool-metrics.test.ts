@@ -20,7 +20,8 @@ import type { PoolSample } from '../../src/cni/pool.ts';
 import type { KVCompare, KVEntry, KVOp, KVTxnResult } from '../../src/store/kv.ts';
 import { AppError } from '../../src/common/errors.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
-import { poolNodeSample } from '../../src/ipam/pool-status.ts';
+import { poolNodeSample, poolStatus } from '../../src/ipam/pool-status.ts';
+import { PoolAllocator } from '../../src/ipam/pool-allocator.ts';
 import { GatedKV, until } from '../helpers/gated-kv.ts';
 
 /** A memory KV whose next transactions can be made to lose a race, fail unavailable, or wait at a gate. */
@@ -44,6 +45,12 @@ class TestKV extends GatedKV {
 /** The sample lines of the series `name` (and of its `_bucket`/`_sum`/`_count` when `histogram`). */
 function series(text: string, name: string): string[] {
   return text.split('\n').filter((l) => !l.startsWith('#') && (l.startsWith(`${name}{`) || l.startsWith(`${name} `)));
+}
+
+/** Allocatable addresses of the /28 block `key` (`10.83.0.32-28`) of 10.83.0.0/24: .1 is the gateway, .0 and .255 are not in the range. */
+function cap28(key: string): number {
+  const base = Number((key.split('-')[0] as string).split('.')[3]);
+  return base === 0 ? 14 : base === 240 ? 15 : 16;
 }
 
 const conf = loadIPAMConfig(
@@ -161,13 +168,67 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
       spy.get = async (k: string) => (valueReads.push(k), kv.get(k));
       spy.list = async (p: string, o?: { keysOnly?: boolean }) => (o?.keysOnly === true ? kv.list(p, o) : (valueReads.push(`${p}*`), kv.list(p, o)));
       const sample = await poolNodeSample(spy, '/ipwarden', 'p1', 'node-a');
-      assert.deepEqual(sample, { blocks: 1, held: 1, claimedBlocks: 4, unclaimedBlocks: 12, alive: true, corruptBlocks: 0 });
       const aBlock = Object.keys(kv.dump()).find((k) => k.startsWith('/ipwarden/pools/p1/nodes/node-a/blocks/'))?.split('/').pop();
+      // 253 addresses (.2–.254); node-b's three blocks are not node-a's to allocate from.
+      const bCaps = Object.keys(kv.dump()).filter((k) => k.startsWith('/ipwarden/pools/p1/nodes/node-b/blocks/')).map((k) => cap28(k.split('/').pop() as string));
+      assert.equal(bCaps.length, 3);
+      assert.deepEqual(sample, { blocks: 1, held: 1, claimedBlocks: 4, unclaimedBlocks: 12, alive: true, corruptBlocks: 0, freeAddresses: [253 - bCaps.reduce((x, y) => x + y, 0) - 1], pendingReleaseBlocks: 0 });
       assert.deepEqual(valueReads, ['/ipwarden/pools/p1/meta', '/ipwarden/pools/p1/alive/node-a', `/ipwarden/pools/p1/blocks/${aBlock}`]);
     } finally {
       await a.close();
       await b.close();
     }
+  });
+
+  it("ipwarden_pool_free_addresses per range set (unclaimed blocks + the node's own free) and ipwarden_pool_pending_release_blocks, exact; with the unclaimed part counted once they add up to pool status's free", async () => {
+    const kv = new MemoryKV();
+    // Range set 0: 10.83.0.0/24 (253 addresses, 16 blocks of /28); range set 1: 10.84.0.0/27 (29 addresses: .2–.15, .16–.30).
+    const two = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net2', ipam: { ranges: [[{ subnet: '10.83.0.0/24' }], [{ subnet: '10.84.0.0/27' }]] } }), undefined);
+    const allocator = (node: string) => new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node, network: 'net2', rangeSets: two.rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 1000 });
+    const add = async (a: PoolAllocator, id: string) => {
+      const [r] = await a.add([{ containerId: id, ifname: 'eth0' }]);
+      assert.ok(Array.isArray(r), String(r));
+    };
+    await add(allocator('node-a'), 'a1');
+    // node-b: 20 addresses in each range set; in range set 1 it fills the other block and borrows the rest in node-a's.
+    for (let i = 0; i < 20; i++) await add(allocator('node-b'), `b${i}`);
+    const dump = kv.dump();
+    const blocksOf = (node: string, set: string) => Object.keys(dump).filter((k) => k.startsWith(`/ipwarden/pools/p1/nodes/${node}/blocks/${set}`)).map((k) => k.split('/').pop() as string);
+    const a0 = blocksOf('node-a', '10.83.');
+    const b0 = blocksOf('node-b', '10.83.');
+    assert.equal(a0.length, 1);
+    assert.equal(b0.length, 2);
+    assert.equal(blocksOf('node-a', '10.84.').length + blocksOf('node-b', '10.84.').length, 2, 'range set 1: both blocks claimed');
+    const sum = (l: string[]) => l.map(cap28).reduce((x, y) => x + y, 0);
+    const u0 = 253 - sum(a0) - sum(b0);
+    const a = await poolNodeSample(kv, '/ipwarden', 'p1', 'node-a');
+    const b = await poolNodeSample(kv, '/ipwarden', 'p1', 'node-b');
+    // Range set 1: nothing unclaimed; 29 − 21 entries = 8 free, all in node-a's block (the borrowers' entries count against it).
+    assert.deepEqual(a.freeAddresses, [u0 + sum(a0) - 1, 8]);
+    assert.deepEqual(b.freeAddresses, [u0 + sum(b0) - 20, 0]);
+    assert.equal(a.pendingReleaseBlocks, 0);
+    const st = await poolStatus(kv, '/ipwarden', 'p1');
+    assert.deepEqual(st.rangeSets.map((r) => r.free), [String(253 - 21), '8']);
+    assert.deepEqual([0, 1].map((i) => (a.freeAddresses[i] as number) + (b.freeAddresses[i] as number) - [u0, 0][i]!), [253 - 21, 8]);
+    // Through the metrics: one series per range set.
+    const m = new DaemonMetrics({ monotonicMs: () => 0 });
+    m.pools.set([{ pool: 'p1', node: 'node-a', ...a }]);
+    const text = await m.text();
+    assert.deepEqual(series(text, 'ipwarden_pool_free_addresses'), [`ipwarden_pool_free_addresses{${L},range_set="0"} ${u0 + sum(a0) - 1}`, `ipwarden_pool_free_addresses{${L},range_set="1"} 8`]);
+    assert.deepEqual(series(text, 'ipwarden_pool_pending_release_blocks'), [`ipwarden_pool_pending_release_blocks{${L}} 0`]);
+    // remove-node step 1 for node-b: its three blocks go pendingRelease. node-a counts them (the
+    // removal marker leads it to them), node-b counts its own, whose free addresses are no longer counted.
+    assert.equal((await allocator('operator').markForRemoval('node-b', { force: true })).length, 3);
+    const a2 = await poolNodeSample(kv, '/ipwarden', 'p1', 'node-a');
+    const b2 = await poolNodeSample(kv, '/ipwarden', 'p1', 'node-b');
+    assert.equal(a2.pendingReleaseBlocks, 3);
+    assert.equal(b2.pendingReleaseBlocks, 3);
+    assert.deepEqual(a2.freeAddresses, a.freeAddresses);
+    assert.deepEqual(b2.freeAddresses, [u0, 0]);
+    // A veto (node-b is back) writes them owned again: 0 everywhere.
+    await allocator('node-b').vetoIfMarked();
+    assert.equal((await poolNodeSample(kv, '/ipwarden', 'p1', 'node-a')).pendingReleaseBlocks, 0);
+    assert.deepEqual(await poolNodeSample(kv, '/ipwarden', 'p1', 'node-b'), b);
   });
 
   it("a block of the node that cannot be read: the gauges stay (it is counted in ipwarden_pool_node_corrupt_blocks), the ADD claims another block, one log line", async () => {
@@ -262,11 +323,13 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
     assert.equal(calls, 1);
     await m.text();
     assert.equal(calls, 1, 'the running read is joined, not repeated');
-    finish([{ pool: 'p1', node: 'node-a', blocks: 2, held: 3, claimedBlocks: 4, unclaimedBlocks: 7, alive: false, corruptBlocks: 0 }]);
+    finish([{ pool: 'p1', node: 'node-a', blocks: 2, held: 3, claimedBlocks: 4, unclaimedBlocks: 7, alive: false, corruptBlocks: 0, freeAddresses: [40, 7], pendingReleaseBlocks: 1 }]);
     await until(() => m.pools.reads === 1, 'one read');
     const later = await m.text();
     assert.deepEqual(series(later, 'ipwarden_pool_node_blocks'), [`ipwarden_pool_node_blocks{${L}} 2`]);
     assert.deepEqual(series(later, 'ipwarden_pool_node_alive'), [`ipwarden_pool_node_alive{${L}} 0`]);
+    assert.deepEqual(series(later, 'ipwarden_pool_free_addresses'), [`ipwarden_pool_free_addresses{${L},range_set="0"} 40`, `ipwarden_pool_free_addresses{${L},range_set="1"} 7`]);
+    assert.deepEqual(series(later, 'ipwarden_pool_pending_release_blocks'), [`ipwarden_pool_pending_release_blocks{${L}} 1`]);
     assert.equal(calls, 1, 'within the cache age: no new read');
   });
 });
