@@ -138,6 +138,7 @@ const ID_PATTERNS: readonly RegExp[] = [
   /\b[Tt]rial findings?\b/g,
   /\bfield report\b/g,
   /\b[A-Z]\d{1,2}\b['′]?/g,
+  /\.\.\/shared\/\S*/g, // the team's own notes, outside the repository
 ];
 
 /** Tokens matched by the last pattern that are not internal IDs, or labels their page defines. */
