@@ -49,7 +49,8 @@
  *
  * **TLS files** (a {@link EtcdTlsSource}): the files' identity (device, inode, size, mtime) is
  * checked before a call at most every `tlsRecheckMs` (default {@link TLS_RECHECK_MS}), and at
- * once after a TLS handshake failure; when it changed, the files are read again and new channels
+ * once after a call no endpoint answered (a TLS handshake failure, or a connection failure: a
+ * channel grpc-js backs off repeats the failure it saw while etcd restarted); when it changed, the files are read again and new channels
  * are made (the old ones are closed once their calls are done), and a call that failed its
  * handshake is tried once more on them. A rotated CA or certificate is thus picked up by the
  * next call, without a restart. Files that cannot be read (a rotation half done) leave the
@@ -316,8 +317,6 @@ interface Failure {
   /** `unavailable`: retryable; `connect`: a permanent TLS/scheme failure of this endpoint (try the others); `auth`: authenticate again and retry; `fatal`: stop. */
   readonly kind: 'unavailable' | 'connect' | 'auth' | 'fatal';
   readonly err: AppError;
-  /** A TLS handshake failure (the files may have rotated). */
-  readonly tls: boolean;
 }
 
 /** One set of channels, made with one TLS material. */
@@ -522,34 +521,34 @@ export class EtcdKV implements KV, Leases {
   /** Classify a failed attempt of `name` on endpoint `i` (probing the endpoint's scheme when the text suggests a mismatch). */
   async #classify(e: unknown, what: string, name: MethodName, i: number): Promise<Failure> {
     const where = this.#endpoints[i] as string;
-    if (e instanceof AppError) return { kind: 'fatal', err: e, tls: false };
+    if (e instanceof AppError) return { kind: 'fatal', err: e };
     const code = (e as Partial<grpc.ServiceError>).code;
     const text = detailsOf(e);
     if (code === grpc.status.UNAVAILABLE) {
       if (this.#secure) {
         const t = tlsFailureOf(text, this.#clientCert);
-        if (t !== null) return { kind: 'connect', err: new AppError(t.code, `TLS handshake with ${where} failed: ${t.why}`, { cause: e }), tls: true };
+        if (t !== null) return { kind: 'connect', err: new AppError(t.code, `TLS handshake with ${where} failed: ${t.why}`, { cause: e }) };
         if (TLS_TO_PLAIN_HINT.test(text) && (await speaksPlainHttp2(where, Math.min(this.#timeout, 1000)))) {
-          return { kind: 'connect', err: new AppError('IPAM_INVALID_CONFIG', `etcd at ${where} does not speak TLS (it answers plain HTTP/2) — write http:// in ipam.pool.etcd.endpoints`, { cause: e }), tls: false };
+          return { kind: 'connect', err: new AppError('IPAM_INVALID_CONFIG', `etcd at ${where} does not speak TLS (it answers plain HTTP/2) — write http:// in ipam.pool.etcd.endpoints`, { cause: e }) };
         }
       } else if (PLAIN_TO_TLS_HINT.test(text) && (await speaksTls(where, Math.min(this.#timeout, 1000)))) {
-        return { kind: 'connect', err: new AppError('IPAM_INVALID_CONFIG', `etcd at ${where} speaks TLS — write https:// in ipam.pool.etcd.endpoints and set ipam.pool.etcd.tls`, { cause: e }), tls: false };
+        return { kind: 'connect', err: new AppError('IPAM_INVALID_CONFIG', `etcd at ${where} speaks TLS — write https:// in ipam.pool.etcd.endpoints and set ipam.pool.etcd.tls`, { cause: e }) };
       }
     }
     // Auth (etcd-io/etcd etcdserver/api/v3rpc/rpctypes: ErrGRPCUserEmpty, ErrGRPCInvalidAuthToken,
     // ErrGRPCAuthOldRevision, ErrGRPCAuthFailed).
     if (name === 'Authenticate' && /authentication failed, invalid user ID or password/.test(text)) {
-      return { kind: 'fatal', err: new AppError('IPAM_INVALID_CONFIG', `etcd at ${where} refused the user and password of ${this.#credentials?.describe ?? 'the credentials'}: ${text}`, { cause: e }), tls: false };
+      return { kind: 'fatal', err: new AppError('IPAM_INVALID_CONFIG', `etcd at ${where} refused the user and password of ${this.#credentials?.describe ?? 'the credentials'}: ${text}`, { cause: e }) };
     }
     if (/etcdserver: user name is empty/.test(text)) {
-      if (this.#credentials !== null) return { kind: 'auth', err: convertEtcdError(e, what, where), tls: false };
-      return { kind: 'fatal', err: new AppError('IPAM_INVALID_CONFIG', `etcd at ${where} requires authentication (${text}) — set ipam.pool.etcd.credentials, or a client certificate etcd maps to a user`, { cause: e }), tls: false };
+      if (this.#credentials !== null) return { kind: 'auth', err: convertEtcdError(e, what, where) };
+      return { kind: 'fatal', err: new AppError('IPAM_INVALID_CONFIG', `etcd at ${where} requires authentication (${text}) — set ipam.pool.etcd.credentials, or a client certificate etcd maps to a user`, { cause: e }) };
     }
     if (/etcdserver: (invalid auth token|revision of auth store is old)/.test(text) && this.#credentials !== null) {
-      return { kind: 'auth', err: convertEtcdError(e, what, where), tls: false };
+      return { kind: 'auth', err: convertEtcdError(e, what, where) };
     }
     const err = convertEtcdError(e, what, where);
-    return { kind: err.code === 'STORE_UNAVAILABLE' ? 'unavailable' : 'fatal', err, tls: false };
+    return { kind: err.code === 'STORE_UNAVAILABLE' ? 'unavailable' : 'fatal', err };
   }
 
   /**
@@ -607,7 +606,10 @@ export class EtcdKV implements KV, Leases {
           await this.#authenticate();
           continue;
         }
-        if (round === 0 && e.all.some((f) => f.tls) && this.#reloadTls(true)) continue;
+        // Any endpoint that could not be reached: look at the TLS files now (a few stat calls).
+        // A rotation shows as a handshake failure, or — while grpc-js backs off a channel that
+        // failed during etcd's restart — as that earlier failure repeated.
+        if (round === 0 && e.all.some((f) => f.kind === 'unavailable' || f.kind === 'connect') && this.#reloadTls(true)) continue;
         throw EtcdKV.#combined(e);
       }
     }
