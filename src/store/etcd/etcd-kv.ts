@@ -217,7 +217,7 @@ export function tlsFailureOf(details: string, clientCert: boolean): TlsFailure |
   if (ua !== null) return { code: 'IPAM_INVALID_CONFIG', why: `certificate signed by unknown authority (${ua[1] as string}) — check ipam.pool.etcd.tls.ca` };
   if (/certificate has expired/.test(details)) return { code: 'STORE_IO', why: "etcd's certificate (or a CA of its chain) has expired — renew it" };
   if (/certificate is not yet valid/.test(details)) return { code: 'STORE_IO', why: "etcd's certificate is not yet valid — check this node's clock and etcd's certificate" };
-  const host = /(Hostname\/IP does not match certificate's altnames: [^.]*)/.exec(details);
+  const host = /(Hostname\/IP does not match certificate's altnames: .*?)(?:\. Resolution note|\s+\(\d{4}-\d\d-\d\dT|$)/m.exec(details);
   if (host !== null) return { code: 'IPAM_INVALID_CONFIG', why: `etcd's certificate does not name the endpoint's host (${(host[1] as string).trim()}) — use a host name or address its certificate lists in ipam.pool.etcd.endpoints` };
   const alert = TLS_ALERT.exec(details);
   if (alert !== null) {
@@ -375,6 +375,7 @@ export class EtcdKV implements KV, Leases {
   /** The auth token: null = none yet (authenticate before the next call when credentials are set); '' = etcd has auth off. */
   #token: string | null = null;
   #authing: Promise<void> | null = null;
+  #authentications = 0;
   /** Cluster IDs (hex) seen per endpoint index, and the first one seen. */
   readonly #seen = new Map<number, string>();
   #firstCluster: string | null = null;
@@ -615,6 +616,11 @@ export class EtcdKV implements KV, Leases {
     }
   }
 
+  /** Successful authentications so far (the first, then one per token etcd rejected). */
+  get authentications(): number {
+    return this.#authentications;
+  }
+
   /** Get a token with the credentials (one at a time). etcd with auth off: no token (''). */
   #authenticate(): Promise<void> {
     const src = this.#credentials;
@@ -624,6 +630,7 @@ export class EtcdKV implements KV, Leases {
       try {
         const r = await this.#failover<{ token: string; header?: Header }>(`authenticate as ${c.user}`, 'Authenticate', { name: c.user, password: c.password });
         this.#token = r.token;
+        this.#authentications++;
       } catch (e) {
         if (!(e instanceof FailedAttempts)) throw e;
         // etcd-io/etcd rpctypes ErrGRPCAuthNotEnabled: no token needed (yet); asked again if etcd later wants one.
