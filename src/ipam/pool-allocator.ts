@@ -481,8 +481,8 @@ export class PoolAllocator {
   /**
    * Write `meta` if absent, else check it equals this config's layout; and hold the pool to one
    * etcd cluster (docs/cluster.md "One etcd cluster"), when the KV has a cluster check (etcd): the
-   * check (every endpoint asked for its cluster ID, in parallel with the read of `meta` and its
-   * pin) must find one cluster; a pool is created only when every endpoint answered it, with its
+   * check (every endpoint's cluster ID; EtcdKV starts it with the answer to the read of `meta` and
+   * its pin) must find one cluster; a pool is created only when every endpoint answered it, with its
    * cluster ID pinned beside `meta`; an existing pool's pin must name the cluster that answers.
    * Why both: the check alone cannot compare an endpoint that is down, so a process that reached
    * only the second cluster's members would create a second pool there; creating needs every
@@ -500,14 +500,13 @@ export class PoolAllocator {
     const want = metaOf(this.#o.rangeSets, this.#o.sizes);
     const kv = this.#o.kv;
     const pinKey = this.clusterPinKey;
-    // Started with the read, so it costs no round trip of its own (EtcdKV usually has it already).
-    const checking = kv.clusterCheck?.();
-    checking?.catch(() => undefined);
     for (let i = 0; i < MAX_ATTEMPTS; i++) {
       const keys = await kv.list(this.metaKey);
       const e = keys.find((k) => k.key === this.metaKey) ?? null;
       const pinEntry = keys.find((k) => k.key === pinKey) ?? null;
-      const check = checking === undefined ? null : await checking;
+      // After the read: EtcdKV started the check with that read's answer (asking only the other
+      // endpoints); awaiting it here costs little or nothing.
+      const check = kv.clusterCheck === undefined ? null : await kv.clusterCheck();
       if (e === null) {
         if (check !== null && (check.clusterId === null || check.unanswered.length > 0)) {
           throw new AppError('STORE_UNAVAILABLE', `pool ${this.#o.pool} is not in etcd yet, and is created only once every endpoint in ipam.pool.etcd.endpoints has confirmed one etcd cluster; no answer from ${check.unanswered.join(', ')}; retry`, { retryable: true });

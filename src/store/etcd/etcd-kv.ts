@@ -39,9 +39,10 @@
  *
  * **Cluster ID** (one etcd cluster per endpoint list): every etcd answer carries the cluster's ID
  * in its `ResponseHeader`. The client compares every answer's ID with the first one it saw (free:
- * no extra call), and before its first write (transaction or lease grant) it asks every endpoint
- * at once for its ID (`Maintenance.Status`, one parallel round trip, started in the background by
- * the client's first call so an ADD rarely waits for it; {@link EtcdKV.clusterCheck}). Two IDs
+ * no extra call), and before its first write (transaction or lease grant) it asks every other
+ * endpoint at once for its ID (`Maintenance.Status`, one parallel round trip, started in the
+ * background by the client's first answer, so an ADD rarely waits for it; with one endpoint no
+ * call at all; {@link EtcdKV.clusterCheck}). Two IDs
  * → every later call fails with code 7 naming each endpoint's cluster. An endpoint that does not
  * answer the check in time cannot be compared: the check says which ones, and the pool allocator
  * then refuses to *create* a pool (its `meta`) until every endpoint has answered once, and pins
@@ -572,6 +573,9 @@ export class EtcdKV implements KV, Leases {
       }
       this.#noteCluster(i, (r as { header?: Header | null }).header);
       this.#current = i;
+      // The client's first answer starts the cluster check in the background: that endpoint's ID
+      // is known now, so only the others are asked (none with one endpoint).
+      if (this.#check === null && this.#checking === null) void this.clusterCheck().catch(() => undefined);
       return r;
     }
     const unavailable = failures.filter((f) => f.kind === 'unavailable');
@@ -595,7 +599,6 @@ export class EtcdKV implements KV, Leases {
     if (this.#closed) throw this.#closedError();
     if (this.#mismatch !== null) throw this.#mismatch;
     this.#reloadTls(false);
-    if (this.#check === null && this.#checking === null) void this.clusterCheck().catch(() => undefined);
     if (this.#credentials !== null && this.#token === null) await this.#authenticate();
     for (let round = 0; ; round++) {
       try {
@@ -647,14 +650,14 @@ export class EtcdKV implements KV, Leases {
   }
 
   /**
-   * The cluster check (see the module comment): every endpoint asked at once for its cluster ID
-   * (`Maintenance.Status`, each within the attempt deadline). Resolves to the one cluster ID those
+   * The cluster check (see the module comment): every endpoint that has not answered a call yet
+   * asked at once for its cluster ID (`Maintenance.Status`, each within the attempt deadline). Resolves to the one cluster ID those
    * that answered gave (null when none answered) and the endpoints that did not answer, each
    * with why. A check every endpoint answered is kept for the client's life; one with an
    * unanswered endpoint is used for {@link CLUSTER_RECHECK_MS}, then the next call starts another
-   * one in the background (the earlier answer is returned meanwhile). Called by the first call
-   * (in the background) and awaited before the first write; the pool allocator awaits it before
-   * creating a pool.
+   * one in the background (the earlier answer is returned meanwhile). Started by the client's
+   * first answer (in the background) and awaited before the first write; the pool allocator
+   * awaits it before creating a pool.
    * @throws AppError IPAM_INVALID_CONFIG (CNI 7) `ipam.pool.etcd.endpoints name members of <n>
    *   etcd clusters: <endpoints> is in cluster <hex id>; … — list the members of one cluster only`
    *   when two IDs were seen (also by any earlier call); ClosedError after close().
@@ -679,6 +682,8 @@ export class EtcdKV implements KV, Leases {
   async #runCheck(): Promise<ClusterCheck> {
     const answers = await Promise.all(
       this.#endpoints.map(async (_, i) => {
+        // An endpoint that has answered a call already: its ID is known (and compared).
+        if (this.#seen.has(i)) return { i, header: null };
         try {
           const r = await this.#unary<{ header?: Header }>(i, 'Status', {});
           return { i, header: r.header ?? null };
@@ -695,7 +700,7 @@ export class EtcdKV implements KV, Leases {
         unanswered.push(`${this.#endpoints[a.i] as string} (${a.why})`);
         continue;
       }
-      this.#noteCluster(a.i, a.header); // throws the mismatch
+      if (a.header !== null) this.#noteCluster(a.i, a.header); // throws the mismatch
       id ??= this.#seen.get(a.i) ?? null;
     }
     const result: ClusterCheck = { clusterId: id, unanswered };
