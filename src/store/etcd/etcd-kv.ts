@@ -400,7 +400,14 @@ export class EtcdKV implements KV, Leases {
     let stamp: string | null = null;
     if (t !== undefined && 'read' in t) {
       this.#tlsSource = t;
-      stamp = t.stamp();
+      // The stamp first (a file replaced after it shows as a change); a file missing is reported
+      // by read(), whose error names the key and says "open".
+      try {
+        stamp = t.stamp();
+      } catch (e) {
+        t.read();
+        throw e;
+      }
       material = t.read();
     } else {
       this.#tlsSource = null;
