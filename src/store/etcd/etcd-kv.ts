@@ -608,13 +608,16 @@ export class EtcdKV implements KV, Leases {
     this.#reloadTls(false);
     if (this.#credentials !== null && this.#token === null) await this.#authenticate();
     for (let round = 0; ; round++) {
+      const token = this.#token;
       try {
         return await this.#failover<T>(what, name, req);
       } catch (e) {
         if (!(e instanceof FailedAttempts)) throw e;
         if (round === 0 && e.main.kind === 'auth') {
-          this.#token = null;
-          await this.#authenticate();
+          // Only the token this call used is dropped: calls that failed with it together
+          // authenticate once (a newer token, got meanwhile, is used as it is).
+          if (this.#token === token) this.#token = null;
+          if (this.#token === null) await this.#authenticate();
           continue;
         }
         // Any endpoint that could not be reached: look at the TLS files now (a few stat calls).
