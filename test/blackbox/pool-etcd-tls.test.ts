@@ -13,7 +13,7 @@
  *   without a restart, and its heartbeat goes on (its lease revoked after the rotation, the
  *   heartbeat key comes back).
  * - Auth: an ADD with a credentials file; none → code 7; a wrong password → code 7; a file
- *   readable by others → code 7, exact texts; a token etcd forgot (`auth disable` + `enable`) is
+ *   readable by others → code 7, exact texts; `pool status --etcd-credentials`; a token etcd forgot (`auth disable` + `enable`) is
  *   replaced by a new authentication, and the call succeeds.
  *
  * Needs `npm run build`. With CI=true a missing /usr/bin/etcd or openssl fails instead of skipping.
@@ -29,7 +29,7 @@ import { credentialsFile } from '../../src/cni/etcd-credentials.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { startTestDaemon } from '../helpers/daemon.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';
-import { runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
+import { ROOT, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { ETCDCTL_BIN, freePort, haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 import { haveOpenssl, installTlsSet, makeTlsSet, type TlsSet } from '../helpers/tls-files.ts';
 
@@ -226,6 +226,14 @@ describe('etcd user/password authentication', { skip }, () => {
       code: 5,
       msg: `ipam.pool.etcd.credentials: open ${join(adir, 'missing.json')}: no such file or directory`,
     });
+    // The CLI: --etcd-credentials.
+    const cli = (...extra: string[]) => spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'status', '--pool', 'tlspool', '--etcd-endpoints', e, '--etcd-prefix', p, '--json', ...extra], { encoding: 'utf8', timeout: 60_000 });
+    const st = cli('--etcd-credentials', good);
+    assert.equal(st.status, 0, st.stderr);
+    assert.equal(JSON.parse(st.stdout).pool, 'tlspool');
+    const no = cli();
+    assert.equal(no.status, 1);
+    assert.deepEqual(JSON.parse(no.stdout), { version: 1, error: { code: 'IPAM_INVALID_CONFIG', msg: `etcd at ${e} requires authentication (etcdserver: user name is empty) — set ipam.pool.etcd.credentials, or a client certificate etcd maps to a user` } });
   });
 
   it('a token etcd no longer knows (auth disabled and enabled again) is replaced by a new authentication; the call succeeds', async () => {
