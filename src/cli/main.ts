@@ -124,6 +124,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
       .option('--etcd-ca <FILE>', 'CA of the etcd servers (PEM; required with https://)')
       .option('--etcd-cert <FILE>', 'client certificate (PEM)')
       .option('--etcd-key <FILE>', 'client key (PEM)')
+      .option('--etcd-credentials <FILE>', 'etcd user and password, a JSON file {"user","password"} (ipam.pool.etcd.credentials; read under the trust rules)')
       .option('--json', 'print the documented JSON');
   etcdFlags(pool.command('status').description('blocks per node, usage and free addresses cluster-wide'))
     .option('--html', 'print a self-contained HTML page instead of the table (with --out: write it to FILE)')

@@ -3,7 +3,8 @@
  *
  * Usage:
  *   ipwarden pool status      --pool NAME --etcd-endpoints URL[,URL…] [--etcd-prefix P]
- *                             [--etcd-ca FILE [--etcd-cert FILE --etcd-key FILE]] [--json]
+ *                             [--etcd-ca FILE [--etcd-cert FILE --etcd-key FILE]]
+ *                             [--etcd-credentials FILE] [--json]
  *                             [--html [--out FILE]]
  *   ipwarden pool remove-node NODE --pool NAME --etcd-endpoints … [--finish] [--force] [--json]
  *   ipwarden pool leaks       --pool NAME --etcd-endpoints … [--node NODE] [--runtime-endpoint URL]
@@ -52,6 +53,8 @@ export interface PoolOptions {
   etcdCa?: string;
   etcdCert?: string;
   etcdKey?: string;
+  /** `ipam.pool.etcd.credentials`. */
+  etcdCredentials?: string;
   json?: boolean;
   /** `pool status`: the HTML page (on stdout, or to `out`). */
   html?: boolean;
@@ -74,7 +77,12 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
     return decodePoolConfig({
       pool: {
         name: o.pool,
-        etcd: { endpoints: o.etcdEndpoints.split(',').filter((e) => e !== ''), ...(tls === undefined ? {} : { tls }), ...(o.etcdPrefix === undefined ? {} : { prefix: o.etcdPrefix }) },
+        etcd: {
+          endpoints: o.etcdEndpoints.split(',').filter((e) => e !== ''),
+          ...(tls === undefined ? {} : { tls }),
+          ...(o.etcdPrefix === undefined ? {} : { prefix: o.etcdPrefix }),
+          ...(o.etcdCredentials === undefined ? {} : { credentials: o.etcdCredentials }),
+        },
       },
     }) as PoolConfig;
   } catch (e) {

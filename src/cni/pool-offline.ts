@@ -35,7 +35,7 @@ import {
 } from '../ipam/pool-offline.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { IPAMConfig, Range } from '../ipam/types.ts';
-import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
+import type { ClusterCheck, KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import type { PoolJournal } from '../store/pool-journal.ts';
 
 let procUptime: boolean | null = null;
@@ -170,6 +170,31 @@ export class ContactKV implements KV, Leases {
   close(): Promise<void> {
     return this.#inner.close();
   }
+  /** The inner client's cluster check (etcd), when it has one; not a contact. */
+  get clusterCheck(): (() => Promise<ClusterCheck>) | undefined {
+    const inner = this.#inner;
+    return inner.clusterCheck === undefined ? undefined : () => (inner.clusterCheck as () => Promise<ClusterCheck>).call(inner);
+  }
+}
+
+/**
+ * The error of an offline ADD refused for its budget: `cause` (the STORE_UNAVAILABLE the ADD
+ * failed with, code 11) with the reason appended, naming the budget (`ipam.pool.offline.seconds`)
+ * and the age of the last confirmed contact:
+ * - `<cause>; offline allocation of pool <p> refused: no confirmed contact with etcd to count the offline budget of <S> s from (none since the daemon started, or the clock went back)`;
+ * - `<cause>; offline allocation of pool <p> refused: the node's settings in etcd do not hold an offline budget of <S> s yet (<held> s confirmed; a reserve refill sets it)`
+ *   (a contact, but no refill yet at S);
+ * - `<cause>; offline allocation of pool <p> refused: the offline budget of <S> s is exhausted (last confirmed contact with etcd <age> s ago)`
+ *   (age with one decimal).
+ */
+export function outOfBudget(cause: AppError, pool: string, seconds: number, settingsSeconds: number, last: number | null, now: number): AppError {
+  const why =
+    last === null || !(now >= last)
+      ? `no confirmed contact with etcd to count the offline budget of ${seconds} s from (none since the daemon started, or the clock went back)`
+      : settingsSeconds < seconds
+        ? `the node's settings in etcd do not hold an offline budget of ${seconds} s yet (${settingsSeconds} s confirmed; a reserve refill sets it)`
+        : `the offline budget of ${seconds} s is exhausted (last confirmed contact with etcd ${((now - last) / 1000).toFixed(1)} s ago)`;
+  return new AppError('STORE_UNAVAILABLE', `${cause.message}; offline allocation of pool ${pool} refused: ${why}`, { cause, retryable: true });
 }
 
 /** What {@link OfflinePool} is made of. */
@@ -382,12 +407,14 @@ export class OfflinePool {
    * reserve is used up, when the attachment may hold an online allocation, when its entry is a
    * held-back `del` not yet synced (review F8), or when journal entries are set aside or the
    * journal cannot be read (review F4: their reserve entries are unknown); STORE_IO when the
-   * journal cannot be written (nothing handed out then).
+   * journal cannot be written (nothing handed out then). Out of budget: STORE_UNAVAILABLE (code
+   * 11) with `cause`'s message and why no offline ADD ({@link outOfBudget}).
    */
   addOffline(conf: IPAMConfig, req: PoolRequest, cause: AppError, mayHoldOnline = false): PoolAllocation[] {
     const cfg = this.#cfg;
     const last = this.#p.kv.lastContact(this.#removingKey);
-    if (this.#settingsSeconds < cfg.seconds || !withinBudget(last, this.#p.clock(), cfg.seconds)) throw cause;
+    const now = this.#p.clock();
+    if (this.#settingsSeconds < cfg.seconds || !withinBudget(last, now, cfg.seconds)) throw outOfBudget(cause, this.#p.pool.name, cfg.seconds, this.#settingsSeconds, last, now);
     const id = req.containerId.trim();
     const name = journalName(this.#p.pool, id, req.ifname);
     const refuse = (why: string): AppError => new AppError('STORE_UNAVAILABLE', `${cause.message}; ${why}; retry`, { cause });
@@ -531,7 +558,7 @@ export class OfflinePool {
 
   /**
    * Sync the journal, then refill the reserve (one round at a time; a call during a round runs
-   * one more round after it). Never throws: a failure is logged and the next trigger (a batch, a
+   * one more round after it, also after a round that failed). Never throws: a failure is logged and the next trigger (a batch, a
    * heartbeat, the first success after etcd was unreachable) tries again.
    */
   maintain(): Promise<void> {
@@ -540,27 +567,33 @@ export class OfflinePool {
       this.#again = true;
       return this.#running;
     }
-    const round = async (): Promise<void> => {
-      do {
-        this.#again = false;
-        try {
-          if (this.#unreadable !== null) this.#loadOrNote();
-          await this.#sync();
-          if (this.#att === null) break; // no network config yet: nothing to refill with
-          const r = await this.#att.alloc.refillReserve(this.#cfg.reserve, this.#cfg.seconds);
-          this.#view = r.slots;
-          this.#consumed.clear();
-          this.#settingsSeconds = r.settingsSeconds;
-          if (r.short.some((n) => n > 0)) this.#p.log('warn', { pool: this.#p.pool.name, node: this.#p.node, short: r.short }, 'offline reserve below its target: the pool has no free address for it');
-        } catch (err) {
-          if (!isAppError(err, 'STORE_UNAVAILABLE') && !isAppError(err, 'CLOSED')) this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, error: (err as Error).message }, 'offline reserve maintenance failed');
-          break;
-        }
-      } while (this.#again && !this.#closed);
+    const rounds = async (): Promise<void> => {
+      try {
+        do {
+          this.#again = false;
+          try {
+            if (this.#unreadable !== null) this.#loadOrNote();
+            await this.#sync();
+            if (this.#att === null) break; // no network config yet: nothing to refill with
+            const r = await this.#att.alloc.refillReserve(this.#cfg.reserve, this.#cfg.seconds);
+            this.#view = r.slots;
+            this.#consumed.clear();
+            this.#settingsSeconds = r.settingsSeconds;
+            if (r.short.some((n) => n > 0)) this.#p.log('warn', { pool: this.#p.pool.name, node: this.#p.node, short: r.short }, 'offline reserve below its target: the pool has no free address for it');
+          } catch (err) {
+            if (!isAppError(err, 'STORE_UNAVAILABLE') && !isAppError(err, 'CLOSED')) this.#p.log('error', { pool: this.#p.pool.name, node: this.#p.node, error: (err as Error).message }, 'offline reserve maintenance failed');
+            // Another round only when asked during this one (a first success after a failure, say):
+            // a call that joined a failing round must not be left without its own.
+            continue;
+          }
+        } while (this.#again && !this.#closed);
+      } finally {
+        // Here, right after the last check of #again (no await between): a call that comes later
+        // finds #running cleared and starts its own round instead of joining a finished one.
+        this.#running = null;
+      }
     };
-    this.#running = round().finally(() => {
-      this.#running = null;
-    });
+    this.#running = rounds();
     return this.#running;
   }
 

@@ -13,7 +13,7 @@
  * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
  * client and its gRPC stack.
  */
-import { lstatSync, mkdirSync, readdirSync, readFileSync, writeSync } from 'node:fs';
+import { lstatSync, mkdirSync, readdirSync, readFileSync, statSync, writeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
@@ -25,8 +25,9 @@ import { untrustedReason } from '../common/trust.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import { poolNodeSample } from '../ipam/pool-status.ts';
 import { settingsValue } from '../ipam/pool-offline.ts';
-import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
-import { EtcdKV } from '../store/etcd/etcd-kv.ts';
+import type { ClusterCheck, KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
+import { EtcdKV, type EtcdTlsSource } from '../store/etcd/etcd-kv.ts';
+import { credentialsFile } from './etcd-credentials.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import { openDefaultAuditLog } from '../reconcile/audit.ts';
 import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
@@ -122,19 +123,49 @@ function readPem(key: string, path: string): Buffer {
   }
 }
 
-/** A new etcd client for `pool` (TLS files read now). The caller closes it. */
+/**
+ * The TLS files of `ipam.pool.etcd.tls` as the etcd client's {@link EtcdTlsSource}: `stamp()` is
+ * each file's device, inode, size and mtime (nanoseconds) — a rotation that replaces a file
+ * (rename) or rewrites it changes it — and `read()` reads them (code 5 naming the key and path
+ * when one cannot be read). The client checks the stamp before a call at most every 10 s and at
+ * once after a TLS handshake failure, and reads the files again when it changed.
+ */
+export function tlsFiles(t: NonNullable<PoolConfig['etcd']['tls']>): EtcdTlsSource {
+  const files: Array<[string, string]> = [['ca', t.ca], ...(t.cert === null ? [] : [['cert', t.cert] as [string, string]]), ...(t.key === null ? [] : [['key', t.key] as [string, string]])];
+  return {
+    stamp: () =>
+      files
+        .map(([key, path]) => {
+          try {
+            const st = statSync(path, { bigint: true });
+            return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
+          } catch (e) {
+            throw new AppError('IPAM_IO', `ipam.pool.etcd.tls.${key}: stat ${path}: ${errnoCode(e) ?? String(e)}`);
+          }
+        })
+        .join(','),
+    read: () => ({
+      ca: readPem('ca', t.ca),
+      ...(t.cert === null ? {} : { cert: readPem('cert', t.cert) }),
+      ...(t.key === null ? {} : { key: readPem('key', t.key) }),
+    }),
+  };
+}
+
+/**
+ * A new etcd client for `pool`: the TLS files read now (and again when they change on disk:
+ * {@link tlsFiles}), the credentials file (`ipam.pool.etcd.credentials`) read at each
+ * authentication under the trust rules (src/cni/etcd-credentials.ts). The caller closes it.
+ * @throws AppError IPAM_IO (CNI 5) when a TLS file cannot be read, IPAM_INVALID_CONFIG (CNI 7)
+ *   when the files do not make a TLS configuration (a key that does not match its certificate)
+ */
 export function etcdFor(pool: PoolConfig): EtcdKV {
   const t = pool.etcd.tls;
+  const c = pool.etcd.credentials;
   return new EtcdKV({
     endpoints: pool.etcd.endpoints,
-    tls:
-      t === null
-        ? undefined
-        : {
-            ca: readPem('ca', t.ca),
-            ...(t.cert === null ? {} : { cert: readPem('cert', t.cert) }),
-            ...(t.key === null ? {} : { key: readPem('key', t.key) }),
-          },
+    tls: t === null ? undefined : tlsFiles(t),
+    credentials: c === undefined || c === null ? undefined : credentialsFile(c),
   });
 }
 
@@ -609,6 +640,7 @@ export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: Po
       return r;
     },
     close: () => kv.close(),
+    ...(kv.clusterCheck === undefined ? {} : { clusterCheck: () => (kv.clusterCheck as () => Promise<ClusterCheck>).call(kv) }),
     grantLease: (ttl: number) => kv.grantLease(ttl),
     keepAlive: (id: string) => kv.keepAlive(id),
     revokeLease: (id: string) => kv.revokeLease(id),
@@ -980,7 +1012,7 @@ export class PoolSessions implements PoolHooks {
 
   #kv(pool: PoolConfig): ContactKV {
     if (this.#closed) throw new ClosedError('pool sessions');
-    const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls]);
+    const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls, pool.etcd.credentials ?? null]);
     let kv = this.#kvs.get(key);
     if (kv === undefined) {
       // Wrapped so the node's confirmed contacts are known (offline allocation); it writes nothing more.

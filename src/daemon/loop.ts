@@ -100,7 +100,7 @@ export function cniPoolTargets(cniConfDir: string, env: Readonly<Record<string, 
         if (pool === null || pool === undefined) continue;
         try {
           const node = resolveNodeName(pool, env);
-          const ck = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls]);
+          const ck = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls, pool.etcd.credentials ?? null]);
           let kv = kvs.get(ck);
           if (kv === undefined) kvs.set(ck, (kv = make(pool)));
           const id = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);

@@ -429,6 +429,20 @@ export function blockKeyCidr(key: string): string | null {
   return c === null || formatIP(c.ip) !== m[1] || c.ip.value !== c.subnet.ip.value ? null : `${m[1] as string}/${m[2] as string}`;
 }
 
+/** The value of a pool's cluster pin (`meta-cluster`): `{"v":1,"clusterId":"<hex>"}`. */
+export function clusterPinValue(clusterId: string): string {
+  return JSON.stringify({ v: POOL_VALUE_VERSION, clusterId });
+}
+
+/** The cluster ID of a pin value; STORE_CORRUPT naming the key when it is not one. */
+export function decodeClusterPin(e: KVEntry): string {
+  const r = parseJson(e);
+  const id = r['clusterId'];
+  if (typeof id !== 'string' || !/^[0-9a-f]{1,16}$/.test(id)) throw corrupt(e.key, '"clusterId" must be a cluster ID (1 to 16 lower-case hex digits)');
+  for (const k of Object.keys(r)) if (k !== 'v' && k !== 'clusterId') throw corrupt(e.key, `unknown field ${JSON.stringify(k)}`);
+  return id;
+}
+
 /** The canonical description of a pool's layout, stored in `meta`. */
 export function metaOf(rangeSets: readonly RangeSet[], sizes: BlockSizes): string {
   return JSON.stringify({
@@ -539,16 +553,56 @@ export class PoolAllocator {
   }
 
   /**
-   * Write `meta` if absent, else check it equals this config's layout. Throws
-   * `IPAM_INVALID_CONFIG` on a mismatch (the message shows both), `STORE_CORRUPT` for a bad value.
+   * Key of the pool's cluster pin (`P/pools/<pool>/meta-cluster` → `{"v":1,"clusterId":"<hex>"}`):
+   * the etcd cluster the pool was created in, written with `meta` (or, for a pool created before
+   * the pin existed, by the first process whose cluster check every endpoint answered). Named so
+   * that one prefix read of `…/meta` returns both keys.
+   */
+  get clusterPinKey(): string {
+    return `${this.#base}/meta-cluster`;
+  }
+
+  /**
+   * Write `meta` if absent, else check it equals this config's layout; and hold the pool to one
+   * etcd cluster (docs/cluster.md "One etcd cluster"), when the KV has a cluster check (etcd): the
+   * check (every endpoint's cluster ID; EtcdKV starts it with the answer to the read of `meta` and
+   * its pin) must find one cluster; a pool is created only when every endpoint answered it, with its
+   * cluster ID pinned beside `meta`; an existing pool's pin must name the cluster that answers.
+   * Why both: the check alone cannot compare an endpoint that is down, so a process that reached
+   * only the second cluster's members would create a second pool there; creating needs every
+   * endpoint's answer, and the pin refuses a copy of the pool's keys in another cluster (a mirror,
+   * a restore into a new cluster). Once per allocator.
+   * @throws AppError IPAM_INVALID_CONFIG on a layout mismatch (the message shows both), on two
+   *   clusters (the KV's message), or on a pin naming another cluster:
+   *   `pool <p> was created in etcd cluster <a>, but its endpoints now answer as cluster <b> (a copy of its keys in another cluster: a mirror, or a restore into a new cluster) — point ipam.pool.etcd.endpoints at the pool's cluster, or see docs/cluster.md "One etcd cluster"`;
+   *   STORE_UNAVAILABLE (CNI 11) for a pool not yet created while an endpoint did not answer:
+   *   `pool <p> is not in etcd yet, and is created only once every endpoint in ipam.pool.etcd.endpoints has confirmed one etcd cluster; no answer from <endpoint (why)>; retry`;
+   *   STORE_CORRUPT for a bad value.
    */
   async checkMeta(): Promise<void> {
     if (this.#metaChecked) return;
     const want = metaOf(this.#o.rangeSets, this.#o.sizes);
+    const kv = this.#o.kv;
+    const pinKey = this.clusterPinKey;
     for (let i = 0; i < MAX_ATTEMPTS; i++) {
-      const e = await this.#o.kv.get(this.metaKey);
+      const keys = await kv.list(this.metaKey);
+      const e = keys.find((k) => k.key === this.metaKey) ?? null;
+      const pinEntry = keys.find((k) => k.key === pinKey) ?? null;
+      // After the read: EtcdKV started the check with that read's answer (asking only the other
+      // endpoints); awaiting it here costs little or nothing.
+      const check = kv.clusterCheck === undefined ? null : await kv.clusterCheck();
       if (e === null) {
-        if ((await this.#o.kv.txn([{ key: this.metaKey, absent: true }], [{ put: this.metaKey, value: want }])).succeeded) break;
+        if (check !== null && (check.clusterId === null || check.unanswered.length > 0)) {
+          throw new AppError('STORE_UNAVAILABLE', `pool ${this.#o.pool} is not in etcd yet, and is created only once every endpoint in ipam.pool.etcd.endpoints has confirmed one etcd cluster; no answer from ${check.unanswered.join(', ')}; retry`, { retryable: true });
+        }
+        const compares: KVCompare[] = [{ key: this.metaKey, absent: true }];
+        const ops: KVOp[] = [{ put: this.metaKey, value: want }];
+        if (check?.clusterId != null) {
+          // A pin left without its meta (an operator deleted meta): replaced by this cluster's.
+          compares.push(pinEntry === null ? { key: pinKey, absent: true } : { key: pinKey, modRevision: pinEntry.modRevision });
+          ops.push({ put: pinKey, value: clusterPinValue(check.clusterId) });
+        }
+        if ((await kv.txn(compares, ops)).succeeded) break;
         continue;
       }
       parseJson(e);
@@ -556,6 +610,20 @@ export class PoolAllocator {
         throw new AppError('IPAM_INVALID_CONFIG', `pool ${this.#o.pool} is defined in etcd with other ranges or block sizes than this network's config`, {
           details: `etcd ${this.metaKey}: ${e.value}; this config: ${want}`,
         });
+      }
+      if (check?.clusterId != null) {
+        if (pinEntry !== null) {
+          const pinned = decodeClusterPin(pinEntry);
+          if (pinned !== check.clusterId) {
+            throw new AppError(
+              'IPAM_INVALID_CONFIG',
+              `pool ${this.#o.pool} was created in etcd cluster ${pinned}, but its endpoints now answer as cluster ${check.clusterId} (a copy of its keys in another cluster: a mirror, or a restore into a new cluster) — point ipam.pool.etcd.endpoints at the pool's cluster, or see docs/cluster.md "One etcd cluster"`,
+            );
+          }
+        } else if (check.unanswered.length === 0) {
+          // A pool from before the pin: pinned now, by a process every endpoint answered (create-only).
+          await kv.txn([{ key: pinKey, absent: true }, { key: this.metaKey, modRevision: e.modRevision }], [{ put: pinKey, value: clusterPinValue(check.clusterId) }]);
+        }
       }
       break;
     }

@@ -12,7 +12,7 @@
  *     "name": "net1-pool",
  *     "etcd": {"endpoints": ["https://10.0.0.5:2379"], "tls": {"ca": "/etc/ipwarden/etcd-ca.pem",
  *              "cert": "/etc/ipwarden/etcd.pem", "key": "/etc/ipwarden/etcd-key.pem"},
- *              "prefix": "/ipwarden"},
+ *              "prefix": "/ipwarden", "credentials": "/etc/ipwarden/etcd-credentials.json"},
  *     "blockSize": 26,
  *     "blockSize6": 122
  *   }
@@ -58,6 +58,13 @@ export interface PoolConfig {
     readonly tls: { readonly ca: string; readonly cert: string | null; readonly key: string | null } | null;
     /** Key prefix, `/`-led without a trailing `/` (default `/ipwarden`). */
     readonly prefix: string;
+    /**
+     * `ipam.pool.etcd.credentials`: absolute path of a JSON file `{"user","password"}` for etcd's
+     * user/password authentication (read at the edge under the trust rules,
+     * src/cni/etcd-credentials.ts), or absent/null: none. Present in the decoded value only when
+     * given, so configs without it decode exactly as before.
+     */
+    readonly credentials?: string | null;
   };
   /** IPv4 block prefix length (default 26). */
   readonly blockSize4: number;
@@ -134,7 +141,7 @@ function decodeBlockSize(pool: Obj, name: string, range: readonly [number, numbe
 
 /** The keys of `ipam.pool`, `ipam.pool.etcd` and `ipam.pool.etcd.tls`; any other key is refused. */
 export const POOL_KEYS: readonly string[] = ['name', 'etcd', 'blockSize', 'blockSize6', 'offline'];
-const ETCD_KEYS: readonly string[] = ['endpoints', 'tls', 'prefix'];
+const ETCD_KEYS: readonly string[] = ['endpoints', 'tls', 'prefix', 'credentials'];
 const TLS_KEYS: readonly string[] = ['ca', 'cert', 'key'];
 /** The pool's keys directly in `ipam`, matched exactly (host-local's own keys are not). */
 const IPAM_POOL_KEYS: readonly string[] = ['pool', 'nodeName'];
@@ -245,6 +252,13 @@ export function decodePoolConfig(ipam: Obj): PoolConfig | null {
     }
     prefix = rawPrefix;
   }
+  const rawCreds = etcd['credentials'];
+  let credentials: string | null = null;
+  // null is refused like the other keys: a template's missing value is not "no authentication".
+  if (rawCreds !== undefined) {
+    if (typeof rawCreds !== 'string' || !rawCreds.startsWith('/') || rawCreds.includes('\0')) throw bad(`ipam.pool.etcd.credentials must be an absolute path, got ${JSON.stringify(rawCreds)}`);
+    credentials = rawCreds;
+  }
   const rawNode = ipam['nodeName'];
   let nodeName: string | null = null;
   if (rawNode !== undefined && rawNode !== null && rawNode !== '') {
@@ -254,7 +268,7 @@ export function decodePoolConfig(ipam: Obj): PoolConfig | null {
   const offline = decodeOfflineConfig(raw);
   return {
     name,
-    etcd: { endpoints: endpoints.map((e) => e.url), tls, prefix },
+    etcd: { endpoints: endpoints.map((e) => e.url), tls, prefix, ...(credentials === null ? {} : { credentials }) },
     blockSize4: decodeBlockSize(raw, 'blockSize', BLOCK_SIZE4_RANGE, DEFAULT_BLOCK_SIZE4),
     blockSize6: decodeBlockSize(raw, 'blockSize6', BLOCK_SIZE6_RANGE, DEFAULT_BLOCK_SIZE6),
     nodeName,

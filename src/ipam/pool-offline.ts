@@ -144,7 +144,12 @@ export interface JournalEntry {
 function poolObject(p: PoolConfig): Record<string, unknown> {
   return {
     name: p.name,
-    etcd: { endpoints: p.etcd.endpoints, ...(p.etcd.tls === null ? {} : { tls: p.etcd.tls }), prefix: p.etcd.prefix },
+    etcd: {
+      endpoints: p.etcd.endpoints,
+      ...(p.etcd.tls === null ? {} : { tls: p.etcd.tls }),
+      prefix: p.etcd.prefix,
+      ...(p.etcd.credentials === undefined || p.etcd.credentials === null ? {} : { credentials: p.etcd.credentials }),
+    },
     blockSize: p.blockSize4,
     blockSize6: p.blockSize6,
     ...(p.offline === undefined || p.offline === null ? {} : { offline: p.offline }),

@@ -62,6 +62,17 @@ export function zeroStats(): KVStats {
   return { reads: 0, txns: 0, txnsSucceeded: 0, puts: 0, deletes: 0 };
 }
 
+/**
+ * What {@link KV.clusterCheck} found: the etcd cluster the store's endpoints belong to, as far as
+ * they answered.
+ */
+export interface ClusterCheck {
+  /** The cluster ID (etcd's, lower-case hex) every endpoint that answered gave; null when none answered. */
+  readonly clusterId: string | null;
+  /** The endpoints that did not answer, each with why (`http://10.0.0.6:2379 (etcd at … is unavailable: …)`); empty when all did. */
+  readonly unanswered: readonly string[];
+}
+
 /** The transactional key-value seam. See the module comment. */
 export interface KV {
   /** What it is, for messages (`etcd http://127.0.0.1:2379`). */
@@ -89,6 +100,13 @@ export interface KV {
   txn(compare: readonly KVCompare[], ops: readonly KVOp[]): Promise<KVTxnResult>;
   /** Close the connection. Idempotent; later calls throw `ClosedError`. */
   close(): Promise<void>;
+  /**
+   * Optional (etcd only; the memory KV has no cluster): ask every endpoint which cluster it
+   * belongs to. Throws `AppError('IPAM_INVALID_CONFIG')` (CNI 7) when they name two clusters. The
+   * pool allocator creates a pool only after a check every endpoint answered, and pins the
+   * cluster ID (docs/cluster.md "One etcd cluster").
+   */
+  clusterCheck?(): Promise<ClusterCheck>;
 }
 
 /**

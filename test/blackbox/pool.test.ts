@@ -202,7 +202,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     const down = add(conf(p, {}, { etcd: { endpoints: ['http://127.0.0.1:1'], prefix: p } }), 'c1', 'node-a');
     const e = cniError(down);
     assert.equal(e.code, 11);
-    assert.ok(e.msg.startsWith(`etcd at http://127.0.0.1:1 is unavailable: get ${p}/pools/bbpool/meta: UNAVAILABLE: `), e.msg);
+    assert.ok(e.msg.startsWith(`etcd at http://127.0.0.1:1 is unavailable: range ${p}/pools/bbpool/meta: UNAVAILABLE: `), e.msg);
     const tls = add(conf(p, {}, { etcd: { endpoints: ['https://127.0.0.1:1'], tls: { ca: '/nonexistent/ipwarden-pool-ca.pem' } } }), 'c1', 'node-a');
     assert.deepEqual(cniError(tls), { code: 5, msg: 'ipam.pool.etcd.tls.ca: open /nonexistent/ipwarden-pool-ca.pem: no such file or directory' });
     // DEL with etcd down is not lost silently: it fails (11) and the runtime retries it.

@@ -47,13 +47,21 @@ export interface EtcdClusterOptions {
   prefix?: string;
   /** Extra etcd flags for every member (e.g. `['--quota-backend-bytes', '...']`). */
   extraArgs?: string[];
+  /**
+   * Serve clients over TLS (`https://` client URLs): etcd's `--cert-file`, `--key-file`,
+   * `--trusted-ca-file`, and `--client-cert-auth` when `clientCertAuth`. The files are read by
+   * etcd at each start, so a test rotates them on disk and restarts a member. Health is then read
+   * on a plain `--listen-metrics-urls` listener (its `/health`); `status()` and `leader()` are not
+   * available (they use the client URL's gateway).
+   */
+  tls?: { cert: string; key: string; ca: string; clientCertAuth?: boolean };
 }
 
 /** One member's fixed identity (it keeps its ports and data dir across restarts). */
 export interface EtcdMember {
   /** `m0`, `m1`, `m2`. */
   readonly name: string;
-  /** `http://127.0.0.1:PORT`: the client URL (gRPC and the HTTP gateway). */
+  /** `http://127.0.0.1:PORT` (`https://` with `tls`): the client URL (gRPC and the HTTP gateway). */
   readonly clientUrl: string;
   /** `http://127.0.0.1:PORT`: the peer URL. */
   readonly peerUrl: string;
@@ -119,6 +127,8 @@ interface MemberState {
   name: string;
   clientPort: number;
   peerPort: number;
+  /** The plain listener `/health` is read on (with `tls`), else null. */
+  healthUrl: string | null;
   clientUrl: string;
   peerUrl: string;
   dataDir: string;
@@ -184,18 +194,21 @@ async function tryStart(opts: EtcdClusterOptions): Promise<EtcdCluster> {
   const readyMs = opts.readyTimeoutMs ?? 30_000;
   const dir = mkdtempSync(join(tmpdir(), opts.prefix ?? 'ipwarden-etcdlab-'));
   const token = `ipwarden-${process.pid}-${dir.slice(-6)}`;
+  const tls = opts.tls;
+  const per = tls === undefined ? 2 : 3;
   const ports = new Set<number>();
-  while (ports.size < 2 * n) ports.add(await freePort());
+  while (ports.size < per * n) ports.add(await freePort());
   const p = [...ports];
   const members: MemberState[] = [];
   for (let i = 0; i < n; i++) {
-    const clientPort = p[2 * i] ?? 0;
-    const peerPort = p[2 * i + 1] ?? 0;
+    const clientPort = p[per * i] ?? 0;
+    const peerPort = p[per * i + 1] ?? 0;
     members.push({
       name: `m${i}`,
       clientPort,
       peerPort,
-      clientUrl: `http://127.0.0.1:${clientPort}`,
+      healthUrl: tls === undefined ? null : `http://127.0.0.1:${p[per * i + 2] ?? 0}`,
+      clientUrl: `${tls === undefined ? 'http' : 'https'}://127.0.0.1:${clientPort}`,
       peerUrl: `http://127.0.0.1:${peerPort}`,
       dataDir: join(dir, `m${i}.etcd`),
       logPath: join(dir, `m${i}.log`),
@@ -222,6 +235,7 @@ async function tryStart(opts: EtcdClusterOptions): Promise<EtcdCluster> {
       '--election-timeout', String(election),
       '--logger', 'zap',
       '--log-outputs', 'stderr',
+      ...(tls === undefined ? [] : ['--cert-file', tls.cert, '--key-file', tls.key, '--trusted-ca-file', tls.ca, ...(tls.clientCertAuth === true ? ['--client-cert-auth'] : []), '--listen-metrics-urls', m.healthUrl as string]),
       ...(opts.extraArgs ?? []),
     ];
     const fd = openSync(m.logPath, 'a', 0o600);
@@ -277,7 +291,7 @@ async function tryStart(opts: EtcdClusterOptions): Promise<EtcdCluster> {
   const killedOnPurpose = new Set<MemberState>();
   const healthy = async (m: MemberState): Promise<boolean> => {
     try {
-      const r = await fetch(`${m.clientUrl}/health`, { signal: AbortSignal.timeout(1000) });
+      const r = await fetch(`${m.healthUrl ?? m.clientUrl}/health`, { signal: AbortSignal.timeout(1000) });
       const body = (await r.json()) as { health?: unknown };
       return body.health === 'true' || body.health === true;
     } catch {
@@ -303,6 +317,7 @@ async function tryStart(opts: EtcdClusterOptions): Promise<EtcdCluster> {
 
   const status = async (i: number, timeoutMs = 2000): Promise<EtcdMemberStatus> => {
     const m = member(i);
+    if (tls !== undefined) throw new Error('status() and leader() are not available on a TLS cluster (they use the client URL\'s gateway)');
     const r = await fetch(`${m.clientUrl}/v3/maintenance/status`, {
       method: 'POST',
       body: '{}',

@@ -340,10 +340,11 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
       assert.deepEqual(ips(await a.sessions.add(conf, req('off3'))), ['10.80.0.16']);
       // A DEL of anything else while cut off: code 11 as without offline allocation.
       await unavailable(a.sessions.del(conf, req('never')));
-      // Past the budget: code 11.
+      // Past the budget: code 11, naming the budget and the contact's age.
       a.t = 1_000 + 30_000;
       const late = await unavailable(a.sessions.add(conf, req('off4')));
-      assert.equal(late.message, 'etcd unreachable (test partition)');
+      assert.equal(late.message, 'etcd unreachable (test partition); offline allocation of pool p1 refused: the offline budget of 30 s is exhausted (last confirmed contact with etcd 30.0 s ago)');
+      assert.equal(late.cniCode, 11);
       assert.equal(kv.dump()[`${P}/handles/off2/eth0`], undefined, 'nothing reached etcd');
       const st = a.sessions.offlineStats()[0];
       assert.deepEqual([st?.offlineAdds, st?.offlineDels, st?.journaled, st?.reserveLeft], [3, 1, 3, [0]]);
@@ -483,7 +484,8 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
     try {
       b.sessions.announce(conf);
       assert.deepEqual(ips(await b.sessions.add(conf, req('off1'))), ['10.80.0.16'], 'the journal answers');
-      await unavailable(b.sessions.add(conf, req('off2'))); // no confirmed contact since its start: no offline ADD
+      // No confirmed contact since its start: no offline ADD, and the error says so.
+      await code11(b.sessions.add(conf, req('off2')), 'etcd unreachable (test partition); offline allocation of pool p1 refused: no confirmed contact with etcd to count the offline budget of 30 s from (none since the daemon started, or the clock went back)');
       b.link.cut = false;
       await b.sessions.maintainOffline();
       assert.deepEqual(readdirSync(dir), []);
@@ -904,9 +906,10 @@ describe('offline allocation: review A fixes (memory KV, injected clock)', () =>
       await a.sessions.maintainOffline(); // contact at t = 1000
       a.link.cut = true;
       a.t = 500; // stepped back by 500 ms
-      await code11(a.sessions.add(conf, req('c1')), 'etcd unreachable (test partition)');
+      const noContact = 'etcd unreachable (test partition); offline allocation of pool p1 refused: no confirmed contact with etcd to count the offline budget of 30 s from (none since the daemon started, or the clock went back)';
+      await code11(a.sessions.add(conf, req('c1')), noContact);
       a.t = 6_000; // caught up, 5 s after the contact (S = 30 s)
-      await code11(a.sessions.add(conf, req('c2')), 'etcd unreachable (test partition)');
+      await code11(a.sessions.add(conf, req('c2')), noContact);
       assert.equal(a.sessions.offlineStats()[0]?.contactAgeSeconds, null, 'no contact left');
       a.link.cut = false;
       await a.sessions.maintainOffline(); // a new contact on the (new) clock

@@ -1,7 +1,8 @@
 /**
  * ipwarden's own minimal subset of etcd's v3 gRPC API (package `etcdserverpb`: service `KV` with only
  * `Range` and `Txn`, service `Lease` with `LeaseGrant`, `LeaseRevoke`, `LeaseKeepAlive` for node
- * heartbeats; only the fields ipwarden uses), as protobuf text the client parses at run
+ * heartbeats, `Maintenance.Status` for the cluster-ID check of every endpoint and
+ * `Auth.Authenticate` for user/password auth; only the fields ipwarden uses), as protobuf text the client parses at run
  * time — so the single-file bundle needs no `.proto` beside it (the `etcd3` npm client reads its
  * `proto/rpc.proto` from its package directory when loaded, which an installed plugin does not
  * have: docs/dependencies.md). Message names, field numbers and enum values are facts of the
@@ -18,6 +19,32 @@ package etcdserverpb;
 service KV {
   rpc Range(RangeRequest) returns (RangeResponse) {}
   rpc Txn(TxnRequest) returns (TxnResponse) {}
+}
+
+service Maintenance {
+  rpc Status(StatusRequest) returns (StatusResponse) {}
+}
+
+service Auth {
+  rpc Authenticate(AuthenticateRequest) returns (AuthenticateResponse) {}
+}
+
+message StatusRequest {
+}
+
+message StatusResponse {
+  ResponseHeader header = 1;
+  string version = 2;
+}
+
+message AuthenticateRequest {
+  string name = 1;
+  string password = 2;
+}
+
+message AuthenticateResponse {
+  ResponseHeader header = 1;
+  string token = 2;
 }
 
 service Lease {
