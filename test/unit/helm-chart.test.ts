@@ -9,7 +9,7 @@
  *   Prometheus Operator's CRD schemas for the monitoring objects);
  * - the default render's DaemonSet and Service equal what `kubectl kustomize deploy/kubernetes`
  *   renders, field by field, but for the differences README.md lists (Helm's labels, the
- *   instance label in the selector, the Linux nodeSelector);
+ *   instance label in the selector);
  * - the ServiceMonitor and PrometheusRule are rendered only when enabled and the cluster serves
  *   monitoring.coreos.com/v1, and then equal the kustomize component's (the rules of
  *   docs/metrics.md), with the labels a Prometheus selects by;
@@ -286,7 +286,7 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     });
   }
 
-  it('the default DaemonSet and Service equal `kubectl kustomize deploy/kubernetes` field by field, but for Helm\'s labels, the instance label in the selector and the Linux nodeSelector', () => {
+  it('the default DaemonSet and Service equal `kubectl kustomize deploy/kubernetes` field by field, but for Helm\'s labels and the instance label in the selector', () => {
     const k = kustomize('deploy/kubernetes');
     assert.deepEqual(kinds(k), ['DaemonSet', 'Namespace', 'Service'], 'the chart creates no Namespace: helm install --namespace');
     const h = render();
@@ -294,7 +294,6 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     Object.assign(at(expectDs, 'metadata', 'labels') as Obj, HELM_LABELS);
     Object.assign(at(expectDs, 'spec', 'selector', 'matchLabels') as Obj, { 'app.kubernetes.io/instance': RELEASE });
     Object.assign(at(expectDs, 'spec', 'template', 'metadata', 'labels') as Obj, { 'app.kubernetes.io/instance': RELEASE });
-    (at(expectDs, 'spec', 'template', 'spec') as Obj).nodeSelector = { 'kubernetes.io/os': 'linux' };
     assert.deepEqual(one(h, 'DaemonSet'), expectDs);
     const expectSvc = structuredClone(one(k, 'Service'));
     Object.assign(at(expectSvc, 'metadata', 'labels') as Obj, HELM_LABELS, { 'app.kubernetes.io/version': VERSION });
