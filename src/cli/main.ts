@@ -51,8 +51,9 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .requiredOption('--dest <DIR>', 'CNI bin directory, e.g. /opt/cni/bin')
     .option('--socket <PATH>', "the daemon's socket, patched into the shim (absolute, at most 107 bytes; default /run/ipwarden/plugin.sock)")
     .option('--node-name <NAME>', "the node's name for cluster pools, written to DIR/ipwarden.d/node-name (default: NODE_NAME; neither: not written)")
-    .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n  NODE_NAME=worker-1 ipwarden install-cni --dest /opt/cni/bin\n')
-    .action(async (opts: { dest: string; socket?: string; nodeName?: string }) => {
+    .option('--runtime-endpoint <URL>', "the node's CRI socket, written to DIR/ipwarden.d/runtime-endpoint for a plugin whose ancestry finds no runtime (default: CONTAINER_RUNTIME_ENDPOINT; neither: not written)")
+    .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n  NODE_NAME=worker-1 CONTAINER_RUNTIME_ENDPOINT=unix:///run/containerd/containerd.sock ipwarden install-cni --dest /opt/cni/bin\n')
+    .action(async (opts: { dest: string; socket?: string; nodeName?: string; runtimeEndpoint?: string }) => {
       const m = await import('./install-cni.ts');
       setCode(await m.run(opts, ctx));
     });

@@ -16,6 +16,9 @@ import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource }
 import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts';
 import { DaemonMetrics, startHealthServer, startMetricsServer } from './metrics.ts';
 import { createLogger, type Logger } from './log.ts';
+import { criHealFactoryFor } from './plugin-server.ts';
+import type { NodeEndpointSource } from '../cni/heal.ts';
+import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
 export const FALLBACK_LOG_NAME = 'standalone-requests.log';
@@ -148,11 +151,34 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     log,
     parts: [poolPart, indexPart, metricsPart, loopPart],
     openStore: (o) => indexes.openStore(o),
+    heal: criHealFactoryFor(daemonNodeEndpoint(options, process.env)),
     pool: poolHooks,
     onState: (s) => {
       state = s;
     },
   };
+}
+
+/**
+ * The daemon's {@link NodeEndpointSource}: the runtime endpoint the node was configured with —
+ * `--runtime-endpoint`, else `CONTAINER_RUNTIME_ENDPOINT` of the daemon's environment (the
+ * DaemonSet sets both) — for a request whose shim's ancestry finds no runtime (a Multus thick
+ * daemon ran it). Never a guessed default socket: without either, none (`() => null`). The value
+ * was validated by the flag parser; a malformed environment value is none too.
+ */
+export function daemonNodeEndpoint(options: Pick<DaemonOptions, 'runtimeEndpoint'>, env: Readonly<Record<string, string | undefined>>): NodeEndpointSource {
+  const fromEnv = env['CONTAINER_RUNTIME_ENDPOINT'];
+  const [value, source] =
+    options.runtimeEndpoint !== null ? [options.runtimeEndpoint, "the daemon's --runtime-endpoint"] : fromEnv !== undefined && fromEnv !== '' ? [fromEnv, "the daemon's CONTAINER_RUNTIME_ENDPOINT"] : [null, ''];
+  if (value === null) return () => null;
+  let ep: { url: string; path: string };
+  try {
+    ep = parseRuntimeEndpoint(value);
+  } catch {
+    return () => null;
+  }
+  const node = { url: ep.url, path: ep.path, source };
+  return () => node;
 }
 
 /** `ipwarden daemon`: run the agent until SIGTERM/SIGINT; resolves to the exit status. */

@@ -40,7 +40,7 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 import { dirname, join } from 'node:path';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { makeHandlers, type HealHooks, type PluginDeps } from '../cni/commands.ts';
-import { criHeal } from '../cni/heal.ts';
+import { criHeal, type NodeEndpointSource } from '../cni/heal.ts';
 import { exactEnv } from '../cni/plugin.ts';
 import { pluginMain, type PluginIO } from '../cni/skel.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -68,10 +68,17 @@ export const fileStoreOpener: StoreOpener = async ({ dataDir, network, create })
  * The standalone plugin's self-healing hooks, for the request's process instead of this one: the
  * request's `CONTAINER_RUNTIME_ENDPOINT`, the runtime identified from the shim's ancestry, and
  * the shim's own environment left out of the kernel's "CNI operations in flight" (as the
- * standalone leaves out its own).
+ * standalone leaves out its own). When the shim's ancestry finds no runtime (a Multus thick
+ * daemon exec'd it), `nodeEndpoint` is asked: the agent passes the daemon's own
+ * `--runtime-endpoint` (src/daemon/agent.ts), where the standalone reads the record install-cni
+ * wrote beside it (src/cni/heal.ts).
  */
-export const criHealFactory: HealFactory = ({ env, pid }) =>
-  criHeal(env, Date.now, () => readKernelEvidence({ selfPid: pid }), pid);
+export function criHealFactoryFor(nodeEndpoint: NodeEndpointSource): HealFactory {
+  return ({ env, pid }) => criHeal(env, Date.now, () => readKernelEvidence({ selfPid: pid }), pid, nodeEndpoint);
+}
+
+/** {@link criHealFactoryFor} without a node endpoint: a request whose ancestry finds no runtime reclaims nothing. */
+export const criHealFactory: HealFactory = criHealFactoryFor(() => null);
 
 /** Where in its life a request was dropped because its client went away. */
 export type DropStage = 'queued' | 'before-store' | 'after-lock';

@@ -390,6 +390,8 @@ describe('deploy/kubernetes: the DaemonSet', () => {
     // The CLI run through `kubectl exec` asks the same runtime.
     const env = daemonC.env ?? [];
     assert.ok(env.some((e) => e.name === 'CONTAINER_RUNTIME_ENDPOINT' && e.value === o.runtimeEndpoint));
+    // install-cni records the same endpoint beside the plugin (a Multus thick daemon's plugin asks it).
+    assert.deepEqual((initC.env ?? []).filter((e) => e.name === 'CONTAINER_RUNTIME_ENDPOINT'), [{ name: 'CONTAINER_RUNTIME_ENDPOINT', value: o.runtimeEndpoint }]);
     // Metrics: on the node's IP only (never 0.0.0.0: not on every interface of the node), where
     // Prometheus scrapes the pod (= the node's) IP; the probes on a loopback listener of their own.
     assert.equal(o.metricsAddress.host, '10.20.30.40');
