@@ -15,8 +15,29 @@ import type { DaemonStarter } from './cli/daemon.ts';
 export { criHeal } from './cni/heal.ts';
 export { poolHooks } from './cni/pool.ts';
 
-/** `ipwarden daemon`: run the node agent (src/daemon/agent.ts: plugin server, metrics, reconcile loop) until SIGTERM/SIGINT. */
-const startDaemon: DaemonStarter = async (options) => (await import('./daemon/agent.ts')).runAgent(options);
+/**
+ * `ipwarden daemon`: run the node agent (src/daemon/agent.ts: plugin server, metrics, reconcile
+ * loop) until SIGTERM/SIGINT. With `--cni-bin-dir`, the agent also watches the files install-cni
+ * put there and reinstalls them with install-cni (src/cli/install-cni.ts `installPlan`,
+ * `installArgv`) given the daemon's own values: its socket, `NODE_NAME`, and its runtime endpoint
+ * (`--runtime-endpoint`, else `CONTAINER_RUNTIME_ENDPOINT`) — what the DaemonSet gives install-cni.
+ */
+const startDaemon: DaemonStarter = async (options, ctx) => {
+  const agent = await import('./daemon/agent.ts');
+  if (options.cniBinDir === undefined) return agent.runAgent(options);
+  const install = await import('./cli/install-cni.ts');
+  const nodeName = ctx.env['NODE_NAME'];
+  const endpoint = options.runtimeEndpoint ?? ctx.env['CONTAINER_RUNTIME_ENDPOINT'];
+  const opts = {
+    socket: options.socket,
+    ...(nodeName === undefined || nodeName === '' ? {} : { nodeName }),
+    ...(endpoint === undefined || endpoint === '' ? {} : { runtimeEndpoint: endpoint }),
+  };
+  const dir = options.cniBinDir;
+  // Checked before the daemon starts: a bad NODE_NAME or endpoint, an unbuilt program, refuse now.
+  install.installPlan(dir, opts);
+  return agent.runAgent(options, process, { dir, plan: () => install.installPlan(dir, opts), argv: install.installArgv(dir, opts) });
+};
 
 /** The CLI (src/cli/main.ts `runMain`) with the verbs of the layers above it wired in. */
 export function runMain(argv: readonly string[], ctx?: CliContext): Promise<number> {

@@ -412,6 +412,8 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
   const parent = dirname(resolve(dest));
   if (!existsSync(parent)) throw new UsageError(`install-cni: ${parent} does not exist (--dest ${dest})`);
   if (!existsSync(dest)) mkdirSync(dest, { mode: 0o755 });
+  // A file in its place (a package that put one there): say so, not ENOTDIR from a deeper write.
+  if (!statSync(dest).isDirectory()) throw new UsageError(`install-cni: ${dest} is not a directory (--dest)`);
   const dir = resolve(dest);
   const bindingOut = join(dir, FLOCK_BINDING_NAME);
   const netnsOut = join(dir, NETNS_HELPER_NAME);
@@ -455,6 +457,56 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
     nodeName,
     runtimeEndpoint,
   };
+}
+
+/** One file {@link installCni} writes: its path in DIR, its permission bits and its exact content. */
+export interface PlannedFile {
+  /** Path relative to DIR: `ipwarden`, `ipwarden-standalone`, `ipwarden.d/node-name`, … */
+  readonly name: string;
+  /** Permission bits it is given (0755 for programs, 0644 for the records). */
+  readonly mode: number;
+  /** Its bytes, or the source file it is a copy of (the standalone: ~100 MB, never held in memory). */
+  readonly content: Buffer | { readonly copyOf: string };
+}
+
+/**
+ * What {@link installCni}`(dest, opts)` writes, file by file, without writing anything: the
+ * records (node name, runtime endpoint) when given, the flock binding, the namespace helper and
+ * the standalone as copies of the files in {@link sourceDir}, and the shim with its socket field
+ * patched. The daemon's watch (`--cni-bin-dir`, src/daemon/install-watch.ts) compares the
+ * installed files with it. Throws as {@link installCni} does for bad options or an unbuilt project,
+ * and UsageError when the source directory is `dest` itself (a file replaced there would be its
+ * own source).
+ */
+export function installPlan(dest: string, opts: InstallOptions = {}): PlannedFile[] {
+  if (opts.socket !== undefined) validateSocketPath(opts.socket);
+  if (opts.nodeName !== undefined && !validNodeName(opts.nodeName)) throw new UsageError(`install-cni: ${badNodeNameMessage('the node name (--node-name or NODE_NAME)', opts.nodeName)}`);
+  const from = sourceDir();
+  if (resolve(from) === resolve(dest)) throw new UsageError(`install-cni: ${dest} is the directory this program runs from: its installed files cannot be checked against themselves`);
+  const out: PlannedFile[] = [];
+  if (opts.nodeName !== undefined) out.push({ name: `${NODE_NAME_DIR}/${NODE_NAME_FILE}`, mode: 0o644, content: Buffer.from(recordContent(opts.nodeName)) });
+  if (opts.runtimeEndpoint !== undefined) out.push({ name: `${NODE_NAME_DIR}/${RUNTIME_ENDPOINT_FILE}`, mode: 0o644, content: Buffer.from(recordContent(validateRecordedEndpoint(opts.runtimeEndpoint))) });
+  for (const name of [FLOCK_BINDING_NAME, NETNS_HELPER_NAME, STANDALONE_NAME]) out.push({ name, mode: 0o755, content: { copyOf: join(from, name) } });
+  out.push({ name: PLUGIN_NAME, mode: 0o755, content: patchShim(readFileSync(locateShim(from)), opts.socket === undefined ? {} : { socket: opts.socket }) });
+  return out;
+}
+
+/**
+ * The command that runs `ipwarden install-cni --dest <dest>` with `opts` as flags, with this very
+ * program: the single executable itself, or Node with this bundle (or source entry) — the same
+ * code, the same source files as {@link installPlan}. The daemon's watch runs it to reinstall.
+ */
+export function installArgv(dest: string, opts: InstallOptions = {}): string[] {
+  const self = runningAsSea() ? [process.execPath] : [process.execPath, ...process.execArgv, process.argv[1] as string];
+  return [
+    ...self,
+    'install-cni',
+    '--dest',
+    dest,
+    ...(opts.socket === undefined ? [] : ['--socket', opts.socket]),
+    ...(opts.nodeName === undefined ? [] : ['--node-name', opts.nodeName]),
+    ...(opts.runtimeEndpoint === undefined ? [] : ['--runtime-endpoint', opts.runtimeEndpoint]),
+  ];
 }
 
 /** The lock file `run` holds in DIR for the whole install (one install-cni at a time per DIR). */

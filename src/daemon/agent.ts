@@ -17,6 +17,7 @@ import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts
 import { DaemonMetrics, startHealthServer, startMetricsServer } from './metrics.ts';
 import { createLogger, type Logger } from './log.ts';
 import { criHealFactoryFor } from './plugin-server.ts';
+import { InstallWatch, type InstalledFilesDeps } from './install-watch.ts';
 import type { NodeEndpointSource } from '../cni/heal.ts';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 
@@ -34,6 +35,11 @@ export interface AgentOverrides {
   readonly releaseCap?: number;
   /** The daemon's logger (default: pino at `--log-level` on stderr); the pool sessions' lines go to it too. */
   readonly log?: Logger;
+  /**
+   * The files install-cni put in `--cni-bin-dir` and how to reinstall them (src/cold.ts builds it
+   * from src/cli/install-cni.ts); absent: not watched.
+   */
+  readonly installed?: InstalledFilesDeps;
 }
 
 /**
@@ -86,14 +92,31 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
   over.onMetrics?.(metrics);
   let state: 'starting' | 'started' | 'stopping' = 'starting';
+  // The installed files: watched, reinstalled when they vanish or change; /readyz fails meanwhile.
+  const installed = over.installed;
+  let watch: InstallWatch | null = null;
+  const installPart: DaemonPartFactory = async ({ log }) => {
+    if (installed === undefined) return { name: 'installed-files', close: async () => undefined };
+    metrics.watchInstalledFiles();
+    const w = new InstallWatch(installed, {
+      log: log.child({ part: 'installed-files' }),
+      onReinstall: (reason) => metrics.recordReinstall(reason),
+      onState: (ok) => metrics.setPluginInstalled(ok),
+    });
+    await w.start();
+    watch = w;
+    return { name: 'installed-files', close: () => w.close() };
+  };
   const metricsPart: DaemonPartFactory = async ({ log }) => {
     const shown = `${options.metricsAddress.host.includes(':') ? `[${options.metricsAddress.host}]` : options.metricsAddress.host}:${options.metricsAddress.port}`;
     const health = {
       live: () => ({ ok: true, why: '' }),
-      ready: () =>
-        state === 'started'
-          ? { ok: true, why: '' }
-          : { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' },
+      ready: () => {
+        if (state !== 'started') return { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' };
+        // The plugin the runtime execs is gone (a re-created /opt/cni/bin) or not ours: not ready.
+        const missing = watch?.problem() ?? null;
+        return missing === null ? { ok: true, why: '' } : { ok: false, why: missing };
+      },
     };
     const listenError = (flag: string, at: string) => (e: unknown): never => {
       const code = (e as { code?: unknown }).code;
@@ -149,7 +172,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   };
   return {
     log,
-    parts: [poolPart, indexPart, metricsPart, loopPart],
+    parts: [poolPart, indexPart, metricsPart, installPart, loopPart],
     openStore: (o) => indexes.openStore(o),
     heal: criHealFactoryFor(daemonNodeEndpoint(options, process.env)),
     pool: poolHooks,
@@ -181,7 +204,10 @@ export function daemonNodeEndpoint(options: Pick<DaemonOptions, 'runtimeEndpoint
   return () => node;
 }
 
-/** `ipwarden daemon`: run the agent until SIGTERM/SIGINT; resolves to the exit status. */
-export function runAgent(options: DaemonOptions, signals: SignalSource = process): Promise<number> {
-  return runDaemon(options, agentDeps(options), signals);
+/**
+ * `ipwarden daemon`: run the agent until SIGTERM/SIGINT; resolves to the exit status. `installed`:
+ * the files to watch in `--cni-bin-dir` (src/cold.ts).
+ */
+export function runAgent(options: DaemonOptions, signals: SignalSource = process, installed?: InstalledFilesDeps): Promise<number> {
+  return runDaemon(options, agentDeps(options, installed === undefined ? {} : { installed }), signals);
 }
