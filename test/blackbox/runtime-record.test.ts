@@ -13,8 +13,8 @@
  * counting its calls) on a unix socket that lists no sandbox; the built daemon for the daemon's
  * path. (A fresh PID namespace would cut the ancestry too, but there the kernel evidence rightly
  * says other containers' processes are not visible, and nothing is released.) Each case starts
- * from a /30 whose one address holds an hour-old reservation of a gone pod ("rr-old"), made by
- * the plugin itself.
+ * from a /30 whose one address holds an hour-old reservation of a gone pod ("rr-old"), as
+ * host-local writes it.
  *
  * - a record, ancestry finds none → the recorded runtime is asked, the leak is reclaimed, the new
  *   pod gets the address (exact result, files, audit lines);
@@ -90,12 +90,18 @@ const cniEnv = (command: string, containerId: string): Record<string, string> =>
 });
 
 let dirs = 0;
-/** A data dir whose /30 holds one reservation, of the gone pod rr-old, an hour old (made by the standalone). */
+/**
+ * A data dir whose /30 holds one reservation, of the gone pod rr-old, an hour old — the files
+ * host-local (and ipwarden) write: `<ip>` holding `rr-old\r\neth0` (0600), `last_reserved_ip.0`, `lock`.
+ * Written here rather than by an ADD: a first ADD in an empty directory checks for a wiped one,
+ * asking the runtime — this process, which a synchronous spawn would keep from answering.
+ */
 function leaked(): string {
   const dd = join(T, `data${++dirs}`);
-  mkdirSync(dd);
-  const r = spawnSync(join(bin, 'ipwarden-standalone'), [], { input: conf(dd), env: cniEnv('ADD', 'rr-old'), encoding: 'utf8', timeout: 60_000 });
-  assert.equal(r.status, 0, r.stdout + r.stderr);
+  mkdirSync(join(dd, NET), { recursive: true });
+  writeFileSync(join(dd, NET, IP), 'rr-old\r\neth0', { mode: 0o600 });
+  writeFileSync(join(dd, NET, 'last_reserved_ip.0'), IP, { mode: 0o600 });
+  writeFileSync(join(dd, NET, 'lock'), '', { mode: 0o750 });
   const hourAgo = Date.now() / 1000 - 3600;
   utimesSync(join(dd, NET, IP), hourAgo, hourAgo);
   return dd;
