@@ -266,6 +266,7 @@ export class InstallWatch {
     const reason = bad.some((b) => b.why === 'missing') ? 'missing' : 'changed';
     this.#setState(false, `installed files not in place in ${dir}: ${list}; reinstalling`);
     this.#log.warn({ dir, reason, files: Object.fromEntries(bad.map((b) => [b.name, b.why])) }, 'installed files missing or changed: reinstalling');
+    if (this.#closed) return; // stopping: no new child (the next daemon checks again)
     const t0 = performance.now();
     const r = await this.#runInstall();
     if (this.#closed) return;

@@ -377,9 +377,11 @@ export async function claimSocketPath(path: string): Promise<SocketLock> {
 }
 
 /**
- * Commands answered without a request slot: they never wait for a network's lock (STATUS's
+ * Commands answered without a request slot: they do not wait for a network's lock (STATUS's
  * writability probe borrows the lock only when that needs no waiting; VERSION touches no store),
- * so they must not wait behind requests that do (see the module comment).
+ * so they must not wait behind requests that do (see the module comment). The one exception, a
+ * network with the opt-in ipam `failStatusOnExhaustion`, whose STATUS takes the lock, waits for
+ * that lock only, still beside the slots.
  */
 export const UNQUEUED_COMMANDS: ReadonlySet<string> = new Set(['STATUS', 'VERSION']);
 
