@@ -17,11 +17,27 @@ export { poolHooks } from './cni/pool.ts';
 
 /**
  * `ipwarden daemon`: run the node agent (src/daemon/agent.ts: plugin server, metrics, reconcile
- * loop) until SIGTERM/SIGINT, with the CLI's status page renderer for its `/status`.
+ * loop) until SIGTERM/SIGINT, with the CLI's status page renderer for its `/status`. With
+ * `--cni-bin-dir`, the agent also watches the files install-cni put there and reinstalls them with
+ * install-cni (src/cli/install-cni.ts `installPlan`, `installArgv`) given the daemon's own values:
+ * its socket, `NODE_NAME`, and its runtime endpoint (`--runtime-endpoint`, else
+ * `CONTAINER_RUNTIME_ENDPOINT`) — what the DaemonSet gives install-cni.
  */
-const startDaemon: DaemonStarter = async (options) => {
-  const [{ runAgent }, { renderStatusHtml }] = await Promise.all([import('./daemon/agent.ts'), import('./cli/html.ts')]);
-  return runAgent(options, process, { statusHtml: renderStatusHtml });
+const startDaemon: DaemonStarter = async (options, ctx) => {
+  const [agent, { renderStatusHtml }] = await Promise.all([import('./daemon/agent.ts'), import('./cli/html.ts')]);
+  if (options.cniBinDir === undefined) return agent.runAgent(options, process, { statusHtml: renderStatusHtml });
+  const install = await import('./cli/install-cni.ts');
+  const nodeName = ctx.env['NODE_NAME'];
+  const endpoint = options.runtimeEndpoint ?? ctx.env['CONTAINER_RUNTIME_ENDPOINT'];
+  const opts = {
+    socket: options.socket,
+    ...(nodeName === undefined || nodeName === '' ? {} : { nodeName }),
+    ...(endpoint === undefined || endpoint === '' ? {} : { runtimeEndpoint: endpoint }),
+  };
+  const dir = options.cniBinDir;
+  // Checked before the daemon starts: a bad NODE_NAME or endpoint, an unbuilt program, refuse now.
+  install.installPlan(dir, opts);
+  return agent.runAgent(options, process, { statusHtml: renderStatusHtml, installed: { dir, plan: () => install.installPlan(dir, opts), argv: install.installArgv(dir, opts) } });
 };
 
 /** The CLI (src/cli/main.ts `runMain`) with the verbs of the layers above it wired in. */

@@ -7,7 +7,7 @@
  *   ipwarden daemon [--interval DUR] [--metrics-address HOST:PORT] [--socket PATH]
  *                   [--log-level LEVEL] [--data-dir DIR] [--network NAME]
  *                   [--runtime-endpoint URL] [--grace DUR] [--policy P] [--cni-conf-dir DIR]
- *                   [--audit-log FILE] [--pool-journal-dir DIR]
+ *                   [--audit-log FILE] [--pool-journal-dir DIR] [--cni-bin-dir DIR]
  * Examples:
  *   ipwarden daemon
  *   ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug
@@ -45,6 +45,7 @@ export interface DaemonCommandOptions extends Pick<RawReconcileOptions, 'dataDir
   socket?: string;
   logLevel?: string;
   poolJournalDir?: string;
+  cniBinDir?: string;
 }
 
 /**
@@ -173,6 +174,7 @@ export function parseDaemonFlags(opts: DaemonCommandOptions): DaemonOptions {
     cniConfDir: pathFlag('--cni-conf-dir', opts.cniConfDir ?? DEFAULT_CNI_CONF_DIR),
     auditLog: opts.auditLog === undefined ? null : pathFlag('--audit-log', opts.auditLog),
     ...(opts.poolJournalDir === undefined ? {} : { poolJournalDir: absoluteFlag('--pool-journal-dir', opts.poolJournalDir) }),
+    ...(opts.cniBinDir === undefined ? {} : { cniBinDir: absoluteFlag('--cni-bin-dir', opts.cniBinDir).replace(/\/+$/, '') || '/' }),
   };
 }
 

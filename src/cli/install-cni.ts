@@ -15,6 +15,10 @@
  *   node name is given (`--node-name`, else `NODE_NAME`: the DaemonSet passes the downward API's
  *   `spec.nodeName` to the init container): the name the shim's fallback uses for cluster pools
  *   when the daemon is down (src/cni/node-name-file.ts); without one the file is left as it is;
+ * - `DIR/ipwarden.d/runtime-endpoint` (the same way, after it), when a runtime endpoint is given
+ *   (`--runtime-endpoint`, else `CONTAINER_RUNTIME_ENDPOINT`): the node's CRI endpoint, which the
+ *   plugin asks when its process ancestry finds no runtime (a Multus thick daemon runs it;
+ *   src/cni/heal.ts); without one the file is left as it is;
  *
  * in that order (the shim last, so a runtime exec'ing `DIR/ipwarden` during an upgrade always finds
  * what it runs), each atomically: a temporary file in DIR created with O_EXCL|O_NOFOLLOW (never
@@ -40,7 +44,8 @@ import { fileURLToPath } from 'node:url';
 import { AppError, UsageError, errnoCode } from '../common/errors.ts';
 import { untrustedReason } from '../common/trust.ts';
 import { badNodeNameMessage, validNodeName } from '../ipam/pool-config.ts';
-import { NODE_NAME_DIR, nodeNameFilePath } from '../cni/node-name-file.ts';
+import { NODE_NAME_DIR, NODE_NAME_FILE, RUNTIME_ENDPOINT_FILE, nodeNameFilePath } from '../cni/node-name-file.ts';
+import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import type { CliContext } from './context.ts';
 
 const require = createRequire(import.meta.url);
@@ -307,6 +312,8 @@ export interface Installed {
   readonly socket: string;
   /** The node-name file written (`DIR/ipwarden.d/node-name`) and the name in it, or null when no name was given. */
   readonly nodeName: { readonly file: string; readonly name: string } | null;
+  /** The runtime endpoint record written (`DIR/ipwarden.d/runtime-endpoint`) and the endpoint (`unix:///…`), or null when none was given. */
+  readonly runtimeEndpoint: { readonly file: string; readonly url: string } | null;
 }
 
 /** Options of {@link installCni}. */
@@ -318,6 +325,11 @@ export interface InstallOptions {
    * `ipam.nodeName`); absent: the file is not written (nor removed).
    */
   readonly nodeName?: string;
+  /**
+   * The node's CRI endpoint (`unix:///path` or `/path`; recorded as `unix:///path`) written to
+   * `DIR/ipwarden.d/runtime-endpoint`; absent: the file is not written (nor removed).
+   */
+  readonly runtimeEndpoint?: string;
 }
 
 /**
@@ -328,6 +340,25 @@ export interface InstallOptions {
  * errno errors of the writes. Returns the file's path.
  */
 export function writeNodeName(dir: string, name: string, euid: number = process.geteuid?.() ?? 0, host: () => string = hostname): string {
+  return writeRecord(dir, NODE_NAME_FILE, name, 'the node name', euid, host);
+}
+
+/**
+ * Write the runtime endpoint record `<dir>/ipwarden.d/runtime-endpoint` as {@link writeNodeName}
+ * writes the node-name file: `url` (`unix:///path`) + newline + `host <host name>` + newline, mode
+ * 0644, atomically. Same errors. Returns the file's path.
+ */
+export function writeRuntimeEndpoint(dir: string, url: string, euid: number = process.geteuid?.() ?? 0, host: () => string = hostname): string {
+  return writeRecord(dir, RUNTIME_ENDPOINT_FILE, url, 'the runtime endpoint', euid, host);
+}
+
+/** The content install-cni gives a record (`ipwarden.d/<name>`): the value, then the writing host's name. */
+export function recordContent(value: string, host: () => string = hostname): string {
+  return `${value}\nhost ${host()}\n`;
+}
+
+/** Write `<dir>/ipwarden.d/<name>` (see {@link writeNodeName}); `what` names the value in errors. */
+function writeRecord(dir: string, name: string, value: string, what: string, euid: number, host: () => string): string {
   const d = join(dir, NODE_NAME_DIR);
   try {
     mkdirSync(d, { mode: 0o755 });
@@ -336,12 +367,30 @@ export function writeNodeName(dir: string, name: string, euid: number = process.
     if (errnoCode(e) !== 'EEXIST') throw e;
   }
   const st = lstatSync(d);
-  if (!st.isDirectory()) throw new UsageError(`install-cni: ${d} is not a directory (a symlink is not followed): refusing to write the node name there`);
+  if (!st.isDirectory()) throw new UsageError(`install-cni: ${d} is not a directory (a symlink is not followed): refusing to write ${what} there`);
   const bad = untrustedReason(d, st, euid);
-  if (bad !== null) throw new UsageError(`install-cni: ${bad}: refusing to write the node name there`);
-  const file = nodeNameFilePath(dir);
-  atomicWrite(file, `${name}\nhost ${host()}\n`, 0o644);
+  if (bad !== null) throw new UsageError(`install-cni: ${bad}: refusing to write ${what} there`);
+  const file = join(d, name);
+  atomicWrite(file, recordContent(value, host), 0o644);
   return file;
+}
+
+/**
+ * Check a runtime endpoint for the record: `unix:///path` or `/path` with an absolute path of at
+ * most 107 bytes (`sun_path`), no NUL or newline. Returns it as `unix:///path`; throws UsageError.
+ */
+export function validateRecordedEndpoint(value: string): string {
+  let url: string;
+  let path: string;
+  try {
+    ({ url, path } = parseRuntimeEndpoint(value));
+  } catch (e) {
+    throw new UsageError(`install-cni: the runtime endpoint (--runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT): ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (/[\0\n\r]/.test(url)) throw new UsageError(`install-cni: the runtime endpoint (--runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT) must not contain a NUL byte or a line break, got ${JSON.stringify(value)}`);
+  const n = Buffer.byteLength(path, 'utf8');
+  if (n > MAX_SOCKET_PATH_BYTES) throw new UsageError(`install-cni: the runtime endpoint's socket path is ${n} bytes long, at most ${MAX_SOCKET_PATH_BYTES} fit in a unix socket address`);
+  return url;
 }
 
 /**
@@ -353,6 +402,7 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
   if (dest === '') throw new UsageError('install-cni: --dest DIR is required');
   if (opts.socket !== undefined) validateSocketPath(opts.socket);
   if (opts.nodeName !== undefined && !validNodeName(opts.nodeName)) throw new UsageError(`install-cni: ${badNodeNameMessage('the node name (--node-name or NODE_NAME)', opts.nodeName)}`);
+  const endpointUrl = opts.runtimeEndpoint === undefined ? undefined : validateRecordedEndpoint(opts.runtimeEndpoint);
   const from = sourceDir();
   const files = { binding: join(from, FLOCK_BINDING_NAME), netns: join(from, NETNS_HELPER_NAME), standalone: join(from, STANDALONE_NAME) };
   const shimSource = locateShim(from);
@@ -362,12 +412,16 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
   const parent = dirname(resolve(dest));
   if (!existsSync(parent)) throw new UsageError(`install-cni: ${parent} does not exist (--dest ${dest})`);
   if (!existsSync(dest)) mkdirSync(dest, { mode: 0o755 });
+  // A file in its place (a package that put one there): say so, not ENOTDIR from a deeper write.
+  if (!statSync(dest).isDirectory()) throw new UsageError(`install-cni: ${dest} is not a directory (--dest)`);
   const dir = resolve(dest);
   const bindingOut = join(dir, FLOCK_BINDING_NAME);
   const netnsOut = join(dir, NETNS_HELPER_NAME);
   const standalone = join(dir, STANDALONE_NAME);
   // The node name first: a fallback run after this install names the node as the daemon does.
   const nodeName = opts.nodeName === undefined ? null : { file: writeNodeName(dir, opts.nodeName), name: opts.nodeName };
+  // Then the node's runtime endpoint: a fallback run exec'd by a Multus thick daemon asks it.
+  const runtimeEndpoint = endpointUrl === undefined ? null : { file: writeRuntimeEndpoint(dir, endpointUrl), url: endpointUrl };
   // The same file (a directory installed onto itself): a regular file at the destination with the
   // source's device and inode. Anything else — a symlink to the source included — is rewritten.
   const same = (src: string, out: string): boolean => {
@@ -401,7 +455,58 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
     netnsHelper: netnsOut,
     socket: readShimFields(shim).socket,
     nodeName,
+    runtimeEndpoint,
   };
+}
+
+/** One file {@link installCni} writes: its path in DIR, its permission bits and its exact content. */
+export interface PlannedFile {
+  /** Path relative to DIR: `ipwarden`, `ipwarden-standalone`, `ipwarden.d/node-name`, … */
+  readonly name: string;
+  /** Permission bits it is given (0755 for programs, 0644 for the records). */
+  readonly mode: number;
+  /** Its bytes, or the source file it is a copy of (the standalone: ~100 MB, never held in memory). */
+  readonly content: Buffer | { readonly copyOf: string };
+}
+
+/**
+ * What {@link installCni}`(dest, opts)` writes, file by file, without writing anything: the
+ * records (node name, runtime endpoint) when given, the flock binding, the namespace helper and
+ * the standalone as copies of the files in {@link sourceDir}, and the shim with its socket field
+ * patched. The daemon's watch (`--cni-bin-dir`, src/daemon/install-watch.ts) compares the
+ * installed files with it. Throws as {@link installCni} does for bad options or an unbuilt project,
+ * and UsageError when the source directory is `dest` itself (a file replaced there would be its
+ * own source).
+ */
+export function installPlan(dest: string, opts: InstallOptions = {}): PlannedFile[] {
+  if (opts.socket !== undefined) validateSocketPath(opts.socket);
+  if (opts.nodeName !== undefined && !validNodeName(opts.nodeName)) throw new UsageError(`install-cni: ${badNodeNameMessage('the node name (--node-name or NODE_NAME)', opts.nodeName)}`);
+  const from = sourceDir();
+  if (resolve(from) === resolve(dest)) throw new UsageError(`install-cni: ${dest} is the directory this program runs from: its installed files cannot be checked against themselves`);
+  const out: PlannedFile[] = [];
+  if (opts.nodeName !== undefined) out.push({ name: `${NODE_NAME_DIR}/${NODE_NAME_FILE}`, mode: 0o644, content: Buffer.from(recordContent(opts.nodeName)) });
+  if (opts.runtimeEndpoint !== undefined) out.push({ name: `${NODE_NAME_DIR}/${RUNTIME_ENDPOINT_FILE}`, mode: 0o644, content: Buffer.from(recordContent(validateRecordedEndpoint(opts.runtimeEndpoint))) });
+  for (const name of [FLOCK_BINDING_NAME, NETNS_HELPER_NAME, STANDALONE_NAME]) out.push({ name, mode: 0o755, content: { copyOf: join(from, name) } });
+  out.push({ name: PLUGIN_NAME, mode: 0o755, content: patchShim(readFileSync(locateShim(from)), opts.socket === undefined ? {} : { socket: opts.socket }) });
+  return out;
+}
+
+/**
+ * The command that runs `ipwarden install-cni --dest <dest>` with `opts` as flags, with this very
+ * program: the single executable itself, or Node with this bundle (or source entry) — the same
+ * code, the same source files as {@link installPlan}. The daemon's watch runs it to reinstall.
+ */
+export function installArgv(dest: string, opts: InstallOptions = {}): string[] {
+  const self = runningAsSea() ? [process.execPath] : [process.execPath, ...process.execArgv, process.argv[1] as string];
+  return [
+    ...self,
+    'install-cni',
+    '--dest',
+    dest,
+    ...(opts.socket === undefined ? [] : ['--socket', opts.socket]),
+    ...(opts.nodeName === undefined ? [] : ['--node-name', opts.nodeName]),
+    ...(opts.runtimeEndpoint === undefined ? [] : ['--runtime-endpoint', opts.runtimeEndpoint]),
+  ];
 }
 
 /** The lock file `run` holds in DIR for the whole install (one install-cni at a time per DIR). */
@@ -415,7 +520,7 @@ const INSTALL_LOCK_TIMEOUT_SECONDS = 300;
  * `<name>.tmp-<pid>-<16 hex digits>`.
  */
 const STALE_TEMP = /^(ipwarden|ipwarden-flock\.node|ipwarden-netns|ipwarden-standalone)\.tmp-\d+-[0-9a-f]{16}$/;
-const STALE_NODE_NAME_TEMP = /^node-name\.tmp-\d+-[0-9a-f]{16}$/;
+const STALE_NODE_NAME_TEMP = /^(node-name|runtime-endpoint)\.tmp-\d+-[0-9a-f]{16}$/;
 
 /**
  * Remove the temporaries an install killed mid-write left in `dir` (and `dir/ipwarden.d`): only
@@ -453,11 +558,14 @@ export function removeStaleTemporaries(dir: string, euid: number = process.geteu
 
 /**
  * CLI action: install, then print one line per file written. The node name is `--node-name`,
- * else `NODE_NAME` of the environment (empty = unset).
+ * else `NODE_NAME` of the environment; the runtime endpoint `--runtime-endpoint`, else
+ * `CONTAINER_RUNTIME_ENDPOINT` (empty = unset).
  */
-export async function run(opts: { dest?: string; socket?: string; nodeName?: string }, ctx: CliContext): Promise<number> {
+export async function run(opts: { dest?: string; socket?: string; nodeName?: string; runtimeEndpoint?: string }, ctx: CliContext): Promise<number> {
   const fromEnv = ctx.env['NODE_NAME'];
   const nodeName = opts.nodeName ?? (fromEnv === undefined || fromEnv === '' ? undefined : fromEnv);
+  const endpointEnv = ctx.env['CONTAINER_RUNTIME_ENDPOINT'];
+  const runtimeEndpoint = opts.runtimeEndpoint ?? (endpointEnv === undefined || endpointEnv === '' ? undefined : endpointEnv);
   const dest = opts.dest ?? '';
   let lock: HeldLock | null = null;
   if (dest !== '' && existsSync(dest) && lstatSync(dest).isDirectory()) {
@@ -467,12 +575,13 @@ export async function run(opts: { dest?: string; socket?: string; nodeName?: str
   let r: Installed;
   try {
     if (lock !== null) for (const x of removeStaleTemporaries(resolve(dest))) ctx.stdout(`removed ${x.path} (a temporary a killed install left, ${x.bytes} bytes)\n`);
-    r = installCni(dest, { ...(opts.socket === undefined ? {} : { socket: opts.socket }), ...(nodeName === undefined ? {} : { nodeName }) });
+    r = installCni(dest, { ...(opts.socket === undefined ? {} : { socket: opts.socket }), ...(nodeName === undefined ? {} : { nodeName }), ...(runtimeEndpoint === undefined ? {} : { runtimeEndpoint }) });
   } finally {
     lock?.release();
   }
   // In the order written.
   if (r.nodeName !== null) ctx.stdout(`installed ${r.nodeName.file} (node name ${r.nodeName.name})\n`);
+  if (r.runtimeEndpoint !== null) ctx.stdout(`installed ${r.runtimeEndpoint.file} (runtime endpoint ${r.runtimeEndpoint.url})\n`);
   ctx.stdout(`installed ${r.binding} (flock binding)\n`);
   ctx.stdout(`installed ${r.netnsHelper} (namespace helper)\n`);
   ctx.stdout(`installed ${r.standalone} (${r.standaloneVersion}, ${r.standaloneBytes} bytes)\n`);

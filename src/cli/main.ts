@@ -51,8 +51,9 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .requiredOption('--dest <DIR>', 'CNI bin directory, e.g. /opt/cni/bin')
     .option('--socket <PATH>', "the daemon's socket, patched into the shim (absolute, at most 107 bytes; default /run/ipwarden/plugin.sock)")
     .option('--node-name <NAME>', "the node's name for cluster pools, written to DIR/ipwarden.d/node-name (default: NODE_NAME; neither: not written)")
-    .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n  NODE_NAME=worker-1 ipwarden install-cni --dest /opt/cni/bin\n')
-    .action(async (opts: { dest: string; socket?: string; nodeName?: string }) => {
+    .option('--runtime-endpoint <URL>', "the node's CRI socket, written to DIR/ipwarden.d/runtime-endpoint for a plugin whose ancestry finds no runtime (default: CONTAINER_RUNTIME_ENDPOINT; neither: not written)")
+    .addHelpText('after', '\nExamples:\n  ipwarden install-cni --dest /opt/cni/bin\n  ipwarden install-cni --dest /opt/cni/bin --socket /run/ipwarden/plugin.sock\n  NODE_NAME=worker-1 CONTAINER_RUNTIME_ENDPOINT=unix:///run/containerd/containerd.sock ipwarden install-cni --dest /opt/cni/bin\n')
+    .action(async (opts: { dest: string; socket?: string; nodeName?: string; runtimeEndpoint?: string }) => {
       const m = await import('./install-cni.ts');
       setCode(await m.run(opts, ctx));
     });
@@ -169,7 +170,8 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .option('--cni-conf-dir <DIR>', 'CNI configuration directory', '/etc/cni/net.d')
     .option('--audit-log <FILE>', 'audit log (default: <data-dir>/.ipwarden-audit.log)')
     .option('--pool-journal-dir <DIR>', 'journal of offline pool allocations, one directory per pool, read at start (default: /var/lib/cni/networks/.ipwarden-pool-offline)')
-    .addHelpText('after', '\nExamples:\n  ipwarden daemon\n  ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug\n')
+    .option('--cni-bin-dir <DIR>', 'the CNI bin directory install-cni wrote: watch the installed files there and reinstall them when they vanish or change (default: not watched)')
+    .addHelpText('after', '\nExamples:\n  ipwarden daemon\n  ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug\n  ipwarden daemon --cni-bin-dir /host/opt/cni/bin\n')
     .action(async (opts: DaemonCommandOptions) => {
       const m = await import('./daemon.ts');
       setCode(await m.run(opts, ctx, starters.daemon));

@@ -12,6 +12,12 @@
  * writable by neither group nor others. Anything else — and content that is not one node name
  * (`validNodeName`, one optional trailing newline) — is `IPAM_INVALID_CONFIG` (CNI 7) naming the
  * file: a name from a file anyone could have written would let them pick the node's blocks.
+ *
+ * The runtime endpoint record `<CNI bin dir>/ipwarden.d/runtime-endpoint` (issue 19 item 5,
+ * Multus thick) is written by `install-cni` the same way (the endpoint, then `host <host name>`)
+ * and read under the same rules ({@link readRuntimeEndpointFile}), except that one which cannot be
+ * used is ignored, with the reason, instead of failing the request: without it the plugin does
+ * what it did before the record existed.
  */
 import { closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
 import { hostname } from 'node:os';
@@ -19,13 +25,19 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { untrustedReason } from '../common/trust.ts';
+import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import { badNodeNameMessage, validNodeName } from '../ipam/pool-config.ts';
 
 /** The directory beside the installed plugin that holds ipwarden's own small files. */
 export const NODE_NAME_DIR = 'ipwarden.d';
 /** The node-name file's name in {@link NODE_NAME_DIR}. */
 export const NODE_NAME_FILE = 'node-name';
-/** Largest node-name file read, bytes (a node name is at most 253; more is not a node name). */
+/** The runtime endpoint record's name in {@link NODE_NAME_DIR} ({@link readRuntimeEndpointFile}). */
+export const RUNTIME_ENDPOINT_FILE = 'runtime-endpoint';
+/**
+ * Largest record read (the node-name file, the runtime endpoint record), bytes (a node name is at
+ * most 253, a socket path at most 107; more is not one).
+ */
 export const NODE_NAME_FILE_MAX_BYTES = 512;
 
 /** The path of the node-name file in the CNI bin dir `binDir`. */
@@ -33,26 +45,29 @@ export function nodeNameFilePath(binDir: string): string {
   return join(binDir, NODE_NAME_DIR, NODE_NAME_FILE);
 }
 
-function bad(what: string, why: string): AppError {
-  return new AppError('IPAM_INVALID_CONFIG', `the node name file ${what}: ${why}`);
+/** The path of the runtime endpoint record in the CNI bin dir `binDir`. */
+export function runtimeEndpointFilePath(binDir: string): string {
+  return join(binDir, NODE_NAME_DIR, RUNTIME_ENDPOINT_FILE);
+}
+
+/** One record read under the trust rules: its path, its first line, and the host of its `host` line (null: none). */
+interface RawRecord {
+  readonly file: string;
+  readonly value: string;
+  readonly host: string | null;
 }
 
 /**
- * The node name in `<dir>/ipwarden.d/node-name`, or null when there is no such directory or file.
- * The file is the name and, on a second line, `host <host name>` of the host that wrote it
- * (install-cni writes both); a file whose host line names another host than `opts.host()`
- * (default: the kernel's host name — the DaemonSet's init container runs in the host's network
- * and UTS namespaces) was copied from another node and is ignored (null). A file without the host
- * line (one name) is used as it is.
- * `opts.dir` (default: the running program's directory — the CNI bin dir for the installed
- * standalone, `dist/` for the built bundle) and `opts.euid` (default `process.geteuid()`) are for
- * tests.
- * @throws AppError IPAM_INVALID_CONFIG (CNI 7) naming the file or directory when it is not to be
- *   trusted (see the module comment), cannot be read, is larger than
- *   {@link NODE_NAME_FILE_MAX_BYTES}, or does not hold one valid node name.
+ * Read the record `<dir>/ipwarden.d/<name>` under the trust rules of the module comment: null when
+ * there is no such directory or file; else its first line and the host name of its optional second
+ * line `host <host name>`. `label` names the record in errors (`the node name file`).
+ * @throws AppError IPAM_INVALID_CONFIG naming the file or directory when it is not to be trusted,
+ *   cannot be read, is larger than {@link NODE_NAME_FILE_MAX_BYTES}, has more than 2 lines or a
+ *   second line that is not `host <host name>`.
  */
-export function readNodeNameFile(opts: { readonly dir?: string; readonly euid?: number; readonly host?: () => string } = {}): string | null {
+function readRecord(name: string, label: string, opts: { readonly dir?: string; readonly euid?: number }): RawRecord | null {
   const euid = opts.euid ?? process.geteuid?.() ?? 0;
+  const bad = (what: string, why: string): AppError => new AppError('IPAM_INVALID_CONFIG', `${label} ${what}: ${why}`);
   let dir: string;
   try {
     dir = opts.dir ?? dirname(fileURLToPath(import.meta.url));
@@ -70,7 +85,7 @@ export function readNodeNameFile(opts: { readonly dir?: string; readonly euid?: 
   if (!dst.isDirectory()) throw bad(d, 'is not a directory (a symlink is not followed)');
   const dirBad = untrustedReason(d, dst, euid);
   if (dirBad !== null) throw bad(d, dirBad);
-  const f = join(d, NODE_NAME_FILE);
+  const f = join(d, name);
   let fd: number;
   try {
     fd = openSync(f, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
@@ -91,19 +106,77 @@ export function readNodeNameFile(opts: { readonly dir?: string; readonly euid?: 
     if (n > NODE_NAME_FILE_MAX_BYTES) throw bad(f, `is longer than ${NODE_NAME_FILE_MAX_BYTES} bytes`);
     const text = buf.toString('utf8', 0, n);
     const lines = (text.endsWith('\n') ? text.slice(0, -1) : text).split('\n');
-    const name = lines[0] as string;
-    if (!validNodeName(name)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage(`the node name file ${f}`, name));
-    if (lines.length > 2) throw bad(f, `has ${lines.length} lines, at most 2 (the node name, "host <host name>")`);
-    if (lines.length === 2) {
-      const m = /^host (\S+)$/.exec(lines[1] as string);
-      if (m === null) throw bad(f, `line 2 must be "host <host name>", got ${JSON.stringify(lines[1])}`);
-      // Written on another host (a cloned node image, a copied CNI bin dir): not this node's name.
-      // Ignored, so the fallback names the node by its host name as without the file, until this
-      // node's init container writes its own (review B2: a clone allocated as the source node).
-      if (m[1] !== (opts.host ?? hostname)()) return null;
-    }
-    return name;
+    const value = lines[0] as string;
+    if (lines.length > 2) throw bad(f, `has ${lines.length} lines, at most 2 (${label === NODE_NAME_LABEL ? 'the node name' : 'the value'}, "host <host name>")`);
+    if (lines.length < 2) return { file: f, value, host: null };
+    const m = /^host (\S+)$/.exec(lines[1] as string);
+    if (m === null) throw bad(f, `line 2 must be "host <host name>", got ${JSON.stringify(lines[1])}`);
+    return { file: f, value, host: m[1] as string };
   } finally {
     closeSync(fd);
+  }
+}
+
+const NODE_NAME_LABEL = 'the node name file';
+
+/**
+ * The node name in `<dir>/ipwarden.d/node-name`, or null when there is no such directory or file.
+ * The file is the name and, on a second line, `host <host name>` of the host that wrote it
+ * (install-cni writes both); a file whose host line names another host than `opts.host()`
+ * (default: the kernel's host name — the DaemonSet's init container runs in the host's network
+ * and UTS namespaces) was copied from another node and is ignored (null). A file without the host
+ * line (one name) is used as it is.
+ * `opts.dir` (default: the running program's directory — the CNI bin dir for the installed
+ * standalone, `dist/` for the built bundle) and `opts.euid` (default `process.geteuid()`) are for
+ * tests.
+ * @throws AppError IPAM_INVALID_CONFIG (CNI 7) naming the file or directory when it is not to be
+ *   trusted (see the module comment), cannot be read, is larger than
+ *   {@link NODE_NAME_FILE_MAX_BYTES}, or does not hold one valid node name.
+ */
+export function readNodeNameFile(opts: { readonly dir?: string; readonly euid?: number; readonly host?: () => string } = {}): string | null {
+  const r = readRecord(NODE_NAME_FILE, NODE_NAME_LABEL, opts);
+  if (r === null) return null;
+  if (!validNodeName(r.value)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage(`the node name file ${r.file}`, r.value));
+  // Written on another host (a cloned node image, a copied CNI bin dir): not this node's name.
+  // Ignored, so the fallback names the node by its host name as without the file, until this
+  // node's init container writes its own (review B2: a clone allocated as the source node).
+  if (r.host !== null && r.host !== (opts.host ?? hostname)()) return null;
+  return r.value;
+}
+
+/** What {@link readRuntimeEndpointFile} found. */
+export type RecordedEndpoint =
+  /** A usable record: the endpoint (`unix:///path`) and the record's path. */
+  | { readonly url: string; readonly path: string; readonly file: string }
+  /** A record that is not used, and why (one clause naming the record). */
+  | { readonly ignored: string };
+
+/**
+ * The node's runtime endpoint recorded by `install-cni` in `<dir>/ipwarden.d/runtime-endpoint`
+ * (`unix:///path` or `/path`, then `host <host name>` of the host that wrote it), for the plugin
+ * whose ancestry finds no runtime (a Multus thick daemon runs it; src/cni/heal.ts). null when there
+ * is no such directory or file. Read under the same trust rules as the node-name file, but a record
+ * that cannot be used never fails a request: it is `{ignored: why}` and the plugin behaves as
+ * without it. Ignored: a directory or file not to be trusted (module comment), unreadable, too
+ * large, more than 2 lines, no `host` line (a record is used only on the host that wrote it), a
+ * host line naming another host than `opts.host()` (default: the kernel's host name), a first line
+ * that is not a unix endpoint. `opts` as for {@link readNodeNameFile}. Never throws.
+ */
+export function readRuntimeEndpointFile(opts: { readonly dir?: string; readonly euid?: number; readonly host?: () => string } = {}): RecordedEndpoint | null {
+  let r: RawRecord | null;
+  try {
+    r = readRecord(RUNTIME_ENDPOINT_FILE, 'the runtime endpoint record', opts);
+  } catch (e) {
+    return { ignored: `${e instanceof Error ? e.message : String(e)}: not used` };
+  }
+  if (r === null) return null;
+  const me = (opts.host ?? hostname)();
+  if (r.host === null) return { ignored: `the runtime endpoint record ${r.file} has no "host <host name>" line: not used` };
+  if (r.host !== me) return { ignored: `the runtime endpoint record ${r.file} was written on host ${r.host}, not on this host (${me}): not used` };
+  try {
+    const ep = parseRuntimeEndpoint(r.value);
+    return { url: ep.url, path: ep.path, file: r.file };
+  } catch (e) {
+    return { ignored: `the runtime endpoint record ${r.file}: ${e instanceof Error ? e.message : String(e)}: not used` };
   }
 }

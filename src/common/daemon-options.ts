@@ -66,4 +66,11 @@ export interface DaemonOptions {
    * "Offline allocation"), absolute; absent: `/var/lib/cni/networks/.ipwarden-pool-offline`.
    */
   readonly poolJournalDir?: string;
+  /**
+   * `--cni-bin-dir`: the CNI bin directory `install-cni --dest` wrote (the DaemonSet:
+   * `/host/opt/cni/bin`, its parent mounted from the host), absolute. The daemon watches the files
+   * it installs there and reinstalls them when they vanish or change (docs/daemon.md "Installed
+   * files"); absent: not watched.
+   */
+  readonly cniBinDir?: string;
 }

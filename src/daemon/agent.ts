@@ -20,6 +20,10 @@ import { kernelAddresses } from './kernel-addresses.ts';
 import type { KernelIndexOptions } from '../node/kernel-index.ts';
 import { collectStatus, type StatusQuery } from '../reconcile/status.ts';
 import { DaemonStatusPages, STATUS_LOCK_TIMEOUT_SECONDS, type StatusHtmlRenderer } from './status-pages.ts';
+import { criHealFactoryFor } from './plugin-server.ts';
+import { InstallWatch, type InstalledFilesDeps } from './install-watch.ts';
+import type { NodeEndpointSource } from '../cni/heal.ts';
+import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
 export const FALLBACK_LOG_NAME = 'standalone-requests.log';
@@ -42,6 +46,11 @@ export interface AgentOverrides {
    * CLI is a peer layer); without it `/status` answers 500 and `/status.json` still works.
    */
   readonly statusHtml?: StatusHtmlRenderer;
+  /**
+   * The files install-cni put in `--cni-bin-dir` and how to reinstall them (src/cold.ts builds it
+   * from src/cli/install-cni.ts); absent: not watched.
+   */
+  readonly installed?: InstalledFilesDeps;
 }
 
 /**
@@ -113,14 +122,31 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   const kernel = kernelAddresses(log, metrics.kernelIndex, over.kernelIndex);
   over.onMetrics?.(metrics);
   let state: 'starting' | 'started' | 'stopping' = 'starting';
+  // The installed files: watched, reinstalled when they vanish or change; /readyz fails meanwhile.
+  const installed = over.installed;
+  let watch: InstallWatch | null = null;
+  const installPart: DaemonPartFactory = async ({ log }) => {
+    if (installed === undefined) return { name: 'installed-files', close: async () => undefined };
+    metrics.watchInstalledFiles();
+    const w = new InstallWatch(installed, {
+      log: log.child({ part: 'installed-files' }),
+      onReinstall: (reason) => metrics.recordReinstall(reason),
+      onState: (ok) => metrics.setPluginInstalled(ok),
+    });
+    await w.start();
+    watch = w;
+    return { name: 'installed-files', close: () => w.close() };
+  };
   const metricsPart: DaemonPartFactory = async ({ log }) => {
     const shown = `${options.metricsAddress.host.includes(':') ? `[${options.metricsAddress.host}]` : options.metricsAddress.host}:${options.metricsAddress.port}`;
     const health = {
       live: () => ({ ok: true, why: '' }),
-      ready: () =>
-        state === 'started'
-          ? { ok: true, why: '' }
-          : { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' },
+      ready: () => {
+        if (state !== 'started') return { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' };
+        // The plugin the runtime execs is gone (a re-created /opt/cni/bin) or not ours: not ready.
+        const missing = watch?.problem() ?? null;
+        return missing === null ? { ok: true, why: '' } : { ok: false, why: missing };
+      },
     };
     const listenError = (flag: string, at: string) => (e: unknown): never => {
       const code = (e as { code?: unknown }).code;
@@ -184,8 +210,9 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   };
   return {
     log,
-    parts: [poolPart, indexPart, kernel.part, metricsPart, loopPart],
+    parts: [poolPart, indexPart, kernel.part, metricsPart, installPart, loopPart],
     openStore: (o) => indexes.openStore(o),
+    heal: criHealFactoryFor(daemonNodeEndpoint(options, process.env)),
     pool: poolHooks,
     kernel: kernel.hooks,
     onState: (s) => {
@@ -195,8 +222,31 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
 }
 
 /**
+ * The daemon's {@link NodeEndpointSource}: the runtime endpoint the node was configured with —
+ * `--runtime-endpoint`, else `CONTAINER_RUNTIME_ENDPOINT` of the daemon's environment (the
+ * DaemonSet sets both) — for a request whose shim's ancestry finds no runtime (a Multus thick
+ * daemon ran it). Never a guessed default socket: without either, none (`() => null`). The value
+ * was validated by the flag parser; a malformed environment value is none too.
+ */
+export function daemonNodeEndpoint(options: Pick<DaemonOptions, 'runtimeEndpoint'>, env: Readonly<Record<string, string | undefined>>): NodeEndpointSource {
+  const fromEnv = env['CONTAINER_RUNTIME_ENDPOINT'];
+  const [value, source] =
+    options.runtimeEndpoint !== null ? [options.runtimeEndpoint, "the daemon's --runtime-endpoint"] : fromEnv !== undefined && fromEnv !== '' ? [fromEnv, "the daemon's CONTAINER_RUNTIME_ENDPOINT"] : [null, ''];
+  if (value === null) return () => null;
+  let ep: { url: string; path: string };
+  try {
+    ep = parseRuntimeEndpoint(value);
+  } catch {
+    return () => null;
+  }
+  const node = { url: ep.url, path: ep.path, source };
+  return () => node;
+}
+
+/**
  * `ipwarden daemon`: run the agent until SIGTERM/SIGINT; resolves to the exit status. `over`:
- * what the layers above hand in (src/cold.ts: the status page renderer).
+ * what the layers above hand in (src/cold.ts: the status page renderer, and with `--cni-bin-dir`
+ * the installed files to watch).
  */
 export function runAgent(options: DaemonOptions, signals: SignalSource = process, over: AgentOverrides = {}): Promise<number> {
   return runDaemon(options, agentDeps(options, over), signals);

@@ -209,6 +209,42 @@ export class DaemonMetrics {
     this.fallbackLog = new FallbackLogReader(path);
   }
 
+  // ---- The installed files (`--cni-bin-dir`, src/daemon/install-watch.ts) ----
+  private reinstalls: Counter<'reason'> | null = null;
+  private pluginInstalled: Gauge | null = null;
+
+  /**
+   * Export `ipwarden_plugin_reinstalls_total{reason}` (both reasons at 0) and
+   * `ipwarden_plugin_installed` (1 until a check says otherwise): only a daemon that watches its
+   * installed files has them. Idempotent.
+   */
+  watchInstalledFiles(): void {
+    if (this.reinstalls !== null) return;
+    this.reinstalls = new Counter({
+      name: 'ipwarden_plugin_reinstalls_total',
+      help: 'Reinstalls of the files install-cni put in the CNI bin dir (--cni-bin-dir) that put every file back, by reason: missing (a file was gone: a re-created /opt/cni/bin) or changed (a file was replaced or altered).',
+      labelNames: ['reason'],
+      registers: [this.registry],
+    });
+    for (const reason of ['missing', 'changed']) this.reinstalls.inc({ reason }, 0);
+    this.pluginInstalled = new Gauge({
+      name: 'ipwarden_plugin_installed',
+      help: 'Whether every file install-cni put in the CNI bin dir is in place as installed (1), or one is missing or changed and not yet reinstalled (0).',
+      registers: [this.registry],
+    });
+    this.pluginInstalled.set(1);
+  }
+
+  /** Count one reinstall that put every file back. */
+  recordReinstall(reason: 'missing' | 'changed'): void {
+    this.reinstalls?.inc({ reason });
+  }
+
+  /** Every installed file in place (true) or not (false). */
+  setPluginInstalled(ok: boolean): void {
+    this.pluginInstalled?.set(ok ? 1 : 0);
+  }
+
   /** Count one request the daemon answered (or dropped: result `dropped`). */
   recordCniRequest(command: string, result: 'ok' | 'error' | 'dropped' | 'declined', durationSeconds: number): void {
     const c = CNI_COMMANDS.has(command) ? command : 'other';

@@ -27,6 +27,12 @@
  *   serialises per network anyway); further complete requests wait in arrival order, and at most
  *   {@link PluginServerOptions.maxConnections} connections are open (more are refused by the
  *   kernel backlog / closed at once: the shim falls back).
+ * - STATUS and VERSION ({@link UNQUEUED_COMMANDS}) take no request slot: they are answered at once,
+ *   never queued behind ADDs and DELs waiting for a network's lock. containerd 2.x asks STATUS
+ *   periodically and reads a slow answer as "the network is not ready" (the node goes NotReady);
+ *   with one network's lock stuck and 70 ADDs queued, a STATUS waited about 25 s behind the 64
+ *   slots (containerd#11186, issue 19 item 5). A request's logged duration counts from its
+ *   arrival (the complete request), its wait for a slot included (`queuedSeconds` says how much).
  */
 import type { PoolHooks } from '../cni/pool.ts';
 import { closeSync, constants as fsConstants, existsSync, fstatSync, lstatSync, mkdirSync, openSync, readFileSync, unlinkSync, type Stats } from 'node:fs';
@@ -34,7 +40,7 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
 import { dirname, join } from 'node:path';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { makeHandlers, type HealHooks, type KernelAddressHooks, type PluginDeps } from '../cni/commands.ts';
-import { criHeal } from '../cni/heal.ts';
+import { criHeal, type NodeEndpointSource } from '../cni/heal.ts';
 import { exactEnv } from '../cni/plugin.ts';
 import { pluginMain, type PluginIO } from '../cni/skel.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -62,10 +68,17 @@ export const fileStoreOpener: StoreOpener = async ({ dataDir, network, create })
  * The standalone plugin's self-healing hooks, for the request's process instead of this one: the
  * request's `CONTAINER_RUNTIME_ENDPOINT`, the runtime identified from the shim's ancestry, and
  * the shim's own environment left out of the kernel's "CNI operations in flight" (as the
- * standalone leaves out its own).
+ * standalone leaves out its own). When the shim's ancestry finds no runtime (a Multus thick
+ * daemon exec'd it), `nodeEndpoint` is asked: the agent passes the daemon's own
+ * `--runtime-endpoint` (src/daemon/agent.ts), where the standalone reads the record install-cni
+ * wrote beside it (src/cni/heal.ts).
  */
-export const criHealFactory: HealFactory = ({ env, pid }) =>
-  criHeal(env, Date.now, () => readKernelEvidence({ selfPid: pid }), pid);
+export function criHealFactoryFor(nodeEndpoint: NodeEndpointSource): HealFactory {
+  return ({ env, pid }) => criHeal(env, Date.now, () => readKernelEvidence({ selfPid: pid }), pid, nodeEndpoint);
+}
+
+/** {@link criHealFactoryFor} without a node endpoint: a request whose ancestry finds no runtime reclaims nothing. */
+export const criHealFactory: HealFactory = criHealFactoryFor(() => null);
 
 /** Where in its life a request was dropped because its client went away. */
 export type DropStage = 'queued' | 'before-store' | 'after-lock';
@@ -79,7 +92,10 @@ export interface RequestEvent {
   readonly network: string | null;
   readonly result: 'ok' | 'error';
   readonly exitStatus: number;
-  /** Time from the start of the handlers to the answer, seconds. */
+  /**
+   * Time from the request's arrival (the complete request read) to the answer, seconds: the wait
+   * for a request slot included.
+   */
   readonly durationSeconds: number;
   /** False when the client went away after the changes were made, before the answer was written. */
   readonly delivered: boolean;
@@ -91,7 +107,7 @@ export interface DroppedEvent {
   readonly containerId: string;
   readonly network: string | null;
   readonly stage: DropStage;
-  /** Seconds from the start of the handlers (0 when dropped while queued). */
+  /** Seconds from the request's arrival (the complete request read) to the drop, the wait for a slot included. */
   readonly durationSeconds: number;
 }
 
@@ -365,12 +381,31 @@ export async function claimSocketPath(path: string): Promise<SocketLock> {
   }
 }
 
+/**
+ * Commands answered without a request slot: they do not wait for a network's lock (STATUS's
+ * writability probe borrows the lock only when that needs no waiting; VERSION touches no store),
+ * so they must not wait behind requests that do (see the module comment). The one exception, a
+ * network with the opt-in ipam `failStatusOnExhaustion`, whose STATUS takes the lock, waits for
+ * that lock only, still beside the slots.
+ */
+export const UNQUEUED_COMMANDS: ReadonlySet<string> = new Set(['STATUS', 'VERSION']);
+
 /** FIFO counting semaphore. */
 class Slots {
   #free: number;
   readonly #waiting: Array<() => void> = [];
   constructor(n: number) {
     this.#free = n;
+  }
+  /** Requests waiting for a slot now. */
+  get waiting(): number {
+    return this.#waiting.length;
+  }
+  /** Take a slot when one is free at once; false (nothing taken) otherwise. */
+  tryAcquire(): boolean {
+    if (this.#free === 0) return false;
+    this.#free--;
+    return true;
   }
   async acquire(): Promise<void> {
     if (this.#free > 0) {
@@ -565,18 +600,24 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     };
   };
 
-  const serve = async (conn: Conn, req: PluginRequest): Promise<void> => {
+  /** Serve one complete request that arrived (was read whole) at `arrived` (process.hrtime.bigint()). */
+  const serve = async (conn: Conn, req: PluginRequest, arrived: bigint): Promise<void> => {
     const command = req.env['CNI_COMMAND'] ?? '';
     const containerId = req.env['CNI_CONTAINERID'] ?? '';
     if (req.ignored.length > 0) log.debug({ ignored: req.ignored }, 'request env: variables not forwarded were ignored');
-    await slots.acquire();
+    // STATUS and VERSION: at once, never behind the ADDs and DELs holding or awaiting the slots.
+    const slotted = !UNQUEUED_COMMANDS.has(command);
+    if (slotted && !slots.tryAcquire()) {
+      log.debug({ command, containerId, queued: slots.waiting + 1 }, 'request queued: every request slot is busy');
+      await slots.acquire();
+    }
+    const queuedSeconds = seconds(arrived);
     try {
       if (conn.gone) {
-        log.info({ command, containerId, stage: 'queued' }, 'request dropped: the client went away');
-        hooks.onDropped?.({ command, containerId, network: null, stage: 'queued', durationSeconds: 0 });
+        log.info({ command, containerId, stage: 'queued', durationSeconds: queuedSeconds }, 'request dropped: the client went away');
+        hooks.onDropped?.({ command, containerId, network: null, stage: 'queued', durationSeconds: queuedSeconds });
         return;
       }
-      const t0 = process.hrtime.bigint();
       const out: string[] = [];
       const err: string[] = [];
       const io: PluginIO = {
@@ -586,7 +627,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         stderr: (t) => void err.push(t),
       };
       const status = await pluginMain(makeHandlers(depsFor(conn, req)), io);
-      const durationSeconds = seconds(t0);
+      // From the arrival: what the runtime waited for, a wait for a slot included.
+      const durationSeconds = seconds(arrived);
       const network = conn.network;
       if (conn.declined !== null) {
         // Whatever the handlers made of the DeclinedError (STATUS wraps store errors), no answer:
@@ -605,7 +647,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       const result = status === 0 ? 'ok' : 'error';
       const fields = { command, containerId, network, result, exitStatus: status, durationSeconds } as const;
       if (conn.gone) {
-        log.warn(fields, 'request served, answer not delivered: the client went away');
+        log.warn({ ...fields, queuedSeconds }, 'request served, answer not delivered: the client went away');
         hooks.onRequest?.({ ...fields, delivered: false });
         return;
       }
@@ -620,14 +662,14 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       // Written to the kernel, the answer stays readable after our side is closed.
       conn.answered = true;
       conn.sock.end(answer, () => conn.sock.destroy());
-      log.info(fields, 'request served');
+      log.info({ ...fields, queuedSeconds }, 'request served');
       hooks.onRequest?.({ ...fields, delivered: true });
     } catch (e) {
       // pluginMain never throws; this is a bug in the server itself.
       log.error({ command, containerId, error: e instanceof Error ? (e.stack ?? e.message) : String(e) }, 'internal error serving a request');
       conn.sock.destroy();
     } finally {
-      slots.release();
+      if (slotted) slots.release();
     }
   };
 
@@ -673,12 +715,13 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         sock.write(encodeAck());
       }
       if (st.kind === 'complete' && !started) {
+        const arrived = process.hrtime.bigint();
         started = true;
         clearTimeout(timer);
         conn.command = st.value.env['CNI_COMMAND'] ?? '';
         conn.containerId = st.value.env['CNI_CONTAINERID'] ?? '';
         serving.add(conn);
-        const p = serve(conn, st.value).finally(() => {
+        const p = serve(conn, st.value, arrived).finally(() => {
           serving.delete(conn);
           pending.delete(p);
         });

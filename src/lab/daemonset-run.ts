@@ -232,7 +232,10 @@ export class DaemonSetRun {
     r.check(init?.exitCode === 0 && init.reason === 'Completed', 'install-cni ran to completion (exit 0)');
     const dest = '/host/opt/cni/bin';
     const printed = pod.log('install-cni').filter((e) => e.stream === 'stdout').map((e) => e.text.split(' ')[1]);
-    r.check(sameSet(printed.map(String), ['ipwarden.d/node-name', 'ipwarden', 'ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns'].map((n) => `${dest}/${n}`)), 'install-cni printed one "installed" line for each of the 5 files (the node name from the downward API)');
+    r.check(sameSet(printed.map(String), ['ipwarden.d/node-name', 'ipwarden.d/runtime-endpoint', 'ipwarden', 'ipwarden-standalone', 'ipwarden-flock.node', 'ipwarden-netns'].map((n) => `${dest}/${n}`)), 'install-cni printed one "installed" line for each of the 6 files (the node name from the downward API, the runtime endpoint from CONTAINER_RUNTIME_ENDPOINT)');
+    // The runtime a plugin whose ancestry finds none asks (a Multus thick daemon): the node's containerd.
+    const endpointFile = join(lab.binDir, 'ipwarden.d', 'runtime-endpoint');
+    r.check(existsSync(endpointFile) && readFileSync(endpointFile, 'utf8') === `unix://${lab.socketPath}\nhost ${hostname()}\n` && (statSync(endpointFile).mode & 0o777) === 0o644, `ipwarden.d/runtime-endpoint holds the lab's containerd socket (unix://${lab.socketPath}), mode 0644`);
     // The node name the standalone fallback uses in cluster pools (docs/cluster.md "The node name").
     const nodeNameFile = join(lab.binDir, 'ipwarden.d', 'node-name');
     r.check(existsSync(nodeNameFile) && readFileSync(nodeNameFile, 'utf8') === `${this.node.nodeName}\nhost ${hostname()}\n` && (statSync(nodeNameFile).mode & 0o777) === 0o644, `ipwarden.d/node-name holds spec.nodeName (${this.node.nodeName}), mode 0644`);

@@ -146,9 +146,12 @@ export function planPod(ds: unknown, node: LabNode, pod: { name: string; uid: st
       const hp = v['hostPath'] as Obj;
       const path = mapPath(node, String(hp['path']));
       const type = String(hp['type'] ?? '');
+      if (type !== 'DirectoryOrCreate' && type !== 'Directory') unsupported(`hostPath type ${JSON.stringify(type)} (volume ${name})`);
+      // Every host path must move to the lab's: an unmapped one would be this machine's own (a
+      // daemon watching /opt/cni would reinstall into the machine's /opt/cni/bin).
+      if (path === String(hp['path'])) unsupported(`hostPath ${JSON.stringify(hp['path'])} (volume ${name}): the lab node maps no prefix of it`);
       if (type === 'DirectoryOrCreate') createDirs.push({ path, mode: 0o755 });
-      else if (type === 'Directory') mustExist.push(path);
-      else unsupported(`hostPath type ${JSON.stringify(type)} (volume ${name})`);
+      else mustExist.push(path);
       volumes.set(name, path);
     } else if (isObj(v['emptyDir'])) {
       const path = join(podDir, 'volumes', 'kubernetes.io~empty-dir', name);
@@ -278,7 +281,8 @@ export function freePort(): Promise<number> {
 }
 
 /**
- * The lab as a node for the manifest: `/opt/cni/bin` → its CNI bin dir, `/etc/cni/net.d` → its
+ * The lab as a node for the manifest: `/opt/cni/bin` → its CNI bin dir (and `/opt/cni` → its
+ * parent, which the daemon watches the bin dir through), `/etc/cni/net.d` → its
  * conf dir, `/var/lib/cni/networks` → its data dir, `/run/ipwarden` → its daemon socket dir,
  * `/run/containerd` → its containerd run dir (the CRI socket `containerd.sock`), `/run/netns` and
  * `/var/run/netns` (one directory: `/var/run` is `/run`) → `<scratch>/node/run/netns`; the
@@ -291,6 +295,7 @@ export async function labNode(lab: Lab, manifestPorts: readonly number[] = [9617
   return {
     paths: [
       ['/opt/cni/bin', lab.binDir],
+      ['/opt/cni', join(lab.binDir, '..')],
       ['/etc/cni/net.d', lab.confDir],
       ['/var/lib/cni/networks', lab.dataDir],
       ['/run/ipwarden', join(lab.pluginSocket, '..')],

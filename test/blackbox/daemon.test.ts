@@ -565,7 +565,7 @@ describe('ipwarden daemon stop', { skip }, () => {
     }
   });
 
-  it('in-process, maxInFlight 1: a request waits for the one in flight; a queued request whose client went away is dropped unrun', async () => {
+  it('in-process, maxInFlight 1: a request waits for the one in flight, a VERSION does not; a queued request whose client went away is dropped unrun', async () => {
     const t = temp();
     const lines: Array<Record<string, unknown>> = [];
     const log = createLogger('debug', { stream: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) } });
@@ -584,10 +584,15 @@ describe('ipwarden daemon stop', { skip }, () => {
       const shim = await fakeShim();
       const first = runViaDaemon(socket, { command: 'ADD', containerId: 'q1', ifname: 'eth0', stdin: conf(dd) }, shim);
       await until(() => hasOpen(process.pid, join(dir, 'lock')));
-      const second = runViaDaemon(socket, { command: 'VERSION', containerId: 'q2', stdin: '{}' }, shim);
+      // A DEL of a network without a directory: it needs no lock, only the slot q1 holds.
+      const second = runViaDaemon(socket, { command: 'DEL', containerId: 'q2', ifname: 'eth0', stdin: conf(temp()) }, shim);
       let third: Socket | null = null;
       const thirdDone = sendRaw(socket, encodeRequest({ pid: shim, env: cniEnv({ command: 'ADD', containerId: 'q3', ifname: 'eth0', stdin: '' }), stdin: JSON.stringify(conf(dd)) }), { onSent: (s) => (third = s) });
       await until(() => daemon.server.inFlight === 3 && third !== null);
+      // VERSION takes no slot (STATUS neither): answered while q1 holds the only one and q2, q3 wait.
+      const version = await runViaDaemon(socket, { command: 'VERSION', containerId: 'q4', stdin: '{}' }, shim);
+      assert.equal(version.exitCode, 0);
+      assert.deepEqual(order, ['VERSION q4']);
       (third as unknown as Socket).destroy();
       await until(() => lines.some((l) => l['msg'] === 'client closed its connection while its request was in flight' && l['containerId'] === 'q3'));
       await lock.release();
@@ -595,7 +600,7 @@ describe('ipwarden daemon stop', { skip }, () => {
       assert.equal((await second).exitCode, 0);
       assert.equal((await thirdDone).kind, 'closed');
       await until(() => dropped.length === 1);
-      assert.deepEqual(order, ['ADD q1', 'VERSION q2']);
+      assert.deepEqual(order, ['VERSION q4', 'ADD q1', 'DEL q2']);
       assert.deepEqual(dropped, ['ADD q3 queued']);
       assert.deepEqual(snapshotDir(dir), { '10.93.0.2': 'q1\r\neth0', 'last_reserved_ip.0': '10.93.0.2', lock: '' });
     } finally {

@@ -39,7 +39,7 @@ describe('ipwarden daemon flags', () => {
     const r = await run([
       '--socket', '/tmp/x/p.sock', '--metrics-address', '[::1]:0', '--interval', '90s', '--log-level', 'debug',
       '--data-dir', '/d', '--network', 'cbr0', '--runtime-endpoint', 'unix:///run/c.sock', '--grace', '2m',
-      '--policy', 'reclaim-notready', '--cni-conf-dir', '/c', '--audit-log', '/a.log',
+      '--policy', 'reclaim-notready', '--cni-conf-dir', '/c', '--audit-log', '/a.log', '--cni-bin-dir', '/host/opt/cni/bin/',
     ]);
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.got, {
@@ -54,6 +54,7 @@ describe('ipwarden daemon flags', () => {
       policy: 'reclaim-notready',
       cniConfDir: '/c',
       auditLog: '/a.log',
+      cniBinDir: '/host/opt/cni/bin',
     });
   });
 
@@ -86,6 +87,8 @@ describe('ipwarden daemon flags', () => {
     [['--data-dir', ''], '--data-dir must not be empty'],
     [['--cni-conf-dir', ''], '--cni-conf-dir must not be empty'],
     [['--audit-log', ''], '--audit-log must not be empty'],
+    [['--cni-bin-dir', 'opt/cni/bin'], '--cni-bin-dir must be an absolute path without "." or ".." components, got "opt/cni/bin"'],
+    [['--cni-bin-dir', '/opt/../bin'], '--cni-bin-dir must be an absolute path without "." or ".." components, got "/opt/../bin"'],
   ];
   bad.forEach(([argv, msg]) =>
     it(`usage error: ${argv.join(' ')}`, async () => {

@@ -241,6 +241,7 @@ describe('deploy/kubernetes: the DaemonSet', () => {
   it('mounts the host paths the issue lists', () => {
     const types: Record<string, string> = {
       '/opt/cni/bin': 'DirectoryOrCreate',
+      '/opt/cni': 'DirectoryOrCreate',
       '/etc/cni/net.d': 'DirectoryOrCreate',
       '/var/lib/cni/networks': 'DirectoryOrCreate',
       '/run/netns': 'DirectoryOrCreate',
@@ -320,6 +321,14 @@ describe('deploy/kubernetes: the DaemonSet', () => {
     // The CLI run through `kubectl exec` asks the same runtime.
     const env = daemonC.env ?? [];
     assert.ok(env.some((e) => e.name === 'CONTAINER_RUNTIME_ENDPOINT' && e.value === o.runtimeEndpoint));
+    // The installed files are watched where install-cni wrote them, through the host's /opt/cni: a
+    // re-created /opt/cni/bin shows (a mount of the old directory itself would not), and is written.
+    assert.ok(o.cniBinDir !== undefined);
+    assert.equal(hostPathAt(daemonC, o.cniBinDir), hostPathAt(initC, flag(initC.args ?? [], '--dest') as string));
+    assert.equal(mountCovering(daemonC, o.cniBinDir)?.volume.hostPath?.path, '/opt/cni', 'the parent of the bin dir is mounted');
+    assert.equal(mountCovering(daemonC, o.cniBinDir)?.readOnly, false);
+    // install-cni records the same endpoint beside the plugin (a Multus thick daemon's plugin asks it).
+    assert.deepEqual((initC.env ?? []).filter((e) => e.name === 'CONTAINER_RUNTIME_ENDPOINT'), [{ name: 'CONTAINER_RUNTIME_ENDPOINT', value: o.runtimeEndpoint }]);
     // Metrics: on the node's IP only (never 0.0.0.0: not on every interface of the node), where
     // Prometheus scrapes the pod (= the node's) IP; the probes on a loopback listener of their own.
     assert.equal(o.metricsAddress.host, '10.20.30.40');
@@ -477,6 +486,7 @@ describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/la
   const node: LabNode = {
     paths: [
       ['/opt/cni/bin', '/lab/cni/bin'],
+      ['/opt/cni', '/lab/cni'],
       ['/etc/cni/net.d', '/lab/cni/net.d'],
       ['/var/lib/cni/networks', '/lab/cni/networks'],
       ['/run/ipwarden', '/lab/run/ipwarden'],
@@ -533,7 +543,7 @@ describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/la
   it('the daemon: its flags with the node\'s paths and port, the mounts at the node\'s paths (propagation, read-only), three capabilities, the resources as cgroup values', () => {
     assert.deepEqual(daemon.args, [
       'daemon', '--socket', '/lab/run/ipwarden/plugin.sock', '--metrics-address', '127.0.0.1:40123', '--health-address', '127.0.0.1:40124', '--data-dir', '/lab/cni/networks',
-      '--cni-conf-dir', '/lab/cni/net.d', '--runtime-endpoint', 'unix:///lab/run/containerd.sock', '--interval', '1m', '--log-level', 'info',
+      '--cni-conf-dir', '/lab/cni/net.d', '--runtime-endpoint', 'unix:///lab/run/containerd.sock', '--cni-bin-dir', '/host/opt/cni/bin', '--interval', '1m', '--log-level', 'info',
     ]);
     // status.hostIP is the lab node's loopback; $(HOST_IP) in the args is expanded from it.
     assert.deepEqual(daemon.env, [{ key: 'NODE_NAME', value: 'lab-node' }, { key: 'HOST_IP', value: '127.0.0.1' }, { key: 'CONTAINER_RUNTIME_ENDPOINT', value: 'unix:///lab/run/containerd.sock' }]);
@@ -542,6 +552,8 @@ describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/la
     assert.deepEqual(byPath.get('/lab/run/ipwarden'), { containerPath: '/lab/run/ipwarden', hostPath: '/lab/run/ipwarden', readonly: false, propagation: 'PROPAGATION_PRIVATE' });
     assert.deepEqual(byPath.get('/lab/cni/networks')?.readonly, false);
     assert.equal(byPath.get('/tmp')?.hostPath, '/lab/node/pods/ipwarden-system_ipwarden-x_uid-1/volumes/kubernetes.io~empty-dir/tmp');
+    // The bin dir install-cni wrote, through its parent (a re-created bin dir shows), read-write.
+    assert.deepEqual(byPath.get('/host/opt/cni'), { containerPath: '/host/opt/cni', hostPath: '/lab/cni', readonly: false, propagation: 'PROPAGATION_PRIVATE' });
     assert.deepEqual(daemon.security.addCapabilities.slice().sort(), ['DAC_READ_SEARCH', 'SYS_ADMIN', 'SYS_PTRACE']);
     assert.equal(daemon.security.noNewPrivs, false);
     assert.equal(daemon.security.apparmorProfile, 'unconfined');
@@ -553,7 +565,7 @@ describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/la
   it('creates the DirectoryOrCreate host paths (0755) and the emptyDirs (0777); requires the Directory ones', () => {
     assert.deepEqual(plan.mustExist, ['/lab/run']);
     const dirs = new Map(plan.createDirs.map((d) => [d.path, d.mode]));
-    for (const p of ['/lab/cni/bin', '/lab/cni/net.d', '/lab/cni/networks', '/lab/node/run/netns', '/lab/run/ipwarden']) assert.equal(dirs.get(p), 0o755, p);
+    for (const p of ['/lab/cni/bin', '/lab/cni', '/lab/cni/net.d', '/lab/cni/networks', '/lab/node/run/netns', '/lab/run/ipwarden']) assert.equal(dirs.get(p), 0o755, p);
     assert.equal(dirs.get('/lab/node/pods/ipwarden-system_ipwarden-x_uid-1/volumes/kubernetes.io~empty-dir/tmp'), 0o777);
   });
 
@@ -567,5 +579,9 @@ describe('deploy/kubernetes: the DaemonSet as the lab\'s kubelet runs it (src/la
     const cfg = clone(ds);
     ((at(cfg, 'spec', 'template', 'spec', 'volumes') as Obj[])[0] as Obj) = { name: 'cni-bin', configMap: { name: 'x' } };
     assert.throws(() => planPod(cfg, node, { name: 'p', uid: 'u' }), /only hostPath and emptyDir/);
+    // A host path the lab node does not map would be this machine's own: refused.
+    const unmapped = clone(ds);
+    ((at(unmapped, 'spec', 'template', 'spec', 'volumes') as Obj[])[0] as Obj).hostPath = { path: '/opt', type: 'DirectoryOrCreate' };
+    assert.throws(() => planPod(unmapped, node, { name: 'p', uid: 'u' }), /hostPath "\/opt" \(volume cni-bin\): the lab node maps no prefix of it/);
   });
 });

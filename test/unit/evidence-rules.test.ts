@@ -326,6 +326,8 @@ describe('CNI GC under the evidence rules', () => {
   });
 });
 
+const NODE = { url: 'unix:///run/containerd/containerd.sock', path: '/run/containerd/containerd.sock', source: 'the runtime endpoint record /opt/cni/bin/ipwarden.d/runtime-endpoint' };
+
 describe('which runtime the plugin asks', () => {
   const deps = (o: Partial<RuntimeChoiceDeps> & { candidates?: string[]; answering?: string[]; above?: string[] }): RuntimeChoiceDeps => ({
     env: o.env ?? {},
@@ -374,6 +376,59 @@ describe('which runtime the plugin asks', () => {
       name: 'not identifiable: no guess among default sockets',
       conf: conf(),
       deps: deps({}),
+      want: { none: 'no runtimeEndpoint is configured and the runtime that ran this plugin could not be identified: no ancestor below pid 1 listens on a unix socket; nothing is reclaimed, as with host-local' },
+    },
+    // The node's runtime endpoint (issue 19 item 5, Multus thick): asked only when the ancestry finds none.
+    {
+      name: 'no runtime in the ancestry, the node endpoint recorded: that endpoint',
+      conf: conf(),
+      deps: { ...deps({}), nodeEndpoint: () => NODE },
+      want: { url: 'unix:///run/containerd/containerd.sock' },
+    },
+    {
+      name: 'the ancestry passed over a Multus daemon, the node endpoint recorded: that endpoint',
+      conf: conf(),
+      deps: { ...deps({ candidates: ['/run/multus/multus.sock'] }), nodeEndpoint: () => NODE },
+      want: { url: 'unix:///run/containerd/containerd.sock' },
+    },
+    {
+      name: 'the runtime that ran us answers: the node endpoint is not asked',
+      conf: conf(),
+      deps: { ...deps({ candidates: ['/run/crio/crio.sock'], answering: ['unix:///run/crio/crio.sock'] }), nodeEndpoint: () => assert.fail('asked') },
+      want: { url: 'unix:///run/crio/crio.sock' },
+    },
+    {
+      name: 'CONTAINER_RUNTIME_ENDPOINT wins over the node endpoint',
+      conf: conf(),
+      deps: { ...deps({ env: { CONTAINER_RUNTIME_ENDPOINT: '/var/run/crio/crio.sock' } }), nodeEndpoint: () => assert.fail('asked') },
+      want: { url: 'unix:///var/run/crio/crio.sock' },
+    },
+    {
+      name: 'ambiguous ancestry: still none, the node endpoint is not asked',
+      conf: conf(),
+      deps: { ...deps({ candidates: ['/a.sock', '/b.sock'], answering: ['unix:///a.sock', 'unix:///b.sock'] }), nodeEndpoint: () => assert.fail('asked') },
+      want: { none: 'no runtimeEndpoint is configured and the runtime that ran this plugin (containerd, pid 77) answers as CRI on several sockets (/a.sock, /b.sock): set the ipam key "runtimeEndpoint"; nothing is reclaimed, as with host-local' },
+    },
+    {
+      name: 'the node endpoint\'s socket does not exist: none, saying so',
+      conf: conf(),
+      deps: { ...deps({ exists: () => false }), nodeEndpoint: () => NODE },
+      want: {
+        none: "no runtimeEndpoint is configured and the runtime that ran this plugin could not be identified: no ancestor below pid 1 listens on a unix socket; the node's runtime endpoint unix:///run/containerd/containerd.sock (the runtime endpoint record /opt/cni/bin/ipwarden.d/runtime-endpoint) does not exist; nothing is reclaimed, as with host-local",
+      },
+    },
+    {
+      name: 'a record that is not used: none, with why',
+      conf: conf(),
+      deps: { ...deps({}), nodeEndpoint: () => ({ ignored: 'the runtime endpoint record /x/ipwarden.d/runtime-endpoint was written on host a, not on this host (b): not used' }) },
+      want: {
+        none: 'no runtimeEndpoint is configured and the runtime that ran this plugin could not be identified: no ancestor below pid 1 listens on a unix socket; the runtime endpoint record /x/ipwarden.d/runtime-endpoint was written on host a, not on this host (b): not used; nothing is reclaimed, as with host-local',
+      },
+    },
+    {
+      name: 'no record: exactly as without the rule',
+      conf: conf(),
+      deps: { ...deps({}), nodeEndpoint: () => null },
       want: { none: 'no runtimeEndpoint is configured and the runtime that ran this plugin could not be identified: no ancestor below pid 1 listens on a unix socket; nothing is reclaimed, as with host-local' },
     },
   ];

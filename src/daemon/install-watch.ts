@@ -1,0 +1,315 @@
+/**
+ * The daemon's watch over the files `install-cni` put in the CNI bin directory (`--cni-bin-dir`,
+ * docs/daemon.md "Installed files"; issue 19 item 5). A package upgrade that re-creates
+ * `/opt/cni/bin` (flannel#1721: kubernetes-cni's RPM) removes the plugin: every pod start and
+ * teardown on the node fails, while the daemon said nothing and `/readyz` stayed 200. Now:
+ *
+ * - the watch knows each installed file's exact content ({@link InstalledFilesDeps.plan}: the
+ *   records, the flock binding, the namespace helper, the standalone, the patched shim) and checks
+ *   the files — `lstat` (a regular file, the mode, the size), then, when the file is not the one
+ *   last verified (device, inode, size, mtime, ctime), its SHA-256 — at start, after any inotify
+ *   event on the directory, its parent or `ipwarden.d` (once they have been quiet for
+ *   {@link InstallWatchOptions.settleMs}: a package manager is mid-way), and every
+ *   {@link InstallWatchOptions.intervalMs} as a backstop for a missed event;
+ * - a file missing or changed makes {@link InstallWatch.problem} non-null (`/readyz` answers 503
+ *   with it) and runs the reinstall: `install-cni` itself as a child process
+ *   ({@link InstalledFilesDeps.argv}: the same code, the same atomic writes, under its lock), then
+ *   a check against a fresh plan; success is logged (`installed files reinstalled`) and counted
+ *   (`onReinstall`, `ipwarden_plugin_reinstalls_total{reason}`), a failure is logged with
+ *   install-cni's own message and stays the problem until a later check succeeds.
+ *
+ * The child runs outside the event loop: requests keep being answered while ~100 MB is copied.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { createReadStream, lstatSync, watch, type FSWatcher } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { errnoCode } from '../common/errors.ts';
+import type { Logger } from './log.ts';
+
+/** One installed file as install-cni writes it (src/cli/install-cni.ts `PlannedFile`). */
+export interface PlannedFile {
+  /** Path relative to the bin dir. */
+  readonly name: string;
+  /** Permission bits. */
+  readonly mode: number;
+  /** Exact bytes, or the source file whose bytes it holds. */
+  readonly content: Uint8Array | { readonly copyOf: string };
+}
+
+/** What the watch needs from the install (built by src/cold.ts from src/cli/install-cni.ts). */
+export interface InstalledFilesDeps {
+  /** The CNI bin directory, absolute. */
+  readonly dir: string;
+  /** The files install-cni writes there (called at start and before each reinstall); may throw. */
+  plan(): readonly PlannedFile[];
+  /** The command that runs `install-cni` into {@link dir} with the daemon's values. */
+  readonly argv: readonly string[];
+}
+
+/** Why a file is not as installed: `missing`, or a clause (`mode 0700, not 0755`, `its content differs`). */
+type Verdict = 'ok' | 'missing' | string;
+
+/** Options of {@link InstallWatch}. */
+export interface InstallWatchOptions {
+  readonly log: Logger;
+  /** A reinstall that put every file back; `reason` = `missing` when some file was missing, else `changed`. */
+  readonly onReinstall?: (reason: 'missing' | 'changed') => void;
+  /** Every file in place (true) or not (false), after each check. */
+  readonly onState?: (ok: boolean) => void;
+  /** Quiet time after the last event before a check, ms (default 200). */
+  readonly settleMs?: number;
+  /** Backstop check period, ms (default 10 000). */
+  readonly intervalMs?: number;
+}
+
+/** SHA-256 (hex) and size of a file's bytes, read as a stream. */
+async function hashFile(path: string): Promise<{ sha: string; size: number }> {
+  const h = createHash('sha256');
+  let size = 0;
+  for await (const chunk of createReadStream(path) as AsyncIterable<Buffer>) {
+    h.update(chunk);
+    size += chunk.length;
+  }
+  return { sha: h.digest('hex'), size };
+}
+
+/** The expected SHA-256 and size of a planned file's content. */
+async function expected(f: PlannedFile): Promise<{ sha: string; size: number }> {
+  if ('copyOf' in f.content) return hashFile(f.content.copyOf);
+  return { sha: createHash('sha256').update(f.content).digest('hex'), size: f.content.length };
+}
+
+const octal = (m: number): string => `0${(m & 0o7777).toString(8)}`;
+
+/** The watch; see the module comment. */
+export class InstallWatch {
+  readonly #deps: InstalledFilesDeps;
+  readonly #log: Logger;
+  readonly #opts: InstallWatchOptions;
+  #want: Array<{ file: PlannedFile; sha: string; size: number }> = [];
+  /** name → identity (`dev:ino:size:mtimeNs:ctimeNs`) of the file last verified. */
+  readonly #verified = new Map<string, string>();
+  readonly #watchers = new Map<string, { w: FSWatcher; id: string }>();
+  #problem: string | null = null;
+  /** The state reported last (null before the first check). */
+  #ok: boolean | null = null;
+  #pending = false;
+  #running: Promise<void> | null = null;
+  #lastEvent = 0;
+  #timer: NodeJS.Timeout | null = null;
+  #interval: NodeJS.Timeout | null = null;
+  #child: ChildProcess | null = null;
+  #closed = false;
+
+  constructor(deps: InstalledFilesDeps, opts: InstallWatchOptions) {
+    this.#deps = deps;
+    this.#log = opts.log;
+    this.#opts = opts;
+  }
+
+  /**
+   * Why the installed plugin is not in place (for `/readyz`), or null: `installed files not in
+   * place in <dir>: <name> (<why>), …; reinstalling` or `…; the reinstall failed: <message>`.
+   */
+  problem(): string | null {
+    return this.#problem;
+  }
+
+  /** Compute the expected contents (throws what `plan()` throws), watch, and run the first check. */
+  async start(): Promise<void> {
+    await this.#refreshPlan();
+    this.#log.info({ dir: this.#deps.dir, files: this.#want.map((w) => w.file.name) }, 'watching the installed files');
+    this.#rearm();
+    this.#interval = setInterval(() => this.#schedule(false), this.#opts.intervalMs ?? 10_000);
+    this.#interval.unref();
+    this.#schedule(false);
+  }
+
+  /** Stop watching; a reinstall in progress is killed (install-cni's next run removes its temporaries). Idempotent. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    if (this.#interval !== null) clearInterval(this.#interval);
+    for (const { w } of this.#watchers.values()) w.close();
+    this.#watchers.clear();
+    if (this.#child?.pid !== undefined && this.#child.exitCode === null && this.#child.signalCode === null) this.#child.kill('SIGTERM');
+    await this.#running;
+  }
+
+  async #refreshPlan(): Promise<void> {
+    const plan = this.#deps.plan();
+    this.#want = await Promise.all(plan.map(async (file) => ({ file, ...(await expected(file)) })));
+    this.#verified.clear();
+  }
+
+  /** A check soon: after `settleMs` of quiet when `event`, else at once (still after a running one). */
+  #schedule(event: boolean): void {
+    if (this.#closed) return;
+    if (event) this.#lastEvent = performance.now();
+    this.#pending = true;
+    if (this.#running !== null || this.#timer !== null) return;
+    this.#arm(event ? (this.#opts.settleMs ?? 200) : 0);
+  }
+
+  #arm(ms: number): void {
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      const quiet = performance.now() - this.#lastEvent;
+      const settle = this.#opts.settleMs ?? 200;
+      if (quiet < settle) {
+        this.#arm(settle - quiet);
+        return;
+      }
+      this.#running = this.#loop().finally(() => {
+        this.#running = null;
+        if (this.#pending && !this.#closed) this.#arm(0);
+      });
+    }, ms);
+  }
+
+  async #loop(): Promise<void> {
+    while (this.#pending && !this.#closed) {
+      this.#pending = false;
+      try {
+        await this.#check();
+      } catch (e) {
+        this.#log.error({ dir: this.#deps.dir, error: e instanceof Error ? e.message : String(e) }, 'installed files: the check failed');
+      }
+      this.#rearm();
+    }
+  }
+
+  /** Watch the directory, its parent and `ipwarden.d` (each re-made when its inode changed). */
+  #rearm(): void {
+    if (this.#closed) return;
+    const dir = this.#deps.dir;
+    for (const path of [dirname(dir), dir, join(dir, 'ipwarden.d')]) {
+      let id: string | null = null;
+      try {
+        const st = lstatSync(path);
+        if (st.isDirectory()) id = `${st.dev}:${st.ino}`;
+      } catch {
+        id = null;
+      }
+      const had = this.#watchers.get(path);
+      if (had !== undefined && had.id === id) continue;
+      had?.w.close();
+      this.#watchers.delete(path);
+      if (id === null) continue;
+      try {
+        const w = watch(path, { persistent: false }, () => this.#schedule(true));
+        w.on('error', () => {
+          // The directory went away: the next check re-arms.
+          w.close();
+          if (this.#watchers.get(path)?.w === w) this.#watchers.delete(path);
+          this.#schedule(true);
+        });
+        this.#watchers.set(path, { w, id });
+      } catch {
+        // Gone meanwhile: the next check re-arms.
+      }
+    }
+  }
+
+  async #verify(w: { file: PlannedFile; sha: string; size: number }): Promise<Verdict> {
+    const path = join(this.#deps.dir, w.file.name);
+    let st;
+    try {
+      st = lstatSync(path, { bigint: true });
+    } catch (e) {
+      const code = errnoCode(e);
+      return code === 'ENOENT' || code === 'ENOTDIR' ? 'missing' : `cannot stat it: ${code ?? String(e)}`;
+    }
+    if (!st.isFile()) return 'not a regular file';
+    if (Number(st.mode & 0o7777n) !== w.file.mode) return `mode ${octal(Number(st.mode))}, not ${octal(w.file.mode)}`;
+    if (Number(st.size) !== w.size) return `${st.size} bytes, not ${w.size}`;
+    const id = `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+    if (this.#verified.get(w.file.name) === id) return 'ok';
+    let got;
+    try {
+      got = await hashFile(path);
+    } catch (e) {
+      const code = errnoCode(e);
+      return code === 'ENOENT' || code === 'ENOTDIR' ? 'missing' : `cannot read it: ${code ?? String(e)}`;
+    }
+    if (got.sha !== w.sha || got.size !== w.size) return 'its content differs';
+    this.#verified.set(w.file.name, id);
+    return 'ok';
+  }
+
+  /** Every file's verdict, in plan order, and the ones that are not ok. */
+  async #verifyAll(): Promise<Array<{ name: string; why: string }>> {
+    const bad: Array<{ name: string; why: string }> = [];
+    for (const w of this.#want) {
+      const v = await this.#verify(w);
+      if (v !== 'ok') bad.push({ name: w.file.name, why: v });
+    }
+    return bad;
+  }
+
+  #setState(ok: boolean, problem: string | null): void {
+    this.#problem = problem;
+    if (this.#ok !== ok) this.#opts.onState?.(ok);
+    this.#ok = ok;
+  }
+
+  async #check(): Promise<void> {
+    const bad = await this.#verifyAll();
+    const dir = this.#deps.dir;
+    if (bad.length === 0) {
+      if (this.#ok !== true) this.#log.info({ dir }, 'installed files in place');
+      this.#setState(true, null);
+      return;
+    }
+    const list = bad.map((b) => `${b.name} (${b.why})`).join(', ');
+    const reason = bad.some((b) => b.why === 'missing') ? 'missing' : 'changed';
+    this.#setState(false, `installed files not in place in ${dir}: ${list}; reinstalling`);
+    this.#log.warn({ dir, reason, files: Object.fromEntries(bad.map((b) => [b.name, b.why])) }, 'installed files missing or changed: reinstalling');
+    if (this.#closed) return; // stopping: no new child (the next daemon checks again)
+    const t0 = performance.now();
+    const r = await this.#runInstall();
+    if (this.#closed) return;
+    if (r.code !== 0) {
+      const said = (r.stderr.trim() || r.stdout.trim()).split('\n')[0] ?? '';
+      const message = said === '' ? `install-cni exited with ${r.signal ?? r.code}` : said.replace(/^ipwarden: /, '');
+      this.#setState(false, `installed files not in place in ${dir}: ${list}; the reinstall failed: ${message}`);
+      this.#log.error({ dir, reason, exitStatus: r.code, signal: r.signal, error: message }, 'reinstall of the installed files failed');
+      return;
+    }
+    // Against a fresh plan: what install-cni just copied is the source as it is now.
+    await this.#refreshPlan();
+    const still = await this.#verifyAll();
+    const durationSeconds = (performance.now() - t0) / 1000;
+    if (still.length > 0) {
+      const left = still.map((b) => `${b.name} (${b.why})`).join(', ');
+      this.#setState(false, `installed files not in place in ${dir}: ${left}; reinstalled, but they changed again`);
+      this.#log.error({ dir, reason, files: Object.fromEntries(still.map((b) => [b.name, b.why])), durationSeconds }, 'reinstalled, but the installed files are still not in place');
+      this.#pending = true;
+      return;
+    }
+    this.#setState(true, null);
+    this.#opts.onReinstall?.(reason);
+    this.#log.info({ dir, reason, files: bad.map((b) => b.name), durationSeconds, output: r.stdout.trim().split('\n') }, 'installed files reinstalled');
+  }
+
+  #runInstall(): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> {
+    return new Promise((resolve) => {
+      const [cmd, ...args] = this.#deps.argv;
+      const c = spawn(cmd as string, args, { env: { PATH: process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      this.#child = c;
+      let out = '';
+      let err = '';
+      c.stdout?.on('data', (d: Buffer) => (out += d.toString('utf8')));
+      c.stderr?.on('data', (d: Buffer) => (err += d.toString('utf8')));
+      c.on('error', (e) => {
+        this.#child = null;
+        resolve({ code: -1, signal: null, stdout: out, stderr: `cannot run install-cni: ${e.message}` });
+      });
+      c.on('close', (code, signal) => {
+        this.#child = null;
+        resolve({ code, signal, stdout: out, stderr: err });
+      });
+    });
+  }
+}
