@@ -199,6 +199,8 @@ function seriesTable(): Map<string, { type: string; labels: string[] }> {
 describe('docs/metrics.md matches the registry', () => {
   it('the series table lists exactly the registered metrics, with their types and labels', async () => {
     const m = new DaemonMetrics();
+    // With --cni-bin-dir the daemon also registers the installed files' series.
+    m.watchInstalledFiles();
     // The status pages register their counter in the same registry, as the daemon's agent makes them.
     new DaemonStatusPages({ collect: () => Promise.reject(new Error('not asked')), renderHtml: null, registry: m.registry });
     const registered = new Map<string, { type: string; labels: string[] }>();
