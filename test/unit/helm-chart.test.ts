@@ -301,7 +301,7 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     assert.deepEqual(one(h, 'Service'), expectSvc);
     // The lab's kubelet (src/lab/daemonset.ts, the e2e run of the kustomize DaemonSet) makes the
     // same CRI requests of both, but for the pod's instance label.
-    const node: LabNode = { paths: [['/run/containerd', '/lab/run']], ports: new Map(), nodeName: 'n', cgroupParent: '/p', podsDir: '/lab/pods' };
+    const node: LabNode = { paths: [['/run/containerd', '/lab/run'], ['/opt/cni/bin', '/lab/cni/bin'], ['/opt/cni', '/lab/cni']], ports: new Map(), nodeName: 'n', cgroupParent: '/p', podsDir: '/lab/pods' };
     const fromKustomize = planPod(one(k, 'DaemonSet'), node, { name: 'p', uid: 'u' });
     const fromChart = planPod(one(h, 'DaemonSet'), node, { name: 'p', uid: 'u' });
     (fromKustomize.sandbox.labels as Record<string, string>)['app.kubernetes.io/instance'] = RELEASE;
@@ -327,7 +327,7 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     assert.deepEqual(init.args, ['install-cni', '--dest', '/host/opt/cni/bin', '--socket', '/run/ipwarden/plugin.sock']);
     assert.deepEqual(daemon.args, [
       'daemon', '--socket', '/run/ipwarden/plugin.sock', '--metrics-address', '$(HOST_IP):9617', '--health-address', '127.0.0.1:9618', '--data-dir', '/var/lib/cni/networks',
-      '--cni-conf-dir', '/etc/cni/net.d', '--runtime-endpoint', 'unix:///run/containerd/containerd.sock', '--interval', '1m', '--log-level', 'info',
+      '--cni-conf-dir', '/etc/cni/net.d', '--runtime-endpoint', 'unix:///run/containerd/containerd.sock', '--cni-bin-dir', '/host/opt/cni/bin', '--interval', '1m', '--log-level', 'info',
     ]);
     assert.deepEqual(daemon.ports, [{ name: 'metrics', containerPort: 9617, hostPort: 9617, protocol: 'TCP' }]);
     assert.deepEqual(at(daemon, 'livenessProbe', 'httpGet'), { host: '127.0.0.1', path: '/healthz', port: 9618 });
@@ -337,6 +337,7 @@ describe('deploy/helm/ipwarden', { skip }, () => {
       volumes.map((v) => [v.name, v.hostPath?.path ?? null, v.hostPath?.type ?? null]),
       [
         ['cni-bin', '/opt/cni/bin', 'DirectoryOrCreate'],
+        ['cni-dir', '/opt/cni', 'DirectoryOrCreate'],
         ['cni-conf', '/etc/cni/net.d', 'DirectoryOrCreate'],
         ['cni-data', '/var/lib/cni/networks', 'DirectoryOrCreate'],
         ['run-netns', '/run/netns', 'DirectoryOrCreate'],
