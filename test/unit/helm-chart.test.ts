@@ -301,7 +301,11 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     assert.deepEqual(one(h, 'Service'), expectSvc);
     // The lab's kubelet (src/lab/daemonset.ts, the e2e run of the kustomize DaemonSet) makes the
     // same CRI requests of both, but for the pod's instance label.
-    const node: LabNode = { paths: [['/run/containerd', '/lab/run'], ['/opt/cni/bin', '/lab/cni/bin'], ['/opt/cni', '/lab/cni']], ports: new Map(), nodeName: 'n', cgroupParent: '/p', podsDir: '/lab/pods' };
+    const paths: Array<[string, string]> = [
+      ['/opt/cni/bin', '/lab/cni/bin'], ['/opt/cni', '/lab/cni'], ['/etc/cni/net.d', '/lab/cni/net.d'], ['/var/lib/cni/networks', '/lab/cni/networks'],
+      ['/run/ipwarden', '/lab/run/ipwarden'], ['/run/containerd', '/lab/run'], ['/run/netns', '/lab/node/run/netns'], ['/var/run/netns', '/lab/node/run/netns'],
+    ];
+    const node: LabNode = { paths, ports: new Map(), nodeName: 'n', cgroupParent: '/p', podsDir: '/lab/pods' };
     const fromKustomize = planPod(one(k, 'DaemonSet'), node, { name: 'p', uid: 'u' });
     const fromChart = planPod(one(h, 'DaemonSet'), node, { name: 'p', uid: 'u' });
     (fromKustomize.sandbox.labels as Record<string, string>)['app.kubernetes.io/instance'] = RELEASE;
