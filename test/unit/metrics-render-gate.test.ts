@@ -7,32 +7,9 @@
 import assert from 'node:assert/strict';
 import { createConnection } from 'node:net';
 import { describe, it } from 'node:test';
-import { ANSWER_INTERVAL_MS, DaemonMetrics, METRICS_RENDER_INTERVAL_MS, RenderGate, startMetricsServer, type GateClock } from '../../src/daemon/metrics.ts';
+import { ANSWER_INTERVAL_MS, DaemonMetrics, METRICS_RENDER_INTERVAL_MS, RenderGate, startMetricsServer } from '../../src/daemon/metrics.ts';
+import { FakeGateClock as FakeClock, settle } from '../helpers/fake-gate-clock.ts';
 
-/** A clock whose time moves only when told; `sleep` resolves when {@link advanceTo} passes its end. */
-class FakeClock implements GateClock {
-  t = 0;
-  private timers: Array<{ at: number; resolve: () => void }> = [];
-  now(): number {
-    return this.t;
-  }
-  sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => this.timers.push({ at: this.t + ms, resolve }));
-  }
-  /** Move to `t`, wake every sleeper due by then, and let the woken code run. */
-  async advanceTo(t: number): Promise<void> {
-    this.t = t;
-    const due = this.timers.filter((x) => x.at <= t);
-    this.timers = this.timers.filter((x) => x.at > t);
-    for (const x of due) x.resolve();
-    await settle();
-  }
-}
-
-/** Let every pending promise callback run (the gate's steps are promise continuations). */
-async function settle(): Promise<void> {
-  for (let i = 0; i < 5; i++) await new Promise<void>((r) => setImmediate(r));
-}
 
 /** Tracks a promise's outcome for assertions without awaiting it. */
 function watch<T>(p: Promise<T>): { readonly state: () => string } {

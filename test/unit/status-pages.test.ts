@@ -12,7 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { renderStatusHtml } from '../../src/cli/html.ts';
-import { DaemonMetrics, startMetricsServer, type GateClock } from '../../src/daemon/metrics.ts';
+import { DaemonMetrics, startMetricsServer } from '../../src/daemon/metrics.ts';
+import { FakeGateClock as FakeClock, settle } from '../helpers/fake-gate-clock.ts';
 import { DaemonStatusPages, STATUS_PAGE_CSP, STATUS_RENDER_INTERVAL_MS } from '../../src/daemon/status-pages.ts';
 import { NOTHING_IN_USE } from '../../src/reconcile/evidence.ts';
 import type { ReconcileDeps } from '../../src/reconcile/options.ts';
@@ -21,28 +22,6 @@ import { collectStatus, statusToJson, type StatusReport } from '../../src/reconc
 
 const SNAP = Date.UTC(2025, 0, 1);
 
-/** A clock whose time moves only when told; `sleep` resolves when {@link advanceTo} passes its end. */
-class FakeClock implements GateClock {
-  t = 0;
-  private timers: Array<{ at: number; resolve: () => void }> = [];
-  now(): number {
-    return this.t;
-  }
-  sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => this.timers.push({ at: this.t + ms, resolve }));
-  }
-  async advanceTo(t: number): Promise<void> {
-    this.t = t;
-    const due = this.timers.filter((x) => x.at <= t);
-    this.timers = this.timers.filter((x) => x.at > t);
-    for (const x of due) x.resolve();
-    await settle();
-  }
-}
-
-async function settle(): Promise<void> {
-  for (let i = 0; i < 5; i++) await new Promise<void>((r) => setImmediate(r));
-}
 
 let root: string;
 let report: StatusReport;

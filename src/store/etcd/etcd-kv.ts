@@ -244,6 +244,34 @@ function hostPort(endpoint: string): { host: string; port: number } {
   return { host: u.hostname.replace(/^\[(.*)\]$/, '$1'), port: Number(u.port) };
 }
 
+/** A probe connection: a TLS socket or an HTTP/2 session, as {@link probe} watches it. */
+interface ProbeConnection {
+  once(event: string, listener: (e: Error) => void): unknown;
+  destroy(): void;
+}
+
+/**
+ * Watch probe connection `s` for at most `ms`: true when `yes` fires or an error `errorSaysYes`
+ * accepts comes; false on any other error, on close, or when the time is up. `s` is destroyed
+ * either way. Never throws.
+ */
+function probe(s: ProbeConnection, yes: string, errorSaysYes: (e: Error) => boolean, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    let done = false;
+    const finish = (v: boolean): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(t);
+      s.destroy();
+      resolve(v);
+    };
+    const t = setTimeout(() => finish(false), ms);
+    s.once(yes, () => finish(true));
+    s.once('error', (e: Error) => finish(errorSaysYes(e)));
+    s.once('close', () => finish(false));
+  });
+}
+
 /**
  * Does `endpoint` (host:port) speak TLS? True when a handshake (any certificate accepted) completes
  * or the peer answers with a TLS alert; false on anything else within `ms`. Used only to explain a
@@ -251,41 +279,14 @@ function hostPort(endpoint: string): { host: string; port: number } {
  */
 function speaksTls(endpoint: string, ms: number): Promise<boolean> {
   const { host, port } = hostPort(endpoint);
-  return new Promise((resolve) => {
-    const s = tlsConnect({ host, port, rejectUnauthorized: false, ALPNProtocols: ['h2'], ...(isIP(host) === 0 ? { servername: host } : {}) });
-    let done = false;
-    const finish = (v: boolean): void => {
-      if (done) return;
-      done = true;
-      clearTimeout(t);
-      s.destroy();
-      resolve(v);
-    };
-    const t = setTimeout(() => finish(false), ms);
-    s.once('secureConnect', () => finish(true));
-    s.once('error', (e: Error) => finish(/alert/.test(e.message) && !/wrong version number/.test(e.message)));
-    s.once('close', () => finish(false));
-  });
+  const s = tlsConnect({ host, port, rejectUnauthorized: false, ALPNProtocols: ['h2'], ...(isIP(host) === 0 ? { servername: host } : {}) });
+  return probe(s, 'secureConnect', (e) => /alert/.test(e.message) && !/wrong version number/.test(e.message), ms);
 }
 
 /** Does `endpoint` answer plain (cleartext) HTTP/2: does it send its SETTINGS frame within `ms`? Explains a failure of an `https://` endpoint. */
 function speaksPlainHttp2(endpoint: string, ms: number): Promise<boolean> {
   const { host, port } = hostPort(endpoint);
-  return new Promise((resolve) => {
-    const s = http2Connect(`http://${isIP(host) === 6 ? `[${host}]` : host}:${port}`);
-    let done = false;
-    const finish = (v: boolean): void => {
-      if (done) return;
-      done = true;
-      clearTimeout(t);
-      s.destroy();
-      resolve(v);
-    };
-    const t = setTimeout(() => finish(false), ms);
-    s.once('remoteSettings', () => finish(true));
-    s.once('error', () => finish(false));
-    s.once('close', () => finish(false));
-  });
+  return probe(http2Connect(`http://${isIP(host) === 6 ? `[${host}]` : host}:${port}`), 'remoteSettings', () => false, ms);
 }
 
 /** A uint64 cluster ID (decimal text, as the loader gives it) in etcd's own notation: lower-case hex. */
