@@ -24,7 +24,9 @@
  *   then each stale release — releaseIfSeq with A's s1 as A, with s1 as B, and releaseObserved
  *   (src/ipam/pool-reclaim.ts, the reconciler's path) of A's handle as once observed — answers "not
  *   released" and writes nothing: every key under the pool keeps its value and mod_revision, the
- *   block's allocation is still B's with s2, B's handle intact.
+ *   block's allocation is still B's with s2, B's handle intact. In odd rounds B is the same
+ *   attachment as A (its container ID and ifname: the handle key re-created), so the sequence
+ *   number and the handle's revision are all that tell them apart.
  *
  * Needs root (the daemon), `npm run build`, /usr/bin/etcd (CI=true fails instead of skipping).
  * Every daemon is stopped by pid, the etcd member closed, every temp dir removed, also on failure.
@@ -214,7 +216,9 @@ describe('interop: cluster pool bursts and the ABA release race, on a real etcd'
     const snapshot = async () => (await (kv as EtcdKV).list(`${base}/`)).map((e) => `${e.key}@${e.modRevision}=${e.value}`);
     for (let i = 0; i < 10; i++) {
       const a = { containerId: `aba-a${i}`, ifname: 'eth0' };
-      const b = { containerId: `aba-b${i}`, ifname: 'eth0' };
+      // In odd rounds B is the same attachment again (A's container ID and ifname: one handle key,
+      // re-created), so only the sequence number (and the handle's revision) tells A from B.
+      const b = { containerId: i % 2 === 0 ? `aba-b${i}` : a.containerId, ifname: 'eth0' };
       // A gets the address (the only one of the range).
       const [ga] = await alloc.add([a]);
       assert.ok(Array.isArray(ga), String(ga));
@@ -239,7 +243,8 @@ describe('interop: cluster pool bursts and the ABA release race, on a real etcd'
       // The stale releases: each answers "not released" and writes nothing.
       assert.equal(await alloc.releaseIfSeq(ip, s1, a), false, `round ${i}: stale seq ${s1} as A`);
       assert.equal(await alloc.releaseIfSeq(ip, s1, b), false, `round ${i}: stale seq ${s1} as B`);
-      assert.deepEqual(await releaseObserved(kv as EtcdKV, { prefix: p, pool: POOL }, node, observedA), { released: false, why: 'the handle is gone (released meanwhile)' }, `round ${i}: A's handle as observed`);
+      const staleWhy = i % 2 === 0 ? 'the handle is gone (released meanwhile)' : `the handle was rewritten since it was observed (mod_revision ${hB?.modRevision as string}, observed ${observedA.modRevision})`;
+      assert.deepEqual(await releaseObserved(kv as EtcdKV, { prefix: p, pool: POOL }, node, observedA), { released: false, why: staleWhy }, `round ${i}: A's handle as observed`);
       assert.deepEqual(await snapshot(), before, `round ${i}: nothing written`);
       const blk = JSON.parse((await (kv as EtcdKV).get(`${base}/blocks/${block}`))?.value ?? 'null') as BlockValue;
       assert.deepEqual([blk.seq, blk.allocs], [s2, { [String(ordinal)]: { id: b.containerId, ifname: 'eth0', node, seq: s2, at: 1_000 } }], `round ${i}: the allocation is still B's with seq ${s2}`);
