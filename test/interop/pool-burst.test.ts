@@ -15,6 +15,9 @@
  *   `meta`, `meta-cluster`, the node's `settings` (a daemon served it; daemon case only), one empty
  *   block and its affinity (an emptied block is given back, never a node's last one) — no handle,
  *   no allocation, no tombstone. The daemon's heartbeat key goes with the daemon (revoked on stop).
+ *   Each request through the shim is answered once, by the daemon or (when the shim cannot hand it
+ *   over in time, as designed) by the standalone fallback for the same node; how many of each is
+ *   printed.
  *   The p50/p99 of each ADD burst (each exec from its spawn to its exit, test/helpers/xburst.c) is
  *   printed as a diagnostic, never asserted.
  * - **ABA release** (a port of Calico's libcalico-go/lib/ipam/ipam_test.go "ReleaseIPs" test of a
@@ -170,8 +173,8 @@ describe('interop: cluster pool bursts and the ABA release race, on a real etcd'
     mkdirSync(binDir);
     mkdirSync(sockDir, { mode: 0o700 });
     const socket = join(sockDir, 'plugin.sock');
-    execFileSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', binDir, '--socket', socket], { env: { PATH: '/usr/bin:/bin' }, stdio: 'pipe' });
     const node = 'node-herd';
+    execFileSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', binDir, '--socket', socket, '--node-name', node], { env: { PATH: '/usr/bin:/bin' }, stdio: 'pipe' });
     const d = await startTestDaemon({ socket, logLevel: 'info', args: ['--interval', '1h'], env: { NODE_NAME: node } });
     daemons.push(d);
     const p = `/herd${process.pid}-daemon`;
@@ -188,12 +191,22 @@ describe('interop: cluster pool bursts and the ABA release race, on a real etcd'
       assert.equal(await (kv as EtcdKV).get(`${p}/pools/${POOL}/alive/${node}`), null, 'the stopped daemon revoked its heartbeat');
     };
     const r = await herd({ bin: join(binDir, 'ipwarden'), p, subnet: '10.219.47.0/24', prefix24: '10.219.47.', node, ids, settled, daemonServed: true });
-    // Answered by the daemon, every one: no ADD or DEL fallback line (install-cni's own VERSION
-    // check of the shim ran before the daemon was up, and fell back).
+    // Each request answered once: by the daemon (its `request served` line, result ok) or, when the
+    // shim could not hand it over (docs/daemon.md "When the shim falls back": connect failed or no
+    // acknowledgement within 3 s), by the standalone fallback (its counting line, `ok`) — as the same
+    // node (install-cni --node-name), so the etcd checks above hold whichever path served. Under
+    // `stress-ng --cpu 2` a few DELs fell back in 1 of 15 runs; the count is printed.
     const countLog = join(sockDir, 'standalone-requests.log');
-    assert.deepEqual(existsSync(countLog) ? readFileSync(countLog, 'utf8').split('\n').filter((l) => / (ADD|DEL) /.test(l)) : [], [], 'no ADD or DEL fell back to the standalone plugin');
+    const fallback = existsSync(countLog) ? readFileSync(countLog, 'utf8').split('\n').filter((l) => / (ADD|DEL) /.test(l)) : [];
+    assert.deepEqual(fallback.filter((l) => !/^\d+ (ADD|DEL) ok$/.test(l)), [], 'every fallback ADD or DEL succeeded');
     const served = d.logs.filter((l) => l.msg === 'request served' && String(l['containerId']).startsWith('herd-'));
-    assert.deepEqual([served.filter((l) => l['command'] === 'ADD' && l['result'] === 'ok').length, served.filter((l) => l['command'] === 'DEL' && l['result'] === 'ok').length], [100, 100]);
+    assert.deepEqual(served.filter((l) => l['result'] !== 'ok'), [], 'every request the daemon served succeeded');
+    const count = (command: string) => [served.filter((l) => l['command'] === command).length, fallback.filter((l) => l.includes(` ${command} `)).length];
+    const [addD, addF] = count('ADD');
+    const [delD, delF] = count('DEL');
+    assert.deepEqual([(addD as number) + (addF as number), (delD as number) + (delF as number)], [100, 100], `each request answered once (ADD: daemon ${addD}, fallback ${addF}; DEL: daemon ${delD}, fallback ${delF})`);
+    assert.ok((addD as number) > 0 && (delD as number) > 0, `the daemon served the bursts (ADD ${addD}, DEL ${delD})`);
+    tc.diagnostic(`served by the daemon: ADD ${addD}, DEL ${delD}; by the standalone fallback: ADD ${addF}, DEL ${delF}`);
     tc.diagnostic(`100 ADDs through the daemon: ${stats(r.addMs)}; 100 DELs: ${stats(r.delMs)} (each exec's spawn to exit)`);
   });
 
