@@ -26,8 +26,8 @@
 // point release or security update of one of the packages): then the packages list differs, and
 // says how (test/unit/image.test.ts builds twice and compares; docs/deploy.md "Reproducibility").
 //
-// Usage: node scripts/image.mjs [--out DIR] [--dist DIR] [--mirror URL] [--security-mirror URL]
-//                               [--suite NAME] [--keep-work] [--json]
+// Usage: node scripts/image.mjs [--install] [--build] [--out DIR] [--dist DIR] [--mirror URL]
+//                               [--security-mirror URL] [--suite NAME] [--keep-work] [--json]
 //   --out DIR          where the archive goes (default dist/)
 //   --dist DIR         the built binaries (default dist/)
 //   --mirror URL       Debian archive (default http://deb.debian.org/debian)
@@ -36,6 +36,10 @@
 //   --suite NAME       Debian release (default bookworm, the release the binaries are built on)
 //   --keep-work        keep the scratch directory (printed) for inspection
 //   --json             print one JSON object instead of the human lines
+//   --install          install the Debian packages the build needs when missing (apt-get, as root;
+//                      scripts/debian-packages.mjs, shared with `npm run lab`)
+//   --build            first build the binaries into dist/ (`IPWARDEN_NO_CODE_CACHE=1 node
+//                      scripts/build.mjs`); `npm run image` is `image.mjs --install --build`
 // Needs Linux, mmdebstrap and umoci (Debian: apt-get install mmdebstrap umoci), GNU tar, readelf
 // (binutils), dpkg-deb. Run as root (mmdebstrap's root mode; its unshare mode, chosen for another
 // user, needs /etc/subuid ranges and is not tested).
@@ -62,6 +66,7 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { installDebianPackages } from './debian-packages.mjs';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** The Debian packages of layer 1. `readelf -d` of the dynamic binaries proves each is needed (checked below). */
@@ -152,6 +157,8 @@ function parseArgs(argv) {
     suite: 'bookworm',
     keepWork: false,
     json: false,
+    install: false,
+    build: false,
   };
   const value = (i, flag) => {
     const v = argv[i + 1];
@@ -168,6 +175,8 @@ function parseArgs(argv) {
       case '--suite': o.suite = value(i, a); i++; break;
       case '--keep-work': o.keepWork = true; break;
       case '--json': o.json = true; break;
+      case '--install': o.install = true; break;
+      case '--build': o.build = true; break;
       default: usage(`unknown argument ${a}`);
     }
   }
@@ -176,6 +185,7 @@ function parseArgs(argv) {
     if (url !== 'none' && !/^(https?|file):\/\/[^\s]+$/.test(url)) usage(`${flag} must be an http(s):// or file:// URL (got ${url})`);
   }
   if (o.mirror === 'none') usage('--mirror cannot be none');
+  if (o.build && o.dist !== join(ROOT, 'dist')) usage('--build builds into dist/ of this checkout: give no --dist with it');
   return o;
 }
 
@@ -300,6 +310,22 @@ async function packagesOf(dir) {
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
+/**
+ * The tools (or files) the requested steps need, each with the Debian package that has it: the image build
+ * always; the compilers with `--build`. `--install` installs the packages of the missing ones.
+ */
+function requirements(o) {
+  const needs = [
+    { tool: 'mmdebstrap', pkg: 'mmdebstrap' },
+    { tool: 'umoci', pkg: 'umoci' },
+    { tool: 'readelf', pkg: 'binutils' },
+    { tool: 'dpkg-deb', pkg: 'dpkg' },
+    { tool: 'tar', pkg: 'tar' },
+  ];
+  if (o.build) needs.push({ tool: 'gcc', pkg: 'gcc' }, { path: `/usr/lib/${platform().triplet}/libc.a`, pkg: 'libc6-dev' });
+  return needs;
+}
+
 function sha256File(path) {
   return createHash('sha256').update(readFileSync(path)).digest('hex');
 }
@@ -308,12 +334,21 @@ async function main() {
   const o = parseArgs(process.argv.slice(2));
   const say = o.json ? () => {} : (l) => process.stderr.write(`image: ${l}\n`);
   if (process.platform !== 'linux') fail('the image is built on Linux');
-  const missing = ['mmdebstrap', 'umoci'].filter((t) => !onPath(t));
-  if (missing.length > 0) fail(`npm run image needs ${missing.join(' and ')} (Debian: apt-get install -y ${missing.join(' ')})`);
-  for (const [tool, pkg] of [['readelf', 'binutils'], ['dpkg-deb', 'dpkg'], ['tar', 'tar']]) {
-    if (!onPath(tool)) fail(`npm run image needs ${tool} (Debian: apt-get install -y ${pkg})`);
+  const needs = requirements(o);
+  if (o.install) {
+    try {
+      await installDebianPackages([...new Set(needs.map((n) => n.pkg))], { log: say });
+    } catch (e) {
+      fail(e.message);
+    }
   }
+  const missing = [...new Set(needs.filter((n) => (n.tool !== undefined ? !onPath(n.tool) : !existsSync(n.path))).map((n) => n.pkg))];
+  if (missing.length > 0) fail(`npm run image needs the Debian packages ${missing.join(' ')} (apt-get install -y ${missing.join(' ')}; --install installs them)`);
   if (!(await run('tar', ['--version'])).startsWith('tar (GNU tar)')) fail('npm run image needs GNU tar (Debian: apt-get install -y tar)');
+  if (o.build) {
+    say('node scripts/build.mjs (IPWARDEN_NO_CODE_CACHE=1)');
+    await run(process.execPath, [join(ROOT, 'scripts/build.mjs')], { cwd: ROOT, env: { ...process.env, IPWARDEN_NO_CODE_CACHE: '1' } });
+  }
   for (const b of BINARIES) {
     const p = join(o.dist, b.name);
     if (!existsSync(p) || !statSync(p).isFile()) fail(`no ${p}: run "npm run build" first`);
@@ -507,7 +542,7 @@ try {
   await main();
 } catch (e) {
   if (e instanceof UsageErr) {
-    process.stderr.write(`image: ${e.message}\nusage: node scripts/image.mjs [--out DIR] [--dist DIR] [--mirror URL] [--security-mirror URL|none] [--suite NAME] [--keep-work] [--json]\n`);
+    process.stderr.write(`image: ${e.message}\nusage: node scripts/image.mjs [--install] [--build] [--out DIR] [--dist DIR] [--mirror URL] [--security-mirror URL|none] [--suite NAME] [--keep-work] [--json]\n`);
     process.exitCode = 2;
   } else if (e instanceof BuildError) {
     process.stderr.write(`image: ${e.message}\n`);

@@ -44,12 +44,6 @@ const REPO = fileURLToPath(new URL('../..', import.meta.url));
 /** `leakGracePeriod` of the lab network: the plugin (in the daemon) reclaims leaks older than this. */
 export const DS_GRACE_SECONDS = 2;
 
-/** Debian packages (= their commands) the image build needs beyond the lab's: installed with `installPackages`. */
-const IMAGE_PACKAGES = ['mmdebstrap', 'umoci'];
-
-function onPath(bin: string): boolean {
-  return (process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').some((d) => d !== '' && existsSync(join(d, bin)));
-}
 
 /** What `node scripts/image.mjs --json` prints (the fields the run reads). */
 export interface ImageBuild {
@@ -130,7 +124,7 @@ export interface DaemonSetRunOptions {
   image?: ImageBuild;
   /** The directory whose binaries the image holds (default `<repo>/dist`), to compare what install-cni wrote. */
   dist?: string;
-  /** Install the lab's Debian packages and mmdebstrap and umoci with apt-get when missing. Default false. */
+  /** Install the lab's Debian packages, and those the image build needs (`scripts/image.mjs --install`), with apt-get when missing. Default false. */
   installPackages?: boolean;
   log?: (line: string) => void;
 }
@@ -165,13 +159,6 @@ export class DaemonSetRun {
    * passing) and builds the image unless given. On failure the lab is stopped.
    */
   static async start(opts: DaemonSetRunOptions, r: Reporter): Promise<DaemonSetRun> {
-    const missing = IMAGE_PACKAGES.filter((p) => !onPath(p));
-    if (missing.length > 0 && opts.installPackages === true && opts.image === undefined) {
-      opts.log?.(`installing ${missing.join(' ')} with apt-get`);
-      const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-      await run('apt-get', ['update'], { timeoutSeconds: 300, env });
-      await run('apt-get', ['install', '-y', '--no-install-recommends', ...missing], { timeoutSeconds: 600, env });
-    }
     const lab = await startLab({
       ipam: 'ipwarden',
       installPlugin: false,
@@ -187,7 +174,7 @@ export class DaemonSetRun {
       r.check(!existsSync(join(lab.binDir, 'ipwarden')) && !existsSync(join(lab.binDir, 'ipwarden-standalone')), 'before the DaemonSet runs, the CNI bin dir holds no ipwarden file');
       let image = opts.image;
       if (image === undefined) {
-        image = buildImage(join(lab.scratch, 'image-build'), opts.dist === undefined ? [] : ['--dist', opts.dist]);
+        image = buildImage(join(lab.scratch, 'image-build'), [...(opts.dist === undefined ? [] : ['--dist', opts.dist]), ...(opts.installPackages === true ? ['--install'] : [])]);
         r.say(`npm run image: ${image.archive} (${(image.sizeBytes / 2 ** 20).toFixed(1)} MiB, ${image.seconds} s), manifest digest ${image.digest}`);
       }
       const node = await labNode(lab);

@@ -242,10 +242,10 @@ describe('npm run image: clear failures', { skip, timeout: 300_000 }, () => {
   const work = mkdtempSync(join(tmpdir(), 'ipwarden-ship-image-fail-'));
   after(() => rmSync(work, { recursive: true, force: true }));
 
-  it('without mmdebstrap and umoci on PATH: exit 1 naming the Debian packages', () => {
+  it('without its tools on PATH: exit 1 naming the Debian packages and --install', () => {
     const r = image(['--out', work], { PATH: '/nonexistent' });
     assert.equal(r.status, 1);
-    assert.equal(r.stderr, 'image: npm run image needs mmdebstrap and umoci (Debian: apt-get install -y mmdebstrap umoci)\n');
+    assert.equal(r.stderr, 'image: npm run image needs the Debian packages mmdebstrap umoci binutils dpkg tar (apt-get install -y mmdebstrap umoci binutils dpkg tar; --install installs them)\n');
     assert.deepEqual(readdirSync(work), []);
   });
 
