@@ -343,6 +343,11 @@ async function tarMembers(tar) {
   return (await run('tar', ['-tf', tar])).split('\n').filter((l) => l !== '').map((l) => l.replace(/^\.\//, '').replace(/\/$/, ''));
 }
 
+/** Directory members of an uncompressed tar, without the leading `./` and the trailing `/`. */
+async function tarDirectories(tar) {
+  return (await run('tar', ['-tf', tar])).split('\n').filter((l) => l.endsWith('/')).map((l) => l.replace(/^\.\//, '').replace(/\/$/, ''));
+}
+
 /**
  * Checks that layer 1 holds the interpreter and every library the dynamic binaries need (looked
  * up where Debian's ld.so finds them without ld.so.cache: /lib/<triplet>, /usr/lib/<triplet>, and
@@ -472,8 +477,11 @@ async function buildPlatform(ctx, arch) {
   // mmdebstrap also copies the build host's /etc/resolv.conf and /etc/hostname into the root
   // (mmdebstrap(1) "SOURCE_DATE_EPOCH"; its customize hooks do not run in the extract variant):
   // not the image's, and they would make two build hosts' images differ. Removed when present.
-  const hostFiles = new Set(await tarMembers(base));
-  await run('tar', ['--delete', '-f', base, ...NOT_IN_IMAGE, ...HOST_FILES.filter((f) => hostFiles.has(f.slice(2)))], { env });
+  const extracted = await tarMembers(base);
+  const hostFiles = new Set(extracted);
+  // The path filters leave the directories of what they dropped (usr/share/man, …): empty ones under usr/share go too.
+  const emptyShare = (await tarDirectories(base)).filter((d) => d.startsWith('usr/share/') && !extracted.some((m) => m.startsWith(`${d}/`)));
+  await run('tar', ['--delete', '-f', base, ...NOT_IN_IMAGE, ...HOST_FILES.filter((f) => hostFiles.has(f.slice(2))), ...emptyShare.map((d) => `./${d}`)], { env });
   const packages = await packagesOf(debs);
   const baseMembers = await tarMembers(base);
   const linking = await checkLibraries(dist, baseMembers, triplet);
