@@ -1,15 +1,17 @@
 /**
- * The lab's DaemonSet run (issue 10): the image `npm run image` builds, imported into the lab's
- * containerd and run as a pod the way a kubelet runs deploy/kubernetes/daemonset.yaml
- * (src/lab/daemonset.ts), then, step by step on a network whose IPAM is ipwarden (the lab installs
- * no plugin: the pod's init container does):
+ * The lab's DaemonSet run (issue 10): the image index `npm run image` builds (linux/amd64 and
+ * linux/arm64), pushed to a registry on loopback (src/lab/registry.ts) and pulled by digest into
+ * the lab's containerd (or, with source `archive`, imported), and run as a pod the way a kubelet
+ * runs deploy/kubernetes/daemonset.yaml (src/lab/daemonset.ts), then, step by step on a network
+ * whose IPAM is ipwarden (the lab installs no plugin: the pod's init container does):
  *
- *   1. deploy:   the image imported (ctr lists the digest the build printed); the init container
+ *   1. deploy:   the image pulled (ctr lists the index digest the build printed); the init container
  *                `install-cni` runs to completion and writes the shim, the standalone, the flock
  *                binding and the netns helper into the lab's CNI bin dir (the image's bytes, the shim
  *                patched with the lab's socket); the daemon container starts and answers /readyz;
  *   2. serve:    pods on the bridge network get their addresses through the shim and the daemon
  *                (the daemon logs `request served` for each ADD; nothing is counted as a fallback);
+ *                then `kubectl exec` and `kubectl cp`'s own commands in the daemon container;
  *   3. heal:     leaks — 2 READY pods, 2 pods whose chained plugin fails ADD and DEL (NOTREADY),
  *                then a "reboot" that loses the runtime's records (and the DaemonSet pod with
  *                them); the kubelet re-creates the DaemonSet pod (init again, daemon again); one
