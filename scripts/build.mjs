@@ -58,8 +58,7 @@ function parseArgs(argv) {
     else usage(`unknown argument ${a}`);
     i++;
   }
-  if (o.arch === undefined) usage(`this machine's architecture ${process.arch} is neither amd64 nor arm64: give --arch`);
-  if (!(o.arch in ARCHES)) usage(`--arch must be amd64 or arm64 (got ${o.arch})`);
+  if (o.arch !== undefined && !(o.arch in ARCHES)) usage(`--arch must be amd64 or arm64 (got ${o.arch})`);
   return o;
 }
 function usage(msg) {
@@ -67,9 +66,9 @@ function usage(msg) {
   process.exit(2);
 }
 const ARGS = parseArgs(process.argv.slice(2));
-/** Building for another architecture than this machine's. */
-const CROSS = ARGS.arch !== HOST;
-const TARGET = ARCHES[ARGS.arch];
+/** Building for another architecture than this machine's (a plain build is native on any machine). */
+const CROSS = ARGS.arch !== undefined && ARGS.arch !== HOST;
+const TARGET = ARGS.arch === undefined ? undefined : ARCHES[ARGS.arch];
 /** Where every output goes: dist/ for this machine's architecture, dist/linux-<arch> for another. */
 const OUT = ARGS.out ?? (CROSS ? join('dist', `linux-${ARGS.arch}`) : 'dist');
 
