@@ -42,7 +42,7 @@ const onPath = (bin: string): boolean => (process.env['PATH'] ?? '/usr/bin:/bin'
 const missingDist = ['ipwarden-standalone', 'ipwarden-shim', 'ipwarden-flock.node', 'ipwarden-netns'].filter((n) => !existsSync(join(DIST, n)));
 const unavailable =
   labUnavailableReason() ??
-  (['mmdebstrap', 'umoci', 'skopeo', 'aarch64-linux-gnu-gcc', 'qemu-aarch64-static'].some((t) => !onPath(t))
+  (['mmdebstrap', 'umoci', 'skopeo', 'aarch64-linux-gnu-gcc', 'aarch64-linux-gnu-g++', 'qemu-aarch64-static'].some((t) => !onPath(t))
     ? 'the image build and push need mmdebstrap, umoci, skopeo and the cross build (apt-get install -y mmdebstrap umoci skopeo gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static)'
     : undefined) ??
   registryUnavailableReason() ??

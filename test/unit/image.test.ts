@@ -106,12 +106,11 @@ function git(args: string[]): string {
 }
 
 /**
- * `npm run image` in a fresh clone of this commit under `dir`: clone (objects shared, HEAD checked
- * out, node_modules linked), then the clone's `scripts/image.mjs --build --json --out <dir>/out`
- * (npm run image is `image.mjs --install --build`; the packages are installed here).
+ * `npm run image` in a fresh clone of commit `head` under `dir`: clone (objects shared, `head`
+ * checked out, node_modules linked), then the clone's `scripts/image.mjs --build --json --out
+ * <dir>/out` (npm run image is `image.mjs --install --build`; the packages are installed here).
  */
-function buildInClone(dir: string): Build {
-  const head = git(['rev-parse', 'HEAD']);
+function buildInClone(dir: string, head: string): Build {
   assert.match(head, /^[0-9a-f]{40}$/, 'the checkout is a git repository');
   const sh = (cmd: string, args: string[]): void => {
     const r = spawnSync(cmd, args, { encoding: 'utf8', timeout: 600_000, maxBuffer: 64 * 1024 * 1024 });
@@ -148,6 +147,8 @@ describe('npm run image: an OCI image index for linux/amd64 and linux/arm64, rep
   let first: Build;
   let second: Build;
   let foreign: ForeignExec | undefined;
+  /** The commit both builds are made of (read once: a commit made meanwhile changes nothing here). */
+  const head = git(['rev-parse', 'HEAD']);
   const layout = join(work, 'layout');
   const blob = (d: string): string => join(layout, 'blobs', 'sha256', d.replace(/^sha256:/, ''));
   const per = new Map<Arch, { build: PlatformBuild; manifest: Manifest; config: Config; rootfs: string }>();
@@ -159,8 +160,8 @@ describe('npm run image: an OCI image index for linux/amd64 and linux/arm64, rep
 
   before(() => {
     if (unavailable !== undefined) throw new Error(`CI=true but the prerequisites are missing: ${unavailable}`);
-    first = buildInClone(join(work, 'a'));
-    second = buildInClone(join(work, 'b'));
+    first = buildInClone(join(work, 'a'), head);
+    second = buildInClone(join(work, 'b'), head);
     mkdirSync(layout);
     assert.equal(spawnSync('tar', ['-C', layout, '-xf', first.archive]).status, 0);
     const index = JSON.parse(readFileSync(blob(first.digest), 'utf8')) as { manifests: { digest: string; platform: { architecture: Arch } }[] };
@@ -193,11 +194,11 @@ describe('npm run image: an OCI image index for linux/amd64 and linux/arm64, rep
     t.diagnostic(`builds took ${first.seconds} s and ${second.seconds} s (of which the image ${first.imageSeconds} s, ${second.imageSeconds} s); ${(first.sizeBytes / 2 ** 20).toFixed(1)} MiB; index ${first.digest}; foreign binaries: ${foreign?.how}`);
   });
 
-  it('is named ipwarden-<version>.oci.tar and dated by the commit: SOURCE_DATE_EPOCH = the commit time of HEAD, revision = HEAD', () => {
+  it('is named ipwarden-<version>.oci.tar and dated by the commit: SOURCE_DATE_EPOCH = the commit time, revision = the commit', () => {
     const version = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
     assert.equal(first.archive, join(work, 'a', 'out', `ipwarden-${version}.oci.tar`));
-    assert.equal(first.sourceDateEpoch, Number(git(['log', '-1', '--format=%ct', 'HEAD'])));
-    assert.equal(first.revision, git(['rev-parse', 'HEAD']), 'a clean clone: no -dirty');
+    assert.equal(first.sourceDateEpoch, Number(git(['log', '-1', '--format=%ct', head])));
+    assert.equal(first.revision, head, 'a clean clone: no -dirty');
     assert.equal(first.created, new Date(first.sourceDateEpoch * 1000).toISOString().replace(/\.000Z$/, 'Z'));
   });
 
