@@ -1,15 +1,17 @@
 /**
- * The lab's DaemonSet run (issue 10): the image `npm run image` builds, imported into the lab's
- * containerd and run as a pod the way a kubelet runs deploy/kubernetes/daemonset.yaml
- * (src/lab/daemonset.ts), then, step by step on a network whose IPAM is ipwarden (the lab installs
- * no plugin: the pod's init container does):
+ * The lab's DaemonSet run (issue 10): the image index `npm run image` builds (linux/amd64 and
+ * linux/arm64), pushed to a registry on loopback (src/lab/registry.ts) and pulled by digest into
+ * the lab's containerd (or, with source `archive`, imported), and run as a pod the way a kubelet
+ * runs deploy/kubernetes/daemonset.yaml (src/lab/daemonset.ts), then, step by step on a network
+ * whose IPAM is ipwarden (the lab installs no plugin: the pod's init container does):
  *
- *   1. deploy:   the image imported (ctr lists the digest the build printed); the init container
+ *   1. deploy:   the image pulled (ctr lists the index digest the build printed); the init container
  *                `install-cni` runs to completion and writes the shim, the standalone, the flock
  *                binding and the netns helper into the lab's CNI bin dir (the image's bytes, the shim
  *                patched with the lab's socket); the daemon container starts and answers /readyz;
  *   2. serve:    pods on the bridge network get their addresses through the shim and the daemon
  *                (the daemon logs `request served` for each ADD; nothing is counted as a fallback);
+ *                then `kubectl exec` and `kubectl cp`'s own commands in the daemon container;
  *   3. heal:     leaks — 2 READY pods, 2 pods whose chained plugin fails ADD and DEL (NOTREADY),
  *                then a "reboot" that loses the runtime's records (and the DaemonSet pod with
  *                them); the kubelet re-creates the DaemonSet pod (init again, daemon again); one
@@ -30,13 +32,15 @@
  */
 import { hostname } from 'node:os';
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readShimFields } from '../cli/install-cni.ts';
 import { CHAIN_PLUGIN_TYPE } from './chain-plugin.ts';
 import { startLab, type Lab } from './lab.ts';
-import { importImage, labNode, loadDaemonSet, pollUntil, runDaemonSetPod, type DaemonSetPod, type ImportedImage, type LabNode } from './daemonset.ts';
+import { installDebianPackages } from '../../scripts/debian-packages.mjs';
+import { execInContainer, importImage, labNode, loadDaemonSet, mapPath, pollUntil, pullImage, runDaemonSetPod, type DaemonSetPod, type ExecResult, type ImportedImage, type LabNode } from './daemonset.ts';
+import { startRegistry, type LocalRegistry } from './registry.ts';
 import { run } from './proc.ts';
 import { auditLines, capacityOf, ipsOf, runBrokenPod, tryRunPod, waitUntilOlder, type Pod } from './scenario.ts';
 
@@ -44,24 +48,42 @@ const REPO = fileURLToPath(new URL('../..', import.meta.url));
 /** `leakGracePeriod` of the lab network: the plugin (in the daemon) reclaims leaks older than this. */
 export const DS_GRACE_SECONDS = 2;
 
-/** Debian packages (= their commands) the image build needs beyond the lab's: installed with `installPackages`. */
-const IMAGE_PACKAGES = ['mmdebstrap', 'umoci'];
 
-function onPath(bin: string): boolean {
-  return (process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').some((d) => d !== '' && existsSync(join(d, bin)));
+/** One platform of the image index, as `scripts/image.mjs --json` prints it. */
+export interface ImagePlatform {
+  /** `linux/amd64` or `linux/arm64`. */
+  readonly platform: string;
+  /** The platform's manifest digest. */
+  readonly digest: string;
+  /** The image config's digest: containerd's image id (CRI `image_ref`) on a node of this platform. */
+  readonly configDigest: string;
+  readonly packages: ReadonlyArray<{ readonly name: string; readonly version: string }>;
 }
 
 /** What `node scripts/image.mjs --json` prints (the fields the run reads). */
 export interface ImageBuild {
   readonly archive: string;
+  /** The name `ctr images import` gives it (`localhost/ipwarden:<version>`). */
   readonly image: string;
+  /** The image index's digest (what a node pulls by digest). */
   readonly digest: string;
-  /** The image config's digest: containerd's image id (CRI `image_ref`). */
-  readonly configDigest: string;
+  readonly platforms: readonly ImagePlatform[];
   readonly sizeBytes: number;
   readonly seconds: number;
   readonly revision: string;
-  readonly packages: ReadonlyArray<{ readonly name: string; readonly version: string }>;
+  readonly version: string;
+  /** With `--push`: the reference pushed to and the one to pull by digest. */
+  readonly pushed?: { readonly ref: string; readonly digest: string; readonly byDigest: string };
+}
+
+/** OCI name of this machine's architecture. */
+export const HOST_ARCH = process.arch === 'arm64' ? 'arm64' : 'amd64';
+
+/** The platform of `image` this machine runs. @throws Error when the index lacks it. */
+export function hostPlatform(image: ImageBuild): ImagePlatform {
+  const p = image.platforms.find((x) => x.platform === `linux/${HOST_ARCH}`);
+  if (p === undefined) throw new Error(`the image index has no linux/${HOST_ARCH} manifest`);
+  return p;
 }
 
 /**
@@ -126,11 +148,16 @@ export function fallbackLines(lab: Lab): string[] {
 export interface DaemonSetRunOptions {
   /** The lab network's subnet (a /28). */
   subnet: string;
-  /** An image already built (else {@link buildImage} into the lab's scratch dir). */
-  image?: ImageBuild;
-  /** The directory whose binaries the image holds (default `<repo>/dist`), to compare what install-cni wrote. */
+  /**
+   * Where the node gets the image: `registry` (default) — the index pushed by `image.mjs --push`
+   * to a loopback docker-registry ({@link startRegistry}) and pulled by digest
+   * (`ctr images pull --plain-http`), the pod spec naming `<registry>/ipwarden@<digest>`;
+   * `archive` — `ctr images import` of the archive, the pod spec unchanged.
+   */
+  source?: 'registry' | 'archive';
+  /** The directory whose binaries (this machine's platform) the image holds (default `<repo>/dist`), to compare what install-cni wrote; the other platform is cross-built into the lab's scratch dir. */
   dist?: string;
-  /** Install the lab's Debian packages and mmdebstrap and umoci with apt-get when missing. Default false. */
+  /** Install the lab's Debian packages, and those the image build needs (`scripts/image.mjs --install`), with apt-get when missing. Default false. */
   installPackages?: boolean;
   log?: (line: string) => void;
 }
@@ -141,6 +168,10 @@ export class DaemonSetRun {
   readonly node: LabNode;
   readonly image: ImageBuild;
   readonly dist: string;
+  /** The image reference the DaemonSet's containers run: `<registry>/ipwarden@<index digest>`, or the archive's name. */
+  readonly imageRef: string;
+  /** The loopback registry (source `registry`), stopped by {@link stop}. */
+  readonly registry: LocalRegistry | undefined;
   imported: ImportedImage | undefined;
   pod: DaemonSetPod | undefined;
   /** Pods started in phase 2 (`served`), leaked in phase 3, live at the end of phase 3. */
@@ -152,26 +183,25 @@ export class DaemonSetRun {
   addsServedBySecond = 0;
   readonly #r: Reporter;
 
-  private constructor(lab: Lab, node: LabNode, image: ImageBuild, dist: string, r: Reporter) {
+  private constructor(lab: Lab, node: LabNode, image: ImageBuild, dist: string, registry: LocalRegistry | undefined, r: Reporter) {
     this.lab = lab;
     this.node = node;
     this.image = image;
     this.dist = dist;
+    this.registry = registry;
+    this.imageRef = registry === undefined ? image.image : (image.pushed?.byDigest ?? '');
     this.#r = r;
   }
 
   /**
    * Starts the lab (ipwarden IPAM, no plugin installed, shared scratch mount, chained test plugin
-   * passing) and builds the image unless given. On failure the lab is stopped.
+   * passing) and, for source `registry`, a loopback registry; builds the image index (this
+   * machine's platform from `dist`, the other cross-built into the scratch dir) and pushes it
+   * there. On failure the lab and the registry are stopped.
    */
   static async start(opts: DaemonSetRunOptions, r: Reporter): Promise<DaemonSetRun> {
-    const missing = IMAGE_PACKAGES.filter((p) => !onPath(p));
-    if (missing.length > 0 && opts.installPackages === true && opts.image === undefined) {
-      opts.log?.(`installing ${missing.join(' ')} with apt-get`);
-      const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-      await run('apt-get', ['update'], { timeoutSeconds: 300, env });
-      await run('apt-get', ['install', '-y', '--no-install-recommends', ...missing], { timeoutSeconds: 600, env });
-    }
+    const source = opts.source ?? 'registry';
+    if (source === 'registry' && opts.installPackages === true) await installDebianPackages(['docker-registry'], opts.log === undefined ? {} : { log: opts.log });
     const lab = await startLab({
       ipam: 'ipwarden',
       installPlugin: false,
@@ -182,18 +212,35 @@ export class DaemonSetRun {
       installPackages: opts.installPackages ?? false,
       ...(opts.log === undefined ? {} : { log: opts.log }),
     });
+    let registry: LocalRegistry | undefined;
     try {
       r.say(`lab up in ${lab.timings['start']} ms: containerd ${lab.cri.runtimeVersion.runtimeVersion}, network ${lab.networkName} ${opts.subnet}, chain bridge → ipwarden | chained test plugin | portmap; CNI bin dir without ipwarden`);
       r.check(!existsSync(join(lab.binDir, 'ipwarden')) && !existsSync(join(lab.binDir, 'ipwarden-standalone')), 'before the DaemonSet runs, the CNI bin dir holds no ipwarden file');
-      let image = opts.image;
-      if (image === undefined) {
-        image = buildImage(join(lab.scratch, 'image-build'), opts.dist === undefined ? [] : ['--dist', opts.dist]);
-        r.say(`npm run image: ${image.archive} (${(image.sizeBytes / 2 ** 20).toFixed(1)} MiB, ${image.seconds} s), manifest digest ${image.digest}`);
+      if (source === 'registry') {
+        registry = await startRegistry();
+        r.say(`docker-registry (distribution) on ${registry.address}, plain HTTP, storage in ${registry.dir}`);
+      }
+      const foreign = HOST_ARCH === 'amd64' ? 'arm64' : 'amd64';
+      const args = [
+        ...(opts.dist === undefined ? [] : ['--dist', opts.dist]),
+        '--build-cross',
+        `--dist-${foreign}`,
+        join(lab.scratch, `linux-${foreign}`),
+        ...(opts.installPackages === true ? ['--install'] : []),
+        ...(registry === undefined ? [] : ['--push', `${registry.address}/ipwarden`, '--push-plain-http']),
+      ];
+      const image = buildImage(join(lab.scratch, 'image-build'), args);
+      r.say(`npm run image: ${image.archive} (${(image.sizeBytes / 2 ** 20).toFixed(1)} MiB, ${image.seconds} s with the ${foreign} cross build), index ${image.digest}: ${image.platforms.map((p) => `${p.platform} ${short(p.digest.slice(7))}`).join(', ')}`);
+      r.check(sameSet(image.platforms.map((p) => p.platform), ['linux/amd64', 'linux/arm64']), 'the image is an index of linux/amd64 and linux/arm64');
+      if (registry !== undefined) {
+        r.say(`skopeo copy --all --preserve-digests → ${image.pushed?.ref}; the registry serves ${image.pushed?.digest}`);
+        r.check(image.pushed?.digest === image.digest && image.pushed.byDigest === `${registry.address}/ipwarden@${image.digest}`, 'the registry serves the index under the digest the build printed');
       }
       const node = await labNode(lab);
-      return new DaemonSetRun(lab, node, image, opts.dist ?? join(REPO, 'dist'), r);
+      return new DaemonSetRun(lab, node, image, opts.dist ?? join(REPO, 'dist'), registry, r);
     } catch (e) {
       await lab.stop().catch(() => {});
+      await registry?.stop().catch(() => {});
       throw e;
     }
   }
@@ -221,9 +268,17 @@ export class DaemonSetRun {
     const podSpec = (ds['spec'] as { template: { spec: { initContainers?: { image: string }[]; containers: { image: string }[] } } }).template.spec;
     const images = new Set([...(podSpec.initContainers ?? []), ...podSpec.containers].map((c) => c.image));
     r.check(images.size === 1 && images.has(this.image.image), `every container of daemonset.yaml runs the image the archive names (${this.image.image})`);
-    this.imported = await importImage(lab, this.image.archive, this.image.image);
-    r.say(`ctr -n k8s.io images import: ${this.imported.ref} ${this.imported.digest}`);
-    r.check(this.imported.digest === this.image.digest, 'containerd lists the manifest digest npm run image printed');
+    if (this.registry !== undefined) {
+      // The operator's edit for a registry: every container's image → the pushed index, by digest.
+      for (const c of [...(podSpec.initContainers ?? []), ...podSpec.containers]) c.image = this.imageRef;
+      this.imported = await pullImage(lab, this.imageRef);
+      r.say(`ctr -n k8s.io images pull --plain-http ${this.imageRef}: ${this.imported.digest}`);
+      r.check(this.imported.digest === this.image.digest, 'containerd pulled the index digest npm run image printed (and unpacked this machine\'s platform)');
+    } else {
+      this.imported = await importImage(lab, this.image.archive, this.image.image);
+      r.say(`ctr -n k8s.io images import: ${this.imported.ref} ${this.imported.digest}`);
+      r.check(this.imported.digest === this.image.digest, 'containerd lists the index digest npm run image printed');
+    }
     const pod = await runDaemonSetPod(lab, this.node, { daemonSet: ds, name: `ipwarden-${lab.tag}`, uid: `${lab.tag}-ds-${attempt}` });
     this.pod = pod;
     const init = pod.initStatus.get('install-cni');
@@ -250,7 +305,14 @@ export class DaemonSetRun {
     r.check(files.every((n) => (statSync(join(lab.binDir, n)).mode & 0o777) === 0o755), 'every installed file is mode 0755');
     const daemon = await pod.status('ipwarden');
     r.say(`container ipwarden ${daemon.state} (image ${daemon.imageRef}), ready after ${pod.timings['ipwarden']} ms: GET /readyz on 127.0.0.1:${this.metricsPort} → 200`);
-    r.check(daemon.state === 'running' && daemon.imageRef === this.image.configDigest, `the daemon container runs the imported image (containerd's image id is the built config digest ${short(this.image.configDigest.slice(7))})`);
+    if (this.registry === undefined) {
+      const configDigest = hostPlatform(this.image).configDigest;
+      r.check(daemon.state === 'running' && daemon.imageRef === configDigest, `the daemon container runs the imported image's linux/${HOST_ARCH} manifest (containerd's image id is its config digest ${short(configDigest.slice(7))})`);
+    } else {
+      // CRI's image_ref of a pulled image is its repository digest; that it is the linux/amd64
+      // half shows in the bytes install-cni wrote (the image's standalone = this machine's build).
+      r.check(daemon.state === 'running' && daemon.imageRef === this.imageRef, `the daemon container runs the image pulled by digest (CRI image_ref ${this.imageRef})`);
+    }
     const started = pod.jsonLog('ipwarden').find((l) => l.msg === 'daemon started');
     r.check(started !== undefined, 'the daemon logged "daemon started" (container log)');
   }
@@ -284,6 +346,46 @@ export class DaemonSetRun {
       r.check(status.network.ip === p.pod.ip && line['result'] === 'ok', `web-${n} got ${p.pod.ip} from the daemon (its pod IP is the reservation's)`);
     }
     r.check(fallbackLines(lab).filter((l) => l.startsWith('ADD')).length === 0, 'no ADD went through the standalone fallback');
+    await this.#operatorTools();
+  }
+
+  /**
+   * What an operator does with `kubectl exec` and `kubectl cp` in the running daemon container
+   * (read-only root, /tmp an emptyDir, capabilities dropped): the exact commands kubectl runs
+   * (its pkg/cmd/cp: `test -d`, `tar -xmf - -C DIR`, `tar cf - FILE`, `sh -c "tar cf - FILE |
+   * tail -c+N"` for --retries), and a shell with the image's tools.
+   */
+  async #operatorTools(): Promise<void> {
+    const r = this.#r;
+    const lab = this.lab;
+    const id = this.pod?.containerIds.get('ipwarden');
+    if (id === undefined) throw new Error('no daemon container');
+    const exec = (args: string[], input?: Buffer): Promise<ExecResult> => execInContainer(lab, id, args, input);
+    // The lab node's host paths (the manifest's /etc/cni/net.d and /var/lib/cni/networks, mapped).
+    const confDir = mapPath(this.node, '/etc/cni/net.d');
+    const dataDir = mapPath(this.node, '/var/lib/cni/networks');
+    const page = await exec(['ipwarden', 'status', '--cni-conf-dir', confDir, '--data-dir', dataDir, '--html', '/tmp/node.html']);
+    r.check(page.exitCode === 0, `kubectl exec … -- ipwarden status --html /tmp/node.html: exit 0${page.exitCode === 0 ? '' : ` (${page.exitCode}: ${page.stderr})`}`);
+    const isDir = await exec(['test', '-d', '/tmp']);
+    const notDir = await exec(['test', '-d', '/tmp/node.html']);
+    r.check(isDir.exitCode === 0 && notDir.exitCode === 1, 'kubectl cp\'s `test -d /tmp` answers 0 (and 1 for a file)');
+    const down = await exec(['tar', 'cf', '-', '/tmp/node.html']);
+    const html = spawnSync('tar', ['-xOf', '-'], { input: down.stdout }).stdout.toString('utf8');
+    r.say(`kubectl cp POD:/tmp/node.html (tar cf - /tmp/node.html): exit ${down.exitCode}, a ${down.stdout.length}-byte tar holding ${html.length} bytes of HTML`);
+    r.check(down.exitCode === 0 && /^<!doctype html>/i.test(html) && html.includes(lab.networkName), 'the status page comes out of the pod as a tar (kubectl cp from the pod), naming the lab network');
+    const resumed = await exec(['sh', '-c', 'tar cf - /tmp/node.html | tail -c+513']);
+    r.check(resumed.exitCode === 0 && resumed.stdout.equals(down.stdout.subarray(512)), 'kubectl cp --retries\' resume (sh -c "tar cf - FILE | tail -c+513") gives the same tar from byte 513 on');
+    const note = `uploaded to ${lab.networkName}\n`;
+    const local = join(lab.scratch, 'kubectl-cp');
+    mkdirSync(local, { recursive: true });
+    writeFileSync(join(local, 'note.txt'), note);
+    const upload = spawnSync('tar', ['-C', local, '-cf', '-', 'note.txt']).stdout;
+    const up = await exec(['tar', '-xmf', '-', '-C', '/tmp'], upload);
+    const cat = await exec(['cat', '/tmp/note.txt']);
+    r.check(up.exitCode === 0 && cat.stdout.toString('utf8') === note, 'kubectl cp LOCAL POD:/tmp/ (tar -xmf - -C /tmp) writes the file into the pod\'s /tmp');
+    const ls = await exec(['sh', '-c', `ls ${join(dataDir, lab.networkName)} | grep -c '^10\\.'; ps -o args | grep -c '^/usr/bin/ipwarden daemon'; df -P /tmp | tail -n 1 | wc -l`]);
+    r.say(`kubectl exec … -- sh -c 'ls <data dir>/NET | grep -c …; ps -o args | grep -c …; df -P /tmp …': ${JSON.stringify(ls.stdout.toString('utf8'))}`);
+    r.check(ls.exitCode === 0 && ls.stdout.toString('utf8').split('\n')[0] === String(lab.reservations().length), `a shell in the pod lists the network's ${lab.reservations().length} reservation files (ls, grep), sees the daemon (ps, host PID namespace) and /tmp's disk (df)`);
   }
 
   /** Phase 3: leaks, the reboot, the re-created DaemonSet pod, the range filled, the heal. */
@@ -393,17 +495,22 @@ export class DaemonSetRun {
     r.check(counted.join(', ') === 'ADD ok, DEL ok, DEL ok', 'standalone-requests.log counts exactly that ADD and its two DELs (StopPodSandbox, RemovePodSandbox), all ok');
     await pod.remove();
     pod.close();
-    await runCtr(lab, ['images', 'rm', this.image.image]);
-    r.say(`RemovePodSandbox ${short(pod.sandboxId)}; ctr images rm ${this.image.image}`);
+    await runCtr(lab, ['images', 'rm', this.imageRef]);
+    r.say(`RemovePodSandbox ${short(pod.sandboxId)}; ctr images rm ${this.imageRef}`);
   }
 
-  /** Stops the lab (every sandbox, containerd, mounts, the scratch dir with the image). */
+  /** Stops the lab (every sandbox, containerd, mounts, the scratch dir with the image) and the registry (its process and storage). */
   async stop(): Promise<void> {
     this.pod?.close();
-    await this.lab.stop();
+    try {
+      await this.lab.stop();
+    } finally {
+      await this.registry?.stop();
+    }
   }
 }
 
 async function runCtr(lab: Lab, args: string[]): Promise<void> {
   await run('ctr', ['--address', lab.socketPath, '-n', 'k8s.io', ...args]);
 }
+

@@ -23,6 +23,7 @@
  * container logs go to `<log_directory>/<name>/<restart count>.log` in the CRI log format
  * (`<RFC 3339 time> <stream> <F|P> <text>`); `emptyDir` is a directory of the pod (mode 0777).
  */
+import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -484,8 +485,22 @@ export async function runDaemonSetPod(lab: Lab, node: LabNode, opts: RunPodOptio
 /** An image as containerd lists it after `ctr images import`. */
 export interface ImportedImage {
   readonly ref: string;
-  /** The digest `ctr images ls` shows: the manifest's for a single-manifest OCI archive. */
+  /** The digest `ctr images ls` shows: the target's (the image index's for ours). */
   readonly digest: string;
+}
+
+/**
+ * `ctr -n k8s.io images pull --plain-http <ref>` into the lab's containerd (the node's platform
+ * unpacked for its snapshotter, so the CRI can create containers of it), then `ctr images ls` for
+ * `ref`: what a node does with an image in a registry (plain HTTP: a loopback registry).
+ * @throws Error when the pull fails or `ref` is not listed afterwards.
+ */
+export async function pullImage(lab: Lab, ref: string): Promise<ImportedImage> {
+  await run('ctr', ['--address', lab.socketPath, '-n', 'k8s.io', 'images', 'pull', '--plain-http', ref], { timeoutSeconds: 300 });
+  const { stdout } = await run('ctr', ['--address', lab.socketPath, '-n', 'k8s.io', 'images', 'ls']);
+  const line = stdout.split('\n').map((l) => l.trim().split(/\s+/)).find((cols) => cols[0] === ref);
+  if (line === undefined || line[2] === undefined) throw new Error(`ctr images ls does not list ${ref} after the pull:\n${stdout}`);
+  return { ref, digest: line[2] };
 }
 
 /**
@@ -499,4 +514,43 @@ export async function importImage(lab: Lab, archive: string, name: string): Prom
   const line = stdout.split('\n').map((l) => l.trim().split(/\s+/)).find((cols) => cols[0] === name);
   if (line === undefined || line[2] === undefined) throw new Error(`ctr images ls does not list ${name} after the import:\n${stdout}`);
   return { ref: name, digest: line[2] };
+}
+
+/** What a process run in a container printed, and how it ended. */
+export interface ExecResult {
+  readonly exitCode: number | null;
+  readonly stdout: Buffer;
+  readonly stderr: string;
+}
+
+let execCounter = 0;
+
+/**
+ * Runs `args` in the running container `containerId` of the lab, as `kubectl exec` does through
+ * the kubelet (a process in the container's namespaces, cgroup and security context):
+ * `ctr -n k8s.io tasks exec --exec-id <unique> <containerId> …`, `input` on its stdin (closed
+ * after). Resolves with its exit status, stdout (bytes) and stderr; rejects only when ctr cannot
+ * start or does not finish within `timeoutSeconds` (default 60; then it is killed).
+ */
+export function execInContainer(lab: Lab, containerId: string, args: readonly string[], input: Buffer | string = '', timeoutSeconds = 60): Promise<ExecResult> {
+  return new Promise((resolve, reject) => {
+    const execId = `ipwarden-lab-exec-${process.pid}-${++execCounter}`;
+    const child = spawn('ctr', ['--address', lab.socketPath, '-n', 'k8s.io', 'tasks', 'exec', '--exec-id', execId, containerId, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on('data', (c: Buffer) => out.push(c));
+    child.stderr.on('data', (c: Buffer) => err.push(c));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutSeconds * 1000);
+    child.once('error', (e) => {
+      clearTimeout(timer);
+      reject(new Error(`ctr tasks exec: ${e.message}`));
+    });
+    child.once('close', (code, sig) => {
+      clearTimeout(timer);
+      if (sig === 'SIGKILL') reject(new Error(`ctr tasks exec ${args.join(' ')}: no answer within ${timeoutSeconds} s`));
+      else resolve({ exitCode: code, stdout: Buffer.concat(out), stderr: Buffer.concat(err).toString('utf8') });
+    });
+    child.stdin.on('error', () => {}); // a command that does not read its stdin
+    child.stdin.end(input);
+  });
 }

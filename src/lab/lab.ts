@@ -40,6 +40,7 @@ import { ClosedError } from '../common/errors.ts';
 import { CriClient, type Sandbox } from '../runtime/cri-client.ts';
 import { withRetry } from '../runtime/retry.ts';
 import { CHAIN_PLUGIN_TYPE, chainModeText, writeChainPlugin, type ChainedMode } from './chain-plugin.ts';
+import { installDebianPackages } from '../../scripts/debian-packages.mjs';
 import { buildPauseImage, PAUSE_IMAGE } from './image.ts';
 import { allPids, argvOf, cgroupsOf, isAlive, killAndWait, run, signal, waitGone } from './proc.ts';
 
@@ -324,13 +325,7 @@ export async function startLab(opts: LabOptions = {}): Promise<Lab> {
   const timings: Record<string, number> = {};
   if (opts.installPackages === true && (missingPrerequisites().length > 0 || TOOLS.some((t) => !onPath(t)))) {
     const t = performance.now();
-    log(`installing ${LAB_PACKAGES.join(' ')} with apt-get`);
-    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-    await run('apt-get', ['update'], { timeoutSeconds: 300, env });
-    await run('apt-get', ['install', '-y', '--no-install-recommends', ...LAB_PACKAGES], {
-      timeoutSeconds: 600,
-      env,
-    });
+    await installDebianPackages(LAB_PACKAGES, { log });
     timings['apt'] = since(t);
   }
   const unavailable = labUnavailableReason();

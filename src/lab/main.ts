@@ -21,7 +21,9 @@
  * Every check prints ✓ or ✗. Each lab is stopped (and checked for leftovers) also on failure.
  *
  * Run (d), the DaemonSet (issue 10; src/lab/daemonset-run.ts): `npm run image` builds the OCI
- * image, which is imported into a fresh lab's containerd and run as a pod the way a kubelet runs
+ * image index (linux/amd64 and linux/arm64), pushes it to a registry on loopback (Debian's
+ * docker-registry, started and stopped by the run), a fresh lab's containerd pulls it by digest,
+ * and runs it as a pod the way a kubelet runs
  * deploy/kubernetes/daemonset.yaml (host network and PID namespace, the manifest's host mounts
  * mapped onto the lab's dirs, the init container install-cni first and to completion, then the
  * daemon); the plugin appears in the lab's CNI bin dir, pods get their addresses through the shim
