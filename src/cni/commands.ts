@@ -241,7 +241,8 @@ class KernelCheck {
    * Run `attempt` with the predicate of the current view (taken now the first time). When it
    * fails with exhaustion after skipping addresses, read the kernel once more (once per ADD) and,
    * when the fresh view can be used, run it again with that view: what the first attempt created
-   * was rolled back by the allocator.
+   * was rolled back by the allocator. When the fresh view cannot be used, the exhaustion is thrown
+   * as it is (the skipped addresses stay skipped).
    */
   async allocate(attempt: (held: ((ip: IP) => boolean) | undefined) => Promise<Allocation[]>): Promise<Allocation[]> {
     if (this.#view === undefined) this.#view = this.#hooks.view(this.#req);
@@ -250,8 +251,13 @@ class KernelCheck {
     } catch (e) {
       if (!(e instanceof RangeExhaustedError) || this.#conflicts.size === 0 || this.#refreshed) throw e;
       this.#refreshed = true;
-      this.#view = await this.#hooks.fresh(this.#req);
-      // What the stale view showed and the fresh one does not was never a conflict.
+      const fresh = await this.#hooks.fresh(this.#req);
+      // A fresh read that cannot be used (incomplete, stale, not done in time) proves nothing: the
+      // addresses the usable view showed configured stay skipped and the exhaustion stands — never
+      // a retry without the kernel check, which would hand out an address a pod still holds.
+      if (fresh === null) throw e;
+      this.#view = fresh;
+      // What the earlier view showed and the fresh one does not was never a conflict.
       this.#conflicts.clear();
       return await attempt(this.#predicate());
     }

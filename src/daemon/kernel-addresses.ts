@@ -30,6 +30,12 @@ export interface KernelAddresses {
 }
 
 /**
+ * How long an ADD that found only kernel-held addresses waits for the fresh read it asked for,
+ * milliseconds, while it holds its network's lock; then the last read is judged as usual.
+ */
+export const FRESH_READ_WAIT_MS = 2000;
+
+/**
  * Build the index (options as {@link KernelIndexOptions}, `onRead` taken here) with its log lines
  * (`log`, as `part: "kernel-index"`) and `metrics`.
  */
@@ -63,11 +69,20 @@ export function kernelAddresses(log: Logger, metrics: KernelIndexMetrics, opts: 
   const hooks: KernelAddressHooks = {
     view: (req) => viewOf(index.state(), req),
     fresh: async (req) => {
-      try {
-        await index.refresh();
-      } catch {
-        // closed: the last read, judged as usual
-      }
+      // The ADD holds its network's lock meanwhile: wait for the fresh read at most
+      // FRESH_READ_WAIT_MS; past that the last read is judged as usual (closed: likewise).
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        index.refresh().then(
+          () => undefined,
+          () => undefined,
+        ),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, FRESH_READ_WAIT_MS);
+          timer.unref();
+        }),
+      ]);
+      clearTimeout(timer);
       return viewOf(index.state(), req);
     },
     skipped: (e) => {

@@ -332,6 +332,16 @@ describe('an ADD with the kernel address hooks', () => {
     assert.deepEqual([h.calls, h.reports], [['view n c9', 'fresh n c9'], []]);
   });
 
+  it('the only free address held in the view, and the fresh read unusable (incomplete): not handed out; the exhaustion stands, naming it', async () => {
+    const h = hooksOver([['10.244.1.6'], null]);
+    const store = nearlyFull();
+    const r = await addThrough(store, h.hooks);
+    assert.deepEqual([r.code, r.out['code'], r.out['msg']], [1, 999, 'failed to allocate for range 0: no IP addresses available in range set: 10.244.1.1-10.244.1.6']);
+    assert.match(String(r.out['details']), /configured in a network namespace with no reservation file: 10\.244\.1\.6 \(net:\[4026532455\] via \/run\/netns\/cni-9f\)/);
+    assert.deepEqual(h.calls, ['view n c9', 'fresh n c9']);
+    assert.equal(store.snapshot().reservations['10.244.1.6'], undefined, 'nothing written for it');
+  });
+
   it('still held after the fresh read: host-local\'s exhaustion message, the details name it, the conflict is reported once', async () => {
     const h = hooksOver([['10.244.1.6'], ['10.244.1.6']]);
     const store = nearlyFull();
