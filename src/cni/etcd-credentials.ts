@@ -7,7 +7,7 @@
  * the node-name file, src/cni/node-name-file.ts): its directory is a real directory (a symlink is
  * not followed), the file a regular file opened with O_NOFOLLOW, both owned by root (or the
  * effective user) and writable by neither group nor others — and, since it holds a password,
- * the file is not readable by others. Whoever could write it would choose which etcd user the
+ * the file is not readable by others (nor by a group other than root's). Whoever could write it would choose which etcd user the
  * node acts as; whoever could read it could release any address of the pool.
  */
 import { closeSync, constants, fstatSync, lstatSync, openSync, readSync } from 'node:fs';
@@ -61,6 +61,8 @@ export function readEtcdCredentials(path: string, euid: number = process.geteuid
     const fileBad = untrustedReason(path, st, euid);
     if (fileBad !== null) throw bad(fileBad);
     if ((st.mode & 0o004) !== 0) throw bad(`${path} is readable by others (mode ${(st.mode & 0o7777).toString(8)}): a password file must not be`);
+    // Group-readable only when the group is root's: any other group's members could read it.
+    if ((st.mode & 0o040) !== 0 && st.gid !== 0) throw bad(`${path} is readable by group ${st.gid} (mode ${(st.mode & 0o7777).toString(8)}): a password file must not be`);
     const buf = Buffer.alloc(CREDENTIALS_MAX_BYTES + 1);
     let n = 0;
     for (let got = -1; got !== 0 && n < buf.length; n += got) got = readSync(fd, buf, n, buf.length - n, n);

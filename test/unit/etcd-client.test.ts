@@ -87,6 +87,12 @@ describe('the credentials file (ipam.pool.etcd.credentials) under the trust rule
     withDir((dir) => {
       const body = '{"user":"u","password":"p"}';
       refused(write(join(dir, 'r.json'), body, 0o644), 'IPAM_INVALID_CONFIG', `ipam.pool.etcd.credentials: ${join(dir, 'r.json')} is readable by others (mode 644): a password file must not be`);
+      const g = write(join(dir, 'g.json'), body, 0o640);
+      chownSync(g, 0, 65534);
+      refused(g, 'IPAM_INVALID_CONFIG', `ipam.pool.etcd.credentials: ${g} is readable by group 65534 (mode 640): a password file must not be`);
+      const g0 = write(join(dir, 'g0.json'), '{"user":"u0","password":"p0"}', 0o640);
+      chownSync(g0, 0, 0);
+      assert.deepEqual(readEtcdCredentials(g0), { user: 'u0', password: 'p0' });
       refused(write(join(dir, 'w.json'), body, 0o620), 'IPAM_INVALID_CONFIG', `ipam.pool.etcd.credentials: ${join(dir, 'w.json')} is writable by group or others (mode 620)`);
       const o = write(join(dir, 'o.json'), body);
       chownSync(o, 65534, 65534);
