@@ -79,7 +79,7 @@
  * prototype `daemon-index.cjs`, `mtime.c`, `stress.py`), `bench/stamp-lag.c` (the coarse clock's lag,
  * the wall-clock rule's misses, the probe rule's); docs/daemon.md "The index".
  */
-import { chmodSync, closeSync, constants as fsConstants, existsSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
+import { closeSync, constants as fsConstants, existsSync, fchmodSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
 import { gunzipSync } from 'node:zlib';
 import { release as osRelease } from 'node:os';
 import { join } from 'node:path';
@@ -144,23 +144,33 @@ export interface FsClock {
 }
 
 /**
- * The default {@link FsClock}: `lstat` DIR/lock, `chmod` it to its own mode (this changes only its
+ * The default {@link FsClock}: open DIR/lock (`O_NOFOLLOW`), `fstat` it, `fchmod` it to its own mode (this changes only its
  * ctime, to the stamp the kernel gives a change now: coarse or fine, truncated to the file system's
- * granularity, exactly as a change to DIR would be stamped), `lstat` again and return the new ctime.
+ * granularity, exactly as a change to DIR would be stamped), `fstat` again and return the new ctime.
  * Null when the lock is not a regular file (a symlink may lead to another file system) or a call
  * fails (EPERM, EROFS, ENOENT): the linger then runs to its cap and the stamp is marked suspect.
- * Three syscalls, ≈ 5 µs.
+ * Five syscalls.
  */
 export const realFsClock: FsClock = {
   stampNow(lockPath) {
+    // By descriptor (O_NOFOLLOW): a symlink swapped in between a stat and a chmod by path would
+    // make root chmod the link's target. Closing this descriptor leaves the flock(2) on DIR/lock
+    // alone (a flock belongs to its own open file description).
+    let fd: number;
     try {
-      const st = lstatSync(lockPath);
-      if (!st.isFile()) return null;
-      chmodSync(lockPath, st.mode & 0o7777);
-      const after = lstatSync(lockPath, { bigint: true });
-      return after.isFile() ? after.ctimeNs : null;
+      fd = openSync(lockPath, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
     } catch {
       return null;
+    }
+    try {
+      const st = fstatSync(fd);
+      if (!st.isFile()) return null;
+      fchmodSync(fd, st.mode & 0o7777);
+      return fstatSync(fd, { bigint: true }).ctimeNs;
+    } catch {
+      return null;
+    } finally {
+      closeSync(fd);
     }
   },
 };
