@@ -4,6 +4,7 @@
  * field the schema does not know. Shared by test/unit/deploy-manifests.test.ts (the kustomize
  * manifests) and test/unit/helm-chart.test.ts (what the chart renders).
  */
+import assert from 'node:assert/strict';
 import { ConfigMap, Namespace, Service } from 'kubernetes-models/v1';
 import { DaemonSet } from 'kubernetes-models/apps/v1';
 import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
@@ -78,4 +79,14 @@ export function validateStrict(obj: unknown): void {
   };
   walk(model, '');
   if (unknown.length > 0) throw new Error(`${key}: unknown field${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}`);
+}
+
+/** `o.a.b.c` with a clear failure when a step is missing. */
+export function at(o: unknown, ...path: (string | number)[]): unknown {
+  let v = o;
+  for (const k of path) {
+    assert.ok(typeof v === 'object' && v !== null, `${path.join('.')}: ${String(k)} of a non-object`);
+    v = (v as Record<string | number, unknown>)[k];
+  }
+  return v;
 }

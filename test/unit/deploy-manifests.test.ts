@@ -30,7 +30,7 @@ import type { CliContext } from '../../src/cli/context.ts';
 import { runMain } from '../../src/cli/main.ts';
 import { validateSocketPath } from '../../src/cli/install-cni.ts';
 import { DEFAULT_NETNS_DIRS } from '../../src/node/kernel-evidence.ts';
-import { isObj, MODELS, validateStrict, type Obj } from '../helpers/k8s-validate.ts';
+import { at, isObj, MODELS, validateStrict, type Obj } from '../helpers/k8s-validate.ts';
 import { k8sTools } from '../helpers/k8s-tools.ts';
 import { mapPath, mapValue, memoryBytes, milliCpu, planPod, type LabNode } from '../../src/lab/daemonset.ts';
 
@@ -66,15 +66,6 @@ function only(kind: string): Obj {
   return found[0] as Obj;
 }
 
-/** `o.a.b.c` with a clear failure when a step is missing. */
-function at(o: unknown, ...path: (string | number)[]): unknown {
-  let v = o;
-  for (const k of path) {
-    assert.ok(typeof v === 'object' && v !== null, `${path.join('.')}: ${String(k)} of a non-object`);
-    v = (v as Record<string | number, unknown>)[k];
-  }
-  return v;
-}
 
 function clone<T>(v: T): T {
   return structuredClone(v);

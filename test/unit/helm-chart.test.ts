@@ -34,7 +34,7 @@ import { runMain } from '../../src/cli/main.ts';
 import { decodePoolConfig } from '../../src/ipam/pool-config.ts';
 import { planPod, type LabNode } from '../../src/lab/daemonset.ts';
 import { k8sTools } from '../helpers/k8s-tools.ts';
-import { isObj, validateStrict, type Obj } from '../helpers/k8s-validate.ts';
+import { at, isObj, validateStrict, type Obj } from '../helpers/k8s-validate.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CHART = join(ROOT, 'deploy/helm/ipwarden');
@@ -125,15 +125,6 @@ function one(objs: readonly Obj[], kind: string): Obj {
   return found[0] as Obj;
 }
 
-/** `o.a.b.c` with a clear failure when a step is missing. */
-function at(o: unknown, ...path: (string | number)[]): unknown {
-  let v = o;
-  for (const k of path) {
-    assert.ok(typeof v === 'object' && v !== null, `${path.join('.')}: ${String(k)} of a non-object`);
-    v = (v as Record<string | number, unknown>)[k];
-  }
-  return v;
-}
 
 interface Container {
   name: string;
