@@ -31,7 +31,7 @@ import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import { openDefaultAuditLog, type AuditSink } from '../reconcile/audit.ts';
 import { criSandboxSource, type PodIPSource } from '../reconcile/cri-source.ts';
 import { makeHeal } from '../reconcile/reclaim.ts';
-import type { UseEvidence } from '../reconcile/evidence.ts';
+import type { EvidenceReader } from '../reconcile/evidence.ts';
 import { CriClient } from '../runtime/cri-client.ts';
 import { parseRuntimeEndpoint } from '../runtime/endpoint.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
@@ -171,7 +171,7 @@ export async function pluginRuntimeSource(conf: IPAMConfig, deps: RuntimeChoiceD
 export function criHeal(
   env: Readonly<Record<string, string | undefined>>,
   now: () => number = Date.now,
-  evidence: () => UseEvidence = () => readKernelEvidence(),
+  evidence: EvidenceReader = () => readKernelEvidence(),
   runtimePid?: number,
   nodeEndpoint: NodeEndpointSource = recordedNodeEndpoint,
 ): HealHooks {

@@ -28,7 +28,7 @@ import { settingsValue } from '../ipam/pool-offline.ts';
 import type { ClusterCheck, KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
 import { EtcdKV, type EtcdTlsSource } from '../store/etcd/etcd-kv.ts';
 import { credentialsFile } from './etcd-credentials.ts';
-import { readKernelEvidence } from '../node/kernel-evidence.ts';
+import { readKernelEvidenceAsync } from '../node/kernel-evidence.ts';
 import { openDefaultAuditLog } from '../reconcile/audit.ts';
 import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
 import { readNodeNameFile } from './node-name-file.ts';
@@ -64,7 +64,8 @@ export interface PoolHooks {
  */
 export function poolGcWith(kv: KV, pool: PoolConfig, node: string, id: NetworkIdentity, valid: readonly PoolRequest[]): Promise<PoolGcOutcome> {
   return poolGC({ kv, prefix: pool.etcd.prefix, pool: pool.name, node }, id.name, valid, {
-    evidence: () => readKernelEvidence(),
+    // Asynchronous (same reads): in the daemon a GC must not stall the plugin socket meanwhile.
+    evidence: () => readKernelEvidenceAsync(),
     // A pool network writes nothing else under its data dir: make it for the log if it is missing.
     audit: () => {
       mkdirSync(id.dataDir, { recursive: true, mode: 0o755 });

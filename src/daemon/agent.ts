@@ -4,7 +4,7 @@
  * its parts, every request counted, readiness from the socket's state.
  */
 import type { DaemonOptions } from '../common/daemon-options.ts';
-import { readKernelEvidence } from '../node/kernel-evidence.ts';
+import { readKernelEvidenceAsync } from '../node/kernel-evidence.ts';
 import type { ReconcileDeps } from '../reconcile/options.ts';
 import { join, dirname } from 'node:path';
 import { AppError } from '../common/errors.ts';
@@ -175,7 +175,8 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   const reconcile: ReconcileDeps = over.reconcile ?? {
     env: process.env,
     now: () => Date.now(),
-    evidence: () => readKernelEvidence(),
+    // Asynchronous: a read of every namespace (up to the helper's 5 s) must not stall the socket.
+    evidence: () => readKernelEvidenceAsync(),
     // Never create a directory the pass found gone (an operator may just have removed it).
     openStore: async (dataDir, network) => {
       const store = await indexes.openStore({ dataDir, network, create: false });

@@ -43,7 +43,7 @@ import { makeHandlers, type HealHooks, type KernelAddressHooks, type PluginDeps 
 import { criHeal, type NodeEndpointSource } from '../cni/heal.ts';
 import { exactEnv } from '../cni/plugin.ts';
 import { pluginMain, type PluginIO } from '../cni/skel.ts';
-import { readKernelEvidence } from '../node/kernel-evidence.ts';
+import { readKernelEvidenceAsync } from '../node/kernel-evidence.ts';
 import { hostView, type HostView } from '../node/host-view.ts';
 import { openFileStore } from '../store/file/file-store.ts';
 import type { ListOptions, Owner, Reservation, Store } from '../store/store.ts';
@@ -74,7 +74,7 @@ export const fileStoreOpener: StoreOpener = async ({ dataDir, network, create })
  * wrote beside it (src/cni/heal.ts).
  */
 export function criHealFactoryFor(nodeEndpoint: NodeEndpointSource): HealFactory {
-  return ({ env, pid }) => criHeal(env, Date.now, () => readKernelEvidence({ selfPid: pid }), pid, nodeEndpoint);
+  return ({ env, pid }) => criHeal(env, Date.now, () => readKernelEvidenceAsync({ selfPid: pid }), pid, nodeEndpoint);
 }
 
 /** {@link criHealFactoryFor} without a node endpoint: a request whose ancestry finds no runtime reclaims nothing. */

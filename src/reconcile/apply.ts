@@ -19,7 +19,7 @@
 import { AppError } from '../common/errors.ts';
 import { sameOwner, type Reservation, type Store } from '../store/store.ts';
 import { memoryAuditSink, type AuditPhase, type AuditRecord, type AuditSink } from './audit.ts';
-import type { UseEvidence } from './evidence.ts';
+import type { EvidenceReader } from './evidence.ts';
 import { DEFAULT_LOCK_TIMEOUT_SECONDS, type StoreOpener } from './networks.ts';
 import { classify, isReleasable, isStampedInFuture, type AnyVerdict, type Plan, type PlanEntry } from './plan.ts';
 import { podIPMessage, type PodIPFinding } from './unreserved.ts';
@@ -38,7 +38,7 @@ export interface ApplyOptions {
    * Reads the kernel evidence again, under each network's lock, before its releases are
    * re-classified (`src/node/kernel-evidence.ts` in production; tests pass a constant).
    */
-  readonly evidence: () => UseEvidence;
+  readonly evidence: EvidenceReader;
 }
 
 /** A planned release that was not done, and why (a short sentence). */
@@ -127,7 +127,7 @@ export async function applyPlan(p: Plan<AnyVerdict>, opts: ApplyOptions): Promis
       const current = new Map<string, Reservation>();
       for (const r of await store.list()) current.set(r.ip, r);
       // The kernel is asked again under this lock: an address configured since the plan protects its file.
-      const evidence = opts.evidence();
+      const evidence = await opts.evidence();
       const toRelease: Array<{ entry: PlanEntry<AnyVerdict>; fresh: PlanEntry<AnyVerdict> }> = [];
       for (const entry of planned) {
         const cur = current.get(entry.ip);

@@ -44,6 +44,13 @@ export interface UseEvidence {
   readonly unreadPinDirs?: readonly string[];
 }
 
+/**
+ * Reads the kernel evidence: synchronously (`readKernelEvidence`, the CLI and the standalone
+ * plugin) or as a promise (`readKernelEvidenceAsync`, the daemon, whose event loop must keep
+ * answering the plugin socket while a read of every network namespace runs). Callers await it.
+ */
+export type EvidenceReader = () => UseEvidence | Promise<UseEvidence>;
+
 /** Complete evidence of a node where nothing is configured and nothing is in flight (tests, fixtures). */
 export const NOTHING_IN_USE: UseEvidence = Object.freeze({
   addresses: new Map<string, readonly EvidenceHolder[]>(),

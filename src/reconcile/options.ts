@@ -9,7 +9,7 @@ import { AppError, UsageError } from '../common/errors.ts';
 import { parseDuration } from '../common/duration.ts';
 import { DEFAULT_CNI_CONF_DIR, DEFAULT_DATA_DIR } from '../common/names.ts';
 import type { Store } from '../store/store.ts';
-import type { UseEvidence } from './evidence.ts';
+import type { EvidenceReader } from './evidence.ts';
 import { POLICIES, type Policy } from './plan.ts';
 import type { SandboxSourceFactory } from './sandboxes.ts';
 
@@ -37,9 +37,10 @@ export interface ReconcileDeps {
   readonly sandboxSource?: SandboxSourceFactory;
   /**
    * Reads the kernel evidence (addresses configured in the node's network namespaces, CNI
-   * operations in flight). Default `readKernelEvidence()` of `src/node/kernel-evidence.ts`.
+   * operations in flight). Default `readKernelEvidence()` of `src/node/kernel-evidence.ts`; the
+   * daemon passes `readKernelEvidenceAsync()` (its event loop keeps serving the plugin socket).
    */
-  readonly evidence?: () => UseEvidence;
+  readonly evidence?: EvidenceReader;
   /** Socket probe for the other default runtime endpoints (default `existsSync`). */
   readonly socketExists?: (path: string) => boolean;
   /**

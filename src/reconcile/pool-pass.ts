@@ -38,7 +38,7 @@ import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import type { KV } from '../store/kv.ts';
 import type { AuditRecord, AuditSink } from './audit.ts';
 import { Confirmations, type Candidate } from './confirm.ts';
-import { inUseReason, type UseEvidence } from './evidence.ts';
+import { inUseReason, type EvidenceReader, type UseEvidence } from './evidence.ts';
 import { describeError, type ReconcileDeps } from './options.ts';
 import type { SandboxIndex } from './plan.ts';
 import { takeSnapshot, type RuntimeJson } from './snapshot.ts';
@@ -308,7 +308,7 @@ export async function runPoolPass(
   if (decision.release.length > 0) {
     let ev: UseEvidence;
     try {
-      ev = (deps.evidence ?? (() => readKernelEvidence()))();
+      ev = await (deps.evidence ?? (() => readKernelEvidence()))();
     } catch (e) {
       ev = { addresses: new Map(), inFlight: new Map(), incomplete: describeError(e) };
     }
@@ -374,7 +374,7 @@ export interface PoolGcOutcome {
 /** What {@link poolGC} is given. */
 export interface PoolGcDeps {
   /** Reads the kernel evidence (after the handles are read). */
-  evidence(): UseEvidence;
+  readonly evidence: EvidenceReader;
   /** Opens the audit log (only when something is to be released). */
   audit(): AuditSink;
   /** Now, ms since the epoch (the audit's times). */
@@ -416,7 +416,7 @@ export async function poolGC(t: PoolKeys & { readonly kv: KV; readonly node: str
   const host = deps.host ?? hostname();
   const listed = nodeHandles(await t.kv.list(handlesPrefix(t)), t, t.node, host);
   const handles = listed.handles.filter((h) => h.value.network === network);
-  const ev = deps.evidence();
+  const ev = await deps.evidence();
   const verdicts = gcDecision(handles, valid, r, (ip, id) => inUseReason(ev, ip, id), ev.incomplete);
   const kept: Array<{ containerId: string; ifname: string; why: string }> = [];
   for (const v of verdicts) if (!v.release) kept.push({ containerId: v.handle.containerId, ifname: v.handle.ifname, why: v.why });

@@ -15,7 +15,7 @@
  */
 import { DEFAULT_DATA_DIR } from '../common/names.ts';
 import type { RangeSet } from '../ipam/types.ts';
-import { inUseReason, RECOVERED_OWNER_PREFIX, type UseEvidence } from './evidence.ts';
+import { inUseReason, RECOVERED_OWNER_PREFIX, type EvidenceReader } from './evidence.ts';
 import { RE_RESERVE_IFNAME, releaseRecorded } from './apply.ts';
 import { formatIP, parseIP } from '../common/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
@@ -51,7 +51,7 @@ export interface ReclaimDeps {
   /** Now, milliseconds since the Unix epoch. */
   now(): number;
   /** Reads the kernel evidence (`src/node/kernel-evidence.ts`); called once, after the runtime answered. */
-  evidence(): UseEvidence;
+  readonly evidence: EvidenceReader;
   /** Monotonic milliseconds (default `performance.now`), for the deadline. */
   monotonic?(): number;
 }
@@ -177,7 +177,7 @@ export async function reclaimLocked(
     const ip = parseIP(t);
     if (ip !== null) podIPs.add(formatIP(ip));
   }
-  const evidence = deps.evidence();
+  const evidence = await deps.evidence();
   const reservations = (await store.list()).map((r) => ({ network: conf.name, dir: '', ...r }));
   const p = plan({ reservations, sandboxes: indexSandboxes(list), snapshotAtMs, graceSeconds: conf.leakGracePeriodSeconds, evidence });
   // Time: a file stamped in the future gets its grace period from now (docs/reconciler.md "Time").
@@ -255,7 +255,7 @@ export interface RecoveryDeps {
   readonly source: PodIPSource | string;
   readonly audit: AuditSink;
   now(): number;
-  evidence(): UseEvidence;
+  readonly evidence: EvidenceReader;
   monotonic?(): number;
 }
 
@@ -325,7 +325,7 @@ export async function recoverLocked(store: Store, conf: IPAMConfig, deps: Recove
       }
     }
   }
-  const evidence = deps.evidence();
+  const evidence = await deps.evidence();
   const pending = await store.recoveryPending();
   if (evidence.incomplete !== null) {
     // A runtime that exists but did not answer for every sandbox: try again later.
@@ -434,8 +434,8 @@ export interface HealEnv {
   audit(conf: Pick<IPAMConfig, 'name' | 'dataDir'>): AuditSink;
   /** Now, milliseconds since the Unix epoch. */
   now(): number;
-  /** Reads the kernel evidence (`src/node/kernel-evidence.ts` in production). */
-  evidence(): UseEvidence;
+  /** Reads the kernel evidence (`src/node/kernel-evidence.ts` in production; the daemon's reader is asynchronous). */
+  readonly evidence: EvidenceReader;
   /** Monotonic milliseconds for deadlines (default `performance.now`). */
   monotonic?(): number;
 }
@@ -505,11 +505,11 @@ export async function gcLocked(
   store: Store,
   network: string,
   candidates: readonly { ip: string; owner: { containerId: string; ifname: string | null } | null; mtimeMs: number }[],
-  deps: { audit: AuditSink; now(): number; evidence(): UseEvidence },
+  deps: { audit: AuditSink; now(): number; evidence: EvidenceReader },
 ): Promise<GcOutcome> {
   const kept: Array<{ ip: string; why: string }> = [];
   if (candidates.length === 0) return { released: [], kept, errors: [] };
-  const ev = deps.evidence();
+  const ev = await deps.evidence();
   const entries = [];
   for (const r of candidates) {
     const used = ev.incomplete !== null ? `kernel evidence incomplete: ${ev.incomplete}` : inUseReason(ev, r.ip, r.owner?.containerId ?? null);

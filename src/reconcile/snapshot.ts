@@ -189,6 +189,6 @@ async function otherRuntimes(chosen: string, deps: ReconcileDeps): Promise<strin
  */
 export async function takeSnapshot(opts: SnapshotOptions, deps: ReconcileDeps): Promise<Snapshot> {
   const answer = await askRuntime(opts, deps); // first the runtime...
-  const evidence = (deps.evidence ?? (() => readKernelEvidence()))(); // ...then the kernel
+  const evidence = await (deps.evidence ?? (() => readKernelEvidence()))(); // ...then the kernel
   return { ...answer, evidence };
 }
