@@ -16,7 +16,12 @@
  *   ({@link InstalledFilesDeps.argv}: the same code, the same atomic writes, under its lock), then
  *   a check against a fresh plan; success is logged (`installed files reinstalled`) and counted
  *   (`onReinstall`, `ipwarden_plugin_reinstalls_total{reason}`), a failure is logged with
- *   install-cni's own message and stays the problem until a later check succeeds.
+ *   install-cni's own message and stays the problem until a later check succeeds;
+ * - a failed reinstall (install-cni failed, or the files changed again right after it) is retried
+ *   with capped exponential backoff ({@link reinstallBackoffMs}: 1 s, doubling, at most 60 s; back to
+ *   1 s after a check finds every file in place): until the retry is due, checks still run (the
+ *   problem stays current) but start no install-cni, whatever the events — a failing install-cni
+ *   that touches the directory cannot spin. Each failure's log line says when the next try is.
  *
  * The child runs outside the event loop: requests keep being answered while ~100 MB is copied.
  */
@@ -50,6 +55,41 @@ export interface InstalledFilesDeps {
 /** Why a file is not as installed: `missing`, or a clause (`mode 0700, not 0755`, `its content differs`). */
 type Verdict = 'ok' | 'missing' | string;
 
+/** First delay before a failed reinstall is retried, milliseconds. */
+export const REINSTALL_RETRY_FIRST_MS = 1000;
+/** Longest delay between two reinstall tries, milliseconds. */
+export const REINSTALL_RETRY_MAX_MS = 60_000;
+
+/**
+ * Delay before the next reinstall after `failures` consecutive failed ones (≥ 1), milliseconds:
+ * {@link REINSTALL_RETRY_FIRST_MS} doubled per further failure, at most {@link REINSTALL_RETRY_MAX_MS}
+ * (1, 2, 4, 8, 16, 32, 60, 60 … s).
+ */
+export function reinstallBackoffMs(failures: number): number {
+  return Math.min(REINSTALL_RETRY_MAX_MS, REINSTALL_RETRY_FIRST_MS * 2 ** Math.min(Math.max(failures, 1) - 1, 30));
+}
+
+/** The watch's time and timers (tests inject a fake one). */
+export interface WatchClock {
+  /** Monotonic time, milliseconds. */
+  now(): number;
+  /** Wall time, milliseconds since the epoch (only for the log's `nextRetryAt`). */
+  wallNow(): number;
+  /** Run `fn` after `ms` milliseconds without keeping the process alive; returns a cancel function. */
+  setTimeout(fn: () => void, ms: number): () => void;
+}
+
+/** `performance.now`, `Date.now` and unref'd `setTimeout`s. */
+export const REAL_WATCH_CLOCK: WatchClock = {
+  now: () => performance.now(),
+  wallNow: () => Date.now(),
+  setTimeout: (fn, ms) => {
+    const t = setTimeout(fn, ms);
+    t.unref();
+    return () => clearTimeout(t);
+  },
+};
+
 /** Options of {@link InstallWatch}. */
 export interface InstallWatchOptions {
   readonly log: Logger;
@@ -61,6 +101,8 @@ export interface InstallWatchOptions {
   readonly settleMs?: number;
   /** Backstop check period, ms (default 10 000). */
   readonly intervalMs?: number;
+  /** Time and timers (default {@link REAL_WATCH_CLOCK}). */
+  readonly clock?: WatchClock;
 }
 
 /** SHA-256 (hex) and size of a file's bytes, read as a stream. */
@@ -96,16 +138,24 @@ export class InstallWatch {
   #ok: boolean | null = null;
   #pending = false;
   #running: Promise<void> | null = null;
-  #lastEvent = 0;
-  #timer: NodeJS.Timeout | null = null;
-  #interval: NodeJS.Timeout | null = null;
+  #lastEvent = Number.NEGATIVE_INFINITY;
+  #timer: (() => void) | null = null;
+  #interval: (() => void) | null = null;
   #child: ChildProcess | null = null;
   #closed = false;
+  readonly #clock: WatchClock;
+  /** Consecutive failed reinstalls (0 after a check found every file in place). */
+  #failures = 0;
+  /** When the next reinstall may start (monotonic ms), and the last failure's message. */
+  #retryAt = 0;
+  #lastFailure = '';
+  #retryTimer: (() => void) | null = null;
 
   constructor(deps: InstalledFilesDeps, opts: InstallWatchOptions) {
     this.#deps = deps;
     this.#log = opts.log;
     this.#opts = opts;
+    this.#clock = opts.clock ?? REAL_WATCH_CLOCK;
   }
 
   /**
@@ -121,16 +171,23 @@ export class InstallWatch {
     await this.#refreshPlan();
     this.#log.info({ dir: this.#deps.dir, files: this.#want.map((w) => w.file.name) }, 'watching the installed files');
     this.#rearm();
-    this.#interval = setInterval(() => this.#schedule(false), this.#opts.intervalMs ?? 10_000);
-    this.#interval.unref();
+    const every = this.#opts.intervalMs ?? 10_000;
+    const tick = (): void => {
+      this.#interval = this.#clock.setTimeout(() => {
+        tick();
+        this.#schedule(false);
+      }, every);
+    };
+    tick();
     this.#schedule(false);
   }
 
   /** Stop watching; a reinstall in progress is killed (install-cni's next run removes its temporaries). Idempotent. */
   async close(): Promise<void> {
     this.#closed = true;
-    if (this.#timer !== null) clearTimeout(this.#timer);
-    if (this.#interval !== null) clearInterval(this.#interval);
+    this.#timer?.();
+    this.#interval?.();
+    this.#retryTimer?.();
     for (const { w } of this.#watchers.values()) w.close();
     this.#watchers.clear();
     if (this.#child?.pid !== undefined && this.#child.exitCode === null && this.#child.signalCode === null) this.#child.kill('SIGTERM');
@@ -146,16 +203,16 @@ export class InstallWatch {
   /** A check soon: after `settleMs` of quiet when `event`, else at once (still after a running one). */
   #schedule(event: boolean): void {
     if (this.#closed) return;
-    if (event) this.#lastEvent = performance.now();
+    if (event) this.#lastEvent = this.#clock.now();
     this.#pending = true;
     if (this.#running !== null || this.#timer !== null) return;
     this.#arm(event ? (this.#opts.settleMs ?? 200) : 0);
   }
 
   #arm(ms: number): void {
-    this.#timer = setTimeout(() => {
+    this.#timer = this.#clock.setTimeout(() => {
       this.#timer = null;
-      const quiet = performance.now() - this.#lastEvent;
+      const quiet = this.#clock.now() - this.#lastEvent;
       const settle = this.#opts.settleMs ?? 200;
       if (quiet < settle) {
         this.#arm(settle - quiet);
@@ -260,37 +317,71 @@ export class InstallWatch {
     if (bad.length === 0) {
       if (this.#ok !== true) this.#log.info({ dir }, 'installed files in place');
       this.#setState(true, null);
+      this.#resetBackoff();
       return;
     }
     const list = bad.map((b) => `${b.name} (${b.why})`).join(', ');
     const reason = bad.some((b) => b.why === 'missing') ? 'missing' : 'changed';
+    if (this.#failures > 0 && this.#clock.now() < this.#retryAt) {
+      // Backing off after a failed reinstall: the problem stays current, no install-cni yet.
+      this.#setState(false, `installed files not in place in ${dir}: ${list}; the reinstall failed: ${this.#lastFailure}`);
+      this.#log.debug({ dir, reason, failures: this.#failures, retryInSeconds: (this.#retryAt - this.#clock.now()) / 1000 }, 'installed files not in place: reinstall deferred (backing off)');
+      this.#armRetry();
+      return;
+    }
     this.#setState(false, `installed files not in place in ${dir}: ${list}; reinstalling`);
     this.#log.warn({ dir, reason, files: Object.fromEntries(bad.map((b) => [b.name, b.why])) }, 'installed files missing or changed: reinstalling');
     if (this.#closed) return; // stopping: no new child (the next daemon checks again)
-    const t0 = performance.now();
+    const t0 = this.#clock.now();
     const r = await this.#runInstall();
     if (this.#closed) return;
     if (r.code !== 0) {
       const said = (r.stderr.trim() || r.stdout.trim()).split('\n')[0] ?? '';
       const message = said === '' ? `install-cni exited with ${r.signal ?? r.code}` : said.replace(/^ipwarden: /, '');
       this.#setState(false, `installed files not in place in ${dir}: ${list}; the reinstall failed: ${message}`);
-      this.#log.error({ dir, reason, exitStatus: r.code, signal: r.signal, error: message }, 'reinstall of the installed files failed');
+      this.#log.error({ dir, reason, exitStatus: r.code, signal: r.signal, error: message, ...this.#failed(message) }, 'reinstall of the installed files failed');
       return;
     }
     // Against a fresh plan: what install-cni just copied is the source as it is now.
     await this.#refreshPlan();
     const still = await this.#verifyAll();
-    const durationSeconds = (performance.now() - t0) / 1000;
+    const durationSeconds = (this.#clock.now() - t0) / 1000;
     if (still.length > 0) {
       const left = still.map((b) => `${b.name} (${b.why})`).join(', ');
       this.#setState(false, `installed files not in place in ${dir}: ${left}; reinstalled, but they changed again`);
-      this.#log.error({ dir, reason, files: Object.fromEntries(still.map((b) => [b.name, b.why])), durationSeconds }, 'reinstalled, but the installed files are still not in place');
-      this.#pending = true;
+      this.#log.error({ dir, reason, files: Object.fromEntries(still.map((b) => [b.name, b.why])), durationSeconds, ...this.#failed('they changed again') }, 'reinstalled, but the installed files are still not in place');
       return;
     }
     this.#setState(true, null);
+    this.#resetBackoff();
     this.#opts.onReinstall?.(reason);
     this.#log.info({ dir, reason, files: bad.map((b) => b.name), durationSeconds, output: r.stdout.trim().split('\n') }, 'installed files reinstalled');
+  }
+
+  /** Count a failed reinstall, set when the next may start and arm its check; the log fields saying when. */
+  #failed(message: string): { failures: number; retryInSeconds: number; nextRetryAt: string } {
+    this.#failures++;
+    this.#lastFailure = message;
+    const delay = reinstallBackoffMs(this.#failures);
+    this.#retryAt = this.#clock.now() + delay;
+    this.#armRetry();
+    return { failures: this.#failures, retryInSeconds: delay / 1000, nextRetryAt: new Date(this.#clock.wallNow() + delay).toISOString() };
+  }
+
+  /** A check when the retry is due (one timer at a time). */
+  #armRetry(): void {
+    if (this.#closed || this.#retryTimer !== null) return;
+    this.#retryTimer = this.#clock.setTimeout(() => {
+      this.#retryTimer = null;
+      this.#schedule(false);
+    }, Math.max(0, this.#retryAt - this.#clock.now()));
+  }
+
+  #resetBackoff(): void {
+    this.#failures = 0;
+    this.#retryAt = 0;
+    this.#retryTimer?.();
+    this.#retryTimer = null;
   }
 
   #runInstall(): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> {

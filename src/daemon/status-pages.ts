@@ -6,8 +6,8 @@
  * the node (`kubectl port-forward`, or a browser on the metrics address).
  *
  * Each report is made on request, never from a cache older than the request: one runtime
- * snapshot (CRI `ListPodSandbox`), the kernel evidence (a synchronous read of every network
- * namespace), then each network read under its lock (at most {@link STATUS_LOCK_TIMEOUT_SECONDS}
+ * snapshot (CRI `ListPodSandbox`), the kernel evidence (a read of every network namespace, with
+ * the asynchronous reader: plugin requests are answered meanwhile), then each network read under its lock (at most {@link STATUS_LOCK_TIMEOUT_SECONDS}
  * each). That is a pass's reading without its releases, so requests go through a
  * {@link RenderGate} of their own: every request is answered by a report begun at or after it
  * arrived, reports never overlap and begin at least {@link STATUS_RENDER_INTERVAL_MS} apart, and
