@@ -13,6 +13,10 @@
  * - the ServiceMonitor and PrometheusRule are rendered only when enabled and the cluster serves
  *   monitoring.coreos.com/v1, and then equal the kustomize component's (the rules of
  *   docs/metrics.md), with the labels a Prometheus selects by;
+ * - the Grafana dashboard's ConfigMap (`dashboards.enabled`, off by default) holds exactly
+ *   deploy/grafana/ipwarden-dashboard.json (the chart's files/ copy is byte-for-byte that file),
+ *   labelled for Grafana's sidecar, in the release's namespace or `dashboards.namespace`, and
+ *   equals the kustomize component's but for Helm's labels and name;
  * - a pool TLS Secret is mounted read-only at the fixed path, in the daemon only, and NOTES.txt
  *   prints an `ipam.pool.etcd` object the CNI configuration's own parser accepts;
  * - other values (CRI-O's socket, another CNI bin dir, a digest, metrics off, an IPv6 bind, the
@@ -226,6 +230,7 @@ const HELM_LABELS = { 'app.kubernetes.io/instance': RELEASE, 'app.kubernetes.io/
 const SELECTOR = { 'app.kubernetes.io/name': 'ipwarden', 'app.kubernetes.io/instance': RELEASE, 'app.kubernetes.io/component': 'node-agent' };
 
 const MONITORING_ON = { serviceMonitor: { enabled: true, labels: { release: 'prometheus' } }, prometheusRule: { enabled: true, labels: { release: 'prometheus' } } };
+const DASHBOARD = { dashboards: { enabled: true } };
 const POOL_TLS = { pools: { etcd: { endpoints: ['https://10.0.0.5:2379', 'https://etcd-1.example:2379'], tls: { secretName: 'ipwarden-etcd-tls' } } } };
 
 describe('deploy/helm/ipwarden', { skip }, () => {
@@ -248,6 +253,7 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     ['monitoring on, with the CRD API', MONITORING_ON, ['monitoring.coreos.com/v1']],
     ['monitoring on, without the CRD API', MONITORING_ON, []],
     ['a pool TLS Secret', POOL_TLS, []],
+    ['the Grafana dashboard', DASHBOARD, []],
   ];
   for (const [name, values] of scenarios) {
     it(`helm lint --strict is clean: ${name}`, () => {
@@ -263,6 +269,7 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     'monitoring on, with the CRD API': ['DaemonSet', 'PrometheusRule', 'Service', 'ServiceMonitor'],
     'monitoring on, without the CRD API': ['DaemonSet', 'Service'],
     'a pool TLS Secret': ['DaemonSet', 'Service'],
+    'the Grafana dashboard': ['ConfigMap', 'DaemonSet', 'Service'],
   };
   for (const [name, values, apis] of scenarios) {
     it(`helm template renders exactly ${expectedKinds[name]?.join(', ')}, each valid against its API schema with no unknown field: ${name}`, async () => {
@@ -271,7 +278,7 @@ describe('deploy/helm/ipwarden', { skip }, () => {
       for (const o of objs) {
         validateStrict(o);
         assert.equal(at(o, 'metadata', 'namespace'), NS, String(o.kind));
-        assert.deepEqual(at(o, 'metadata', 'labels'), { ...SELECTOR, 'app.kubernetes.io/version': VERSION, 'app.kubernetes.io/managed-by': 'Helm', 'helm.sh/chart': `ipwarden-${VERSION}`, ...(o.kind === 'ServiceMonitor' || o.kind === 'PrometheusRule' ? { release: 'prometheus' } : {}) });
+        assert.deepEqual(at(o, 'metadata', 'labels'), { ...SELECTOR, 'app.kubernetes.io/version': VERSION, 'app.kubernetes.io/managed-by': 'Helm', 'helm.sh/chart': `ipwarden-${VERSION}`, ...(o.kind === 'ServiceMonitor' || o.kind === 'PrometheusRule' ? { release: 'prometheus' } : {}), ...(o.kind === 'ConfigMap' ? { grafana_dashboard: '1' } : {}) });
       }
       await checkArgs(one(objs, 'DaemonSet'));
     });
@@ -376,6 +383,34 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     assert.doesNotMatch(renderNotes({}), /WARNING|Cluster pools/);
   });
 
+  it('dashboards.enabled: a ConfigMap holding exactly deploy/grafana/ipwarden-dashboard.json (the chart\'s copy is that file, byte for byte), labelled grafana_dashboard: "1", as the kustomize component\'s', () => {
+    const source = readFileSync(join(ROOT, 'deploy/grafana/ipwarden-dashboard.json'), 'utf8');
+    assert.equal(readFileSync(join(CHART, 'files/ipwarden-dashboard.json'), 'utf8'), source, 'deploy/helm/ipwarden/files/ipwarden-dashboard.json differs from deploy/grafana/ipwarden-dashboard.json: copy it again');
+    const cm = one(render(DASHBOARD), 'ConfigMap');
+    assert.deepEqual(cm, {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'ipwarden-grafana-dashboard', namespace: NS, labels: { ...SELECTOR, ...HELM_LABELS, 'app.kubernetes.io/version': VERSION, grafana_dashboard: '1' } },
+      data: { 'ipwarden-dashboard.json': source },
+    });
+    assert.equal((JSON.parse(String(at(cm, 'data', 'ipwarden-dashboard.json'))) as Obj).uid, 'ipwarden');
+    // The kustomize component's ConfigMap: the same data and sidecar label.
+    const k = kustomize('deploy/overlays/monitoring').find((o) => o.kind === 'ConfigMap') as Obj;
+    assert.deepEqual(at(k, 'data'), at(cm, 'data'));
+    assert.equal(at(k, 'metadata', 'labels', 'grafana_dashboard'), '1');
+    // Off by default; another label, namespace and annotations reach their fields.
+    assert.equal(render().some((o) => o.kind === 'ConfigMap'), false);
+    const other = one(render({ dashboards: { enabled: true, label: 'grafana.example/dashboard', labelValue: 'yes', namespace: 'monitoring', annotations: { grafana_folder: 'Networking' } } }, { release: 'edge' }), 'ConfigMap');
+    assert.deepEqual(at(other, 'metadata'), {
+      name: 'edge-ipwarden-grafana-dashboard',
+      namespace: 'monitoring',
+      labels: { ...SELECTOR, 'app.kubernetes.io/instance': 'edge', 'app.kubernetes.io/managed-by': 'Helm', 'helm.sh/chart': `ipwarden-${VERSION}`, 'app.kubernetes.io/version': VERSION, 'grafana.example/dashboard': 'yes' },
+      annotations: { grafana_folder: 'Networking' },
+    });
+    validateStrict(other);
+    assert.match(renderFails({ dashboards: { enabled: true, label: 'not a label' } }), /dashboards\.label: Does not match pattern/);
+  });
+
   it('a pool TLS Secret: mounted read-only at /etc/ipwarden/etcd-tls in the daemon only (mode 0400); NOTES.txt prints an ipam.pool.etcd the CNI config parser accepts, and the pool status command', async () => {
     const ds = one(render(POOL_TLS), 'DaemonSet');
     const { init, daemon, volumes } = podSpec(ds);
@@ -472,14 +507,15 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     });
   }
 
-  it('helm package keeps every file (files/alert-rules.yaml, the schema): the packaged chart renders what the directory does', () => {
+  it('helm package keeps every file (files/alert-rules.yaml, files/ipwarden-dashboard.json, the schema): the packaged chart renders what the directory does', () => {
     const out = join(home, 'pkg');
     const r = helm(['package', CHART, '--destination', out]);
     assert.equal(r.status, 0, r.stderr);
     const tgz = readdirSync(out);
     assert.deepEqual(tgz, [`ipwarden-${VERSION}.tgz`]);
-    const fromDir = render(MONITORING_ON, { apiVersions: ['monitoring.coreos.com/v1'] });
-    const fromTgz = render(MONITORING_ON, { apiVersions: ['monitoring.coreos.com/v1'], chart: join(out, tgz[0] as string) });
+    const fromDir = render({ ...MONITORING_ON, ...DASHBOARD }, { apiVersions: ['monitoring.coreos.com/v1'] });
+    const fromTgz = render({ ...MONITORING_ON, ...DASHBOARD }, { apiVersions: ['monitoring.coreos.com/v1'], chart: join(out, tgz[0] as string) });
+    assert.deepEqual(kinds(fromTgz), ['ConfigMap', 'DaemonSet', 'PrometheusRule', 'Service', 'ServiceMonitor']);
     assert.deepEqual(fromTgz, fromDir);
     assert.match(renderFails({ daemon: { intervall: '1m' } }, { chart: join(out, tgz[0] as string) }), /Additional property intervall/);
   });
