@@ -22,7 +22,8 @@
  *
  * Knobs: BENCH_POOL_NODES (default "5,10,20,50"), BENCH_POOL_SECONDS (default 5),
  * BENCH_POOL_PODS (default 4), BENCH_POOL_ROUNDS (default 2), BENCH_POOL_WORKERS (default 2),
- * BENCH_POOL_SVG (write the plot there), BENCH_POOL_JSON (write the raw numbers there).
+ * BENCH_POOL_SVG (write this run's plot there; docs/benchmarks-pool.svg is drawn from the tables
+ * recorded in docs/benchmarks.md by scripts/bench-pool-figure.ts), BENCH_POOL_JSON (write the raw numbers there).
  *
  * Run: `node --import tsx bench/pool.ts` (no build needed).
  */
@@ -35,6 +36,7 @@ import { EtcdKV } from '../src/store/etcd/etcd-kv.ts';
 import { PoolSessions } from '../src/cni/pool.ts';
 import { loadIPAMConfig, loadNetworkIdentity } from '../src/ipam/config.ts';
 import type { KVStats } from '../src/store/kv.ts';
+import { renderPoolFigure, type RunPoint } from '../scripts/bench-pool-figure.ts';
 
 type SubjectName = 'pool' | 'baseline';
 
@@ -363,33 +365,22 @@ interface Row {
   baseOpen: Measurement[];
 }
 
-/** A two-panel SVG: closed-loop allocations/s (left) and open-loop p99 ADD latency (right) vs nodes. */
+/**
+ * This run's figure, drawn by the renderer of docs/benchmarks-pool.svg (scripts/bench-pool-figure.ts)
+ * with this run as the sweep and no re-measurement. The docs' figure is drawn from the tables
+ * recorded in docs/benchmarks.md, never from one run's file.
+ */
 function svg(rows: Row[], rates: number[]): string {
-  const W = 380;
-  const H = 250;
-  const pad = 52;
-  const panel = (x0: number, title: string, series: { get: (r: Row) => number; color: string; dash?: string }[], unit: string, target?: number, yCap?: number): string => {
-    const ys = rows.flatMap((r) => series.map((x) => x.get(r))).filter(Number.isFinite);
-    const yMax = Math.min(yCap ?? Infinity, Math.max(1, target ?? 0, ...ys) * 1.1);
-    const xs = rows.map((r) => r.nodes);
-    const xMax = Math.max(...xs);
-    const px = (n: number) => x0 + pad + ((W - 2 * pad) * n) / xMax;
-    const py = (v: number) => H - pad + 10 - ((H - 2 * pad) * Math.min(v, yMax)) / yMax;
-    const line = (get: (r: Row) => number, color: string, dash?: string) =>
-      `<polyline fill="none" stroke="${color}" stroke-width="2"${dash ? ` stroke-dasharray="${dash}"` : ''} points="${rows.map((r) => `${px(r.nodes).toFixed(1)},${py(get(r)).toFixed(1)}`).join(' ')}"/>` +
-      rows.map((r) => `<circle cx="${px(r.nodes).toFixed(1)}" cy="${py(get(r)).toFixed(1)}" r="3" fill="${color}"/>`).join('');
-    const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => `<text x="${x0 + pad - 6}" y="${py(f * yMax) + 4}" font-size="10" text-anchor="end">${(f * yMax).toFixed(yMax < 10 ? 1 : 0)}</text><line x1="${x0 + pad}" x2="${x0 + W - pad}" y1="${py(f * yMax)}" y2="${py(f * yMax)}" stroke="#ddd"/>`).join('');
-    const xt = xs.map((n) => `<text x="${px(n)}" y="${H - pad + 26}" font-size="10" text-anchor="middle">${n}</text>`).join('');
-    const tl = target === undefined ? '' : `<line x1="${x0 + pad}" x2="${x0 + W - pad}" y1="${py(target)}" y2="${py(target)}" stroke="#888" stroke-dasharray="4 3"/><text x="${x0 + W - pad}" y="${py(target) - 4}" font-size="10" text-anchor="end">target ${target} ${unit}</text>`;
-    return `<g><text x="${x0 + W / 2}" y="18" font-size="13" text-anchor="middle" font-weight="bold">${title}</text>${ticks}${xt}${tl}<text x="${x0 + W / 2}" y="${H - 4}" font-size="11" text-anchor="middle">simulated nodes</text><text x="${x0 + 12}" y="${H / 2}" font-size="11" transform="rotate(-90 ${x0 + 12} ${H / 2})" text-anchor="middle">${unit}</text>${series.map((x) => line(x.get, x.color, x.dash)).join('')}</g>`;
-  };
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${2 * W}" height="${H + 40}" font-family="sans-serif">
-<rect width="100%" height="100%" fill="white"/>
-${panel(0, 'allocations/s (closed loop, saturating)', [{ get: (r) => r.base.allocsPerSec, color: '#c0392b' }, { get: (r) => r.pool.allocsPerSec, color: '#2471a3' }], 'ADDs/s')}
-${panel(W, `p99 ADD, open loop: ${rates.join(' / ')} pod/s per node`, rates.flatMap((_, ri) => [{ get: (r: Row) => (r.baseOpen[ri] as Measurement).p99, color: '#c0392b', ...(ri > 0 ? { dash: '5 3' } : {}) }, { get: (r: Row) => (r.poolOpen[ri] as Measurement).p99, color: '#2471a3', ...(ri > 0 ? { dash: '5 3' } : {}) }]), 'ms', 100, 1000)}
-<g font-size="11"><rect x="${W - 170}" y="${H + 10}" width="12" height="4" fill="#2471a3"/><text x="${W - 154}" y="${H + 16}">ipwarden pool</text><rect x="${W - 60}" y="${H + 10}" width="12" height="4" fill="#c0392b"/><text x="${W - 44}" y="${H + 16}">Whereabouts model (one key, CAS)</text><text x="${W}" y="${H + 32}" text-anchor="middle" fill="#555">right panel: solid ${rates[0] ?? ''}, dashed ${rates.slice(1).join(', ')} pod/s per node; clipped at 1 s</text></g>
-</svg>
-`;
+  const d = new Date();
+  const when = `${d.toISOString().slice(0, 10)}, ${d.toISOString().slice(11, 16)} UTC`;
+  const p99 = (ms: Measurement[]) => new Map(rates.map((r, i) => [r, (ms[i] as Measurement).p99]));
+  const points: RunPoint[] = rows.map((r) => ({
+    nodes: r.nodes,
+    pool: { allocsPerSec: r.pool.allocsPerSec, p99Ms: p99(r.poolOpen) },
+    base: { allocsPerSec: r.base.allocsPerSec, p99Ms: p99(r.baseOpen) },
+    ratio: r.pool.allocsPerSec / r.base.allocsPerSec,
+  }));
+  return renderPoolFigure({ sweep: { when, points }, rates, reruns: [] });
 }
 
 async function main(): Promise<void> {
