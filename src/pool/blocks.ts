@@ -10,8 +10,8 @@
  * iterator would hand out. Ordinal = address − block base (0 … 2^(bits−prefix) − 1).
  */
 import { familyBits, formatIP, type IP, type Subnet } from '../common/ip.ts';
-import { rangeFor } from './range.ts';
-import type { Range, RangeSet } from './types.ts';
+import { rangeFor } from '../ipam/range.ts';
+import type { Range, RangeSet } from '../ipam/types.ts';
 
 /** One block: its CIDR and its range set's index. */
 export interface Block {

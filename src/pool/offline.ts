@@ -19,10 +19,10 @@ import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, parseIP } from '../common/ip.ts';
 import { CNI_NAME_RE } from '../common/names.ts';
 import type { KVEntry } from '../store/kv.ts';
-import { blockAddresses, ordinalIP } from './pool-blocks.ts';
-import { decodePoolConfig, type PoolConfig } from './pool-config.ts';
-import { rangeFor } from './range.ts';
-import type { RangeSet } from './types.ts';
+import { blockAddresses, ordinalIP } from './blocks.ts';
+import { decodePoolConfig, type PoolConfig } from '../ipam/pool-config.ts';
+import { rangeFor } from '../ipam/range.ts';
+import type { RangeSet } from '../ipam/types.ts';
 
 /** One reserve entry of the node: where it is, its sequence number, its address (canonical text). */
 export interface ReserveSlot {

@@ -11,11 +11,11 @@
 import { AppError } from '../common/errors.ts';
 import { compareIP, parseCIDR, parseIP, type Subnet } from '../common/ip.ts';
 import type { KV, KVEntry } from '../store/kv.ts';
-import { blockKeyCidr, CorruptValueError, decodeBlock, POOL_VALUE_VERSION } from './pool-allocator.ts';
-import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './pool-blocks.ts';
-import { validNodeName } from './pool-config.ts';
-import { canonicalizeRangeSet, rangeSetSize, rangeSetString } from './range.ts';
-import type { RangeSet } from './types.ts';
+import { blockKeyCidr, CorruptValueError, decodeBlock, POOL_VALUE_VERSION } from './allocator.ts';
+import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './blocks.ts';
+import { validNodeName } from '../ipam/pool-config.ts';
+import { canonicalizeRangeSet, rangeSetSize, rangeSetString } from '../ipam/range.ts';
+import type { RangeSet } from '../ipam/types.ts';
 
 /** One block in the report. */
 export interface PoolBlockStatus {

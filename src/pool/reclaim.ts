@@ -16,13 +16,13 @@
  *   `mod_revision` read and its allocation still carries the handle's `seq` and owner (an
  *   address re-allocated since is never freed: Calico's per-allocation sequence numbers), and
  *   `removing/<node>` is absent (as every DEL of the node compares); a handle one of whose
- *   allocations moved on is not released at all. It deletes the handle and puts the blocks — the DEL's transaction shape (src/ipam/pool-allocator.ts `del`), except
+ *   allocations moved on is not released at all. It deletes the handle and puts the blocks — the DEL's transaction shape (src/pool/allocator.ts `del`), except
  *   that an emptied block is kept (the node's next ADD uses it; a DEL gives it back later).
  */
 import { AppError } from '../common/errors.ts';
 import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
-import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, MAX_ATTEMPTS, type BlockValue, type HandleValue, type PoolRequest } from './pool-allocator.ts';
-import { revisionAfter } from './pool-leaks.ts';
+import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, MAX_ATTEMPTS, type BlockValue, type HandleValue, type PoolRequest } from './allocator.ts';
+import { revisionAfter } from './leaks.ts';
 
 /** Where a pool's keys are: `P/pools/<pool>/…` (docs/cluster.md "Key layout"). */
 export interface PoolKeys {

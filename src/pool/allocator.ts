@@ -42,11 +42,11 @@ import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, parseIP, type IP, type Subnet } from '../common/ip.ts';
 import { CNI_NAME_RE } from '../common/names.ts';
 import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
-import { RangeExhaustedError } from './allocator.ts';
-import { blockAddresses, blockCidrText, blockKeyText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './pool-blocks.ts';
-import { decodeSettings, removalWindowSeconds, settingsValue, type JournalEntry, type ReserveSlot } from './pool-offline.ts';
-import { rangeFor, rangeSetSize, rangeSetString } from './range.ts';
-import type { Range, RangeSet } from './types.ts';
+import { RangeExhaustedError } from '../ipam/allocator.ts';
+import { blockAddresses, blockCidrText, blockKeyText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './blocks.ts';
+import { decodeSettings, removalWindowSeconds, settingsValue, type JournalEntry, type ReserveSlot } from './offline.ts';
+import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
+import type { Range, RangeSet } from '../ipam/types.ts';
 
 /** Value version written and accepted. */
 export const POOL_VALUE_VERSION = 1;
