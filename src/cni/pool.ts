@@ -31,6 +31,7 @@ import {
   BlockCache,
   bootClock,
   ContactKV,
+  heartbeatValue,
   decodeJournalEntry,
   DEFAULT_POOL_JOURNAL_ROOT,
   etcdFor,
@@ -329,7 +330,7 @@ export class Heartbeat {
   ) {
     this.#kv = kv;
     this.#key = key;
-    this.#value = JSON.stringify({ v: 1, node, since: now(), ...(more.writer === undefined ? {} : { host: more.writer.host, pid: more.writer.pid }) });
+    this.#value = heartbeatValue(node, now(), more.writer);
     this.#every = every;
     this.#onBeat = onBeat;
     this.#settings = more.settings ?? null;

@@ -37,11 +37,6 @@ export function blockAddresses(family: 4 | 6, prefix: number): bigint {
   return 1n << BigInt(familyBits(family) - prefix);
 }
 
-/** The text of a block in etcd keys: `<network address>-<prefix>` (`10.80.0.64-26`, `fd80::40-122`). */
-export function blockKeyText(cidr: Subnet): string {
-  return `${formatIP(cidr.ip)}-${cidr.prefix}`;
-}
-
 /** The CIDR text of a block (`10.80.0.64/26`). */
 export function blockCidrText(cidr: Subnet): string {
   return `${formatIP(cidr.ip)}/${cidr.prefix}`;

@@ -16,7 +16,8 @@
 import type { AppError } from '../common/errors.ts';
 import type { KV, KVEntry } from '../store/kv.ts';
 import { PoolAllocator, type PoolAllocation, type PoolAllocatorOptions, type PoolRequest } from './allocator.ts';
-import { nodeHandles, type CorruptHandle, type PoolHandleEntry, type PoolKeys } from './reclaim.ts';
+import type { PoolKeys } from './model.ts';
+import { nodeHandles, type CorruptHandle, type PoolHandleEntry } from './reclaim.ts';
 import { poolStatus, type PoolStatus } from './status.ts';
 
 /**
@@ -106,15 +107,12 @@ export function aliveKey(s: RemovalScope, node: string): string {
 
 export {
   BlockCache,
-  blockKeyCidr,
   MAX_BATCH,
-  metaOf,
   PoolAllocator,
   REMOVAL_WINDOW_SECONDS,
   RemovalRefusedError,
   TOMBSTONE_TTL_SECONDS,
   type CorruptSkip,
-  type HandleValue,
   type PoolAllocation,
   type PoolAllocatorOptions,
   type PoolRequest,
@@ -122,7 +120,9 @@ export {
 export { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './contact.ts';
 export { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from './journal.ts';
 export { classifyPoolHandles, type PoolLeakVerdict } from './leaks.ts';
-export { decodeJournalEntry, journalName, settingsValue } from './offline.ts';
-export { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type CorruptHandle, type PoolHandleEntry, type PoolKeys, type ValidAttachment } from './reclaim.ts';
+export { decodeJournalEntry, journalName } from './offline.ts';
+export { blockKeyCidr, heartbeatValue, keysOf, metaOf, settingsValue, type HandleValue, type PoolKeyLayout } from './model.ts';
+export { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type CorruptHandle, type PoolHandleEntry, type ValidAttachment } from './reclaim.ts';
+export type { PoolKeys } from './model.ts';
 export { allocatorFor, backoffMs, corruptLine, etcdFor, jitteredBackoff, PER_REQUEST, tlsFiles, type KVSource } from './session.ts';
 export { nodeHeartbeat, poolNodeSample, poolStatus, type PoolBlockStatus, type PoolNodeSample, type PoolStatus } from './status.ts';

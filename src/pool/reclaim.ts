@@ -21,20 +21,15 @@
  */
 import { AppError } from '../common/errors.ts';
 import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
-import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, MAX_ATTEMPTS, type BlockValue, type HandleValue, type PoolRequest } from './allocator.ts';
+import { MAX_ATTEMPTS, type PoolRequest } from './allocator.ts';
+import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, encodeBlock, keysOf, type BlockValue, type HandleValue, type PoolKeys } from './model.ts';
 import { revisionAfter } from './leaks.ts';
 
-/** Where a pool's keys are: `P/pools/<pool>/…` (docs/cluster.md "Key layout"). */
-export interface PoolKeys {
-  /** `ipam.pool.etcd.prefix`. */
-  readonly prefix: string;
-  /** `ipam.pool.name`. */
-  readonly pool: string;
-}
+export type { PoolKeys } from './model.ts';
 
 /** The prefix of every handle key of the pool (`P/pools/<pool>/handles/`). */
 export function handlesPrefix(k: PoolKeys): string {
-  return `${k.prefix}/pools/${k.pool}/handles/`;
+  return keysOf(k).handlesPrefix;
 }
 
 /** One handle as read from etcd, with its revisions. */
@@ -174,8 +169,8 @@ export type ReleaseOutcome =
  *   after {@link MAX_ATTEMPTS} lost races.
  */
 export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: PoolHandleEntry): Promise<ReleaseOutcome> {
-  const base = `${k.prefix}/pools/${k.pool}`;
-  const removing = `${base}/removing/${node}`;
+  const keys = keysOf(k);
+  const removing = keys.removing(node);
   for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
     const cur = await kv.get(h.key);
     if (cur === null) return { released: false, why: 'the handle is gone (released meanwhile)' };
@@ -185,7 +180,7 @@ export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: Pool
     for (const x of h.value.ips) {
       if (!blocks.has(x.block)) {
         const cidr = blockKeyCidr(x.block);
-        const e = cidr === null ? null : await kv.get(`${base}/blocks/${x.block}`);
+        const e = cidr === null ? null : await kv.get(keys.block(x.block));
         let value: BlockValue | null = null;
         if (e !== null && cidr !== null) {
           try {
@@ -214,7 +209,7 @@ export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: Pool
     for (const b of blocks.values()) {
       if (b === null || !b.dirty) continue;
       compares.push({ key: b.entry.key, modRevision: b.entry.modRevision });
-      ops.push({ put: b.entry.key, value: JSON.stringify(b.value) });
+      ops.push({ put: b.entry.key, value: encodeBlock(b.value) });
     }
     const t = await kv.txn(compares, ops);
     if (t.succeeded) return { released: true, ips: freed.sort(), revision: t.revision };

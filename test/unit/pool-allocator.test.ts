@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { decodeBlock, decodeHandle, PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation } from '../../src/pool/allocator.ts';
+import { decodeBlock, decodeHandle } from '../../src/pool/model.ts';
+import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation } from '../../src/pool/allocator.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import type { KV, KVCompare, KVOp } from '../../src/store/kv.ts';
 

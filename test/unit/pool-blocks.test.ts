@@ -2,7 +2,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { allocatableCount, allocatableOrdinals, blockCidrText, blockKeyText, blocksOf, countBlocks, nodeHash, type Block } from '../../src/pool/blocks.ts';
+import { allocatableCount, allocatableOrdinals, blockCidrText, blocksOf, countBlocks, nodeHash, type Block } from '../../src/pool/blocks.ts';
+import { blockKeyText } from '../../src/pool/model.ts';
 import type { RangeSet } from '../../src/ipam/types.ts';
 
 function sets(ranges: unknown): readonly RangeSet[] {
