@@ -30,6 +30,7 @@ import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '.
 import { RangeExhaustedError } from '../ipam/allocator.ts';
 import { blockAddresses, blockCidrText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './blocks.ts';
 import { removalWindowSeconds, type JournalEntry, type ReserveSlot } from './offline.ts';
+import { Retry, runTxn } from './txn.ts';
 import {
   affinityValue,
   blockKeyCidr,
@@ -184,8 +185,8 @@ export class RemovalRefusedError extends AppError {
   }
 }
 
-/** A read that raced with a writer (not corruption): the caller re-reads and decides again. */
-class LostRace extends Error {}
+/** A read that raced with a writer (not corruption): the caller re-reads and decides again ({@link Retry}). */
+class LostRace extends Retry {}
 
 /**
  * The refusal for a live heartbeat. With the writer known (trial finding 5: a daemon heartbeats for
@@ -342,7 +343,10 @@ export class PoolAllocator {
     const want = metaOf(this.#o.rangeSets, this.#o.sizes);
     const kv = this.#o.kv;
     const pinKey = this.clusterPinKey;
-    for (let i = 0; i < MAX_ATTEMPTS; i++) {
+    // Exhausted (every create lost): the next operation's transactions still compare what they need.
+    await runTxn(
+      kv,
+      async (tx) => {
       const keys = await kv.list(this.metaKey);
       const e = keys.find((k) => k.key === this.metaKey) ?? null;
       const pinEntry = keys.find((k) => k.key === pinKey) ?? null;
@@ -353,15 +357,14 @@ export class PoolAllocator {
         if (check !== null && (check.clusterId === null || check.unanswered.length > 0)) {
           throw new AppError('STORE_UNAVAILABLE', `pool ${this.#o.pool} is not in etcd yet, and is created only once every endpoint in ipam.pool.etcd.endpoints has confirmed one etcd cluster; no answer from ${check.unanswered.join(', ')}; retry`, { retryable: true });
         }
-        const compares: KVCompare[] = [{ key: this.metaKey, absent: true }];
-        const ops: KVOp[] = [{ put: this.metaKey, value: want }];
+        tx.expect(this.metaKey, null);
+        tx.put(this.metaKey, want);
         if (check?.clusterId != null) {
           // A pin left without its meta (an operator deleted meta): replaced by this cluster's.
-          compares.push(pinEntry === null ? { key: pinKey, absent: true } : { key: pinKey, modRevision: pinEntry.modRevision });
-          ops.push({ put: pinKey, value: clusterPinValue(check.clusterId) });
+          tx.expect(pinKey, pinEntry === null ? null : pinEntry.modRevision);
+          tx.put(pinKey, clusterPinValue(check.clusterId));
         }
-        if ((await kv.txn(compares, ops)).succeeded) break;
-        continue;
+        return;
       }
       parseJson(e);
       if (e.value !== want) {
@@ -383,8 +386,10 @@ export class PoolAllocator {
           await kv.txn([{ key: pinKey, absent: true }, { key: this.metaKey, modRevision: e.modRevision }], [{ put: pinKey, value: clusterPinValue(check.clusterId) }]);
         }
       }
-      break;
-    }
+      return;
+      },
+      { attempts: MAX_ATTEMPTS, exhausted: () => undefined },
+    );
     this.#metaChecked = true;
   }
 
@@ -490,15 +495,17 @@ export class PoolAllocator {
 
   async #add(reqs: readonly PoolRequest[], skipped: Map<string, CorruptValueError>): Promise<Array<PoolAllocation[] | AppError>> {
     const kv = this.#o.kv;
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      if (attempt > 0) await this.#o.backoff?.(attempt);
+    const { value } = await runTxn(
+      kv,
+      async (tx): Promise<Array<PoolAllocation[] | AppError>> => {
+      const attempt = tx.attempt;
       const blocks = new Map<string, Working | null>();
       const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
       // Fast path: the first attempt builds on the cached blocks, reading only the handles.
       const cached = attempt === 0 ? this.#cache : null;
       const handles = await Promise.all(reqs.map((r) => this.#handle(r)));
-      const compares: KVCompare[] = [];
-      const ops: KVOp[] = [];
+      /** True once some request's handle is buffered: only then is anything written. */
+      let anyHandle = false;
       const firstOf = new Map<string, number>();
       const pending: number[] = [];
       let lostRace = false;
@@ -527,7 +534,7 @@ export class PoolAllocator {
       let needFresh = false;
       if (lostRace) {
         this.#cache = null;
-        continue;
+        throw new Retry();
       }
       if (pending.length > 0) {
         mineComplete = true;
@@ -572,7 +579,7 @@ export class PoolAllocator {
         }
         if (lostRace) {
           this.#cache = null;
-          continue;
+          throw new Retry();
         }
         let claimed: Set<string> | null = null;
         let others: Working[] | null = null;
@@ -652,54 +659,55 @@ export class PoolAllocator {
             ...(this.#o.host === undefined ? {} : { host: this.#o.host }),
           };
           const tomb = tombstones.get(hk);
-          compares.push(tomb === undefined ? { key: hk, absent: true } : { key: hk, modRevision: tomb });
-          ops.push({ put: hk, value: encodeHandle(hv) });
+          tx.expect(hk, tomb ?? null);
+          tx.put(hk, encodeHandle(hv));
+          anyHandle = true;
         }
         for (const b of blocks.values()) {
           if (b === null || !b.dirty) continue;
           const bk = this.blockKey(b.key);
           if (b.rev === null) {
             const ak = this.affinityKey(this.#o.node, b.key);
-            compares.push({ key: bk, absent: true }, { key: ak, absent: true });
-            ops.push({ put: ak, value: affinityValue(b.value.rangeSet) });
+            tx.expect(bk, null);
+            tx.expect(ak, null);
+            tx.put(ak, affinityValue(b.value.rangeSet));
           } else {
-            compares.push({ key: bk, modRevision: b.rev });
+            tx.expect(bk, b.rev);
           }
-          ops.push({ put: bk, value: encodeBlock(b.value) });
+          tx.put(bk, encodeBlock(b.value));
         }
       }
       if (needFresh) {
         this.#cache = null;
-        continue;
+        throw new Retry();
       }
-      // Nothing to write unless some request got its addresses: an ADD that failed (a full range
-      // set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.
-      const anyHandle = compares.some((c) => c.key.startsWith(this.#keys.handlesPrefix));
+      // Nothing to write unless some request got its addresses (anyHandle): an ADD that failed (a
+      // full range set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.
       // A failure decided on cached blocks (a full range set) may be stale: decide it on fresh reads.
       if (cached !== null && results.some((r) => r instanceof AppError)) {
         this.#cache = null;
-        continue;
+        throw new Retry();
       }
       // etcd refuses a transaction of more than 128 compares + ops (`--max-txn-ops`): with small
       // blocks (/31, /32) a batch claims a block per request. Split the batch in halves (the
       // halves re-read; nothing was written) instead of failing it as a whole (review).
-      if (anyHandle && reqs.length > 1 && compares.length + ops.length + 1 > MAX_TXN_OPS) {
+      if (anyHandle && reqs.length > 1 && tx.size + 1 > MAX_TXN_OPS) {
+        tx.discard();
         const half = Math.ceil(reqs.length / 2);
         return [...(await this.#add(reqs.slice(0, half), skipped)), ...(await this.#add(reqs.slice(half), skipped))];
       }
       if (anyHandle) {
         // No ADD of this node commits while a removal of it is begun (review F2): the marker's
         // absence is compared inside the transaction, so a stale cache cannot skip the veto.
-        compares.push({ key: this.removingKey(this.#o.node), absent: true });
-        const t = await kv.txn(compares, ops);
-        if (!t.succeeded) {
-          this.#cache = null;
-          // The node is back: it vetoes a removal begun while it was away, then decides again.
-          if ((await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
-          continue;
-        }
-        if (mineComplete) this.#remember(blocks, t.revision);
-      } else if (cached === null && mineComplete) {
+        tx.expect(this.removingKey(this.#o.node), null);
+        tx.onCommit((revision) => {
+          if (mineComplete) this.#remember(blocks, revision);
+        });
+      } else {
+        // Nothing is sent (a block written back to owned is written with the next ADD that commits).
+        tx.discard();
+      }
+      if (!anyHandle && cached === null && mineComplete) {
         this.#remember(blocks, null);
         // An ADD that sent nothing (every request failed: a full pool) is still a sign of life:
         // veto a removal begun (one read, on this failure path only).
@@ -710,8 +718,21 @@ export class PoolAllocator {
         const first = firstOf.get(this.handleKey(r.containerId.trim(), r.ifname));
         return (results[i] ?? results[first as number]) as PoolAllocation[] | AppError;
       });
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} transactions lost to concurrent writers; try again`);
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        ...(this.#o.backoff === undefined ? {} : { backoff: this.#o.backoff }),
+        lost: async () => {
+          this.#cache = null;
+          // The node is back: it vetoes a removal begun while it was away, then decides again.
+          if ((await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
+        },
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} transactions lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -785,16 +806,22 @@ export class PoolAllocator {
    * no handle (CHECK). Throws STORE_CORRUPT when the handle names an allocation its block lacks.
    */
   async find(req: PoolRequest): Promise<PoolAllocation[] | null> {
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      const h = await this.#handle(req);
-      if (h === null || h.value.deleted === true) return null;
-      try {
+    // Reads only: a read that raced with a release (LostRace) is read again.
+    const { value } = await runTxn(
+      this.#o.kv,
+      async () => {
+        const h = await this.#handle(req);
+        if (h === null || h.value.deleted === true) return null;
         return await this.#existing(h, new Map(), req);
-      } catch (e) {
-        if (!(e instanceof LostRace)) throw e;
-      }
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reads of ${req.containerId.trim()}/${req.ifname} raced with releases; try again`);
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reads of ${req.containerId.trim()}/${req.ifname} raced with releases; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -832,102 +859,117 @@ export class PoolAllocator {
     const kv = this.#o.kv;
     const id = req.containerId.trim();
     const tell = (e: CorruptValueError, action: string): void => void reports.set(`${e.key}\u0000${action}`, [e, action]);
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      if (attempt > 0) await this.#o.backoff?.(attempt);
-      reports.clear();
-      const he = await kv.get(this.handleKey(id, req.ifname));
-      if (he === null) {
-        // Nothing held: leave a tombstone, so an ADD of this container whose transaction etcd
-        // applies only now (its sender gave up: the runtime's DEL came after an error) fails its
-        // create-only compare instead of holding an address nobody will release (review F4).
-        if (await this.#tombstone(req)) return [];
-        continue; // a handle appeared meanwhile: release it
-      }
-      let hv: HandleValue;
-      try {
-        hv = decodeHandle(he);
-      } catch (e) {
-        if (!(e instanceof CorruptValueError)) throw e;
-        const r = await this.#delByOwner(req, he, e, tell);
-        if (r !== null) return r;
-        continue; // the handle or a block changed meanwhile: decide again
-      }
-      if (hv.deleted === true) return [];
-      const blocks = new Map<string, Working | null>();
-      const released: string[] = [];
-      /** The handle's addresses whose block cannot be read: never released; the handle keeps naming them. */
-      const left: HandleIP[] = [];
-      for (const x of hv.ips) {
-        const b = await this.#tryBlock(x.block, blocks);
-        if (b instanceof CorruptValueError) {
-          left.push(x);
-          tell(b, `${x.ip} of ${id}/${req.ifname} not released (its block cannot be read): the handle ${he.key} keeps it for an operator`);
-          continue;
+    const { value } = await runTxn(
+      kv,
+      async (tx) => {
+        reports.clear();
+        const he = await kv.get(this.handleKey(id, req.ifname));
+        if (he === null) {
+          // Nothing held: leave a tombstone, so an ADD of this container whose transaction etcd
+          // applies only now (its sender gave up: the runtime's DEL came after an error) fails its
+          // create-only compare instead of holding an address nobody will release (review F4).
+          if (await this.#tombstone(req)) return [];
+          throw new Retry('a handle appeared meanwhile: release it');
         }
-        const a = b?.value.allocs[String(x.ordinal)];
-        if (b === null || a === undefined || a.seq !== x.seq || a.id !== id || a.ifname !== req.ifname) continue;
-        delete b.value.allocs[String(x.ordinal)];
-        b.dirty = true;
-        released.push(x.ip);
-      }
-      // Every address is in a block that cannot be read: nothing can be released, nothing is written.
-      if (left.length > 0 && left.length === hv.ips.length) return [];
-      const compares: KVCompare[] = [{ key: he.key, modRevision: he.modRevision }];
-      const ops: KVOp[] = [left.length === 0 ? { delete: he.key } : { put: he.key, value: encodeHandle({ ...hv, ips: left }) }];
-      let mineByRs: Map<number, KVEntry[]> | null = null;
-      for (const b of blocks.values()) {
-        if (b === null || !b.dirty) continue;
-        const bk = this.blockKey(b.key);
-        compares.push({ key: bk, modRevision: b.rev as string });
-        if (Object.keys(b.value.allocs).length === 0 && b.value.node === this.#o.node && b.value.state === 'owned') {
-          if (mineByRs === null) {
-            mineByRs = new Map();
-            for (const e of await kv.list(this.#keys.affinityPrefix(this.#o.node))) {
-              let rs: number;
-              try {
-                rs = decodeAffinity(e);
-              } catch (err) {
-                if (!(err instanceof CorruptValueError)) throw err;
-                // Left out: an emptied block is then kept rather than given back (keeping is always safe).
-                tell(err, 'affinity not read: no block is given back on it, left for an operator');
-                continue;
-              }
-              mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
-            }
-          }
-          const same = mineByRs.get(b.value.rangeSet) ?? [];
-          const ak = this.affinityKey(this.#o.node, b.key);
-          const aff = same.find((e) => e.key === ak);
-          const kept = same.find((e) => e !== aff);
-          if (kept !== undefined && aff !== undefined) {
-            // Empty and not the node's last block of this range set: give it back to the pool —
-            // provided the block we keep is still there (compared), so two DELs of the node that
-            // each empty one of its last two blocks cannot give back both (review).
-            mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
-            compares.push({ key: ak, modRevision: aff.modRevision }, { key: kept.key, modRevision: kept.modRevision });
-            ops.push({ delete: bk }, { delete: ak });
+        let hv: HandleValue;
+        try {
+          hv = decodeHandle(he);
+        } catch (e) {
+          if (!(e instanceof CorruptValueError)) throw e;
+          const r = await this.#delByOwner(req, he, e, tell);
+          if (r !== null) return r;
+          throw new Retry('the handle or a block changed meanwhile: decide again');
+        }
+        if (hv.deleted === true) return [];
+        const blocks = new Map<string, Working | null>();
+        const released: string[] = [];
+        /** The handle's addresses whose block cannot be read: never released; the handle keeps naming them. */
+        const left: HandleIP[] = [];
+        for (const x of hv.ips) {
+          const b = await this.#tryBlock(x.block, blocks);
+          if (b instanceof CorruptValueError) {
+            left.push(x);
+            tell(b, `${x.ip} of ${id}/${req.ifname} not released (its block cannot be read): the handle ${he.key} keeps it for an operator`);
             continue;
           }
+          const a = b?.value.allocs[String(x.ordinal)];
+          if (b === null || a === undefined || a.seq !== x.seq || a.id !== id || a.ifname !== req.ifname) continue;
+          delete b.value.allocs[String(x.ordinal)];
+          b.dirty = true;
+          released.push(x.ip);
         }
-        ops.push({ put: bk, value: encodeBlock(b.value) });
-      }
-      // A DEL of this node is a sign of life too: it commits only while no removal of the node
-      // is begun, else it vetoes and decides again (the same one compare as an ADD's).
-      compares.push({ key: this.removingKey(this.#o.node), absent: true });
-      const t = await kv.txn(compares, ops);
-      if (!t.succeeded && (await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
-      if (t.succeeded) {
-        // Blocks this DEL deleted leave the cache; those it wrote get the new revision.
-        if (this.#cache !== null) {
-          for (const op of ops) if ('delete' in op && op.delete.startsWith(this.#keys.blocksPrefix)) this.#cache.delete(op.delete.slice(this.#keys.blocksPrefix.length));
-          for (const b of blocks.values()) {
-            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev: t.revision });
+        // Every address is in a block that cannot be read: nothing can be released, nothing is written.
+        if (left.length > 0 && left.length === hv.ips.length) return [];
+        tx.expect(he.key, he.modRevision);
+        if (left.length === 0) tx.del(he.key);
+        else tx.put(he.key, encodeHandle({ ...hv, ips: left }));
+        /** Blocks this DEL gives back (deleted), by key text. */
+        const gone: string[] = [];
+        let mineByRs: Map<number, KVEntry[]> | null = null;
+        for (const b of blocks.values()) {
+          if (b === null || !b.dirty) continue;
+          const bk = this.blockKey(b.key);
+          tx.expect(bk, b.rev);
+          if (Object.keys(b.value.allocs).length === 0 && b.value.node === this.#o.node && b.value.state === 'owned') {
+            if (mineByRs === null) {
+              mineByRs = new Map();
+              for (const e of await kv.list(this.#keys.affinityPrefix(this.#o.node))) {
+                let rs: number;
+                try {
+                  rs = decodeAffinity(e);
+                } catch (err) {
+                  if (!(err instanceof CorruptValueError)) throw err;
+                  // Left out: an emptied block is then kept rather than given back (keeping is always safe).
+                  tell(err, 'affinity not read: no block is given back on it, left for an operator');
+                  continue;
+                }
+                mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
+              }
+            }
+            const same = mineByRs.get(b.value.rangeSet) ?? [];
+            const ak = this.affinityKey(this.#o.node, b.key);
+            const aff = same.find((e) => e.key === ak);
+            const kept = same.find((e) => e !== aff);
+            if (kept !== undefined && aff !== undefined) {
+              // Empty and not the node's last block of this range set: give it back to the pool —
+              // provided the block we keep is still there (compared), so two DELs of the node that
+              // each empty one of its last two blocks cannot give back both (review).
+              mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
+              tx.expect(ak, aff.modRevision);
+              tx.expect(kept.key, kept.modRevision);
+              tx.del(bk);
+              tx.del(ak);
+              gone.push(b.key);
+              continue;
+            }
           }
+          tx.put(bk, encodeBlock(b.value));
         }
+        // A DEL of this node is a sign of life too: it commits only while no removal of the node
+        // is begun, else it vetoes and decides again (the same one compare as an ADD's).
+        tx.expect(this.removingKey(this.#o.node), null);
+        tx.onCommit((revision) => {
+          // Blocks this DEL deleted leave the cache; those it wrote get the new revision.
+          if (this.#cache === null) return;
+          for (const k of gone) this.#cache.delete(k);
+          for (const b of blocks.values()) {
+            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev: revision });
+          }
+        });
         return released.sort();
-      }
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        ...(this.#o.backoff === undefined ? {} : { backoff: this.#o.backoff }),
+        lost: async () => {
+          if ((await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
+        },
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -997,28 +1039,33 @@ export class PoolAllocator {
    * this one.
    */
   async releaseIfSeq(ip: string, seq: number, owner: PoolRequest): Promise<boolean> {
-    const kv = this.#o.kv;
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      const h = await this.#handle(owner);
-      const x = h?.value.ips.find((i) => i.ip === ip);
-      if (h === null || x === undefined || x.seq !== seq) return false;
-      const blocks = new Map<string, Working | null>();
-      const b = await this.#block(x.block, blocks);
-      const a = b?.value.allocs[String(x.ordinal)];
-      if (b === null || a === undefined || a.seq !== seq || a.id !== owner.containerId.trim() || a.ifname !== owner.ifname) return false;
-      delete b.value.allocs[String(x.ordinal)];
-      const rest = h.value.ips.filter((i) => i !== x);
-      const hop: KVOp = rest.length === 0 ? { delete: h.entry.key } : { put: h.entry.key, value: encodeHandle({ ...h.value, ips: rest }) };
-      const ok = await kv.txn(
-        [
-          { key: h.entry.key, modRevision: h.entry.modRevision },
-          { key: this.blockKey(b.key), modRevision: b.rev as string },
-        ],
-        [hop, { put: this.blockKey(b.key), value: encodeBlock(b.value) }],
-      );
-      if (ok.succeeded) return true;
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${ip} lost to concurrent writers; try again`);
+    const { value } = await runTxn(
+      this.#o.kv,
+      async (tx) => {
+        const h = await this.#handle(owner);
+        const x = h?.value.ips.find((i) => i.ip === ip);
+        if (h === null || x === undefined || x.seq !== seq) return false;
+        const blocks = new Map<string, Working | null>();
+        const b = await this.#block(x.block, blocks);
+        const a = b?.value.allocs[String(x.ordinal)];
+        if (b === null || a === undefined || a.seq !== seq || a.id !== owner.containerId.trim() || a.ifname !== owner.ifname) return false;
+        delete b.value.allocs[String(x.ordinal)];
+        const rest = h.value.ips.filter((i) => i !== x);
+        tx.expect(h.entry.key, h.entry.modRevision);
+        tx.expect(this.blockKey(b.key), b.rev);
+        if (rest.length === 0) tx.del(h.entry.key);
+        else tx.put(h.entry.key, encodeHandle({ ...h.value, ips: rest }));
+        tx.put(this.blockKey(b.key), encodeBlock(b.value));
+        return true;
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${ip} lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -1037,20 +1084,24 @@ export class PoolAllocator {
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {
       const key = a.key.slice(prefix.length);
-      for (let i = 0; i < MAX_ATTEMPTS; i++) {
-        const b = await this.#tryBlock(key, new Map());
-        if (b instanceof CorruptValueError) {
-          // Never rewritten: the other blocks are still written back.
-          this.#report('veto', b, 'block not written back to owned (it cannot be read): left for an operator');
-          break;
-        }
-        if (b === null || b.value.state !== 'pendingRelease' || b.value.node !== this.#o.node) break;
-        b.value.state = 'owned';
-        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }], [{ put: this.blockKey(key), value: encodeBlock(b.value) }])).succeeded) {
-          out.push(key);
-          break;
-        }
-      }
+      // One revision-checked write per block; after MAX_ATTEMPTS lost races the block is left.
+      await runTxn(
+        kv,
+        async (tx) => {
+          const b = await this.#tryBlock(key, new Map());
+          if (b instanceof CorruptValueError) {
+            // Never rewritten: the other blocks are still written back.
+            this.#report('veto', b, 'block not written back to owned (it cannot be read): left for an operator');
+            return;
+          }
+          if (b === null || b.value.state !== 'pendingRelease' || b.value.node !== this.#o.node) return;
+          b.value.state = 'owned';
+          tx.expect(this.blockKey(key), b.rev);
+          tx.put(this.blockKey(key), encodeBlock(b.value));
+          tx.onCommit(() => out.push(key));
+        },
+        { attempts: MAX_ATTEMPTS, exhausted: () => undefined },
+      );
     }
     this.#cache = null;
     return out.sort();
@@ -1126,32 +1177,39 @@ export class PoolAllocator {
     const mk = this.removingKey(target);
     let marker: KVEntry | null = null;
     /** The window this call created with the marker: its TTL, value and the transaction's revision. */
-    let created: { ttl: number; value: string; rev: string } | null = null;
-    for (let i = 0; i < MAX_ATTEMPTS && marker === null; i++) {
-      marker = await kv.get(mk);
-      if (marker !== null) break;
-      if (opts.checkNode === true) await this.#checkRemovable(target, opts.force === true);
-      let ttl: number | null = null;
-      const compares: KVCompare[] = [{ key: mk, absent: true }];
-      if (opts.force !== true) compares.push({ key: this.aliveKey(target), absent: true });
-      const value = removalMarkerValue(target, this.#now());
-      const ops: KVOp[] = [{ put: mk, value }];
-      if (opts.windowLease !== undefined) {
-        // The window outlasts the node's offline allocation (ipam.pool.offline): its settings,
-        // read now and compared unchanged in the marker's transaction, size it.
-        const sk = this.settingsKey(target);
-        const se = await kv.get(sk);
-        ttl = removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
-        compares.push(se === null ? { key: sk, absent: true } : { key: sk, modRevision: se.modRevision });
-        ops.push({ put: this.windowKey(target), value, lease: await opts.windowLease(ttl) });
-      }
-      const t = await kv.txn(compares, ops);
-      if (t.succeeded && ttl !== null) created = { ttl, value, rev: t.revision };
-      if (!t.succeeded && opts.force !== true) {
-        const ae = await kv.get(this.aliveKey(target));
-        if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target), false, ae.value);
-      }
-    }
+    let created = null as { ttl: number; value: string; rev: string } | null;
+    const made = await runTxn<KVEntry | null>(
+      kv,
+      async (tx) => {
+        const m = await kv.get(mk);
+        if (m !== null) return m;
+        if (opts.checkNode === true) await this.#checkRemovable(target, opts.force === true);
+        tx.expect(mk, null);
+        if (opts.force !== true) tx.expect(this.aliveKey(target), null);
+        const value = removalMarkerValue(target, this.#now());
+        tx.put(mk, value);
+        if (opts.windowLease !== undefined) {
+          // The window outlasts the node's offline allocation (ipam.pool.offline): its settings,
+          // read now and compared unchanged in the marker's transaction, size it.
+          const se = await tx.get(this.settingsKey(target));
+          const ttl = removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
+          tx.put(this.windowKey(target), value, await opts.windowLease(ttl));
+          tx.onCommit((rev) => (created = { ttl, value, rev }));
+        }
+        return null;
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        exhausted: () => null,
+        lost: async () => {
+          if (opts.force === true) return;
+          const ae = await kv.get(this.aliveKey(target));
+          if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target), false, ae.value);
+        },
+      },
+    );
+    // Created now: read back (the marker as stored, with its revision).
+    marker = made.value ?? (made.revision === null ? null : await kv.get(mk));
     if (marker === null) throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${mk} lost to concurrent writers; try again`);
     if (created !== null && marker.modRevision === created.rev && opts.windowLease !== undefined) {
       // The window's lease was granted before the marker existed, so its TTL ran from before the
@@ -1181,24 +1239,34 @@ export class PoolAllocator {
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {
       const key = a.key.slice(prefix.length);
-      for (let i = 0; i < MAX_ATTEMPTS; i++) {
-        const b = await this.#tryBlock(key, new Map());
-        if (b instanceof CorruptValueError) {
-          this.#report('remove-node', b, `block not marked pendingRelease (it cannot be read): left for an operator; --finish keeps it`);
-          break;
-        }
-        if (b === null || b.value.node !== target) break;
-        if (b.value.state === 'pendingRelease') {
-          out.push(key);
-          break;
-        }
-        b.value.state = 'pendingRelease';
-        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }, { key: mk, modRevision: marker.modRevision }], [{ put: this.blockKey(key), value: encodeBlock(b.value) }])).succeeded) {
-          out.push(key);
-          break;
-        }
-        if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
-      }
+      const m = marker;
+      await runTxn(
+        kv,
+        async (tx) => {
+          const b = await this.#tryBlock(key, new Map());
+          if (b instanceof CorruptValueError) {
+            this.#report('remove-node', b, `block not marked pendingRelease (it cannot be read): left for an operator; --finish keeps it`);
+            return;
+          }
+          if (b === null || b.value.node !== target) return;
+          if (b.value.state === 'pendingRelease') {
+            out.push(key);
+            return;
+          }
+          b.value.state = 'pendingRelease';
+          tx.expect(this.blockKey(key), b.rev);
+          tx.expect(mk, m.modRevision);
+          tx.put(this.blockKey(key), encodeBlock(b.value));
+          tx.onCommit(() => out.push(key));
+        },
+        {
+          attempts: MAX_ATTEMPTS,
+          exhausted: () => undefined,
+          lost: async () => {
+            if ((await kv.get(mk))?.modRevision !== m.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
+          },
+        },
+      );
     }
     return out.sort();
   }
@@ -1258,55 +1326,56 @@ export class PoolAllocator {
       }
       if (h.node !== target || h.deleted === true) continue;
       const [containerId, ifname] = e.key.slice(hprefix.length).split('/') as [string, string];
-      for (let i = 0; i < MAX_ATTEMPTS; i++) {
-        const cur = await this.#o.kv.get(e.key);
-        if (cur === null) break;
-        let hv: HandleValue;
-        try {
-          hv = decodeHandle(cur);
-        } catch (err) {
-          if (!(err instanceof CorruptValueError)) throw err;
-          this.#report('remove-node', err, 'handle not released (it cannot be read): left for an operator');
-          break;
-        }
-        if (hv.node !== target || hv.deleted === true) break;
-        const blocks = new Map<string, Working | null>();
-        let vetoed = false;
-        let unreadable: CorruptValueError | null = null;
-        const freed: string[] = [];
-        for (const x of hv.ips) {
-          const b0 = await this.#tryBlock(x.block, blocks);
-          if (b0 instanceof CorruptValueError) {
-            unreadable = b0;
-            break;
+      await runTxn(
+        kv,
+        async (tx) => {
+          const cur = await this.#o.kv.get(e.key);
+          if (cur === null) return;
+          let hv: HandleValue;
+          try {
+            hv = decodeHandle(cur);
+          } catch (err) {
+            if (!(err instanceof CorruptValueError)) throw err;
+            this.#report('remove-node', err, 'handle not released (it cannot be read): left for an operator');
+            return;
           }
-          const b = b0;
-          if (b !== null && b.value.node === target && b.value.state !== 'pendingRelease') vetoed = true;
-          const a = b?.value.allocs[String(x.ordinal)];
-          if (b === null || a === undefined || a.seq !== x.seq || a.id !== containerId || a.ifname !== ifname) continue;
-          delete b.value.allocs[String(x.ordinal)];
-          b.dirty = true;
-          freed.push(x.ip);
-        }
-        if (unreadable !== null) {
-          // Not released at all: the address in the unreadable block would stay held with no handle naming it.
-          this.#report('remove-node', unreadable, `handle ${cur.key} not released (a block it names cannot be read): left for an operator`);
-          break;
-        }
-        if (vetoed) break;
-        const compares: KVCompare[] = [...guard, { key: cur.key, modRevision: cur.modRevision }];
-        const ops: KVOp[] = [{ delete: cur.key }];
-        for (const b of blocks.values()) {
-          if (b === null || !b.dirty) continue;
-          compares.push({ key: this.blockKey(b.key), modRevision: b.rev as string });
-          ops.push({ put: this.blockKey(b.key), value: encodeBlock(b.value) });
-        }
-        if ((await kv.txn(compares, ops)).succeeded) {
-          released.push(...freed);
-          break;
-        }
-        await recheck();
-      }
+          if (hv.node !== target || hv.deleted === true) return;
+          const blocks = new Map<string, Working | null>();
+          let vetoed = false;
+          let unreadable: CorruptValueError | null = null;
+          const freed: string[] = [];
+          for (const x of hv.ips) {
+            const b0 = await this.#tryBlock(x.block, blocks);
+            if (b0 instanceof CorruptValueError) {
+              unreadable = b0;
+              break;
+            }
+            const b = b0;
+            if (b !== null && b.value.node === target && b.value.state !== 'pendingRelease') vetoed = true;
+            const a = b?.value.allocs[String(x.ordinal)];
+            if (b === null || a === undefined || a.seq !== x.seq || a.id !== containerId || a.ifname !== ifname) continue;
+            delete b.value.allocs[String(x.ordinal)];
+            b.dirty = true;
+            freed.push(x.ip);
+          }
+          if (unreadable !== null) {
+            // Not released at all: the address in the unreadable block would stay held with no handle naming it.
+            this.#report('remove-node', unreadable, `handle ${cur.key} not released (a block it names cannot be read): left for an operator`);
+            return;
+          }
+          if (vetoed) return;
+          for (const g of guard) tx.expect(g.key, 'absent' in g ? null : g.modRevision);
+          tx.expect(cur.key, cur.modRevision);
+          tx.del(cur.key);
+          for (const b of blocks.values()) {
+            if (b === null || !b.dirty) continue;
+            tx.expect(this.blockKey(b.key), b.rev);
+            tx.put(this.blockKey(b.key), encodeBlock(b.value));
+          }
+          tx.onCommit(() => released.push(...freed));
+        },
+        { attempts: MAX_ATTEMPTS, exhausted: () => undefined, lost: recheck },
+      );
     }
     const deletedBlocks: string[] = [];
     const keptBlocks: string[] = [];
@@ -1372,8 +1441,9 @@ export class PoolAllocator {
     const me = this.#o.node;
     const prefix = this.#keys.affinityPrefix(me);
     const sk = this.settingsKey(me);
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      if (attempt > 0) await this.#o.backoff?.(attempt);
+    const { value } = await runTxn(
+      kv,
+      async (tx) => {
       const blocks = new Map<string, Working | null>();
       const [listed, se] = await Promise.all([kv.list(prefix, { keysOnly: true }), kv.get(sk)]);
       const announced = se === null ? null : decodeSettings(se);
@@ -1398,7 +1468,7 @@ export class PoolAllocator {
       }
       if (lostRace) {
         this.#cache = null;
-        continue;
+        throw new Retry();
       }
       let claimed: Set<string> | null = null;
       const short: number[] = [];
@@ -1432,22 +1502,21 @@ export class PoolAllocator {
         }
         short.push(Math.max(0, need));
       }
-      const compares: KVCompare[] = [];
-      const ops: KVOp[] = [];
       for (const b of blocks.values()) {
         if (b === null || !b.dirty) continue;
         const bk = this.blockKey(b.key);
         if (b.rev === null) {
           const ak = this.affinityKey(me, b.key);
-          compares.push({ key: bk, absent: true }, { key: ak, absent: true });
-          ops.push({ put: ak, value: affinityValue(b.value.rangeSet) });
-        } else compares.push({ key: bk, modRevision: b.rev });
-        ops.push({ put: bk, value: encodeBlock(b.value) });
+          tx.expect(bk, null);
+          tx.expect(ak, null);
+          tx.put(ak, affinityValue(b.value.rangeSet));
+        } else tx.expect(bk, b.rev);
+        tx.put(bk, encodeBlock(b.value));
       }
       const settingsSeconds = Math.max(announced ?? 0, offlineSeconds);
       if (announced === null || announced < offlineSeconds) {
-        compares.push(se === null ? { key: sk, absent: true } : { key: sk, modRevision: se.modRevision });
-        ops.push({ put: sk, value: settingsValue(settingsSeconds) });
+        tx.expect(sk, se === null ? null : se.modRevision);
+        tx.put(sk, settingsValue(settingsSeconds));
       }
       const slots = (): ReserveSlot[] =>
         mine
@@ -1457,29 +1526,37 @@ export class PoolAllocator {
               .filter(([, a]) => a.reserve === true && a.node === me)
               .map(([o, a]) => ({ block: b.key, ordinal: Number(o), seq: a.seq, rangeSet: b.value.rangeSet, ip: formatIP(ordinalIP(b.cidr, Number(o))) })),
           );
-      if (ops.length === 0) {
+      if (tx.ops.length === 0) {
         // Nothing to write: read the marker, so that a return is a confirmed contact all the same.
         if ((await kv.get(this.removingKey(me))) !== null) {
           await this.veto();
-          continue;
+          throw new Retry('a removal of this node was begun: vetoed, decide again');
         }
         this.#remember(blocks, null);
         for (const e of skipped) this.#report('refill', e, 'block skipped: no reserve entry set aside in it, left for an operator');
         return { slots: slots(), short, settingsSeconds };
       }
-      if (compares.length + ops.length + 1 > MAX_TXN_OPS) throw new AppError('INTERNAL', `pool ${this.#o.pool}: a reserve refill of ${k} per range set needs more than ${MAX_TXN_OPS} transaction ops (blocks too small)`);
-      compares.push({ key: this.removingKey(me), absent: true });
-      const t = await kv.txn(compares, ops);
-      if (!t.succeeded) {
-        this.#cache = null;
-        if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
-        continue;
-      }
-      this.#remember(blocks, t.revision);
-      for (const e of skipped) this.#report('refill', e, 'block skipped: no reserve entry set aside in it, left for an operator');
+      if (tx.size + 1 > MAX_TXN_OPS) throw new AppError('INTERNAL', `pool ${this.#o.pool}: a reserve refill of ${k} per range set needs more than ${MAX_TXN_OPS} transaction ops (blocks too small)`);
+      tx.expect(this.removingKey(me), null);
+      tx.onCommit((revision) => {
+        this.#remember(blocks, revision);
+        for (const e of skipped) this.#report('refill', e, 'block skipped: no reserve entry set aside in it, left for an operator');
+      });
       return { slots: slots(), short, settingsSeconds };
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reserve refills lost to concurrent writers; try again`);
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        ...(this.#o.backoff === undefined ? {} : { backoff: this.#o.backoff }),
+        lost: async () => {
+          this.#cache = null;
+          if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
+        },
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reserve refills lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -1500,8 +1577,9 @@ export class PoolAllocator {
     const kv = this.#o.kv;
     const me = this.#o.node;
     const req: PoolRequest = { containerId: e.containerId, ifname: e.ifname };
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      if (attempt > 0) await this.#o.backoff?.(attempt);
+    const { value } = await runTxn<'synced' | { gone: string }>(
+      kv,
+      async (tx) => {
       const h = await this.#handle(req);
       const blocks = new Map<string, Working | null>();
       const live = h !== null && h.value.deleted !== true ? h : null;
@@ -1514,8 +1592,6 @@ export class PoolAllocator {
         if (ours) return 'synced';
       }
       if (live !== null && live.value.node !== me) return { gone: `handle ${live.entry.key} belongs to node ${live.value.node}` };
-      const compares: KVCompare[] = [];
-      const ops: KVOp[] = [];
       if (live !== null) {
         for (const x of live.value.ips) {
           const b = await this.#block(x.block, blocks);
@@ -1525,7 +1601,8 @@ export class PoolAllocator {
           b.dirty = true;
         }
       }
-      compares.push(h === null ? { key: this.handleKey(e.containerId, e.ifname), absent: true } : { key: h.entry.key, modRevision: h.entry.modRevision });
+      if (h === null) tx.expect(this.handleKey(e.containerId, e.ifname), null);
+      else tx.expect(h.entry.key, h.entry.modRevision);
       const hips: HandleIP[] = [];
       let gone: string | null = null;
       for (const x of e.ips) {
@@ -1543,18 +1620,28 @@ export class PoolAllocator {
       if (gone !== null) return { gone };
       for (const b of blocks.values()) {
         if (b === null || !b.dirty) continue;
-        compares.push({ key: this.blockKey(b.key), modRevision: b.rev as string });
-        ops.push({ put: this.blockKey(b.key), value: encodeBlock(b.value) });
+        tx.expect(this.blockKey(b.key), b.rev);
+        tx.put(this.blockKey(b.key), encodeBlock(b.value));
       }
       const hv: HandleValue = { v: 1, node: me, network: e.network, at: this.#now(), ips: hips, ...(this.#o.host === undefined ? {} : { host: this.#o.host }) };
-      ops.push({ put: this.handleKey(e.containerId, e.ifname), value: encodeHandle(hv) });
-      compares.push({ key: this.removingKey(me), absent: true });
-      const t = await kv.txn(compares, ops);
-      this.#cache = null;
-      if (t.succeeded) return 'synced';
-      if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} syncs of ${e.containerId}/${e.ifname} lost to concurrent writers; try again`);
+      tx.put(this.handleKey(e.containerId, e.ifname), encodeHandle(hv));
+      tx.expect(this.removingKey(me), null);
+      tx.onCommit(() => (this.#cache = null));
+      return 'synced';
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        ...(this.#o.backoff === undefined ? {} : { backoff: this.#o.backoff }),
+        lost: async () => {
+          this.#cache = null;
+          if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
+        },
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} syncs of ${e.containerId}/${e.ifname} lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /** Every handle `node` made, sorted by key (one prefix read of the pool's handles); a handle that cannot be read is left out (whose it is cannot be told). */

@@ -20,8 +20,9 @@
  *   that an emptied block is kept (the node's next ADD uses it; a DEL gives it back later).
  */
 import { AppError } from '../common/errors.ts';
-import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
+import type { KV, KVEntry } from '../store/kv.ts';
 import { MAX_ATTEMPTS, type PoolRequest } from './allocator.ts';
+import { runTxn } from './txn.ts';
 import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, encodeBlock, keysOf, type BlockValue, type HandleValue, type PoolKeys } from './model.ts';
 import { revisionAfter } from './leaks.ts';
 
@@ -171,7 +172,10 @@ export type ReleaseOutcome =
 export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: PoolHandleEntry): Promise<ReleaseOutcome> {
   const keys = keysOf(k);
   const removing = keys.removing(node);
-  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+  // The handle's compare stays the observed one: a handle rewritten since is never released here.
+  const r = await runTxn<ReleaseOutcome>(
+    kv,
+    async (tx) => {
     const cur = await kv.get(h.key);
     if (cur === null) return { released: false, why: 'the handle is gone (released meanwhile)' };
     if (cur.modRevision !== h.modRevision) return { released: false, why: `the handle was rewritten since it was observed (mod_revision ${cur.modRevision}, observed ${h.modRevision})` };
@@ -204,17 +208,25 @@ export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: Pool
       b.dirty = true;
       freed.push(x.ip);
     }
-    const compares: KVCompare[] = [{ key: h.key, modRevision: h.modRevision }, { key: removing, absent: true }];
-    const ops: KVOp[] = [{ delete: h.key }];
+    tx.expect(h.key, h.modRevision);
+    tx.expect(removing, null);
+    tx.del(h.key);
     for (const b of blocks.values()) {
       if (b === null || !b.dirty) continue;
-      compares.push({ key: b.entry.key, modRevision: b.entry.modRevision });
-      ops.push({ put: b.entry.key, value: encodeBlock(b.value) });
+      tx.expect(b.entry.key, b.entry.modRevision);
+      tx.put(b.entry.key, encodeBlock(b.value));
     }
-    const t = await kv.txn(compares, ops);
-    if (t.succeeded) return { released: true, ips: freed.sort(), revision: t.revision };
-    if ((await kv.get(removing)) !== null) return { released: false, why: `a removal of node ${node} is begun (${removing}): nothing released` };
-    // A block (or the handle) changed meanwhile: read again; the handle's compare stays the observed one.
-  }
-  throw new AppError('STORE_CONFLICT', `pool ${k.pool}: ${MAX_ATTEMPTS} releases of ${h.containerId}/${h.ifname} lost to concurrent writers; try again`);
+    // The commit's revision is filled in below, once it is known.
+    return { released: true, ips: freed.sort(), revision: '' };
+    },
+    {
+      attempts: MAX_ATTEMPTS,
+      // A removal begun stops the release; else a block (or the handle) changed meanwhile: read again.
+      lost: async () => ((await kv.get(removing)) !== null ? { stop: { released: false, why: `a removal of node ${node} is begun (${removing}): nothing released` } } : undefined),
+      exhausted: () => {
+        throw new AppError('STORE_CONFLICT', `pool ${k.pool}: ${MAX_ATTEMPTS} releases of ${h.containerId}/${h.ifname} lost to concurrent writers; try again`);
+      },
+    },
+  );
+  return r.value.released && r.revision !== null ? { ...r.value, revision: r.revision } : r.value;
 }
