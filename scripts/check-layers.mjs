@@ -3,12 +3,13 @@
  * The layer check (ARCHITECTURE.md "Layout"; house rules "Layers"): every import in `src/**` may
  * only go down the layers
  *
- *   0 common  <  1 ipam, store, runtime  <  2 reconcile, node  <  3 cni  <  4 cli, daemon
- *   <  5 main (src/main.ts, src/cold.ts) and lab (src/lab/, test tooling)
+ *   0 common  <  1 ipam, store, runtime  <  2 pool  <  3 reconcile, node  <  4 cni
+ *   <  5 cli, daemon  <  6 main (src/main.ts, src/cold.ts) and lab (src/lab/, test tooling)
  *
  * Modules of one layer are peers and do not import each other, except along the edges listed in
- * PEER_EDGES (each with its reason); a lazy `import('…')` listed in SEAMS is let through. It also
- * fails on
+ * PEER_EDGES (each with its reason); a lazy `import('…')` listed in SEAMS is let through. The
+ * cluster pool (src/pool/) is entered only through its facade: a file outside src/pool/ may import
+ * src/pool/index.ts and no other file of it (FACADES). It also fails on
  *   - an import cycle between files (static, dynamic and type-only imports alike),
  *   - a Node built-in imported without the `node:` prefix,
  *   - `process.exit` outside an entry file (src/main.ts, src/cold.ts, src/lab/),
@@ -34,13 +35,22 @@ export const LAYERS = {
   ipam: 1,
   store: 1,
   runtime: 1,
-  reconcile: 2,
-  node: 2,
-  cni: 3,
-  cli: 4,
-  daemon: 4,
-  lab: 5,
-  main: 5, // src/main.ts, src/cold.ts
+  pool: 2, // the cluster-pool engine over KV, entered through src/pool/index.ts (FACADES)
+  reconcile: 3,
+  node: 3,
+  cni: 4,
+  cli: 5,
+  daemon: 5,
+  lab: 6,
+  main: 6, // src/main.ts, src/cold.ts
+};
+
+/**
+ * Modules entered only through one file: from outside the module, an import of any other file of
+ * it is a violation (its internals may change without their callers noticing).
+ */
+export const FACADES = {
+  pool: 'src/pool/index.ts',
 };
 
 /**
@@ -202,6 +212,8 @@ export function checkLayers(root) {
       const to = moduleOf(target);
       const toLayer = LAYERS[to];
       if (toLayer === undefined || from === to) continue;
+      const facade = FACADES[to];
+      if (facade !== undefined && target !== facade) violations.push(`${file}:${line} imports ${spec} (module ${to} is entered only through ${facade})`);
       if (dynamic === true && SEAMS[`${file} → ${target}`] !== undefined) continue;
       const where = `(layer ${fromLayer} ${from} → layer ${toLayer} ${to}`;
       if (toLayer > fromLayer) violations.push(`${file}:${line} imports ${spec} ${where}: runs up the layers)`);

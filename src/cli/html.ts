@@ -27,7 +27,7 @@ import type { IP, RangeSet } from '../ipam/types.ts';
 import type { PlanEntry } from '../reconcile/plan.ts';
 import { formatAge } from './format.ts';
 import type { NetworkStatus, RangeSetStatus, StatusReport, VerdictCounts } from '../reconcile/status.ts';
-import type { PoolBlockStatus, PoolStatus } from '../ipam/pool-status.ts';
+import type { PoolBlockStatus, PoolStatus } from '../pool/index.ts';
 
 /** Most cells drawn for one range set; above, cells stand for blocks of addresses. */
 export const MAX_CELLS = 1024;
@@ -335,7 +335,7 @@ export function renderStatusHtml(r: StatusReport, opts: HtmlOptions): string {
 
 // ---------------------------------------------------------------------------------------------
 // The page `ipwarden pool status --html` writes (docs/cluster.md "pool status"): the same style
-// helpers (CSS, escaping, counts) over a cluster pool's status model (src/ipam/pool-status.ts).
+// helpers (CSS, escaping, counts) over a cluster pool's status model (src/pool/status.ts).
 
 /** Extra rules of the pool page: tables, block bars (own use, borrowed, reserved, free), the heartbeat column. */
 const POOL_CSS = `

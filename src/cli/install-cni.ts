@@ -14,7 +14,7 @@
  * - `DIR/ipwarden.d/node-name` (mode 0644, in a directory 0755 made when missing), first, when a
  *   node name is given (`--node-name`, else `NODE_NAME`: the DaemonSet passes the downward API's
  *   `spec.nodeName` to the init container): the name the shim's fallback uses for cluster pools
- *   when the daemon is down (src/cni/node-name-file.ts); without one the file is left as it is;
+ *   when the daemon is down (src/node/node-name.ts); without one the file is left as it is;
  * - `DIR/ipwarden.d/runtime-endpoint` (the same way, after it), when a runtime endpoint is given
  *   (`--runtime-endpoint`, else `CONTAINER_RUNTIME_ENDPOINT`): the node's CRI endpoint, which the
  *   plugin asks when its process ancestry finds no runtime (a Multus thick daemon runs it;
@@ -44,7 +44,7 @@ import { fileURLToPath } from 'node:url';
 import { AppError, UsageError, errnoCode } from '../common/errors.ts';
 import { untrustedReason } from '../common/trust.ts';
 import { badNodeNameMessage, validNodeName } from '../ipam/pool-config.ts';
-import { NODE_NAME_DIR, NODE_NAME_FILE, RUNTIME_ENDPOINT_FILE, nodeNameFilePath } from '../cni/node-name-file.ts';
+import { NODE_NAME_DIR, NODE_NAME_FILE, RUNTIME_ENDPOINT_FILE, nodeNameFilePath } from '../node/node-name.ts';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import type { CliContext } from './context.ts';
 

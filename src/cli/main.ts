@@ -115,7 +115,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
       setCode(await m.run(opts, ctx));
     });
 
-  // pool (issue 11): cluster pools on etcd. Engine in src/ipam/pool-status.ts, pool-allocator.ts.
+  // pool (issue 11): cluster pools on etcd. Engine in src/pool/ (through src/pool/index.ts).
   const pool = program.command('pool').description('cluster pools on etcd: status, leaks, remove-node (docs/cluster.md)');
   const etcdFlags = (c: Command): Command =>
     c

@@ -16,7 +16,7 @@
  *   ipwarden pool remove-node worker-7 --pool net1-pool --etcd-endpoints http://10.0.0.5:2379 --finish
  *
  * A thin verb: flags → the same validation as `ipam.pool` (so the flags take exactly what a
- * network config takes) → the engines of src/ipam/pool-status.ts and src/ipam/pool-allocator.ts →
+ * network config takes) → the engines of src/pool/status.ts and src/pool/allocator.ts →
  * table or JSON. `remove-node` without `--finish` marks the node's blocks `pendingRelease` (the
  * node vetoes when it returns); with `--finish`, after the veto window, it releases what the node
  * held. Step 1 refuses (exit 1) while the node's heartbeat key exists, unless `--force`; `--finish`
@@ -33,12 +33,9 @@ import { randomBytes } from 'node:crypto';
 import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { AppError, UsageError } from '../common/errors.ts';
 import { compareIP, parseCIDR } from '../common/ip.ts';
-import { blockKeyCidr, PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError } from '../ipam/pool-allocator.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
-import { nodeHeartbeat, poolStatus, type PoolStatus } from '../ipam/pool-status.ts';
-import { corruptLine, etcdFor, resolveNodeName } from '../cni/pool.ts';
-import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
-import { currentRevision, handlesPrefix, nodeHandles } from '../ipam/pool-reclaim.ts';
+import { blockKeyCidr, classifyPoolHandles, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolAllocator, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
+import { resolveNodeName } from '../node/node-name.ts';
 import { inUseReason } from '../reconcile/evidence.ts';
 import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
 import { takeSnapshot } from '../reconcile/snapshot.ts';
@@ -285,7 +282,7 @@ export function poolLeaksTable(node: string, verdicts: readonly PoolLeakVerdict[
 
 /**
  * CLI action of `ipwarden pool leaks` (run on the node itself: the kernel evidence is this
- * host's): the node's handles in the pool classified by the evidence rules (src/ipam/pool-leaks.ts)
+ * host's): the node's handles in the pool classified by the evidence rules (src/pool/leaks.ts)
  * — the runtime's sandbox list first, then the kernel, as the node-local reconciler does. Lists
  * only. Exit status: 0; 1 when the runtime could not be asked or the kernel evidence is incomplete
  * (the report is still printed, every verdict `unknown`).

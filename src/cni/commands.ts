@@ -16,7 +16,7 @@ import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { DNS, IP, IPAMConfig, NetworkIdentity, Range, RangeSet } from '../ipam/types.ts';
 import { ownerMatches, type Owner, type Reservation, type Store } from '../store/store.ts';
 import type { HealHooks, ReclaimSummary } from '../reconcile/reclaim.ts';
-import type { PoolAllocation } from '../ipam/pool-allocator.ts';
+import type { PoolAllocation } from '../pool/index.ts';
 import type { IPAMResult } from './result.ts';
 import type { CmdArgs, PluginHandlers } from './skel.ts';
 import type { PoolHooks } from './pool.ts';

@@ -13,7 +13,7 @@
  * When the ancestry finds no runtime — a Multus thick daemon runs the IPAM plugin, and the Multus
  * shim that asked it was reparented to pid 1 (multus-cni#1071, #1165) — **the node's runtime
  * endpoint** is asked: the record `install-cni` wrote beside the plugin
- * (`ipwarden.d/runtime-endpoint`, src/cni/node-name-file.ts; read only when trusted and only on
+ * (`ipwarden.d/runtime-endpoint`, src/node/node-name.ts; read only when trusted and only on
  * the host that wrote it), or, for a request the daemon serves, the daemon's own `--runtime-endpoint`
  * (`CONTAINER_RUNTIME_ENDPOINT`). It is what the operator configured for the node, not a guess.
  * No default socket is guessed: on a node whose pods run under CRI-O or k3s, a stock idle
@@ -26,7 +26,7 @@
  */
 import { existsSync } from 'node:fs';
 import { identifyRuntime, type RuntimeIdentity } from '../node/runtime-identity.ts';
-import { readRuntimeEndpointFile } from './node-name-file.ts';
+import { readRuntimeEndpointFile } from '../node/node-name.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
 import { openDefaultAuditLog, type AuditSink } from '../reconcile/audit.ts';
 import { criSandboxSource, type PodIPSource } from '../reconcile/cri-source.ts';

@@ -1,10 +1,10 @@
 /**
  * The plugin's way into a cluster pool (issue 11; docs/cluster.md): for a network whose `ipam`
- * has `pool`, ADD/DEL/CHECK go to etcd through the pool allocator (src/ipam/pool-allocator.ts)
+ * has `pool`, ADD/DEL/CHECK go to etcd through the cluster pool (its facade src/pool/index.ts)
  * instead of the node's files. The edge work happens here: the node name is resolved
- * (`ipam.nodeName`, else `NODE_NAME` — a DaemonSet's downward API `spec.nodeName` — else the
- * node-name file `install-cni` wrote beside the plugin, else the host name), the TLS files are
- * read, and the etcd client is made and closed.
+ * (src/node/node-name.ts: `ipam.nodeName`, else `NODE_NAME` — a DaemonSet's downward API
+ * `spec.nodeName` — else the node-name file `install-cni` wrote beside the plugin, else the host
+ * name), and an etcd client is taken for the request (src/pool/session.ts) and given back.
  *
  * The standalone plugin makes one client per request (one process per request) and sends one
  * transaction per ADD. The daemon passes a {@link PoolSessions} that keeps one client per pool and
@@ -13,27 +13,48 @@
  * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
  * client and its gRPC stack.
  */
-import { lstatSync, mkdirSync, readdirSync, readFileSync, statSync, writeSync } from 'node:fs';
+import { lstatSync, mkdirSync, readdirSync, writeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { AppError, ClosedError, errnoCode, isAppError } from '../common/errors.ts';
-import { BlockCache, MAX_BATCH, metaOf, PoolAllocator, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation, type PoolRequest } from '../ipam/pool-allocator.ts';
-import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
-import { decodeJournalEntry, journalName } from '../ipam/pool-offline.ts';
+import type { PoolConfig } from '../ipam/pool-config.ts';
 import { untrustedReason } from '../common/trust.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
-import { poolNodeSample } from '../ipam/pool-status.ts';
-import { settingsValue } from '../ipam/pool-offline.ts';
 import type { ClusterCheck, KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
-import { EtcdKV, type EtcdTlsSource } from '../store/etcd/etcd-kv.ts';
-import { credentialsFile } from './etcd-credentials.ts';
 import { readKernelEvidenceAsync } from '../node/kernel-evidence.ts';
 import { openDefaultAuditLog } from '../reconcile/audit.ts';
 import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
-import { readNodeNameFile } from './node-name-file.ts';
-import { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from '../store/pool-journal.ts';
-import { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './pool-offline.ts';
+import { delNodeName, NO_NODE, resolveNodeName } from '../node/node-name.ts';
+import {
+  allocatorFor,
+  BlockCache,
+  bootClock,
+  ContactKV,
+  heartbeatValue,
+  decodeJournalEntry,
+  DEFAULT_POOL_JOURNAL_ROOT,
+  etcdFor,
+  journalHolds,
+  journalName,
+  MAX_BATCH,
+  metaOf,
+  OfflinePool,
+  PER_REQUEST,
+  PoolAllocator,
+  PoolJournal,
+  poolJournalDir,
+  POOL_DIR_RE,
+  poolNodeSample,
+  corruptLine,
+  settingsValue,
+  type CorruptSkip,
+  type KVSource,
+  type OfflineLog,
+  type OfflineStats,
+  type PoolAllocation,
+  type PoolRequest,
+} from '../pool/index.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
 export interface PoolHooks {
@@ -75,158 +96,6 @@ export function poolGcWith(kv: KV, pool: PoolConfig, node: string, id: NetworkId
   });
 }
 
-/**
- * The node name for `pool`: `ipam.nodeName`, else `env.NODE_NAME`, else the node-name file
- * `install-cni` wrote beside the installed plugin (`file()`, default {@link readNodeNameFile}:
- * `<CNI bin dir>/ipwarden.d/node-name`, read only when trusted; what the shim's fallback finds,
- * since the runtime's environment has no `NODE_NAME`), else `host()`.
- * @throws AppError IPAM_INVALID_CONFIG (CNI 7) naming the source when the name is unusable (a
- *   bad node-name file is never skipped for the host name: the file names it).
- */
-export function resolveNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>, host: () => string = hostname, file: () => string | null = readNodeNameFile): string {
-  if (pool.nodeName !== null) return pool.nodeName;
-  const fromEnv = env['NODE_NAME'];
-  if (fromEnv !== undefined && fromEnv !== '') {
-    if (!validNodeName(fromEnv)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('NODE_NAME', fromEnv));
-    return fromEnv;
-  }
-  const fromFile = file();
-  if (fromFile !== null) return fromFile;
-  const h = host();
-  if (!validNodeName(h)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('the host name', h));
-  return h;
-}
-
-/**
- * The node name for a DEL: as {@link resolveNodeName}, but an unusable name does not fail the
- * DEL (a runtime retries a failed DEL forever): the node name only decides whether an emptied
- * block is given back, so without one the addresses are still released and every block is kept.
- * `NO_NODE` matches no block's node (node names start with a letter or digit).
- */
-function delNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>): string {
-  try {
-    return resolveNodeName(pool, env);
-  } catch {
-    return NO_NODE;
-  }
-}
-
-/** A node name no block has (see {@link delNodeName}). */
-export const NO_NODE = '-';
-
-/** Read one TLS file; `IPAM_IO` (CNI 5) naming the key and the path when it cannot be read. */
-function readPem(key: string, path: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (e) {
-    const why = errnoCode(e) === 'ENOENT' ? 'no such file or directory' : e instanceof Error ? e.message : String(e);
-    throw new AppError('IPAM_IO', `ipam.pool.etcd.tls.${key}: open ${path}: ${why}`);
-  }
-}
-
-/**
- * The TLS files of `ipam.pool.etcd.tls` as the etcd client's {@link EtcdTlsSource}: `stamp()` is
- * each file's device, inode, size and mtime (nanoseconds) — a rotation that replaces a file
- * (rename) or rewrites it changes it — and `read()` reads them (code 5 naming the key and path
- * when one cannot be read). The client checks the stamp before a call at most every 10 s and at
- * once after a TLS handshake failure, and reads the files again when it changed.
- */
-export function tlsFiles(t: NonNullable<PoolConfig['etcd']['tls']>): EtcdTlsSource {
-  const files: Array<[string, string]> = [['ca', t.ca], ...(t.cert === null ? [] : [['cert', t.cert] as [string, string]]), ...(t.key === null ? [] : [['key', t.key] as [string, string]])];
-  return {
-    stamp: () =>
-      files
-        .map(([key, path]) => {
-          try {
-            const st = statSync(path, { bigint: true });
-            return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
-          } catch (e) {
-            throw new AppError('IPAM_IO', `ipam.pool.etcd.tls.${key}: stat ${path}: ${errnoCode(e) ?? String(e)}`);
-          }
-        })
-        .join(','),
-    read: () => ({
-      ca: readPem('ca', t.ca),
-      ...(t.cert === null ? {} : { cert: readPem('cert', t.cert) }),
-      ...(t.key === null ? {} : { key: readPem('key', t.key) }),
-    }),
-  };
-}
-
-/**
- * A new etcd client for `pool`: the TLS files read now (and again when they change on disk:
- * {@link tlsFiles}), the credentials file (`ipam.pool.etcd.credentials`) read at each
- * authentication under the trust rules (src/cni/etcd-credentials.ts). The caller closes it.
- * @throws AppError IPAM_IO (CNI 5) when a TLS file cannot be read, IPAM_INVALID_CONFIG (CNI 7)
- *   when the files do not make a TLS configuration (a key that does not match its certificate)
- */
-export function etcdFor(pool: PoolConfig): EtcdKV {
-  const t = pool.etcd.tls;
-  const c = pool.etcd.credentials;
-  return new EtcdKV({
-    endpoints: pool.etcd.endpoints,
-    tls: t === null ? undefined : tlsFiles(t),
-    credentials: c === undefined || c === null ? undefined : credentialsFile(c),
-  });
-}
-
-/** Where the hooks get a KV for a pool and give it back. */
-export interface KVSource {
-  acquire(pool: PoolConfig): Promise<KV>;
-  release(pool: PoolConfig, kv: KV): Promise<void>;
-}
-
-/** One client per request, closed after it (the standalone plugin). */
-export const PER_REQUEST: KVSource = {
-  acquire: async (pool) => etcdFor(pool),
-  release: async (_pool, kv) => kv.close(),
-};
-
-/**
- * The retry policy of a lost race (house style 7: one policy, not loops in business code): a
- * random delay in [0, min(200, 5·2^attempt)) ms ("full jitter"), so the processes of one node that
- * race for one block spread out instead of colliding again.
- */
-export function jitteredBackoff(attempt: number, random: () => number = Math.random): Promise<void> {
-  return new Promise((r) => setTimeout(r, backoffMs(attempt, random)));
-}
-
-/** The delay of {@link jitteredBackoff}, milliseconds: `floor(random() · min(200, 5·2^attempt))`. */
-export function backoffMs(attempt: number, random: () => number = Math.random): number {
-  return Math.floor(random() * Math.min(200, 5 * 2 ** attempt));
-}
-
-/** `text` with C0/C1 control characters as `\xNN` (a key from etcd may hold any bytes; stderr may be a terminal). */
-function printable(text: string): string {
-  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
-}
-
-/**
- * The stderr line of a corrupt key a pool operation went on without (the standalone plugin;
- * docs/cluster.md "Corrupt keys"): `ipwarden: pool <pool>: <op>: <action> (etcd key <key>: <why>)`.
- */
-export function corruptLine(pool: string, c: CorruptSkip): string {
-  return `ipwarden: pool ${printable(pool)}: ${c.op}: ${printable(c.action)} (etcd key ${printable(c.key)}: ${printable(c.why)})\n`;
-}
-
-function allocatorFor(kv: KV, pool: PoolConfig, node: string, network: string, rangeSets: IPAMConfig['rangeSets'], cache?: BlockCache, onCorrupt?: (c: CorruptSkip) => void): PoolAllocator {
-  const leases = 'grantLease' in kv ? (kv as KV & Leases) : null;
-  return new PoolAllocator({
-    kv,
-    pool: pool.name,
-    prefix: pool.etcd.prefix,
-    node,
-    network,
-    rangeSets,
-    sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
-    backoff: jitteredBackoff,
-    // Every handle names the host that wrote it: the node's reconcile releases only its own host's (review B1).
-    host: hostname(),
-    ...(cache === undefined ? {} : { cache }),
-    ...(leases === null ? {} : { tombstoneLease: () => leases.grantLease(TOMBSTONE_TTL_SECONDS) }),
-    ...(onCorrupt === undefined ? {} : { onCorrupt }),
-  });
-}
 
 /**
  * The standalone plugin's hooks over `source` (default: a client per request, one transaction per
@@ -462,7 +331,7 @@ export class Heartbeat {
   ) {
     this.#kv = kv;
     this.#key = key;
-    this.#value = JSON.stringify({ v: 1, node, since: now(), ...(more.writer === undefined ? {} : { host: more.writer.host, pid: more.writer.pid }) });
+    this.#value = heartbeatValue(node, now(), more.writer);
     this.#every = every;
     this.#onBeat = onBeat;
     this.#settings = more.settings ?? null;
@@ -650,7 +519,7 @@ export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: Po
 
 /**
  * The gauges of one pool as one node sees it ({@link PoolSessions.sample}): from one
- * `pool status` read (src/ipam/pool-status.ts). Counts are addresses or blocks.
+ * `pool status` read (src/pool/status.ts). Counts are addresses or blocks.
  */
 export interface PoolSample extends PoolEventScope {
   /** Blocks the node owns. */

@@ -25,7 +25,8 @@ import { runPass, type PassOptions, type PassReport } from '../reconcile/pass.ts
 import { layoutNetworks } from '../reconcile/status.ts';
 import { runPoolPass, type PoolPassReport, type PoolTarget } from '../reconcile/pool-pass.ts';
 import { openAuditLog, openDefaultAuditLog, type AuditSink } from '../reconcile/audit.ts';
-import { etcdFor, resolveNodeName } from '../cni/pool.ts';
+import { etcdFor } from '../pool/index.ts';
+import { resolveNodeName } from '../node/node-name.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
 import { readCniConfigs } from '../node/cni-conf.ts';
 import type { KV } from '../store/kv.ts';
@@ -77,7 +78,7 @@ export interface PoolTargetSource {
 /**
  * The pools of the pool networks in `cniConfDir` (read again each pass), each with the daemon's
  * node name for it (`ipam.nodeName`, else `env.NODE_NAME`, else the host name: the rule of the
- * pool's ADDs, src/cni/pool.ts `resolveNodeName`) and one etcd client per (endpoints, prefix,
+ * pool's ADDs, src/node/node-name.ts `resolveNodeName`) and one etcd client per (endpoints, prefix,
  * TLS) kept for the loop's life (`make`, default `etcdFor`: the TLS files are read when the
  * client is made). Networks naming the same pool and node are one target.
  */

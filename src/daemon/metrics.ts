@@ -42,7 +42,7 @@ import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { HostPort } from '../common/daemon-options.ts';
 import type { PoolBatchEvent, PoolObserver, PoolOfflineEvent, PoolRequestEvent, PoolSample, PoolSampleError, PoolTxnEvent } from '../cni/pool.ts';
-import type { OfflineStats } from '../cni/pool-offline.ts';
+import type { OfflineStats } from '../pool/index.ts';
 
 /** Address states of `ipwarden_addresses` (the verdicts of docs/reconciler.md, plus free). */
 export const ADDRESS_STATES = ['live', 'grace', 'leaked', 'corrupt', 'unknown', 'free'] as const;

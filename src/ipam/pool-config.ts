@@ -1,7 +1,7 @@
 /**
  * The `ipam.pool` key (issue 11, docs/cluster.md "Configuration"): a network whose `ranges` are
  * shared by every node through etcd, handed out in blocks. Pure: decodes and validates JSON
- * values; the TLS files are read and the node name resolved at the CNI edge (`src/cni/pool.ts`).
+ * values; the TLS files are read and the node name resolved by the pool engine and the node (`src/pool/session.ts`, `src/node/node-name.ts`).
  *
  * ```json
  * "ipam": {
@@ -61,7 +61,7 @@ export interface PoolConfig {
     /**
      * `ipam.pool.etcd.credentials`: absolute path of a JSON file `{"user","password"}` for etcd's
      * user/password authentication (read at the edge under the trust rules,
-     * src/cni/etcd-credentials.ts), or absent/null: none. Present in the decoded value only when
+     * src/pool/credentials.ts), or absent/null: none. Present in the decoded value only when
      * given, so configs without it decode exactly as before.
      */
     readonly credentials?: string | null;

@@ -1,7 +1,7 @@
 /**
  * The node's reconcile of its cluster-pool attachments (issue 11, docs/cluster.md "Reconcile per
  * node"): the daemon's pool pass ({@link runPoolPass}) and CNI GC on a pool network
- * ({@link poolGC}). The decisions are src/ipam/pool-leaks.ts and src/ipam/pool-reclaim.ts
+ * ({@link poolGC}). The decisions are src/pool/leaks.ts and src/pool/reclaim.ts
  * (pure); this is the order of the reads, the daemon's rules and the audit.
  *
  * A pass, per pool the node's CNI configurations name (each with its node name):
@@ -30,8 +30,7 @@
  */
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseIP } from '../common/ip.ts';
-import { classifyPoolHandles, type PoolLeakVerdict } from '../ipam/pool-leaks.ts';
-import { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type ValidAttachment } from '../ipam/pool-reclaim.ts';
+import { classifyPoolHandles, currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type PoolLeakVerdict, type ValidAttachment } from '../pool/index.ts';
 import { hostname } from 'node:os';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -401,7 +400,7 @@ function foreignMessage(pool: string, node: string, host: string, foreign: reado
 /**
  * CNI GC on a pool network (CNI 1.1.0 §GC, `cni.dev/valid-attachments`): release the handles of
  * `t.node` of network `network` whose (containerID, ifname) is not in `valid`, under the
- * node-local GC's guards (src/ipam/pool-reclaim.ts `gcDecision`): the revision `R` is read first
+ * node-local GC's guards (src/pool/reclaim.ts `gcDecision`): the revision `R` is read first
  * (a handle created since is kept: the runtime's list is a snapshot), then the handles, then the
  * kernel evidence (an address configured in some namespace, or a CNI operation of the container
  * running on the node → kept; incomplete evidence → nothing released). Handles of other nodes,

@@ -1,6 +1,6 @@
 /**
- * `KV`: the transactional key-value seam under the cluster stores (the etcd `Store` of
- * `store/etcd/etcd-store.ts` and the pool allocator of `src/ipam/pool-allocator.ts`), the few
+ * `KV`: the transactional key-value seam under the cluster pool (src/pool/, through its
+ * revision-checked transactions in src/pool/txn.ts), the few
  * etcd v3 calls they need and nothing more: read one key, read a prefix, and one transaction
  * whose compares are revision checks and whose success branch is puts and deletes
  * (etcd-io/etcd api/etcdserverpb/rpc.proto `TxnRequest`; etcd's "Transaction" guide:

@@ -117,31 +117,6 @@ export interface ReservationIndex {
   nextFree(family: 4 | 6, from: bigint): bigint;
 }
 
-/**
- * A place that holds the stores of many networks (house style 1): the file backend is a data dir
- * (`<dataDir>/<network>/`), the etcd backend a key prefix (`<prefix>/networks/<network>/`), the
- * memory backend a map. Only this interface and {@link Store} cross module lines.
- */
-export interface StoreBackend {
-  /** What the backend is, for messages (`file:/var/lib/cni/networks`, `etcd:http://…`). */
-  readonly description: string;
-  /**
-   * The names of the networks that have a store here, sorted; a name that is not a valid network
-   * name (`CNI_NAME_RE`) is never returned. Throws `AppError('STORE_IO')` (file) or
-   * `AppError('STORE_UNAVAILABLE')` (etcd unreachable) when the listing cannot be read.
-   */
-  listNetworks(): Promise<string[]>;
-  /**
-   * Open the store of `network`; with `create: false`, null when the network has no store here
-   * (DEL, GC and CHECK of a network never seen create nothing). The caller closes the store.
-   * Throws what the backend's open throws (`STORE_IO`, `STORE_UNAVAILABLE`, `IPAM_INVALID_CONFIG`
-   * for a bad name).
-   */
-  open(network: string, opts: { create: boolean }): Promise<Store | null>;
-  /** Free the backend's resources (the etcd client). Idempotent; later calls throw `ClosedError`. */
-  close(): Promise<void>;
-}
-
 /** The per-network reservation store. See the module comment for the locking rule. */
 export interface Store {
   /** Network name (host-local: the config's top-level `name`). */

@@ -23,7 +23,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { isAppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator } from '../../src/ipam/pool-allocator.ts';
+import { PoolAllocator } from '../../src/pool/allocator.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { installedPlugin, runCni, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { ETCDCTL_BIN, haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';

@@ -25,7 +25,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isAppError } from '../../src/common/errors.ts';
-import { credentialsFile } from '../../src/cni/etcd-credentials.ts';
+import { credentialsFile } from '../../src/pool/credentials.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { startTestDaemon } from '../helpers/daemon.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';

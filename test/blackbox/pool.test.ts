@@ -18,7 +18,7 @@ import { startTestDaemon } from '../helpers/daemon.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';
 import { startNodeProxies } from '../helpers/tcp-proxy.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { poolJournalDir } from '../../src/store/pool-journal.ts';
+import { poolJournalDir } from '../../src/pool/journal.ts';
 import { installedPlugin, ROOT, runCni, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 

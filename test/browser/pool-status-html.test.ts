@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { BrowserContext, Page } from 'playwright-core';
 import { renderPoolStatusHtml } from '../../src/cli/html.ts';
-import type { PoolStatus } from '../../src/ipam/pool-status.ts';
+import type { PoolStatus } from '../../src/pool/status.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
 

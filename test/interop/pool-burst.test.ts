@@ -25,7 +25,7 @@
  *   (10.219.48.10), so every allocation gets it. 10 times in a row: A gets it (seq s1), the
  *   sequence-checked release (PoolAllocator.releaseIfSeq) frees it, B gets it again (seq s2 = s1 + 1),
  *   then each stale release — releaseIfSeq with A's s1 as A, with s1 as B, and releaseObserved
- *   (src/ipam/pool-reclaim.ts, the reconciler's path) of A's handle as once observed — answers "not
+ *   (src/pool/reclaim.ts, the reconciler's path) of A's handle as once observed — answers "not
  *   released" and writes nothing: every key under the pool keeps its value and mod_revision, the
  *   block's allocation is still B's with s2, B's handle intact. In odd rounds B is the same
  *   attachment as A (its container ID and ifname: the handle key re-created), so the sequence
@@ -44,8 +44,9 @@ import { nearestRank, runBurst, type BurstStep } from '../helpers/burst.ts';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { PoolAllocator, type BlockValue, type HandleValue } from '../../src/ipam/pool-allocator.ts';
-import { releaseObserved, type PoolHandleEntry } from '../../src/ipam/pool-reclaim.ts';
+import { PoolAllocator } from '../../src/pool/allocator.ts';
+import type { BlockValue, HandleValue } from '../../src/pool/model.ts';
+import { releaseObserved, type PoolHandleEntry } from '../../src/pool/reclaim.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { formatIP } from '../../src/common/ip.ts';
 

@@ -21,10 +21,10 @@ import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writ
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AppError, isAppError } from '../../src/common/errors.ts';
-import { readEtcdCredentials } from '../../src/cni/etcd-credentials.ts';
-import { outOfBudget } from '../../src/cni/pool-offline.ts';
+import { readEtcdCredentials } from '../../src/pool/credentials.ts';
+import { outOfBudget } from '../../src/pool/contact.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator } from '../../src/ipam/pool-allocator.ts';
+import { PoolAllocator } from '../../src/pool/allocator.ts';
 import { EtcdKV, tlsFailureOf, type EtcdTlsSource } from '../../src/store/etcd/etcd-kv.ts';
 import type { ClusterCheck } from '../../src/store/kv.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';

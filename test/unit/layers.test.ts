@@ -2,7 +2,8 @@
  * The layer check (scripts/check-layers.mjs): the repository's src/ passes it, and fixture trees
  * show that it fails — naming file, line, target and layers — on an import running up the layers
  * (static, type-only, dynamic), a peer import cli → daemon, an import cycle, a built-in without
- * `node:`, `process.exit` outside an entry and a file in no layer; and passes a clean tree.
+ * `node:`, `process.exit` outside an entry, a file in no layer and an import of a pool file other
+ * than its facade src/pool/index.ts; and passes a clean tree.
  */
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -76,16 +77,39 @@ describe('check-layers', () => {
     assert.equal(r.status, 1);
     assert.equal(r.stdout, '');
     assert.deepEqual(r.stderr.split('\n'), [
-      "src/cli/x.ts:1 imports ../daemon/y.ts (layer 4 cli → layer 4 daemon: peers)",
+      "src/cli/x.ts:1 imports ../daemon/y.ts (layer 5 cli → layer 5 daemon: peers)",
       "src/cni/c.ts:1 imports fs (a Node built-in: write node:fs)",
       "src/common/a.ts:2 imports ../ipam/b.ts (layer 0 common → layer 1 ipam: runs up the layers)",
       'src/extra/e.ts:1 is in no layer (module "extra"; add it to LAYERS in scripts/check-layers.mjs)',
-      "src/ipam/b.ts:2 imports ../cni/c.ts (layer 1 ipam → layer 3 cni: runs up the layers)",
+      "src/ipam/b.ts:2 imports ../cni/c.ts (layer 1 ipam → layer 4 cni: runs up the layers)",
       "src/node/n.ts:1 calls process.exit outside an entry file (set process.exitCode)",
-      "src/reconcile/r.ts:1 imports ../cni/c.ts (layer 2 reconcile → layer 3 cni: runs up the layers)",
-      "src/store/s.ts:1 imports ../reconcile/r.ts (layer 1 store → layer 2 reconcile: runs up the layers)",
+      "src/reconcile/r.ts:1 imports ../cni/c.ts (layer 3 reconcile → layer 4 cni: runs up the layers)",
+      "src/store/s.ts:1 imports ../reconcile/r.ts (layer 1 store → layer 3 reconcile: runs up the layers)",
       "src/cli/x.ts:1 is in an import cycle: src/cli/x.ts → src/cli/z.ts",
       'check-layers: 10 files, 8 imports, 9 violations',
+      '',
+    ]);
+  });
+
+  it('lets only src/pool/index.ts be imported from outside src/pool, and the pool sit between ipam and reconcile', () => {
+    const root = tree({
+      'src/ipam/range.ts': "export const r = 1;\n",
+      'src/ipam/up.ts': "import { i } from '../pool/index.ts';\nexport const u = i;\n",
+      'src/pool/blocks.ts': "import { r } from '../ipam/range.ts';\nexport const b = r;\n",
+      'src/pool/index.ts': "import { b } from './blocks.ts';\nexport const i = b;\n",
+      'src/pool/bad.ts': "import { n } from '../node/n.ts';\nexport const p = n;\n",
+      'src/node/n.ts': "export const n = 1;\n",
+      'src/reconcile/ok.ts': "import { i } from '../pool/index.ts';\nexport const o = i;\n",
+      'src/cni/inside.ts': "import type { b } from '../pool/blocks.ts';\nexport type I = typeof b;\n",
+    });
+    const r = check(['--root', root]);
+    assert.equal(r.status, 1);
+    assert.equal(r.stdout, '');
+    assert.deepEqual(r.stderr.split('\n'), [
+      'src/cni/inside.ts:1 imports ../pool/blocks.ts (module pool is entered only through src/pool/index.ts)',
+      'src/ipam/up.ts:1 imports ../pool/index.ts (layer 1 ipam → layer 2 pool: runs up the layers)',
+      'src/pool/bad.ts:1 imports ../node/n.ts (layer 2 pool → layer 3 node: runs up the layers)',
+      'check-layers: 8 files, 6 imports, 3 violations',
       '',
     ]);
   });

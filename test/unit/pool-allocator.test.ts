@@ -1,5 +1,5 @@
 /**
- * The cluster pool allocator (src/ipam/pool-allocator.ts) on the memory KV: exact block claims,
+ * The cluster pool allocator (src/pool/allocator.ts) on the memory KV: exact block claims,
  * keys and values, repeated ADD, DEL, borrowing, exhaustion, batching (one transaction), lost
  * races re-decided, the sequence-number guard, empty blocks released except the node's last, the
  * meta check, and malformed values as exact STORE_CORRUPT errors.
@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { decodeBlock, decodeHandle, PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
+import { decodeBlock, decodeHandle } from '../../src/pool/model.ts';
+import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation } from '../../src/pool/allocator.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import type { KV, KVCompare, KVOp } from '../../src/store/kv.ts';
 

@@ -1,8 +1,9 @@
-/** Pure block math of cluster pools (src/ipam/pool-blocks.ts), exact values. */
+/** Pure block math of cluster pools (src/pool/blocks.ts), exact values. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { allocatableCount, allocatableOrdinals, blockCidrText, blockKeyText, blocksOf, countBlocks, nodeHash, type Block } from '../../src/ipam/pool-blocks.ts';
+import { allocatableCount, allocatableOrdinals, blockCidrText, blocksOf, countBlocks, nodeHash, type Block } from '../../src/pool/blocks.ts';
+import { blockKeyText } from '../../src/pool/model.ts';
 import type { RangeSet } from '../../src/ipam/types.ts';
 
 function sets(ranges: unknown): readonly RangeSet[] {

@@ -1,5 +1,5 @@
 /**
- * `ipwarden pool leaks` (src/cli/pool.ts over src/ipam/pool-leaks.ts): the pure classifier's rules
+ * `ipwarden pool leaks` (src/cli/pool.ts over src/pool/leaks.ts): the pure classifier's rules
  * with exact values, and the verb in-process (`runMain` with an injected runtime and kernel
  * evidence) against a real etcd (test/helpers/etcd-cluster.ts). With CI=true a missing
  * /usr/bin/etcd fails instead of skipping.
@@ -11,8 +11,9 @@ import { AppError } from '../../src/common/errors.ts';
 import { runMain } from '../../src/cli/main.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator, type HandleValue } from '../../src/ipam/pool-allocator.ts';
-import { classifyPoolHandles } from '../../src/ipam/pool-leaks.ts';
+import { PoolAllocator } from '../../src/pool/allocator.ts';
+import type { HandleValue } from '../../src/pool/model.ts';
+import { classifyPoolHandles } from '../../src/pool/leaks.ts';
 import { NOTHING_IN_USE, type UseEvidence } from '../../src/reconcile/evidence.ts';
 import type { SandboxInfo } from '../../src/reconcile/sandboxes.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';

@@ -20,8 +20,8 @@ import type { PoolSample } from '../../src/cni/pool.ts';
 import type { KVCompare, KVEntry, KVOp, KVTxnResult } from '../../src/store/kv.ts';
 import { AppError } from '../../src/common/errors.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
-import { poolNodeSample, poolStatus } from '../../src/ipam/pool-status.ts';
-import { PoolAllocator } from '../../src/ipam/pool-allocator.ts';
+import { poolNodeSample, poolStatus } from '../../src/pool/status.ts';
+import { PoolAllocator } from '../../src/pool/allocator.ts';
 import { GatedKV, until } from '../helpers/gated-kv.ts';
 
 /** A memory KV whose next transactions can be made to lose a race, fail unavailable, or wait at a gate. */

@@ -1,6 +1,6 @@
 /**
- * The pool node name's sources (src/cni/pool.ts `resolveNodeName`): `ipam.nodeName` → `NODE_NAME`
- * → the node-name file beside the installed plugin (src/cni/node-name-file.ts) → the host name;
+ * The pool node name's sources (src/node/node-name.ts `resolveNodeName`): `ipam.nodeName` → `NODE_NAME`
+ * → the node-name file beside the installed plugin (src/node/node-name.ts) → the host name;
  * the file's trust rules and content checks, each refusal code 7 naming the file; and
  * `install-cni`'s writer of it (src/cli/install-cni.ts `writeNodeName`), and the DaemonSet giving
  * the init container (install-cni) NODE_NAME from the downward API. Needs root for the
@@ -14,8 +14,7 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isAppError, UsageError } from '../../src/common/errors.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
-import { resolveNodeName } from '../../src/cni/pool.ts';
-import { NODE_NAME_FILE_MAX_BYTES, readNodeNameFile } from '../../src/cni/node-name-file.ts';
+import { NODE_NAME_FILE_MAX_BYTES, readNodeNameFile, resolveNodeName } from '../../src/node/node-name.ts';
 import { writeNodeName } from '../../src/cli/install-cni.ts';
 import { parseAllDocuments } from 'yaml';
 

@@ -15,15 +15,16 @@ import { join } from 'node:path';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { decodeBlock, PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
-import { decodeJournalEntry, journalEntryMisfit, pickReserve, removalWindowSeconds, withinBudget } from '../../src/ipam/pool-offline.ts';
+import { PoolAllocator, type PoolAllocation } from '../../src/pool/allocator.ts';
+import { decodeBlock } from '../../src/pool/model.ts';
+import { decodeJournalEntry, journalEntryMisfit, pickReserve, removalWindowSeconds, withinBudget } from '../../src/pool/offline.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import type { IPAMConfig } from '../../src/ipam/types.ts';
 import { poolHooks, PoolSessions } from '../../src/cni/pool.ts';
-import { bootClock, ContactKV, type OfflineLog } from '../../src/cni/pool-offline.ts';
+import { bootClock, ContactKV, type OfflineLog } from '../../src/pool/contact.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../../src/store/kv.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
-import { PoolJournal, poolJournalDir } from '../../src/store/pool-journal.ts';
+import { PoolJournal, poolJournalDir } from '../../src/pool/journal.ts';
 
 const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (.2–.15: .1 is the gateway) and 10.80.0.16/28 (.16–.30); node-a's name hash picks .16/28. */

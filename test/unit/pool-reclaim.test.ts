@@ -1,5 +1,5 @@
 /**
- * Releasing a node's pool leaks (src/ipam/pool-reclaim.ts, src/reconcile/pool-pass.ts) on the
+ * Releasing a node's pool leaks (src/pool/reclaim.ts, src/reconcile/pool-pass.ts) on the
  * memory KV, with an injected runtime list, kernel evidence and monotonic clock (no sleeps):
  * the revision rule (a handle created after R is never a candidate), two observations with the
  * same mod_revision (one is not enough; a handle re-written in between restarts), D2's cap with
@@ -11,9 +11,9 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { formatIP, type IP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator } from '../../src/ipam/pool-allocator.ts';
-import { classifyPoolHandles } from '../../src/ipam/pool-leaks.ts';
-import { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved } from '../../src/ipam/pool-reclaim.ts';
+import { PoolAllocator } from '../../src/pool/allocator.ts';
+import { classifyPoolHandles } from '../../src/pool/leaks.ts';
+import { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved } from '../../src/pool/reclaim.ts';
 import { memoryAuditSink } from '../../src/reconcile/audit.ts';
 import { Confirmations } from '../../src/reconcile/confirm.ts';
 import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';

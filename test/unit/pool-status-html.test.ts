@@ -12,7 +12,7 @@ import { isAppError } from '../../src/common/errors.ts';
 import { renderPoolStatusHtml } from '../../src/cli/html.ts';
 import { runStatus, writePage } from '../../src/cli/pool.ts';
 import type { CliContext } from '../../src/cli/context.ts';
-import type { PoolStatus } from '../../src/ipam/pool-status.ts';
+import type { PoolStatus } from '../../src/pool/status.ts';
 
 const STATUS: PoolStatus = {
   version: 1,

@@ -1,5 +1,5 @@
 /**
- * The status model of a cluster pool (src/ipam/pool-status.ts `poolStatus`) on a memory KV with
+ * The status model of a cluster pool (src/pool/status.ts `poolStatus`) on a memory KV with
  * the real allocator: exact blocks per node, usage, borrowed addresses and free counts, the
  * heartbeat flag; a heartbeat key that names no node is corrupt; a pool never used is not found.
  * Reserve entries (ipam.pool.offline) counted as reserved, never used; the heartbeat state
@@ -9,8 +9,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { AppError, isAppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { PoolAllocator, type PoolAllocation } from '../../src/ipam/pool-allocator.ts';
-import { nodeHeartbeat, poolStatus } from '../../src/ipam/pool-status.ts';
+import { PoolAllocator, type PoolAllocation } from '../../src/pool/allocator.ts';
+import { nodeHeartbeat, poolStatus } from '../../src/pool/status.ts';
 import { poolStatusTable } from '../../src/cli/pool.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { hostname } from 'node:os';
@@ -46,7 +46,7 @@ describe('poolStatus (memory KV)', () => {
     // Both blocks are claimed: a third node borrows (in the block with the most free addresses).
     await add(allocator(kv, 'node-c'), 'c1');
     await kv.txn([], [{ put: `${P}/alive/node-a`, value: '{"v":1,"node":"node-a","since":1}' }]);
-    // Which block a node claims is decided by a hash of its name (src/ipam/pool-allocator.ts): fixed.
+    // Which block a node claims is decided by a hash of its name (src/pool/allocator.ts): fixed.
     assert.deepEqual(await poolStatus(kv, '/ipwarden', 'p1'), {
       version: 1,
       pool: 'p1',

@@ -1,7 +1,7 @@
 /**
  * The node's runtime endpoint record (issue 19 item 5, Multus thick): `install-cni` writes
  * `DIR/ipwarden.d/runtime-endpoint` (src/cli/install-cni.ts `writeRuntimeEndpoint`), the plugin reads
- * it under the node-name file's trust rules (src/cni/node-name-file.ts `readRuntimeEndpointFile`),
+ * it under the node-name file's trust rules (src/node/node-name.ts `readRuntimeEndpointFile`),
  * and a record that cannot be used is ignored with its reason (never a failed request); the
  * daemon's own node endpoint (src/daemon/agent.ts `daemonNodeEndpoint`) is its `--runtime-endpoint`,
  * else its `CONTAINER_RUNTIME_ENDPOINT`, never a default socket. Needs root for the ownership cases
@@ -13,7 +13,7 @@ import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, r
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { readRuntimeEndpointFile } from '../../src/cni/node-name-file.ts';
+import { readRuntimeEndpointFile } from '../../src/node/node-name.ts';
 import { validateRecordedEndpoint, writeRuntimeEndpoint } from '../../src/cli/install-cni.ts';
 import { UsageError } from '../../src/common/errors.ts';
 import { daemonNodeEndpoint } from '../../src/daemon/agent.ts';

@@ -20,7 +20,7 @@
  *   releases a candidate only after two observations a grace period apart on its monotonic clock
  *   with the same `mod_revision` (src/reconcile/pool-pass.ts).
  */
-import type { HandleValue } from './pool-allocator.ts';
+import type { HandleValue } from './model.ts';
 
 /** One handle of the node, as read. */
 export interface PoolHandleInput {

@@ -9,13 +9,13 @@
  * the layout nothing can be counted).
  */
 import { AppError } from '../common/errors.ts';
-import { compareIP, parseCIDR, parseIP, type Subnet } from '../common/ip.ts';
-import type { KV, KVEntry } from '../store/kv.ts';
-import { blockKeyCidr, CorruptValueError, decodeBlock, POOL_VALUE_VERSION } from './pool-allocator.ts';
-import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './pool-blocks.ts';
-import { validNodeName } from './pool-config.ts';
-import { canonicalizeRangeSet, rangeSetSize, rangeSetString } from './range.ts';
-import type { RangeSet } from './types.ts';
+import { compareIP, parseCIDR, type Subnet } from '../common/ip.ts';
+import type { KV } from '../store/kv.ts';
+import { blockKeyCidr, corrupt, CorruptValueError, decodeBlock, decodeMeta, keysOf } from './model.ts';
+import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './blocks.ts';
+import { validNodeName } from '../ipam/pool-config.ts';
+import { rangeSetSize, rangeSetString } from '../ipam/range.ts';
+import type { RangeSet } from '../ipam/types.ts';
 
 /** One block in the report. */
 export interface PoolBlockStatus {
@@ -106,10 +106,6 @@ export interface PoolStatus {
   readonly corrupt: readonly PoolCorruptKey[];
 }
 
-function corrupt(key: string, why: string): CorruptValueError {
-  return new CorruptValueError(key, why);
-}
-
 /**
  * The index of the range set of `rangeSets` that block `cidr` belongs to — its prefix is the block
  * prefix of a range of that set and it holds an allocatable address of it — or -1 (a key that
@@ -119,43 +115,14 @@ function rangeSetOfBlock(rangeSets: readonly RangeSet[], sizes: BlockSizes, cidr
   return rangeSets.findIndex((rs) => rs.some((r) => r.subnet.ip.family === cidr.ip.family && blockPrefix(r, sizes) === cidr.prefix) && allocatableCount(rs, cidr) > 0);
 }
 
-/** The range sets and block sizes stored in `meta`. Throws STORE_CORRUPT naming the key. */
-export function decodeMeta(e: KVEntry): { rangeSets: RangeSet[]; blockSize: number; blockSize6: number } {
-  let o: unknown;
-  try {
-    o = JSON.parse(e.value);
-  } catch {
-    throw corrupt(e.key, 'not valid JSON');
-  }
-  const m = o as { v?: unknown; rangeSets?: unknown; blockSize?: unknown; blockSize6?: unknown } | null;
-  if (typeof m !== 'object' || m === null || m.v !== POOL_VALUE_VERSION) throw corrupt(e.key, `not a version ${POOL_VALUE_VERSION} pool meta`);
-  if (!Array.isArray(m.rangeSets) || typeof m.blockSize !== 'number' || typeof m.blockSize6 !== 'number') throw corrupt(e.key, '"rangeSets", "blockSize" and "blockSize6" are required');
-  const rangeSets = m.rangeSets.map((rs: unknown, i: number) => {
-    if (!Array.isArray(rs)) throw corrupt(e.key, `rangeSets[${i}] must be an array`);
-    try {
-      return canonicalizeRangeSet(
-        rs.map((r: { subnet?: unknown; rangeStart?: unknown; rangeEnd?: unknown; gateway?: unknown }) => ({
-          subnet: typeof r.subnet === 'string' ? parseCIDR(r.subnet) : null,
-          rangeStart: typeof r.rangeStart === 'string' ? parseIP(r.rangeStart) : null,
-          rangeEnd: typeof r.rangeEnd === 'string' ? parseIP(r.rangeEnd) : null,
-          gateway: typeof r.gateway === 'string' ? parseIP(r.gateway) : null,
-        })),
-      );
-    } catch (err) {
-      throw corrupt(e.key, `rangeSets[${i}]: ${err instanceof Error ? err.message : String(err)}`);
-    }
-  });
-  return { rangeSets, blockSize: m.blockSize, blockSize6: m.blockSize6 };
-}
-
 /**
  * The heartbeat state of `node` in pool `pool` under `prefix` ({@link PoolHeartbeat}): two reads
  * (its heartbeat key, its settings key). What `pool remove-node` step 1 warns from.
  */
 export async function nodeHeartbeat(kv: KV, prefix: string, pool: string, node: string): Promise<PoolHeartbeat> {
-  const base = `${prefix}/pools/${pool}`;
-  if ((await kv.get(`${base}/alive/${node}`)) !== null) return 'yes';
-  return (await kv.get(`${base}/nodes/${node}/settings`)) !== null ? 'expired' : 'never';
+  const keys = keysOf({ prefix, pool });
+  if ((await kv.get(keys.alive(node))) !== null) return 'yes';
+  return (await kv.get(keys.settings(node))) !== null ? 'expired' : 'never';
 }
 
 /** Sort blocks by address: IPv4 before IPv6, then numerically (not as text). */
@@ -178,9 +145,9 @@ function byAddress(a: PoolBlockStatus, b: PoolBlockStatus): number {
  * are counted as `reserved`, never as `used`; `free` is what is none of these.
  */
 export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<PoolStatus> {
-  const base = `${prefix}/pools/${pool}`;
-  const metaEntry = await kv.get(`${base}/meta`);
-  if (metaEntry === null) throw new AppError('IPAM_NOT_FOUND', `pool ${pool} has no data in ${kv.description} under ${prefix} (no ${base}/meta key: never used)`);
+  const keys = keysOf({ prefix, pool });
+  const metaEntry = await kv.get(keys.meta);
+  if (metaEntry === null) throw new AppError('IPAM_NOT_FOUND', `pool ${pool} has no data in ${kv.description} under ${prefix} (no ${keys.meta} key: never used)`);
   const meta = decodeMeta(metaEntry);
   const sizes: BlockSizes = { blockSize4: meta.blockSize, blockSize6: meta.blockSize6 };
   const blocks: PoolBlockStatus[] = [];
@@ -192,8 +159,8 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     return x;
   };
   const alive = new Set<string>();
-  for (const e of await kv.list(`${base}/alive/`, { keysOnly: true })) {
-    const n = e.key.slice(`${base}/alive/`.length);
+  for (const e of await kv.list(keys.alivePrefix, { keysOnly: true })) {
+    const n = e.key.slice(keys.alivePrefix.length);
     // A heartbeat key names a node (the daemon writes only valid names): anything else is corrupt.
     if (!validNodeName(n)) {
       bad.push({ key: e.key, why: 'not the heartbeat key of a node name' });
@@ -204,10 +171,9 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   }
   // A settings key: an ipwarden daemon has served the node (its announce writes it).
   const served = new Set<string>();
-  for (const e of await kv.list(`${base}/nodes/`, { keysOnly: true })) {
-    const m = /^([^/]+)\/settings$/.exec(e.key.slice(`${base}/nodes/`.length));
-    if (m === null) continue;
-    const n = m[1] as string;
+  for (const e of await kv.list(keys.nodesPrefix, { keysOnly: true })) {
+    const n = keys.settingsNode(e.key);
+    if (n === null) continue;
     if (!validNodeName(n)) {
       bad.push({ key: e.key, why: 'not the settings key of a node name' });
       continue;
@@ -219,8 +185,8 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   const reservedPerSet = meta.rangeSets.map(() => 0);
   const unreadablePerSet = meta.rangeSets.map(() => 0);
   const claimedPerSet = meta.rangeSets.map(() => 0);
-  for (const e of await kv.list(`${base}/blocks/`)) {
-    const key = e.key.slice(`${base}/blocks/`.length);
+  for (const e of await kv.list(keys.blocksPrefix)) {
+    const key = e.key.slice(keys.blocksPrefix.length);
     const cidrText = blockKeyCidr(key);
     const cidr = cidrText === null ? null : (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet;
     let b: ReturnType<typeof decodeBlock>;
@@ -333,19 +299,19 @@ export interface PoolNodeSample {
  *   read; the KV's errors (STORE_UNAVAILABLE, CNI 11).
  */
 export async function poolNodeSample(kv: KV, prefix: string, pool: string, node: string): Promise<PoolNodeSample> {
-  const base = `${prefix}/pools/${pool}`;
-  const metaEntry = await kv.get(`${base}/meta`);
-  if (metaEntry === null) throw new AppError('IPAM_NOT_FOUND', `pool ${pool} has no data in ${kv.description} under ${prefix} (no ${base}/meta key: never used)`);
+  const keys = keysOf({ prefix, pool });
+  const metaEntry = await kv.get(keys.meta);
+  if (metaEntry === null) throw new AppError('IPAM_NOT_FOUND', `pool ${pool} has no data in ${kv.description} under ${prefix} (no ${keys.meta} key: never used)`);
   const meta = decodeMeta(metaEntry);
   const sizes = { blockSize4: meta.blockSize, blockSize6: meta.blockSize6 };
   const total = meta.rangeSets.reduce((a, rs) => a + countBlocks(rs, sizes), 0n);
-  const blockKeys = await kv.list(`${base}/blocks/`, { keysOnly: true });
+  const blockKeys = await kv.list(keys.blocksPrefix, { keysOnly: true });
   const claimedBlocks = blockKeys.length;
   // Allocatable addresses of the claimed blocks per range set, from the keys alone (a key that
   // names no block of the pool holds none).
   const claimedAddresses = meta.rangeSets.map(() => 0n);
   for (const e of blockKeys) {
-    const cidrText = blockKeyCidr(e.key.slice(`${base}/blocks/`.length));
+    const cidrText = blockKeyCidr(e.key.slice(keys.blocksPrefix.length));
     const cidr = cidrText === null ? null : (parseCIDR(cidrText)?.subnet ?? null);
     if (cidr === null) continue;
     const s = rangeSetOfBlock(meta.rangeSets, sizes, cidr);
@@ -353,8 +319,8 @@ export async function poolNodeSample(kv: KV, prefix: string, pool: string, node:
   }
   const ownFree = meta.rangeSets.map(() => 0);
   let pendingReleaseBlocks = 0;
-  const alive = (await kv.get(`${base}/alive/${node}`)) !== null;
-  const affPrefix = `${base}/nodes/${node}/blocks/`;
+  const alive = (await kv.get(keys.alive(node))) !== null;
+  const affPrefix = keys.affinityPrefix(node);
   let blocks = 0;
   let held = 0;
   let corruptBlocks = 0;
@@ -365,7 +331,7 @@ export async function poolNodeSample(kv: KV, prefix: string, pool: string, node:
       corruptBlocks++; // not the affinity key of a block
       continue;
     }
-    const e = await kv.get(`${base}/blocks/${key}`);
+    const e = await kv.get(keys.block(key));
     if (e === null) continue; // given back between the two reads
     let b: ReturnType<typeof decodeBlock>;
     try {
@@ -388,14 +354,14 @@ export async function poolNodeSample(kv: KV, prefix: string, pool: string, node:
     ownFree[b.rangeSet] = (ownFree[b.rangeSet] as number) + Math.max(0, free);
   }
   // Blocks other nodes' removals marked pendingRelease: only nodes with a removal marker are read.
-  for (const m of await kv.list(`${base}/removing/`, { keysOnly: true })) {
-    const other = m.key.slice(`${base}/removing/`.length);
+  for (const m of await kv.list(keys.removingPrefix, { keysOnly: true })) {
+    const other = m.key.slice(keys.removingPrefix.length);
     if (other === node || !validNodeName(other)) continue;
-    const otherAff = `${base}/nodes/${other}/blocks/`;
+    const otherAff = keys.affinityPrefix(other);
     for (const a of await kv.list(otherAff, { keysOnly: true })) {
       const key = a.key.slice(otherAff.length);
       const cidrText = blockKeyCidr(key);
-      const e = cidrText === null ? null : await kv.get(`${base}/blocks/${key}`);
+      const e = cidrText === null ? null : await kv.get(keys.block(key));
       if (e === null) continue;
       try {
         const b = decodeBlock(e, cidrText as string);

@@ -16,25 +16,21 @@
  *   `mod_revision` read and its allocation still carries the handle's `seq` and owner (an
  *   address re-allocated since is never freed: Calico's per-allocation sequence numbers), and
  *   `removing/<node>` is absent (as every DEL of the node compares); a handle one of whose
- *   allocations moved on is not released at all. It deletes the handle and puts the blocks — the DEL's transaction shape (src/ipam/pool-allocator.ts `del`), except
+ *   allocations moved on is not released at all. It deletes the handle and puts the blocks — the DEL's transaction shape (src/pool/allocator.ts `del`), except
  *   that an emptied block is kept (the node's next ADD uses it; a DEL gives it back later).
  */
 import { AppError } from '../common/errors.ts';
-import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
-import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, MAX_ATTEMPTS, type BlockValue, type HandleValue, type PoolRequest } from './pool-allocator.ts';
-import { revisionAfter } from './pool-leaks.ts';
+import type { KV, KVEntry } from '../store/kv.ts';
+import { MAX_ATTEMPTS, type PoolRequest } from './allocator.ts';
+import { runTxn } from './txn.ts';
+import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, encodeBlock, keysOf, type BlockValue, type HandleValue, type PoolKeys } from './model.ts';
+import { revisionAfter } from './leaks.ts';
 
-/** Where a pool's keys are: `P/pools/<pool>/…` (docs/cluster.md "Key layout"). */
-export interface PoolKeys {
-  /** `ipam.pool.etcd.prefix`. */
-  readonly prefix: string;
-  /** `ipam.pool.name`. */
-  readonly pool: string;
-}
+export type { PoolKeys } from './model.ts';
 
 /** The prefix of every handle key of the pool (`P/pools/<pool>/handles/`). */
 export function handlesPrefix(k: PoolKeys): string {
-  return `${k.prefix}/pools/${k.pool}/handles/`;
+  return keysOf(k).handlesPrefix;
 }
 
 /** One handle as read from etcd, with its revisions. */
@@ -174,9 +170,12 @@ export type ReleaseOutcome =
  *   after {@link MAX_ATTEMPTS} lost races.
  */
 export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: PoolHandleEntry): Promise<ReleaseOutcome> {
-  const base = `${k.prefix}/pools/${k.pool}`;
-  const removing = `${base}/removing/${node}`;
-  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+  const keys = keysOf(k);
+  const removing = keys.removing(node);
+  // The handle's compare stays the observed one: a handle rewritten since is never released here.
+  const r = await runTxn<ReleaseOutcome>(
+    kv,
+    async (tx) => {
     const cur = await kv.get(h.key);
     if (cur === null) return { released: false, why: 'the handle is gone (released meanwhile)' };
     if (cur.modRevision !== h.modRevision) return { released: false, why: `the handle was rewritten since it was observed (mod_revision ${cur.modRevision}, observed ${h.modRevision})` };
@@ -185,7 +184,7 @@ export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: Pool
     for (const x of h.value.ips) {
       if (!blocks.has(x.block)) {
         const cidr = blockKeyCidr(x.block);
-        const e = cidr === null ? null : await kv.get(`${base}/blocks/${x.block}`);
+        const e = cidr === null ? null : await kv.get(keys.block(x.block));
         let value: BlockValue | null = null;
         if (e !== null && cidr !== null) {
           try {
@@ -209,17 +208,25 @@ export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: Pool
       b.dirty = true;
       freed.push(x.ip);
     }
-    const compares: KVCompare[] = [{ key: h.key, modRevision: h.modRevision }, { key: removing, absent: true }];
-    const ops: KVOp[] = [{ delete: h.key }];
+    tx.expect(h.key, h.modRevision);
+    tx.expect(removing, null);
+    tx.del(h.key);
     for (const b of blocks.values()) {
       if (b === null || !b.dirty) continue;
-      compares.push({ key: b.entry.key, modRevision: b.entry.modRevision });
-      ops.push({ put: b.entry.key, value: JSON.stringify(b.value) });
+      tx.expect(b.entry.key, b.entry.modRevision);
+      tx.put(b.entry.key, encodeBlock(b.value));
     }
-    const t = await kv.txn(compares, ops);
-    if (t.succeeded) return { released: true, ips: freed.sort(), revision: t.revision };
-    if ((await kv.get(removing)) !== null) return { released: false, why: `a removal of node ${node} is begun (${removing}): nothing released` };
-    // A block (or the handle) changed meanwhile: read again; the handle's compare stays the observed one.
-  }
-  throw new AppError('STORE_CONFLICT', `pool ${k.pool}: ${MAX_ATTEMPTS} releases of ${h.containerId}/${h.ifname} lost to concurrent writers; try again`);
+    // The commit's revision is filled in below, once it is known.
+    return { released: true, ips: freed.sort(), revision: '' };
+    },
+    {
+      attempts: MAX_ATTEMPTS,
+      // A removal begun stops the release; else a block (or the handle) changed meanwhile: read again.
+      lost: async () => ((await kv.get(removing)) !== null ? { stop: { released: false, why: `a removal of node ${node} is begun (${removing}): nothing released` } } : undefined),
+      exhausted: () => {
+        throw new AppError('STORE_CONFLICT', `pool ${k.pool}: ${MAX_ATTEMPTS} releases of ${h.containerId}/${h.ifname} lost to concurrent writers; try again`);
+      },
+    },
+  );
+  return r.value.released && r.revision !== null ? { ...r.value, revision: r.revision } : r.value;
 }

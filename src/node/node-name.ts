@@ -26,7 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { untrustedReason } from '../common/trust.ts';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
-import { badNodeNameMessage, validNodeName } from '../ipam/pool-config.ts';
+import { badNodeNameMessage, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 
 /** The directory beside the installed plugin that holds ipwarden's own small files. */
 export const NODE_NAME_DIR = 'ipwarden.d';
@@ -180,3 +180,42 @@ export function readRuntimeEndpointFile(opts: { readonly dir?: string; readonly 
     return { ignored: `the runtime endpoint record ${r.file}: ${e instanceof Error ? e.message : String(e)}: not used` };
   }
 }
+
+/**
+ * The node name for `pool`: `ipam.nodeName`, else `env.NODE_NAME`, else the node-name file
+ * `install-cni` wrote beside the installed plugin (`file()`, default {@link readNodeNameFile}:
+ * `<CNI bin dir>/ipwarden.d/node-name`, read only when trusted; what the shim's fallback finds,
+ * since the runtime's environment has no `NODE_NAME`), else `host()`.
+ * @throws AppError IPAM_INVALID_CONFIG (CNI 7) naming the source when the name is unusable (a
+ *   bad node-name file is never skipped for the host name: the file names it).
+ */
+export function resolveNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>, host: () => string = hostname, file: () => string | null = readNodeNameFile): string {
+  if (pool.nodeName !== null) return pool.nodeName;
+  const fromEnv = env['NODE_NAME'];
+  if (fromEnv !== undefined && fromEnv !== '') {
+    if (!validNodeName(fromEnv)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('NODE_NAME', fromEnv));
+    return fromEnv;
+  }
+  const fromFile = file();
+  if (fromFile !== null) return fromFile;
+  const h = host();
+  if (!validNodeName(h)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage('the host name', h));
+  return h;
+}
+
+/**
+ * The node name for a DEL: as {@link resolveNodeName}, but an unusable name does not fail the
+ * DEL (a runtime retries a failed DEL forever): the node name only decides whether an emptied
+ * block is given back, so without one the addresses are still released and every block is kept.
+ * `NO_NODE` matches no block's node (node names start with a letter or digit).
+ */
+export function delNodeName(pool: PoolConfig, env: Readonly<Record<string, string | undefined>>): string {
+  try {
+    return resolveNodeName(pool, env);
+  } catch {
+    return NO_NODE;
+  }
+}
+
+/** A node name no block has (see {@link delNodeName}). */
+export const NO_NODE = '-';

@@ -4,7 +4,7 @@
  * (`Auth.Authenticate`; the token it answers is sent with every later call, src/store/etcd/etcd-kv.ts).
  *
  * Read only when it is to be trusted, by the rule for files root trusts (src/common/trust.ts, as
- * the node-name file, src/cni/node-name-file.ts): its directory is a real directory (a symlink is
+ * the node-name file, src/node/node-name.ts): its directory is a real directory (a symlink is
  * not followed), the file a regular file opened with O_NOFOLLOW, both owned by root (or the
  * effective user) and writable by neither group nor others — and, since it holds a password,
  * the file is not readable by others (nor by a group other than root's). Whoever could write it would choose which etcd user the

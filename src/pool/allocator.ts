@@ -5,22 +5,8 @@
  * the batching Calico proposed and never built (projectcalico/cni-plugin#985): many ADDs of one
  * node in one transaction.
  *
- * Keys under `P/pools/<pool>/` (`P` = `ipam.pool.etcd.prefix`, default `/ipwarden`), values JSON
- * with a version field `v` (docs/cluster.md "Key layout"):
- *
- * - `meta` → `{"v":1,"rangeSets":[[{"subnet","rangeStart","rangeEnd","gateway"}]],"blockSize","blockSize6"}`
- *   — written once by the first node; every node checks its config against it (two nodes cutting
- *   one range into different blocks would hand out one address twice);
- * - `blocks/<block>` (`10.80.0.64-26`) → `{"v":1,"cidr","rangeSet","node","state":"owned","seq","next",
- *   "allocs":{"<ordinal>":{"id","ifname","node","seq","at"}}}`;
- * - `nodes/<node>/blocks/<block>` → `{"v":1,"rangeSet"}` — the affinity index (a node finds its
- *   blocks with one prefix read);
- * - `handles/<containerID>/<ifname>` → `{"v":1,"node","network","at","ips":[{"ip","block","ordinal","seq","rangeSet"}]}`,
- *   or a DEL's tombstone `{…,"ips":[],"deleted":true}` (leased; a late ADD's create-only compare fails on it);
- * - `removing/<node>` → `{"v":1,"node","at"}` — `pool remove-node` step 1's marker: no ADD or DEL
- *   of `node` commits while it exists (they compare it absent, and veto: delete it); every
- *   `--finish` transaction compares its revision; `removal-window/<node>` (same value, a 60 s
- *   lease) — `--finish` refuses while it exists.
+ * The keys and values (`meta`, `blocks/<block>`, `nodes/<node>/blocks/<block>`, `handles/…`,
+ * `removing/<node>`, `removal-window/<node>`, …) are laid out and encoded in src/pool/model.ts.
  *
  * Rules, each enforced inside one etcd transaction by revision compares (never a lock or lease):
  * - claim a block: `blocks/<b>` and `nodes/<me>/blocks/<b>` both absent (`create_revision == 0`);
@@ -39,17 +25,42 @@
  * keys"; {@link CorruptValueError}, {@link PoolAllocatorOptions.onCorrupt}).
  */
 import { AppError } from '../common/errors.ts';
-import { formatIP, parseCIDR, parseIP, type IP, type Subnet } from '../common/ip.ts';
-import { CNI_NAME_RE } from '../common/names.ts';
+import { formatIP, parseCIDR, type IP, type Subnet } from '../common/ip.ts';
 import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
-import { RangeExhaustedError } from './allocator.ts';
-import { blockAddresses, blockCidrText, blockKeyText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './pool-blocks.ts';
-import { decodeSettings, removalWindowSeconds, settingsValue, type JournalEntry, type ReserveSlot } from './pool-offline.ts';
-import { rangeFor, rangeSetSize, rangeSetString } from './range.ts';
-import type { Range, RangeSet } from './types.ts';
+import { RangeExhaustedError } from '../ipam/allocator.ts';
+import { blockAddresses, blockCidrText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './blocks.ts';
+import { removalWindowSeconds, type JournalEntry, type ReserveSlot } from './offline.ts';
+import { Retry, runTxn } from './txn.ts';
+import {
+  affinityValue,
+  blockKeyCidr,
+  blockKeyText,
+  clusterPinValue,
+  corrupt,
+  CorruptValueError,
+  decodeAffinity,
+  decodeBlock,
+  decodeClusterPin,
+  decodeHandle,
+  decodeSettings,
+  encodeBlock,
+  encodeHandle,
+  heartbeatWriter,
+  keysOf,
+  metaOf,
+  parseJson,
+  removalMarkerValue,
+  settingsValue,
+  tombstoneValue,
+  type AllocValue,
+  type BlockValue,
+  type HandleIP,
+  type HandleValue,
+  type PoolKeyLayout,
+} from './model.ts';
+import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
+import type { Range, RangeSet } from '../ipam/types.ts';
 
-/** Value version written and accepted. */
-export const POOL_VALUE_VERSION = 1;
 /** Attempts of one operation before `STORE_CONFLICT`. */
 export const MAX_ATTEMPTS = 16;
 /** How many free blocks a node chooses among (by its name's hash) when it claims one. */
@@ -69,68 +80,6 @@ export const TOMBSTONE_TTL_SECONDS = 600;
 export const REMOVAL_WINDOW_SECONDS = 60;
 /** Most requests batched into one transaction (each costs 2 ops; etcd allows 128 per txn). */
 export const MAX_BATCH = 24;
-
-/**
- * One allocation, stored in its block. A **reserve entry** (`ipam.pool.offline`, docs/cluster.md
- * "Offline allocation") has `reserve: true`, `id` and `ifname` empty (no container's: a CNI
- * container ID is never empty) and `node` = the block's owner: taken by nobody, released only by
- * the owner's sync (which turns it into a container's allocation) and `pool remove-node --finish`.
- */
-export interface AllocValue {
-  id: string;
-  ifname: string;
-  node: string;
-  seq: number;
-  at: number;
-  reserve?: true;
-}
-
-/** A block as stored. */
-export interface BlockValue {
-  v: 1;
-  cidr: string;
-  rangeSet: number;
-  node: string;
-  state: 'owned' | 'pendingRelease';
-  /** Last sequence number handed out in this block (only grows). */
-  seq: number;
-  /** Ordinal where the next search starts (round robin inside the block). */
-  next: number;
-  allocs: Record<string, AllocValue>;
-}
-
-/** One address of a handle. */
-export interface HandleIP {
-  ip: string;
-  block: string;
-  ordinal: number;
-  seq: number;
-  rangeSet: number;
-}
-
-/** A handle (container ID + ifname → its addresses) as stored. */
-export interface HandleValue {
-  v: 1;
-  node: string;
-  network: string;
-  at: number;
-  ips: HandleIP[];
-  /**
-   * The host name of the machine whose process wrote the handle (absent in handles written before
-   * it was recorded, and by allocators given no `host`). The node's reconcile releases only
-   * handles its own host wrote: two hosts under one node name (a fixed `ipam.nodeName`, a copied
-   * node-name file) must not judge each other's pods by their own runtime and kernel (review B1).
-   */
-  host?: string;
-  /**
-   * True for a tombstone (`"deleted":true`, `ips` empty): written by a DEL that found no handle,
-   * so a late ADD transaction (sent by a process that gave up, applied by etcd after the DEL)
-   * fails its create-only compare instead of leaking (review F4). A fresh ADD overwrites it by
-   * comparing its revision; it is put with a lease of {@link TOMBSTONE_TTL_SECONDS} when the KV
-   * has leases. Never an allocation: find, handlesOf and `--finish` skip it.
-   */
-  deleted?: true;
-}
 
 /** One address handed to a container. */
 export interface PoolAllocation {
@@ -227,45 +176,6 @@ export class BlockCache {
 }
 
 /**
- * A pool key whose value (or name) this version cannot read: code `STORE_CORRUPT` (CNI 999),
- * message `etcd key <key>: <why>`. Its `key` and `why` let a caller that can go on without the key
- * (a DEL, an ADD choosing among blocks, `pool status`) name it and skip it: a corrupt key is never
- * read as free, never rewritten and never released; it is left for an operator (docs/cluster.md
- * "Corrupt keys").
- */
-export class CorruptValueError extends AppError {
-  /** The full etcd key. */
-  readonly key: string;
-  /** Why it cannot be read (the message without the `etcd key <key>: ` part). */
-  readonly why: string;
-  constructor(key: string, why: string) {
-    super('STORE_CORRUPT', `etcd key ${key}: ${why}`);
-    this.key = key;
-    this.why = why;
-  }
-}
-
-function corrupt(key: string, why: string): CorruptValueError {
-  return new CorruptValueError(key, why);
-}
-
-/**
- * Refuse a field outside `known` (docs/cluster.md "Key layout": a value that does not decode
- * exactly is corrupt — a field this version does not know may be one it would drop when it
- * rewrites the value). `where`: `""` for the value itself, else e.g. `allocation 3: `.
- */
-function onlyKnown(key: string, o: Record<string, unknown>, known: readonly string[], where = ''): void {
-  for (const f of Object.keys(o)) if (!known.includes(f)) throw corrupt(key, `${where}unknown field ${JSON.stringify(f)} (known: ${known.join(', ')})`);
-}
-
-const BLOCK_FIELDS = ['v', 'cidr', 'rangeSet', 'node', 'state', 'seq', 'next', 'allocs'] as const;
-const ALLOC_FIELDS = ['id', 'ifname', 'node', 'seq', 'at'] as const;
-const RESERVE_FIELDS = ['id', 'ifname', 'node', 'seq', 'at', 'reserve'] as const;
-const HANDLE_FIELDS = ['v', 'node', 'network', 'at', 'ips', 'host', 'deleted'] as const;
-const HANDLE_IP_FIELDS = ['ip', 'block', 'ordinal', 'seq', 'rangeSet'] as const;
-const AFFINITY_FIELDS = ['v', 'rangeSet'] as const;
-
-/**
  * `pool remove-node` refused to go on (the node may be alive): no heartbeat override, no veto
  * ignored. Code `STORE_CONFLICT`; the CLI prints the message and exits 1.
  */
@@ -275,24 +185,8 @@ export class RemovalRefusedError extends AppError {
   }
 }
 
-/** A read that raced with a writer (not corruption): the caller re-reads and decides again. */
-class LostRace extends Error {}
-
-/**
- * Who wrote a heartbeat value (`{"v":1,"node","since","host"?,"pid"?}`): `host` and `pid` of the
- * daemon when the value names them (values written before they existed do not), else null. Never
- * throws: a heartbeat is a hint, and the refusal stands whatever its value says.
- */
-export function heartbeatWriter(value: string | null | undefined): { host: string; pid: number | null } | null {
-  if (value === null || value === undefined) return null;
-  try {
-    const o = JSON.parse(value) as { host?: unknown; pid?: unknown } | null;
-    if (typeof o !== 'object' || o === null || typeof o.host !== 'string' || o.host === '' || o.host.length > 253 || !/^[A-Za-z0-9_.-]+$/.test(o.host)) return null;
-    return { host: o.host, pid: typeof o.pid === 'number' && Number.isSafeInteger(o.pid) && o.pid > 0 ? o.pid : null };
-  } catch {
-    return null;
-  }
-}
+/** A read that raced with a writer (not corruption): the caller re-reads and decides again ({@link Retry}). */
+class LostRace extends Retry {}
 
 /**
  * The refusal for a live heartbeat. With the writer known (trial finding 5: a daemon heartbeats for
@@ -325,141 +219,6 @@ function vetoRefusal(pool: string, node: string, key: string): RemovalRefusedErr
   return new RemovalRefusedError(`node ${node} vetoed its removal from pool ${pool} (${key} was deleted or re-created): it is back; nothing more was released`);
 }
 
-function parseJson(e: KVEntry): Record<string, unknown> {
-  let o: unknown;
-  try {
-    o = JSON.parse(e.value);
-  } catch {
-    throw corrupt(e.key, 'not valid JSON');
-  }
-  if (typeof o !== 'object' || o === null || Array.isArray(o)) throw corrupt(e.key, 'not a JSON object');
-  const r = o as Record<string, unknown>;
-  if (r['v'] !== POOL_VALUE_VERSION) throw corrupt(e.key, `unknown value version ${JSON.stringify(r['v'] ?? null)} (this ipwarden writes ${POOL_VALUE_VERSION})`);
-  return r;
-}
-
-const isNat = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
-
-/**
- * Decode a block value exactly: every field of {@link BlockValue} with its type and range, no
- * other field (in the value or in an allocation). Throws {@link CorruptValueError}
- * (STORE_CORRUPT) naming the key and the field.
- */
-export function decodeBlock(e: KVEntry, expectCidr: string): BlockValue {
-  const r = parseJson(e);
-  onlyKnown(e.key, r, BLOCK_FIELDS);
-  if (r['cidr'] !== expectCidr) throw corrupt(e.key, `"cidr" must be ${JSON.stringify(expectCidr)}, got ${JSON.stringify(r['cidr'] ?? null)}`);
-  const cidr = parseCIDR(expectCidr);
-  if (cidr === null) throw corrupt(e.key, '"cidr" is not a CIDR');
-  const size = Number(blockAddresses(cidr.ip.family, cidr.subnet.prefix));
-  if (!isNat(r['rangeSet'])) throw corrupt(e.key, '"rangeSet" must be a non-negative integer');
-  if (typeof r['node'] !== 'string' || !CNI_NAME_RE.test(r['node'])) throw corrupt(e.key, '"node" must be a node name');
-  if (r['state'] !== 'owned' && r['state'] !== 'pendingRelease') throw corrupt(e.key, '"state" must be "owned" or "pendingRelease"');
-  if (!isNat(r['seq'])) throw corrupt(e.key, '"seq" must be a non-negative integer');
-  if (!isNat(r['next']) || r['next'] > size) throw corrupt(e.key, `"next" must be an integer from 0 to ${size}`);
-  const allocs = r['allocs'];
-  if (typeof allocs !== 'object' || allocs === null || Array.isArray(allocs)) throw corrupt(e.key, '"allocs" must be an object');
-  const out: Record<string, AllocValue> = {};
-  for (const [k, a] of Object.entries(allocs as Record<string, unknown>)) {
-    if (!/^(0|[1-9][0-9]*)$/.test(k) || Number(k) >= size) throw corrupt(e.key, `allocation ordinal ${JSON.stringify(k)} is not an ordinal of a block of ${size} addresses`);
-    const x = a as Record<string, unknown> | null;
-    if (typeof x !== 'object' || x === null || Array.isArray(x)) throw corrupt(e.key, `allocation ${k} must be an object`);
-    onlyKnown(e.key, x, x['reserve'] !== undefined ? RESERVE_FIELDS : ALLOC_FIELDS, `allocation ${k}: `);
-    if (x['reserve'] !== undefined) {
-      // A reserve entry of the block's owner (ipam.pool.offline): no container, exactly this shape.
-      if (x['reserve'] !== true || x['id'] !== '' || x['ifname'] !== '') throw corrupt(e.key, `allocation ${k}: a reserve entry must have "reserve":true and an empty "id" and "ifname"`);
-      if (x['node'] !== r['node']) throw corrupt(e.key, `allocation ${k}: a reserve entry's "node" must be the block's node`);
-      if (!isNat(x['seq']) || x['seq'] < 1 || x['seq'] > (r['seq'] as number)) throw corrupt(e.key, `allocation ${k}: "seq" must be an integer from 1 to the block's seq ${r['seq'] as number}`);
-      if (typeof x['at'] !== 'number' || !Number.isFinite(x['at'])) throw corrupt(e.key, `allocation ${k}: "at" must be a number`);
-      out[k] = { id: '', ifname: '', node: r['node'], seq: x['seq'], at: x['at'], reserve: true };
-      continue;
-    }
-    if (typeof x['id'] !== 'string' || !CNI_NAME_RE.test(x['id'])) throw corrupt(e.key, `allocation ${k}: "id" must be a container ID`);
-    if (typeof x['ifname'] !== 'string' || x['ifname'] === '') throw corrupt(e.key, `allocation ${k}: "ifname" must be a non-empty string`);
-    if (typeof x['node'] !== 'string' || !CNI_NAME_RE.test(x['node'])) throw corrupt(e.key, `allocation ${k}: "node" must be a node name`);
-    if (!isNat(x['seq']) || x['seq'] < 1 || x['seq'] > (r['seq'] as number)) throw corrupt(e.key, `allocation ${k}: "seq" must be an integer from 1 to the block's seq ${r['seq'] as number}`);
-    if (typeof x['at'] !== 'number' || !Number.isFinite(x['at'])) throw corrupt(e.key, `allocation ${k}: "at" must be a number`);
-    out[k] = { id: x['id'], ifname: x['ifname'], node: x['node'], seq: x['seq'], at: x['at'] };
-  }
-  return { v: 1, cidr: expectCidr, rangeSet: r['rangeSet'], node: r['node'], state: r['state'], seq: r['seq'], next: r['next'], allocs: out };
-}
-
-/**
- * Decode a handle value exactly (the fields of {@link HandleValue} and of its `ips`, no other).
- * Throws {@link CorruptValueError} (STORE_CORRUPT) naming the key and the field.
- */
-export function decodeHandle(e: KVEntry): HandleValue {
-  const r = parseJson(e);
-  onlyKnown(e.key, r, HANDLE_FIELDS);
-  if (typeof r['node'] !== 'string') throw corrupt(e.key, '"node" must be a string');
-  if (typeof r['network'] !== 'string') throw corrupt(e.key, '"network" must be a string');
-  if (typeof r['at'] !== 'number') throw corrupt(e.key, '"at" must be a number');
-  if (!Array.isArray(r['ips'])) throw corrupt(e.key, '"ips" must be an array');
-  if (r['deleted'] !== undefined && (r['deleted'] !== true || r['ips'].length !== 0)) throw corrupt(e.key, '"deleted" must be true, with "ips" empty');
-  const ips: HandleIP[] = r['ips'].map((x: unknown, i: number) => {
-    const o = x as Record<string, unknown> | null;
-    if (typeof o !== 'object' || o === null || Array.isArray(o)) throw corrupt(e.key, `ips[${i}] must be an object`);
-    onlyKnown(e.key, o, HANDLE_IP_FIELDS, `ips[${i}]: `);
-    const ip = typeof o['ip'] === 'string' ? parseIP(o['ip']) : null;
-    if (ip === null || formatIP(ip) !== o['ip']) throw corrupt(e.key, `ips[${i}].ip must be a canonical IP`);
-    if (typeof o['block'] !== 'string' || !/^[0-9a-f.:]+-[0-9]{1,3}$/.test(o['block'])) throw corrupt(e.key, `ips[${i}].block must be a block key`);
-    if (!isNat(o['ordinal']) || !isNat(o['seq']) || !isNat(o['rangeSet'])) throw corrupt(e.key, `ips[${i}]: "ordinal", "seq" and "rangeSet" must be non-negative integers`);
-    return { ip: o['ip'] as string, block: o['block'], ordinal: o['ordinal'], seq: o['seq'], rangeSet: o['rangeSet'] };
-  });
-  if (r['host'] !== undefined && (typeof r['host'] !== 'string' || r['host'] === '' || r['host'].length > 253)) throw corrupt(e.key, '"host" must be a host name');
-  return { v: 1, node: r['node'], network: r['network'], at: r['at'], ips, ...(typeof r['host'] === 'string' ? { host: r['host'] } : {}), ...(r['deleted'] === true ? { deleted: true as const } : {}) };
-}
-
-/**
- * Decode an affinity value (`nodes/<node>/blocks/<block>` → `{"v":1,"rangeSet":N}`) exactly; returns
- * the range set index. Throws {@link CorruptValueError} (STORE_CORRUPT) naming the key.
- */
-export function decodeAffinity(e: KVEntry): number {
-  const r = parseJson(e);
-  onlyKnown(e.key, r, AFFINITY_FIELDS);
-  if (!isNat(r['rangeSet'])) throw corrupt(e.key, '"rangeSet" must be a non-negative integer');
-  return r['rangeSet'];
-}
-
-/** The CIDR text of a block key (`10.80.0.64-26` → `10.80.0.64/26`), or null. */
-export function blockKeyCidr(key: string): string | null {
-  const m = /^(.+)-([0-9]{1,3})$/.exec(key);
-  if (m === null) return null;
-  const c = parseCIDR(`${m[1] as string}/${m[2] as string}`);
-  return c === null || formatIP(c.ip) !== m[1] || c.ip.value !== c.subnet.ip.value ? null : `${m[1] as string}/${m[2] as string}`;
-}
-
-/** The value of a pool's cluster pin (`meta-cluster`): `{"v":1,"clusterId":"<hex>"}`. */
-export function clusterPinValue(clusterId: string): string {
-  return JSON.stringify({ v: POOL_VALUE_VERSION, clusterId });
-}
-
-/** The cluster ID of a pin value; STORE_CORRUPT naming the key when it is not one. */
-export function decodeClusterPin(e: KVEntry): string {
-  const r = parseJson(e);
-  const id = r['clusterId'];
-  if (typeof id !== 'string' || !/^[0-9a-f]{1,16}$/.test(id)) throw corrupt(e.key, '"clusterId" must be a cluster ID (1 to 16 lower-case hex digits)');
-  for (const k of Object.keys(r)) if (k !== 'v' && k !== 'clusterId') throw corrupt(e.key, `unknown field ${JSON.stringify(k)}`);
-  return id;
-}
-
-/** The canonical description of a pool's layout, stored in `meta`. */
-export function metaOf(rangeSets: readonly RangeSet[], sizes: BlockSizes): string {
-  return JSON.stringify({
-    v: POOL_VALUE_VERSION,
-    rangeSets: rangeSets.map((rs) =>
-      rs.map((r) => ({
-        subnet: `${formatIP(r.subnet.ip)}/${r.subnet.prefix}`,
-        rangeStart: formatIP(r.rangeStart),
-        rangeEnd: formatIP(r.rangeEnd),
-        gateway: formatIP(r.gateway),
-      })),
-    ),
-    blockSize: sizes.blockSize4,
-    blockSize6: sizes.blockSize6,
-  });
-}
-
 interface Working {
   key: string;
   cidr: Subnet;
@@ -472,7 +231,7 @@ interface Working {
 /** The cluster pool allocator. See the module comment. */
 export class PoolAllocator {
   readonly #o: PoolAllocatorOptions;
-  readonly #base: string;
+  readonly #keys: PoolKeyLayout;
   readonly #now: () => number;
   #metaChecked = false;
   /**
@@ -493,22 +252,22 @@ export class PoolAllocator {
 
   constructor(o: PoolAllocatorOptions) {
     this.#o = o;
-    this.#base = `${o.prefix}/pools/${o.pool}`;
+    this.#keys = keysOf(o);
     this.#now = o.now ?? Date.now;
     this.#shared = o.cache ?? new BlockCache();
   }
 
   /** Key of the pool's `meta`. */
   get metaKey(): string {
-    return `${this.#base}/meta`;
+    return this.#keys.meta;
   }
   /** Key of block `b` (key text). */
   blockKey(b: string): string {
-    return `${this.#base}/blocks/${b}`;
+    return this.#keys.block(b);
   }
   /** Key of the affinity of block `b` to `node`. */
   affinityKey(node: string, b: string): string {
-    return `${this.#base}/nodes/${node}/blocks/${b}`;
+    return this.#keys.affinity(node, b);
   }
   /**
    * Key of `node`'s heartbeat (`P/pools/<pool>/alive/<node>` → `{"v":1,"node","since"}`, put with
@@ -517,7 +276,7 @@ export class PoolAllocator {
    * `--finish` transaction compares it absent.
    */
   aliveKey(node: string): string {
-    return `${this.#base}/alive/${node}`;
+    return this.#keys.alive(node);
   }
   /**
    * Key of the removal marker of `node` (`P/pools/<pool>/removing/<node>` → `{"v":1,"node","at"}`):
@@ -526,7 +285,7 @@ export class PoolAllocator {
    * `--finish` compares its revision, so a veto (its deletion) stops the reclaim (review F1/F2).
    */
   removingKey(node: string): string {
-    return `${this.#base}/removing/${node}`;
+    return this.#keys.removing(node);
   }
   /**
    * Key of the veto window of `node`'s removal (`P/pools/<pool>/removal-window/<node>` →
@@ -536,7 +295,7 @@ export class PoolAllocator {
    * so its absence proves the window has passed.
    */
   windowKey(node: string): string {
-    return `${this.#base}/removal-window/${node}`;
+    return this.#keys.window(node);
   }
   /**
    * Key of `node`'s settings (`P/pools/<pool>/nodes/<node>/settings` → `{"v":1,"offlineSeconds":S}`,
@@ -545,11 +304,11 @@ export class PoolAllocator {
    * under `nodes/<node>/blocks/`, so the affinity index is unchanged.
    */
   settingsKey(node: string): string {
-    return `${this.#base}/nodes/${node}/settings`;
+    return this.#keys.settings(node);
   }
   /** Key of the handle of (containerId, ifname). */
   handleKey(containerId: string, ifname: string): string {
-    return `${this.#base}/handles/${containerId}/${ifname}`;
+    return this.#keys.handle(containerId, ifname);
   }
 
   /**
@@ -559,7 +318,7 @@ export class PoolAllocator {
    * that one prefix read of `…/meta` returns both keys.
    */
   get clusterPinKey(): string {
-    return `${this.#base}/meta-cluster`;
+    return this.#keys.clusterPin;
   }
 
   /**
@@ -584,7 +343,10 @@ export class PoolAllocator {
     const want = metaOf(this.#o.rangeSets, this.#o.sizes);
     const kv = this.#o.kv;
     const pinKey = this.clusterPinKey;
-    for (let i = 0; i < MAX_ATTEMPTS; i++) {
+    // Exhausted (every create lost): the next operation's transactions still compare what they need.
+    await runTxn(
+      kv,
+      async (tx) => {
       const keys = await kv.list(this.metaKey);
       const e = keys.find((k) => k.key === this.metaKey) ?? null;
       const pinEntry = keys.find((k) => k.key === pinKey) ?? null;
@@ -595,15 +357,14 @@ export class PoolAllocator {
         if (check !== null && (check.clusterId === null || check.unanswered.length > 0)) {
           throw new AppError('STORE_UNAVAILABLE', `pool ${this.#o.pool} is not in etcd yet, and is created only once every endpoint in ipam.pool.etcd.endpoints has confirmed one etcd cluster; no answer from ${check.unanswered.join(', ')}; retry`, { retryable: true });
         }
-        const compares: KVCompare[] = [{ key: this.metaKey, absent: true }];
-        const ops: KVOp[] = [{ put: this.metaKey, value: want }];
+        tx.expect(this.metaKey, null);
+        tx.put(this.metaKey, want);
         if (check?.clusterId != null) {
           // A pin left without its meta (an operator deleted meta): replaced by this cluster's.
-          compares.push(pinEntry === null ? { key: pinKey, absent: true } : { key: pinKey, modRevision: pinEntry.modRevision });
-          ops.push({ put: pinKey, value: clusterPinValue(check.clusterId) });
+          tx.expect(pinKey, pinEntry === null ? null : pinEntry.modRevision);
+          tx.put(pinKey, clusterPinValue(check.clusterId));
         }
-        if ((await kv.txn(compares, ops)).succeeded) break;
-        continue;
+        return;
       }
       parseJson(e);
       if (e.value !== want) {
@@ -625,8 +386,10 @@ export class PoolAllocator {
           await kv.txn([{ key: pinKey, absent: true }, { key: this.metaKey, modRevision: e.modRevision }], [{ put: pinKey, value: clusterPinValue(check.clusterId) }]);
         }
       }
-      break;
-    }
+      return;
+      },
+      { attempts: MAX_ATTEMPTS, exhausted: () => undefined },
+    );
     this.#metaChecked = true;
   }
 
@@ -732,15 +495,17 @@ export class PoolAllocator {
 
   async #add(reqs: readonly PoolRequest[], skipped: Map<string, CorruptValueError>): Promise<Array<PoolAllocation[] | AppError>> {
     const kv = this.#o.kv;
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      if (attempt > 0) await this.#o.backoff?.(attempt);
+    const { value } = await runTxn(
+      kv,
+      async (tx): Promise<Array<PoolAllocation[] | AppError>> => {
+      const attempt = tx.attempt;
       const blocks = new Map<string, Working | null>();
       const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
       // Fast path: the first attempt builds on the cached blocks, reading only the handles.
       const cached = attempt === 0 ? this.#cache : null;
       const handles = await Promise.all(reqs.map((r) => this.#handle(r)));
-      const compares: KVCompare[] = [];
-      const ops: KVOp[] = [];
+      /** True once some request's handle is buffered: only then is anything written. */
+      let anyHandle = false;
       const firstOf = new Map<string, number>();
       const pending: number[] = [];
       let lostRace = false;
@@ -769,12 +534,12 @@ export class PoolAllocator {
       let needFresh = false;
       if (lostRace) {
         this.#cache = null;
-        continue;
+        throw new Retry();
       }
       if (pending.length > 0) {
         mineComplete = true;
         // This node's blocks (affinity index), read once per attempt.
-        const prefix = `${this.#base}/nodes/${this.#o.node}/blocks/`;
+        const prefix = this.#keys.affinityPrefix(this.#o.node);
         const mine: Working[] = [];
         const listed =
           cached !== null
@@ -814,7 +579,7 @@ export class PoolAllocator {
         }
         if (lostRace) {
           this.#cache = null;
-          continue;
+          throw new Retry();
         }
         let claimed: Set<string> | null = null;
         let others: Working[] | null = null;
@@ -840,7 +605,7 @@ export class PoolAllocator {
               break;
             }
             if (pick === null) {
-              claimed ??= new Set((await kv.list(`${this.#base}/blocks/`, { keysOnly: true })).map((e) => e.key.slice(`${this.#base}/blocks/`.length)));
+              claimed ??= new Set((await kv.list(this.#keys.blocksPrefix, { keysOnly: true })).map((e) => e.key.slice(this.#keys.blocksPrefix.length)));
               const nb = this.#claimable(s, claimed);
               if (nb !== null) {
                 claimed.add(nb.key);
@@ -894,54 +659,55 @@ export class PoolAllocator {
             ...(this.#o.host === undefined ? {} : { host: this.#o.host }),
           };
           const tomb = tombstones.get(hk);
-          compares.push(tomb === undefined ? { key: hk, absent: true } : { key: hk, modRevision: tomb });
-          ops.push({ put: hk, value: JSON.stringify(hv) });
+          tx.expect(hk, tomb ?? null);
+          tx.put(hk, encodeHandle(hv));
+          anyHandle = true;
         }
         for (const b of blocks.values()) {
           if (b === null || !b.dirty) continue;
           const bk = this.blockKey(b.key);
           if (b.rev === null) {
             const ak = this.affinityKey(this.#o.node, b.key);
-            compares.push({ key: bk, absent: true }, { key: ak, absent: true });
-            ops.push({ put: ak, value: JSON.stringify({ v: 1, rangeSet: b.value.rangeSet }) });
+            tx.expect(bk, null);
+            tx.expect(ak, null);
+            tx.put(ak, affinityValue(b.value.rangeSet));
           } else {
-            compares.push({ key: bk, modRevision: b.rev });
+            tx.expect(bk, b.rev);
           }
-          ops.push({ put: bk, value: JSON.stringify(b.value) });
+          tx.put(bk, encodeBlock(b.value));
         }
       }
       if (needFresh) {
         this.#cache = null;
-        continue;
+        throw new Retry();
       }
-      // Nothing to write unless some request got its addresses: an ADD that failed (a full range
-      // set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.
-      const anyHandle = compares.some((c) => c.key.startsWith(`${this.#base}/handles/`));
+      // Nothing to write unless some request got its addresses (anyHandle): an ADD that failed (a
+      // full range set) leaves etcd as it was — no half-used block claim, no moved round-robin cursor.
       // A failure decided on cached blocks (a full range set) may be stale: decide it on fresh reads.
       if (cached !== null && results.some((r) => r instanceof AppError)) {
         this.#cache = null;
-        continue;
+        throw new Retry();
       }
       // etcd refuses a transaction of more than 128 compares + ops (`--max-txn-ops`): with small
       // blocks (/31, /32) a batch claims a block per request. Split the batch in halves (the
       // halves re-read; nothing was written) instead of failing it as a whole (review).
-      if (anyHandle && reqs.length > 1 && compares.length + ops.length + 1 > MAX_TXN_OPS) {
+      if (anyHandle && reqs.length > 1 && tx.size + 1 > MAX_TXN_OPS) {
+        tx.discard();
         const half = Math.ceil(reqs.length / 2);
         return [...(await this.#add(reqs.slice(0, half), skipped)), ...(await this.#add(reqs.slice(half), skipped))];
       }
       if (anyHandle) {
         // No ADD of this node commits while a removal of it is begun (review F2): the marker's
         // absence is compared inside the transaction, so a stale cache cannot skip the veto.
-        compares.push({ key: this.removingKey(this.#o.node), absent: true });
-        const t = await kv.txn(compares, ops);
-        if (!t.succeeded) {
-          this.#cache = null;
-          // The node is back: it vetoes a removal begun while it was away, then decides again.
-          if ((await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
-          continue;
-        }
-        if (mineComplete) this.#remember(blocks, t.revision);
-      } else if (cached === null && mineComplete) {
+        tx.expect(this.removingKey(this.#o.node), null);
+        tx.onCommit((revision) => {
+          if (mineComplete) this.#remember(blocks, revision);
+        });
+      } else {
+        // Nothing is sent (a block written back to owned is written with the next ADD that commits).
+        tx.discard();
+      }
+      if (!anyHandle && cached === null && mineComplete) {
         this.#remember(blocks, null);
         // An ADD that sent nothing (every request failed: a full pool) is still a sign of life:
         // veto a removal begun (one read, on this failure path only).
@@ -952,8 +718,21 @@ export class PoolAllocator {
         const first = firstOf.get(this.handleKey(r.containerId.trim(), r.ifname));
         return (results[i] ?? results[first as number]) as PoolAllocation[] | AppError;
       });
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} transactions lost to concurrent writers; try again`);
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        ...(this.#o.backoff === undefined ? {} : { backoff: this.#o.backoff }),
+        lost: async () => {
+          this.#cache = null;
+          // The node is back: it vetoes a removal begun while it was away, then decides again.
+          if ((await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
+        },
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} transactions lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -997,7 +776,7 @@ export class PoolAllocator {
    * is not a block's, or whose value cannot be read, is put in `skipped` (never borrowed from).
    */
   async #othersBlocks(blocks: Map<string, Working | null>, skipped: Map<string, CorruptValueError>): Promise<Working[]> {
-    const prefix = `${this.#base}/blocks/`;
+    const prefix = this.#keys.blocksPrefix;
     const out: Working[] = [];
     for (const e of await this.#o.kv.list(prefix)) {
       const key = e.key.slice(prefix.length);
@@ -1027,16 +806,22 @@ export class PoolAllocator {
    * no handle (CHECK). Throws STORE_CORRUPT when the handle names an allocation its block lacks.
    */
   async find(req: PoolRequest): Promise<PoolAllocation[] | null> {
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      const h = await this.#handle(req);
-      if (h === null || h.value.deleted === true) return null;
-      try {
+    // Reads only: a read that raced with a release (LostRace) is read again.
+    const { value } = await runTxn(
+      this.#o.kv,
+      async () => {
+        const h = await this.#handle(req);
+        if (h === null || h.value.deleted === true) return null;
         return await this.#existing(h, new Map(), req);
-      } catch (e) {
-        if (!(e instanceof LostRace)) throw e;
-      }
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reads of ${req.containerId.trim()}/${req.ifname} raced with releases; try again`);
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reads of ${req.containerId.trim()}/${req.ifname} raced with releases; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -1074,102 +859,117 @@ export class PoolAllocator {
     const kv = this.#o.kv;
     const id = req.containerId.trim();
     const tell = (e: CorruptValueError, action: string): void => void reports.set(`${e.key}\u0000${action}`, [e, action]);
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      if (attempt > 0) await this.#o.backoff?.(attempt);
-      reports.clear();
-      const he = await kv.get(this.handleKey(id, req.ifname));
-      if (he === null) {
-        // Nothing held: leave a tombstone, so an ADD of this container whose transaction etcd
-        // applies only now (its sender gave up: the runtime's DEL came after an error) fails its
-        // create-only compare instead of holding an address nobody will release (review F4).
-        if (await this.#tombstone(req)) return [];
-        continue; // a handle appeared meanwhile: release it
-      }
-      let hv: HandleValue;
-      try {
-        hv = decodeHandle(he);
-      } catch (e) {
-        if (!(e instanceof CorruptValueError)) throw e;
-        const r = await this.#delByOwner(req, he, e, tell);
-        if (r !== null) return r;
-        continue; // the handle or a block changed meanwhile: decide again
-      }
-      if (hv.deleted === true) return [];
-      const blocks = new Map<string, Working | null>();
-      const released: string[] = [];
-      /** The handle's addresses whose block cannot be read: never released; the handle keeps naming them. */
-      const left: HandleIP[] = [];
-      for (const x of hv.ips) {
-        const b = await this.#tryBlock(x.block, blocks);
-        if (b instanceof CorruptValueError) {
-          left.push(x);
-          tell(b, `${x.ip} of ${id}/${req.ifname} not released (its block cannot be read): the handle ${he.key} keeps it for an operator`);
-          continue;
+    const { value } = await runTxn(
+      kv,
+      async (tx) => {
+        reports.clear();
+        const he = await kv.get(this.handleKey(id, req.ifname));
+        if (he === null) {
+          // Nothing held: leave a tombstone, so an ADD of this container whose transaction etcd
+          // applies only now (its sender gave up: the runtime's DEL came after an error) fails its
+          // create-only compare instead of holding an address nobody will release (review F4).
+          if (await this.#tombstone(req)) return [];
+          throw new Retry('a handle appeared meanwhile: release it');
         }
-        const a = b?.value.allocs[String(x.ordinal)];
-        if (b === null || a === undefined || a.seq !== x.seq || a.id !== id || a.ifname !== req.ifname) continue;
-        delete b.value.allocs[String(x.ordinal)];
-        b.dirty = true;
-        released.push(x.ip);
-      }
-      // Every address is in a block that cannot be read: nothing can be released, nothing is written.
-      if (left.length > 0 && left.length === hv.ips.length) return [];
-      const compares: KVCompare[] = [{ key: he.key, modRevision: he.modRevision }];
-      const ops: KVOp[] = [left.length === 0 ? { delete: he.key } : { put: he.key, value: JSON.stringify({ ...hv, ips: left }) }];
-      let mineByRs: Map<number, KVEntry[]> | null = null;
-      for (const b of blocks.values()) {
-        if (b === null || !b.dirty) continue;
-        const bk = this.blockKey(b.key);
-        compares.push({ key: bk, modRevision: b.rev as string });
-        if (Object.keys(b.value.allocs).length === 0 && b.value.node === this.#o.node && b.value.state === 'owned') {
-          if (mineByRs === null) {
-            mineByRs = new Map();
-            for (const e of await kv.list(`${this.#base}/nodes/${this.#o.node}/blocks/`)) {
-              let rs: number;
-              try {
-                rs = decodeAffinity(e);
-              } catch (err) {
-                if (!(err instanceof CorruptValueError)) throw err;
-                // Left out: an emptied block is then kept rather than given back (keeping is always safe).
-                tell(err, 'affinity not read: no block is given back on it, left for an operator');
-                continue;
-              }
-              mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
-            }
-          }
-          const same = mineByRs.get(b.value.rangeSet) ?? [];
-          const ak = this.affinityKey(this.#o.node, b.key);
-          const aff = same.find((e) => e.key === ak);
-          const kept = same.find((e) => e !== aff);
-          if (kept !== undefined && aff !== undefined) {
-            // Empty and not the node's last block of this range set: give it back to the pool —
-            // provided the block we keep is still there (compared), so two DELs of the node that
-            // each empty one of its last two blocks cannot give back both (review).
-            mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
-            compares.push({ key: ak, modRevision: aff.modRevision }, { key: kept.key, modRevision: kept.modRevision });
-            ops.push({ delete: bk }, { delete: ak });
+        let hv: HandleValue;
+        try {
+          hv = decodeHandle(he);
+        } catch (e) {
+          if (!(e instanceof CorruptValueError)) throw e;
+          const r = await this.#delByOwner(req, he, e, tell);
+          if (r !== null) return r;
+          throw new Retry('the handle or a block changed meanwhile: decide again');
+        }
+        if (hv.deleted === true) return [];
+        const blocks = new Map<string, Working | null>();
+        const released: string[] = [];
+        /** The handle's addresses whose block cannot be read: never released; the handle keeps naming them. */
+        const left: HandleIP[] = [];
+        for (const x of hv.ips) {
+          const b = await this.#tryBlock(x.block, blocks);
+          if (b instanceof CorruptValueError) {
+            left.push(x);
+            tell(b, `${x.ip} of ${id}/${req.ifname} not released (its block cannot be read): the handle ${he.key} keeps it for an operator`);
             continue;
           }
+          const a = b?.value.allocs[String(x.ordinal)];
+          if (b === null || a === undefined || a.seq !== x.seq || a.id !== id || a.ifname !== req.ifname) continue;
+          delete b.value.allocs[String(x.ordinal)];
+          b.dirty = true;
+          released.push(x.ip);
         }
-        ops.push({ put: bk, value: JSON.stringify(b.value) });
-      }
-      // A DEL of this node is a sign of life too: it commits only while no removal of the node
-      // is begun, else it vetoes and decides again (the same one compare as an ADD's).
-      compares.push({ key: this.removingKey(this.#o.node), absent: true });
-      const t = await kv.txn(compares, ops);
-      if (!t.succeeded && (await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
-      if (t.succeeded) {
-        // Blocks this DEL deleted leave the cache; those it wrote get the new revision.
-        if (this.#cache !== null) {
-          for (const op of ops) if ('delete' in op && op.delete.startsWith(`${this.#base}/blocks/`)) this.#cache.delete(op.delete.slice(`${this.#base}/blocks/`.length));
-          for (const b of blocks.values()) {
-            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev: t.revision });
+        // Every address is in a block that cannot be read: nothing can be released, nothing is written.
+        if (left.length > 0 && left.length === hv.ips.length) return [];
+        tx.expect(he.key, he.modRevision);
+        if (left.length === 0) tx.del(he.key);
+        else tx.put(he.key, encodeHandle({ ...hv, ips: left }));
+        /** Blocks this DEL gives back (deleted), by key text. */
+        const gone: string[] = [];
+        let mineByRs: Map<number, KVEntry[]> | null = null;
+        for (const b of blocks.values()) {
+          if (b === null || !b.dirty) continue;
+          const bk = this.blockKey(b.key);
+          tx.expect(bk, b.rev);
+          if (Object.keys(b.value.allocs).length === 0 && b.value.node === this.#o.node && b.value.state === 'owned') {
+            if (mineByRs === null) {
+              mineByRs = new Map();
+              for (const e of await kv.list(this.#keys.affinityPrefix(this.#o.node))) {
+                let rs: number;
+                try {
+                  rs = decodeAffinity(e);
+                } catch (err) {
+                  if (!(err instanceof CorruptValueError)) throw err;
+                  // Left out: an emptied block is then kept rather than given back (keeping is always safe).
+                  tell(err, 'affinity not read: no block is given back on it, left for an operator');
+                  continue;
+                }
+                mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
+              }
+            }
+            const same = mineByRs.get(b.value.rangeSet) ?? [];
+            const ak = this.affinityKey(this.#o.node, b.key);
+            const aff = same.find((e) => e.key === ak);
+            const kept = same.find((e) => e !== aff);
+            if (kept !== undefined && aff !== undefined) {
+              // Empty and not the node's last block of this range set: give it back to the pool —
+              // provided the block we keep is still there (compared), so two DELs of the node that
+              // each empty one of its last two blocks cannot give back both (review).
+              mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
+              tx.expect(ak, aff.modRevision);
+              tx.expect(kept.key, kept.modRevision);
+              tx.del(bk);
+              tx.del(ak);
+              gone.push(b.key);
+              continue;
+            }
           }
+          tx.put(bk, encodeBlock(b.value));
         }
+        // A DEL of this node is a sign of life too: it commits only while no removal of the node
+        // is begun, else it vetoes and decides again (the same one compare as an ADD's).
+        tx.expect(this.removingKey(this.#o.node), null);
+        tx.onCommit((revision) => {
+          // Blocks this DEL deleted leave the cache; those it wrote get the new revision.
+          if (this.#cache === null) return;
+          for (const k of gone) this.#cache.delete(k);
+          for (const b of blocks.values()) {
+            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev: revision });
+          }
+        });
         return released.sort();
-      }
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        ...(this.#o.backoff === undefined ? {} : { backoff: this.#o.backoff }),
+        lost: async () => {
+          if ((await kv.get(this.removingKey(this.#o.node))) !== null) await this.veto();
+        },
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -1184,7 +984,7 @@ export class PoolAllocator {
   async #delByOwner(req: PoolRequest, he: KVEntry, err: CorruptValueError, tell: (e: CorruptValueError, action: string) => void): Promise<string[] | null> {
     const kv = this.#o.kv;
     const id = req.containerId.trim();
-    const prefix = `${this.#base}/blocks/`;
+    const prefix = this.#keys.blocksPrefix;
     const compares: KVCompare[] = [{ key: he.key, modRevision: he.modRevision }];
     const ops: KVOp[] = [];
     const released: string[] = [];
@@ -1209,7 +1009,7 @@ export class PoolAllocator {
       }
       if (!dirty) continue;
       compares.push({ key: e.key, modRevision: e.modRevision });
-      ops.push({ put: e.key, value: JSON.stringify(v) });
+      ops.push({ put: e.key, value: encodeBlock(v) });
     }
     released.sort();
     tell(err, `handle left as it is for an operator (the addresses it names cannot be read from it); allocations of ${id}/${req.ifname} in the pool's readable blocks: ${released.length === 0 ? 'none' : `${released.join(', ')}, released`}`);
@@ -1226,7 +1026,7 @@ export class PoolAllocator {
   async #tombstone(req: PoolRequest): Promise<boolean> {
     const hk = this.handleKey(req.containerId.trim(), req.ifname);
     const lease = this.#o.tombstoneLease === undefined ? undefined : await this.#o.tombstoneLease();
-    const value = JSON.stringify({ v: 1, node: this.#o.node, network: this.#o.network, at: this.#now(), ips: [], deleted: true });
+    const value = tombstoneValue(this.#o.node, this.#o.network, this.#now());
     return (await this.#o.kv.txn([{ key: hk, absent: true }], [{ put: hk, value, ...(lease === undefined ? {} : { lease }) }])).succeeded;
   }
 
@@ -1239,28 +1039,33 @@ export class PoolAllocator {
    * this one.
    */
   async releaseIfSeq(ip: string, seq: number, owner: PoolRequest): Promise<boolean> {
-    const kv = this.#o.kv;
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      const h = await this.#handle(owner);
-      const x = h?.value.ips.find((i) => i.ip === ip);
-      if (h === null || x === undefined || x.seq !== seq) return false;
-      const blocks = new Map<string, Working | null>();
-      const b = await this.#block(x.block, blocks);
-      const a = b?.value.allocs[String(x.ordinal)];
-      if (b === null || a === undefined || a.seq !== seq || a.id !== owner.containerId.trim() || a.ifname !== owner.ifname) return false;
-      delete b.value.allocs[String(x.ordinal)];
-      const rest = h.value.ips.filter((i) => i !== x);
-      const hop: KVOp = rest.length === 0 ? { delete: h.entry.key } : { put: h.entry.key, value: JSON.stringify({ ...h.value, ips: rest }) };
-      const ok = await kv.txn(
-        [
-          { key: h.entry.key, modRevision: h.entry.modRevision },
-          { key: this.blockKey(b.key), modRevision: b.rev as string },
-        ],
-        [hop, { put: this.blockKey(b.key), value: JSON.stringify(b.value) }],
-      );
-      if (ok.succeeded) return true;
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${ip} lost to concurrent writers; try again`);
+    const { value } = await runTxn(
+      this.#o.kv,
+      async (tx) => {
+        const h = await this.#handle(owner);
+        const x = h?.value.ips.find((i) => i.ip === ip);
+        if (h === null || x === undefined || x.seq !== seq) return false;
+        const blocks = new Map<string, Working | null>();
+        const b = await this.#block(x.block, blocks);
+        const a = b?.value.allocs[String(x.ordinal)];
+        if (b === null || a === undefined || a.seq !== seq || a.id !== owner.containerId.trim() || a.ifname !== owner.ifname) return false;
+        delete b.value.allocs[String(x.ordinal)];
+        const rest = h.value.ips.filter((i) => i !== x);
+        tx.expect(h.entry.key, h.entry.modRevision);
+        tx.expect(this.blockKey(b.key), b.rev);
+        if (rest.length === 0) tx.del(h.entry.key);
+        else tx.put(h.entry.key, encodeHandle({ ...h.value, ips: rest }));
+        tx.put(this.blockKey(b.key), encodeBlock(b.value));
+        return true;
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} releases of ${ip} lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -1275,24 +1080,28 @@ export class PoolAllocator {
   async veto(): Promise<string[]> {
     const kv = this.#o.kv;
     await kv.txn([], [{ delete: this.removingKey(this.#o.node) }]);
-    const prefix = `${this.#base}/nodes/${this.#o.node}/blocks/`;
+    const prefix = this.#keys.affinityPrefix(this.#o.node);
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {
       const key = a.key.slice(prefix.length);
-      for (let i = 0; i < MAX_ATTEMPTS; i++) {
-        const b = await this.#tryBlock(key, new Map());
-        if (b instanceof CorruptValueError) {
-          // Never rewritten: the other blocks are still written back.
-          this.#report('veto', b, 'block not written back to owned (it cannot be read): left for an operator');
-          break;
-        }
-        if (b === null || b.value.state !== 'pendingRelease' || b.value.node !== this.#o.node) break;
-        b.value.state = 'owned';
-        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
-          out.push(key);
-          break;
-        }
-      }
+      // One revision-checked write per block; after MAX_ATTEMPTS lost races the block is left.
+      await runTxn(
+        kv,
+        async (tx) => {
+          const b = await this.#tryBlock(key, new Map());
+          if (b instanceof CorruptValueError) {
+            // Never rewritten: the other blocks are still written back.
+            this.#report('veto', b, 'block not written back to owned (it cannot be read): left for an operator');
+            return;
+          }
+          if (b === null || b.value.state !== 'pendingRelease' || b.value.node !== this.#o.node) return;
+          b.value.state = 'owned';
+          tx.expect(this.blockKey(key), b.rev);
+          tx.put(this.blockKey(key), encodeBlock(b.value));
+          tx.onCommit(() => out.push(key));
+        },
+        { attempts: MAX_ATTEMPTS, exhausted: () => undefined },
+      );
     }
     this.#cache = null;
     return out.sort();
@@ -1318,9 +1127,9 @@ export class PoolAllocator {
   async #checkRemovable(target: string, force: boolean): Promise<void> {
     const kv = this.#o.kv;
     const ae = await kv.get(this.aliveKey(target));
-    const indexed = await kv.list(`${this.#base}/nodes/${target}/`, { keysOnly: true });
+    const indexed = await kv.list(`${this.#keys.nodesPrefix}${target}/`, { keysOnly: true });
     if (ae === null && indexed.length === 0) {
-      const hprefix = `${this.#base}/handles/`;
+      const hprefix = this.#keys.handlesPrefix;
       const held = (await kv.list(hprefix)).some((e) => {
         let h: HandleValue;
         try {
@@ -1368,32 +1177,39 @@ export class PoolAllocator {
     const mk = this.removingKey(target);
     let marker: KVEntry | null = null;
     /** The window this call created with the marker: its TTL, value and the transaction's revision. */
-    let created: { ttl: number; value: string; rev: string } | null = null;
-    for (let i = 0; i < MAX_ATTEMPTS && marker === null; i++) {
-      marker = await kv.get(mk);
-      if (marker !== null) break;
-      if (opts.checkNode === true) await this.#checkRemovable(target, opts.force === true);
-      let ttl: number | null = null;
-      const compares: KVCompare[] = [{ key: mk, absent: true }];
-      if (opts.force !== true) compares.push({ key: this.aliveKey(target), absent: true });
-      const value = JSON.stringify({ v: 1, node: target, at: this.#now() });
-      const ops: KVOp[] = [{ put: mk, value }];
-      if (opts.windowLease !== undefined) {
-        // The window outlasts the node's offline allocation (ipam.pool.offline): its settings,
-        // read now and compared unchanged in the marker's transaction, size it.
-        const sk = this.settingsKey(target);
-        const se = await kv.get(sk);
-        ttl = removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
-        compares.push(se === null ? { key: sk, absent: true } : { key: sk, modRevision: se.modRevision });
-        ops.push({ put: this.windowKey(target), value, lease: await opts.windowLease(ttl) });
-      }
-      const t = await kv.txn(compares, ops);
-      if (t.succeeded && ttl !== null) created = { ttl, value, rev: t.revision };
-      if (!t.succeeded && opts.force !== true) {
-        const ae = await kv.get(this.aliveKey(target));
-        if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target), false, ae.value);
-      }
-    }
+    let created = null as { ttl: number; value: string; rev: string } | null;
+    const made = await runTxn<KVEntry | null>(
+      kv,
+      async (tx) => {
+        const m = await kv.get(mk);
+        if (m !== null) return m;
+        if (opts.checkNode === true) await this.#checkRemovable(target, opts.force === true);
+        tx.expect(mk, null);
+        if (opts.force !== true) tx.expect(this.aliveKey(target), null);
+        const value = removalMarkerValue(target, this.#now());
+        tx.put(mk, value);
+        if (opts.windowLease !== undefined) {
+          // The window outlasts the node's offline allocation (ipam.pool.offline): its settings,
+          // read now and compared unchanged in the marker's transaction, size it.
+          const se = await tx.get(this.settingsKey(target));
+          const ttl = removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
+          tx.put(this.windowKey(target), value, await opts.windowLease(ttl));
+          tx.onCommit((rev) => (created = { ttl, value, rev }));
+        }
+        return null;
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        exhausted: () => null,
+        lost: async () => {
+          if (opts.force === true) return;
+          const ae = await kv.get(this.aliveKey(target));
+          if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target), false, ae.value);
+        },
+      },
+    );
+    // Created now: read back (the marker as stored, with its revision).
+    marker = made.value ?? (made.revision === null ? null : await kv.get(mk));
     if (marker === null) throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${mk} lost to concurrent writers; try again`);
     if (created !== null && marker.modRevision === created.rev && opts.windowLease !== undefined) {
       // The window's lease was granted before the marker existed, so its TTL ran from before the
@@ -1419,28 +1235,38 @@ export class PoolAllocator {
       const again = await kv.txn([{ key: mk, modRevision: marker.modRevision }], [{ put: wk, value: marker.value, lease }]);
       if (!again.succeeded) throw vetoRefusal(this.#o.pool, target, mk);
     }
-    const prefix = `${this.#base}/nodes/${target}/blocks/`;
+    const prefix = this.#keys.affinityPrefix(target);
     const out: string[] = [];
     for (const a of await kv.list(prefix, { keysOnly: true })) {
       const key = a.key.slice(prefix.length);
-      for (let i = 0; i < MAX_ATTEMPTS; i++) {
-        const b = await this.#tryBlock(key, new Map());
-        if (b instanceof CorruptValueError) {
-          this.#report('remove-node', b, `block not marked pendingRelease (it cannot be read): left for an operator; --finish keeps it`);
-          break;
-        }
-        if (b === null || b.value.node !== target) break;
-        if (b.value.state === 'pendingRelease') {
-          out.push(key);
-          break;
-        }
-        b.value.state = 'pendingRelease';
-        if ((await kv.txn([{ key: this.blockKey(key), modRevision: b.rev as string }, { key: mk, modRevision: marker.modRevision }], [{ put: this.blockKey(key), value: JSON.stringify(b.value) }])).succeeded) {
-          out.push(key);
-          break;
-        }
-        if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
-      }
+      const m = marker;
+      await runTxn(
+        kv,
+        async (tx) => {
+          const b = await this.#tryBlock(key, new Map());
+          if (b instanceof CorruptValueError) {
+            this.#report('remove-node', b, `block not marked pendingRelease (it cannot be read): left for an operator; --finish keeps it`);
+            return;
+          }
+          if (b === null || b.value.node !== target) return;
+          if (b.value.state === 'pendingRelease') {
+            out.push(key);
+            return;
+          }
+          b.value.state = 'pendingRelease';
+          tx.expect(this.blockKey(key), b.rev);
+          tx.expect(mk, m.modRevision);
+          tx.put(this.blockKey(key), encodeBlock(b.value));
+          tx.onCommit(() => out.push(key));
+        },
+        {
+          attempts: MAX_ATTEMPTS,
+          exhausted: () => undefined,
+          lost: async () => {
+            if ((await kv.get(mk))?.modRevision !== m.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
+          },
+        },
+      );
     }
     return out.sort();
   }
@@ -1487,7 +1313,7 @@ export class PoolAllocator {
       if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk, await this.windowSecondsOf(target));
     };
     const released: string[] = [];
-    const hprefix = `${this.#base}/handles/`;
+    const hprefix = this.#keys.handlesPrefix;
     for (const e of await kv.list(hprefix)) {
       let h: HandleValue;
       try {
@@ -1500,59 +1326,60 @@ export class PoolAllocator {
       }
       if (h.node !== target || h.deleted === true) continue;
       const [containerId, ifname] = e.key.slice(hprefix.length).split('/') as [string, string];
-      for (let i = 0; i < MAX_ATTEMPTS; i++) {
-        const cur = await this.#o.kv.get(e.key);
-        if (cur === null) break;
-        let hv: HandleValue;
-        try {
-          hv = decodeHandle(cur);
-        } catch (err) {
-          if (!(err instanceof CorruptValueError)) throw err;
-          this.#report('remove-node', err, 'handle not released (it cannot be read): left for an operator');
-          break;
-        }
-        if (hv.node !== target || hv.deleted === true) break;
-        const blocks = new Map<string, Working | null>();
-        let vetoed = false;
-        let unreadable: CorruptValueError | null = null;
-        const freed: string[] = [];
-        for (const x of hv.ips) {
-          const b0 = await this.#tryBlock(x.block, blocks);
-          if (b0 instanceof CorruptValueError) {
-            unreadable = b0;
-            break;
+      await runTxn(
+        kv,
+        async (tx) => {
+          const cur = await this.#o.kv.get(e.key);
+          if (cur === null) return;
+          let hv: HandleValue;
+          try {
+            hv = decodeHandle(cur);
+          } catch (err) {
+            if (!(err instanceof CorruptValueError)) throw err;
+            this.#report('remove-node', err, 'handle not released (it cannot be read): left for an operator');
+            return;
           }
-          const b = b0;
-          if (b !== null && b.value.node === target && b.value.state !== 'pendingRelease') vetoed = true;
-          const a = b?.value.allocs[String(x.ordinal)];
-          if (b === null || a === undefined || a.seq !== x.seq || a.id !== containerId || a.ifname !== ifname) continue;
-          delete b.value.allocs[String(x.ordinal)];
-          b.dirty = true;
-          freed.push(x.ip);
-        }
-        if (unreadable !== null) {
-          // Not released at all: the address in the unreadable block would stay held with no handle naming it.
-          this.#report('remove-node', unreadable, `handle ${cur.key} not released (a block it names cannot be read): left for an operator`);
-          break;
-        }
-        if (vetoed) break;
-        const compares: KVCompare[] = [...guard, { key: cur.key, modRevision: cur.modRevision }];
-        const ops: KVOp[] = [{ delete: cur.key }];
-        for (const b of blocks.values()) {
-          if (b === null || !b.dirty) continue;
-          compares.push({ key: this.blockKey(b.key), modRevision: b.rev as string });
-          ops.push({ put: this.blockKey(b.key), value: JSON.stringify(b.value) });
-        }
-        if ((await kv.txn(compares, ops)).succeeded) {
-          released.push(...freed);
-          break;
-        }
-        await recheck();
-      }
+          if (hv.node !== target || hv.deleted === true) return;
+          const blocks = new Map<string, Working | null>();
+          let vetoed = false;
+          let unreadable: CorruptValueError | null = null;
+          const freed: string[] = [];
+          for (const x of hv.ips) {
+            const b0 = await this.#tryBlock(x.block, blocks);
+            if (b0 instanceof CorruptValueError) {
+              unreadable = b0;
+              break;
+            }
+            const b = b0;
+            if (b !== null && b.value.node === target && b.value.state !== 'pendingRelease') vetoed = true;
+            const a = b?.value.allocs[String(x.ordinal)];
+            if (b === null || a === undefined || a.seq !== x.seq || a.id !== containerId || a.ifname !== ifname) continue;
+            delete b.value.allocs[String(x.ordinal)];
+            b.dirty = true;
+            freed.push(x.ip);
+          }
+          if (unreadable !== null) {
+            // Not released at all: the address in the unreadable block would stay held with no handle naming it.
+            this.#report('remove-node', unreadable, `handle ${cur.key} not released (a block it names cannot be read): left for an operator`);
+            return;
+          }
+          if (vetoed) return;
+          for (const g of guard) tx.expect(g.key, 'absent' in g ? null : g.modRevision);
+          tx.expect(cur.key, cur.modRevision);
+          tx.del(cur.key);
+          for (const b of blocks.values()) {
+            if (b === null || !b.dirty) continue;
+            tx.expect(this.blockKey(b.key), b.rev);
+            tx.put(this.blockKey(b.key), encodeBlock(b.value));
+          }
+          tx.onCommit(() => released.push(...freed));
+        },
+        { attempts: MAX_ATTEMPTS, exhausted: () => undefined, lost: recheck },
+      );
     }
     const deletedBlocks: string[] = [];
     const keptBlocks: string[] = [];
-    const aprefix = `${this.#base}/nodes/${target}/blocks/`;
+    const aprefix = this.#keys.affinityPrefix(target);
     for (const a of await kv.list(aprefix)) {
       const key = a.key.slice(aprefix.length);
       const b = await this.#tryBlock(key, new Map());
@@ -1612,10 +1439,11 @@ export class PoolAllocator {
     await this.checkMeta();
     const kv = this.#o.kv;
     const me = this.#o.node;
-    const prefix = `${this.#base}/nodes/${me}/blocks/`;
+    const prefix = this.#keys.affinityPrefix(me);
     const sk = this.settingsKey(me);
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      if (attempt > 0) await this.#o.backoff?.(attempt);
+    const { value } = await runTxn(
+      kv,
+      async (tx) => {
       const blocks = new Map<string, Working | null>();
       const [listed, se] = await Promise.all([kv.list(prefix, { keysOnly: true }), kv.get(sk)]);
       const announced = se === null ? null : decodeSettings(se);
@@ -1640,7 +1468,7 @@ export class PoolAllocator {
       }
       if (lostRace) {
         this.#cache = null;
-        continue;
+        throw new Retry();
       }
       let claimed: Set<string> | null = null;
       const short: number[] = [];
@@ -1657,7 +1485,7 @@ export class PoolAllocator {
             }
           }
           if (pick === null) {
-            claimed ??= new Set((await kv.list(`${this.#base}/blocks/`, { keysOnly: true })).map((e) => e.key.slice(`${this.#base}/blocks/`.length)));
+            claimed ??= new Set((await kv.list(this.#keys.blocksPrefix, { keysOnly: true })).map((e) => e.key.slice(this.#keys.blocksPrefix.length)));
             const nb = this.#claimable(s, claimed);
             if (nb === null || this.#freeOrdinal(nb) < 0) break;
             claimed.add(nb.key);
@@ -1674,22 +1502,21 @@ export class PoolAllocator {
         }
         short.push(Math.max(0, need));
       }
-      const compares: KVCompare[] = [];
-      const ops: KVOp[] = [];
       for (const b of blocks.values()) {
         if (b === null || !b.dirty) continue;
         const bk = this.blockKey(b.key);
         if (b.rev === null) {
           const ak = this.affinityKey(me, b.key);
-          compares.push({ key: bk, absent: true }, { key: ak, absent: true });
-          ops.push({ put: ak, value: JSON.stringify({ v: 1, rangeSet: b.value.rangeSet }) });
-        } else compares.push({ key: bk, modRevision: b.rev });
-        ops.push({ put: bk, value: JSON.stringify(b.value) });
+          tx.expect(bk, null);
+          tx.expect(ak, null);
+          tx.put(ak, affinityValue(b.value.rangeSet));
+        } else tx.expect(bk, b.rev);
+        tx.put(bk, encodeBlock(b.value));
       }
       const settingsSeconds = Math.max(announced ?? 0, offlineSeconds);
       if (announced === null || announced < offlineSeconds) {
-        compares.push(se === null ? { key: sk, absent: true } : { key: sk, modRevision: se.modRevision });
-        ops.push({ put: sk, value: settingsValue(settingsSeconds) });
+        tx.expect(sk, se === null ? null : se.modRevision);
+        tx.put(sk, settingsValue(settingsSeconds));
       }
       const slots = (): ReserveSlot[] =>
         mine
@@ -1699,29 +1526,37 @@ export class PoolAllocator {
               .filter(([, a]) => a.reserve === true && a.node === me)
               .map(([o, a]) => ({ block: b.key, ordinal: Number(o), seq: a.seq, rangeSet: b.value.rangeSet, ip: formatIP(ordinalIP(b.cidr, Number(o))) })),
           );
-      if (ops.length === 0) {
+      if (tx.ops.length === 0) {
         // Nothing to write: read the marker, so that a return is a confirmed contact all the same.
         if ((await kv.get(this.removingKey(me))) !== null) {
           await this.veto();
-          continue;
+          throw new Retry('a removal of this node was begun: vetoed, decide again');
         }
         this.#remember(blocks, null);
         for (const e of skipped) this.#report('refill', e, 'block skipped: no reserve entry set aside in it, left for an operator');
         return { slots: slots(), short, settingsSeconds };
       }
-      if (compares.length + ops.length + 1 > MAX_TXN_OPS) throw new AppError('INTERNAL', `pool ${this.#o.pool}: a reserve refill of ${k} per range set needs more than ${MAX_TXN_OPS} transaction ops (blocks too small)`);
-      compares.push({ key: this.removingKey(me), absent: true });
-      const t = await kv.txn(compares, ops);
-      if (!t.succeeded) {
-        this.#cache = null;
-        if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
-        continue;
-      }
-      this.#remember(blocks, t.revision);
-      for (const e of skipped) this.#report('refill', e, 'block skipped: no reserve entry set aside in it, left for an operator');
+      if (tx.size + 1 > MAX_TXN_OPS) throw new AppError('INTERNAL', `pool ${this.#o.pool}: a reserve refill of ${k} per range set needs more than ${MAX_TXN_OPS} transaction ops (blocks too small)`);
+      tx.expect(this.removingKey(me), null);
+      tx.onCommit((revision) => {
+        this.#remember(blocks, revision);
+        for (const e of skipped) this.#report('refill', e, 'block skipped: no reserve entry set aside in it, left for an operator');
+      });
       return { slots: slots(), short, settingsSeconds };
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reserve refills lost to concurrent writers; try again`);
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        ...(this.#o.backoff === undefined ? {} : { backoff: this.#o.backoff }),
+        lost: async () => {
+          this.#cache = null;
+          if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
+        },
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} reserve refills lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /**
@@ -1742,8 +1577,9 @@ export class PoolAllocator {
     const kv = this.#o.kv;
     const me = this.#o.node;
     const req: PoolRequest = { containerId: e.containerId, ifname: e.ifname };
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      if (attempt > 0) await this.#o.backoff?.(attempt);
+    const { value } = await runTxn<'synced' | { gone: string }>(
+      kv,
+      async (tx) => {
       const h = await this.#handle(req);
       const blocks = new Map<string, Working | null>();
       const live = h !== null && h.value.deleted !== true ? h : null;
@@ -1756,8 +1592,6 @@ export class PoolAllocator {
         if (ours) return 'synced';
       }
       if (live !== null && live.value.node !== me) return { gone: `handle ${live.entry.key} belongs to node ${live.value.node}` };
-      const compares: KVCompare[] = [];
-      const ops: KVOp[] = [];
       if (live !== null) {
         for (const x of live.value.ips) {
           const b = await this.#block(x.block, blocks);
@@ -1767,7 +1601,8 @@ export class PoolAllocator {
           b.dirty = true;
         }
       }
-      compares.push(h === null ? { key: this.handleKey(e.containerId, e.ifname), absent: true } : { key: h.entry.key, modRevision: h.entry.modRevision });
+      if (h === null) tx.expect(this.handleKey(e.containerId, e.ifname), null);
+      else tx.expect(h.entry.key, h.entry.modRevision);
       const hips: HandleIP[] = [];
       let gone: string | null = null;
       for (const x of e.ips) {
@@ -1785,23 +1620,33 @@ export class PoolAllocator {
       if (gone !== null) return { gone };
       for (const b of blocks.values()) {
         if (b === null || !b.dirty) continue;
-        compares.push({ key: this.blockKey(b.key), modRevision: b.rev as string });
-        ops.push({ put: this.blockKey(b.key), value: JSON.stringify(b.value) });
+        tx.expect(this.blockKey(b.key), b.rev);
+        tx.put(this.blockKey(b.key), encodeBlock(b.value));
       }
       const hv: HandleValue = { v: 1, node: me, network: e.network, at: this.#now(), ips: hips, ...(this.#o.host === undefined ? {} : { host: this.#o.host }) };
-      ops.push({ put: this.handleKey(e.containerId, e.ifname), value: JSON.stringify(hv) });
-      compares.push({ key: this.removingKey(me), absent: true });
-      const t = await kv.txn(compares, ops);
-      this.#cache = null;
-      if (t.succeeded) return 'synced';
-      if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
-    }
-    throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} syncs of ${e.containerId}/${e.ifname} lost to concurrent writers; try again`);
+      tx.put(this.handleKey(e.containerId, e.ifname), encodeHandle(hv));
+      tx.expect(this.removingKey(me), null);
+      tx.onCommit(() => (this.#cache = null));
+      return 'synced';
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        ...(this.#o.backoff === undefined ? {} : { backoff: this.#o.backoff }),
+        lost: async () => {
+          this.#cache = null;
+          if ((await kv.get(this.removingKey(me))) !== null) await this.veto();
+        },
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} syncs of ${e.containerId}/${e.ifname} lost to concurrent writers; try again`);
+        },
+      },
+    );
+    return value;
   }
 
   /** Every handle `node` made, sorted by key (one prefix read of the pool's handles); a handle that cannot be read is left out (whose it is cannot be told). */
   async handlesOf(node: string): Promise<Array<{ containerId: string; ifname: string; value: HandleValue }>> {
-    const prefix = `${this.#base}/handles/`;
+    const prefix = this.#keys.handlesPrefix;
     const out: Array<{ containerId: string; ifname: string; value: HandleValue }> = [];
     for (const e of await this.#o.kv.list(prefix)) {
       let value: HandleValue;

@@ -18,11 +18,10 @@ import { createHash } from 'node:crypto';
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, parseIP } from '../common/ip.ts';
 import { CNI_NAME_RE } from '../common/names.ts';
-import type { KVEntry } from '../store/kv.ts';
-import { blockAddresses, ordinalIP } from './pool-blocks.ts';
-import { decodePoolConfig, type PoolConfig } from './pool-config.ts';
-import { rangeFor } from './range.ts';
-import type { RangeSet } from './types.ts';
+import { blockAddresses, ordinalIP } from './blocks.ts';
+import { decodePoolConfig, type PoolConfig } from '../ipam/pool-config.ts';
+import { rangeFor } from '../ipam/range.ts';
+import type { RangeSet } from '../ipam/types.ts';
 
 /** One reserve entry of the node: where it is, its sequence number, its address (canonical text). */
 export interface ReserveSlot {
@@ -55,30 +54,6 @@ export const WINDOW_SLACK_SECONDS = 10;
  */
 export function removalWindowSeconds(offlineSeconds: number | null, min: number): number {
   return offlineSeconds === null ? min : Math.max(min, 2 * offlineSeconds + WINDOW_SLACK_SECONDS);
-}
-
-/** The settings value a node's daemon writes: `{"v":1,"offlineSeconds":S}`. */
-export function settingsValue(offlineSeconds: number): string {
-  return JSON.stringify({ v: 1, offlineSeconds });
-}
-
-/**
- * Decode a node's settings key. Throws `STORE_CORRUPT` naming the key and the field (an
- * unreadable value is never read as "no offline": that would shorten the veto window).
- */
-export function decodeSettings(e: KVEntry): number {
-  let o: unknown;
-  try {
-    o = JSON.parse(e.value);
-  } catch {
-    throw new AppError('STORE_CORRUPT', `etcd key ${e.key}: not valid JSON`);
-  }
-  const r = o as Record<string, unknown> | null;
-  if (typeof r !== 'object' || r === null || Array.isArray(r)) throw new AppError('STORE_CORRUPT', `etcd key ${e.key}: not a JSON object`);
-  if (r['v'] !== 1) throw new AppError('STORE_CORRUPT', `etcd key ${e.key}: unknown value version ${JSON.stringify(r['v'] ?? null)} (this ipwarden writes 1)`);
-  const s = r['offlineSeconds'];
-  if (typeof s !== 'number' || !Number.isSafeInteger(s) || s < 0) throw new AppError('STORE_CORRUPT', `etcd key ${e.key}: "offlineSeconds" must be a non-negative integer`);
-  return s;
 }
 
 /**

@@ -21,7 +21,7 @@
  *
  * Symlinks: root follows none it did not make — the directory must be a real directory (lstat)
  * owned by root or us and writable by nobody else, and every file is opened with O_NOFOLLOW.
- * Text in, text out: the entries' format is the caller's (src/ipam/pool-offline.ts).
+ * Text in, text out: the entries' format is the caller's (src/pool/offline.ts).
  */
 import { closeSync, constants, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync, fstatSync } from 'node:fs';
 import { dirname, join } from 'node:path';

@@ -2,7 +2,7 @@
  * Offline allocation in the daemon (issue 11 "A partitioned node keeps allocating from the blocks
  * it owns, and never from others'"; docs/cluster.md "Offline allocation"): the edge part of
  * `PoolSessions` (src/cni/pool.ts) — the clock, the journal files and the etcd calls. The rules
- * are in src/ipam/pool-offline.ts (pure) and the transactions in src/ipam/pool-allocator.ts
+ * are in src/pool/offline.ts (pure) and the transactions in src/pool/allocator.ts
  * (`refillReserve`, `syncJournalEntry`).
  *
  * - {@link ContactKV} wraps the daemon's etcd client of a pool and remembers, per watched
@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { AppError, isAppError } from '../common/errors.ts';
 import { parseIP } from '../common/ip.ts';
-import type { PoolAllocation, PoolAllocator, PoolRequest } from '../ipam/pool-allocator.ts';
+import type { PoolAllocation, PoolAllocator, PoolRequest } from './allocator.ts';
 import type { OfflineConfig, PoolConfig } from '../ipam/pool-config.ts';
 import {
   decodeJournalEntry,
@@ -32,11 +32,11 @@ import {
   type JournalEntry,
   type OfflineCounters,
   type ReserveSlot,
-} from '../ipam/pool-offline.ts';
+} from './offline.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { IPAMConfig, Range } from '../ipam/types.ts';
 import type { ClusterCheck, KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
-import type { PoolJournal } from '../store/pool-journal.ts';
+import type { PoolJournal } from './journal.ts';
 
 let procUptime: boolean | null = null;
 

@@ -10,8 +10,8 @@
  * iterator would hand out. Ordinal = address − block base (0 … 2^(bits−prefix) − 1).
  */
 import { familyBits, formatIP, type IP, type Subnet } from '../common/ip.ts';
-import { rangeFor } from './range.ts';
-import type { Range, RangeSet } from './types.ts';
+import { rangeFor } from '../ipam/range.ts';
+import type { Range, RangeSet } from '../ipam/types.ts';
 
 /** One block: its CIDR and its range set's index. */
 export interface Block {
@@ -35,11 +35,6 @@ export function blockPrefix(range: Range, sizes: BlockSizes): number {
 /** Number of addresses of a block of prefix `prefix` in `family` (bigint). */
 export function blockAddresses(family: 4 | 6, prefix: number): bigint {
   return 1n << BigInt(familyBits(family) - prefix);
-}
-
-/** The text of a block in etcd keys: `<network address>-<prefix>` (`10.80.0.64-26`, `fd80::40-122`). */
-export function blockKeyText(cidr: Subnet): string {
-  return `${formatIP(cidr.ip)}-${cidr.prefix}`;
 }
 
 /** The CIDR text of a block (`10.80.0.64/26`). */
