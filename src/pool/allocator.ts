@@ -279,6 +279,22 @@ export class RemovalRefusedError extends AppError {
 class LostRace extends Error {}
 
 /**
+ * The node whose daemon began a removal automatically: the marker value's `by`
+ * (`{"v":1,"node","at","by"}`, src/pool/auto-reclaim.ts), or null — an operator's marker (no
+ * `by`) or a value that does not parse (a marker is never decoded strictly: only its existence
+ * and revision decide anything).
+ */
+export function markerBy(value: string): string | null {
+  try {
+    const v = JSON.parse(value) as unknown;
+    const by = typeof v === 'object' && v !== null ? (v as Record<string, unknown>)['by'] : undefined;
+    return typeof by === 'string' ? by : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
  * Who wrote a heartbeat value (`{"v":1,"node","since","host"?,"pid"?}`): `host` and `pid` of the
  * daemon when the value names them (values written before they existed do not), else null. Never
  * throws: a heartbeat is a hint, and the refusal stands whatever its value says.
@@ -1363,7 +1379,7 @@ export class PoolAllocator {
    *   the daemon that wrote it when its value says), it vetoed during the marking, or (with
    *   `checkNode`) it has nothing in the pool or was never served by a daemon (without `force`).
    */
-  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: (ttlSeconds: number) => Promise<string>; readonly checkNode?: boolean } = {}): Promise<string[]> {
+  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: (ttlSeconds: number) => Promise<string>; readonly checkNode?: boolean; readonly by?: string } = {}): Promise<string[]> {
     const kv = this.#o.kv;
     const mk = this.removingKey(target);
     let marker: KVEntry | null = null;
@@ -1371,12 +1387,15 @@ export class PoolAllocator {
     let created: { ttl: number; value: string; rev: string } | null = null;
     for (let i = 0; i < MAX_ATTEMPTS && marker === null; i++) {
       marker = await kv.get(mk);
+      // An automatic removal (`by`: the reclaiming node, src/pool/auto-reclaim.ts) goes on only
+      // with its own marker: the create-only marker decides who runs step 1; nothing is written.
+      if (marker !== null && opts.by !== undefined && markerBy(marker.value) !== opts.by) throw new RemovalRefusedError(`the removal of node ${target} from pool ${this.#o.pool} was begun by ${markerBy(marker.value) ?? 'an operator'} (${mk})`);
       if (marker !== null) break;
       if (opts.checkNode === true) await this.#checkRemovable(target, opts.force === true);
       let ttl: number | null = null;
       const compares: KVCompare[] = [{ key: mk, absent: true }];
       if (opts.force !== true) compares.push({ key: this.aliveKey(target), absent: true });
-      const value = JSON.stringify({ v: 1, node: target, at: this.#now() });
+      const value = JSON.stringify({ v: 1, node: target, at: this.#now(), ...(opts.by === undefined ? {} : { by: opts.by }) });
       const ops: KVOp[] = [{ put: mk, value }];
       if (opts.windowLease !== undefined) {
         // The window outlasts the node's offline allocation (ipam.pool.offline): its settings,

@@ -111,6 +111,7 @@ export {
   metaOf,
   PoolAllocator,
   REMOVAL_WINDOW_SECONDS,
+  markerBy,
   RemovalRefusedError,
   TOMBSTONE_TTL_SECONDS,
   type CorruptSkip,
@@ -119,6 +120,7 @@ export {
   type PoolAllocatorOptions,
   type PoolRequest,
 } from './allocator.ts';
+export { AutoReclaimer, lastSeen, logReport, type ReclaimLog, SeenWriter, seenAt, seenKey, SEEN_EVERY_MS, type AutoReclaimOptions, type AutoReclaimReport, type ReclaimHandle, type ReclaimScope } from './auto-reclaim.ts';
 export { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './contact.ts';
 export { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from './journal.ts';
 export { classifyPoolHandles, type PoolLeakVerdict } from './leaks.ts';
