@@ -27,6 +27,12 @@ function allocator(kv: MemoryKV, node: string): PoolAllocator {
 /** The memory KV with the leases granted through it recorded (to expire the veto window's). */
 function tracked(kv: MemoryKV, leases: string[]): KV & Leases {
   return {
+    get description() {
+      return kv.description;
+    },
+    get stats() {
+      return kv.stats;
+    },
     get: (k) => kv.get(k),
     list: (p, o) => kv.list(p, o),
     txn: (c, o) => kv.txn(c, o),
