@@ -503,7 +503,7 @@ describe('remove-node and pool status for a node only the standalone plugin serv
     assert.equal(address(add(pconf(p), 's1', 'node-sa')), '10.85.0.2/27');
     const table = pcli(p, 'status');
     assert.equal(table.status, 0, table.stderr);
-    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never$/m);
+    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never +-$/m);
     const before = await keys(p);
     const refused = pcli(p, 'remove-node', 'node-sa');
     const msg = `node node-sa has never been served by an ipwarden daemon in pool polpool (no ${p}/pools/polpool/nodes/node-sa/settings): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node node-sa), pass --force`;
