@@ -34,7 +34,7 @@ import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeFil
 import { AppError, UsageError } from '../common/errors.ts';
 import { compareIP, parseCIDR } from '../common/ip.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
-import { blockKeyCidr, classifyPoolHandles, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolAllocator, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
+import { blockKeyCidr, classifyPoolHandles, lastSeen, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolAllocator, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
 import { resolveNodeName } from '../node/node-name.ts';
 import { inUseReason } from '../reconcile/evidence.ts';
 import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
@@ -93,7 +93,9 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
  * the keys that cannot be read (`CORRUPT KEY`, `WHY`) with a last line saying they are left for an
  * operator. HEARTBEAT is `yes` (its heartbeat key exists), `expired` (none, but a daemon has served
  * the node: its settings key exists) or `never` (only the standalone plugin has served it: alive
- * or dead, it looks the same). UNREADABLE: allocatable addresses of blocks whose value cannot be read.
+ * or dead, it looks the same). LAST SEEN: `now` with a live heartbeat, else the node's last-seen
+ * record (UTC, the node's own clock; written at most every 5 minutes while its daemon ran), `-`
+ * without one. UNREADABLE: allocatable addresses of blocks whose value cannot be read.
  */
 export function poolStatusTable(s: PoolStatus): string {
   let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
@@ -102,8 +104,8 @@ export function poolStatusTable(s: PoolStatus): string {
     s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), r.free, String(r.blocksClaimed)]),
   );
   out += renderTable(
-    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT'],
-    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat]),
+    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT', 'LAST SEEN'],
+    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat, n.heartbeat === 'yes' ? 'now' : n.lastSeen === undefined ? '-' : seenText(n.lastSeen)]),
   );
   out += renderTable(
     ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED'],
@@ -114,6 +116,11 @@ export function poolStatusTable(s: PoolStatus): string {
     out += `${s.corrupt.length} key${s.corrupt.length === 1 ? '' : 's'} cannot be read: not counted above, never allocated from or rewritten by ipwarden; left for an operator (docs/cluster.md "Corrupt keys")\n`;
   }
   return out;
+}
+
+/** A last-seen time (ms since the epoch) as UTC ISO 8601 to the second, as `pool status` and `remove-node` print it. */
+export function seenText(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 
 /**
@@ -234,12 +241,14 @@ async function removeNode(node: string, opts: PoolOptions, ctx: CliContext): Pro
     });
     if (opts.finish !== true) {
       const heartbeat = await nodeHeartbeat(kv, pool.etcd.prefix, pool.name, node);
+      const seen = (await lastSeen(kv, pool.etcd.prefix, pool.name)).get(node);
       // The window is sized by the node's announced offline seconds (docs/cluster.md "Offline allocation").
       let window = REMOVAL_WINDOW_SECONDS;
       const marked = blockNames(await op.markForRemoval(node, { force: opts.force === true, checkNode: true, windowLease: (ttl) => kv.grantLease((window = ttl)) }));
-      if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked, heartbeat, windowSeconds: window })}\n`);
+      if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked, heartbeat, windowSeconds: window, ...(seen === undefined ? {} : { lastSeen: seen }) })}\n`);
       else {
         ctx.stdout(`removal of ${node} begun (${op.removingKey(node)}); ${marked.length} block${marked.length === 1 ? '' : 's'} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
+        if (seen !== undefined && heartbeat !== 'yes') ctx.stdout(`${node} was last seen at ${seenText(seen)} (its daemon's record, on its clock, written at most every 5 minutes)\n`);
         if (heartbeat === 'yes') {
           ctx.stdout(`${node} has a live heartbeat: its daemon vetoes this on its next beat (within about 10 s) unless it stops first\n`);
         } else {

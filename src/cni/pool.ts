@@ -28,6 +28,10 @@ import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
 import { delNodeName, NO_NODE, resolveNodeName } from '../node/node-name.ts';
 import {
   allocatorFor,
+  AutoReclaimer,
+  logReport,
+  SeenWriter,
+  type AutoReclaimReport,
   BlockCache,
   bootClock,
   ContactKV,
@@ -303,8 +307,8 @@ export class Heartbeat {
   #beating = false;
   #stopped = false;
   readonly #onBeat: (() => Promise<unknown>) | null;
-  /** The node's settings key to create (create-only) before the first put of the heartbeat key, until done. */
-  #settings: { readonly key: string; readonly value: string } | null;
+  /** The node's settings key to create (create-only) before every put of the heartbeat key with a new lease. */
+  readonly #settings: { readonly key: string; readonly value: string } | null;
   /** Renewals and grants that failed (etcd unreachable); the next beat tries again. */
   failures = 0;
   /** Beats whose `onBeat` (the node's veto) failed; the next beat tries again. */
@@ -370,9 +374,10 @@ export class Heartbeat {
     try {
       if (this.#lease === null || (await this.#kv.keepAlive(this.#lease)) <= 0) {
         if (this.#settings !== null) {
-          // Create-only: an existing value (a larger offlineSeconds) is never lowered.
+          // Create-only: an existing value (a larger offlineSeconds) is never lowered. Again at
+          // every new lease: a node removed while its lease had expired (a removal's --finish
+          // deletes the settings key) is recorded as served again when it comes back.
           await this.#kv.txn([{ key: this.#settings.key, absent: true }], [{ put: this.#settings.key, value: this.#settings.value }]);
-          this.#settings = null;
         }
         const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
         await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
@@ -581,6 +586,12 @@ export interface PoolSessionsOptions {
   readonly journalRoot?: string;
   /** Log sink (default: one JSON line in pino's shape on stderr, the daemon's log). */
   readonly log?: OfflineLog;
+  /**
+   * Where automatic node removals (`ipam.pool.reclaimAfter`, src/pool/auto-reclaim.ts) are told:
+   * the daemon's log, audit log and metric (src/daemon/pool-reclaim.ts). Default: log lines only
+   * ({@link logReport} on `log`).
+   */
+  readonly reclaimReport?: AutoReclaimReport;
 }
 
 /** pino's numeric levels, so these lines read like the daemon's own log (src/daemon/log.ts) on the same stderr. */
@@ -630,6 +641,8 @@ export class PoolSessions implements PoolHooks {
   #rootUnreadable = false;
   /** Corrupt-key log lines by content → when last logged (the sessions' clock, ms). */
   readonly #corruptLogged = new Map<string, number>();
+  /** Automatic node removal per pool (etcd, prefix, name), for pools with `ipam.pool.reclaimAfter`. */
+  readonly #reclaimers = new Map<string, AutoReclaimer>();
   #closed = false;
 
   /**
@@ -977,13 +990,24 @@ export class PoolSessions implements PoolHooks {
    * pool's first use on, and on every beat vetoes a removal of the node begun while it was away.
    */
   #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
+    // Automatic removal of dead nodes (ipam.pool.reclaimAfter): one per pool, run on the beats.
+    const rkey = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name]);
+    if (pool.reclaimAfterMs !== undefined && !this.#reclaimers.has(rkey)) {
+      this.#reclaimers.set(rkey, new AutoReclaimer({ kv, pool: pool.name, prefix: pool.etcd.prefix, sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 }, reclaimAfterMs: pool.reclaimAfterMs, clock: this.#clock, report: this.#opts.reclaimReport ?? logReport(this.#log) }));
+    }
+    this.#reclaimers.get(rkey)?.addOwn(node);
     const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
     if (this.#heartbeats.has(hkey)) return;
     // Every beat also syncs the offline journal and refills the reserve (with ipam.pool.offline).
     const okey = this.#offlineKey(pool, node);
+    const seen = new SeenWriter(kv, this.#clock);
     const onBeat = async (): Promise<void> => {
       await alloc.vetoIfMarked();
       await this.#offline.get(okey)?.maintain();
+      // Last seen (seen/<node>, at most every 5 min) and the reclaim scan: not awaited, so a long
+      // removal never delays the node's own heartbeat. Neither throws.
+      void seen.beat(pool.etcd.prefix, pool.name, node);
+      if (!this.#closed) void this.#reclaimers.get(rkey)?.scan();
     };
     // The settings key records that a daemon serves the node (pool remove-node refuses a node
     // without one, unless --force); with ipam.pool.offline the reserve refill writes it (with S).

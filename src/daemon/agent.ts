@@ -24,6 +24,9 @@ import { criHealFactoryFor } from './plugin-server.ts';
 import { InstallWatch, type InstalledFilesDeps } from './install-watch.ts';
 import type { NodeEndpointSource } from '../cni/heal.ts';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
+import { mkdirSync } from 'node:fs';
+import { openAuditLog, openDefaultAuditLog } from '../reconcile/audit.ts';
+import { poolReclaimReport } from './pool-reclaim.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
 export const FALLBACK_LOG_NAME = 'standalone-requests.log';
@@ -87,6 +90,16 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   const poolLog = log.child({ part: 'pools' });
   const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer, {
     log: (level, fields, msg) => poolLog[level](fields, msg),
+    // Automatic node removals (ipam.pool.reclaimAfter): logged, audited, counted.
+    reclaimReport: poolReclaimReport({
+      log: (level, fields, msg) => poolLog[level](fields, msg),
+      audit: () => {
+        if (options.auditLog !== null) return openAuditLog(options.auditLog);
+        mkdirSync(options.dataDir, { recursive: true, mode: 0o755 });
+        return openDefaultAuditLog(options.dataDir);
+      },
+      reclaimed: (pool) => metrics.pools.recordNodeReclaimed(pool),
+    }),
     ...(options.poolJournalDir === undefined ? {} : { journalRoot: options.poolJournalDir }),
   });
   // Pool gauges on scrape, at most once per reconcile interval (and 10 s): scrapes never load etcd.

@@ -425,6 +425,7 @@ export class PoolMetrics {
   private readonly free: Gauge<'pool' | 'node' | 'range_set'>;
   private readonly readErrors: Counter<'pool' | 'node'>;
   private readonly offlineOps: Counter<'pool' | 'node' | 'kind'>;
+  private readonly nodesReclaimed: Counter<'pool'>;
   private readonly reserve: Gauge<'pool' | 'node'>;
   private readonly journal: Gauge<'pool' | 'node' | 'state'>;
   private readonly contactAge: Gauge<'pool' | 'node'>;
@@ -447,6 +448,11 @@ export class PoolMetrics {
     batch: (e: PoolBatchEvent) => this.batches.observe({ pool: e.pool, node: e.node }, e.size),
     offline: (e: PoolOfflineEvent) => this.offlineOps.inc({ pool: e.pool, node: e.node, kind: e.kind }),
   };
+
+  /** Count one node removed from `pool` automatically (src/daemon/pool-reclaim.ts). */
+  recordNodeReclaimed(pool: string): void {
+    this.nodesReclaimed.inc({ pool });
+  }
 
   /** @param registry where the series go @param monotonicMs the cache's clock, milliseconds */
   constructor(registry: Registry, monotonicMs: () => number) {
@@ -505,6 +511,12 @@ export class PoolMetrics {
       name: 'ipwarden_pool_offline_operations_total',
       help: 'Offline allocation (ipam.pool.offline): ADDs (add) and DELs (del) answered while etcd was unreachable, journal entries synced (synced), and entries whose sync failed for good, their reserve entry gone (syncFailure).',
       labelNames: [...labelNames, 'kind'],
+      registers,
+    });
+    this.nodesReclaimed = new Counter({
+      name: 'ipwarden_pool_nodes_reclaimed_total',
+      help: 'Nodes this daemon removed from a pool automatically (ipam.pool.reclaimAfter): counted once per removal, at its first --finish that the node did not veto.',
+      labelNames: ['pool'],
       registers,
     });
     this.reserve = gauge('ipwarden_pool_reserve_addresses', "Reserve entries the node can still hand out offline, summed over the network's range sets (as last read from etcd, minus those journaled).");

@@ -23,6 +23,7 @@
  * docs/cluster.md; each names the key.
  */
 import { AppError } from '../common/errors.ts';
+import { parseDurationNs } from '../common/duration.ts';
 import { CNI_NAME_RE } from '../common/names.ts';
 
 /** Default IPv4 block prefix length (Calico's IPPool default /26; anchors.md §5.1). */
@@ -44,6 +45,13 @@ export const DEFAULT_POOL_PREFIX = '/ipwarden';
 export const OFFLINE_RESERVE_RANGE = [1, 64] as const;
 /** Allowed `ipam.pool.offline.seconds` (how long after the last confirmed contact a node may allocate offline). */
 export const OFFLINE_SECONDS_RANGE = [1, 3600] as const;
+/**
+ * Allowed `ipam.pool.reclaimAfter`, milliseconds: 1 s to 720 h. Small values are allowed (tests
+ * use seconds): the safety of an automatic removal rests on the heartbeat's 30 s lease, the veto
+ * window (at least 60 s) and the revision-checked `--finish`, not on this delay; docs/cluster.md
+ * recommends at least 90 s (three heartbeat leases) so a short partition does not begin a removal.
+ */
+export const RECLAIM_AFTER_MS_RANGE = [1_000, 720 * 3_600_000] as const;
 /** Longest node name accepted (a Kubernetes node name is a DNS subdomain: at most 253 characters). */
 export const MAX_NODE_NAME = 253;
 
@@ -78,6 +86,13 @@ export interface PoolConfig {
    * so configs built in code without it keep meaning "off".
    */
   readonly offline?: OfflineConfig | null;
+  /**
+   * `ipam.pool.reclaimAfter` in milliseconds (docs/cluster.md "Reclaiming dead nodes
+   * automatically"): this node's daemon removes another node of the pool whose heartbeat it has
+   * seen absent that long (on its own monotonic clock), by the two-step removal with its veto
+   * window. Absent (or `"0"`): off. Present in the decoded value only when given and not zero.
+   */
+  readonly reclaimAfterMs?: number;
 }
 
 /** The decoded `ipam.pool.offline`. */
@@ -140,7 +155,7 @@ function decodeBlockSize(pool: Obj, name: string, range: readonly [number, numbe
 }
 
 /** The keys of `ipam.pool`, `ipam.pool.etcd` and `ipam.pool.etcd.tls`; any other key is refused. */
-export const POOL_KEYS: readonly string[] = ['name', 'etcd', 'blockSize', 'blockSize6', 'offline'];
+export const POOL_KEYS: readonly string[] = ['name', 'etcd', 'blockSize', 'blockSize6', 'offline', 'reclaimAfter'];
 const ETCD_KEYS: readonly string[] = ['endpoints', 'tls', 'prefix', 'credentials'];
 const TLS_KEYS: readonly string[] = ['ca', 'cert', 'key'];
 /** The pool's keys directly in `ipam`, matched exactly (host-local's own keys are not). */
@@ -174,6 +189,31 @@ export function decodeOfflineConfig(pool: Obj): OfflineConfig | null {
     reserve: decodeInt(raw, 'ipam.pool.offline', 'reserve', OFFLINE_RESERVE_RANGE),
     seconds: decodeInt(raw, 'ipam.pool.offline', 'seconds', OFFLINE_SECONDS_RANGE),
   };
+}
+
+/**
+ * Decode `ipam.pool.reclaimAfter`: a Go duration string (`"10m"`, `"90s"`, `"1h30m"`) from 1 s to
+ * 720 h, or `"0"` (any zero duration) for off. Returns milliseconds, or null when absent or zero.
+ * @throws AppError IPAM_INVALID_CONFIG
+ *   `ipam.pool.reclaimAfter must be a duration such as "10m" (Go syntax: 90s, 1h30m), got <json>`
+ *   (also for `null` and non-strings: a template's missing value is not "off"),
+ *   `ipam.pool.reclaimAfter must be from 1s to 720h (or "0" for off), got <json>`
+ */
+export function decodeReclaimAfter(pool: Obj): number | null {
+  const raw = pool['reclaimAfter'];
+  if (raw === undefined) return null;
+  const syntax = (): AppError => bad(`ipam.pool.reclaimAfter must be a duration such as "10m" (Go syntax: 90s, 1h30m), got ${JSON.stringify(raw)}`);
+  if (typeof raw !== 'string') throw syntax();
+  let ns: bigint;
+  try {
+    ns = parseDurationNs(raw);
+  } catch {
+    throw syntax();
+  }
+  if (ns === 0n) return null;
+  const ms = Number(ns / 1_000_000n);
+  if (ns < 0n || ms < RECLAIM_AFTER_MS_RANGE[0] || ms > RECLAIM_AFTER_MS_RANGE[1]) throw bad(`ipam.pool.reclaimAfter must be from 1s to 720h (or "0" for off), got ${JSON.stringify(raw)}`);
+  return ms;
 }
 
 /**
@@ -266,6 +306,7 @@ export function decodePoolConfig(ipam: Obj): PoolConfig | null {
     nodeName = rawNode;
   }
   const offline = decodeOfflineConfig(raw);
+  const reclaimAfterMs = decodeReclaimAfter(raw);
   return {
     name,
     etcd: { endpoints: endpoints.map((e) => e.url), tls, prefix, ...(credentials === null ? {} : { credentials }) },
@@ -274,5 +315,6 @@ export function decodePoolConfig(ipam: Obj): PoolConfig | null {
     nodeName,
     // Only when given: a config without it decodes exactly as before (no `offline` key).
     ...(offline === null ? {} : { offline }),
+    ...(reclaimAfterMs === null ? {} : { reclaimAfterMs }),
   };
 }

@@ -47,6 +47,7 @@ import {
   encodeHandle,
   heartbeatWriter,
   keysOf,
+  markerBy,
   metaOf,
   parseJson,
   removalMarkerValue,
@@ -1166,13 +1167,17 @@ export class PoolAllocator {
    * daemon that serves the node) is refused: only the standalone plugin has served it, which
    * writes no heartbeat, so a live idle node could not veto. The settings key's absence is also
    * compared in the marker's transaction.
+   * With `by` (a daemon's automatic removal, src/pool/auto-reclaim.ts): the marker's value carries
+   * `by`, and a marker found that this `by` did not write (another daemon's, an operator's) stops
+   * the call before any write — the create-only marker decides who runs step 1.
    * Returns the blocks now pending (also those that already were), as keys. A block that cannot be
    * read is not marked (told to `onCorrupt`; `--finish` keeps it).
    * @throws RemovalRefusedError when `target` has a heartbeat (without `force`; the message names
-   *   the daemon that wrote it when its value says), it vetoed during the marking, or (with
+   *   the daemon that wrote it when its value says), it vetoed during the marking, a marker not
+   *   written by `by` exists (with `by`), or (with
    *   `checkNode`) it has nothing in the pool or was never served by a daemon (without `force`).
    */
-  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: (ttlSeconds: number) => Promise<string>; readonly checkNode?: boolean } = {}): Promise<string[]> {
+  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: (ttlSeconds: number) => Promise<string>; readonly checkNode?: boolean; readonly by?: string } = {}): Promise<string[]> {
     const kv = this.#o.kv;
     const mk = this.removingKey(target);
     let marker: KVEntry | null = null;
@@ -1182,11 +1187,14 @@ export class PoolAllocator {
       kv,
       async (tx) => {
         const m = await kv.get(mk);
+        // An automatic removal (`by`: the reclaiming node, src/pool/auto-reclaim.ts) goes on only
+        // with its own marker: the create-only marker decides who runs step 1; nothing is written.
+        if (m !== null && opts.by !== undefined && markerBy(m.value) !== opts.by) throw new RemovalRefusedError(`the removal of node ${target} from pool ${this.#o.pool} was begun by ${markerBy(m.value) ?? 'an operator'} (${mk})`);
         if (m !== null) return m;
         if (opts.checkNode === true) await this.#checkRemovable(target, opts.force === true);
         tx.expect(mk, null);
         if (opts.force !== true) tx.expect(this.aliveKey(target), null);
-        const value = removalMarkerValue(target, this.#now());
+        const value = removalMarkerValue(target, this.#now(), opts.by);
         tx.put(mk, value);
         if (opts.windowLease !== undefined) {
           // The window outlasts the node's offline allocation (ipam.pool.offline): its settings,

@@ -117,11 +117,12 @@ export {
   type PoolAllocatorOptions,
   type PoolRequest,
 } from './allocator.ts';
+export { AutoReclaimer, lastSeen, logReport, type ReclaimLog, SeenWriter, seenAt, seenKey, SEEN_EVERY_MS, type AutoReclaimOptions, type AutoReclaimReport, type ReclaimHandle, type ReclaimScope } from './auto-reclaim.ts';
 export { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './contact.ts';
 export { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from './journal.ts';
 export { classifyPoolHandles, type PoolLeakVerdict } from './leaks.ts';
 export { decodeJournalEntry, journalName } from './offline.ts';
-export { blockKeyCidr, heartbeatValue, keysOf, metaOf, settingsValue, type HandleValue, type PoolKeyLayout } from './model.ts';
+export { blockKeyCidr, heartbeatValue, keysOf, markerBy, metaOf, settingsValue, type HandleValue, type PoolKeyLayout } from './model.ts';
 export { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type CorruptHandle, type PoolHandleEntry, type ValidAttachment } from './reclaim.ts';
 export type { PoolKeys } from './model.ts';
 export { allocatorFor, backoffMs, corruptLine, etcdFor, jitteredBackoff, PER_REQUEST, tlsFiles, type KVSource } from './session.ts';

@@ -26,7 +26,7 @@
  *   {@link decodeHandle});
  * - `alive/<node>` → `{"v":1,"node","since","host"?,"pid"?}` — the node's heartbeat, leased
  *   ({@link heartbeatValue}, {@link heartbeatWriter});
- * - `removing/<node>` → `{"v":1,"node","at"}` — `pool remove-node` step 1's marker;
+ * - `removing/<node>` → `{"v":1,"node","at","by"?}` — `pool remove-node` step 1's marker (`by`: the daemon of an automatic removal, {@link markerBy});
  *   `removal-window/<node>` (same value, leased) — the veto window ({@link removalMarkerValue}).
  */
 import { AppError } from '../common/errors.ts';
@@ -410,8 +410,24 @@ export function affinityValue(rangeSet: number): string {
 }
 
 /** The value of a removal marker and of its veto window: `{"v":1,"node","at"}` (at: ms since the epoch). */
-export function removalMarkerValue(node: string, at: number): string {
-  return JSON.stringify({ v: 1, node, at });
+export function removalMarkerValue(node: string, at: number, by?: string): string {
+  return JSON.stringify({ v: 1, node, at, ...(by === undefined ? {} : { by }) });
+}
+
+/**
+ * The node whose daemon began a removal automatically: the marker value's `by`
+ * (`{"v":1,"node","at","by"}`, src/pool/auto-reclaim.ts), or null — an operator's marker (no
+ * `by`) or a value that does not parse (a marker is never decoded strictly: only its existence
+ * and revision decide anything).
+ */
+export function markerBy(value: string): string | null {
+  try {
+    const v = JSON.parse(value) as unknown;
+    const by = typeof v === 'object' && v !== null ? (v as Record<string, unknown>)['by'] : undefined;
+    return typeof by === 'string' ? by : null;
+  } catch {
+    return null;
+  }
 }
 
 /**

@@ -12,6 +12,7 @@ import { AppError } from '../common/errors.ts';
 import { compareIP, parseCIDR, type Subnet } from '../common/ip.ts';
 import type { KV } from '../store/kv.ts';
 import { blockKeyCidr, corrupt, CorruptValueError, decodeBlock, decodeMeta, keysOf } from './model.ts';
+import { lastSeen } from './auto-reclaim.ts';
 import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './blocks.ts';
 import { validNodeName } from '../ipam/pool-config.ts';
 import { rangeSetSize, rangeSetString } from '../ipam/range.ts';
@@ -59,6 +60,13 @@ export interface PoolNodeStatus {
   readonly alive: boolean;
   /** See {@link PoolHeartbeat} (`alive` is `heartbeat === 'yes'`). */
   readonly heartbeat: PoolHeartbeat;
+  /**
+   * When its daemon last recorded it alive (`seen/<node>`, written on the daemon's first beat and
+   * then at most every 5 minutes: src/pool/auto-reclaim.ts), milliseconds since the epoch on the
+   * node's own clock. Absent when there is no such record (only the standalone plugin served it,
+   * or a daemon from before the record existed). Information only.
+   */
+  readonly lastSeen?: number;
 }
 
 /** One range set in the report. */
@@ -140,8 +148,8 @@ function byAddress(a: PoolBlockStatus, b: PoolBlockStatus): number {
  * set the pool lacks, a key under `blocks/` that is not a block's, a heartbeat or settings key whose
  * node part is not a node name — is listed in `corrupt` and left out of the counts; a corrupt block
  * of a range set still counts as claimed, and its allocatable addresses as `unreadable` (not free).
- * Four reads: `meta`, the heartbeat keys and the node index (`nodes/`: affinities and settings;
- * keys only), the blocks. Reserve entries (`"reserve": true`, docs/cluster.md "Offline allocation")
+ * Five reads: `meta`, the last-seen records (`seen/`), the heartbeat keys and the node index
+ * (`nodes/`: affinities and settings; keys only), the blocks. Reserve entries (`"reserve": true`, docs/cluster.md "Offline allocation")
  * are counted as `reserved`, never as `used`; `free` is what is none of these.
  */
 export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<PoolStatus> {
@@ -159,6 +167,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     return x;
   };
   const alive = new Set<string>();
+  const seen = await lastSeen(kv, prefix, pool);
   for (const e of await kv.list(keys.alivePrefix, { keysOnly: true })) {
     const n = e.key.slice(keys.alivePrefix.length);
     // A heartbeat key names a node (the daemon writes only valid names): anything else is corrupt.
@@ -241,7 +250,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     }),
     nodes: [...nodes]
       .sort((a, b) => (a[0] < b[0] ? -1 : 1))
-      .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const) })),
+      .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const), ...(seen.has(n) ? { lastSeen: seen.get(n) as number } : {}) })),
     blocks: blocks.sort(byAddress),
     corrupt: bad.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)),
   };

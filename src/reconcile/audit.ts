@@ -112,6 +112,12 @@ export interface AuditRecord {
   readonly pool?: string;
   /** Cluster pools only: the handle's etcd `mod_revision` the release compared (decimal text). */
   readonly revision?: string;
+  /** Automatic node removal only (`ipam.pool.reclaimAfter`): the node removed, whose handle this was. */
+  readonly node?: string;
+  /** Automatic node removal only: the node whose daemon removed it (who). */
+  readonly by?: string;
+  /** Automatic node removal only: the block (CIDR) the address was in. */
+  readonly block?: string;
 }
 
 /** Where audit records go. `append` throws `AppError('STORE_IO')` when the record cannot be written. */
@@ -148,6 +154,9 @@ export function formatAuditLine(rec: AuditRecord): string {
     // Cluster pools add where the record lives in etcd (after the node-local fields, so those lines are unchanged).
     ...(rec.pool === undefined ? {} : { pool: rec.pool }),
     ...(rec.revision === undefined ? {} : { revision: rec.revision }),
+    ...(rec.node === undefined ? {} : { node: rec.node }),
+    ...(rec.by === undefined ? {} : { by: rec.by }),
+    ...(rec.block === undefined ? {} : { block: rec.block }),
   };
   return `${JSON.stringify(o)}\n`;
 }

@@ -503,7 +503,7 @@ describe('remove-node and pool status for a node only the standalone plugin serv
     assert.equal(address(add(pconf(p), 's1', 'node-sa')), '10.85.0.2/27');
     const table = pcli(p, 'status');
     assert.equal(table.status, 0, table.stderr);
-    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never$/m);
+    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never +-$/m);
     const before = await keys(p);
     const refused = pcli(p, 'remove-node', 'node-sa');
     const msg = `node node-sa has never been served by an ipwarden daemon in pool polpool (no ${p}/pools/polpool/nodes/node-sa/settings): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node node-sa), pass --force`;
@@ -557,7 +557,12 @@ describe('remove-node and pool status for a node only the standalone plugin serv
         assert.equal((await (pkv as EtcdKV).get(`${p}/pools/polpool/nodes/node-y/settings`))?.value, '{"v":1,"offlineSeconds":0}');
         const alive = JSON.parse((await (pkv as EtcdKV).get(ak))?.value as string);
         assert.deepEqual([alive.node, alive.host, alive.pid], ['node-y', hostname(), d.pid]);
-        assert.match(pcli(p, 'status').stdout, /^node-y +1 +15 +1 +0 +0 +yes$/m);
+        // Its first beat also records when it was last seen (seen/<node>): waited for, then shown after it stops.
+        for (let i = 0; (await (pkv as EtcdKV).get(`${p}/pools/polpool/seen/node-y`)) === null; i++) {
+          assert.ok(i < 300, 'the last-seen key within 30 s');
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        assert.match(pcli(p, 'status').stdout, /^node-y +1 +15 +1 +0 +0 +yes +now$/m);
         const live = pcli(p, 'remove-node', 'node-y');
         assert.deepEqual([live.status, live.stdout, live.stderr], [1, '', `ipwarden: node node-y has a live heartbeat in pool polpool (${ak}, written by the ipwarden daemon on host ${hostname()} (pid ${d.pid})): it is not gone; stop the daemon on host ${hostname()} first, or pass --force if you are sure\n`]);
       } finally {
@@ -566,10 +571,14 @@ describe('remove-node and pool status for a node only the standalone plugin serv
       assert.equal(await (pkv as EtcdKV).get(ak), null, 'the stopped daemon revoked its heartbeat');
       const st = JSON.parse(pcli(p, 'status', '--json').stdout) as { nodes: Array<{ node: string; alive: boolean; heartbeat: string }> };
       assert.deepEqual(st.nodes.map((n) => [n.node, n.alive, n.heartbeat]), [['node-y', false, 'expired']]);
+      const seenAt = (JSON.parse((await (pkv as EtcdKV).get(`${p}/pools/polpool/seen/node-y`))?.value as string) as { at: number }).at;
+      const seenText = new Date(seenAt).toISOString().replace(/\.\d{3}Z$/, 'Z');
+      assert.match(pcli(p, 'status').stdout, new RegExp(`^node-y +1 +15 +1 +0 +0 +expired +${seenText}$`, 'm'));
       const mark = pcli(p, 'remove-node', 'node-y');
       assert.deepEqual([mark.status, mark.stdout], [
         0,
         `removal of node-y begun (${p}/pools/polpool/removing/node-y); 1 block marked pendingRelease: 10.85.0.16/28\n` +
+          `node-y was last seen at ${seenText} (its daemon's record, on its clock, written at most every 5 minutes)\n` +
           `warning: node-y's heartbeat has expired (no ${ak}; an ipwarden daemon served it before): if it does not come back within the veto window (60 s), it is treated as gone and --finish releases its addresses; check first (kubectl get node node-y; ipwarden pool leaks on node-y)\n` +
           'if node-y comes back it vetoes this; once it is surely gone (and at least 60 s from now), run again with --finish\n',
       ]);

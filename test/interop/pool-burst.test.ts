@@ -12,7 +12,7 @@
  *   answered address with its block, ordinal and seq) and the claimed blocks hold exactly those
  *   allocations (id, ifname, node, that seq), every block claimed by the node (affinity index =
  *   blocks); after the DELs every DEL exits 0 with no output, and the pool's keys are exactly
- *   `meta`, `meta-cluster`, the node's `settings` (a daemon served it; daemon case only), one empty
+ *   `meta`, `meta-cluster`, the node's `settings` and `seen` (a daemon served it; daemon case only), one empty
  *   block and its affinity (an emptied block is given back, never a node's last one) — no handle,
  *   no allocation, no tombstone. The daemon's heartbeat key goes with the daemon (revoked on stop).
  *   Each request through the shim is answered once, by the daemon or (when the shim cannot hand it
@@ -161,7 +161,7 @@ describe('interop: cluster pool bursts and the ABA release race, on a real etcd'
     assert.equal(kept.length, 1, `one block is kept (the node's last): ${kept.join(' ')}`);
     const k = kept[0] as string;
     assert.ok(blocks.has(k), `the kept block ${k} is one the burst claimed`);
-    const expectedKeys = [`${base}/meta`, `${base}/meta-cluster`, `${base}/blocks/${k}`, `${base}/nodes/${node}/blocks/${k}`, ...(o.daemonServed ? [`${base}/nodes/${node}/settings`] : [])];
+    const expectedKeys = [`${base}/meta`, `${base}/meta-cluster`, `${base}/blocks/${k}`, `${base}/nodes/${node}/blocks/${k}`, ...(o.daemonServed ? [`${base}/nodes/${node}/settings`, `${base}/seen/${node}`] : [])];
     assert.deepEqual(left.map((e) => e.key).sort(), expectedKeys.sort(), 'no handle, no tombstone, no other block is left');
     const kb = JSON.parse(left.find((e) => e.key === `${base}/blocks/${k}`)?.value ?? 'null') as BlockValue;
     assert.deepEqual([kb.node, kb.state, kb.allocs], [node, 'owned', {}], 'the kept block holds no allocation');
@@ -183,8 +183,9 @@ describe('interop: cluster pool bursts and the ABA release race, on a real etcd'
     const settled = async (): Promise<void> => {
       // The heartbeat (and the settings key before it) is written beside the first ADD, not in it:
       // wait for the settings key, then stop the daemon, which revokes the heartbeat.
-      for (let i = 0; (await (kv as EtcdKV).get(`${p}/pools/${POOL}/nodes/${node}/settings`)) === null; i++) {
-        assert.ok(i < 600, 'the settings key within 60 s');
+      // Its first beat also writes the node's last-seen record (seen/<node>): wait for that too.
+      for (let i = 0; (await (kv as EtcdKV).get(`${p}/pools/${POOL}/nodes/${node}/settings`)) === null || (await (kv as EtcdKV).get(`${p}/pools/${POOL}/seen/${node}`)) === null; i++) {
+        assert.ok(i < 600, 'the settings and last-seen keys within 60 s');
         await new Promise((r) => setTimeout(r, 100));
       }
       const gone = await d.stop();

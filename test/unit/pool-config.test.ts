@@ -43,6 +43,17 @@ describe('ipam.pool', () => {
     });
   });
 
+  it('reclaimAfter: a Go duration in milliseconds; "0" and absent are off (no key in the decoded value)', () => {
+    const dec = (v: unknown) => loadIPAMConfig(conf({ pool: { name: 'p1', etcd: ETCD, ...(v === undefined ? {} : { reclaimAfter: v }) } }), undefined).pool;
+    assert.equal(dec('10m')?.reclaimAfterMs, 600_000);
+    assert.equal(dec('1h30m')?.reclaimAfterMs, 5_400_000);
+    assert.equal(dec('1s')?.reclaimAfterMs, 1_000);
+    assert.equal(dec('720h')?.reclaimAfterMs, 2_592_000_000);
+    assert.equal('reclaimAfterMs' in (dec('0') ?? {}), false);
+    assert.equal('reclaimAfterMs' in (dec('0s') ?? {}), false);
+    assert.equal('reclaimAfterMs' in (dec(undefined) ?? {}), false);
+  });
+
   it('a config without pool has no pool key (unchanged)', () => {
     assert.equal('pool' in loadIPAMConfig(conf({}), undefined), false);
   });
@@ -57,7 +68,13 @@ describe('ipam.pool', () => {
     ['pool null (a template\'s missing value: never "no pool", trial finding 2)', { pool: null }, 'ipam.pool must be an object, got null'],
     ['"Pool" (a case variant: host-local-style matching would take it)', { Pool: { name: 'p1', etcd: ETCD } }, 'ipam has the key "Pool": pool keys are matched exactly; write "pool"'],
     ['"nodename"', { nodename: 'n1', pool: { name: 'p1', etcd: ETCD } }, 'ipam has the key "nodename": pool keys are matched exactly; write "nodeName"'],
-    ['unknown pool key (trial finding 3: a default would be fixed in meta)', { pool: { name: 'p1', etcd: ETCD, blocksize: 30 } }, 'ipam.pool has an unknown key "blocksize" (known keys: name, etcd, blockSize, blockSize6, offline)'],
+    ['unknown pool key (trial finding 3: a default would be fixed in meta)', { pool: { name: 'p1', etcd: ETCD, blocksize: 30 } }, 'ipam.pool has an unknown key "blocksize" (known keys: name, etcd, blockSize, blockSize6, offline, reclaimAfter)'],
+    ['reclaimAfter a number (durations are strings)', { pool: { name: 'p1', etcd: ETCD, reclaimAfter: 600 } }, 'ipam.pool.reclaimAfter must be a duration such as "10m" (Go syntax: 90s, 1h30m), got 600'],
+    ['reclaimAfter null (a template\'s missing value is not "off")', { pool: { name: 'p1', etcd: ETCD, reclaimAfter: null } }, 'ipam.pool.reclaimAfter must be a duration such as "10m" (Go syntax: 90s, 1h30m), got null'],
+    ['reclaimAfter without a unit', { pool: { name: 'p1', etcd: ETCD, reclaimAfter: '10' } }, 'ipam.pool.reclaimAfter must be a duration such as "10m" (Go syntax: 90s, 1h30m), got "10"'],
+    ['reclaimAfter below 1s', { pool: { name: 'p1', etcd: ETCD, reclaimAfter: '999ms' } }, 'ipam.pool.reclaimAfter must be from 1s to 720h (or "0" for off), got "999ms"'],
+    ['reclaimAfter negative', { pool: { name: 'p1', etcd: ETCD, reclaimAfter: '-5m' } }, 'ipam.pool.reclaimAfter must be from 1s to 720h (or "0" for off), got "-5m"'],
+    ['reclaimAfter above 720h', { pool: { name: 'p1', etcd: ETCD, reclaimAfter: '721h' } }, 'ipam.pool.reclaimAfter must be from 1s to 720h (or "0" for off), got "721h"'],
     ['unknown etcd key', { pool: { name: 'p1', etcd: { ...ETCD, prefx: '/x' } } }, 'ipam.pool.etcd has an unknown key "prefx" (known keys: endpoints, tls, prefix, credentials)'],
     ['unknown etcd key "password" (credentials go in a file)', { pool: { name: 'p1', etcd: { ...ETCD, password: 'x' } } }, 'ipam.pool.etcd has an unknown key "password" (known keys: endpoints, tls, prefix, credentials)'],
     ['relative credentials path', { pool: { name: 'p1', etcd: { ...ETCD, credentials: 'etcd.json' } } }, 'ipam.pool.etcd.credentials must be an absolute path, got "etcd.json"'],

@@ -36,6 +36,29 @@ async function add(a: PoolAllocator, id: string): Promise<void> {
 }
 
 describe('poolStatus (memory KV)', () => {
+  it('last seen: the node\'s seen/<node> record in --json (absent without one) and the table (now with a live heartbeat, UTC time, or -)', async () => {
+    const kv = new MemoryKV();
+    await add(allocator(kv, 'node-a'), 'a1');
+    await add(allocator(kv, 'node-b'), 'b1');
+    await add(allocator(kv, 'node-c'), 'c1');
+    await kv.txn([], [
+      { put: `${P}/alive/node-a`, value: '{"v":1,"node":"node-a","since":1}' },
+      { put: `${P}/seen/node-a`, value: '{"v":1,"node":"node-a","at":1764990000000}' },
+      { put: `${P}/nodes/node-b/settings`, value: '{"v":1,"offlineSeconds":0}' },
+      { put: `${P}/seen/node-b`, value: '{"v":1,"node":"node-b","at":1764990123456}' },
+    ]);
+    const s = await poolStatus(kv, '/ipwarden', 'p1');
+    assert.deepEqual(s.nodes.map((n) => [n.node, n.heartbeat, n.lastSeen]), [['node-a', 'yes', 1764990000000], ['node-b', 'expired', 1764990123456], ['node-c', 'never', undefined]]);
+    assert.equal('lastSeen' in (s.nodes[2] ?? {}), false);
+    const rows = poolStatusTable(s).split('\n').filter((l) => l.startsWith('NODE') || /^node-/.test(l));
+    assert.deepEqual(rows, [
+      'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT  LAST SEEN',
+      'node-a  1       15        1     0         0         yes        now',
+      'node-b  1       14        1     0         0         expired    2025-12-06T03:02:03Z',
+      'node-c  0       0         1     1         0         never      -',
+    ]);
+  });
+
   it('blocks per node, used, borrowed, free and the heartbeat, exactly', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a');
@@ -202,8 +225,8 @@ describe('poolStatus (memory KV)', () => {
         'pool p1: blocks /28 (IPv4), /122 (IPv6)',
         'SET  RANGES                SIZE  USED  RESERVED  UNREADABLE  FREE  BLOCKS',
         '0    10.84.0.1-10.84.0.30  29    1     0         15          13    2',
-        'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT',
-        'node-b  1       14        1     0         0         never',
+        'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT  LAST SEEN',
+        'node-b  1       14        1     0         0         never      -',
         'BLOCK         SET  NODE    STATE  CAPACITY  USED  BORROWED  RESERVED',
         '10.84.0.0/28  0    node-b  owned  14        1     0         0',
         `${'CORRUPT KEY'.padEnd(a16.length + 2)}WHY`,
