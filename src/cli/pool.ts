@@ -34,7 +34,7 @@ import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeFil
 import { AppError, UsageError } from '../common/errors.ts';
 import { compareIP, parseCIDR } from '../common/ip.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
-import { blockKeyCidr, classifyPoolHandles, lastSeen, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolAllocator, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
+import { blockKeyCidr, classifyPoolHandles, lastSeen, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolRemoval, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
 import { resolveNodeName } from '../node/node-name.ts';
 import { inUseReason } from '../reconcile/evidence.ts';
 import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
@@ -227,24 +227,15 @@ async function removeNode(node: string, opts: PoolOptions, ctx: CliContext): Pro
   const pool = poolFromFlags(opts);
   const kv = etcdFor(pool);
   try {
-    // The operator acts as no node: it never allocates, so the allocator needs no ranges.
-    // A key that cannot be read is skipped (never marked, released or deleted) and named on stderr.
-    const op = new PoolAllocator({
-      kv,
-      pool: pool.name,
-      prefix: pool.etcd.prefix,
-      node: 'ipwarden-operator',
-      network: '',
-      rangeSets: [],
-      sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
-      onCorrupt: (c) => ctx.stderr(corruptLine(pool.name, c)),
-    });
+    // The operator acts as no node (a removal object, no allocator). A key that cannot be read is
+    // skipped (never marked, released or deleted) and named on stderr.
+    const op = new PoolRemoval({ kv, pool: pool.name, prefix: pool.etcd.prefix, onCorrupt: (c) => ctx.stderr(corruptLine(pool.name, c)) });
     if (opts.finish !== true) {
       const heartbeat = await nodeHeartbeat(kv, pool.etcd.prefix, pool.name, node);
       const seen = (await lastSeen(kv, pool.etcd.prefix, pool.name)).get(node);
       // The window is sized by the node's announced offline seconds (docs/cluster.md "Offline allocation").
       let window = REMOVAL_WINDOW_SECONDS;
-      const marked = blockNames(await op.markForRemoval(node, { force: opts.force === true, checkNode: true, windowLease: (ttl) => kv.grantLease((window = ttl)) }));
+      const marked = blockNames(await op.mark(node, { force: opts.force === true, checkNode: true, windowLease: (ttl) => kv.grantLease((window = ttl)) }));
       if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked, heartbeat, windowSeconds: window, ...(seen === undefined ? {} : { lastSeen: seen }) })}\n`);
       else {
         ctx.stdout(`removal of ${node} begun (${op.removingKey(node)}); ${marked.length} block${marked.length === 1 ? '' : 's'} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
@@ -262,7 +253,7 @@ async function removeNode(node: string, opts: PoolOptions, ctx: CliContext): Pro
       }
       return 0;
     }
-    const f = await op.finishRemoval(node);
+    const f = await op.finish(node);
     const r = { released: f.released, deletedBlocks: blockNames(f.deletedBlocks), keptBlocks: blockNames(f.keptBlocks) };
     if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, ...r })}\n`);
     else {
