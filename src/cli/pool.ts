@@ -34,10 +34,10 @@ import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeFil
 import { AppError, UsageError } from '../common/errors.ts';
 import { compareIP, parseCIDR } from '../common/ip.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
-import { blockKeyCidr, classifyPoolHandles, lastSeen, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolRemoval, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
+import { blockKeyCidr, lastSeen, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolRemoval, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
 import { resolveNodeName } from '../node/node-name.ts';
-import { inUseReason } from '../reconcile/evidence.ts';
 import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
+import { planPoolHandles } from '../reconcile/pool-plan.ts';
 import { takeSnapshot } from '../reconcile/snapshot.ts';
 import type { CliContext } from './context.ts';
 import { renderTable, shortId } from './format.ts';
@@ -303,7 +303,8 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
     // a handle created after R did not exist when the runtime was asked (its ADD may be in
     // flight): in grace, never a candidate — decided by revisions, not by a clock.
     const revision = await currentRevision(kv);
-    const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), warnOtherRuntimes: false }, ctx);
+    // With the READY sandboxes' pod IPs, as the daemon's pass asks (one planner: src/reconcile/pool-plan.ts).
+    const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, ctx);
     const host = hostname();
     const listed = nodeHandles(await kv.list(handlesPrefix(keys)), keys, node, host);
     for (const c of listed.corrupt) ctx.stderr(`ipwarden: ${c.message} (never released)\n`);
@@ -311,18 +312,8 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
     // and kernel (review B1): listed as unknown, never as leaked.
     if (listed.foreign.length > 0) ctx.stderr(`ipwarden: ${listed.foreign.length} handle(s) of node ${node} were written on other hosts than ${host}: listed as unknown — two hosts under one node name?\n`);
     const handles = listed.handles;
-    const sb = snap.sandboxes;
-    const sandboxes = sb === null ? null : sb instanceof Map ? new Map([...sb].map(([id, st]) => [id, String(st).replace('notready', 'not ready')])) : new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
-    const verdicts = classifyPoolHandles({
-      handles,
-      sandboxes,
-      runtimeError: snap.runtime.error ?? null,
-      inUse: (ip, id) => inUseReason(snap.evidence, ip, id),
-      evidenceIncomplete: snap.evidence.incomplete,
-      snapshotAtMs: snap.snapshotAtMs,
-      graceSeconds,
-      revision,
-    });
+    const plan = planPoolHandles(snap, handles, revision, graceSeconds);
+    const verdicts = plan.verdicts;
     for (const h of listed.foreign) {
       verdicts.push({ containerId: h.containerId, ifname: h.ifname, ips: h.value.ips.map((i) => i.ip), ageSeconds: (snap.snapshotAtMs - h.value.at) / 1000, verdict: 'unknown', reason: `written on host ${h.value.host ?? '(none recorded)'}, not ${host}: this host's runtime and kernel cannot judge it` });
     }
@@ -337,6 +328,11 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
     }
     if (snap.evidence.incomplete !== null) {
       ctx.stderr(`ipwarden: kernel evidence incomplete (${snap.evidence.incomplete}); no verdict is possible\n`);
+      return 1;
+    }
+    if (!plan.candidates) {
+      // A READY sandbox's addresses are unknown: as in the daemon's pass, nothing is a candidate.
+      for (const f of snap.podIPFailures) ctx.stderr(`ipwarden: ${f}: no leaked verdict is a release candidate (the daemon releases nothing while this lasts)\n`);
       return 1;
     }
     return 0;

@@ -29,8 +29,7 @@
  * kind `corrupt` (the latter audited `kept`), never released (docs/cluster.md "Corrupt keys").
  */
 import { AppError } from '../common/errors.ts';
-import { formatIP, parseIP } from '../common/ip.ts';
-import { classifyPoolHandles, currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type PoolLeakVerdict, type ValidAttachment } from '../pool/index.ts';
+import { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type PoolLeakVerdict, type ValidAttachment } from '../pool/index.ts';
 import { hostname } from 'node:os';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -39,7 +38,7 @@ import type { AuditRecord, AuditSink } from './audit.ts';
 import { Confirmations, type Candidate } from './confirm.ts';
 import { inUseReason, type EvidenceReader, type UseEvidence } from './evidence.ts';
 import { describeError, type ReconcileDeps } from './options.ts';
-import type { SandboxIndex } from './plan.ts';
+import { planPoolHandles, poolInUse } from './pool-plan.ts';
 import { takeSnapshot, type RuntimeJson } from './snapshot.ts';
 
 /** One pool and node the pass reconciles. */
@@ -119,13 +118,6 @@ export interface PoolPassReport {
 }
 
 type PoolCandidate = Candidate & { readonly target: PoolTarget; readonly handle: PoolHandleEntry; readonly verdict: PoolLeakVerdict };
-
-/** Sandbox ID → state text, as `classifyPoolHandles` takes it. */
-function sandboxMap(sb: SandboxIndex | null): ReadonlyMap<string, string> | null {
-  if (sb === null) return null;
-  if (sb instanceof Map) return new Map([...sb].map(([id, st]) => [id, String(st).replace('notready', 'not ready')]));
-  return new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
-}
 
 /** The audit record of one address of a pool release: the node-local fields plus `pool` and `revision` (the handle's observed mod_revision). */
 function auditRecord(t: PoolKeys, h: PoolHandleEntry, ip: string, nowMs: number, reason: string, phase: AuditRecord['phase']): AuditRecord {
@@ -228,21 +220,7 @@ export async function runPoolPass(
   if (snap.evidence.incomplete !== null) errors.push({ kind: 'kernel', message: `kernel evidence incomplete: ${snap.evidence.incomplete}` });
   // A failed status call leaves a READY sandbox's addresses unknown: nothing is released this pass (E6).
   for (const f of snap.podIPFailures) errors.push({ kind: 'runtime', message: `${f}: nothing released this pass` });
-  const sandboxes = sandboxMap(snap.sandboxes);
-  // BR-13: an address a READY sandbox reports is in use, whoever's handle holds it.
-  const reported = new Map<string, string>();
-  for (const x of snap.podIPs ?? []) {
-    for (const t of x.ips) {
-      const a = parseIP(t);
-      if (a !== null) reported.set(formatIP(a), x.sandbox);
-    }
-  }
-  const inUse = (ev: UseEvidence, ip: string, id: string): string | null => {
-    const k = inUseReason(ev, ip, id);
-    if (k !== null) return k;
-    const by = reported.get(ip);
-    return by === undefined || by === id ? null : `the address is reported by ready sandbox ${by} (PodSandboxStatus)`;
-  };
+  const inUse = poolInUse(snap);
 
   // 3. The node's handles of each pool, classified.
   const pools: PoolCounts[] = [];
@@ -268,16 +246,8 @@ export async function runPoolPass(
       errors.push({ kind: 'etcd', pool: t.pool, message: `pool ${t.pool}: ${describeError(e)}` });
       continue;
     }
-    const verdicts = classifyPoolHandles({
-      handles,
-      sandboxes,
-      runtimeError: snap.runtime.error ?? null,
-      inUse: (ip, id) => inUse(snap.evidence, ip, id),
-      evidenceIncomplete: snap.evidence.incomplete,
-      snapshotAtMs: snap.snapshotAtMs,
-      graceSeconds: null,
-      revision: r,
-    });
+    const plan = planPoolHandles(snap, handles, r, null);
+    const verdicts = plan.verdicts;
     const n = { live: 0, inUse: 0, grace: 0, leaked: 0, unknown: 0 };
     verdicts.forEach((v, k) => {
       const h = handles[k] as PoolHandleEntry;
@@ -289,7 +259,7 @@ export async function runPoolPass(
       else if (v.verdict === 'unknown') n.unknown++;
       else {
         n.leaked++;
-        if (snap.podIPFailures.length > 0) return; // not a candidate while a READY sandbox's addresses are unknown
+        if (!plan.candidates) return; // not a candidate while a READY sandbox's addresses are unknown
         // The confirmation key: the handle; what must not change between the observations: its
         // mod_revision (owner text) and create_revision (the "file time", also the oldest-first order).
         candidates.push({ network: t.id, ip: `${h.containerId}/${h.ifname}`, owner: h.modRevision, mtimeMs: Number(h.createRevision), target: t, handle: h, verdict: v });
