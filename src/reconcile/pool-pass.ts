@@ -39,7 +39,7 @@ import { Confirmations, type Candidate } from './confirm.ts';
 import { inUseReason, type EvidenceReader, type UseEvidence } from './evidence.ts';
 import { describeError, type ReconcileDeps } from './options.ts';
 import { planPoolHandles, poolInUse } from './pool-plan.ts';
-import { takeSnapshot, type RuntimeJson } from './snapshot.ts';
+import { takeSnapshot, type RuntimeJson, type Snapshot } from './snapshot.ts';
 
 /** One pool and node the pass reconciles. */
 export interface PoolTarget extends PoolKeys {
@@ -189,22 +189,11 @@ async function releaseAudited(
 }
 
 /**
- * One pool pass of the daemon (see the module comment). Never throws for the runtime, the kernel,
- * etcd or the audit log: each failure is in `errors` and the pass goes on with what is safe.
- * @param confirmations the daemon's memory across pool passes (its own instance: not the node-local pass's).
- * @param deps the engine's I/O (runtime source, kernel evidence, wall clock for the audit's times).
- * @param monotonic milliseconds of a monotonic clock, for D1 (tests inject).
+ * Etcd's revision `R` of every target, in order (null for one whose etcd could not be read; its
+ * error is pushed on `errors`, kind `etcd`). Read before the runtime is asked (step 1).
  */
-export async function runPoolPass(
-  targets: readonly PoolTarget[],
-  o: PoolPassOptions,
-  confirmations: Confirmations,
-  deps: ReconcileDeps,
-  monotonic: () => number = () => performance.now(),
-): Promise<PoolPassReport> {
-  const errors: PoolPassError[] = [];
-  // 1. R of every pool, before the runtime is asked.
-  const revisions = await Promise.all(
+export async function poolRevisions(targets: readonly PoolTarget[], errors: PoolPassError[]): Promise<Array<string | null>> {
+  return Promise.all(
     targets.map(async (t) => {
       try {
         return await currentRevision(t.kv);
@@ -214,8 +203,40 @@ export async function runPoolPass(
       }
     }),
   );
-  // 2. The runtime, then the kernel.
-  const snap = await takeSnapshot({ ...(o.runtimeEndpoint === null ? {} : { runtimeEndpoint: o.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, deps);
+}
+
+/**
+ * The daemon's one runtime snapshot of a pass, shared by the node-local and pool plans: `R` of
+ * every target and their errors ({@link poolRevisions}), read before `snap` was taken.
+ */
+export interface PoolPassShared {
+  readonly revisions: ReadonlyArray<string | null>;
+  readonly errors: readonly PoolPassError[];
+  readonly snap: Snapshot;
+}
+
+/**
+ * One pool pass of the daemon (see the module comment). Never throws for the runtime, the kernel,
+ * etcd or the audit log: each failure is in `errors` and the pass goes on with what is safe.
+ * @param confirmations the daemon's memory across pool passes (its own instance: not the node-local pass's).
+ * @param deps the engine's I/O (runtime source, kernel evidence, wall clock for the audit's times).
+ * @param monotonic milliseconds of a monotonic clock, for D1 (tests inject).
+ * @param shared the daemon's snapshot of the pass with `R` read before it (else both are read here).
+ */
+export async function runPoolPass(
+  targets: readonly PoolTarget[],
+  o: PoolPassOptions,
+  confirmations: Confirmations,
+  deps: ReconcileDeps,
+  monotonic: () => number = () => performance.now(),
+  shared?: PoolPassShared,
+): Promise<PoolPassReport> {
+  const errors: PoolPassError[] = [];
+  // 1. R of every pool, before the runtime is asked.
+  const revisions = shared?.revisions ?? (await poolRevisions(targets, errors));
+  if (shared !== undefined) errors.push(...shared.errors);
+  // 2. The runtime, then the kernel (or the daemon's one snapshot of the pass, taken after R).
+  const snap = shared?.snap ?? (await takeSnapshot({ ...(o.runtimeEndpoint === null ? {} : { runtimeEndpoint: o.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, deps));
   if (snap.runtime.error !== undefined) errors.push({ kind: 'runtime', message: snap.runtime.error });
   if (snap.evidence.incomplete !== null) errors.push({ kind: 'kernel', message: `kernel evidence incomplete: ${snap.evidence.incomplete}` });
   // A failed status call leaves a READY sandbox's addresses unknown: nothing is released this pass (E6).
