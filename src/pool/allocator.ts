@@ -7,6 +7,7 @@
  *
  * The keys and values (`meta`, `blocks/<block>`, `nodes/<node>/blocks/<block>`, `handles/…`,
  * `removing/<node>`, `removal-window/<node>`, …) are laid out and encoded in src/pool/model.ts.
+ * Node removal (an operator's two steps) is src/pool/removal.ts; the node's own veto is here.
  *
  * Rules, each enforced inside one etcd transaction by revision compares (never a lock or lease):
  * - claim a block: `blocks/<b>` and `nodes/<me>/blocks/<b>` both absent (`create_revision == 0`);
@@ -241,7 +242,7 @@ export class PoolAllocator {
   }
   /**
    * Key of the veto window of `node`'s removal (`P/pools/<pool>/removal-window/<node>` →
-   * `{"v":1,"node","at"}`), put by step 1 with a lease of {@link REMOVAL_WINDOW_SECONDS}:
+   * `{"v":1,"node","at"}`), put by step 1 (src/pool/removal.ts) with a lease of at least REMOVAL_WINDOW_SECONDS:
    * `--finish` refuses while it exists (compared absent in every one of its transactions). A
    * lease can only outlive its TTL (a leader change on etcd 3.4 restarts it), never expire early,
    * so its absence proves the window has passed.

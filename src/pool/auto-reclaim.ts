@@ -165,6 +165,7 @@ export interface AutoReclaimOptions {
   readonly pool: string;
   /** `ipam.pool.etcd.prefix`. */
   readonly prefix: string;
+  /** Block sizes of the pool. Not read since the removal needs no allocator (src/pool/removal.ts); kept so the daemon's callers are unchanged. */
   readonly sizes: PoolAllocatorOptions['sizes'];
   /** `ipam.pool.reclaimAfter`, milliseconds. */
   readonly reclaimAfterMs: number;

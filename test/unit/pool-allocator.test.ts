@@ -622,10 +622,10 @@ describe('PoolAllocator', () => {
 });
 
 /**
- * Step 1's node checks (`markForRemoval(…, {checkNode: true})`, what `ipwarden pool remove-node`
+ * Step 1's node checks (`PoolRemoval.mark(…, {checkNode: true})`, what `ipwarden pool remove-node`
  * runs; trial findings 1, 5, 11): exact messages, nothing written by a refusal.
  */
-describe('PoolAllocator.markForRemoval with checkNode (trial findings 1, 5, 11)', () => {
+describe('PoolRemoval.mark with checkNode (trial findings 1, 5, 11)', () => {
   const settings = (kv: MemoryKV, node: string) => kv.apply([], [{ put: `${P}/nodes/${node}/settings`, value: '{"v":1,"offlineSeconds":0}' }]);
   const snapshot = (kv: MemoryKV) => JSON.stringify(kv.dump());
 
