@@ -265,6 +265,13 @@ function settle(batch: readonly Waiter[], results: ReadonlyArray<PoolAllocation[
   });
 }
 
+/**
+ * Where a daemon knows a pool network from, as its heartbeat's value says (`"source"`):
+ * `cni-config` a file of its CNI configuration directory, `requests` only the network configs of
+ * the requests it served (a Multus NetworkAttachmentDefinition; docs/cluster.md "Multus").
+ */
+export type PoolSource = 'cni-config' | 'requests';
+
 /** TTL of a node's heartbeat lease, seconds (renewed every third of it). */
 export const HEARTBEAT_TTL_SECONDS = 30;
 /** Period of the extra beats while beats fail, milliseconds. */
@@ -316,7 +323,8 @@ export class Heartbeat {
    *   (`{"v":1,"node","since","host","pid"}`) so `pool remove-node` can name the daemon that
    *   heartbeats for a node (trial finding 5); `settings`: a key and value created (create-only,
    *   never overwritten) before the heartbeat key is first put — the node's settings key, the
-   *   durable record that a daemon has served the node (trial finding 1).
+   *   durable record that a daemon has served the node (trial finding 1); `source`: where the
+   *   daemon first knew the pool from ({@link PoolSource}), put in the value as `"source"`.
    */
   constructor(
     kv: KV & Leases,
@@ -325,11 +333,11 @@ export class Heartbeat {
     now: () => number = Date.now,
     every: Every = realEvery,
     onBeat: (() => Promise<unknown>) | null = null,
-    more: { readonly writer?: { readonly host: string; readonly pid: number }; readonly settings?: { readonly key: string; readonly value: string } } = {},
+    more: { readonly writer?: { readonly host: string; readonly pid: number }; readonly settings?: { readonly key: string; readonly value: string }; readonly source?: PoolSource } = {},
   ) {
     this.#kv = kv;
     this.#key = key;
-    this.#value = JSON.stringify({ v: 1, node, since: now(), ...(more.writer === undefined ? {} : { host: more.writer.host, pid: more.writer.pid }) });
+    this.#value = JSON.stringify({ v: 1, node, since: now(), ...(more.writer === undefined ? {} : { host: more.writer.host, pid: more.writer.pid }), ...(more.source === undefined ? {} : { source: more.source }) });
     this.#every = every;
     this.#onBeat = onBeat;
     this.#settings = more.settings ?? null;
@@ -921,7 +929,7 @@ export class PoolSessions implements PoolHooks {
       let set = this.#batchersOfPool.get(pk);
       if (set === undefined) this.#batchersOfPool.set(pk, (set = new Set()));
       set.add(b);
-      this.#startHeartbeat(kv, pool, node, alloc);
+      this.#startHeartbeat(kv, pool, node, alloc, 'requests');
     }
     const batcher = b;
     const p =
@@ -974,7 +982,7 @@ export class PoolSessions implements PoolHooks {
    * The daemon is this node's agent: it announces the node in the pool (its heartbeat) from the
    * pool's first use on, and on every beat vetoes a removal of the node begun while it was away.
    */
-  #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
+  #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator, source: PoolSource): void {
     const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
     if (this.#heartbeats.has(hkey)) return;
     // Every beat also syncs the offline journal and refills the reserve (with ipam.pool.offline).
@@ -986,7 +994,7 @@ export class PoolSessions implements PoolHooks {
     // The settings key records that a daemon serves the node (pool remove-node refuses a node
     // without one, unless --force); with ipam.pool.offline the reserve refill writes it (with S).
     const settings = pool.offline === undefined || pool.offline === null ? { key: alloc.settingsKey(node), value: settingsValue(0) } : undefined;
-    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, onBeat, { writer: { host: hostname(), pid: process.pid }, ...(settings === undefined ? {} : { settings }) });
+    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, onBeat, { writer: { host: hostname(), pid: process.pid }, source, ...(settings === undefined ? {} : { settings }) });
     this.#heartbeats.set(hkey, hb);
     void hb.start();
   }
@@ -997,15 +1005,16 @@ export class PoolSessions implements PoolHooks {
    * every pool network of the node's CNI configuration, so an idle returning node vetoes too
    * (review F2b). Idempotent per pool and node. Never throws for etcd trouble (the heartbeat
    * retries on its next beat); throws `ClosedError` after `close()`, `IPAM_INVALID_CONFIG` for an
-   * unusable node name.
+   * unusable node name. `source`: where the daemon knows the pool from (the heartbeat's value
+   * says it, if this starts the heartbeat; default a CNI configuration file).
    */
-  announce(conf: IPAMConfig): void {
+  announce(conf: IPAMConfig, source: PoolSource = 'cni-config'): void {
     const pool = conf.pool as PoolConfig;
     const node = resolveNodeName(pool, this.#env);
     const kv = this.#kv(pool);
     this.#note(pool, node);
     // The heartbeat (and its veto) first: whatever the journal's state (review F4).
-    this.#startHeartbeat(kv, pool, node, this.#allocator(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
+    this.#startHeartbeat(kv, pool, node, this.#allocator(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)), source);
     // With ipam.pool.offline: the journal is read (entries a crash left get synced) and the reserve filled.
     this.#offlineOf(pool, node, kv, conf);
   }
