@@ -93,7 +93,9 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
  * the keys that cannot be read (`CORRUPT KEY`, `WHY`) with a last line saying they are left for an
  * operator. HEARTBEAT is `yes` (its heartbeat key exists), `expired` (none, but a daemon has served
  * the node: its settings key exists) or `never` (only the standalone plugin has served it: alive
- * or dead, it looks the same). UNREADABLE: allocatable addresses of blocks whose value cannot be read.
+ * or dead, it looks the same). SOURCE: where the node's live daemon knows the pool from, as its
+ * heartbeat says — `cni-config`, `requests` (a Multus NetworkAttachmentDefinition), `-` unknown
+ * (no live heartbeat, or an older daemon). UNREADABLE: allocatable addresses of blocks whose value cannot be read.
  */
 export function poolStatusTable(s: PoolStatus): string {
   let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
@@ -102,8 +104,8 @@ export function poolStatusTable(s: PoolStatus): string {
     s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), r.free, String(r.blocksClaimed)]),
   );
   out += renderTable(
-    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT'],
-    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat]),
+    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT', 'SOURCE'],
+    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat, n.source ?? '-']),
   );
   out += renderTable(
     ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED'],

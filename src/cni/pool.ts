@@ -53,6 +53,7 @@ import {
   type OfflineStats,
   type PoolAllocation,
   type PoolRequest,
+  type PoolSource,
 } from '../pool/index.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
@@ -264,13 +265,6 @@ function settle(batch: readonly Waiter[], results: ReadonlyArray<PoolAllocation[
     else w.resolve(r);
   });
 }
-
-/**
- * Where a daemon knows a pool network from, as its heartbeat's value says (`"source"`):
- * `cni-config` a file of its CNI configuration directory, `requests` only the network configs of
- * the requests it served (a Multus NetworkAttachmentDefinition; docs/cluster.md "Multus").
- */
-export type PoolSource = 'cni-config' | 'requests';
 
 /** TTL of a node's heartbeat lease, seconds (renewed every third of it). */
 export const HEARTBEAT_TTL_SECONDS = 30;

@@ -125,5 +125,5 @@ export { classifyPoolHandles, type PoolLeakVerdict } from './leaks.ts';
 export { decodeJournalEntry, journalName, settingsValue } from './offline.ts';
 export { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type CorruptHandle, type PoolHandleEntry, type PoolKeys, type ValidAttachment } from './reclaim.ts';
 export { allocatorFor, backoffMs, corruptLine, etcdFor, jitteredBackoff, PER_REQUEST, tlsFiles, type KVSource } from './session.ts';
-export { nodeHeartbeat, poolNodeSample, poolStatus, type PoolBlockStatus, type PoolNodeSample, type PoolStatus } from './status.ts';
+export { heartbeatSource, nodeHeartbeat, poolNodeSample, poolStatus, type PoolBlockStatus, type PoolNodeSample, type PoolSource, type PoolStatus } from './status.ts';
 export { decodeLearned, keptConfig, LEARNED_DIR_NAME, learnedName, LearnedPools, learnedPoolsDir, readLearnedPools, type LearnedPool, type LearnedRead, type LearnOutcome, type UnreadableLearned } from './learned.ts';
