@@ -503,7 +503,7 @@ describe('remove-node and pool status for a node only the standalone plugin serv
     assert.equal(address(add(pconf(p), 's1', 'node-sa')), '10.85.0.2/27');
     const table = pcli(p, 'status');
     assert.equal(table.status, 0, table.stderr);
-    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never$/m);
+    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never +-$/m);
     const before = await keys(p);
     const refused = pcli(p, 'remove-node', 'node-sa');
     const msg = `node node-sa has never been served by an ipwarden daemon in pool polpool (no ${p}/pools/polpool/nodes/node-sa/settings): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node node-sa), pass --force`;
@@ -556,8 +556,8 @@ describe('remove-node and pool status for a node only the standalone plugin serv
         }
         assert.equal((await (pkv as EtcdKV).get(`${p}/pools/polpool/nodes/node-y/settings`))?.value, '{"v":1,"offlineSeconds":0}');
         const alive = JSON.parse((await (pkv as EtcdKV).get(ak))?.value as string);
-        assert.deepEqual([alive.node, alive.host, alive.pid], ['node-y', hostname(), d.pid]);
-        assert.match(pcli(p, 'status').stdout, /^node-y +1 +15 +1 +0 +0 +yes$/m);
+        assert.deepEqual([alive.node, alive.host, alive.pid, alive.source], ['node-y', hostname(), d.pid, 'cni-config']);
+        assert.match(pcli(p, 'status').stdout, /^node-y +1 +15 +1 +0 +0 +yes +cni-config$/m);
         const live = pcli(p, 'remove-node', 'node-y');
         assert.deepEqual([live.status, live.stdout, live.stderr], [1, '', `ipwarden: node node-y has a live heartbeat in pool polpool (${ak}, written by the ipwarden daemon on host ${hostname()} (pid ${d.pid})): it is not gone; stop the daemon on host ${hostname()} first, or pass --force if you are sure\n`]);
       } finally {
