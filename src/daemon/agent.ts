@@ -196,9 +196,9 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     renderHtml: over.statusHtml ?? null,
     registry: metrics.registry,
   });
-  // The loop also releases the node's leaks in the pools of its CNI configurations (and the
-  // learned ones), with etcd
-  // clients of its own (docs/cluster.md "Reconcile per node"), closed with the loop.
+  // The loop also releases the node's leaks in the pools of its CNI configurations and in the
+  // learned ones (docs/cluster.md "Multus"), with etcd clients of its own (docs/cluster.md
+  // "Reconcile per node"), closed with the loop.
   const loopPart = reconcileLoopPart(
     { reconcile, metrics, pools: cniPoolTargets(options.cniConfDir, process.env, undefined, () => learned.entries().map((p) => ({ file: p.file, ipam: p.conf }))), ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) },
     over.onLoop,
