@@ -388,7 +388,7 @@ function blockBar(b: PoolBlockStatus): string {
  * its blocks (`table.blocks`, one `tr[data-block][data-node][data-state]` each, with a bar of the
  * owner's use, borrowed, reserved and free), then the nodes (`table.nodes`, one
  * `tr[data-node][data-alive="yes|no"][data-heartbeat="yes|expired|never"]` each: blocks,
- * capacity, used, borrowed, reserved, heartbeat), then — only when there are any — the keys that
+ * capacity, used, borrowed, reserved, heartbeat, source), then — only when there are any — the keys that
  * cannot be read (`section#corrupt`, `table.corrupt tr[data-key]`: key, why; a range set with
  * unreadable addresses also gets `dd[data-count="unreadable"]`). Self-contained (inline CSS, no script; the
  * Content-Security-Policy loads nothing). Every string of the status — node names, CIDRs, ranges,
@@ -423,13 +423,13 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
     .map(
       (n) =>
         `<tr data-node="${escapeHtml(n.node)}" data-alive="${n.alive ? 'yes' : 'no'}" data-heartbeat="${escapeHtml(n.heartbeat)}"><td>${escapeHtml(n.node)}</td>` +
-        `<td class="n">${n.blocks}</td><td class="n">${n.capacity}</td><td class="n">${n.used}</td><td class="n">${n.borrowed}</td><td class="n">${n.reserved}</td><td class="alive">${escapeHtml(n.heartbeat)}</td></tr>`,
+        `<td class="n">${n.blocks}</td><td class="n">${n.capacity}</td><td class="n">${n.used}</td><td class="n">${n.borrowed}</td><td class="n">${n.reserved}</td><td class="alive">${escapeHtml(n.heartbeat)}</td><td class="source">${escapeHtml(n.source ?? '-')}</td></tr>`,
     )
     .join('');
   const nodes =
     s.nodes.length === 0
       ? '<p>no nodes</p>'
-      : `<table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>reserved</th><th>heartbeat</th></tr></thead><tbody>${nodeRows}</tbody></table>`;
+      : `<table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>reserved</th><th>heartbeat</th><th>source</th></tr></thead><tbody>${nodeRows}</tbody></table>`;
   const source = opts.source === undefined ? '' : ` · ${escapeHtml(opts.source)}`;
   // Keys that cannot be read: a section of their own, only when there are any.
   const corrupt =

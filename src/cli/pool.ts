@@ -95,7 +95,9 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
  * the node: its settings key exists) or `never` (only the standalone plugin has served it: alive
  * or dead, it looks the same). LAST SEEN: `now` with a live heartbeat, else the node's last-seen
  * record (UTC, the node's own clock; written at most every 5 minutes while its daemon ran), `-`
- * without one. UNREADABLE: allocatable addresses of blocks whose value cannot be read.
+ * without one. SOURCE: where the node's live daemon knows the pool from, as its
+ * heartbeat says — `cni-config`, `requests` (a Multus NetworkAttachmentDefinition), `-` unknown
+ * (no live heartbeat, or an older daemon). UNREADABLE: allocatable addresses of blocks whose value cannot be read.
  */
 export function poolStatusTable(s: PoolStatus): string {
   let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
@@ -104,8 +106,8 @@ export function poolStatusTable(s: PoolStatus): string {
     s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), r.free, String(r.blocksClaimed)]),
   );
   out += renderTable(
-    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT', 'LAST SEEN'],
-    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat, n.heartbeat === 'yes' ? 'now' : n.lastSeen === undefined ? '-' : seenText(n.lastSeen)]),
+    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT', 'LAST SEEN', 'SOURCE'],
+    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat, n.heartbeat === 'yes' ? 'now' : n.lastSeen === undefined ? '-' : seenText(n.lastSeen), n.source ?? '-']),
   );
   out += renderTable(
     ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED'],

@@ -12,6 +12,7 @@ import { NetworkIndexes } from '../store/file/indexed-store.ts';
 import { PoolSessions, type PoolHooks } from '../cni/pool.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
 import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
+import { DaemonLearnedPools } from './learned-pools.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
 import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts';
 import { DaemonMetrics, startHealthServer, startMetricsServer } from './metrics.ts';
@@ -106,6 +107,8 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   metrics.pools.watch(() => pools.sample(), options.intervalSeconds);
   // Offline gauges (reserve left, journal entries, contact age) on every scrape: no I/O.
   metrics.pools.watchOffline(() => pools.offlineStats());
+  // The pool networks learned from the requests served (their records under --data-dir).
+  const learned = new DaemonLearnedPools(options.dataDir, log);
   // At start, announce the node in every pool its CNI configurations name, so a node that comes
   // back idle vetoes a removal begun while it was away (docs/cluster.md "remove-node", review F2b).
   const poolPart: DaemonPartFactory = ({ log }) => {
@@ -121,12 +124,14 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     for (const n of networks) {
       if (n.ipam?.pool === null || n.ipam?.pool === undefined) continue;
       try {
-        pools.announce(n.ipam);
-        log.info({ part: 'pools', network: n.name, pool: n.ipam.pool.name }, 'pool announced');
+        pools.announce(n.ipam, 'cni-config');
+        log.info({ part: 'pools', network: n.name, pool: n.ipam.pool.name, source: 'cni-config', file: n.file }, 'pool announced');
       } catch (e) {
         log.warn({ part: 'pools', network: n.name, error: e instanceof Error ? e.message : String(e) }, 'pool not announced');
       }
     }
+    // Then the pool networks learned from requests (Multus: docs/cluster.md "Multus").
+    learned.start(pools);
     return { name: 'pools', close: () => pools.close() };
   };
   metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
@@ -205,10 +210,11 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     renderHtml: over.statusHtml ?? null,
     registry: metrics.registry,
   });
-  // The loop also releases the node's leaks in the pools of its CNI configurations, with etcd
-  // clients of its own (docs/cluster.md "Reconcile per node"), closed with the loop.
+  // The loop also releases the node's leaks in the pools of its CNI configurations and in the
+  // learned ones (docs/cluster.md "Multus"), with etcd clients of its own (docs/cluster.md
+  // "Reconcile per node"), closed with the loop.
   const loopPart = reconcileLoopPart(
-    { reconcile, metrics, pools: cniPoolTargets(options.cniConfDir, process.env), ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) },
+    { reconcile, metrics, pools: cniPoolTargets(options.cniConfDir, process.env, undefined, () => learned.entries().map((p) => ({ file: p.file, ipam: p.conf }))), ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) },
     over.onLoop,
   );
   // CNI GC through the daemon is counted per pool (ipwarden_pool_releases_total{reason="gc"}).
@@ -228,6 +234,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     openStore: (o) => indexes.openStore(o),
     heal: criHealFactoryFor(daemonNodeEndpoint(options, process.env)),
     pool: poolHooks,
+    learnPool: learned.learner(pools),
     kernel: kernel.hooks,
     onState: (s) => {
       state = s;

@@ -28,7 +28,7 @@ import { openAuditLog, openDefaultAuditLog, type AuditSink } from '../reconcile/
 import { etcdFor } from '../pool/index.ts';
 import { resolveNodeName } from '../node/node-name.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
-import { readCniConfigs } from '../node/cni-conf.ts';
+import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import type { KV } from '../store/kv.ts';
 import type { DaemonPart, DaemonPartFactory } from './daemon.ts';
 import type { Logger } from './log.ts';
@@ -80,9 +80,16 @@ export interface PoolTargetSource {
  * node name for it (`ipam.nodeName`, else `env.NODE_NAME`, else the host name: the rule of the
  * pool's ADDs, src/node/node-name.ts `resolveNodeName`) and one etcd client per (endpoints, prefix,
  * TLS) kept for the loop's life (`make`, default `etcdFor`: the TLS files are read when the
- * client is made). Networks naming the same pool and node are one target.
+ * client is made). Networks naming the same pool and node are one target. `more`: further pool
+ * networks, asked each pass after the directory (the daemon's learned ones,
+ * src/daemon/learned-pools.ts; `file` names the network's record in errors).
  */
-export function cniPoolTargets(cniConfDir: string, env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV = etcdFor): PoolTargetSource {
+export function cniPoolTargets(
+  cniConfDir: string,
+  env: Readonly<Record<string, string | undefined>>,
+  make: (pool: PoolConfig) => KV = etcdFor,
+  more: () => ReadonlyArray<Pick<CniNetwork, 'file' | 'ipam'>> = () => [],
+): PoolTargetSource {
   const kvs = new Map<string, KV>();
   let closed = false;
   return {
@@ -90,13 +97,14 @@ export function cniPoolTargets(cniConfDir: string, env: Readonly<Record<string, 
       const errors: string[] = [];
       const out = new Map<string, PoolTarget>();
       if (closed) return { targets: [], errors };
-      let networks;
+      let networks: CniNetwork[] = [];
       try {
         networks = readCniConfigs(cniConfDir);
       } catch (e) {
-        return { targets: [], errors: [`cannot read the CNI configurations in ${cniConfDir}: ${e instanceof Error ? e.message : String(e)}`] };
+        // The learned networks (`more`) are still reconciled.
+        errors.push(`cannot read the CNI configurations in ${cniConfDir}: ${e instanceof Error ? e.message : String(e)}`);
       }
-      for (const n of networks) {
+      for (const n of [...networks, ...more()]) {
         const pool = n.ipam?.pool;
         if (pool === null || pool === undefined) continue;
         try {

@@ -126,4 +126,5 @@ export { blockKeyCidr, heartbeatValue, keysOf, markerBy, metaOf, settingsValue, 
 export { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type CorruptHandle, type PoolHandleEntry, type ValidAttachment } from './reclaim.ts';
 export type { PoolKeys } from './model.ts';
 export { allocatorFor, backoffMs, corruptLine, etcdFor, jitteredBackoff, PER_REQUEST, tlsFiles, type KVSource } from './session.ts';
-export { nodeHeartbeat, poolNodeSample, poolStatus, type PoolBlockStatus, type PoolNodeSample, type PoolStatus } from './status.ts';
+export { heartbeatSource, nodeHeartbeat, poolNodeSample, poolStatus, type PoolBlockStatus, type PoolNodeSample, type PoolSource, type PoolStatus } from './status.ts';
+export { decodeLearned, keptConfig, LEARNED_DIR_NAME, learnedName, LearnedPools, learnedPoolsDir, readLearnedPools, type LearnedPool, type LearnedRead, type LearnOutcome, type UnreadableLearned } from './learned.ts';

@@ -67,6 +67,26 @@ export interface PoolNodeStatus {
    * or a daemon from before the record existed). Information only.
    */
   readonly lastSeen?: number;
+  /**
+   * Where the node's daemon knows the pool from, as its live heartbeat's value says (`"source"`):
+   * `cni-config` (a file of its CNI configuration directory), `requests` (only the network configs
+   * of requests it served: a Multus NetworkAttachmentDefinition; docs/cluster.md "Multus"), or
+   * null — no live heartbeat, or one written before the field existed.
+   */
+  readonly source: PoolSource | null;
+}
+
+/** Where a node's daemon knows a pool from ({@link PoolNodeStatus.source}). */
+export type PoolSource = 'cni-config' | 'requests';
+
+/** The `"source"` of a heartbeat value, or null when it names none (or is not JSON): a hint, never an error. */
+export function heartbeatSource(value: string): PoolSource | null {
+  try {
+    const o = JSON.parse(value) as { source?: unknown } | null;
+    return typeof o === 'object' && o !== null && (o.source === 'cni-config' || o.source === 'requests') ? o.source : null;
+  } catch {
+    return null;
+  }
 }
 
 /** One range set in the report. */
@@ -168,7 +188,8 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   };
   const alive = new Set<string>();
   const seen = await lastSeen(kv, prefix, pool);
-  for (const e of await kv.list(keys.alivePrefix, { keysOnly: true })) {
+  const sources = new Map<string, PoolSource>();
+  for (const e of await kv.list(keys.alivePrefix)) {
     const n = e.key.slice(keys.alivePrefix.length);
     // A heartbeat key names a node (the daemon writes only valid names): anything else is corrupt.
     if (!validNodeName(n)) {
@@ -176,6 +197,8 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       continue;
     }
     alive.add(n);
+    const src = heartbeatSource(e.value);
+    if (src !== null) sources.set(n, src);
     node(n);
   }
   // A settings key: an ipwarden daemon has served the node (its announce writes it).
@@ -250,7 +273,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     }),
     nodes: [...nodes]
       .sort((a, b) => (a[0] < b[0] ? -1 : 1))
-      .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const), ...(seen.has(n) ? { lastSeen: seen.get(n) as number } : {}) })),
+      .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const), source: sources.get(n) ?? null, ...(seen.has(n) ? { lastSeen: seen.get(n) as number } : {}) })),
     blocks: blocks.sort(byAddress),
     corrupt: bad.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)),
   };

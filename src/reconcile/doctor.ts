@@ -29,6 +29,8 @@ import {
 } from '../node/proc.ts';
 import { LOCK_FILE_NAME } from '../store/file/file-store.ts';
 import type { ReconcileDeps } from './options.ts';
+import { learnedPoolsDir } from '../pool/index.ts';
+import { poolNetworkFindings } from './doctor-pools.ts';
 import { isStampedInFuture, type PlanEntry } from './plan.ts';
 import { collectStatus, layoutNetworks, type NetworkStatus, type StatusQuery, type StatusReport } from './status.ts';
 
@@ -63,6 +65,8 @@ export const FINDING_IDS = [
   'unreserved-configured-address',
   'kernel-evidence-incomplete',
   'clock-skew',
+  'pool-network-record-unreadable',
+  'pool-networks',
 ] as const;
 
 /** A finding id. */
@@ -531,6 +535,8 @@ export async function diagnose(q: DoctorQuery, deps: DoctorDeps): Promise<Doctor
   }
   findings.push(...dupes);
   findings.push(...kernelFindings(report));
+  // The cluster pools this node serves, and from where (CNI configuration, requests: Multus).
+  findings.push(...poolNetworkFindings(layout.configs, learnedPoolsDir(q.dataDir ?? DEFAULT_DATA_DIR)));
 
   const order = (f: Finding): number => SEVERITY_ORDER.indexOf(f.severity);
   const sorted = findings.map((f, i) => ({ f, i })).sort((x, y) => order(x.f) - order(y.f) || x.i - y.i).map((x) => x.f);

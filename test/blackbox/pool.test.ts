@@ -229,8 +229,8 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
       blockSize6: 122,
       rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, reserved: 0, unreadable: 0, free: '26', blocksClaimed: 2 }],
       nodes: [
-        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
-        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
+        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null },
+        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null },
       ],
       blocks: [
         { cidr: '10.81.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0, reserved: 0 },
@@ -556,13 +556,13 @@ describe('remove-node and pool status for a node only the standalone plugin serv
         }
         assert.equal((await (pkv as EtcdKV).get(`${p}/pools/polpool/nodes/node-y/settings`))?.value, '{"v":1,"offlineSeconds":0}');
         const alive = JSON.parse((await (pkv as EtcdKV).get(ak))?.value as string);
-        assert.deepEqual([alive.node, alive.host, alive.pid], ['node-y', hostname(), d.pid]);
+        assert.deepEqual([alive.node, alive.host, alive.pid, alive.source], ['node-y', hostname(), d.pid, 'cni-config']);
         // Its first beat also records when it was last seen (seen/<node>): waited for, then shown after it stops.
         for (let i = 0; (await (pkv as EtcdKV).get(`${p}/pools/polpool/seen/node-y`)) === null; i++) {
           assert.ok(i < 300, 'the last-seen key within 30 s');
           await new Promise((r) => setTimeout(r, 100));
         }
-        assert.match(pcli(p, 'status').stdout, /^node-y +1 +15 +1 +0 +0 +yes +now$/m);
+        assert.match(pcli(p, 'status').stdout, /^node-y +1 +15 +1 +0 +0 +yes +now +cni-config$/m);
         const live = pcli(p, 'remove-node', 'node-y');
         assert.deepEqual([live.status, live.stdout, live.stderr], [1, '', `ipwarden: node node-y has a live heartbeat in pool polpool (${ak}, written by the ipwarden daemon on host ${hostname()} (pid ${d.pid})): it is not gone; stop the daemon on host ${hostname()} first, or pass --force if you are sure\n`]);
       } finally {

@@ -30,9 +30,9 @@ const STATUS: PoolStatus = {
     { index: 1, ranges: 'fd37::1-fd37::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, free: '65534', blocksClaimed: 0 },
   ],
   nodes: [
-    { node: 'node-a', blocks: 1, capacity: 15, used: 6, borrowed: 0, reserved: 3, alive: true, heartbeat: 'yes' },
-    { node: 'node-b', blocks: 1, capacity: 14, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'expired' },
-    { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, reserved: 0, alive: true, heartbeat: 'yes' },
+    { node: 'node-a', blocks: 1, capacity: 15, used: 6, borrowed: 0, reserved: 3, alive: true, heartbeat: 'yes', source: null },
+    { node: 'node-b', blocks: 1, capacity: 14, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'expired', source: null },
+    { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, reserved: 0, alive: true, heartbeat: 'yes', source: null },
   ],
   blocks: [
     { cidr: '10.237.3.0/28', rangeSet: 0, node: 'node-b', state: 'pendingRelease', capacity: 14, used: 3, borrowed: 1, reserved: 0 },
