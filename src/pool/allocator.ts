@@ -44,6 +44,7 @@ import { CNI_NAME_RE } from '../common/names.ts';
 import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
 import { RangeExhaustedError } from '../ipam/allocator.ts';
 import { blockAddresses, blockCidrText, blockKeyText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './blocks.ts';
+import { createGuard, existingGuard, layoutMismatch, type PoolLayout } from './overlap.ts';
 import { decodeSettings, removalWindowSeconds, settingsValue, type JournalEntry, type ReserveSlot } from './offline.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { Range, RangeSet } from '../ipam/types.ts';
@@ -582,6 +583,7 @@ export class PoolAllocator {
   async checkMeta(): Promise<void> {
     if (this.#metaChecked) return;
     const want = metaOf(this.#o.rangeSets, this.#o.sizes);
+    const layout = this.#layout;
     const kv = this.#o.kv;
     const pinKey = this.clusterPinKey;
     for (let i = 0; i < MAX_ATTEMPTS; i++) {
@@ -595,8 +597,10 @@ export class PoolAllocator {
         if (check !== null && (check.clusterId === null || check.unanswered.length > 0)) {
           throw new AppError('STORE_UNAVAILABLE', `pool ${this.#o.pool} is not in etcd yet, and is created only once every endpoint in ipam.pool.etcd.endpoints has confirmed one etcd cluster; no answer from ${check.unanswered.join(', ')}; retry`, { retryable: true });
         }
-        const compares: KVCompare[] = [{ key: this.metaKey, absent: true }];
-        const ops: KVOp[] = [{ put: this.metaKey, value: want }];
+        // Overlapping pools refused (src/pool/overlap.ts): the prefix's pool index compared too.
+        const guard = await createGuard(kv, this.#o.prefix, this.#o.pool, layout);
+        const compares: KVCompare[] = [{ key: this.metaKey, absent: true }, ...guard.compares];
+        const ops: KVOp[] = [{ put: this.metaKey, value: want }, ...guard.ops];
         if (check?.clusterId != null) {
           // A pin left without its meta (an operator deleted meta): replaced by this cluster's.
           compares.push(pinEntry === null ? { key: pinKey, absent: true } : { key: pinKey, modRevision: pinEntry.modRevision });
@@ -606,11 +610,7 @@ export class PoolAllocator {
         continue;
       }
       parseJson(e);
-      if (e.value !== want) {
-        throw new AppError('IPAM_INVALID_CONFIG', `pool ${this.#o.pool} is defined in etcd with other ranges or block sizes than this network's config`, {
-          details: `etcd ${this.metaKey}: ${e.value}; this config: ${want}`,
-        });
-      }
+      if (e.value !== want) throw layoutMismatch(this.#o.pool, this.#o.network, e, layout, want);
       if (check?.clusterId != null) {
         if (pinEntry !== null) {
           const pinned = decodeClusterPin(pinEntry);
@@ -625,9 +625,25 @@ export class PoolAllocator {
           await kv.txn([{ key: pinKey, absent: true }, { key: this.metaKey, modRevision: e.modRevision }], [{ put: pinKey, value: clusterPinValue(check.clusterId) }]);
         }
       }
+      await existingGuard(kv, this.#o.prefix, this.#o.pool, e, layout);
       break;
     }
     this.#metaChecked = true;
+  }
+
+  /** This config's layout (what `meta` records). */
+  get #layout(): PoolLayout {
+    return { rangeSets: this.#o.rangeSets, blockSize: this.#o.sizes.blockSize4, blockSize6: this.#o.sizes.blockSize6 };
+  }
+
+  /**
+   * CHECK's read-only check of this config against the pool's `meta` (nothing is created).
+   * @throws AppError IPAM_INVALID_CONFIG on a layout mismatch (see {@link layoutMismatch}); STORE_CORRUPT for a `meta` that cannot be read
+   */
+  async #checkLayout(): Promise<void> {
+    const e = await this.#o.kv.get(this.metaKey);
+    const want = metaOf(this.#o.rangeSets, this.#o.sizes);
+    if (e !== null && e.value !== want) throw layoutMismatch(this.#o.pool, this.#o.network, e, this.#layout, want);
   }
 
   /** The handle of (containerId, ifname) with its revision, or null. */
@@ -1027,6 +1043,7 @@ export class PoolAllocator {
    * no handle (CHECK). Throws STORE_CORRUPT when the handle names an allocation its block lacks.
    */
   async find(req: PoolRequest): Promise<PoolAllocation[] | null> {
+    await this.#checkLayout();
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const h = await this.#handle(req);
       if (h === null || h.value.deleted === true) return null;
