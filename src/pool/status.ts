@@ -13,6 +13,7 @@ import { compareIP, parseCIDR, parseIP, type Subnet } from '../common/ip.ts';
 import type { KV, KVEntry } from '../store/kv.ts';
 import { blockKeyCidr, CorruptValueError, decodeBlock, POOL_VALUE_VERSION } from './allocator.ts';
 import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './blocks.ts';
+import { prefixOverlaps, type PoolOverlap } from './overlap.ts';
 import { validNodeName } from '../ipam/pool-config.ts';
 import { canonicalizeRangeSet, rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
@@ -104,6 +105,12 @@ export interface PoolStatus {
   readonly blocks: readonly PoolBlockStatus[];
   /** Keys that cannot be read, sorted by key (empty when none). */
   readonly corrupt: readonly PoolCorruptKey[];
+  /**
+   * The pools of the same etcd prefix whose ranges overlap this one's, each pair with the one
+   * created later (by its `meta`'s create revision: its ADDs are refused) and the overlapping
+   * ranges (docs/cluster.md "Overlapping pools"); empty when none.
+   */
+  readonly overlaps: readonly PoolOverlap[];
 }
 
 function corrupt(key: string, why: string): CorruptValueError {
@@ -278,6 +285,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const) })),
     blocks: blocks.sort(byAddress),
     corrupt: bad.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)),
+    overlaps: await prefixOverlaps(kv, prefix, pool),
   };
 }
 

@@ -14,6 +14,9 @@ import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import type { IPAMConfig } from '../../src/ipam/types.ts';
 import { metaOf, PoolAllocator, type PoolAllocation } from '../../src/pool/allocator.ts';
 import { decodeRegistry, encodeRegistry, prefixOverlaps, registryKey } from '../../src/pool/overlap.ts';
+import { poolStatus } from '../../src/pool/status.ts';
+import { poolStatusTable } from '../../src/cli/pool.ts';
+import { renderPoolStatusHtml } from '../../src/cli/html.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import type { KV, KVEntry } from '../../src/store/kv.ts';
 
@@ -55,6 +58,13 @@ function hiding(kv: KV, hidden: readonly string[]): KV {
     close: () => kv.close(),
   };
 }
+
+const TABLE_TAIL = [
+  'LATER POOL  EARLIER POOL  OVERLAPPING RANGES',
+  'b           a             10.80.0.0/25 10.80.0.1-10.80.0.126 / 10.80.0.0/24 10.80.0.1-10.80.0.254',
+  'pool b overlaps a pool created before it: its ADDs are refused until the overlap is gone (docs/cluster.md "Overlapping pools")',
+  '',
+].join('\n');
 
 const R = (s: string, a: string, b: string) => `${s} ${a}-${b}`;
 
@@ -123,6 +133,12 @@ describe('overlapping pools', () => {
     assert.equal(await add(allocator(kv, 'a', '10.80.0.0/24'), 'c3'), '10.80.0.48', 'the earlier pool allocates — here the address pool b holds for c1: the duplicate an overlap makes');
     assert.deepEqual(await prefixOverlaps(kv, '/ipwarden'), [{ later: 'b', earlier: 'a', ranges: [{ later: R('10.80.0.0/25', '10.80.0.1', '10.80.0.126'), earlier: R('10.80.0.0/24', '10.80.0.1', '10.80.0.254') }] }]);
     assert.deepEqual(await prefixOverlaps(kv, '/ipwarden', 'c'), []);
+    const st = await poolStatus(kv, '/ipwarden', 'a');
+    assert.deepEqual(st.overlaps, await prefixOverlaps(kv, '/ipwarden'));
+    const table = poolStatusTable(st);
+    assert.equal(table.slice(table.indexOf('LATER POOL')), TABLE_TAIL);
+    const page = renderPoolStatusHtml(st, { generatedAtMs: 0 });
+    assert.ok(page.includes(`<tr data-later="b" data-earlier="a"><td>b</td><td>a</td><td>${R('10.80.0.0/25', '10.80.0.1', '10.80.0.126')} / ${R('10.80.0.0/24', '10.80.0.1', '10.80.0.254')}</td></tr>`));
     const found = await allocator(kv, 'b', '10.80.0.0/25').find({ containerId: 'c1', ifname: 'eth0' });
     assert.deepEqual(found?.map((x) => formatIP(x.ip)), ['10.80.0.48'], 'CHECK of an existing attachment');
     assert.deepEqual(await allocator(kv, 'b', '10.80.0.0/25').del({ containerId: 'c1', ifname: 'eth0' }), ['10.80.0.48'], 'DEL releases');
