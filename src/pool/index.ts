@@ -122,6 +122,7 @@ export {
 export { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './contact.ts';
 export { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from './journal.ts';
 export { classifyPoolHandles, type PoolLeakVerdict } from './leaks.ts';
+export { prefixOverlaps, rangeText, type PoolOverlap } from './overlap.ts';
 export { decodeJournalEntry, journalName, settingsValue } from './offline.ts';
 export { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type CorruptHandle, type PoolHandleEntry, type PoolKeys, type ValidAttachment } from './reclaim.ts';
 export { allocatorFor, backoffMs, corruptLine, etcdFor, jitteredBackoff, PER_REQUEST, tlsFiles, type KVSource } from './session.ts';
