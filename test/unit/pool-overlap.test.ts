@@ -115,6 +115,56 @@ describe('overlapping pools', () => {
     assert.deepEqual(await prefixOverlaps(kv, '/ipwarden'), []);
   });
 
+  it('two overlapping pools whose creations both read before either commits: the pool index\'s compare lets exactly one through, the other re-reads and is refused', async () => {
+    for (const first of ['a', 'b'] as const) {
+      const kv = new MemoryKV();
+      // Hold every transaction until both creations have sent theirs (both read an absent index).
+      const held: Array<() => void> = [];
+      let open = false;
+      const order: string[] = [];
+      const view = (who: string): KV => ({
+        description: kv.description,
+        stats: kv.stats,
+        get: (k) => kv.get(k),
+        list: (p, o) => kv.list(p, o),
+        txn: async (c, o) => {
+          if (!open) {
+            await new Promise<void>((r) => {
+              held.push(r);
+              if (held.length === 2) {
+                open = true;
+                // Let `first` commit first.
+                const [x, y] = held;
+                (first === 'a' ? (x as () => void) : (y as () => void))();
+                setImmediate(first === 'a' ? (y as () => void) : (x as () => void));
+              }
+            });
+          }
+          const r = await kv.txn(c, o);
+          order.push(`${who}:${r.succeeded}`);
+          return r;
+        },
+        close: () => kv.close(),
+      });
+      const [ra, rb] = await Promise.allSettled([add(allocator(view('a'), 'a', '10.80.0.0/24'), 'c1'), add(allocator(view('b'), 'b', '10.80.0.64/26'), 'c2')]);
+      const won = first;
+      const lost = first === 'a' ? 'b' : 'a';
+      assert.equal((won === 'a' ? ra : rb).status, 'fulfilled', `${won} created`);
+      const rej = (lost === 'a' ? ra : rb) as PromiseRejectedResult;
+      const rA = R('10.80.0.0/24', '10.80.0.1', '10.80.0.254');
+      const rB = R('10.80.0.64/26', '10.80.0.65', '10.80.0.126');
+      assert.equal(
+        (rej.reason as AppError).message,
+        lost === 'b'
+          ? `pool b is not created: its ranges overlap pool a in etcd prefix /ipwarden (${rB} of pool b overlaps ${rA} of pool a); two pools would hand out the same addresses — give pool b ranges of its own`
+          : `pool a is not created: its ranges overlap pool b in etcd prefix /ipwarden (${rA} of pool a overlaps ${rB} of pool b); two pools would hand out the same addresses — give pool a ranges of its own`,
+      );
+      assert.equal(order[0], `${first}:true`);
+      assert.deepEqual(order.filter((x) => x.startsWith(lost)), [`${lost}:false`], 'the other creation was sent on the same (absent) index and failed its compare; re-read, it was refused without another transaction');
+      assert.deepEqual(Object.keys(kv.dump()).filter((k) => k.endsWith('/meta')), [`/ipwarden/pools/${won}/meta`]);
+    }
+  });
+
   it('a pair left by an older version: the later pool\'s ADDs are refused, its CHECK and DEL served; the earlier pool allocates; prefixOverlaps names the pair', async () => {
     const kv = new MemoryKV();
     // Pool a first (its meta only, as an older version wrote it), then pool b by a process that
