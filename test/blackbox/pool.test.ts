@@ -240,6 +240,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
         { cidr: '10.81.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 0 },
       ],
       corrupt: [],
+      overlaps: [],
     });
     const unknown = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'status', '--pool', 'nope', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8' });
     assert.equal(unknown.status, 1);
