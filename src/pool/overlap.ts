@@ -280,8 +280,12 @@ export function laterRefusal(pool: string, prefix: string, earlier: ReadonlyArra
  */
 export async function createGuard(kv: KV, prefix: string, pool: string, layout: PoolLayout): Promise<{ compares: KVCompare[]; ops: KVOp[] }> {
   const key = registryKey(prefix);
-  const [reg, scan] = await Promise.all([kv.get(key), scanLayouts(kv, prefix)]);
+  // The index first, then the scan: a pool created after this read moves the index, so the
+  // compare below fails; one created before it is in the scan. (In parallel, a pool created
+  // between a scan and a later index read would be missed.)
+  const reg = await kv.get(key);
   if (reg !== null) decodeRegistry(reg);
+  const scan = await scanLayouts(kv, prefix);
   const mine = rangesOf(layout);
   const hits: Array<[string, RangePair[]]> = [];
   for (const [n, x] of [...scan].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {

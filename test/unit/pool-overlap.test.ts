@@ -165,6 +165,39 @@ describe('overlapping pools', () => {
     }
   });
 
+  it('an overlapping pool created while a creation reads (before its index is read, or after its scan): the creation is refused', async () => {
+    for (const when of ['index', 'scan'] as const) {
+      const kv = new MemoryKV();
+      let fired = false;
+      const other = async (): Promise<void> => {
+        if (fired) return;
+        fired = true;
+        assert.equal(await add(allocator(kv, 'x', '10.80.0.0/24', { node: 'node-x' }), 'cx'), '10.80.0.128');
+      };
+      const view: KV = {
+        description: kv.description,
+        stats: kv.stats,
+        get: async (k) => {
+          // The index is read only after x is created (its answer is the index listing x).
+          if (when === 'index' && k === REG) await other();
+          return kv.get(k);
+        },
+        list: async (p, o) => {
+          const r = await kv.list(p, o);
+          if (when === 'scan' && p === '/ipwarden/pools/') await other();
+          return r;
+        },
+        txn: (c, o) => kv.txn(c, o),
+        close: () => kv.close(),
+      };
+      assert.deepEqual(await refusal(add(allocator(view, 'y', '10.80.0.0/25'), 'cy')), {
+        code: 7,
+        msg: `pool y is not created: its ranges overlap pool x in etcd prefix /ipwarden (${R('10.80.0.0/25', '10.80.0.1', '10.80.0.126')} of pool y overlaps ${R('10.80.0.0/24', '10.80.0.1', '10.80.0.254')} of pool x); two pools would hand out the same addresses — give pool y ranges of its own`,
+      }, when);
+      assert.deepEqual(Object.keys(kv.dump()).filter((k) => k.endsWith('/meta')), ['/ipwarden/pools/x/meta'], when);
+    }
+  });
+
   it('a pair left by an older version: the later pool\'s ADDs are refused, its CHECK and DEL served; the earlier pool allocates; prefixOverlaps names the pair', async () => {
     const kv = new MemoryKV();
     // Pool a first (its meta only, as an older version wrote it), then pool b by a process that
