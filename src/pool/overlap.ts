@@ -305,8 +305,9 @@ export async function createGuard(kv: KV, prefix: string, pool: string, layout: 
  * `layout`): refused when a pool created before it (a lower `meta` create revision) overlaps it —
  * a pair left by a version that did not refuse overlaps. One read of `P/pool-ranges`; when it is
  * absent or does not list this pool as its `meta` says, it is written from a scan of the prefix
- * (once per pool: a transaction comparing its revision and `meta`'s). A listed overlap is
- * confirmed on the other pool's `meta` (it may have been deleted).
+ * (once per pool: a transaction comparing its revision and `meta`'s; after 4 lost races the
+ * last scan decides). A listed overlap is confirmed on the other pool's `meta` (it may have been
+ * deleted).
  * @throws AppError IPAM_INVALID_CONFIG ({@link laterRefusal}); the KV's errors. A
  *   `P/pool-ranges` that cannot be read is not rewritten: the prefix is scanned instead.
  */
@@ -314,7 +315,10 @@ export async function existingGuard(kv: KV, prefix: string, pool: string, meta: 
   const key = registryKey(prefix);
   const mine = rangesOf(layout);
   const same = (a: readonly Range[] | undefined): boolean => a !== undefined && encodeRegistry(new Map([['x', a]])) === encodeRegistry(new Map([['x', mine]]));
+  const fromScan = (scan: Awaited<ReturnType<typeof scanLayouts>>): Map<string, Range[]> =>
+    new Map([...scan].filter(([, x]) => !(x.layout instanceof AppError)).map(([n, x]) => [n, rangesOf(x.layout as PoolLayout)]));
   let listed: Map<string, Range[]> | null = null;
+  let lastScan: Map<string, Range[]> | null = null;
   for (let i = 0; i < 4 && listed === null; i++) {
     const reg = await kv.get(key);
     let m: Map<string, Range[]> | null = null;
@@ -322,8 +326,7 @@ export async function existingGuard(kv: KV, prefix: string, pool: string, meta: 
       m = reg === null ? null : decodeRegistry(reg);
     } catch (err) {
       if (!(err instanceof AppError) || err.code !== 'STORE_CORRUPT') throw err;
-      const scan = await scanLayouts(kv, prefix);
-      listed = new Map([...scan].filter(([, x]) => !(x.layout instanceof AppError)).map(([n, x]) => [n, rangesOf(x.layout as PoolLayout)]));
+      listed = fromScan(await scanLayouts(kv, prefix));
       break;
     }
     if (m !== null && same(m.get(pool))) {
@@ -332,12 +335,15 @@ export async function existingGuard(kv: KV, prefix: string, pool: string, meta: 
     }
     // Not listed (a pool from before the index, or one re-created): list every pool of the prefix.
     const scan = await scanLayouts(kv, prefix);
+    lastScan = fromScan(scan);
     const value = registryOf(scan, { pool, ranges: mine });
     const r = await kv.txn([reg === null ? { key, absent: true } : { key, modRevision: reg.modRevision }, { key: meta.key, modRevision: meta.modRevision }], [{ put: key, value }]);
     if (r.succeeded) listed = decodeRegistry({ ...meta, key, value });
     // else: another writer moved the index (or this meta) meanwhile: read again.
   }
-  if (listed === null) return; // four lost races on the index: decided by the next ADD (the overlap check below never allocates)
+  // Four lost races on the index (other pools created meanwhile): decided on the last scan, which
+  // lists every pool created before this one's meta was read.
+  listed ??= lastScan ?? new Map();
   const suspects = [...listed]
     .filter(([n]) => n !== pool)
     .map(([n, r]) => [n, overlappingRanges(mine, r)] as [string, RangePair[]])
