@@ -7,7 +7,8 @@
  * once through the facade and 5 through plugin processes (exactly one of each pair created, every
  * time), an overlapping pair written straight into etcd as an older version left it (the later
  * pool's ADDs refused, `pool status` and `doctor` name the pair, its DEL releases), and `doctor`
- * naming a node-local range inside a pool's. Needs `npm run build`. With CI=true a missing
+ * naming a node-local range inside a pool's. One ADD goes through the shim, so the daemon pass
+ * (IPWARDEN_TEST_DAEMON=1) runs it through the daemon's pool sessions. Needs `npm run build`. With CI=true a missing
  * /usr/bin/etcd fails instead of skipping.
  */
 import { after, before, describe, it } from 'node:test';
@@ -19,7 +20,7 @@ import { AppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { add as poolAdd } from '../../src/pool/index.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { ROOT, runCni, runCniAsync, standalonePlugin, tempDir, type Outcome } from '../helpers/cni.ts';
+import { installedPlugin, ROOT, runCni, runCniAsync, standalonePlugin, tempDir, type Outcome } from '../helpers/cni.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 
 const CI = process.env['CI'] === 'true';
@@ -190,6 +191,8 @@ describe('overlapping pools on a real etcd', { skip }, () => {
     };
     assert.deepEqual(cniError(cni('ADD', conf(p, 'b', '10.237.3.0/25'), 'c1')), refused);
     assert.deepEqual(cniError(cni('ADD', conf(p, 'b', '10.237.3.0/25'), 'old1')), refused, 'a repeated ADD too');
+    // Through the shim: in the daemon pass (IPWARDEN_TEST_DAEMON=1) the daemon's pool sessions answer.
+    assert.deepEqual(cniError(runCni(installedPlugin(), { command: 'ADD', containerId: 'c3', ifname: 'eth0', stdin: conf(p, 'b', '10.237.3.0/25'), env: { NODE_NAME: 'node-a' } })), refused, 'through the shim');
     assert.equal(await (kv as EtcdKV).get(`${p}/pools/b/handles/c1/eth0`), null);
     address(cni('ADD', conf(p, 'a', '10.237.3.0/24'), 'c2'));
     const pair = [{ later: 'b', earlier: 'a', ranges: [{ later: rb, earlier: ra }] }];
