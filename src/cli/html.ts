@@ -390,7 +390,9 @@ function blockBar(b: PoolBlockStatus): string {
  * `tr[data-node][data-alive="yes|no"][data-heartbeat="yes|expired|never"]` each: blocks,
  * capacity, used, borrowed, reserved, heartbeat, source), then — only when there are any — the keys that
  * cannot be read (`section#corrupt`, `table.corrupt tr[data-key]`: key, why; a range set with
- * unreadable addresses also gets `dd[data-count="unreadable"]`). Self-contained (inline CSS, no script; the
+ * unreadable addresses also gets `dd[data-count="unreadable"]`), and the pools of the prefix that
+ * overlap it (`section#overlaps`, `tr[data-later][data-earlier]`: the later pool, whose ADDs are
+ * refused, the earlier one, the overlapping ranges). Self-contained (inline CSS, no script; the
  * Content-Security-Policy loads nothing). Every string of the status — node names, CIDRs, ranges,
  * the pool name — is escaped ({@link escapeHtml}).
  */
@@ -437,6 +439,12 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
       ? ''
       : `<section id="corrupt"><h2>keys that cannot be read</h2><p class="note">not counted above; never allocated from or rewritten by ipwarden: left for an operator</p>` +
         `<table class="corrupt"><thead><tr><th>key</th><th>why</th></tr></thead><tbody>${s.corrupt.map((c) => `<tr data-key="${escapeHtml(c.key)}"><td><code>${escapeHtml(c.key)}</code></td><td>${escapeHtml(c.why)}</td></tr>`).join('')}</tbody></table></section>`;
+  // Pools of the prefix that overlap this one: a section of its own, only when there are any.
+  const overlaps =
+    s.overlaps.length === 0
+      ? ''
+      : `<section id="overlaps"><h2>overlapping pools</h2><p class="note">the pool created later hands out no address while they overlap</p>` +
+        `<table class="corrupt"><thead><tr><th>later pool (refused)</th><th>earlier pool</th><th>overlapping ranges</th></tr></thead><tbody>${s.overlaps.map((o) => `<tr data-later="${escapeHtml(o.later)}" data-earlier="${escapeHtml(o.earlier)}"><td>${escapeHtml(o.later)}</td><td>${escapeHtml(o.earlier)}</td><td>${escapeHtml(o.ranges.map((r) => `${r.later} / ${r.earlier}`).join('; '))}</td></tr>`).join('')}</tbody></table></section>`;
   return (
     `<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">` +
     `<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">` +
@@ -450,6 +458,7 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
     `${sets}</section>` +
     `<section id="nodes"><h2>nodes</h2>${nodes}</section>` +
     corrupt +
+    overlaps +
     `</body></html>\n`
   );
 }

@@ -91,7 +91,9 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
 /**
  * The human report of `pool status`: range sets, nodes, blocks, and — only when there are any —
  * the keys that cannot be read (`CORRUPT KEY`, `WHY`) with a last line saying they are left for an
- * operator. HEARTBEAT is `yes` (its heartbeat key exists), `expired` (none, but a daemon has served
+ * operator; and — only when there are any — the pools of the prefix that overlap this one (`LATER POOL`,
+ * `EARLIER POOL`, `OVERLAPPING RANGES`: the later pool's range / the earlier's) with a line naming
+ * the pools whose ADDs are refused. HEARTBEAT is `yes` (its heartbeat key exists), `expired` (none, but a daemon has served
  * the node: its settings key exists) or `never` (only the standalone plugin has served it: alive
  * or dead, it looks the same). LAST SEEN: `now` with a live heartbeat, else the node's last-seen
  * record (UTC, the node's own clock; written at most every 5 minutes while its daemon ran), `-`
@@ -116,6 +118,11 @@ export function poolStatusTable(s: PoolStatus): string {
   if (s.corrupt.length > 0) {
     out += renderTable(['CORRUPT KEY', 'WHY'], s.corrupt.map((c) => [c.key, c.why]));
     out += `${s.corrupt.length} key${s.corrupt.length === 1 ? '' : 's'} cannot be read: not counted above, never allocated from or rewritten by ipwarden; left for an operator (docs/cluster.md "Corrupt keys")\n`;
+  }
+  if (s.overlaps.length > 0) {
+    out += renderTable(['LATER POOL', 'EARLIER POOL', 'OVERLAPPING RANGES'], s.overlaps.map((o) => [o.later, o.earlier, o.ranges.map((r) => `${r.later} / ${r.earlier}`).join('; ')]));
+    const refused = [...new Set(s.overlaps.map((o) => o.later))];
+    out += `pool ${refused.join(', pool ')} overlap${refused.length === 1 ? 's' : ''} a pool created before it: its ADDs are refused until the overlap is gone (docs/cluster.md "Overlapping pools")\n`;
   }
   return out;
 }

@@ -121,6 +121,7 @@ export { AutoReclaimer, lastSeen, logReport, type ReclaimLog, SeenWriter, seenAt
 export { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './contact.ts';
 export { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from './journal.ts';
 export { classifyPoolHandles, type PoolLeakVerdict } from './leaks.ts';
+export { prefixOverlaps, rangeText, type PoolOverlap } from './overlap.ts';
 export { decodeJournalEntry, journalName } from './offline.ts';
 export { blockKeyCidr, heartbeatValue, keysOf, markerBy, metaOf, settingsValue, type HandleValue, type PoolKeyLayout } from './model.ts';
 export { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type CorruptHandle, type PoolHandleEntry, type ValidAttachment } from './reclaim.ts';

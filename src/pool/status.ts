@@ -14,6 +14,7 @@ import type { KV } from '../store/kv.ts';
 import { blockKeyCidr, corrupt, CorruptValueError, decodeBlock, decodeMeta, keysOf } from './model.ts';
 import { lastSeen } from './auto-reclaim.ts';
 import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './blocks.ts';
+import { prefixOverlaps, type PoolOverlap } from './overlap.ts';
 import { validNodeName } from '../ipam/pool-config.ts';
 import { rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
@@ -132,6 +133,12 @@ export interface PoolStatus {
   readonly blocks: readonly PoolBlockStatus[];
   /** Keys that cannot be read, sorted by key (empty when none). */
   readonly corrupt: readonly PoolCorruptKey[];
+  /**
+   * The pools of the same etcd prefix whose ranges overlap this one's, each pair with the one
+   * created later (by its `meta`'s create revision: its ADDs are refused) and the overlapping
+   * ranges (docs/cluster.md "Overlapping pools"); empty when none.
+   */
+  readonly overlaps: readonly PoolOverlap[];
 }
 
 /**
@@ -276,6 +283,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const), source: sources.get(n) ?? null, ...(seen.has(n) ? { lastSeen: seen.get(n) as number } : {}) })),
     blocks: blocks.sort(byAddress),
     corrupt: bad.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)),
+    overlaps: await prefixOverlaps(kv, prefix, pool),
   };
 }
 

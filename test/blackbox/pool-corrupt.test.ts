@@ -170,6 +170,7 @@ describe('corrupt pool keys on a real etcd: a DEL always finishes, status report
         { key: bk, why: 'not valid JSON' },
         { key: `${base}/blocks/stray`, why: 'not a block key' },
       ],
+      overlaps: [],
     });
     const t = status(p);
     assert.deepEqual([t.status, t.stderr], [0, '']);

@@ -182,7 +182,10 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(address(add(conf(p), 'd2', 'node-a')), '10.81.0.17/27');
     // Another layout of the same pool (its meta was written by the first ADD).
     address(add(conf(p), 'c1', 'node-a'));
-    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 27 }), 'c2', 'node-b')), { code: 7, msg: "pool bbpool is defined in etcd with other ranges or block sizes than this network's config" });
+    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 27 }), 'c2', 'node-b')), {
+      code: 7,
+      msg: `pool bbpool is recorded in etcd with ranges [10.81.0.0/27 10.81.0.1-10.81.0.30 gateway 10.81.0.1] and block sizes /28 (IPv4) and /122 (IPv6), but network poolnet has ranges [10.81.0.0/27 10.81.0.1-10.81.0.30 gateway 10.81.0.1] and block sizes /27 (IPv4) and /122 (IPv6): every network naming pool bbpool must have the same ranges and block sizes (the first to use the pool recorded them in ${p}/pools/bbpool/meta)`,
+    });
   });
 
   it('a corrupt etcd value: nothing is allocated from it or released; the ADD uses another block, the DEL succeeds (test/blackbox/pool-corrupt.test.ts has the rest)', async () => {
@@ -237,6 +240,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
         { cidr: '10.81.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 0 },
       ],
       corrupt: [],
+      overlaps: [],
     });
     const unknown = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'status', '--pool', 'nope', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8' });
     assert.equal(unknown.status, 1);

@@ -39,6 +39,7 @@ const STATUS: PoolStatus = {
     { cidr: '10.237.3.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 6, borrowed: 0, reserved: 3 },
   ],
   corrupt: [],
+  overlaps: [],
 };
 
 const missing = existsSync(CHROMIUM) ? null : `${CHROMIUM} not found (apt-get install -y chromium)`;

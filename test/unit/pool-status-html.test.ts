@@ -33,6 +33,7 @@ const STATUS: PoolStatus = {
     { cidr: '10.84.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 2 },
   ],
   corrupt: [],
+  overlaps: [],
 };
 const AT = Date.UTC(2026, 0, 2, 3, 4, 5);
 

@@ -86,6 +86,7 @@ describe('poolStatus (memory KV)', () => {
         { cidr: '10.84.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 0 },
       ],
       corrupt: [],
+      overlaps: [],
     });
   });
 
@@ -218,6 +219,7 @@ describe('poolStatus (memory KV)', () => {
         { key: `${P}/blocks/10.84.0.64-28`, why: '"rangeSet" 3 is not a range set of the pool' },
         { key: `${P}/blocks/garbage`, why: 'not a block key' },
       ],
+      overlaps: [],
     });
     assert.equal(
       poolStatusTable(s),
