@@ -94,12 +94,13 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
  * operator. HEARTBEAT is `yes` (its heartbeat key exists), `expired` (none, but a daemon has served
  * the node: its settings key exists) or `never` (only the standalone plugin has served it: alive
  * or dead, it looks the same). UNREADABLE: allocatable addresses of blocks whose value cannot be read.
+ * PENDING: unheld addresses of `pendingRelease` blocks (a removed node's: not free until given back).
  */
 export function poolStatusTable(s: PoolStatus): string {
   let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
   out += renderTable(
-    ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'UNREADABLE', 'FREE', 'BLOCKS'],
-    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), r.free, String(r.blocksClaimed)]),
+    ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'UNREADABLE', 'PENDING', 'FREE', 'BLOCKS'],
+    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), String(r.pendingRelease), r.free, String(r.blocksClaimed)]),
   );
   out += renderTable(
     ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT'],

@@ -38,6 +38,7 @@
  * written: an ADD skips such a block, a DEL always finishes without it (docs/cluster.md "Corrupt
  * keys"; {@link CorruptValueError}, {@link PoolAllocatorOptions.onCorrupt}).
  */
+import { emptiedPendingRelease } from './stuck-block.ts';
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, parseIP, type IP, type Subnet } from '../common/ip.ts';
 import { CNI_NAME_RE } from '../common/names.ts';
@@ -1148,6 +1149,14 @@ export class PoolAllocator {
             mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
             compares.push({ key: ak, modRevision: aff.modRevision }, { key: kept.key, modRevision: kept.modRevision });
             ops.push({ delete: bk }, { delete: ak });
+            continue;
+          }
+        }
+        if (Object.keys(b.value.allocs).length === 0 && b.value.state === 'pendingRelease' && b.value.node !== this.#o.node) {
+          const give = await emptiedPendingRelease(kv, this.#base, b.key, b.value.node);
+          if (give !== null) {
+            compares.push(...give.compares);
+            ops.push(...give.ops);
             continue;
           }
         }

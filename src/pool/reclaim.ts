@@ -23,6 +23,7 @@ import { AppError } from '../common/errors.ts';
 import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
 import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, MAX_ATTEMPTS, type BlockValue, type HandleValue, type PoolRequest } from './allocator.ts';
 import { revisionAfter } from './leaks.ts';
+import { emptiedPendingRelease } from './stuck-block.ts';
 
 /** Where a pool's keys are: `P/pools/<pool>/…` (docs/cluster.md "Key layout"). */
 export interface PoolKeys {
@@ -214,6 +215,13 @@ export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: Pool
     for (const b of blocks.values()) {
       if (b === null || !b.dirty) continue;
       compares.push({ key: b.entry.key, modRevision: b.entry.modRevision });
+      // A removed node's block emptied by this release goes back to the pool (src/pool/stuck-block.ts).
+      const give = Object.keys(b.value.allocs).length === 0 && b.value.state === 'pendingRelease' && b.value.node !== node ? await emptiedPendingRelease(kv, base, b.entry.key.slice(`${base}/blocks/`.length), b.value.node) : null;
+      if (give !== null) {
+        compares.push(...give.compares);
+        ops.push(...give.ops);
+        continue;
+      }
       ops.push({ put: b.entry.key, value: JSON.stringify(b.value) });
     }
     const t = await kv.txn(compares, ops);

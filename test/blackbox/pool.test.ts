@@ -227,7 +227,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
       pool: 'bbpool',
       blockSize: 28,
       blockSize6: 122,
-      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, reserved: 0, unreadable: 0, free: '26', blocksClaimed: 2 }],
+      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, reserved: 0, unreadable: 0, pendingRelease: 0, free: '26', blocksClaimed: 2 }],
       nodes: [
         { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
         { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
