@@ -107,7 +107,7 @@ export function cniPoolTargets(cniConfDir: string, env: Readonly<Record<string, 
           const id = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
           const prev = out.get(id);
           const eps = [...(prev?.runtimeEndpoints ?? []), ...(n.ipam?.runtimeEndpoint != null ? [n.ipam.runtimeEndpoint] : [])];
-          out.set(id, { ...(prev ?? { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id }), runtimeEndpoints: eps });
+          out.set(id, { ...(prev ?? { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id }), runtimeEndpoints: eps, networks: [...(prev?.networks ?? []), ...(n.name === null ? [] : [n.name])] });
         } catch (e) {
           errors.push(`${n.file}: ${e instanceof Error ? e.message : String(e)}`);
         }
@@ -366,7 +366,10 @@ class Loop implements ReconcileLoop {
       };
       const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic);
       this.lastPool = r;
-      this.deps.metrics.recordPoolPass({ released: r.released.map((x) => ({ pool: x.pool })), errors: r.errors });
+      this.deps.metrics.recordPoolPass({ released: r.released.map((x) => ({ pool: x.pool })), errors: r.errors, reReserved: r.reReserved });
+      for (const x of r.reReserved) {
+        this.log.warn({ pool: x.pool, node: x.node, network: x.network, sandbox: x.sandbox, ip: x.ip, block: x.block, claimed: x.claimed, revision: x.revision }, 'pool re-reserved');
+      }
       for (const x of r.released) {
         this.log.info({ pool: x.pool, node: x.node, network: x.network, containerId: x.containerId, ifname: x.ifname, ips: x.ips, modRevision: x.modRevision, createRevision: x.createRevision }, 'pool released');
       }

@@ -126,3 +126,5 @@ export { decodeJournalEntry, journalName, settingsValue } from './offline.ts';
 export { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type CorruptHandle, type PoolHandleEntry, type PoolKeys, type ValidAttachment } from './reclaim.ts';
 export { allocatorFor, backoffMs, corruptLine, etcdFor, jitteredBackoff, PER_REQUEST, tlsFiles, type KVSource } from './session.ts';
 export { nodeHeartbeat, poolNodeSample, poolStatus, type PoolBlockStatus, type PoolNodeSample, type PoolStatus } from './status.ts';
+export { checkPodAddress, podAddress, POD_IFNAME, reReserve, type PodAddress, type PodAddressState, type ReReserveOutcome, type ReReserveScope } from './rereserve.ts';
+export { decodeMeta } from './status.ts';

@@ -31,6 +31,7 @@
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseIP } from '../common/ip.ts';
 import { classifyPoolHandles, currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type PoolLeakVerdict, type ValidAttachment } from '../pool/index.ts';
+import { reReserveLivePods, type PoolReReserved } from './pool-rereserve.ts';
 import { hostname } from 'node:os';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -56,6 +57,12 @@ export interface PoolTarget extends PoolKeys {
    * sandbox CRI-O listed was released on an idle containerd's empty list and the kernel's word).
    */
   readonly runtimeEndpoints?: readonly string[];
+  /**
+   * The CNI networks of the node that name this pool (config `name`s, in the configuration
+   * directory's order); the first is recorded in a re-reserved live pod's handle. Default: none
+   * (the pool's name is recorded).
+   */
+  readonly networks?: readonly string[];
 }
 
 /** Options of {@link runPoolPass}. */
@@ -115,6 +122,8 @@ export interface PoolPassReport {
   readonly held: string | null;
   readonly waiting: number;
   readonly deferred: number;
+  /** Live pods' addresses the pool had lost, written back this pass (docs/cluster.md "Re-reserving live pods' addresses"). */
+  readonly reReserved: readonly PoolReReserved[];
   readonly errors: readonly PoolPassError[];
 }
 
@@ -246,6 +255,7 @@ export async function runPoolPass(
 
   // 3. The node's handles of each pool, classified.
   const pools: PoolCounts[] = [];
+  const reReserved: PoolReReserved[] = [];
   const candidates: PoolCandidate[] = [];
   const owned = new Set<string>();
   for (let i = 0; i < targets.length; i++) {
@@ -259,11 +269,13 @@ export async function runPoolPass(
       continue;
     }
     let handles: PoolHandleEntry[];
+    let foreign: PoolHandleEntry[];
     try {
       const listed = nodeHandles(await t.kv.list(handlesPrefix(t)), t, t.node, o.host ?? hostname());
       for (const c of listed.corrupt) errors.push({ kind: 'corrupt', pool: t.pool, message: c.message });
       if (listed.foreign.length > 0) errors.push({ kind: 'foreign', pool: t.pool, message: foreignMessage(t.pool, t.node, o.host ?? hostname(), listed.foreign) });
       handles = listed.handles;
+      foreign = listed.foreign;
     } catch (e) {
       errors.push({ kind: 'etcd', pool: t.pool, message: `pool ${t.pool}: ${describeError(e)}` });
       continue;
@@ -296,6 +308,13 @@ export async function runPoolPass(
       }
     });
     pools.push({ pool: t.pool, node: t.node, ...n });
+    // BR-13 for the pool: a READY sandbox's address that the pool does not hold is written back
+    // (an etcd restored from an older snapshot lost it), never taken from another holder.
+    if (snap.podIPs !== null && snap.runtime.error === undefined) {
+      const rr = await reReserveLivePods(t, snap.podIPs, [...handles, ...foreign], o.host ?? hostname(), () => deps.now());
+      reReserved.push(...rr.reReserved);
+      errors.push(...rr.errors);
+    }
   }
 
   // 4. D1, D2, D3.
@@ -358,6 +377,7 @@ export async function runPoolPass(
     held: decision.held,
     waiting: decision.waiting.length,
     deferred: decision.deferred.length,
+    reReserved,
     errors,
   };
 }

@@ -4,12 +4,22 @@
  * - a dead node's block emptied by another node's DEL after `remove-node --finish` is given back
  *   by that DEL (calico#5218): the next ADD claims it, and `pool status` never counts a
  *   `pendingRelease` block's unheld addresses as free;
+ * - etcd restored from an older snapshot (calico#4374): the runbook of docs/cluster.md run as
+ *   written (etcdctl snapshot save, snapshot restore with the cluster's token, the member
+ *   restarted); `pool leaks` reports the live pods' addresses the pool lost, the node's daemon
+ *   (the built daemon, the fake CRI runtime test/helpers/hostile-cri.ts) re-reserves exactly those
+ *   on its first pass, reports a conflict without taking anything, and another node's ADDs never
+ *   get them;
  * Needs `npm run build`. With CI=true a missing /usr/bin/etcd fails instead of skipping.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { startTestDaemon } from '../helpers/daemon.ts';
+import { startHostileCri, type HostileCri } from '../helpers/hostile-cri.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { ROOT, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { ETCDCTL_BIN, haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
@@ -109,5 +119,133 @@ describe('pool field failures, on a real etcd', { skip }, () => {
     const again = cli(p, 'remove-node', 'fx-dead', '--finish');
     assert.deepEqual([again.status, again.stderr], [0, '']);
     assert.equal(await (kv as EtcdKV).get(`${p}/pools/fxpool/removing/fx-dead`), null);
+  });
+});
+
+describe('etcd restored from an older snapshot: the runbook, and the daemon re-reserves its live pods\' addresses (real etcd, daemon, fake CRI)', { skip }, () => {
+  let rc: EtcdCluster | undefined;
+  let rkv: EtcdKV | undefined;
+  let cri: HostileCri | undefined;
+  let tmp = '';
+  const P = `/rs${process.pid}`;
+  const POOL = 'rspool';
+  const NODE = 'rs-node';
+  before(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'ipwarden-pool-restore-'));
+    rc = await startEtcdCluster({ members: 1, prefix: 'ipwarden-pool-restore-etcd-' });
+    rkv = new EtcdKV({ endpoints: rc.endpoints });
+    cri = await startHostileCri({ path: join(tmp, 'cri.sock'), sandboxes: [] });
+  });
+  after(async () => {
+    await cri?.close();
+    await rkv?.close();
+    await rc?.close();
+    if (tmp !== '') rmSync(tmp, { recursive: true, force: true });
+  });
+
+  /** One block: 10.246.2.0/29 in a /29 block (.2–.6: .1 is the gateway, .7 the broadcast). */
+  function rconf() {
+    return { cniVersion: '1.0.0', name: 'rsnet', ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.246.2.0/29' }]], pool: { name: POOL, etcd: { endpoints: (rc as EtcdCluster).endpoints, prefix: P }, blockSize: 29 } } };
+  }
+  function radd(id: string, node: string): Outcome {
+    return runCni(standalonePlugin(), { command: 'ADD', containerId: id, ifname: 'eth0', stdin: rconf(), env: { NODE_NAME: node } });
+  }
+  function etcdctl(...a: string[]) {
+    const r = spawnSync(ETCDCTL_BIN, a, { encoding: 'utf8', env: { PATH: '/usr/bin:/bin', ETCDCTL_API: '3' } });
+    assert.equal(r.status, 0, `etcdctl ${a.join(' ')}: ${r.stderr}`);
+    return r.stdout;
+  }
+  /** The handles of the pool: containerId → [node, ips]. */
+  async function handles(): Promise<Record<string, [string, string[]]>> {
+    const base = `${P}/pools/${POOL}/handles/`;
+    const out: Record<string, [string, string[]]> = {};
+    for (const e of await (rkv as EtcdKV).list(base)) {
+      const v = JSON.parse(e.value) as { node: string; ips: Array<{ ip: string }> };
+      out[e.key.slice(base.length).split('/')[0] as string] = [v.node, v.ips.map((x) => x.ip)];
+    }
+    return out;
+  }
+  /** `ipwarden pool leaks --json` of the built CLI, asynchronously (the fake CRI answers from this process). */
+  function leaks(): Promise<{ status: number | null; stdout: string; stderr: string }> {
+    return new Promise((resolve, reject) => {
+      const c = spawn(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'leaks', '--pool', POOL, '--etcd-endpoints', (rc as EtcdCluster).endpoints.join(','), '--etcd-prefix', P, '--runtime-endpoint', (cri as HostileCri).endpoint, '--json'], { env: { PATH: '/usr/bin:/bin', NODE_NAME: NODE } });
+      let stdout = '';
+      let stderr = '';
+      c.stdout.on('data', (b: Buffer) => (stdout += b.toString('utf8')));
+      c.stderr.on('data', (b: Buffer) => (stderr += b.toString('utf8')));
+      c.on('error', reject);
+      c.on('close', (status) => resolve({ status, stdout, stderr }));
+    });
+  }
+
+  it('snapshot, two more pods, restore: pool leaks lists exactly the lost addresses, the daemon\'s first pass re-reserves them, another node never gets them', async () => {
+    const c = rc as EtcdCluster;
+    const m0 = c.members[0] as EtcdCluster['members'][number];
+    assert.equal(address(radd('p1', NODE)), '10.246.2.2/29');
+    // The runbook, step 0: the backup.
+    const snap = join(tmp, 'backup.db');
+    etcdctl('--endpoints', c.endpoints.join(','), 'snapshot', 'save', snap);
+    assert.equal(address(radd('p2', NODE)), '10.246.2.3/29');
+    assert.equal(address(radd('p3', NODE)), '10.246.2.4/29');
+    // The runbook, step 1: restore every member from the backup with the cluster's token and
+    // member list (the cluster keeps its ID, so the pool's meta-cluster pin still matches).
+    await c.kill(0);
+    rmSync(m0.dataDir, { recursive: true, force: true });
+    etcdctl('snapshot', 'restore', snap, '--name', m0.name, '--data-dir', m0.dataDir, '--initial-cluster', `${m0.name}=${m0.peerUrl}`, '--initial-cluster-token', c.token, '--initial-advertise-peer-urls', m0.peerUrl);
+    await c.restart(0);
+    assert.deepEqual(await handles(), { p1: [NODE, ['10.246.2.2']] }, 'the restore lost p2 and p3');
+    // The pods still run: the runtime reports them READY with their addresses; and one pod whose
+    // address p1 holds (a duplicate no re-reservation may resolve by taking it).
+    (cri as HostileCri).setSandboxes([
+      { id: 'p1', ips: ['10.246.2.2'] },
+      { id: 'p2', ips: ['10.246.2.3'] },
+      { id: 'p3', ips: ['10.246.2.4', 'fd00::3'] },
+      { id: 'px', ips: ['10.246.2.2'] },
+      { id: 'gone', state: 'notready' },
+    ]);
+    // The runbook, step 2: pool leaks on the node lists what the pool lost (exit 1: a conflict).
+    const lk = await leaks();
+    assert.equal(lk.status, 1, lk.stderr);
+    assert.deepEqual((JSON.parse(lk.stdout) as { podAddresses: unknown }).podAddresses, [
+      { sandbox: 'p2', ip: '10.246.2.3', state: 'missing', reason: 'no allocation or handle in the pool (free in block 10.246.2.0-29): the node\'s daemon re-reserves it on its next pass' },
+      { sandbox: 'p3', ip: '10.246.2.4', state: 'missing', reason: 'no allocation or handle in the pool (free in block 10.246.2.0-29): the node\'s daemon re-reserves it on its next pass' },
+      { sandbox: 'px', ip: '10.246.2.2', state: 'conflict', reason: `held by container p1/eth0 of node ${NODE} (seq 1): a duplicate address` },
+    ]);
+    assert.equal(lk.stderr, `ipwarden: a live pod's address is held by another holder in pool ${POOL} (a duplicate address): see above\n`);
+    // The runbook, step 3: the node's daemon (restarted, or at its next pass) re-reserves them.
+    const netd = join(tmp, 'net.d');
+    mkdirSync(netd, { recursive: true });
+    const { name, cniVersion, ...plugin } = rconf();
+    writeFileSync(join(netd, '10-rs.conflist'), JSON.stringify({ cniVersion, name, plugins: [{ type: 'macvlan', ...plugin }] }));
+    const d = await startTestDaemon({ cniConfDir: netd, env: { NODE_NAME: NODE }, args: ['--interval', '1h', '--runtime-endpoint', (cri as HostileCri).endpoint] });
+    try {
+      const first = await d.waitForLog((l) => l.msg === 'pool reconcile pass');
+      assert.equal(first['reason'], 'start', 'the first pass, at the daemon\'s start');
+      const rr = d.logs.filter((l) => l.msg === 'pool re-reserved').map((l) => [l['pool'], l['node'], l['network'], l['sandbox'], l['ip'], l['block'], l['claimed']]);
+      assert.deepEqual(rr, [
+        [POOL, NODE, 'rsnet', 'p2', '10.246.2.3', '10.246.2.0-29', false],
+        [POOL, NODE, 'rsnet', 'p3', '10.246.2.4', '10.246.2.0-29', false],
+      ]);
+      const conflicts = d.logs.filter((l) => l.msg === 'pool reconcile error' && l['kind'] === 'conflict').map((l) => l['error']);
+      assert.deepEqual(conflicts, [`pool ${POOL}: address 10.246.2.2 of ready sandbox px is held by container p1/eth0 of node ${NODE} (seq 1): a duplicate address — not re-reserved, nothing taken from the holder`]);
+      assert.deepEqual(await handles(), { p1: [NODE, ['10.246.2.2']], p2: [NODE, ['10.246.2.3']], p3: [NODE, ['10.246.2.4']] });
+      const h2 = JSON.parse((await (rkv as EtcdKV).get(`${P}/pools/${POOL}/handles/p2/eth0`))?.value ?? 'null') as Record<string, unknown>;
+      assert.deepEqual([h2['node'], h2['network'], h2['host'], h2['ips']], [NODE, 'rsnet', hostname(), [{ ip: '10.246.2.3', block: '10.246.2.0-29', ordinal: 3, seq: 2, rangeSet: 0 }]]);
+      const metrics = await (await fetch(`http://${(await d.waitForLog((l) => l.msg === 'metrics listening'))['metricsAddress'] as string}/metrics`)).text();
+      assert.deepEqual(metrics.split('\n').filter((l) => l.startsWith('ipwarden_pool_rereserved_total{') || l.startsWith('ipwarden_reconcile_errors_total{kind="pool-conflict"}')), [
+        'ipwarden_reconcile_errors_total{kind="pool-conflict"} 1',
+        `ipwarden_pool_rereserved_total{pool="${POOL}"} 2`,
+      ]);
+      // Another node's ADDs: the block has no free block beside it, so it borrows — never p2's or p3's address.
+      assert.equal(address(radd('o1', 'rs-other')), '10.246.2.5/29');
+      assert.equal(address(radd('o2', 'rs-other')), '10.246.2.6/29');
+      const full = radd('o3', 'rs-other');
+      assert.deepEqual([full.exitCode, full.json?.['msg']], [1, 'failed to allocate for range 0: no IP addresses available in range set: 10.246.2.1-10.246.2.6']);
+      // pool leaks now: only the conflict is left.
+      const after = await leaks();
+      assert.deepEqual([after.status, (JSON.parse(after.stdout) as { podAddresses: Array<{ sandbox: string; state: string }> }).podAddresses.map((x) => [x.sandbox, x.state])], [1, [['px', 'conflict']]]);
+    } finally {
+      await d.stop();
+    }
   });
 });
