@@ -107,6 +107,7 @@ export function aliveKey(s: RemovalScope, node: string): string {
 export {
   BlockCache,
   blockKeyCidr,
+  heartbeatWriter,
   MAX_BATCH,
   metaOf,
   PoolAllocator,

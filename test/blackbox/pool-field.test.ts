@@ -10,6 +10,9 @@
  *   (the built daemon, the fake CRI runtime test/helpers/hostile-cri.ts) re-reserves exactly those
  *   on its first pass, reports a conflict without taking anything, and another node's ADDs never
  *   get them;
+ * - a renamed host (microk8s#4283): handles the node wrote under an earlier host name of this
+ *   machine (the daemon's host history) are judged as its own by the daemon's pass — a leak among
+ *   them released, a live one kept — while a handle of another host name stays foreign;
  * Needs `npm run build`. With CI=true a missing /usr/bin/etcd fails instead of skipping.
  */
 import { after, before, describe, it } from 'node:test';
@@ -21,6 +24,9 @@ import { join } from 'node:path';
 import { startTestDaemon } from '../helpers/daemon.ts';
 import { startHostileCri, type HostileCri } from '../helpers/hostile-cri.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
+import { PoolAllocator } from '../../src/pool/allocator.ts';
+import { loadIPAMConfig } from '../../src/ipam/config.ts';
+import { HOST_HISTORY_FILE, readMachineId } from '../../src/node/host-history.ts';
 import { ROOT, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { ETCDCTL_BIN, haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 
@@ -244,6 +250,75 @@ describe('etcd restored from an older snapshot: the runbook, and the daemon re-r
       // pool leaks now: only the conflict is left.
       const after = await leaks();
       assert.deepEqual([after.status, (JSON.parse(after.stdout) as { podAddresses: Array<{ sandbox: string; state: string }> }).podAddresses.map((x) => [x.sandbox, x.state])], [1, [['px', 'conflict']]]);
+    } finally {
+      await d.stop();
+    }
+  });
+});
+
+describe('a renamed host: handles written under an earlier host name of this machine are the node\'s own (real etcd, daemon, fake CRI)', { skip }, () => {
+  let hc: EtcdCluster | undefined;
+  let hkv: EtcdKV | undefined;
+  let cri: HostileCri | undefined;
+  let tmp = '';
+  const P = `/rn${process.pid}`;
+  const POOL = 'rnpool';
+  const NODE = 'rn-node';
+  before(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'ipwarden-pool-rename-'));
+    hc = await startEtcdCluster({ members: 1, prefix: 'ipwarden-pool-rename-etcd-' });
+    hkv = new EtcdKV({ endpoints: hc.endpoints });
+    cri = await startHostileCri({ path: join(tmp, 'cri.sock'), sandboxes: [] });
+  });
+  after(async () => {
+    await cri?.close();
+    await hkv?.close();
+    await hc?.close();
+    if (tmp !== '') rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('the pass releases a leak written under the old host name, keeps a live one, and never judges another host\'s', async () => {
+    const { rangeSets } = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'rnnet', ipam: { ranges: [[{ subnet: '10.246.3.0/28' }]] } }), undefined);
+    // What the node's processes wrote before the rename (old-host) and what another machine wrote under the same node name (stranger).
+    const writer = (host: string) => new PoolAllocator({ kv: hkv as EtcdKV, pool: POOL, prefix: P, node: NODE, network: 'rnnet', rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, host });
+    for (const [id, host] of [['old1', 'old-host'], ['old2', 'old-host'], ['str1', 'stranger']] as const) {
+      const r = await writer(host).add([{ containerId: id, ifname: 'eth0' }]);
+      assert.ok(Array.isArray(r[0]), String(r[0]));
+    }
+    const hostsOf = async () => {
+      const base = `${P}/pools/${POOL}/handles/`;
+      return Object.fromEntries((await (hkv as EtcdKV).list(base)).map((e) => [e.key.slice(base.length).split('/')[0], (JSON.parse(e.value) as { host: string }).host]));
+    };
+    assert.deepEqual(await hostsOf(), { old1: 'old-host', old2: 'old-host', str1: 'stranger' });
+    // The daemon ran on this machine as old-host before (its host history, kept in its data dir).
+    const machineId = readMachineId();
+    assert.notEqual(machineId, null, 'this machine has an /etc/machine-id');
+    const dataDir = join(tmp, 'data');
+    mkdirSync(dataDir, { recursive: true });
+    writeFileSync(join(dataDir, HOST_HISTORY_FILE), `${JSON.stringify({ v: 1, machineId, host: 'old-host', since: 1 })}\n`, { mode: 0o644 });
+    (cri as HostileCri).setSandboxes([{ id: 'old2', ips: [] }]);
+    const netd = join(tmp, 'net.d');
+    mkdirSync(netd, { recursive: true });
+    const plugin = { type: 'macvlan', ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.246.3.0/28' }]], pool: { name: POOL, etcd: { endpoints: (hc as EtcdCluster).endpoints, prefix: P }, blockSize: 28 } } };
+    writeFileSync(join(netd, '10-rn.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'rnnet', plugins: [plugin] }));
+    const d = await startTestDaemon({ cniConfDir: netd, dataDir, env: { NODE_NAME: NODE }, args: ['--interval', '1s', '--grace', '2s', '--runtime-endpoint', (cri as HostileCri).endpoint] });
+    try {
+      for (let i = 0; 'old1' in (await hostsOf()); i++) {
+        assert.ok(i < 600, `old1 released within 60 s; pool lines: ${JSON.stringify(d.logs.filter((l) => /pool/.test(l.msg)).slice(-6))}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.deepEqual(await hostsOf(), { old2: 'old-host', str1: 'stranger' }, 'the live one kept, the other host\'s never judged');
+      // (the log lines of the pass that released it come after the transaction)
+      const pass = await d.waitForLog((l) => l.msg === 'pool reconcile pass' && l['released'] === 1);
+      const rel = d.logs.filter((l) => l.msg === 'pool released').map((l) => l['containerId']);
+      assert.deepEqual(rel, ['old1']);
+      assert.deepEqual(pass['pools'], [{ pool: POOL, node: NODE, live: 1, inUse: 0, grace: 0, leaked: 1, unknown: 0 }], 'old1 judged (leaked), old2 judged (live); str1 not judged');
+      // (a pass before the daemon's first heartbeat says the old host's handles wait for it: not asserted)
+      const foreign = [...new Set(d.logs.filter((l) => l.msg === 'pool reconcile error' && l['kind'] === 'foreign' && / were written on other hosts /.test(String(l['error']))).map((l) => l['error']))];
+      assert.deepEqual(foreign, [`pool ${POOL}: 1 handle(s) of node ${NODE} were written on other hosts than ${hostname()} (stranger): never judged or released here — two hosts under one node name? (a fixed ipam.nodeName, equal host names)`]);
+      // The history now holds this host name too.
+      const lines = (await import('node:fs')).readFileSync(join(dataDir, HOST_HISTORY_FILE), 'utf8').trim().split('\n').map((l) => (JSON.parse(l) as { host: string }).host);
+      assert.deepEqual(lines, ['old-host', hostname()]);
     } finally {
       await d.stop();
     }
