@@ -244,6 +244,21 @@ export class DaemonMetrics {
     this.pluginInstalled.set(1);
   }
 
+  private nodeNameMismatchGauge: Gauge | null = null;
+
+  /**
+   * The node-name file disagrees with the daemon's NODE_NAME (1) or not (0): src/daemon/node-name-check.ts.
+   * The gauge exists once the daemon has checked.
+   */
+  setNodeNameMismatch(mismatch: boolean): void {
+    this.nodeNameMismatchGauge ??= new Gauge({
+      name: 'ipwarden_node_name_mismatch',
+      help: "Whether the node-name file beside the installed plugin names another node than the daemon's NODE_NAME, or was written on another host name (1: the standalone fallback would act as another node; /readyz fails), or agrees (0).",
+      registers: [this.registry],
+    });
+    this.nodeNameMismatchGauge.set(mismatch ? 1 : 0);
+  }
+
   /** Count one reinstall that put every file back. */
   recordReinstall(reason: 'missing' | 'changed'): void {
     this.reinstalls?.inc({ reason });
