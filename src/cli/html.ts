@@ -390,7 +390,8 @@ function blockBar(b: PoolBlockStatus): string {
  * `tr[data-node][data-alive="yes|no"][data-heartbeat="yes|expired|never"]` each: blocks,
  * capacity, used, borrowed, reserved, heartbeat, source), then — only when there are any — the keys that
  * cannot be read (`section#corrupt`, `table.corrupt tr[data-key]`: key, why; a range set with
- * unreadable addresses also gets `dd[data-count="unreadable"]`), and the pools of the prefix that
+ * unreadable addresses also gets `dd[data-count="unreadable"]`, one with unheld addresses in
+ * `pendingRelease` blocks `dd[data-count="pending"]`), and the pools of the prefix that
  * overlap it (`section#overlaps`, `tr[data-later][data-earlier]`: the later pool, whose ADDs are
  * refused, the earlier one, the overlapping ranges). Self-contained (inline CSS, no script; the
  * Content-Security-Policy loads nothing). Every string of the status — node names, CIDRs, ranges,
@@ -415,7 +416,7 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
       return (
         `<section class="rangeset" id="set-${r.index}" data-range-set="${r.index}">` +
         `<h3>range set ${r.index}: <code>${escapeHtml(r.ranges)}</code></h3>` +
-        poolCounts([['size', r.size], ['used', String(r.used)], ['reserved', String(r.reserved)], ...(r.unreadable > 0 ? [['unreadable', String(r.unreadable)] as const] : []), ['free', r.free], ['blocks', String(r.blocksClaimed)]]) +
+        poolCounts([['size', r.size], ['used', String(r.used)], ['reserved', String(r.reserved)], ...(r.unreadable > 0 ? [['unreadable', String(r.unreadable)] as const] : []), ...(r.pendingRelease > 0 ? [['pending', String(r.pendingRelease)] as const] : []), ['free', r.free], ['blocks', String(r.blocksClaimed)]]) +
         table +
         `</section>`
       );

@@ -34,6 +34,7 @@ import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeFil
 import { AppError, UsageError } from '../common/errors.ts';
 import { compareIP, parseCIDR } from '../common/ip.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
+import { checkLivePods, type PoolPodAddressFinding } from '../reconcile/pool-rereserve.ts';
 import { blockKeyCidr, classifyPoolHandles, lastSeen, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolAllocator, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
 import { resolveNodeName } from '../node/node-name.ts';
 import { inUseReason } from '../reconcile/evidence.ts';
@@ -100,12 +101,13 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
  * without one. SOURCE: where the node's live daemon knows the pool from, as its
  * heartbeat says — `cni-config`, `requests` (a Multus NetworkAttachmentDefinition), `-` unknown
  * (no live heartbeat, or an older daemon). UNREADABLE: allocatable addresses of blocks whose value cannot be read.
+ * PENDING: unheld addresses of `pendingRelease` blocks (a removed node's: not free until given back).
  */
 export function poolStatusTable(s: PoolStatus): string {
   let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
   out += renderTable(
-    ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'UNREADABLE', 'FREE', 'BLOCKS'],
-    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), r.free, String(r.blocksClaimed)]),
+    ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'UNREADABLE', 'PENDING', 'FREE', 'BLOCKS'],
+    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), String(r.pendingRelease), r.free, String(r.blocksClaimed)]),
   );
   out += renderTable(
     ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT', 'LAST SEEN', 'SOURCE'],
@@ -291,6 +293,18 @@ async function removeNode(node: string, opts: PoolOptions, ctx: CliContext): Pro
   }
 }
 
+/**
+ * The lines of `pool leaks` about READY sandboxes' addresses the pool does not hold for them
+ * (none: empty). `missing`: the node's daemon re-reserves it; `conflict`: another holder has it.
+ */
+export function podAddressLines(f: readonly PoolPodAddressFinding[]): string {
+  if (f.length === 0) return '';
+  return (
+    renderTable(['SANDBOX', 'ADDRESS', 'POOL SAYS', 'REASON'], f.map((x) => [shortId(x.sandbox), x.ip, x.state, x.reason])) +
+    `${f.length} address${f.length === 1 ? '' : 'es'} of ready sandboxes not held for them by the pool (${f.filter((x) => x.state === 'missing').length} missing, ${f.filter((x) => x.state === 'conflict').length} conflict)\n`
+  );
+}
+
 /** The human report of `pool leaks`. */
 export function poolLeaksTable(node: string, verdicts: readonly PoolLeakVerdict[]): string {
   const rows = verdicts.map((v) => [shortId(v.containerId), v.ifname, v.ips.join(','), `${Math.round(v.ageSeconds)}s`, v.verdict, v.reason]);
@@ -321,7 +335,7 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
     // a handle created after R did not exist when the runtime was asked (its ADD may be in
     // flight): in grace, never a candidate — decided by revisions, not by a clock.
     const revision = await currentRevision(kv);
-    const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), warnOtherRuntimes: false }, ctx);
+    const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, ctx);
     const host = hostname();
     const listed = nodeHandles(await kv.list(handlesPrefix(keys)), keys, node, host);
     for (const c of listed.corrupt) ctx.stderr(`ipwarden: ${c.message} (never released)\n`);
@@ -344,11 +358,18 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
     for (const h of listed.foreign) {
       verdicts.push({ containerId: h.containerId, ifname: h.ifname, ips: h.value.ips.map((i) => i.ip), ageSeconds: (snap.snapshotAtMs - h.value.at) / 1000, verdict: 'unknown', reason: `written on host ${h.value.host ?? '(none recorded)'}, not ${host}: this host's runtime and kernel cannot judge it` });
     }
+    // Live pods' addresses the pool does not hold (an etcd restored from an older snapshot).
+    const podAddresses = snap.podIPs === null ? [] : await checkLivePods({ kv, ...keys, node }, snap.podIPs, [...handles, ...listed.foreign]);
     ctx.stdout(
       opts.json === true
-        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, revision, handles: verdicts })}\n`
-        : poolLeaksTable(node, verdicts),
+        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, revision, handles: verdicts, podAddresses })}\n`
+        : poolLeaksTable(node, verdicts) + podAddressLines(podAddresses),
     );
+    for (const f of snap.podIPFailures) ctx.stderr(`ipwarden: ${f}: its addresses were not checked\n`);
+    if (podAddresses.some((f) => f.state === 'conflict')) {
+      ctx.stderr(`ipwarden: a live pod's address is held by another holder in pool ${pool.name} (a duplicate address): see above\n`);
+      return 1;
+    }
     if (snap.runtime.error !== undefined) {
       ctx.stderr(`ipwarden: runtime not reachable: ${snap.runtime.error}; no verdict is possible\n`);
       return 1;

@@ -15,6 +15,7 @@ import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import { DaemonLearnedPools } from './learned-pools.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
 import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts';
+import { nodeNameMismatch } from './node-name-check.ts';
 import { DaemonMetrics, startHealthServer, startMetricsServer } from './metrics.ts';
 import { createLogger, type Logger } from './log.ts';
 import { kernelAddresses } from './kernel-addresses.ts';
@@ -140,6 +141,20 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   const kernel = kernelAddresses(log, metrics.kernelIndex, over.kernelIndex);
   over.onMetrics?.(metrics);
   let state: 'starting' | 'started' | 'stopping' = 'starting';
+  // The node-name file must agree with NODE_NAME (src/daemon/node-name-check.ts): checked at start
+  // and on every /readyz; a disagreement is logged (once per change), counted, and fails /readyz.
+  let lastMismatch: string | null | undefined;
+  const checkNodeName = (): string | null => {
+    const m = nodeNameMismatch(process.env, over.installed?.dir);
+    if (m !== lastMismatch) {
+      if (m !== null) log.error({ error: m }, 'node name mismatch');
+      else if (lastMismatch !== undefined) log.info('node name file agrees with NODE_NAME');
+      lastMismatch = m;
+    }
+    metrics.setNodeNameMismatch(m !== null);
+    return m;
+  };
+  checkNodeName();
   // The installed files: watched, reinstalled when they vanish or change; /readyz fails meanwhile.
   const installed = over.installed;
   let watch: InstallWatch | null = null;
@@ -163,7 +178,9 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
         if (state !== 'started') return { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' };
         // The plugin the runtime execs is gone (a re-created /opt/cni/bin) or not ours: not ready.
         const missing = watch?.problem() ?? null;
-        return missing === null ? { ok: true, why: '' } : { ok: false, why: missing };
+        if (missing !== null) return { ok: false, why: missing };
+        const mismatch = checkNodeName();
+        return mismatch === null ? { ok: true, why: '' } : { ok: false, why: mismatch };
       },
     };
     const listenError = (flag: string, at: string) => (e: unknown): never => {
@@ -214,7 +231,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   // learned ones (docs/cluster.md "Multus"), with etcd clients of its own (docs/cluster.md
   // "Reconcile per node"), closed with the loop.
   const loopPart = reconcileLoopPart(
-    { reconcile, metrics, pools: cniPoolTargets(options.cniConfDir, process.env, undefined, () => learned.entries().map((p) => ({ file: p.file, ipam: p.conf }))), ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) },
+    { reconcile, metrics, pools: cniPoolTargets(options.cniConfDir, process.env, undefined, () => learned.entries().map((p) => ({ file: p.file, ipam: p.conf, name: p.conf.name }))), ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) },
     over.onLoop,
   );
   // CNI GC through the daemon is counted per pool (ipwarden_pool_releases_total{reason="gc"}).

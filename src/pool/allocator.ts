@@ -24,6 +24,7 @@
  * written: an ADD skips such a block, a DEL always finishes without it (docs/cluster.md "Corrupt
  * keys"; {@link CorruptValueError}, {@link PoolAllocatorOptions.onCorrupt}).
  */
+import { giveBackEmptied } from './stuck-block.ts';
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, type IP, type Subnet } from '../common/ip.ts';
 import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
@@ -963,6 +964,11 @@ export class PoolAllocator {
               gone.push(b.key);
               continue;
             }
+          }
+          // A removed node's block emptied by this DEL goes back to the pool (src/pool/stuck-block.ts).
+          if (Object.keys(b.value.allocs).length === 0 && b.value.state === 'pendingRelease' && b.value.node !== this.#o.node && (await giveBackEmptied(kv, this.#keys, tx, b.key, b.value.node))) {
+            gone.push(b.key);
+            continue;
           }
           tx.put(bk, encodeBlock(b.value));
         }

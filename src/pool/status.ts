@@ -106,7 +106,13 @@ export interface PoolRangeSetStatus {
    * {@link PoolStatus.corrupt}): neither used nor free — no ADD allocates from such a block.
    */
   readonly unreadable: number;
-  /** `size − used − reserved − unreadable`, decimal text. */
+  /**
+   * Allocatable addresses of this range set's `pendingRelease` blocks that no allocation or reserve
+   * entry holds: neither used nor free — no ADD allocates in such a block and no node can claim it
+   * (a removal of its owner is begun; the block is given back once its last allocation goes).
+   */
+  readonly pendingRelease: number;
+  /** `size − used − reserved − unreadable − pendingRelease`, decimal text: what ADDs can still get. */
   readonly free: string;
   /** Blocks with a key (claimed by a node), those whose value cannot be read included. */
   readonly blocksClaimed: number;
@@ -177,7 +183,8 @@ function byAddress(a: PoolBlockStatus, b: PoolBlockStatus): number {
  * of a range set still counts as claimed, and its allocatable addresses as `unreadable` (not free).
  * Five reads: `meta`, the last-seen records (`seen/`), the heartbeat keys and the node index
  * (`nodes/`: affinities and settings; keys only), the blocks. Reserve entries (`"reserve": true`, docs/cluster.md "Offline allocation")
- * are counted as `reserved`, never as `used`; `free` is what is none of these.
+ * are counted as `reserved`, never as `used`; the unheld addresses of `pendingRelease` blocks as
+ * `pendingRelease` (no ADD can use them); `free` is what is none of these.
  */
 export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<PoolStatus> {
   const keys = keysOf({ prefix, pool });
@@ -224,6 +231,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   const reservedPerSet = meta.rangeSets.map(() => 0);
   const unreadablePerSet = meta.rangeSets.map(() => 0);
   const claimedPerSet = meta.rangeSets.map(() => 0);
+  const pendingPerSet = meta.rangeSets.map(() => 0);
   for (const e of await kv.list(keys.blocksPrefix)) {
     const key = e.key.slice(keys.blocksPrefix.length);
     const cidrText = blockKeyCidr(key);
@@ -264,6 +272,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     }
     usedPerSet[b.rangeSet] = (usedPerSet[b.rangeSet] as number) + allocs.length;
     reservedPerSet[b.rangeSet] = (reservedPerSet[b.rangeSet] as number) + reserved;
+    if (b.state === 'pendingRelease') pendingPerSet[b.rangeSet] = (pendingPerSet[b.rangeSet] as number) + Math.max(0, capacity - all.length);
     claimedPerSet[b.rangeSet] = (claimedPerSet[b.rangeSet] as number) + 1;
   }
   return {
@@ -276,7 +285,8 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       const used = usedPerSet[i] as number;
       const reserved = reservedPerSet[i] as number;
       const unreadable = unreadablePerSet[i] as number;
-      return { index: i, ranges: rangeSetString(rs), size: String(size), used, reserved, unreadable, free: String(size - BigInt(used) - BigInt(reserved) - BigInt(unreadable)), blocksClaimed: claimedPerSet[i] as number };
+      const pendingRelease = pendingPerSet[i] as number;
+      return { index: i, ranges: rangeSetString(rs), size: String(size), used, reserved, unreadable, pendingRelease, free: String(size - BigInt(used) - BigInt(reserved) - BigInt(unreadable) - BigInt(pendingRelease)), blocksClaimed: claimedPerSet[i] as number };
     }),
     nodes: [...nodes]
       .sort((a, b) => (a[0] < b[0] ? -1 : 1))

@@ -230,7 +230,7 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
       pool: 'bbpool',
       blockSize: 28,
       blockSize6: 122,
-      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, reserved: 0, unreadable: 0, free: '26', blocksClaimed: 2 }],
+      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, reserved: 0, unreadable: 0, pendingRelease: 0, free: '26', blocksClaimed: 2 }],
       nodes: [
         { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null },
         { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null },
@@ -507,7 +507,7 @@ describe('remove-node and pool status for a node only the standalone plugin serv
     assert.equal(address(add(pconf(p), 's1', 'node-sa')), '10.85.0.2/27');
     const table = pcli(p, 'status');
     assert.equal(table.status, 0, table.stderr);
-    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never +-$/m);
+    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never +- +-$/m);
     const before = await keys(p);
     const refused = pcli(p, 'remove-node', 'node-sa');
     const msg = `node node-sa has never been served by an ipwarden daemon in pool polpool (no ${p}/pools/polpool/nodes/node-sa/settings): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node node-sa), pass --force`;
@@ -577,7 +577,7 @@ describe('remove-node and pool status for a node only the standalone plugin serv
       assert.deepEqual(st.nodes.map((n) => [n.node, n.alive, n.heartbeat]), [['node-y', false, 'expired']]);
       const seenAt = (JSON.parse((await (pkv as EtcdKV).get(`${p}/pools/polpool/seen/node-y`))?.value as string) as { at: number }).at;
       const seenText = new Date(seenAt).toISOString().replace(/\.\d{3}Z$/, 'Z');
-      assert.match(pcli(p, 'status').stdout, new RegExp(`^node-y +1 +15 +1 +0 +0 +expired +${seenText}$`, 'm'));
+      assert.match(pcli(p, 'status').stdout, new RegExp(`^node-y +1 +15 +1 +0 +0 +expired +${seenText} +-$`, 'm'));
       const mark = pcli(p, 'remove-node', 'node-y');
       assert.deepEqual([mark.status, mark.stdout], [
         0,

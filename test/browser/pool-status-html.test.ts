@@ -26,8 +26,8 @@ const STATUS: PoolStatus = {
   blockSize: 28,
   blockSize6: 122,
   rangeSets: [
-    { index: 0, ranges: '10.237.3.1-10.237.3.30', size: '29', used: 9, reserved: 3, unreadable: 0, free: '17', blocksClaimed: 2 },
-    { index: 1, ranges: 'fd37::1-fd37::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, free: '65534', blocksClaimed: 0 },
+    { index: 0, ranges: '10.237.3.1-10.237.3.30', size: '29', used: 9, reserved: 3, unreadable: 0, pendingRelease: 0, free: '17', blocksClaimed: 2 },
+    { index: 1, ranges: 'fd37::1-fd37::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, pendingRelease: 0, free: '65534', blocksClaimed: 0 },
   ],
   nodes: [
     { node: 'node-a', blocks: 1, capacity: 15, used: 6, borrowed: 0, reserved: 3, alive: true, heartbeat: 'yes', source: null },

@@ -20,8 +20,8 @@ const STATUS: PoolStatus = {
   blockSize: 28,
   blockSize6: 122,
   rangeSets: [
-    { index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 2, unreadable: 0, free: '23', blocksClaimed: 2 },
-    { index: 1, ranges: 'fd84::1-fd84::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, free: '65534', blocksClaimed: 0 },
+    { index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 2, unreadable: 0, pendingRelease: 0, free: '23', blocksClaimed: 2 },
+    { index: 1, ranges: 'fd84::1-fd84::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, pendingRelease: 0, free: '65534', blocksClaimed: 0 },
   ],
   nodes: [
     { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 2, alive: true, heartbeat: 'yes', source: 'requests' },
@@ -78,7 +78,7 @@ describe('pool status --html: the page', () => {
   });
 
   it('no node and no block: says so', () => {
-    const html = renderPoolStatusHtml({ ...STATUS, rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 0, reserved: 0, unreadable: 0, free: '29', blocksClaimed: 0 }], nodes: [], blocks: [] }, { generatedAtMs: AT });
+    const html = renderPoolStatusHtml({ ...STATUS, rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 0, reserved: 0, unreadable: 0, pendingRelease: 0, free: '29', blocksClaimed: 0 }], nodes: [], blocks: [] }, { generatedAtMs: AT });
     assert.match(html, /<p class="note">no block claimed<\/p><\/section><\/section><section id="nodes"><h2>nodes<\/h2><p>no nodes<\/p><\/section>/);
     assert.match(html, /<p class="meta">generated 2026-01-02T03:04:05.000Z · blocks \/28 \(IPv4\), \/122 \(IPv6\)<\/p>/);
   });
@@ -87,7 +87,7 @@ describe('pool status --html: the page', () => {
     const html = renderPoolStatusHtml(
       {
         ...STATUS,
-        rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, free: '13', blocksClaimed: 2 }],
+        rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, pendingRelease: 0, free: '13', blocksClaimed: 2 }],
         corrupt: [
           { key: '/ipwarden/pools/p1/blocks/10.84.0.16-28', why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)' },
           { key: '/ipwarden/pools/p1/blocks/<b>', why: 'not a block key' },
