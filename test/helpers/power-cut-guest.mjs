@@ -24,7 +24,7 @@ import { join } from 'node:path';
 
 const [confPath, binDir, bundle, recordDev, socket] = process.argv.slice(2);
 const SHIM_WORKERS = 4;
-const KEEP = 5;
+const KEEP = 3;
 const RECORD_BYTES = 128;
 
 const conf = JSON.parse(readFileSync(confPath, 'utf8'));

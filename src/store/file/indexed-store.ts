@@ -213,6 +213,14 @@ export interface NetworkIndexesOptions {
   readonly fsClock?: FsClock;
   /** Clock for lock polling, passed to FileStore (tests). */
   readonly lockClock?: LockClock;
+  /**
+   * Called when a full read of a network directory finds IP-named files that are empty or
+   * unparseable (corrupt: an empty one is what a power loss leaves of a reservation whose content
+   * had not reached the disk, docs/on-disk-format.md "Crash promises"), with DIR and those names,
+   * each name once per daemon. They count as taken; only the evidence rules release them. Must not
+   * throw.
+   */
+  readonly onCorrupt?: (dir: string, names: string[]) => void;
 }
 
 /** Counters of a {@link NetworkIndexes} (all since construction). */
@@ -297,6 +305,8 @@ class NetState {
   syncedGen = 0;
   /** Group commit: the flush round in progress (one fsync of DIR), or null. */
   flushing: Promise<void> | null = null;
+  /** Corrupt names already reported through `onCorrupt`. */
+  readonly reportedCorrupt = new Set<string>();
 
   constructor(network: string, dir: string, lockClock: LockClock | undefined) {
     this.dir = dir;
@@ -326,6 +336,7 @@ export class NetworkIndexes {
   readonly #clock: IndexClock;
   readonly #fsClock: FsClock;
   readonly #lockClock: LockClock | undefined;
+  readonly #onCorrupt: ((dir: string, names: string[]) => void) | undefined;
   readonly #buf = Buffer.allocUnsafe(4096);
   #closed = false;
   /** Counters; see {@link IndexStats}. */
@@ -357,6 +368,7 @@ export class NetworkIndexes {
     this.#clock = opts.clock ?? realIndexClock;
     this.#fsClock = opts.fsClock ?? realFsClock;
     this.#lockClock = opts.lockClock;
+    this.#onCorrupt = opts.onCorrupt;
   }
 
   /**
@@ -724,6 +736,7 @@ export class NetworkIndexes {
       } else if (st.data !== null && old !== null && sameDir(now, old)) {
         if (this.#refresh(st, st.data)) this.stats.refreshed++;
         else this.stats.rebuilt++;
+        this.#reportCorrupt(st, st.data);
       } else {
         st.data = this.#rebuild(st);
         this.stats.rebuilt++;
@@ -773,6 +786,24 @@ export class NetworkIndexes {
     if (st !== undefined) this.dropIndex(st, false);
   }
 
+  /** Name, through `onCorrupt`, the corrupt records of `d` not named before (after a read of DIR). */
+  #reportCorrupt(st: NetState, d: IndexData): void {
+    if (this.#onCorrupt === undefined) return;
+    const fresh: string[] = [];
+    for (const r of d.list()) {
+      if (r.owner === null && !st.reportedCorrupt.has(r.ip)) {
+        st.reportedCorrupt.add(r.ip);
+        fresh.push(r.ip);
+      }
+    }
+    if (fresh.length === 0) return;
+    try {
+      this.#onCorrupt(st.dir, fresh.sort());
+    } catch {
+      // a reporting hook must not break the index
+    }
+  }
+
   /** Full read of DIR into a new index. Throws on any error (caller delegates). */
   #rebuild(st: NetState): IndexData {
     const names = readdirSync(st.dir);
@@ -787,6 +818,7 @@ export class NetworkIndexes {
     }
     const d = new IndexData();
     d.reset(entries);
+    this.#reportCorrupt(st, d);
     return d;
   }
 
