@@ -13,14 +13,17 @@
 // Every answer is recorded on the record device (a second virtio disk the host reads after the
 // cut), one fixed-size line per record, written with O_DSYNC so that a record the host can read
 // was written before the next step began:
-//   `A <containerId> <ip>`  after a successful ADD's answer was returned to this process;
+//   `A <containerId> <ip> <fallbacks>`  after a successful ADD's answer was returned to this
+//                           process; <fallbacks> = requests the shim had sent to the standalone
+//                           plugin so far (lines of standalone-requests.log beside the socket:
+//                           0 means every shim request so far was answered by the daemon);
 //   `D <containerId>`       before its DEL starts (from then on its address may be free);
 //   `E <containerId> <exit status>` after a failed ADD (nothing promised).
 // The first record is `R <pid of the daemon>` once the daemon answers on its socket.
 import { spawn } from 'node:child_process';
 import { closeSync, constants as fsConstants, existsSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { connect } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 const [confPath, binDir, bundle, recordDev, socket] = process.argv.slice(2);
 const SHIM_WORKERS = 4;
@@ -40,6 +43,15 @@ function record(text) {
   b.write(`${text}\n`, 0, 'latin1');
   writeSync(rec, b, 0, RECORD_BYTES, recOffset);
   recOffset += RECORD_BYTES;
+}
+
+/** Lines the shim's fallback has written to standalone-requests.log beside the socket (docs/daemon.md). */
+function fallbacks() {
+  try {
+    return readFileSync(join(dirname(socket), 'standalone-requests.log'), 'latin1').split('\n').length - 1;
+  } catch {
+    return 0;
+  }
 }
 
 function waitForSocket(path) {
@@ -65,9 +77,10 @@ function run(bin, command, containerId) {
     const env = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', CNI_COMMAND: command, CNI_CONTAINERID: containerId, CNI_NETNS: command === 'ADD' ? '/var/run/netns/pcut' : '', CNI_IFNAME: 'eth0', CNI_PATH: binDir };
     const child = spawn(bin, [], { env, stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '';
+    let err = '';
     child.stdout.on('data', (c) => (out += c.toString('utf8')));
-    child.stderr.resume();
-    child.on('close', (code) => resolve({ code: code ?? 1, out }));
+    child.stderr.on('data', (c) => (err += c.toString('utf8')));
+    child.on('close', (code) => resolve({ code: code ?? 1, out, err }));
     child.stdin.end(readFileSync(confPath));
   });
 }
@@ -79,9 +92,11 @@ async function worker(name, bin) {
     const r = await run(bin, 'ADD', id);
     if (r.code === 0) {
       const ip = JSON.parse(r.out).ips[0].address.split('/')[0];
-      record(`A ${id} ${ip}`);
+      record(`A ${id} ${ip} ${fallbacks()}`);
       mine.push(id);
     } else {
+      // On the console (the test shows its end when it fails).
+      process.stderr.write(`PCUT: ADD ${id} failed (exit ${r.code}): ${r.out} ${r.err}\n`);
       record(`E ${id} ${r.code}`);
     }
     while (mine.length > KEEP) {
