@@ -222,7 +222,7 @@ interface BootResult {
   readonly stormSeconds: number;
 }
 
-describe('power cut during an ADD/DEL storm (KVM guest, SIGKILL of qemu)', { skip }, () => {
+describe('power cut during an ADD/DEL storm (qemu guest, SIGKILL of qemu)', { skip }, () => {
   const t = tempDir('ipw-powercut-');
   const work = t.dir;
   let qemu: ChildProcess | null = null;
