@@ -81,14 +81,22 @@ export function daemonStatusQuery(options: DaemonOptions): StatusQuery {
  * index (docs/daemon.md "The index"), so the loop's changes are not seen as a foreign writer's.
  */
 export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): DaemonDeps {
-  const indexes = new NetworkIndexes();
+  const log = over.log ?? createLogger(options.logLevel);
+  // Empty or unparseable reservation files (what a power loss leaves of a reservation whose content
+  // had not reached the disk): named once per file; they stay taken until the evidence rules allow.
+  const indexes = new NetworkIndexes({
+    onCorrupt: (dir, names) =>
+      log.warn(
+        { dir, ips: names.slice(0, 20), count: names.length },
+        'reservation files empty or unparseable (after a power loss: reservations whose content had not reached the disk): their addresses count as taken; only the evidence rules release them (verdict corrupt)',
+      ),
+  });
   const indexPart: DaemonPartFactory = () => ({ name: 'index', close: () => indexes.close() });
   // Cluster pools: one etcd client per pool for the daemon's life, the node's ADDs batched; the
   // node name is the daemon's own (NODE_NAME from the DaemonSet's downward API, else the host name).
   const metrics = new DaemonMetrics();
   // One logger for the daemon and its pool sessions: offline allocation's lines (offline ADD,
   // sync, sync failure, reserve short) are the daemon's own lines, with `part: "pools"`.
-  const log = over.log ?? createLogger(options.logLevel);
   const poolLog = log.child({ part: 'pools' });
   const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer, {
     log: (level, fields, msg) => poolLog[level](fields, msg),
