@@ -20,15 +20,16 @@
  * The transaction compares: the handle key absent, the block's `mod_revision` as read (or, for a
  * block the restore lost, the block and this node's affinity absent: a claim of that one block),
  * and `removing/<node>` absent (as every write of the node). A failed compare re-reads and
- * decides again, up to {@link MAX_ATTEMPTS} times.
+ * decides again ({@link runTxn}), up to {@link MAX_ATTEMPTS} times.
  */
 import { AppError } from '../common/errors.ts';
 import { formatIP, maskIP, parseIP, type Subnet } from '../common/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { Range, RangeSet } from '../ipam/types.ts';
-import type { KV, KVCompare, KVOp } from '../store/kv.ts';
+import type { KV } from '../store/kv.ts';
 import { MAX_ATTEMPTS } from './allocator.ts';
-import { blockKeyCidr, blockKeyText, CorruptValueError, decodeBlock, decodeHandle, type BlockValue, type HandleValue } from './model.ts';
+import { affinityValue, blockKeyCidr, blockKeyText, CorruptValueError, decodeBlock, decodeHandle, encodeBlock, encodeHandle, keysOf, type BlockValue, type HandleValue } from './model.ts';
+import { runTxn } from './txn.ts';
 import { blockAddresses, blockCidrText, blockPrefix, isAllocatable, type BlockSizes } from './blocks.ts';
 import type { PoolKeys } from './model.ts';
 
@@ -160,36 +161,49 @@ export interface ReReserveScope extends PoolKeys {
  *   {@link MAX_ATTEMPTS} lost races.
  */
 export async function reReserve(s: ReReserveScope, sandbox: string, a: PodAddress): Promise<ReReserveOutcome> {
-  const base = `${s.prefix}/pools/${s.pool}`;
-  const handleKey = `${base}/handles/${sandbox}/${POD_IFNAME}`;
-  const removing = `${base}/removing/${s.node}`;
-  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-    const r = await readState(s.kv, s, sandbox, a);
-    if (r.decided.state !== 'missing') return r.decided;
-    const h = await handleState(s.kv, s, sandbox);
-    if (h !== null) return h.decided as ReReserveOutcome;
-    const at = s.now();
-    const compares: KVCompare[] = [{ key: handleKey, absent: true }, { key: removing, absent: true }];
-    const ops: KVOp[] = [];
-    let block: BlockValue;
-    if (r.block === null) {
-      const affinity = `${base}/nodes/${s.node}/blocks/${a.block}`;
-      block = { v: 1, cidr: blockCidrText(a.cidr), rangeSet: a.rangeSet, node: s.node, state: 'owned', seq: 0, next: 0, allocs: {} };
-      compares.push({ key: r.blockKey, absent: true }, { key: affinity, absent: true });
-      ops.push({ put: affinity, value: JSON.stringify({ v: 1, rangeSet: a.rangeSet }) });
-    } else {
-      block = structuredClone(r.block.value);
-      compares.push({ key: r.blockKey, modRevision: r.block.rev });
-    }
-    block.seq += 1;
-    block.allocs[String(a.ordinal)] = { id: sandbox, ifname: POD_IFNAME, node: s.node, seq: block.seq, at };
-    // Round robin moves past it, as if an ADD had just handed it out.
-    block.next = (a.ordinal + 1) % Number(blockAddresses(a.cidr.ip.family, a.cidr.prefix));
-    const handle: HandleValue = { v: 1, node: s.node, network: s.network, at, ips: [{ ip: a.ip, block: a.block, ordinal: a.ordinal, seq: block.seq, rangeSet: a.rangeSet }], host: s.host };
-    ops.push({ put: r.blockKey, value: JSON.stringify(block) }, { put: handleKey, value: JSON.stringify(handle) });
-    const t = await s.kv.txn(compares, ops);
-    if (t.succeeded) return { state: 're-reserved', ip: a.ip, block: a.block, claimed: r.block === null, seq: block.seq, revision: t.revision };
-    if ((await s.kv.get(removing)) !== null) return { state: 'skipped', why: `a removal of node ${s.node} is begun (${removing}): nothing written (its heartbeat vetoes it; the next pass decides again)` };
-  }
-  throw new AppError('STORE_CONFLICT', `pool ${s.pool}: ${MAX_ATTEMPTS} re-reservations of ${a.ip} for ${sandbox} lost to concurrent writers; try again`);
+  const keys = keysOf(s);
+  const handleKey = keys.handle(sandbox, POD_IFNAME);
+  const removing = keys.removing(s.node);
+  const { value } = await runTxn<ReReserveOutcome>(
+    s.kv,
+    async (tx) => {
+      const r = await readState(s.kv, s, sandbox, a);
+      if (r.decided.state !== 'missing') return r.decided;
+      const h = await handleState(s.kv, s, sandbox);
+      if (h !== null) return h.decided as ReReserveOutcome;
+      const at = s.now();
+      tx.expect(handleKey, null);
+      tx.expect(removing, null);
+      let block: BlockValue;
+      if (r.block === null) {
+        const affinity = keys.affinity(s.node, a.block);
+        block = { v: 1, cidr: blockCidrText(a.cidr), rangeSet: a.rangeSet, node: s.node, state: 'owned', seq: 0, next: 0, allocs: {} };
+        tx.expect(r.blockKey, null);
+        tx.expect(affinity, null);
+        tx.put(affinity, affinityValue(a.rangeSet));
+      } else {
+        block = structuredClone(r.block.value);
+        tx.expect(r.blockKey, r.block.rev);
+      }
+      block.seq += 1;
+      block.allocs[String(a.ordinal)] = { id: sandbox, ifname: POD_IFNAME, node: s.node, seq: block.seq, at };
+      // Round robin moves past it, as if an ADD had just handed it out.
+      block.next = (a.ordinal + 1) % Number(blockAddresses(a.cidr.ip.family, a.cidr.prefix));
+      const handle: HandleValue = { v: 1, node: s.node, network: s.network, at, ips: [{ ip: a.ip, block: a.block, ordinal: a.ordinal, seq: block.seq, rangeSet: a.rangeSet }], host: s.host };
+      tx.put(r.blockKey, encodeBlock(block));
+      tx.put(handleKey, encodeHandle(handle));
+      const done: { state: 're-reserved'; ip: string; block: string; claimed: boolean; seq: number; revision: string } = { state: 're-reserved', ip: a.ip, block: a.block, claimed: r.block === null, seq: block.seq, revision: '' };
+      tx.onCommit((rev) => (done.revision = rev));
+      return done;
+    },
+    {
+      attempts: MAX_ATTEMPTS,
+      lost: async () =>
+        (await s.kv.get(removing)) !== null ? { stop: { state: 'skipped', why: `a removal of node ${s.node} is begun (${removing}): nothing written (its heartbeat vetoes it; the next pass decides again)` } } : undefined,
+      exhausted: () => {
+        throw new AppError('STORE_CONFLICT', `pool ${s.pool}: ${MAX_ATTEMPTS} re-reservations of ${a.ip} for ${sandbox} lost to concurrent writers; try again`);
+      },
+    },
+  );
+  return value;
 }
