@@ -36,6 +36,12 @@ const LIVE = 110;
 const SUBNET = '10.87.201.0/24';
 const NET = 'fastbench';
 const NODE = '/usr/bin/node';
+/**
+ * Optional: another build's daemon bundle (e.g. a copy of main's `dist/ipwarden.cjs`, with its
+ * `ipwarden-flock.node` beside it) served on a second socket, so a before/after comparison of the
+ * daemon's per-pod path is taken in the same interleaved run (rows "shim+baseline daemon").
+ */
+const BASELINE = process.env['BENCH_FAST_BASELINE'] ?? '';
 
 /** One exec of a group: argv, stdin file, environment (exactly). */
 interface Step {
@@ -97,6 +103,7 @@ const cniEnv = (command: string, id: string): Record<string, string> => ({
 
 const root = mkdtempSync('/tmp/ipw-fastbench-');
 let daemon: TestDaemon | null = null;
+let baseDaemon: TestDaemon | null = null;
 const cleanup = (): void => {
   rmSync(root, { recursive: true, force: true });
 };
@@ -125,6 +132,8 @@ try {
   const up = install('up');
   const down = install('down');
   daemon = await startTestDaemon({ socket: up.socket, logLevel: 'info', args: ['--interval', '1h', '--metrics-address', '127.0.0.1:0'] });
+  const base = BASELINE === '' ? null : install('base');
+  if (base !== null) baseDaemon = await startTestDaemon({ bundle: BASELINE, socket: base.socket, logLevel: 'info', args: ['--interval', '1h', '--metrics-address', '127.0.0.1:0'] });
 
   // Config files, one data directory per group; the "live" directories hold 110 reservations of
   // other containers at seeded random addresses (the same set in both), as host-local writes them.
@@ -160,6 +169,7 @@ try {
     { name: 'shim, daemon down', steps: pod(down.bin, conf('down', 'ipwarden'), 'down') },
     { name: 'standalone', steps: pod(up.standalone, conf('alone', 'ipwarden'), 'alone') },
     { name: 'node -e 0', steps: () => [{ bin: NODE, args: ['-e', '0'], stdin: '-', env: { PATH: '/usr/bin:/bin' } }] },
+    ...(base === null ? [] : [{ name: 'shim+baseline daemon', steps: pod(base.bin, conf('base', 'ipwarden'), 'base') }]),
   ];
 
   /** times[group][step][round] in ms (counted rounds only). */
@@ -186,6 +196,8 @@ try {
   };
   await daemon.stop();
   daemon = null;
+  if (baseDaemon !== null) await baseDaemon.stop();
+  baseDaemon = null;
 
   const idx = (name: string): number => groups.findIndex((g) => g.name === name);
   const stepTimes = (name: string, step: number): number[] => times[idx(name)]?.[step] ?? [];
@@ -205,6 +217,7 @@ try {
   for (const [ours, theirs] of [
     ['shim+daemon', 'host-local'],
     ['shim+daemon, 110 live', 'host-local, 110 live'],
+    ...(base === null ? [] : ([['shim+baseline daemon', 'host-local']] as const)),
   ] as const) {
     console.log(`   ${ours.padEnd(24)} ADD ${ratio(stepTimes(ours, 0), stepTimes(theirs, 0))}  DEL ${ratio(stepTimes(ours, 1), stepTimes(theirs, 1))}  per pod ${ratio(podTimes(ours), podTimes(theirs))}`);
     console.log(`      medians: ours ADD ${ms(stepTimes(ours, 0))} DEL ${ms(stepTimes(ours, 1))}; ${theirs} ADD ${ms(stepTimes(theirs, 0))} DEL ${ms(stepTimes(theirs, 1))}`);
@@ -212,6 +225,9 @@ try {
   console.log(
     `   inside the daemon (its 'request served' durationSeconds, medians): ADD ${ms(inDaemon.add)} DEL ${ms(inDaemon.del)}; 110 live ADD ${ms(inDaemon.addLive)} DEL ${ms(inDaemon.delLive)} (${inDaemon.add.length + inDaemon.del.length + inDaemon.addLive.length + inDaemon.delLive.length} requests)`,
   );
+  if (base !== null) {
+    console.log(`   this build ÷ baseline daemon (${BASELINE}): ADD ${ratio(stepTimes('shim+daemon', 0), stepTimes('shim+baseline daemon', 0))}  DEL ${ratio(stepTimes('shim+daemon', 1), stepTimes('shim+baseline daemon', 1))}  per pod ${ratio(podTimes('shim+daemon'), podTimes('shim+baseline daemon'))}`);
+  }
   console.log('');
   console.log('2. fallback path: shim, daemon down (→ standalone), vs the Node floor and vs the standalone alone');
   console.log(`   ADD vs node -e 0              ${ratio(stepTimes('shim, daemon down', 0), floor)}`);
@@ -223,5 +239,6 @@ try {
   console.log(`      medians: fallback ADD ${ms(stepTimes('shim, daemon down', 0))} DEL ${ms(stepTimes('shim, daemon down', 1))}; standalone ADD ${ms(stepTimes('standalone', 0))} DEL ${ms(stepTimes('standalone', 1))}; node -e 0 ${ms(floor)}`);
 } finally {
   if (daemon !== null) await daemon.stop();
+  if (baseDaemon !== null) await baseDaemon.stop();
   cleanup();
 }

@@ -388,9 +388,12 @@ function blockBar(b: PoolBlockStatus): string {
  * its blocks (`table.blocks`, one `tr[data-block][data-node][data-state]` each, with a bar of the
  * owner's use, borrowed, reserved and free), then the nodes (`table.nodes`, one
  * `tr[data-node][data-alive="yes|no"][data-heartbeat="yes|expired|never"]` each: blocks,
- * capacity, used, borrowed, reserved, heartbeat), then — only when there are any — the keys that
+ * capacity, used, borrowed, reserved, heartbeat, source), then — only when there are any — the keys that
  * cannot be read (`section#corrupt`, `table.corrupt tr[data-key]`: key, why; a range set with
- * unreadable addresses also gets `dd[data-count="unreadable"]`). Self-contained (inline CSS, no script; the
+ * unreadable addresses also gets `dd[data-count="unreadable"]`, one with unheld addresses in
+ * `pendingRelease` blocks `dd[data-count="pending"]`), and the pools of the prefix that
+ * overlap it (`section#overlaps`, `tr[data-later][data-earlier]`: the later pool, whose ADDs are
+ * refused, the earlier one, the overlapping ranges). Self-contained (inline CSS, no script; the
  * Content-Security-Policy loads nothing). Every string of the status — node names, CIDRs, ranges,
  * the pool name — is escaped ({@link escapeHtml}).
  */
@@ -413,7 +416,7 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
       return (
         `<section class="rangeset" id="set-${r.index}" data-range-set="${r.index}">` +
         `<h3>range set ${r.index}: <code>${escapeHtml(r.ranges)}</code></h3>` +
-        poolCounts([['size', r.size], ['used', String(r.used)], ['reserved', String(r.reserved)], ...(r.unreadable > 0 ? [['unreadable', String(r.unreadable)] as const] : []), ['free', r.free], ['blocks', String(r.blocksClaimed)]]) +
+        poolCounts([['size', r.size], ['used', String(r.used)], ['reserved', String(r.reserved)], ...(r.unreadable > 0 ? [['unreadable', String(r.unreadable)] as const] : []), ...(r.pendingRelease > 0 ? [['pending', String(r.pendingRelease)] as const] : []), ['free', r.free], ['blocks', String(r.blocksClaimed)]]) +
         table +
         `</section>`
       );
@@ -423,13 +426,13 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
     .map(
       (n) =>
         `<tr data-node="${escapeHtml(n.node)}" data-alive="${n.alive ? 'yes' : 'no'}" data-heartbeat="${escapeHtml(n.heartbeat)}"><td>${escapeHtml(n.node)}</td>` +
-        `<td class="n">${n.blocks}</td><td class="n">${n.capacity}</td><td class="n">${n.used}</td><td class="n">${n.borrowed}</td><td class="n">${n.reserved}</td><td class="alive">${escapeHtml(n.heartbeat)}</td></tr>`,
+        `<td class="n">${n.blocks}</td><td class="n">${n.capacity}</td><td class="n">${n.used}</td><td class="n">${n.borrowed}</td><td class="n">${n.reserved}</td><td class="alive">${escapeHtml(n.heartbeat)}</td><td class="source">${escapeHtml(n.source ?? '-')}</td></tr>`,
     )
     .join('');
   const nodes =
     s.nodes.length === 0
       ? '<p>no nodes</p>'
-      : `<table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>reserved</th><th>heartbeat</th></tr></thead><tbody>${nodeRows}</tbody></table>`;
+      : `<table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>reserved</th><th>heartbeat</th><th>source</th></tr></thead><tbody>${nodeRows}</tbody></table>`;
   const source = opts.source === undefined ? '' : ` · ${escapeHtml(opts.source)}`;
   // Keys that cannot be read: a section of their own, only when there are any.
   const corrupt =
@@ -437,6 +440,12 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
       ? ''
       : `<section id="corrupt"><h2>keys that cannot be read</h2><p class="note">not counted above; never allocated from or rewritten by ipwarden: left for an operator</p>` +
         `<table class="corrupt"><thead><tr><th>key</th><th>why</th></tr></thead><tbody>${s.corrupt.map((c) => `<tr data-key="${escapeHtml(c.key)}"><td><code>${escapeHtml(c.key)}</code></td><td>${escapeHtml(c.why)}</td></tr>`).join('')}</tbody></table></section>`;
+  // Pools of the prefix that overlap this one: a section of its own, only when there are any.
+  const overlaps =
+    s.overlaps.length === 0
+      ? ''
+      : `<section id="overlaps"><h2>overlapping pools</h2><p class="note">the pool created later hands out no address while they overlap</p>` +
+        `<table class="corrupt"><thead><tr><th>later pool (refused)</th><th>earlier pool</th><th>overlapping ranges</th></tr></thead><tbody>${s.overlaps.map((o) => `<tr data-later="${escapeHtml(o.later)}" data-earlier="${escapeHtml(o.earlier)}"><td>${escapeHtml(o.later)}</td><td>${escapeHtml(o.earlier)}</td><td>${escapeHtml(o.ranges.map((r) => `${r.later} / ${r.earlier}`).join('; '))}</td></tr>`).join('')}</tbody></table></section>`;
   return (
     `<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">` +
     `<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">` +
@@ -450,6 +459,7 @@ export function renderPoolStatusHtml(s: PoolStatus, opts: PoolHtmlOptions): stri
     `${sets}</section>` +
     `<section id="nodes"><h2>nodes</h2>${nodes}</section>` +
     corrupt +
+    overlaps +
     `</body></html>\n`
   );
 }

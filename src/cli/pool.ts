@@ -34,6 +34,7 @@ import { closeSync, constants, fsyncSync, openSync, renameSync, rmSync, writeFil
 import { AppError, UsageError } from '../common/errors.ts';
 import { compareIP, parseCIDR } from '../common/ip.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
+import { checkLivePods, type PoolPodAddressFinding } from '../reconcile/pool-rereserve.ts';
 import { blockKeyCidr, lastSeen, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolRemoval, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
 import { resolveNodeName } from '../node/node-name.ts';
 import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
@@ -91,21 +92,26 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
 /**
  * The human report of `pool status`: range sets, nodes, blocks, and — only when there are any —
  * the keys that cannot be read (`CORRUPT KEY`, `WHY`) with a last line saying they are left for an
- * operator. HEARTBEAT is `yes` (its heartbeat key exists), `expired` (none, but a daemon has served
+ * operator; and — only when there are any — the pools of the prefix that overlap this one (`LATER POOL`,
+ * `EARLIER POOL`, `OVERLAPPING RANGES`: the later pool's range / the earlier's) with a line naming
+ * the pools whose ADDs are refused. HEARTBEAT is `yes` (its heartbeat key exists), `expired` (none, but a daemon has served
  * the node: its settings key exists) or `never` (only the standalone plugin has served it: alive
  * or dead, it looks the same). LAST SEEN: `now` with a live heartbeat, else the node's last-seen
  * record (UTC, the node's own clock; written at most every 5 minutes while its daemon ran), `-`
- * without one. UNREADABLE: allocatable addresses of blocks whose value cannot be read.
+ * without one. SOURCE: where the node's live daemon knows the pool from, as its
+ * heartbeat says — `cni-config`, `requests` (a Multus NetworkAttachmentDefinition), `-` unknown
+ * (no live heartbeat, or an older daemon). UNREADABLE: allocatable addresses of blocks whose value cannot be read.
+ * PENDING: unheld addresses of `pendingRelease` blocks (a removed node's: not free until given back).
  */
 export function poolStatusTable(s: PoolStatus): string {
   let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
   out += renderTable(
-    ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'UNREADABLE', 'FREE', 'BLOCKS'],
-    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), r.free, String(r.blocksClaimed)]),
+    ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'UNREADABLE', 'PENDING', 'FREE', 'BLOCKS'],
+    s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), String(r.pendingRelease), r.free, String(r.blocksClaimed)]),
   );
   out += renderTable(
-    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT', 'LAST SEEN'],
-    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat, n.heartbeat === 'yes' ? 'now' : n.lastSeen === undefined ? '-' : seenText(n.lastSeen)]),
+    ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT', 'LAST SEEN', 'SOURCE'],
+    s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat, n.heartbeat === 'yes' ? 'now' : n.lastSeen === undefined ? '-' : seenText(n.lastSeen), n.source ?? '-']),
   );
   out += renderTable(
     ['BLOCK', 'SET', 'NODE', 'STATE', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED'],
@@ -114,6 +120,11 @@ export function poolStatusTable(s: PoolStatus): string {
   if (s.corrupt.length > 0) {
     out += renderTable(['CORRUPT KEY', 'WHY'], s.corrupt.map((c) => [c.key, c.why]));
     out += `${s.corrupt.length} key${s.corrupt.length === 1 ? '' : 's'} cannot be read: not counted above, never allocated from or rewritten by ipwarden; left for an operator (docs/cluster.md "Corrupt keys")\n`;
+  }
+  if (s.overlaps.length > 0) {
+    out += renderTable(['LATER POOL', 'EARLIER POOL', 'OVERLAPPING RANGES'], s.overlaps.map((o) => [o.later, o.earlier, o.ranges.map((r) => `${r.later} / ${r.earlier}`).join('; ')]));
+    const refused = [...new Set(s.overlaps.map((o) => o.later))];
+    out += `pool ${refused.join(', pool ')} overlap${refused.length === 1 ? 's' : ''} a pool created before it: its ADDs are refused until the overlap is gone (docs/cluster.md "Overlapping pools")\n`;
   }
   return out;
 }
@@ -273,6 +284,18 @@ async function removeNode(node: string, opts: PoolOptions, ctx: CliContext): Pro
   }
 }
 
+/**
+ * The lines of `pool leaks` about READY sandboxes' addresses the pool does not hold for them
+ * (none: empty). `missing`: the node's daemon re-reserves it; `conflict`: another holder has it.
+ */
+export function podAddressLines(f: readonly PoolPodAddressFinding[]): string {
+  if (f.length === 0) return '';
+  return (
+    renderTable(['SANDBOX', 'ADDRESS', 'POOL SAYS', 'REASON'], f.map((x) => [shortId(x.sandbox), x.ip, x.state, x.reason])) +
+    `${f.length} address${f.length === 1 ? '' : 'es'} of ready sandboxes not held for them by the pool (${f.filter((x) => x.state === 'missing').length} missing, ${f.filter((x) => x.state === 'conflict').length} conflict)\n`
+  );
+}
+
 /** The human report of `pool leaks`. */
 export function poolLeaksTable(node: string, verdicts: readonly PoolLeakVerdict[]): string {
   const rows = verdicts.map((v) => [shortId(v.containerId), v.ifname, v.ips.join(','), `${Math.round(v.ageSeconds)}s`, v.verdict, v.reason]);
@@ -317,11 +340,19 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
     for (const h of listed.foreign) {
       verdicts.push({ containerId: h.containerId, ifname: h.ifname, ips: h.value.ips.map((i) => i.ip), ageSeconds: (snap.snapshotAtMs - h.value.at) / 1000, verdict: 'unknown', reason: `written on host ${h.value.host ?? '(none recorded)'}, not ${host}: this host's runtime and kernel cannot judge it` });
     }
+    // Live pods' addresses the pool does not hold (an etcd restored from an older snapshot).
+    const podAddresses = snap.podIPs === null ? [] : await checkLivePods({ kv, ...keys, node }, snap.podIPs, [...handles, ...listed.foreign]);
     ctx.stdout(
       opts.json === true
-        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, revision, handles: verdicts })}\n`
-        : poolLeaksTable(node, verdicts),
+        ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, revision, handles: verdicts, podAddresses })}\n`
+        : poolLeaksTable(node, verdicts) + podAddressLines(podAddresses),
     );
+    // A READY sandbox's addresses are unknown: as in the daemon's pass, nothing is a candidate (exit 1 below).
+    for (const f of snap.podIPFailures) ctx.stderr(`ipwarden: ${f}: its addresses were not checked; no leaked verdict is a release candidate (the daemon releases nothing while this lasts)\n`);
+    if (podAddresses.some((f) => f.state === 'conflict')) {
+      ctx.stderr(`ipwarden: a live pod's address is held by another holder in pool ${pool.name} (a duplicate address): see above\n`);
+      return 1;
+    }
     if (snap.runtime.error !== undefined) {
       ctx.stderr(`ipwarden: runtime not reachable: ${snap.runtime.error}; no verdict is possible\n`);
       return 1;
@@ -330,11 +361,7 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
       ctx.stderr(`ipwarden: kernel evidence incomplete (${snap.evidence.incomplete}); no verdict is possible\n`);
       return 1;
     }
-    if (!plan.candidates) {
-      // A READY sandbox's addresses are unknown: as in the daemon's pass, nothing is a candidate.
-      for (const f of snap.podIPFailures) ctx.stderr(`ipwarden: ${f}: no leaked verdict is a release candidate (the daemon releases nothing while this lasts)\n`);
-      return 1;
-    }
+    if (!plan.candidates) return 1;
     return 0;
   } finally {
     await kv.close();

@@ -58,6 +58,7 @@ import {
   type OfflineStats,
   type PoolAllocation,
   type PoolRequest,
+  type PoolSource,
 } from '../pool/index.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
@@ -322,7 +323,8 @@ export class Heartbeat {
    *   (`{"v":1,"node","since","host","pid"}`) so `pool remove-node` can name the daemon that
    *   heartbeats for a node (trial finding 5); `settings`: a key and value created (create-only,
    *   never overwritten) before the heartbeat key is first put — the node's settings key, the
-   *   durable record that a daemon has served the node (trial finding 1).
+   *   durable record that a daemon has served the node (trial finding 1); `source`: where the
+   *   daemon first knew the pool from ({@link PoolSource}), put in the value as `"source"`.
    */
   constructor(
     kv: KV & Leases,
@@ -331,11 +333,11 @@ export class Heartbeat {
     now: () => number = Date.now,
     every: Every = realEvery,
     onBeat: (() => Promise<unknown>) | null = null,
-    more: { readonly writer?: { readonly host: string; readonly pid: number }; readonly settings?: { readonly key: string; readonly value: string } } = {},
+    more: { readonly writer?: { readonly host: string; readonly pid: number }; readonly settings?: { readonly key: string; readonly value: string }; readonly source?: PoolSource } = {},
   ) {
     this.#kv = kv;
     this.#key = key;
-    this.#value = heartbeatValue(node, now(), more.writer);
+    this.#value = heartbeatValue(node, now(), more.writer, more.source);
     this.#every = every;
     this.#onBeat = onBeat;
     this.#settings = more.settings ?? null;
@@ -936,7 +938,7 @@ export class PoolSessions implements PoolHooks {
       let set = this.#batchersOfPool.get(pk);
       if (set === undefined) this.#batchersOfPool.set(pk, (set = new Set()));
       set.add(b);
-      this.#startHeartbeat(kv, pool, node, alloc);
+      this.#startHeartbeat(kv, pool, node, alloc, 'requests');
     }
     const batcher = b;
     const p =
@@ -989,7 +991,7 @@ export class PoolSessions implements PoolHooks {
    * The daemon is this node's agent: it announces the node in the pool (its heartbeat) from the
    * pool's first use on, and on every beat vetoes a removal of the node begun while it was away.
    */
-  #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
+  #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator, source: PoolSource): void {
     // Automatic removal of dead nodes (ipam.pool.reclaimAfter): one per pool, run on the beats.
     const rkey = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name]);
     if (pool.reclaimAfterMs !== undefined && !this.#reclaimers.has(rkey)) {
@@ -1012,7 +1014,7 @@ export class PoolSessions implements PoolHooks {
     // The settings key records that a daemon serves the node (pool remove-node refuses a node
     // without one, unless --force); with ipam.pool.offline the reserve refill writes it (with S).
     const settings = pool.offline === undefined || pool.offline === null ? { key: alloc.settingsKey(node), value: settingsValue(0) } : undefined;
-    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, onBeat, { writer: { host: hostname(), pid: process.pid }, ...(settings === undefined ? {} : { settings }) });
+    const hb = new Heartbeat(kv, alloc.aliveKey(node), node, Date.now, this.#every, onBeat, { writer: { host: hostname(), pid: process.pid }, source, ...(settings === undefined ? {} : { settings }) });
     this.#heartbeats.set(hkey, hb);
     void hb.start();
   }
@@ -1023,15 +1025,16 @@ export class PoolSessions implements PoolHooks {
    * every pool network of the node's CNI configuration, so an idle returning node vetoes too
    * (review F2b). Idempotent per pool and node. Never throws for etcd trouble (the heartbeat
    * retries on its next beat); throws `ClosedError` after `close()`, `IPAM_INVALID_CONFIG` for an
-   * unusable node name.
+   * unusable node name. `source`: where the daemon knows the pool from (the heartbeat's value
+   * says it, if this starts the heartbeat; default a CNI configuration file).
    */
-  announce(conf: IPAMConfig): void {
+  announce(conf: IPAMConfig, source: PoolSource = 'cni-config'): void {
     const pool = conf.pool as PoolConfig;
     const node = resolveNodeName(pool, this.#env);
     const kv = this.#kv(pool);
     this.#note(pool, node);
     // The heartbeat (and its veto) first: whatever the journal's state (review F4).
-    this.#startHeartbeat(kv, pool, node, this.#allocator(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)));
+    this.#startHeartbeat(kv, pool, node, this.#allocator(kv, pool, node, conf.name, [], this.#cacheFor(pool, node)), source);
     // With ipam.pool.offline: the journal is read (entries a crash left get synced) and the reserve filled.
     this.#offlineOf(pool, node, kv, conf);
   }

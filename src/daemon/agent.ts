@@ -12,8 +12,10 @@ import { NetworkIndexes } from '../store/file/indexed-store.ts';
 import { PoolSessions, type PoolHooks } from '../cni/pool.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
 import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
+import { DaemonLearnedPools } from './learned-pools.ts';
 import { runDaemon, type DaemonDeps, type DaemonPartFactory, type SignalSource } from './daemon.ts';
 import { cniPoolTargets, reconcileLoopPart, type ReconcileLoop } from './loop.ts';
+import { nodeNameMismatch } from './node-name-check.ts';
 import { DaemonMetrics, startHealthServer, startMetricsServer } from './metrics.ts';
 import { createLogger, type Logger } from './log.ts';
 import { kernelAddresses } from './kernel-addresses.ts';
@@ -79,14 +81,22 @@ export function daemonStatusQuery(options: DaemonOptions): StatusQuery {
  * index (docs/daemon.md "The index"), so the loop's changes are not seen as a foreign writer's.
  */
 export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): DaemonDeps {
-  const indexes = new NetworkIndexes();
+  const log = over.log ?? createLogger(options.logLevel);
+  // Empty or unparseable reservation files (what a power loss leaves of a reservation whose content
+  // had not reached the disk): named once per file; they stay taken until the evidence rules allow.
+  const indexes = new NetworkIndexes({
+    onCorrupt: (dir, names) =>
+      log.warn(
+        { dir, ips: names.slice(0, 20), count: names.length },
+        'reservation files empty or unparseable (after a power loss: reservations whose content had not reached the disk): their addresses count as taken; only the evidence rules release them (verdict corrupt)',
+      ),
+  });
   const indexPart: DaemonPartFactory = () => ({ name: 'index', close: () => indexes.close() });
   // Cluster pools: one etcd client per pool for the daemon's life, the node's ADDs batched; the
   // node name is the daemon's own (NODE_NAME from the DaemonSet's downward API, else the host name).
   const metrics = new DaemonMetrics();
   // One logger for the daemon and its pool sessions: offline allocation's lines (offline ADD,
   // sync, sync failure, reserve short) are the daemon's own lines, with `part: "pools"`.
-  const log = over.log ?? createLogger(options.logLevel);
   const poolLog = log.child({ part: 'pools' });
   const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer, {
     log: (level, fields, msg) => poolLog[level](fields, msg),
@@ -106,6 +116,8 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   metrics.pools.watch(() => pools.sample(), options.intervalSeconds);
   // Offline gauges (reserve left, journal entries, contact age) on every scrape: no I/O.
   metrics.pools.watchOffline(() => pools.offlineStats());
+  // The pool networks learned from the requests served (their records under --data-dir).
+  const learned = new DaemonLearnedPools(options.dataDir, log);
   // At start, announce the node in every pool its CNI configurations name, so a node that comes
   // back idle vetoes a removal begun while it was away (docs/cluster.md "remove-node", review F2b).
   const poolPart: DaemonPartFactory = ({ log }) => {
@@ -121,12 +133,14 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     for (const n of networks) {
       if (n.ipam?.pool === null || n.ipam?.pool === undefined) continue;
       try {
-        pools.announce(n.ipam);
-        log.info({ part: 'pools', network: n.name, pool: n.ipam.pool.name }, 'pool announced');
+        pools.announce(n.ipam, 'cni-config');
+        log.info({ part: 'pools', network: n.name, pool: n.ipam.pool.name, source: 'cni-config', file: n.file }, 'pool announced');
       } catch (e) {
         log.warn({ part: 'pools', network: n.name, error: e instanceof Error ? e.message : String(e) }, 'pool not announced');
       }
     }
+    // Then the pool networks learned from requests (Multus: docs/cluster.md "Multus").
+    learned.start(pools);
     return { name: 'pools', close: () => pools.close() };
   };
   metrics.watchFallbackLog(join(dirname(options.socket), FALLBACK_LOG_NAME));
@@ -135,6 +149,20 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   const kernel = kernelAddresses(log, metrics.kernelIndex, over.kernelIndex);
   over.onMetrics?.(metrics);
   let state: 'starting' | 'started' | 'stopping' = 'starting';
+  // The node-name file must agree with NODE_NAME (src/daemon/node-name-check.ts): checked at start
+  // and on every /readyz; a disagreement is logged (once per change), counted, and fails /readyz.
+  let lastMismatch: string | null | undefined;
+  const checkNodeName = (): string | null => {
+    const m = nodeNameMismatch(process.env, over.installed?.dir);
+    if (m !== lastMismatch) {
+      if (m !== null) log.error({ error: m }, 'node name mismatch');
+      else if (lastMismatch !== undefined) log.info('node name file agrees with NODE_NAME');
+      lastMismatch = m;
+    }
+    metrics.setNodeNameMismatch(m !== null);
+    return m;
+  };
+  checkNodeName();
   // The installed files: watched, reinstalled when they vanish or change; /readyz fails meanwhile.
   const installed = over.installed;
   let watch: InstallWatch | null = null;
@@ -158,7 +186,9 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
         if (state !== 'started') return { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' };
         // The plugin the runtime execs is gone (a re-created /opt/cni/bin) or not ours: not ready.
         const missing = watch?.problem() ?? null;
-        return missing === null ? { ok: true, why: '' } : { ok: false, why: missing };
+        if (missing !== null) return { ok: false, why: missing };
+        const mismatch = checkNodeName();
+        return mismatch === null ? { ok: true, why: '' } : { ok: false, why: mismatch };
       },
     };
     const listenError = (flag: string, at: string) => (e: unknown): never => {
@@ -205,10 +235,11 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     renderHtml: over.statusHtml ?? null,
     registry: metrics.registry,
   });
-  // The loop also releases the node's leaks in the pools of its CNI configurations, with etcd
-  // clients of its own (docs/cluster.md "Reconcile per node"), closed with the loop.
+  // The loop also releases the node's leaks in the pools of its CNI configurations and in the
+  // learned ones (docs/cluster.md "Multus"), with etcd clients of its own (docs/cluster.md
+  // "Reconcile per node"), closed with the loop.
   const loopPart = reconcileLoopPart(
-    { reconcile, metrics, pools: cniPoolTargets(options.cniConfDir, process.env), ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) },
+    { reconcile, metrics, pools: cniPoolTargets(options.cniConfDir, process.env, undefined, () => learned.entries().map((p) => ({ file: p.file, ipam: p.conf, name: p.conf.name }))), ...(over.releaseCap === undefined ? {} : { releaseCap: over.releaseCap }) },
     over.onLoop,
   );
   // CNI GC through the daemon is counted per pool (ipwarden_pool_releases_total{reason="gc"}).
@@ -228,6 +259,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     openStore: (o) => indexes.openStore(o),
     heal: criHealFactoryFor(daemonNodeEndpoint(options, process.env)),
     pool: poolHooks,
+    learnPool: learned.learner(pools),
     kernel: kernel.hooks,
     onState: (s) => {
       state = s;

@@ -19,6 +19,7 @@ import {
   type SocketLock,
   type HealFactory,
   type PluginServer,
+  type PoolLearner,
   type PluginServerHooks,
   type StoreOpener,
 } from './plugin-server.ts';
@@ -58,6 +59,8 @@ export interface DaemonDeps {
   readonly onState?: (state: 'started' | 'stopping') => void;
   /** Cluster pool hooks of the plugin server (src/cni/pool.ts `PoolSessions`, closed by a part). */
   readonly pool?: PoolHooks;
+  /** Told of the network config of every pool ADD and CHECK served (see `PluginServerOptions.learnPool`). */
+  readonly learnPool?: PoolLearner;
   /** The kernel address index's ADD hooks (src/daemon/kernel-addresses.ts; its reads are a part). */
   readonly kernel?: KernelAddressHooks;
 }
@@ -130,6 +133,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
       ...(deps.openStore === undefined ? {} : { openStore: deps.openStore }),
       ...(deps.heal === undefined ? {} : { heal: deps.heal }),
       ...(deps.pool === undefined ? {} : { pool: deps.pool }),
+      ...(deps.learnPool === undefined ? {} : { learnPool: deps.learnPool }),
       ...(deps.kernel === undefined ? {} : { kernel: deps.kernel }),
       ...(deps.maxInFlight === undefined ? {} : { maxInFlight: deps.maxInFlight }),
       ...(deps.maxConnections === undefined ? {} : { maxConnections: deps.maxConnections }),

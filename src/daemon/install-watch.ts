@@ -28,6 +28,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createReadStream, lstatSync, watch, type FSWatcher } from 'node:fs';
+import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { errnoCode } from '../common/errors.ts';
 import type { Logger } from './log.ts';
@@ -194,7 +195,11 @@ export class InstallWatch {
     await this.#running;
   }
 
+  /** The host name when the plan was last computed. */
+  #planHost = hostname();
+
   async #refreshPlan(): Promise<void> {
+    this.#planHost = hostname();
     const plan = this.#deps.plan();
     this.#want = await Promise.all(plan.map(async (file) => ({ file, ...(await expected(file)) })));
     this.#verified.clear();
@@ -312,6 +317,9 @@ export class InstallWatch {
   }
 
   async #check(): Promise<void> {
+    // A renamed host: the node-name record install-cni writes names the host, so the expected
+    // contents change with it (a stale record is ignored by the standalone fallback).
+    if (hostname() !== this.#planHost) await this.#refreshPlan();
     const bad = await this.#verifyAll();
     const dir = this.#deps.dir;
     if (bad.length === 0) {

@@ -27,9 +27,10 @@ import { poolRevisions, runPoolPass, type PoolPassError, type PoolPassReport, ty
 import { takeSnapshot, type Snapshot } from '../reconcile/snapshot.ts';
 import { openAuditLog, openDefaultAuditLog, type AuditSink } from '../reconcile/audit.ts';
 import { etcdFor } from '../pool/index.ts';
+import { recordHost, type HostHistory } from '../node/host-history.ts';
 import { resolveNodeName } from '../node/node-name.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
-import { readCniConfigs } from '../node/cni-conf.ts';
+import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import type { KV } from '../store/kv.ts';
 import type { DaemonPart, DaemonPartFactory } from './daemon.ts';
 import type { Logger } from './log.ts';
@@ -66,6 +67,8 @@ export interface LoopDeps {
   readonly pools?: PoolTargetSource;
   /** Monotonic milliseconds for the two-observation rules (default `performance.now`; tests inject). */
   readonly monotonic?: () => number;
+  /** Records and returns this machine's host names (default src/node/host-history.ts `recordHost`; tests inject). */
+  readonly hostHistory?: (dataDir: string) => HostHistory;
 }
 
 /** The pools of one pass and etcd's revision `R` of each (null: unreadable; why in `errors`), read before the pass's runtime snapshot. */
@@ -88,9 +91,16 @@ export interface PoolTargetSource {
  * node name for it (`ipam.nodeName`, else `env.NODE_NAME`, else the host name: the rule of the
  * pool's ADDs, src/node/node-name.ts `resolveNodeName`) and one etcd client per (endpoints, prefix,
  * TLS) kept for the loop's life (`make`, default `etcdFor`: the TLS files are read when the
- * client is made). Networks naming the same pool and node are one target.
+ * client is made). Networks naming the same pool and node are one target. `more`: further pool
+ * networks, asked each pass after the directory (the daemon's learned ones,
+ * src/daemon/learned-pools.ts; `file` names the network's record in errors).
  */
-export function cniPoolTargets(cniConfDir: string, env: Readonly<Record<string, string | undefined>>, make: (pool: PoolConfig) => KV = etcdFor): PoolTargetSource {
+export function cniPoolTargets(
+  cniConfDir: string,
+  env: Readonly<Record<string, string | undefined>>,
+  make: (pool: PoolConfig) => KV = etcdFor,
+  more: () => ReadonlyArray<Pick<CniNetwork, 'file' | 'ipam'> & Partial<Pick<CniNetwork, 'name'>>> = () => [],
+): PoolTargetSource {
   const kvs = new Map<string, KV>();
   let closed = false;
   return {
@@ -98,13 +108,14 @@ export function cniPoolTargets(cniConfDir: string, env: Readonly<Record<string, 
       const errors: string[] = [];
       const out = new Map<string, PoolTarget>();
       if (closed) return { targets: [], errors };
-      let networks;
+      let networks: CniNetwork[] = [];
       try {
         networks = readCniConfigs(cniConfDir);
       } catch (e) {
-        return { targets: [], errors: [`cannot read the CNI configurations in ${cniConfDir}: ${e instanceof Error ? e.message : String(e)}`] };
+        // The learned networks (`more`) are still reconciled.
+        errors.push(`cannot read the CNI configurations in ${cniConfDir}: ${e instanceof Error ? e.message : String(e)}`);
       }
-      for (const n of networks) {
+      for (const n of [...networks, ...more()]) {
         const pool = n.ipam?.pool;
         if (pool === null || pool === undefined) continue;
         try {
@@ -115,7 +126,7 @@ export function cniPoolTargets(cniConfDir: string, env: Readonly<Record<string, 
           const id = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
           const prev = out.get(id);
           const eps = [...(prev?.runtimeEndpoints ?? []), ...(n.ipam?.runtimeEndpoint != null ? [n.ipam.runtimeEndpoint] : [])];
-          out.set(id, { ...(prev ?? { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id }), runtimeEndpoints: eps });
+          out.set(id, { ...(prev ?? { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id }), runtimeEndpoints: eps, networks: [...(prev?.networks ?? []), ...(n.name == null ? [] : [n.name])] });
         } catch (e) {
           errors.push(`${n.file}: ${e instanceof Error ? e.message : String(e)}`);
         }
@@ -194,6 +205,8 @@ class Loop implements ReconcileLoop {
   readonly name = 'loop';
   last: PassReport | null = null;
   lastPool: PoolPassReport | null = null;
+  /** The host history's last problem (logged when it changes). */
+  private hostHistoryProblem: string | null = null;
   private readonly opts: PassOptions;
   private readonly confirmations: Confirmations;
   /** The pool pass's own memory across passes (D1–D3 over handles; not the node-local one's). */
@@ -397,9 +410,17 @@ class Loop implements ReconcileLoop {
         mkdirSync(this.opts.dataDir, { recursive: true, mode: 0o755 });
         return openDefaultAuditLog(this.opts.dataDir);
       };
-      const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic, { revisions: pools.revisions, errors: pools.errors, snap });
+      // This machine's earlier host names (a renamed host: its handles written under them stay its own).
+      mkdirSync(this.opts.dataDir, { recursive: true, mode: 0o755 });
+      const history = (this.deps.hostHistory ?? recordHost)(this.opts.dataDir);
+      if (history.problem !== null && history.problem !== this.hostHistoryProblem) this.log.warn({ error: history.problem }, 'host history not used');
+      this.hostHistoryProblem = history.problem;
+      const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit, earlierHosts: history.earlier }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic, { revisions: pools.revisions, errors: pools.errors, snap });
       this.lastPool = r;
-      this.deps.metrics.recordPoolPass({ released: r.released.map((x) => ({ pool: x.pool })), errors: r.errors });
+      this.deps.metrics.recordPoolPass({ released: r.released.map((x) => ({ pool: x.pool })), errors: r.errors, reReserved: r.reReserved });
+      for (const x of r.reReserved) {
+        this.log.warn({ pool: x.pool, node: x.node, network: x.network, sandbox: x.sandbox, ip: x.ip, block: x.block, claimed: x.claimed, revision: x.revision }, 'pool re-reserved');
+      }
       for (const x of r.released) {
         this.log.info({ pool: x.pool, node: x.node, network: x.network, containerId: x.containerId, ifname: x.ifname, ips: x.ips, modRevision: x.modRevision, createRevision: x.createRevision }, 'pool released');
       }

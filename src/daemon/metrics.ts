@@ -182,14 +182,23 @@ export class DaemonMetrics {
       labelNames: ['pool', 'reason'],
       registers,
     });
+    this.poolReReserved = new Counter({
+      name: 'ipwarden_pool_rereserved_total',
+      help: "Addresses of this node's READY pods that the cluster pool had lost (an etcd restored from an older snapshot), written back by the daemon's pool pass, by pool.",
+      labelNames: ['pool'],
+      registers,
+    });
   }
 
   // ---- Cluster-pool reconcile (docs/cluster.md "Reconcile per node"; branch poolgc) ----
   private readonly poolReleases: Counter<'pool' | 'reason'>;
+  /** docs/cluster.md "Re-reserving live pods' addresses". */
+  private readonly poolReReserved: Counter<'pool'>;
 
-  /** Feed one finished pool pass of the loop: its releases (reason `daemon`) and its errors (kinds prefixed `pool-`). */
-  recordPoolPass(p: { readonly released: ReadonlyArray<{ readonly pool: string }>; readonly errors: ReadonlyArray<{ readonly kind: string }> }): void {
+  /** Feed one finished pool pass of the loop: its releases (reason `daemon`), its re-reservations and its errors (kinds prefixed `pool-`: a duplicate address is `pool-conflict`). */
+  recordPoolPass(p: { readonly released: ReadonlyArray<{ readonly pool: string }>; readonly errors: ReadonlyArray<{ readonly kind: string }>; readonly reReserved?: ReadonlyArray<{ readonly pool: string }> }): void {
     for (const r of p.released) this.poolReleases.inc({ pool: r.pool, reason: 'daemon' });
+    for (const r of p.reReserved ?? []) this.poolReReserved.inc({ pool: r.pool });
     for (const e of p.errors) this.reconcileErrors.inc({ kind: `pool-${e.kind}` });
   }
 
@@ -233,6 +242,21 @@ export class DaemonMetrics {
       registers: [this.registry],
     });
     this.pluginInstalled.set(1);
+  }
+
+  private nodeNameMismatchGauge: Gauge | null = null;
+
+  /**
+   * The node-name file disagrees with the daemon's NODE_NAME (1) or not (0): src/daemon/node-name-check.ts.
+   * The gauge exists once the daemon has checked.
+   */
+  setNodeNameMismatch(mismatch: boolean): void {
+    this.nodeNameMismatchGauge ??= new Gauge({
+      name: 'ipwarden_node_name_mismatch',
+      help: "Whether the node-name file beside the installed plugin names another node than the daemon's NODE_NAME, or was written on another host name (1: the standalone fallback would act as another node; /readyz fails), or agrees (0).",
+      registers: [this.registry],
+    });
+    this.nodeNameMismatchGauge.set(mismatch ? 1 : 0);
   }
 
   /** Count one reinstall that put every file back. */

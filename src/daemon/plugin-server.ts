@@ -35,6 +35,7 @@
  *   arrival (the complete request), its wait for a slot included (`queuedSeconds` says how much).
  */
 import type { PoolHooks } from '../cni/pool.ts';
+import type { IPAMConfig } from '../ipam/types.ts';
 import { closeSync, constants as fsConstants, existsSync, fstatSync, lstatSync, mkdirSync, openSync, readFileSync, unlinkSync, type Stats } from 'node:fs';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -172,6 +173,12 @@ export interface PluginServerOptions {
    * a request fails with `INTERNAL`.
    */
   readonly pool?: PoolHooks;
+  /**
+   * Told of the network config (the request's stdin) of every pool ADD and CHECK that succeeded,
+   * after its answer was decided (the daemon learns the pool networks it serves from it:
+   * src/daemon/learned-pools.ts). Must not throw.
+   */
+  readonly learnPool?: PoolLearner;
   /**
    * The kernel address index (src/daemon/kernel-addresses.ts): ADDs skip the addresses it shows
    * configured in a network namespace. Without it ADDs allocate as the standalone plugin does.
@@ -441,18 +448,29 @@ interface Conn {
 }
 
 /** `hooks` with every ADD given `signal`. */
-function withSignal(hooks: PoolHooks, conn: Conn): PoolHooks {
+/** See {@link PluginServerOptions.learnPool}: `conf` the request's decoded config, `stdin` its bytes. */
+export type PoolLearner = (conf: IPAMConfig, stdin: Uint8Array) => void;
+
+function withSignal(hooks: PoolHooks, conn: Conn, stdin: Uint8Array, learn: PoolLearner | undefined): PoolHooks {
   // The request's network, for its log line (a pool network opens no store that would name it).
   const named = (name: string): void => {
     conn.network = name;
   };
   const gc = hooks.gc;
   return {
-    add: (conf, req) => (named(conf.name), hooks.add(conf, req, conn.abort.signal)),
+    add: (conf, req) => (named(conf.name), learnt(hooks.add(conf, req, conn.abort.signal), () => learn?.(conf, stdin))),
     del: (id, req) => (named(id.name), hooks.del(id, req)),
-    find: (conf, req) => (named(conf.name), hooks.find(conf, req)),
+    find: (conf, req) => (named(conf.name), learnt(hooks.find(conf, req), () => learn?.(conf, stdin))),
     ...(gc === undefined ? {} : { gc: (id: Parameters<typeof gc>[0], valid: Parameters<typeof gc>[1]) => (named(id.name), gc.call(hooks, id, valid)) }),
   };
+}
+
+/** `p`, with `learn` run once it fulfilled (a pool ADD or CHECK that succeeded: the pool is real). */
+function learnt<T>(p: Promise<T>, learn: () => void): Promise<T> {
+  return p.then((r) => {
+    learn();
+    return r;
+  });
 }
 
 /** The client went away: nothing can be answered any more; a queued pool ADD is not sent. */
@@ -595,7 +613,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       decoders,
       ...(h === undefined ? {} : { heal: h }),
       // The request's pool ADD carries its client's signal: queued, it is not sent once the shim is gone.
-      ...(opts.pool === undefined ? {} : { pool: withSignal(opts.pool, conn) }),
+      ...(opts.pool === undefined ? {} : { pool: withSignal(opts.pool, conn, req.stdin, opts.learnPool) }),
       ...(opts.kernel === undefined ? {} : { kernel: opts.kernel }),
     };
   };

@@ -133,6 +133,19 @@ const NODE_NAME_LABEL = 'the node name file';
  *   trusted (see the module comment), cannot be read, is larger than
  *   {@link NODE_NAME_FILE_MAX_BYTES}, or does not hold one valid node name.
  */
+/**
+ * The node-name file as written, host line included, for the daemon's agreement check
+ * (src/daemon/node-name-check.ts): null when there is none; else its path, the node name and the
+ * host of its `host` line (null: none) — also when that host is not this one ({@link readNodeNameFile}
+ * ignores such a file). Same options and errors as {@link readNodeNameFile}.
+ */
+export function nodeNameFileRecord(opts: { readonly dir?: string; readonly euid?: number } = {}): { readonly file: string; readonly name: string; readonly host: string | null } | null {
+  const r = readRecord(NODE_NAME_FILE, NODE_NAME_LABEL, opts);
+  if (r === null) return null;
+  if (!validNodeName(r.value)) throw new AppError('IPAM_INVALID_CONFIG', badNodeNameMessage(`the node name file ${r.file}`, r.value));
+  return { file: r.file, name: r.value, host: r.host };
+}
+
 export function readNodeNameFile(opts: { readonly dir?: string; readonly euid?: number; readonly host?: () => string } = {}): string | null {
   const r = readRecord(NODE_NAME_FILE, NODE_NAME_LABEL, opts);
   if (r === null) return null;

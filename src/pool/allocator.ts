@@ -25,6 +25,7 @@
  * written: an ADD skips such a block, a DEL always finishes without it (docs/cluster.md "Corrupt
  * keys"; {@link CorruptValueError}, {@link PoolAllocatorOptions.onCorrupt}).
  */
+import { giveBackEmptied } from './stuck-block.ts';
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, type IP, type Subnet } from '../common/ip.ts';
 import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
@@ -57,6 +58,7 @@ import {
   type HandleValue,
   type PoolKeyLayout,
 } from './model.ts';
+import { createGuard, existingGuard, layoutMismatch, type PoolLayout } from './overlap.ts';
 import { rangeFor, rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { Range, RangeSet } from '../ipam/types.ts';
 
@@ -294,6 +296,7 @@ export class PoolAllocator {
   async checkMeta(): Promise<void> {
     if (this.#metaChecked) return;
     const want = metaOf(this.#o.rangeSets, this.#o.sizes);
+    const layout = this.#layout;
     const kv = this.#o.kv;
     const pinKey = this.clusterPinKey;
     // Exhausted (every create lost): the next operation's transactions still compare what they need.
@@ -312,6 +315,11 @@ export class PoolAllocator {
         }
         tx.expect(this.metaKey, null);
         tx.put(this.metaKey, want);
+        // Overlapping pools refused (src/pool/overlap.ts): the prefix's pool index compared and
+        // rewritten in the same transaction.
+        const guard = await createGuard(kv, this.#o.prefix, this.#o.pool, layout);
+        for (const c of guard.compares) tx.expect(c.key, 'absent' in c ? null : c.modRevision);
+        for (const o of guard.ops) if ('put' in o) tx.put(o.put, o.value, o.lease);
         if (check?.clusterId != null) {
           // A pin left without its meta (an operator deleted meta): replaced by this cluster's.
           tx.expect(pinKey, pinEntry === null ? null : pinEntry.modRevision);
@@ -320,11 +328,7 @@ export class PoolAllocator {
         return;
       }
       parseJson(e);
-      if (e.value !== want) {
-        throw new AppError('IPAM_INVALID_CONFIG', `pool ${this.#o.pool} is defined in etcd with other ranges or block sizes than this network's config`, {
-          details: `etcd ${this.metaKey}: ${e.value}; this config: ${want}`,
-        });
-      }
+      if (e.value !== want) throw layoutMismatch(this.#o.pool, this.#o.network, e, layout, want);
       if (check?.clusterId != null) {
         if (pinEntry !== null) {
           const pinned = decodeClusterPin(pinEntry);
@@ -339,11 +343,27 @@ export class PoolAllocator {
           await kv.txn([{ key: pinKey, absent: true }, { key: this.metaKey, modRevision: e.modRevision }], [{ put: pinKey, value: clusterPinValue(check.clusterId) }]);
         }
       }
+      await existingGuard(kv, this.#o.prefix, this.#o.pool, e, layout);
       return;
       },
       { attempts: MAX_ATTEMPTS, exhausted: () => undefined },
     );
     this.#metaChecked = true;
+  }
+
+  /** This config's layout (what `meta` records). */
+  get #layout(): PoolLayout {
+    return { rangeSets: this.#o.rangeSets, blockSize: this.#o.sizes.blockSize4, blockSize6: this.#o.sizes.blockSize6 };
+  }
+
+  /**
+   * CHECK's read-only check of this config against the pool's `meta` (nothing is created).
+   * @throws AppError IPAM_INVALID_CONFIG on a layout mismatch (see {@link layoutMismatch}); STORE_CORRUPT for a `meta` that cannot be read
+   */
+  async #checkLayout(): Promise<void> {
+    const e = await this.#o.kv.get(this.metaKey);
+    const want = metaOf(this.#o.rangeSets, this.#o.sizes);
+    if (e !== null && e.value !== want) throw layoutMismatch(this.#o.pool, this.#o.network, e, this.#layout, want);
   }
 
   /** The handle of (containerId, ifname) with its revision, or null. */
@@ -759,6 +779,7 @@ export class PoolAllocator {
    * no handle (CHECK). Throws STORE_CORRUPT when the handle names an allocation its block lacks.
    */
   async find(req: PoolRequest): Promise<PoolAllocation[] | null> {
+    await this.#checkLayout();
     // Reads only: a read that raced with a release (LostRace) is read again.
     const { value } = await runTxn(
       this.#o.kv,
@@ -895,6 +916,11 @@ export class PoolAllocator {
               gone.push(b.key);
               continue;
             }
+          }
+          // A removed node's block emptied by this DEL goes back to the pool (src/pool/stuck-block.ts).
+          if (Object.keys(b.value.allocs).length === 0 && b.value.state === 'pendingRelease' && b.value.node !== this.#o.node && (await giveBackEmptied(kv, this.#keys, tx, b.key, b.value.node))) {
+            gone.push(b.key);
+            continue;
           }
           tx.put(bk, encodeBlock(b.value));
         }

@@ -105,9 +105,12 @@ export { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats }
 export { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from './journal.ts';
 export { PoolRemoval, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolRemovalOptions } from './removal.ts';
 export { classifyPoolHandles, type PoolLeakVerdict } from './leaks.ts';
+export { prefixOverlaps, rangeText, type PoolOverlap } from './overlap.ts';
 export { decodeJournalEntry, journalName } from './offline.ts';
-export { blockKeyCidr, heartbeatValue, keysOf, markerBy, metaOf, settingsValue, type HandleValue, type PoolKeyLayout } from './model.ts';
+export { blockKeyCidr, decodeMeta, heartbeatValue, heartbeatWriter, keysOf, markerBy, metaOf, settingsValue, type HandleValue, type PoolKeyLayout } from './model.ts';
 export { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type CorruptHandle, type PoolHandleEntry, type ValidAttachment } from './reclaim.ts';
 export type { PoolKeys } from './model.ts';
 export { allocatorFor, backoffMs, corruptLine, etcdFor, jitteredBackoff, PER_REQUEST, tlsFiles, type KVSource } from './session.ts';
-export { nodeHeartbeat, poolNodeSample, poolStatus, type PoolBlockStatus, type PoolNodeSample, type PoolStatus } from './status.ts';
+export { heartbeatSource, nodeHeartbeat, poolNodeSample, poolStatus, type PoolBlockStatus, type PoolNodeSample, type PoolSource, type PoolStatus } from './status.ts';
+export { decodeLearned, keptConfig, LEARNED_DIR_NAME, learnedName, LearnedPools, learnedPoolsDir, readLearnedPools, type LearnedPool, type LearnedRead, type LearnOutcome, type UnreadableLearned } from './learned.ts';
+export { checkPodAddress, podAddress, POD_IFNAME, reReserve, type PodAddress, type PodAddressState, type ReReserveOutcome, type ReReserveScope } from './rereserve.ts';

@@ -432,10 +432,10 @@ export function markerBy(value: string): string | null {
 
 /**
  * A heartbeat's value: `{"v":1,"node","since"}` and, when the writer is known, `"host","pid"`
- * (read back by {@link heartbeatWriter}). `since`: ms since the epoch.
+ * (read back by {@link heartbeatWriter}); `"source"` where the daemon knows the pool from (src/pool/status.ts `heartbeatSource`). `since`: ms since the epoch.
  */
-export function heartbeatValue(node: string, since: number, writer?: { readonly host: string; readonly pid: number }): string {
-  return JSON.stringify({ v: 1, node, since, ...(writer === undefined ? {} : { host: writer.host, pid: writer.pid }) });
+export function heartbeatValue(node: string, since: number, writer?: { readonly host: string; readonly pid: number }, source?: 'cni-config' | 'requests'): string {
+  return JSON.stringify({ v: 1, node, since, ...(writer === undefined ? {} : { host: writer.host, pid: writer.pid }), ...(source === undefined ? {} : { source }) });
 }
 
 /** The settings value a node's daemon writes: `{"v":1,"offlineSeconds":S}`. */

@@ -14,6 +14,7 @@ import type { KV } from '../store/kv.ts';
 import { blockKeyCidr, corrupt, CorruptValueError, decodeBlock, decodeMeta, keysOf } from './model.ts';
 import { lastSeen } from './auto-reclaim.ts';
 import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './blocks.ts';
+import { prefixOverlaps, type PoolOverlap } from './overlap.ts';
 import { validNodeName } from '../ipam/pool-config.ts';
 import { rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
@@ -67,6 +68,26 @@ export interface PoolNodeStatus {
    * or a daemon from before the record existed). Information only.
    */
   readonly lastSeen?: number;
+  /**
+   * Where the node's daemon knows the pool from, as its live heartbeat's value says (`"source"`):
+   * `cni-config` (a file of its CNI configuration directory), `requests` (only the network configs
+   * of requests it served: a Multus NetworkAttachmentDefinition; docs/cluster.md "Multus"), or
+   * null — no live heartbeat, or one written before the field existed.
+   */
+  readonly source: PoolSource | null;
+}
+
+/** Where a node's daemon knows a pool from ({@link PoolNodeStatus.source}). */
+export type PoolSource = 'cni-config' | 'requests';
+
+/** The `"source"` of a heartbeat value, or null when it names none (or is not JSON): a hint, never an error. */
+export function heartbeatSource(value: string): PoolSource | null {
+  try {
+    const o = JSON.parse(value) as { source?: unknown } | null;
+    return typeof o === 'object' && o !== null && (o.source === 'cni-config' || o.source === 'requests') ? o.source : null;
+  } catch {
+    return null;
+  }
 }
 
 /** One range set in the report. */
@@ -85,7 +106,13 @@ export interface PoolRangeSetStatus {
    * {@link PoolStatus.corrupt}): neither used nor free — no ADD allocates from such a block.
    */
   readonly unreadable: number;
-  /** `size − used − reserved − unreadable`, decimal text. */
+  /**
+   * Allocatable addresses of this range set's `pendingRelease` blocks that no allocation or reserve
+   * entry holds: neither used nor free — no ADD allocates in such a block and no node can claim it
+   * (a removal of its owner is begun; the block is given back once its last allocation goes).
+   */
+  readonly pendingRelease: number;
+  /** `size − used − reserved − unreadable − pendingRelease`, decimal text: what ADDs can still get. */
   readonly free: string;
   /** Blocks with a key (claimed by a node), those whose value cannot be read included. */
   readonly blocksClaimed: number;
@@ -112,6 +139,12 @@ export interface PoolStatus {
   readonly blocks: readonly PoolBlockStatus[];
   /** Keys that cannot be read, sorted by key (empty when none). */
   readonly corrupt: readonly PoolCorruptKey[];
+  /**
+   * The pools of the same etcd prefix whose ranges overlap this one's, each pair with the one
+   * created later (by its `meta`'s create revision: its ADDs are refused) and the overlapping
+   * ranges (docs/cluster.md "Overlapping pools"); empty when none.
+   */
+  readonly overlaps: readonly PoolOverlap[];
 }
 
 /**
@@ -150,7 +183,8 @@ function byAddress(a: PoolBlockStatus, b: PoolBlockStatus): number {
  * of a range set still counts as claimed, and its allocatable addresses as `unreadable` (not free).
  * Five reads: `meta`, the last-seen records (`seen/`), the heartbeat keys and the node index
  * (`nodes/`: affinities and settings; keys only), the blocks. Reserve entries (`"reserve": true`, docs/cluster.md "Offline allocation")
- * are counted as `reserved`, never as `used`; `free` is what is none of these.
+ * are counted as `reserved`, never as `used`; the unheld addresses of `pendingRelease` blocks as
+ * `pendingRelease` (no ADD can use them); `free` is what is none of these.
  */
 export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<PoolStatus> {
   const keys = keysOf({ prefix, pool });
@@ -168,7 +202,8 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   };
   const alive = new Set<string>();
   const seen = await lastSeen(kv, prefix, pool);
-  for (const e of await kv.list(keys.alivePrefix, { keysOnly: true })) {
+  const sources = new Map<string, PoolSource>();
+  for (const e of await kv.list(keys.alivePrefix)) {
     const n = e.key.slice(keys.alivePrefix.length);
     // A heartbeat key names a node (the daemon writes only valid names): anything else is corrupt.
     if (!validNodeName(n)) {
@@ -176,6 +211,8 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       continue;
     }
     alive.add(n);
+    const src = heartbeatSource(e.value);
+    if (src !== null) sources.set(n, src);
     node(n);
   }
   // A settings key: an ipwarden daemon has served the node (its announce writes it).
@@ -194,6 +231,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   const reservedPerSet = meta.rangeSets.map(() => 0);
   const unreadablePerSet = meta.rangeSets.map(() => 0);
   const claimedPerSet = meta.rangeSets.map(() => 0);
+  const pendingPerSet = meta.rangeSets.map(() => 0);
   for (const e of await kv.list(keys.blocksPrefix)) {
     const key = e.key.slice(keys.blocksPrefix.length);
     const cidrText = blockKeyCidr(key);
@@ -234,6 +272,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     }
     usedPerSet[b.rangeSet] = (usedPerSet[b.rangeSet] as number) + allocs.length;
     reservedPerSet[b.rangeSet] = (reservedPerSet[b.rangeSet] as number) + reserved;
+    if (b.state === 'pendingRelease') pendingPerSet[b.rangeSet] = (pendingPerSet[b.rangeSet] as number) + Math.max(0, capacity - all.length);
     claimedPerSet[b.rangeSet] = (claimedPerSet[b.rangeSet] as number) + 1;
   }
   return {
@@ -246,13 +285,15 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       const used = usedPerSet[i] as number;
       const reserved = reservedPerSet[i] as number;
       const unreadable = unreadablePerSet[i] as number;
-      return { index: i, ranges: rangeSetString(rs), size: String(size), used, reserved, unreadable, free: String(size - BigInt(used) - BigInt(reserved) - BigInt(unreadable)), blocksClaimed: claimedPerSet[i] as number };
+      const pendingRelease = pendingPerSet[i] as number;
+      return { index: i, ranges: rangeSetString(rs), size: String(size), used, reserved, unreadable, pendingRelease, free: String(size - BigInt(used) - BigInt(reserved) - BigInt(unreadable) - BigInt(pendingRelease)), blocksClaimed: claimedPerSet[i] as number };
     }),
     nodes: [...nodes]
       .sort((a, b) => (a[0] < b[0] ? -1 : 1))
-      .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const), ...(seen.has(n) ? { lastSeen: seen.get(n) as number } : {}) })),
+      .map(([n, x]) => ({ node: n, ...x, alive: alive.has(n), heartbeat: alive.has(n) ? ('yes' as const) : served.has(n) ? ('expired' as const) : ('never' as const), source: sources.get(n) ?? null, ...(seen.has(n) ? { lastSeen: seen.get(n) as number } : {}) })),
     blocks: blocks.sort(byAddress),
     corrupt: bad.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)),
+    overlaps: await prefixOverlaps(kv, prefix, pool),
   };
 }
 

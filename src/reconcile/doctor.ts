@@ -29,7 +29,10 @@ import {
 } from '../node/proc.ts';
 import { LOCK_FILE_NAME } from '../store/file/file-store.ts';
 import type { ReconcileDeps } from './options.ts';
+import { learnedPoolsDir } from '../pool/index.ts';
+import { poolNetworkFindings } from './doctor-pools.ts';
 import { isStampedInFuture, type PlanEntry } from './plan.ts';
+import type { PoolOverlapReader } from './pool-doctor.ts';
 import { collectStatus, layoutNetworks, type NetworkStatus, type StatusQuery, type StatusReport } from './status.ts';
 
 /** Severity of a finding. Any `error` makes doctor exit 1. */
@@ -59,10 +62,15 @@ export const FINDING_IDS = [
   'range-set-nearly-full',
   'data-dir-survives-reboot',
   'overlapping-ranges',
+  'pool-overlaps-node-local',
+  'pool-overlap',
+  'pool-unreachable',
   'duplicate-address',
   'unreserved-configured-address',
   'kernel-evidence-incomplete',
   'clock-skew',
+  'pool-network-record-unreadable',
+  'pool-networks',
 ] as const;
 
 /** A finding id. */
@@ -87,6 +95,8 @@ export interface DoctorProbe {
 /** The reconciler's injected I/O plus, optionally, a {@link DoctorProbe} (tests); the real one has none. */
 export interface DoctorDeps extends ReconcileDeps {
   readonly doctorProbe?: Partial<DoctorProbe>;
+  /** Reads the overlaps of a pool the node's configuration names (default: its etcd; src/reconcile/pool-doctor.ts). */
+  readonly poolOverlaps?: PoolOverlapReader;
 }
 
 /** Default of {@link DoctorProbe.lockRecheckMs}. */
@@ -529,8 +539,13 @@ export async function diagnose(q: DoctorQuery, deps: DoctorDeps): Promise<Doctor
       }
     }
   }
+  // Cluster pools: a node-local range inside a pool's, a pool overlapping another pool of its prefix.
+  // Loaded only when the node names a pool (it brings the etcd client).
+  if (layout.poolNetworks.length > 0) findings.push(...(await (await import('./pool-doctor.ts')).poolFindings(layout, report, deps.poolOverlaps)));
   findings.push(...dupes);
   findings.push(...kernelFindings(report));
+  // The cluster pools this node serves, and from where (CNI configuration, requests: Multus).
+  findings.push(...poolNetworkFindings(layout.configs, learnedPoolsDir(q.dataDir ?? DEFAULT_DATA_DIR)));
 
   const order = (f: Finding): number => SEVERITY_ORDER.indexOf(f.severity);
   const sorted = findings.map((f, i) => ({ f, i })).sort((x, y) => order(x.f) - order(y.f) || x.i - y.i).map((x) => x.f);

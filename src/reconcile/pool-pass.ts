@@ -29,7 +29,8 @@
  * kind `corrupt` (the latter audited `kept`), never released (docs/cluster.md "Corrupt keys").
  */
 import { AppError } from '../common/errors.ts';
-import { currentRevision, gcDecision, handlesPrefix, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type PoolLeakVerdict, type ValidAttachment } from '../pool/index.ts';
+import { currentRevision, gcDecision, handlesPrefix, heartbeatWriter, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type PoolLeakVerdict, type ValidAttachment } from '../pool/index.ts';
+import { reReserveLivePods, type PoolReReserved } from './pool-rereserve.ts';
 import { hostname } from 'node:os';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -55,6 +56,12 @@ export interface PoolTarget extends PoolKeys {
    * sandbox CRI-O listed was released on an idle containerd's empty list and the kernel's word).
    */
   readonly runtimeEndpoints?: readonly string[];
+  /**
+   * The CNI networks of the node that name this pool (config `name`s, in the configuration
+   * directory's order); the first is recorded in a re-reserved live pod's handle. Default: none
+   * (the pool's name is recorded).
+   */
+  readonly networks?: readonly string[];
 }
 
 /** Options of {@link runPoolPass}. */
@@ -68,6 +75,12 @@ export interface PoolPassOptions {
    * released (HandleValue.host, review B1: two hosts under one node name).
    */
   readonly host?: string;
+  /**
+   * Earlier host names of this machine (src/node/host-history.ts; default none): a handle of the
+   * node written under one of them is judged as the node's own — when the node's heartbeat names
+   * this host (docs/cluster.md "A renamed host").
+   */
+  readonly earlierHosts?: readonly string[];
 }
 
 /** Counts of one pool's verdicts in a pass. */
@@ -114,6 +127,8 @@ export interface PoolPassReport {
   readonly held: string | null;
   readonly waiting: number;
   readonly deferred: number;
+  /** Live pods' addresses the pool had lost, written back this pass (docs/cluster.md "Re-reserving live pods' addresses"). */
+  readonly reReserved: readonly PoolReReserved[];
   readonly errors: readonly PoolPassError[];
 }
 
@@ -245,6 +260,7 @@ export async function runPoolPass(
 
   // 3. The node's handles of each pool, classified.
   const pools: PoolCounts[] = [];
+  const reReserved: PoolReReserved[] = [];
   const candidates: PoolCandidate[] = [];
   const owned = new Set<string>();
   for (let i = 0; i < targets.length; i++) {
@@ -258,11 +274,15 @@ export async function runPoolPass(
       continue;
     }
     let handles: PoolHandleEntry[];
+    let foreign: PoolHandleEntry[];
     try {
       const listed = nodeHandles(await t.kv.list(handlesPrefix(t)), t, t.node, o.host ?? hostname());
       for (const c of listed.corrupt) errors.push({ kind: 'corrupt', pool: t.pool, message: c.message });
-      if (listed.foreign.length > 0) errors.push({ kind: 'foreign', pool: t.pool, message: foreignMessage(t.pool, t.node, o.host ?? hostname(), listed.foreign) });
-      handles = listed.handles;
+      const own = await adoptEarlierHosts(t, o.host ?? hostname(), o.earlierHosts ?? [], listed.foreign, errors);
+      const left = listed.foreign.filter((h) => !own.includes(h));
+      if (left.length > 0) errors.push({ kind: 'foreign', pool: t.pool, message: foreignMessage(t.pool, t.node, o.host ?? hostname(), left) });
+      handles = [...listed.handles, ...own];
+      foreign = left;
     } catch (e) {
       errors.push({ kind: 'etcd', pool: t.pool, message: `pool ${t.pool}: ${describeError(e)}` });
       continue;
@@ -287,6 +307,13 @@ export async function runPoolPass(
       }
     });
     pools.push({ pool: t.pool, node: t.node, ...n });
+    // BR-13 for the pool: a READY sandbox's address that the pool does not hold is written back
+    // (an etcd restored from an older snapshot lost it), never taken from another holder.
+    if (snap.podIPs !== null && snap.runtime.error === undefined) {
+      const rr = await reReserveLivePods(t, snap.podIPs, [...handles, ...foreign], o.host ?? hostname(), () => deps.now());
+      reReserved.push(...rr.reReserved);
+      errors.push(...rr.errors);
+    }
   }
 
   // 4. D1, D2, D3.
@@ -349,6 +376,7 @@ export async function runPoolPass(
     held: decision.held,
     waiting: decision.waiting.length,
     deferred: decision.deferred.length,
+    reReserved,
     errors,
   };
 }
@@ -380,6 +408,24 @@ function endpointPath(e: string): string {
   } catch {
     return e;
   }
+}
+
+/**
+ * Of `foreign` (handles of `t.node` another host name wrote), those written under an earlier host
+ * name of this machine (`earlier`), judged as the node's own — only while the node's heartbeat
+ * key names this host (`me`): a heartbeat written by another host means another live daemon serves
+ * this node name (two hosts under one node name), and then none is (an error of kind `foreign`
+ * says so). One read of the heartbeat key, only when some handle is of an earlier host.
+ */
+async function adoptEarlierHosts(t: PoolTarget, me: string, earlier: readonly string[], foreign: readonly PoolHandleEntry[], errors: PoolPassError[]): Promise<PoolHandleEntry[]> {
+  const mine = foreign.filter((h) => h.value.host !== undefined && h.value.host !== me && earlier.includes(h.value.host));
+  if (mine.length === 0) return [];
+  const hb = await t.kv.get(`${t.prefix}/pools/${t.pool}/alive/${t.node}`);
+  const w = heartbeatWriter(hb?.value ?? null);
+  if (w !== null && w.host === me) return mine;
+  const hosts = [...new Set(mine.map((h) => h.value.host as string))].sort().join(', ');
+  errors.push({ kind: 'foreign', pool: t.pool, message: `pool ${t.pool}: ${mine.length} handle(s) of node ${t.node} were written under earlier host names of this machine (${hosts}), but the node's heartbeat ${hb === null ? 'is absent' : w === null ? 'names no host' : `was written on host ${w.host}`}: not judged until it names ${me}` });
+  return [];
 }
 
 /** The error of a pass (and the reason of GC) for handles of the node another host wrote. */

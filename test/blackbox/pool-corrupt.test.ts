@@ -163,13 +163,14 @@ describe('corrupt pool keys on a real etcd: a DEL always finishes, status report
       pool: 'cpool',
       blockSize: 28,
       blockSize6: 122,
-      rangeSets: [{ index: 0, ranges: '10.234.9.1-10.234.9.30', size: '29', used: 1, reserved: 0, unreadable: 15, free: '13', blocksClaimed: 2 }],
-      nodes: [{ node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' }],
+      rangeSets: [{ index: 0, ranges: '10.234.9.1-10.234.9.30', size: '29', used: 1, reserved: 0, unreadable: 15, pendingRelease: 0, free: '13', blocksClaimed: 2 }],
+      nodes: [{ node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null }],
       blocks: [{ cidr: '10.234.9.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0, reserved: 0 }],
       corrupt: [
         { key: bk, why: 'not valid JSON' },
         { key: `${base}/blocks/stray`, why: 'not a block key' },
       ],
+      overlaps: [],
     });
     const t = status(p);
     assert.deepEqual([t.status, t.stderr], [0, '']);
@@ -178,10 +179,10 @@ describe('corrupt pool keys on a real etcd: a DEL always finishes, status report
       t.stdout,
       [
         'pool cpool: blocks /28 (IPv4), /122 (IPv6)',
-        'SET  RANGES                  SIZE  USED  RESERVED  UNREADABLE  FREE  BLOCKS',
-        '0    10.234.9.1-10.234.9.30  29    1     0         15          13    2',
-        'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT  LAST SEEN',
-        'node-b  1       14        1     0         0         never      -',
+        'SET  RANGES                  SIZE  USED  RESERVED  UNREADABLE  PENDING  FREE  BLOCKS',
+        '0    10.234.9.1-10.234.9.30  29    1     0         15          0        13    2',
+        'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT  LAST SEEN  SOURCE',
+        'node-b  1       14        1     0         0         never      -          -',
         'BLOCK          SET  NODE    STATE  CAPACITY  USED  BORROWED  RESERVED',
         '10.234.9.0/28  0    node-b  owned  14        1     0         0',
         `${'CORRUPT KEY'.padEnd(w)}WHY`,

@@ -182,7 +182,10 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
     assert.equal(address(add(conf(p), 'd2', 'node-a')), '10.81.0.17/27');
     // Another layout of the same pool (its meta was written by the first ADD).
     address(add(conf(p), 'c1', 'node-a'));
-    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 27 }), 'c2', 'node-b')), { code: 7, msg: "pool bbpool is defined in etcd with other ranges or block sizes than this network's config" });
+    assert.deepEqual(cniError(add(conf(p, {}, { blockSize: 27 }), 'c2', 'node-b')), {
+      code: 7,
+      msg: `pool bbpool is recorded in etcd with ranges [10.81.0.0/27 10.81.0.1-10.81.0.30 gateway 10.81.0.1] and block sizes /28 (IPv4) and /122 (IPv6), but network poolnet has ranges [10.81.0.0/27 10.81.0.1-10.81.0.30 gateway 10.81.0.1] and block sizes /27 (IPv4) and /122 (IPv6): every network naming pool bbpool must have the same ranges and block sizes (the first to use the pool recorded them in ${p}/pools/bbpool/meta)`,
+    });
   });
 
   it('a corrupt etcd value: nothing is allocated from it or released; the ADD uses another block, the DEL succeeds (test/blackbox/pool-corrupt.test.ts has the rest)', async () => {
@@ -227,16 +230,17 @@ describe('cluster pool through the plugin, on a real etcd', { skip }, () => {
       pool: 'bbpool',
       blockSize: 28,
       blockSize6: 122,
-      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, reserved: 0, unreadable: 0, free: '26', blocksClaimed: 2 }],
+      rangeSets: [{ index: 0, ranges: '10.81.0.1-10.81.0.30', size: '29', used: 3, reserved: 0, unreadable: 0, pendingRelease: 0, free: '26', blocksClaimed: 2 }],
       nodes: [
-        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
-        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
+        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null },
+        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null },
       ],
       blocks: [
         { cidr: '10.81.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0, reserved: 0 },
         { cidr: '10.81.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 0 },
       ],
       corrupt: [],
+      overlaps: [],
     });
     const unknown = spawnSync(process.execPath, [join(ROOT, 'bin/ipwarden'), 'pool', 'status', '--pool', 'nope', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', p], { encoding: 'utf8' });
     assert.equal(unknown.status, 1);
@@ -503,7 +507,7 @@ describe('remove-node and pool status for a node only the standalone plugin serv
     assert.equal(address(add(pconf(p), 's1', 'node-sa')), '10.85.0.2/27');
     const table = pcli(p, 'status');
     assert.equal(table.status, 0, table.stderr);
-    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never +-$/m);
+    assert.match(table.stdout, /^node-sa +1 +14 +1 +0 +0 +never +- +-$/m);
     const before = await keys(p);
     const refused = pcli(p, 'remove-node', 'node-sa');
     const msg = `node node-sa has never been served by an ipwarden daemon in pool polpool (no ${p}/pools/polpool/nodes/node-sa/settings): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node node-sa), pass --force`;
@@ -556,13 +560,13 @@ describe('remove-node and pool status for a node only the standalone plugin serv
         }
         assert.equal((await (pkv as EtcdKV).get(`${p}/pools/polpool/nodes/node-y/settings`))?.value, '{"v":1,"offlineSeconds":0}');
         const alive = JSON.parse((await (pkv as EtcdKV).get(ak))?.value as string);
-        assert.deepEqual([alive.node, alive.host, alive.pid], ['node-y', hostname(), d.pid]);
+        assert.deepEqual([alive.node, alive.host, alive.pid, alive.source], ['node-y', hostname(), d.pid, 'cni-config']);
         // Its first beat also records when it was last seen (seen/<node>): waited for, then shown after it stops.
         for (let i = 0; (await (pkv as EtcdKV).get(`${p}/pools/polpool/seen/node-y`)) === null; i++) {
           assert.ok(i < 300, 'the last-seen key within 30 s');
           await new Promise((r) => setTimeout(r, 100));
         }
-        assert.match(pcli(p, 'status').stdout, /^node-y +1 +15 +1 +0 +0 +yes +now$/m);
+        assert.match(pcli(p, 'status').stdout, /^node-y +1 +15 +1 +0 +0 +yes +now +cni-config$/m);
         const live = pcli(p, 'remove-node', 'node-y');
         assert.deepEqual([live.status, live.stdout, live.stderr], [1, '', `ipwarden: node node-y has a live heartbeat in pool polpool (${ak}, written by the ipwarden daemon on host ${hostname()} (pid ${d.pid})): it is not gone; stop the daemon on host ${hostname()} first, or pass --force if you are sure\n`]);
       } finally {
@@ -573,7 +577,7 @@ describe('remove-node and pool status for a node only the standalone plugin serv
       assert.deepEqual(st.nodes.map((n) => [n.node, n.alive, n.heartbeat]), [['node-y', false, 'expired']]);
       const seenAt = (JSON.parse((await (pkv as EtcdKV).get(`${p}/pools/polpool/seen/node-y`))?.value as string) as { at: number }).at;
       const seenText = new Date(seenAt).toISOString().replace(/\.\d{3}Z$/, 'Z');
-      assert.match(pcli(p, 'status').stdout, new RegExp(`^node-y +1 +15 +1 +0 +0 +expired +${seenText}$`, 'm'));
+      assert.match(pcli(p, 'status').stdout, new RegExp(`^node-y +1 +15 +1 +0 +0 +expired +${seenText} +-$`, 'm'));
       const mark = pcli(p, 'remove-node', 'node-y');
       assert.deepEqual([mark.status, mark.stdout], [
         0,

@@ -26,19 +26,20 @@ const STATUS: PoolStatus = {
   blockSize: 28,
   blockSize6: 122,
   rangeSets: [
-    { index: 0, ranges: '10.237.3.1-10.237.3.30', size: '29', used: 9, reserved: 3, unreadable: 0, free: '17', blocksClaimed: 2 },
-    { index: 1, ranges: 'fd37::1-fd37::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, free: '65534', blocksClaimed: 0 },
+    { index: 0, ranges: '10.237.3.1-10.237.3.30', size: '29', used: 9, reserved: 3, unreadable: 0, pendingRelease: 0, free: '17', blocksClaimed: 2 },
+    { index: 1, ranges: 'fd37::1-fd37::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, pendingRelease: 0, free: '65534', blocksClaimed: 0 },
   ],
   nodes: [
-    { node: 'node-a', blocks: 1, capacity: 15, used: 6, borrowed: 0, reserved: 3, alive: true, heartbeat: 'yes' },
-    { node: 'node-b', blocks: 1, capacity: 14, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'expired' },
-    { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, reserved: 0, alive: true, heartbeat: 'yes' },
+    { node: 'node-a', blocks: 1, capacity: 15, used: 6, borrowed: 0, reserved: 3, alive: true, heartbeat: 'yes', source: null },
+    { node: 'node-b', blocks: 1, capacity: 14, used: 2, borrowed: 0, reserved: 0, alive: false, heartbeat: 'expired', source: null },
+    { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, reserved: 0, alive: true, heartbeat: 'yes', source: null },
   ],
   blocks: [
     { cidr: '10.237.3.0/28', rangeSet: 0, node: 'node-b', state: 'pendingRelease', capacity: 14, used: 3, borrowed: 1, reserved: 0 },
     { cidr: '10.237.3.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 6, borrowed: 0, reserved: 3 },
   ],
   corrupt: [],
+  overlaps: [],
 };
 
 const missing = existsSync(CHROMIUM) ? null : `${CHROMIUM} not found (apt-get install -y chromium)`;

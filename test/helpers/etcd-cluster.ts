@@ -95,6 +95,11 @@ export interface EtcdCluster {
   /** The cluster's temp dir (data dirs and logs). */
   readonly dir: string;
   /**
+   * Its `--initial-cluster-token`: a restore (`etcdctl snapshot restore`) with this token and the
+   * same `--initial-cluster` gives the members, and so the cluster, the IDs they had.
+   */
+  readonly token: string;
+  /**
    * Wait until every running, not-stopped member answers `/health` true. Throws (with the
    * members' log tails) after `timeoutMs` (default: the cluster's ready timeout).
    */
@@ -366,6 +371,7 @@ async function tryStart(opts: EtcdClusterOptions): Promise<EtcdCluster> {
       return members.map((m) => ({ name: m.name, clientUrl: m.clientUrl, peerUrl: m.peerUrl, dataDir: m.dataDir, logPath: m.logPath, pid: m.pid, stopped: m.stopped }));
     },
     dir,
+    token,
     waitHealthy: (t) => waitHealthy(t),
     async kill(i) {
       const m = member(i);

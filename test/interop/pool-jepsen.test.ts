@@ -569,11 +569,13 @@ function daemonPoolSubject(
       execFileSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', binDir, '--socket', socket], { stdio: 'pipe' });
       const env = { NODE_NAME: name, ...clockEnv(clockFile) };
       // No CNI configuration names the pool network: the daemon learns the pool from the first ADD
-      // (its reserve is set aside after that batch), and its pool pass (which reconciles only the
-      // pools of the node's CNI configurations) leaves these simulated pods alone — no runtime
-      // knows them, so to it they would be leaks.
+      // (its reserve is set aside after that batch) and records it (docs/cluster.md "Multus"), so
+      // a daemon restarted after a crash announces it again from the record. Its pool pass then
+      // reconciles the pool too; these simulated pods are known to no runtime, so to it they would
+      // be leaks: `--grace 24h` keeps it from releasing any within the run (two observations at
+      // least a grace period apart), whatever runtime the host has.
       const c = conf(proxies.endpoints, name);
-      const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d'), args: ['--pool-journal-dir', join(nodeDir, 'journal')] });
+      const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d'), args: ['--pool-journal-dir', join(nodeDir, 'journal'), '--grace', '24h'] });
       daemons.set(name, { d, env, socket });
       const stdin = JSON.stringify(c);
       return {
@@ -592,7 +594,7 @@ function daemonPoolSubject(
       x.d.kill('SIGKILL');
       await x.d.exited;
       return async () => {
-        x.d = await startTestDaemon({ socket: x.socket, env: x.env, logLevel: 'info', dataDir: join(dir, name, 'd-data'), cniConfDir: join(dir, name, 'net.d'), args: ['--pool-journal-dir', join(dir, name, 'journal')] });
+        x.d = await startTestDaemon({ socket: x.socket, env: x.env, logLevel: 'info', dataDir: join(dir, name, 'd-data'), cniConfDir: join(dir, name, 'net.d'), args: ['--pool-journal-dir', join(dir, name, 'journal'), '--grace', '24h'] });
       };
     },
     async readState() {

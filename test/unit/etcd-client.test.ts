@@ -29,6 +29,10 @@ import { EtcdKV, tlsFailureOf, type EtcdTlsSource } from '../../src/store/etcd/e
 import type { ClusterCheck } from '../../src/store/kv.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 
+/** The prefix's pool index (src/pool/overlap.ts), written in meta's transaction. */
+const REG = '/ipwarden/pool-ranges';
+const REG_VALUE = '{"v":1,"pools":{"p1":[{"subnet":"10.80.0.0/27","rangeStart":"10.80.0.1","rangeEnd":"10.80.0.30"}]}}';
+
 describe('tlsFailureOf (TLS handshake texts → code and cause)', () => {
   const ca = '— check ipam.pool.etcd.tls.ca';
   const cases: Array<[string, string, boolean, { code: string; why: string } | null]> = [
@@ -153,7 +157,7 @@ describe('the pool\'s cluster guard (PoolAllocator.checkMeta, memory KV, injecte
   it('created with a complete check: meta and its pin in one transaction (exact values)', async () => {
     const kv = kvWith({ clusterId: 'a1', unanswered: [] });
     await alloc(kv).checkMeta();
-    assert.deepEqual(kv.dump(), { [`${P}/meta`]: META, [`${P}/meta-cluster`]: '{"v":1,"clusterId":"a1"}' });
+    assert.deepEqual(kv.dump(), { [REG]: REG_VALUE, [`${P}/meta`]: META, [`${P}/meta-cluster`]: '{"v":1,"clusterId":"a1"}' });
     assert.equal(kv.stats.txns, 1);
   });
 
@@ -189,10 +193,10 @@ describe('the pool\'s cluster guard (PoolAllocator.checkMeta, memory KV, injecte
     await assert.rejects(alloc(bad).checkMeta(), (e: unknown) => isAppError(e, 'STORE_CORRUPT') && e.message === `etcd key ${P}/meta-cluster: "clusterId" must be a cluster ID (1 to 16 lower-case hex digits)`);
   });
 
-  it('without a cluster check (the memory KV): meta alone, as before', async () => {
+  it('without a cluster check (the memory KV): meta alone (with the prefix\'s pool index), as before', async () => {
     const kv = new MemoryKV();
     await alloc(kv).checkMeta();
-    assert.deepEqual(kv.dump(), { [`${P}/meta`]: META });
+    assert.deepEqual(kv.dump(), { [REG]: REG_VALUE, [`${P}/meta`]: META });
   });
 });
 

@@ -348,7 +348,7 @@ describe('allocator fast path', () => {
 });
 
 /** A fresh indexes object with a manual clock, the test tick and bound, plus one network. */
-function fixture(opts: { maxHoldMs?: number; fullRebuildBelow?: number; verify?: boolean; fsClock?: FsClock } = {}) {
+function fixture(opts: { maxHoldMs?: number; fullRebuildBelow?: number; verify?: boolean; fsClock?: FsClock; onCorrupt?: (dir: string, names: string[]) => void } = {}) {
   const clock = new ManualClock();
   const ix = new NetworkIndexes({ tickMs: TICK, maxHoldMs: BOUND, clock, fsClock: laggingFsClock(clock), ...opts });
   const dataDir = tempDataDir();
@@ -481,6 +481,79 @@ describe('IndexedStore: validation', () => {
     });
     assert.ok(ix.stats.staleHits >= 1);
     assert.deepEqual(readdirSync(dir).filter((n) => n.startsWith('10.')), []);
+  });
+});
+
+describe('IndexedStore: group commit (one DIR fsync per flush round, after the lock)', () => {
+  it("a reservation's close() resolves after the flush round that covers it; a DEL flushes nothing", async () => {
+    const { ix, open, clock } = fixture();
+    await withLocked(open, (s) => s.reserve('10.0.0.2', C1, 0));
+    assert.deepEqual([ix.stats.flushes, ix.stats.flushedWrites], [1, 1]);
+    clock.advance(2 * TICK);
+    // An idempotent re-ADD writes nothing and has nothing to wait for.
+    await withLocked(open, async (s) => assert.deepEqual((await s.list({ mtime: false })).map((r) => r.ip), ['10.0.0.2']));
+    assert.deepEqual([ix.stats.flushes, ix.stats.flushedWrites], [1, 1]);
+    clock.advance(2 * TICK);
+    await withLocked(open, async (s) => assert.deepEqual(await s.releaseByOwner('c1', 'eth0'), ['10.0.0.2']));
+    assert.deepEqual([ix.stats.flushes, ix.stats.flushedWrites], [1, 1]);
+  });
+
+  it('8 concurrent ADDs on one network share flush rounds: 8 writes made durable by 2 fsyncs', async () => {
+    const { ix, open } = fixture();
+    // Request 1 takes the lock; 2–8 queue and get it by hand-off. None of their writes waits on a
+    // disk (the fsync is not under the lock), so all eight are written before the first round's
+    // fsync can complete: round 1 covers request 1, round 2 the seven others.
+    const ips = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => withLocked(open, async (s) => {
+        const ip = `10.0.0.${i + 2}`;
+        assert.equal(await s.reserve(ip, { containerId: `c${i}`, ifname: 'eth0' }, 0), true);
+        return ip;
+      })),
+    );
+    assert.equal(ips.length, 8);
+    assert.deepEqual([ix.stats.flushes, ix.stats.flushedWrites], [2, 8]);
+    assert.equal(ix.stats.handoffs, 7);
+  });
+
+  it('a request that only read a reservation another request made waits for that reservation\'s flush', async () => {
+    const { ix, open } = fixture();
+    const a = await open();
+    await a.lock(1);
+    assert.equal(await a.reserve('10.0.0.2', C1, 0), true);
+    // The re-ADD queues behind the lock, then sees C1's reservation before its flush completed.
+    const reAdd = withLocked(open, async (s) => (await s.list({ mtime: false })).map((r) => r.ip));
+    await a.close();
+    assert.deepEqual(await reAdd, ['10.0.0.2']);
+    assert.equal(ix.stats.flushedWrites, 1);
+  });
+
+  it('a failed flush fails the request that waited for it', async () => {
+    const { open, dir } = fixture();
+    const s = await open();
+    await s.lock(1);
+    assert.equal(await s.reserve('10.0.0.2', C1, 0), true);
+    // DIR gone before the flush: its fsync cannot open it.
+    rmSync(dir, { recursive: true });
+    await assert.rejects(s.close(), (e: unknown) => isAppError(e) && e.code === 'STORE_IO' && /cannot make the reservations in .* durable/.test(e.message));
+  });
+
+  it('names empty or unparseable reservation files once per file (onCorrupt)', async () => {
+    const seen: Array<[string, string[]]> = [];
+    const { open, dir, clock } = fixture({ onCorrupt: (d, names) => void seen.push([d, names]) });
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, '10.0.0.7'), '');
+    writeFileSync(join(dir, '10.0.0.8'), '\0\0\0');
+    writeFileSync(join(dir, '10.0.0.9'), 'c9\r\neth0');
+    await withLocked(open, async (s) => {
+      // Taken: the allocator's index skips them, and they are listed with no owner.
+      assert.deepEqual((await s.list({ mtime: false })).map((r) => [r.ip, r.owner]).sort(), [['10.0.0.7', null], ['10.0.0.8', null], ['10.0.0.9', { containerId: 'c9', ifname: 'eth0' }]]);
+    });
+    assert.deepEqual(seen, [[dir, ['10.0.0.7', '10.0.0.8']]]);
+    clock.advance(2 * TICK);
+    // A foreign change: the next hold reads DIR again; the two are not named again.
+    writeFileSync(join(dir, '10.0.0.10'), '');
+    await withLocked(open, async (s) => assert.equal((await s.list({ mtime: false })).length, 4));
+    assert.deepEqual(seen, [[dir, ['10.0.0.7', '10.0.0.8']], [dir, ['10.0.0.10']]]);
   });
 });
 

@@ -45,7 +45,8 @@ describe('PoolAllocator', () => {
     const a = allocator(kv, 'node-a');
     assert.equal(await one(a, 'c1'), '10.80.0.16');
     const d = kv.dump();
-    assert.deepEqual(Object.keys(d), [`${P}/blocks/10.80.0.16-28`, `${P}/handles/c1/eth0`, `${P}/meta`, `${P}/nodes/node-a/blocks/10.80.0.16-28`]);
+    assert.deepEqual(Object.keys(d), ['/ipwarden/pool-ranges', `${P}/blocks/10.80.0.16-28`, `${P}/handles/c1/eth0`, `${P}/meta`, `${P}/nodes/node-a/blocks/10.80.0.16-28`]);
+    assert.equal(d['/ipwarden/pool-ranges'], '{"v":1,"pools":{"p1":[{"subnet":"10.80.0.0/27","rangeStart":"10.80.0.1","rangeEnd":"10.80.0.30"}]}}');
     assert.deepEqual(JSON.parse(d[`${P}/blocks/10.80.0.16-28`] as string), {
       v: 1, cidr: '10.80.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', seq: 1, next: 1,
       allocs: { '0': { id: 'c1', ifname: 'eth0', node: 'node-a', seq: 1, at: 1000 } },
@@ -54,9 +55,10 @@ describe('PoolAllocator', () => {
       v: 1, node: 'node-a', network: 'net1', at: 1000, ips: [{ ip: '10.80.0.16', block: '10.80.0.16-28', ordinal: 0, seq: 1, rangeSet: 0 }],
     });
     assert.deepEqual(JSON.parse(d[`${P}/nodes/node-a/blocks/10.80.0.16-28`] as string), { v: 1, rangeSet: 0 });
-    // Reads: meta, the handle, the node's affinities, the pool's block keys. Writes: meta (1 txn,
-    // 1 put) + the ADD (1 txn: block, affinity, handle).
-    assert.deepEqual(kv.stats, { reads: 4, txns: 2, txnsSucceeded: 2, puts: 4, deletes: 0 });
+    // Reads: meta, the prefix's pool index and its pools' keys (the overlap guard), the handle,
+    // the node's affinities, the pool's block keys. Writes: meta (1 txn, 2 puts: meta and the
+    // pool index) + the ADD (1 txn: block, affinity, handle).
+    assert.deepEqual(kv.stats, { reads: 6, txns: 2, txnsSucceeded: 2, puts: 5, deletes: 0 });
   });
 
   it('a repeated ADD returns the same address and writes nothing', async () => {
@@ -226,7 +228,7 @@ describe('PoolAllocator', () => {
     const kv = new MemoryKV();
     await one(allocator(kv, 'node-a'), 'c1');
     const other = allocator(kv, 'node-b', SMALL, 27);
-    await assert.rejects(other.add([{ containerId: 'c2', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.cniCode === 7 && e.message === 'pool p1 is defined in etcd with other ranges or block sizes than this network\'s config');
+    await assert.rejects(other.add([{ containerId: 'c2', ifname: 'eth0' }]), (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.cniCode === 7 && e.message === 'pool p1 is recorded in etcd with ranges [10.80.0.0/27 10.80.0.1-10.80.0.30 gateway 10.80.0.1] and block sizes /28 (IPv4) and /122 (IPv6), but network net1 has ranges [10.80.0.0/27 10.80.0.1-10.80.0.30 gateway 10.80.0.1] and block sizes /27 (IPv4) and /122 (IPv6): every network naming pool p1 must have the same ranges and block sizes (the first to use the pool recorded them in /ipwarden/pools/p1/meta)');
   });
 
   const BK = `${P}/blocks/10.80.0.16-28`;

@@ -130,7 +130,9 @@ describe('ipwarden pool leaks on a real etcd', { skip }, () => {
     const status: string[] = [];
     const podIPs = async (id: string): Promise<string[]> => (status.push(id), id === 'podx' ? ['10.84.0.3'] : []);
     const r = await leaks(['--json'], list, NOTHING_IN_USE, podIPs);
-    assert.equal(r.code, 0, r.stderr);
+    // podx's address is gone1's in the pool: also a duplicate address (a conflict), hence exit 1.
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr, "ipwarden: a live pod's address is held by another holder in pool lp (a duplicate address): see above\n");
     const j = JSON.parse(r.stdout) as { handles: Array<{ containerId: string; verdict: string; reason: string }> };
     const judged = j.handles.filter((x) => x.containerId !== 'young1').map((x) => [x.containerId, x.verdict, x.reason]);
     assert.deepEqual(judged, [
@@ -150,7 +152,7 @@ describe('ipwarden pool leaks on a real etcd', { skip }, () => {
     };
     const target: PoolTarget = { kv: kv as EtcdKV, prefix, pool: 'lp', node: 'n1', id: 'lp@n1' };
     const p = await runPoolPass([target], { runtimeEndpoint: null, audit: () => audit, host: hostname() }, new Confirmations(60, 32), deps, () => 0);
-    assert.deepEqual(p.errors, []);
+    assert.deepEqual(p.errors, [{ kind: 'conflict', pool: 'lp', message: 'pool lp: address 10.84.0.3 of ready sandbox podx is held by container gone1/eth0 of node n1 (seq 2): a duplicate address — not re-reserved, nothing taken from the holder' }]);
     assert.deepEqual(p.pools, [{ pool: 'lp', node: 'n1', live: 1, inUse: 1, grace: 0, leaked: 1, unknown: 0 }]);
     assert.deepEqual([...p.candidates.values()], [1], 'young1 only');
     assert.equal(listed, 1, 'one ListPodSandbox per pool pass');
@@ -168,6 +170,6 @@ describe('ipwarden pool leaks on a real etcd', { skip }, () => {
     assert.equal(r.code, 1);
     const j = JSON.parse(r.stdout) as { handles: Array<{ containerId: string; verdict: string }> };
     assert.deepEqual(j.handles.find((x) => x.containerId === 'gone1')?.verdict, 'leaked');
-    assert.match(r.stderr, /^ipwarden: .*podx.*: no leaked verdict is a release candidate \(the daemon releases nothing while this lasts\)\n$/);
+    assert.match(r.stderr, /^ipwarden: .*podx.*: its addresses were not checked; no leaked verdict is a release candidate \(the daemon releases nothing while this lasts\)\n$/);
   });
 });

@@ -276,11 +276,11 @@ describe('PoolSessions on a real etcd', { skip }, () => {
       const st = (made as EtcdKV).stats;
       // One writer, so every transaction succeeds at once: meta + 3 batches + the heartbeat's two
       // (its node's settings key, create-only, then its put; the settings before the heartbeat key,
-      // so they are counted once the key exists) + the last-seen record. Keys put: meta and its
-      // cluster pin 2, settings 1, heartbeat 1, seen 1;
+      // so they are counted once the key exists) + the last-seen record. Keys put: meta, its
+      // cluster pin and the prefix's pool index 3, settings 1, heartbeat 1, seen 1;
       // batch 1: handle + block + affinity (the claim); batch 2: 24 handles + the block; batch 3:
       // 23 handles + the block (48 addresses fit in the first /26's 62).
-      assert.deepEqual({ txns: st.txns, txnsSucceeded: st.txnsSucceeded, puts: st.puts, deletes: st.deletes }, { txns: 7, txnsSucceeded: 7, puts: 2 + 1 + 1 + 1 + 3 + 25 + 24, deletes: 0 });
+      assert.deepEqual({ txns: st.txns, txnsSucceeded: st.txnsSucceeded, puts: st.puts, deletes: st.deletes }, { txns: 7, txnsSucceeded: 7, puts: 3 + 1 + 1 + 1 + 3 + 25 + 24, deletes: 0 });
       assert.equal((await (made as EtcdKV).get(`/s${process.pid}/pools/sp/nodes/node-d/settings`))?.value, '{"v":1,"offlineSeconds":0}');
       const perAllocation = (st.puts - 5) / 48;
       process.stdout.write(`# 48 ADDs: ${sizes.length} batches (${sizes.join(',')}), ${st.txns} transactions, ${st.puts} keys put: ${perAllocation.toFixed(2)} per allocation\n`);

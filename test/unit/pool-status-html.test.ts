@@ -20,19 +20,20 @@ const STATUS: PoolStatus = {
   blockSize: 28,
   blockSize6: 122,
   rangeSets: [
-    { index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 2, unreadable: 0, free: '23', blocksClaimed: 2 },
-    { index: 1, ranges: 'fd84::1-fd84::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, free: '65534', blocksClaimed: 0 },
+    { index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 2, unreadable: 0, pendingRelease: 0, free: '23', blocksClaimed: 2 },
+    { index: 1, ranges: 'fd84::1-fd84::ffff', size: '65534', used: 0, reserved: 0, unreadable: 0, pendingRelease: 0, free: '65534', blocksClaimed: 0 },
   ],
   nodes: [
-    { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 2, alive: true, heartbeat: 'yes' },
-    { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'expired' },
-    { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, reserved: 0, alive: false, heartbeat: 'never' },
+    { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 2, alive: true, heartbeat: 'yes', source: 'requests' },
+    { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'expired', source: null },
+    { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, reserved: 0, alive: false, heartbeat: 'never', source: null },
   ],
   blocks: [
     { cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'pendingRelease', capacity: 14, used: 2, borrowed: 1, reserved: 0 },
     { cidr: '10.84.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 2 },
   ],
   corrupt: [],
+  overlaps: [],
 };
 const AT = Date.UTC(2026, 0, 2, 3, 4, 5);
 
@@ -55,10 +56,10 @@ const BODY =
   '<dl class="counts"><div class="k-size"><dt>size</dt><dd data-count="size">65534</dd></div><div class="k-used"><dt>used</dt><dd data-count="used">0</dd></div>' +
   '<div class="k-reserved"><dt>reserved</dt><dd data-count="reserved">0</dd></div><div class="k-free"><dt>free</dt><dd data-count="free">65534</dd></div><div class="k-blocks"><dt>blocks</dt><dd data-count="blocks">0</dd></div></dl>' +
   '<p class="note">no block claimed</p></section></section>' +
-  '<section id="nodes"><h2>nodes</h2><table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>reserved</th><th>heartbeat</th></tr></thead><tbody>' +
-  '<tr data-node="node-a" data-alive="yes" data-heartbeat="yes"><td>node-a</td><td class="n">1</td><td class="n">15</td><td class="n">2</td><td class="n">0</td><td class="n">2</td><td class="alive">yes</td></tr>' +
-  '<tr data-node="node-b" data-alive="no" data-heartbeat="expired"><td>node-b</td><td class="n">1</td><td class="n">14</td><td class="n">1</td><td class="n">0</td><td class="n">0</td><td class="alive">expired</td></tr>' +
-  '<tr data-node="node-c" data-alive="no" data-heartbeat="never"><td>node-c</td><td class="n">0</td><td class="n">0</td><td class="n">1</td><td class="n">1</td><td class="n">0</td><td class="alive">never</td></tr>' +
+  '<section id="nodes"><h2>nodes</h2><table class="nodes"><thead><tr><th>node</th><th>blocks</th><th>capacity</th><th>used</th><th>borrowed</th><th>reserved</th><th>heartbeat</th><th>source</th></tr></thead><tbody>' +
+  '<tr data-node="node-a" data-alive="yes" data-heartbeat="yes"><td>node-a</td><td class="n">1</td><td class="n">15</td><td class="n">2</td><td class="n">0</td><td class="n">2</td><td class="alive">yes</td><td class="source">requests</td></tr>' +
+  '<tr data-node="node-b" data-alive="no" data-heartbeat="expired"><td>node-b</td><td class="n">1</td><td class="n">14</td><td class="n">1</td><td class="n">0</td><td class="n">0</td><td class="alive">expired</td><td class="source">-</td></tr>' +
+  '<tr data-node="node-c" data-alive="no" data-heartbeat="never"><td>node-c</td><td class="n">0</td><td class="n">0</td><td class="n">1</td><td class="n">1</td><td class="n">0</td><td class="alive">never</td><td class="source">-</td></tr>' +
   '</tbody></table></section></body></html>\n';
 
 describe('pool status --html: the page', () => {
@@ -77,7 +78,7 @@ describe('pool status --html: the page', () => {
   });
 
   it('no node and no block: says so', () => {
-    const html = renderPoolStatusHtml({ ...STATUS, rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 0, reserved: 0, unreadable: 0, free: '29', blocksClaimed: 0 }], nodes: [], blocks: [] }, { generatedAtMs: AT });
+    const html = renderPoolStatusHtml({ ...STATUS, rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 0, reserved: 0, unreadable: 0, pendingRelease: 0, free: '29', blocksClaimed: 0 }], nodes: [], blocks: [] }, { generatedAtMs: AT });
     assert.match(html, /<p class="note">no block claimed<\/p><\/section><\/section><section id="nodes"><h2>nodes<\/h2><p>no nodes<\/p><\/section>/);
     assert.match(html, /<p class="meta">generated 2026-01-02T03:04:05.000Z · blocks \/28 \(IPv4\), \/122 \(IPv6\)<\/p>/);
   });
@@ -86,7 +87,7 @@ describe('pool status --html: the page', () => {
     const html = renderPoolStatusHtml(
       {
         ...STATUS,
-        rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, free: '13', blocksClaimed: 2 }],
+        rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, pendingRelease: 0, free: '13', blocksClaimed: 2 }],
         corrupt: [
           { key: '/ipwarden/pools/p1/blocks/10.84.0.16-28', why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)' },
           { key: '/ipwarden/pools/p1/blocks/<b>', why: 'not a block key' },
@@ -116,7 +117,7 @@ describe('pool status --html: the page', () => {
         ...STATUS,
         pool: evil,
         rangeSets: [{ ...(STATUS.rangeSets[0] as PoolStatus['rangeSets'][number]), ranges: evil, size: evil, free: evil }],
-        nodes: [{ node: evil, blocks: 1, capacity: 15, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' }],
+        nodes: [{ node: evil, blocks: 1, capacity: 15, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null }],
         blocks: [{ cidr: evil, rangeSet: 0, node: evil, state: evil as 'owned', capacity: 15, used: 1, borrowed: 0, reserved: 0 }],
       },
       { generatedAtMs: AT, source: evil },

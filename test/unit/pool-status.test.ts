@@ -52,10 +52,10 @@ describe('poolStatus (memory KV)', () => {
     assert.equal('lastSeen' in (s.nodes[2] ?? {}), false);
     const rows = poolStatusTable(s).split('\n').filter((l) => l.startsWith('NODE') || /^node-/.test(l));
     assert.deepEqual(rows, [
-      'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT  LAST SEEN',
-      'node-a  1       15        1     0         0         yes        now',
-      'node-b  1       14        1     0         0         expired    2025-12-06T03:02:03Z',
-      'node-c  0       0         1     1         0         never      -',
+      'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT  LAST SEEN             SOURCE',
+      'node-a  1       15        1     0         0         yes        now                   -',
+      'node-b  1       14        1     0         0         expired    2025-12-06T03:02:03Z  -',
+      'node-c  0       0         1     1         0         never      -                     -',
     ]);
   });
 
@@ -75,17 +75,18 @@ describe('poolStatus (memory KV)', () => {
       pool: 'p1',
       blockSize: 28,
       blockSize6: 122,
-      rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 0, unreadable: 0, free: '25', blocksClaimed: 2 }],
+      rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 4, reserved: 0, unreadable: 0, pendingRelease: 0, free: '25', blocksClaimed: 2 }],
       nodes: [
-        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: true, heartbeat: 'yes' },
-        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
-        { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, reserved: 0, alive: false, heartbeat: 'never' },
+        { node: 'node-a', blocks: 1, capacity: 15, used: 2, borrowed: 0, reserved: 0, alive: true, heartbeat: 'yes', source: null },
+        { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null },
+        { node: 'node-c', blocks: 0, capacity: 0, used: 1, borrowed: 1, reserved: 0, alive: false, heartbeat: 'never', source: null },
       ],
       blocks: [
         { cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 2, borrowed: 1, reserved: 0 },
         { cidr: '10.84.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', capacity: 15, used: 2, borrowed: 0, reserved: 0 },
       ],
       corrupt: [],
+      overlaps: [],
     });
   });
 
@@ -113,10 +114,10 @@ describe('poolStatus (memory KV)', () => {
     v.allocs['6'] = { id: '', ifname: '', node: 'node-a', seq: 3, at: 1, reserve: true };
     await kv.txn([], [{ put: key, value: JSON.stringify(v) }, { put: `${P}/nodes/node-a/settings`, value: '{"v":1,"offlineSeconds":30}' }]);
     const s = await poolStatus(kv, '/ipwarden', 'p1');
-    assert.deepEqual(s.rangeSets, [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 2, reserved: 2, unreadable: 0, free: '25', blocksClaimed: 2 }]);
+    assert.deepEqual(s.rangeSets, [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 2, reserved: 2, unreadable: 0, pendingRelease: 0, free: '25', blocksClaimed: 2 }]);
     assert.deepEqual(s.nodes, [
-      { node: 'node-a', blocks: 1, capacity: 15, used: 1, borrowed: 0, reserved: 2, alive: false, heartbeat: 'expired' },
-      { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' },
+      { node: 'node-a', blocks: 1, capacity: 15, used: 1, borrowed: 0, reserved: 2, alive: false, heartbeat: 'expired', source: null },
+      { node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null },
     ]);
     assert.deepEqual(s.blocks, [
       { cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0, reserved: 0 },
@@ -210,23 +211,24 @@ describe('poolStatus (memory KV)', () => {
       pool: 'p1',
       blockSize: 28,
       blockSize6: 122,
-      rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, free: '13', blocksClaimed: 2 }],
-      nodes: [{ node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never' }],
+      rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, pendingRelease: 0, free: '13', blocksClaimed: 2 }],
+      nodes: [{ node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null }],
       blocks: [{ cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0, reserved: 0 }],
       corrupt: [
         { key: a16, why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)' },
         { key: `${P}/blocks/10.84.0.64-28`, why: '"rangeSet" 3 is not a range set of the pool' },
         { key: `${P}/blocks/garbage`, why: 'not a block key' },
       ],
+      overlaps: [],
     });
     assert.equal(
       poolStatusTable(s),
       [
         'pool p1: blocks /28 (IPv4), /122 (IPv6)',
-        'SET  RANGES                SIZE  USED  RESERVED  UNREADABLE  FREE  BLOCKS',
-        '0    10.84.0.1-10.84.0.30  29    1     0         15          13    2',
-        'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT  LAST SEEN',
-        'node-b  1       14        1     0         0         never      -',
+        'SET  RANGES                SIZE  USED  RESERVED  UNREADABLE  PENDING  FREE  BLOCKS',
+        '0    10.84.0.1-10.84.0.30  29    1     0         15          0        13    2',
+        'NODE    BLOCKS  CAPACITY  USED  BORROWED  RESERVED  HEARTBEAT  LAST SEEN  SOURCE',
+        'node-b  1       14        1     0         0         never      -          -',
         'BLOCK         SET  NODE    STATE  CAPACITY  USED  BORROWED  RESERVED',
         '10.84.0.0/28  0    node-b  owned  14        1     0         0',
         `${'CORRUPT KEY'.padEnd(a16.length + 2)}WHY`,

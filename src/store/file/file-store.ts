@@ -5,9 +5,11 @@
  * one `DIR = <dataDir>/<network>` on a node.
  *
  * Differences from upstream, all on the safe side:
- * - A reservation file is written to a temporary name in DIR, fsynced, then `link(2)`ed to the
- *   IP's name, so it is never visible empty or half-written (upstream `O_EXCL`-creates the IP file
- *   and writes into it; a crash in between leaves an empty file no ID ever matches).
+ * - A reservation file is written to a temporary name in DIR, then `link(2)`ed to the IP's name,
+ *   so a killed process never leaves it visible empty or half-written (upstream `O_EXCL`-creates
+ *   the IP file and writes into it; a crash in between leaves an empty file no ID ever matches),
+ *   and DIR is fsynced before the reservation is reported, so after a power loss its name is there
+ *   (its content may come back empty: an empty record counts as taken).
  * - `last_reserved_ip.<N>` is replaced atomically (temp + rename) instead of truncated in place;
  *   so every write leaves it with {@link LAST_RESERVED_IP_FILE_MODE}, also where an older writer
  *   had created it 0644 (upstream's `os.WriteFile` keeps an existing file's mode).
@@ -16,10 +18,11 @@
  *
  * All file-system calls are synchronous (the plugin is a short-lived process and the work happens
  * under an exclusive lock anyway), except, when the store is opened with `fsyncOffThread` (the
- * daemon's stores: src/store/file/indexed-store.ts), the fsyncs of a write (the temporary files and
- * DIR after a reservation, a rewrite, the recovery mark): they then run in libuv's thread pool, so
- * the daemon's event loop is not stalled by one network's disk wait. The steps and their order
- * (and so every crash promise) are the same.
+ * daemon's stores: src/store/file/indexed-store.ts), the fsyncs of a write (DIR after a
+ * reservation, a rewrite's temporary file, the recovery mark): they then run in libuv's thread
+ * pool, so the daemon's event loop is not stalled by one network's disk wait; and with
+ * `deferDirSync` (the daemon too) a reservation's DIR fsync is left to the caller, who shares one
+ * among the requests of a flush round and answers only after it.
  */
 import {
   closeSync,
@@ -247,6 +250,8 @@ export class FileStore implements Store {
   readonly lockPath: string;
   readonly #lockClock: LockClock | undefined;
   readonly #fsyncOffThread: boolean;
+  /** `reserve`/`restore` leave DIR's fsync to the caller ({@link FileStore.syncDir}). */
+  readonly #deferDirSync: boolean;
   #held: HeldLock | null = null;
   #closed = false;
   /** Reused read buffer; a record that fills it is read on in {@link FileStore.#readLong}. */
@@ -255,14 +260,32 @@ export class FileStore implements Store {
   /**
    * Prefer {@link openFileStore}, which also creates `dir`. `fsyncOffThread`: the fsyncs of a write
    * run in libuv's thread pool (the daemon, which serves other requests meanwhile); default false,
-   * all calls synchronous (the standalone plugin, one request per process).
+   * all calls synchronous (the standalone plugin, one request per process). `deferDirSync`:
+   * `reserve` and `restore` do not fsync DIR; the caller awaits {@link FileStore.syncDir} before
+   * it reports the reservation (default false: they fsync DIR before returning).
    */
-  constructor(network: string, dir: string, lockClock?: LockClock, fsyncOffThread = false) {
+  constructor(network: string, dir: string, lockClock?: LockClock, fsyncOffThread = false, deferDirSync = false) {
     this.network = network;
     this.dir = dir;
     this.lockPath = join(dir, LOCK_FILE_NAME);
     this.#lockClock = lockClock;
     this.#fsyncOffThread = fsyncOffThread;
+    this.#deferDirSync = deferDirSync;
+  }
+
+  /**
+   * fsync(2) of DIR (in the thread pool when opened with `fsyncOffThread`): makes every name
+   * created or removed in DIR so far durable. With `deferDirSync` the caller must await it after
+   * `reserve`/`restore` returned true and before it reports the reservation to anyone (the daemon
+   * shares one call among the requests of a flush round: src/store/file/indexed-store.ts).
+   * Throws `AppError('STORE_IO')` when DIR cannot be opened or the fsync fails.
+   */
+  async syncDir(): Promise<void> {
+    try {
+      await this.#fsyncDir();
+    } catch (e) {
+      throw ioError(`cannot make the reservations in ${this.dir} durable (fsync)`, e);
+    }
   }
 
   /**
@@ -301,8 +324,9 @@ export class FileStore implements Store {
   }
 
   /**
-   * Temp file + fsync + link(2) to the IP's name (EEXIST → false) + fsync DIR; then
-   * `last_reserved_ip.<N>` via temp + rename. Throws `AppError('INTERNAL')` when `ip` is not
+   * Temp file + link(2) to the IP's name (EEXIST → false); then `last_reserved_ip.<N>` via temp +
+   * rename; then one fsync of DIR (none with `deferDirSync`: the caller's {@link FileStore.syncDir}).
+   * The temporary files are not fsynced (docs/on-disk-format.md "Crash promises"). Throws `AppError('INTERNAL')` when `ip` is not
    * canonical IP text, `rangeSetIndex` not a non-negative integer, or the owner would not read back
    * as itself (invalid container ID, ifname with a line break); `AppError('STORE_IO')` on I/O
    * failure, after removing whatever it created.
@@ -317,7 +341,7 @@ export class FileStore implements Store {
   }
 
   /**
-   * As {@link reserve} (temp file + fsync + link(2), EEXIST → false, fsync DIR) but leaves every
+   * As {@link reserve} (temp file + link(2), EEXIST → false, fsync DIR) but leaves every
    * `last_reserved_ip.<N>` file untouched. Same errors as `reserve`.
    */
   async restore(ip: string, owner: { containerId: string; ifname: string }): Promise<boolean> {
@@ -337,7 +361,11 @@ export class FileStore implements Store {
       );
     }
     const target = join(this.dir, ip);
-    const tmp = await this.#writeTemp(content, RESERVATION_FILE_MODE);
+    // No fsync of the content: a reservation whose name survives a power loss but whose content
+    // does not comes back empty, and an empty record counts as taken (docs/on-disk-format.md
+    // "Crash promises"). What must be durable before the answer is the name: DIR's fsync below
+    // (or, in the daemon, the shared flush the caller awaits: {@link FileStore.syncDir}).
+    const tmp = await this.#writeTemp(content, RESERVATION_FILE_MODE, false);
     let linked = false;
     // The temp name is removed right after the link; `finally` retries only if that failed (an
     // unlink that finds nothing costs a syscall and a thrown ENOENT error on every ADD).
@@ -352,7 +380,9 @@ export class FileStore implements Store {
       }
       tmpGone = unlinkQuietly(tmp);
       if (rangeSetIndex !== null) {
-        const lastTmp = await this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE);
+        // Only a hint for round robin: lost or empty after a power loss, the next ADD starts at
+        // the range's start (host-local does the same with an unreadable file).
+        const lastTmp = await this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE, false);
         try {
           renameSync(lastTmp, join(this.dir, LAST_RESERVED_IP_PREFIX + String(rangeSetIndex)));
         } catch (e) {
@@ -360,7 +390,7 @@ export class FileStore implements Store {
           throw e;
         }
       }
-      await this.#fsyncDir();
+      if (!this.#deferDirSync) await this.#fsyncDir();
       return true;
     } catch (e) {
       if (linked) unlinkQuietly(target);
@@ -652,8 +682,11 @@ export class FileStore implements Store {
     return join(this.dir, `${TEMP_PREFIX}${process.pid}-${Date.now().toString(36)}${tempCounter.toString(36)}${TEMP_SUFFIX}`);
   }
 
-  /** Write `content` to a new temp file in DIR with `mode`, fsync and close it; returns its path. */
-  async #writeTemp(content: string, mode: number): Promise<string> {
+  /**
+   * Write `content` to a new temp file in DIR with `mode`, fsync it unless `sync` is false, close
+   * it; returns its path.
+   */
+  async #writeTemp(content: string, mode: number, sync = true): Promise<string> {
     let tmp = this.#tempPath();
     let fd: number;
     for (let attempt = 0; ; attempt++) {
@@ -672,7 +705,7 @@ export class FileStore implements Store {
       const data = textToBytes(content);
       let off = 0;
       while (off < data.length) off += writeSync(fd, data, off, data.length - off);
-      await this.#fsync(fd);
+      if (sync) await this.#fsync(fd);
     } catch (e) {
       closeQuietly(fd);
       unlinkQuietly(tmp);

@@ -3,8 +3,17 @@
  * among 65,534 ≤ 0.05×"). A long-lived {@link NetworkIndexes} keeps one in-memory index per network
  * directory (`index-data.ts`); {@link NetworkIndexes.open} has the shape of `openFileStore` and
  * returns a {@link Store} whose every write is done by the real {@link FileStore} (same files,
- * same fsyncs, same `DIR/lock`, byte-identical records), while reads and the allocator's fast path
+ * same `DIR/lock`, byte-identical records), while reads and the allocator's fast path
  * ({@link Store.reservationIndex}) are answered from the index.
+ *
+ * ## Group commit (the fsyncs)
+ *
+ * A reservation's one fsync, of DIR, is not done under the lock: the request releases (or hands
+ * on) the lock first, then waits in {@link NetworkIndexes.durable} for the flush round that covers
+ * its write; the daemon answers the runtime only after that (`close()` resolves after it). Requests
+ * of one network whose writes were done when a round began share its one fsync; the next queued
+ * request works under the lock meanwhile. A DEL does no fsync (docs/on-disk-format.md "Crash
+ * promises").
  *
  * ## Validation (under the lock)
  *
@@ -79,7 +88,7 @@
  * prototype `daemon-index.cjs`, `mtime.c`, `stress.py`), `bench/stamp-lag.c` (the coarse clock's lag,
  * the wall-clock rule's misses, the probe rule's); docs/daemon.md "The index".
  */
-import { closeSync, constants as fsConstants, existsSync, fchmodSync, fstatSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
+import { closeSync, constants as fsConstants, existsSync, fchmodSync, fstatSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
 import { gunzipSync } from 'node:zlib';
 import { release as osRelease } from 'node:os';
 import { join } from 'node:path';
@@ -204,6 +213,14 @@ export interface NetworkIndexesOptions {
   readonly fsClock?: FsClock;
   /** Clock for lock polling, passed to FileStore (tests). */
   readonly lockClock?: LockClock;
+  /**
+   * Called when a full read of a network directory finds IP-named files that are empty or
+   * unparseable (corrupt: an empty one is what a power loss leaves of a reservation whose content
+   * had not reached the disk, docs/on-disk-format.md "Crash promises"), with DIR and those names,
+   * each name once per daemon. They count as taken; only the evidence rules release them. Must not
+   * throw.
+   */
+  readonly onCorrupt?: (dir: string, names: string[]) => void;
 }
 
 /** Counters of a {@link NetworkIndexes} (all since construction). */
@@ -230,6 +247,10 @@ export interface IndexStats {
   staleTrusted: number;
   /** VERIFY mode: the first differences found (at most 20), for the test's message. */
   staleDetails: string[];
+  /** fsyncs of a network directory made by the group commit (one per flush round). */
+  flushes: number;
+  /** Reservations made durable by those flushes (their sum over rounds: ≥ `flushes` when rounds were shared). */
+  flushedWrites: number;
 }
 
 /** What `stat(DIR)` said (bigint nanoseconds). */
@@ -278,13 +299,22 @@ class NetState {
   lockFileIno = -1n;
   cancelLinger: (() => void) | null = null;
   readonly waiters: Waiter[] = [];
+  /** Group commit: reservations written in DIR so far (a counter; each write takes the next value). */
+  writeGen = 0;
+  /** Group commit: every write up to this value is durable (DIR fsynced after it). */
+  syncedGen = 0;
+  /** Group commit: the flush round in progress (one fsync of DIR), or null. */
+  flushing: Promise<void> | null = null;
+  /** Corrupt names already reported through `onCorrupt`. */
+  readonly reportedCorrupt = new Set<string>();
 
   constructor(network: string, dir: string, lockClock: LockClock | undefined) {
     this.dir = dir;
     this.lockPath = join(dir, LOCK_FILE_NAME);
     // A write's fsyncs off the event loop: one network's disk wait must not stall the daemon's
-    // other requests, nor the acknowledgements the shims wait for (3 s) — issue 19, bursts.
-    this.inner = new FileStore(network, dir, lockClock, true);
+    // other requests, nor the acknowledgements the shims wait for (3 s) — issue 19, bursts. A
+    // reservation's DIR fsync is deferred to the group commit ({@link NetworkIndexes.durable}).
+    this.inner = new FileStore(network, dir, lockClock, true, true);
   }
 }
 
@@ -306,6 +336,7 @@ export class NetworkIndexes {
   readonly #clock: IndexClock;
   readonly #fsClock: FsClock;
   readonly #lockClock: LockClock | undefined;
+  readonly #onCorrupt: ((dir: string, names: string[]) => void) | undefined;
   readonly #buf = Buffer.allocUnsafe(4096);
   #closed = false;
   /** Counters; see {@link IndexStats}. */
@@ -321,6 +352,8 @@ export class NetworkIndexes {
     stale: 0,
     staleTrusted: 0,
     staleDetails: [],
+    flushes: 0,
+    flushedWrites: 0,
   };
 
   constructor(opts: NetworkIndexesOptions = {}) {
@@ -335,6 +368,7 @@ export class NetworkIndexes {
     this.#clock = opts.clock ?? realIndexClock;
     this.#fsClock = opts.fsClock ?? realFsClock;
     this.#lockClock = opts.lockClock;
+    this.#onCorrupt = opts.onCorrupt;
   }
 
   /**
@@ -408,6 +442,40 @@ export class NetworkIndexes {
 
   get closed(): boolean {
     return this.#closed;
+  }
+
+  // Group commit ---------------------------------------------------------------------------------
+
+  /**
+   * @internal Resolve once every reservation written in DIR up to generation `gen` is durable:
+   * one fsync of DIR per flush round, shared by every request whose writes were done when the
+   * round began; a request whose write came after the round began waits for that round and then
+   * starts (or joins) the next. Called after the request has released (or handed on) the lock, so
+   * the next request's work overlaps this one's disk wait, and several requests share one fsync.
+   * Throws `AppError('STORE_IO')` when the round that covers `gen` failed (its requests then fail:
+   * an address whose name may not be durable is never reported).
+   */
+  async durable(st: NetState, gen: number): Promise<void> {
+    while (st.syncedGen < gen) {
+      if (st.flushing !== null) {
+        // A round in progress began before our write or after it: wait for it, then look again.
+        await st.flushing.catch(() => undefined);
+        continue;
+      }
+      const target = st.writeGen;
+      const from = st.syncedGen;
+      const round = st.inner.syncDir().then(() => {
+        if (st.syncedGen < target) st.syncedGen = target;
+        this.stats.flushes++;
+        this.stats.flushedWrites += target - from;
+      });
+      st.flushing = round;
+      try {
+        await round;
+      } finally {
+        if (st.flushing === round) st.flushing = null;
+      }
+    }
   }
 
   // Lock life cycle ------------------------------------------------------------------------------
@@ -668,6 +736,7 @@ export class NetworkIndexes {
       } else if (st.data !== null && old !== null && sameDir(now, old)) {
         if (this.#refresh(st, st.data)) this.stats.refreshed++;
         else this.stats.rebuilt++;
+        this.#reportCorrupt(st, st.data);
       } else {
         st.data = this.#rebuild(st);
         this.stats.rebuilt++;
@@ -717,6 +786,24 @@ export class NetworkIndexes {
     if (st !== undefined) this.dropIndex(st, false);
   }
 
+  /** Name, through `onCorrupt`, the corrupt records of `d` not named before (after a read of DIR). */
+  #reportCorrupt(st: NetState, d: IndexData): void {
+    if (this.#onCorrupt === undefined) return;
+    const fresh: string[] = [];
+    for (const r of d.list()) {
+      if (r.owner === null && !st.reportedCorrupt.has(r.ip)) {
+        st.reportedCorrupt.add(r.ip);
+        fresh.push(r.ip);
+      }
+    }
+    if (fresh.length === 0) return;
+    try {
+      this.#onCorrupt(st.dir, fresh.sort());
+    } catch {
+      // a reporting hook must not break the index
+    }
+  }
+
   /** Full read of DIR into a new index. Throws on any error (caller delegates). */
   #rebuild(st: NetState): IndexData {
     const names = readdirSync(st.dir);
@@ -731,6 +818,7 @@ export class NetworkIndexes {
     }
     const d = new IndexData();
     d.reset(entries);
+    this.#reportCorrupt(st, d);
     return d;
   }
 
@@ -833,6 +921,12 @@ export class IndexedStore implements Store {
    * ends. (ADD reads each file twice: the "new data directory" check, then the allocator.)
    */
   readonly #lastReserved = new Map<number, string | null>();
+  /**
+   * Group commit: the write generation this handle must see durable before it returns from
+   * `close()`/`unlock()` (its own reservations, and any another request made before this one's
+   * hold ended: an idempotent re-ADD must not report an address whose name is not durable yet).
+   */
+  #durableGen = 0;
 
   /** Use {@link NetworkIndexes.open}. */
   constructor(ix: NetworkIndexes, st: NetState, network: string) {
@@ -870,9 +964,15 @@ export class IndexedStore implements Store {
     await this.#ix.verify(this.#st, this, 'validation');
   }
 
+  /**
+   * Release the lock (or hand it on, or linger: see the module comment), then wait until every
+   * reservation this handle wrote or saw written is durable ({@link NetworkIndexes.durable}).
+   * Throws `AppError('STORE_IO')` when that flush failed.
+   */
   async unlock(): Promise<void> {
     this.#assertOpen();
     await this.#done();
+    await this.#ix.durable(this.#st, this.#durableGen);
   }
 
   /**
@@ -902,6 +1002,7 @@ export class IndexedStore implements Store {
     this.#touchDir();
     this.#lastReserved.delete(rangeSetIndex);
     const ok = await this.#guard(() => this.#st.inner.reserve(ip, owner, rangeSetIndex));
+    if (ok) this.#durableGen = ++this.#st.writeGen;
     this.#afterReserve(d, had, ip, owner, ok);
     return ok;
   }
@@ -912,6 +1013,7 @@ export class IndexedStore implements Store {
     const had = d?.hasName(ip) ?? false;
     this.#touchDir();
     const ok = await this.#guard(() => this.#st.inner.restore(ip, owner));
+    if (ok) this.#durableGen = ++this.#st.writeGen;
     this.#afterReserve(d, had, ip, owner, ok);
     return ok;
   }
@@ -1017,7 +1119,9 @@ export class IndexedStore implements Store {
         else failures.push(`${ip}: ${describe(e)}`);
       }
     }
-    if (released.length > 0) fsyncDirQuietly(this.#st.dir);
+    // No fsync of DIR (FileStore's DEL does one): a removal need not be durable (a reservation
+    // back after a power loss is a leak the reconciler frees), and the next reservation's flush,
+    // or the file system's own commit, makes it durable anyway. A DEL answers without a disk wait.
     if (failures.length > 0) {
       this.#ix.dropIndex(this.#st, false);
       throw new AppError('STORE_IO', `cannot release the reservations of ${id} ${ifname} in ${this.#st.dir}: ${failures.join('; ')}`);
@@ -1040,11 +1144,16 @@ export class IndexedStore implements Store {
     return this.#ix.probeWritable(this.#st, this);
   }
 
-  /** Release (or linger with, see the module comment) the lock if held. Idempotent; returns at once. */
+  /**
+   * Release (or linger with, see the module comment) the lock if held, then wait for the flush
+   * round that makes this handle's reservations durable, as {@link unlock}. Idempotent. Throws
+   * `AppError('STORE_IO')` when that flush failed (the request must then not report its address).
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     await this.#done();
+    await this.#ix.durable(this.#st, this.#durableGen);
   }
 
   // -----------------------------------------------------------------------------------------------
@@ -1056,6 +1165,8 @@ export class IndexedStore implements Store {
   async #done(): Promise<void> {
     this.#lastReserved.clear();
     if (!this.#holding) return;
+    // What this hold read may include another request's reservation that is not durable yet.
+    if (this.#st.writeGen > this.#durableGen) this.#durableGen = this.#st.writeGen;
     try {
       await this.#ix.verify(this.#st, this, 'request');
     } catch {
@@ -1197,19 +1308,6 @@ export function readEntry(path: string, buf: Buffer): EntryState | null {
   }
 }
 
-
-function fsyncDirQuietly(dir: string): void {
-  try {
-    const fd = openSync(dir, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY);
-    try {
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-  } catch {
-    // as FileStore: durability of an unlink is not required
-  }
-}
 
 function lockTimeout(timeoutSeconds: number, path: string): AppError {
   return new AppError('STORE_LOCK_TIMEOUT', `timed out after ${timeoutSeconds}s waiting for the lock on ${path}`, { retryable: true });
