@@ -126,7 +126,7 @@ export function cniPoolTargets(
           const id = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
           const prev = out.get(id);
           const eps = [...(prev?.runtimeEndpoints ?? []), ...(n.ipam?.runtimeEndpoint != null ? [n.ipam.runtimeEndpoint] : [])];
-          out.set(id, { ...(prev ?? { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id }), runtimeEndpoints: eps, networks: [...(prev?.networks ?? []), ...(n.name == null ? [] : [n.name])] });
+          out.set(id, { ...(prev ?? { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id }), runtimeEndpoints: eps, networks: [...(prev?.networks ?? []), ...(n.name == null ? [] : [n.name])], fixedNodeName: prev?.fixedNodeName === true || pool.nodeName !== null });
         } catch (e) {
           errors.push(`${n.file}: ${e instanceof Error ? e.message : String(e)}`);
         }

@@ -286,7 +286,7 @@ export class PoolAllocator {
    * only the second cluster's members would create a second pool there; creating needs every
    * endpoint's answer, and the pin refuses a copy of the pool's keys in another cluster (a mirror,
    * a restore into a new cluster). Once per allocator.
-   * @throws AppError IPAM_INVALID_CONFIG on a layout mismatch (the message shows both), on two
+   * @throws AppError STORE_CONFLICT (CNI 11) when every attempt to create `meta` lost its compare; IPAM_INVALID_CONFIG on a layout mismatch (the message shows both), on two
    *   clusters (the KV's message), or on a pin naming another cluster:
    *   `pool <p> was created in etcd cluster <a>, but its endpoints now answer as cluster <b> (a copy of its keys in another cluster: a mirror, or a restore into a new cluster) — point ipam.pool.etcd.endpoints at the pool's cluster, or see docs/cluster.md "One etcd cluster"`;
    *   STORE_UNAVAILABLE (CNI 11) for a pool not yet created while an endpoint did not answer:
@@ -299,7 +299,7 @@ export class PoolAllocator {
     const layout = this.#layout;
     const kv = this.#o.kv;
     const pinKey = this.clusterPinKey;
-    // Exhausted (every create lost): the next operation's transactions still compare what they need.
+    // Exhausted (every create lost): STORE_CONFLICT (code 11, the runtime retries).
     await runTxn(
       kv,
       async (tx) => {
@@ -346,7 +346,14 @@ export class PoolAllocator {
       await existingGuard(kv, this.#o.prefix, this.#o.pool, e, layout);
       return;
       },
-      { attempts: MAX_ATTEMPTS, exhausted: () => undefined },
+      {
+        attempts: MAX_ATTEMPTS,
+        // Never marked checked without a `meta` that passed the guards: a pool used with neither
+        // would skip the overlap check for the allocator's life (review).
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${this.metaKey} lost to concurrent writers; try again`);
+        },
+      },
     );
     this.#metaChecked = true;
   }

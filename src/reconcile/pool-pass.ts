@@ -62,6 +62,13 @@ export interface PoolTarget extends PoolKeys {
    * (the pool's name is recorded).
    */
   readonly networks?: readonly string[];
+  /**
+   * A network of the pool fixes the node name (`ipam.nodeName`): then handles written under this
+   * machine's earlier host names are never adopted — one fixed name in a shared config is how two
+   * machines come to serve one node name, and one's earlier host name may be the other's present
+   * one (review). Default false.
+   */
+  readonly fixedNodeName?: boolean;
 }
 
 /** Options of {@link runPoolPass}. */
@@ -415,11 +422,16 @@ function endpointPath(e: string): string {
  * name of this machine (`earlier`), judged as the node's own — only while the node's heartbeat
  * key names this host (`me`): a heartbeat written by another host means another live daemon serves
  * this node name (two hosts under one node name), and then none is (an error of kind `foreign`
- * says so). One read of the heartbeat key, only when some handle is of an earlier host.
+ * says so); and never when the node name is fixed by `ipam.nodeName` ({@link PoolTarget.fixedNodeName}). One read of the heartbeat key, only when some handle is of an earlier host.
  */
 async function adoptEarlierHosts(t: PoolTarget, me: string, earlier: readonly string[], foreign: readonly PoolHandleEntry[], errors: PoolPassError[]): Promise<PoolHandleEntry[]> {
   const mine = foreign.filter((h) => h.value.host !== undefined && h.value.host !== me && earlier.includes(h.value.host));
   if (mine.length === 0) return [];
+  if (t.fixedNodeName === true) {
+    const hosts = [...new Set(mine.map((h) => h.value.host as string))].sort().join(', ');
+    errors.push({ kind: 'foreign', pool: t.pool, message: `pool ${t.pool}: ${mine.length} handle(s) of node ${t.node} were written under earlier host names of this machine (${hosts}), but the node name is fixed by ipam.nodeName (several machines may share it): never judged here` });
+    return [];
+  }
   const hb = await t.kv.get(`${t.prefix}/pools/${t.pool}/alive/${t.node}`);
   const w = heartbeatWriter(hb?.value ?? null);
   if (w !== null && w.host === me) return mine;
