@@ -200,7 +200,6 @@ function readOne(file: string, euid: number): { text: string } | { why: string }
   }
 }
 
-/** What {@link LearnedPools.learn} did. */
 /**
  * What {@link LearnedPools.learn} did: wrote a `new` entry, rewrote a `changed` one, found it the
  * `same`, or `refused` it (a fixed `ipam.nodeName`, or {@link MAX_LEARNED} entries already: nothing written).
