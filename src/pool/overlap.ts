@@ -26,9 +26,9 @@ import { CNI_NAME_RE } from '../common/names.ts';
 import { canonicalizeRangeSet, rangesOverlap } from '../ipam/range.ts';
 import type { Range, RangeSet } from '../ipam/types.ts';
 import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
+import { corrupt, onlyKnown, parseJson, POOL_VALUE_VERSION } from './model.ts';
 
 /** Value version of `P/pool-ranges` (the same as every pool value). */
-const VERSION = 1;
 
 /** The key of the prefix's pool index: `<prefix>/pool-ranges`. */
 export function registryKey(prefix: string): string {
@@ -49,26 +49,6 @@ export interface PoolLayout {
   readonly blockSize6: number;
 }
 
-function corrupt(key: string, why: string): AppError {
-  return new AppError('STORE_CORRUPT', `etcd key ${key}: ${why}`);
-}
-
-function object(e: KVEntry): Record<string, unknown> {
-  let o: unknown;
-  try {
-    o = JSON.parse(e.value);
-  } catch {
-    throw corrupt(e.key, 'not valid JSON');
-  }
-  if (typeof o !== 'object' || o === null || Array.isArray(o)) throw corrupt(e.key, 'not a JSON object');
-  const r = o as Record<string, unknown>;
-  if (r['v'] !== VERSION) throw corrupt(e.key, `unknown value version ${JSON.stringify(r['v'] ?? null)} (this ipwarden writes ${VERSION})`);
-  return r;
-}
-
-function onlyKnown(key: string, o: Record<string, unknown>, known: readonly string[], where = ''): void {
-  for (const f of Object.keys(o)) if (!known.includes(f)) throw corrupt(key, `${where}unknown field ${JSON.stringify(f)} (known: ${known.join(', ')})`);
-}
 
 const META_FIELDS = ['v', 'rangeSets', 'blockSize', 'blockSize6'] as const;
 const META_RANGE_FIELDS = ['subnet', 'rangeStart', 'rangeEnd', 'gateway'] as const;
@@ -87,7 +67,7 @@ function ipText(v: unknown): string | null {
  * @throws AppError STORE_CORRUPT `etcd key <key>: <why>` when it is not such a value
  */
 export function decodeLayout(e: KVEntry): PoolLayout {
-  const r = object(e);
+  const r = parseJson(e);
   onlyKnown(e.key, r, META_FIELDS);
   const bs = r['blockSize'];
   const bs6 = r['blockSize6'];
@@ -156,7 +136,7 @@ export function encodeRegistry(pools: ReadonlyMap<string, readonly Range[]>): st
   for (const name of [...pools.keys()].sort()) {
     out[name] = (pools.get(name) as readonly Range[]).map((r) => ({ subnet: formatSubnet(r.subnet), rangeStart: formatIP(r.rangeStart), rangeEnd: formatIP(r.rangeEnd) }));
   }
-  return JSON.stringify({ v: VERSION, pools: out });
+  return JSON.stringify({ v: POOL_VALUE_VERSION, pools: out });
 }
 
 /**
@@ -164,7 +144,7 @@ export function encodeRegistry(pools: ReadonlyMap<string, readonly Range[]>): st
  * @throws AppError STORE_CORRUPT `etcd key <key>: <why>`
  */
 export function decodeRegistry(e: KVEntry): Map<string, Range[]> {
-  const r = object(e);
+  const r = parseJson(e);
   onlyKnown(e.key, r, ['v', 'pools']);
   const pools = r['pools'];
   if (typeof pools !== 'object' || pools === null || Array.isArray(pools)) throw corrupt(e.key, '"pools" must be an object');
