@@ -811,3 +811,111 @@ describe('PoolAllocator and corrupt keys: a DEL always finishes, an ADD never al
     assert.deepEqual(seen, [{ op: 'DEL', key: aff, why: 'unknown field "x" (known: v, rangeSet)', action: 'affinity not read: no block is given back on it, left for an operator' }]);
   });
 });
+
+describe('PoolAllocator.batch: ADDs and DELs of a node in one transaction (the daemon\'s rounds)', () => {
+  const req = (id: string) => ({ containerId: id, ifname: 'eth0' });
+
+  it('two ADDs and two DELs on one block: one transaction, the block written once, exact answers and keys', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    assert.deepEqual((await a.add([req('c1'), req('c2')])).map((r) => ips(r)[0]), ['10.80.0.16', '10.80.0.17']);
+    const s0 = { ...kv.stats };
+    const r = await a.batch([req('c3'), req('c4')], [req('c1'), req('c2')]);
+    assert.deepEqual(r.adds.map((x) => ips(x)), [['10.80.0.18'], ['10.80.0.19']], 'the ADDs are decided first: no address a DEL of the round frees');
+    assert.deepEqual(r.dels, [['10.80.0.16'], ['10.80.0.17']]);
+    // Reads: the four handles in one read (the memory KV's getMany, as etcd's; the blocks come from the cache). One transaction: 2 handles put, 2 deleted, the block put once.
+    assert.deepEqual(
+      { reads: kv.stats.reads - s0.reads, txns: kv.stats.txns - s0.txns, ok: kv.stats.txnsSucceeded - s0.txnsSucceeded, puts: kv.stats.puts - s0.puts, deletes: kv.stats.deletes - s0.deletes },
+      { reads: 1, txns: 1, ok: 1, puts: 3, deletes: 2 },
+    );
+    const d = kv.dump();
+    assert.deepEqual(Object.keys(d).filter((k) => k.includes('/handles/')), [`${P}/handles/c3/eth0`, `${P}/handles/c4/eth0`]);
+    assert.deepEqual(JSON.parse(d[`${P}/blocks/10.80.0.16-28`] as string), {
+      v: 1, cidr: '10.80.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', seq: 4, next: 4,
+      allocs: { '2': { id: 'c3', ifname: 'eth0', node: 'node-a', seq: 3, at: 1000 }, '3': { id: 'c4', ifname: 'eth0', node: 'node-a', seq: 4, at: 1000 } },
+    });
+    // The cache was kept current: the next round reads only its handles and sends one transaction.
+    const s1 = { ...kv.stats };
+    const r2 = await a.batch([req('c5')], [req('c3')]);
+    assert.deepEqual([r2.adds.map((x) => ips(x)), r2.dels], [[['10.80.0.20']], [['10.80.0.18']]]);
+    assert.deepEqual([kv.stats.reads - s1.reads, kv.stats.txns - s1.txns, kv.stats.txnsSucceeded - s1.txnsSucceeded], [1, 1, 1]);
+  });
+
+  it('a DEL of nothing held puts its tombstone in the round\'s transaction; a repeated DEL in the round gets the first one\'s answer', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await one(a, 'c1');
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('c2')], [req('gone'), req('c1'), req('gone')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.17']], [[], ['10.80.0.16'], []]]);
+    assert.equal(kv.stats.txns - t0, 1);
+    assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/gone/eth0`] as string), { v: 1, node: 'node-a', network: 'net1', at: 1000, ips: [], deleted: true });
+    // A late ADD transaction of "gone" (create-only on its handle) would now fail; a DEL again writes nothing.
+    const p0 = kv.stats.puts;
+    assert.deepEqual(await a.release([req('gone')]), [[]]);
+    assert.equal(kv.stats.puts, p0);
+  });
+
+  it('a round\'s DEL that empties a block that is not the node\'s last gives it back in the same transaction', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    // node-a fills 10.80.0.16/28 (15 addresses) and claims 10.80.0.0/28 for the 16th.
+    const ids = Array.from({ length: 16 }, (_, i) => `c${i}`);
+    const rs = await a.add(ids.map(req));
+    assert.equal(ips(rs[15] as PoolAllocation[])[0], '10.80.0.2');
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('n1')], [req('c15')]);
+    // The ADD is decided first: the /28 at .0 still has c15, so n1 gets .3 there; then c15 leaves and the block is not empty.
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.3']], [['10.80.0.2']]]);
+    const r2 = await a.release([req('n1')]);
+    assert.deepEqual(r2, [['10.80.0.3']]);
+    assert.equal(kv.stats.txns - t0, 2);
+    const d = kv.dump();
+    assert.equal(d[`${P}/blocks/10.80.0.0-28`], undefined, 'emptied and not the last: given back');
+    assert.equal(d[`${P}/nodes/node-a/blocks/10.80.0.0-28`], undefined);
+    assert.notEqual(d[`${P}/blocks/10.80.0.16-28`], undefined);
+  });
+
+  it('a round whose ADD finds its range set full sends its DELs apart: the failed ADD writes nothing', async () => {
+    const kv = new MemoryKV();
+    const only = [[{ subnet: '10.80.0.16/28', rangeStart: '10.80.0.20', rangeEnd: '10.80.0.20' }]];
+    const a = allocator(kv, 'node-a', only);
+    assert.equal(await one(a, 'c1'), '10.80.0.20');
+    const before = JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string);
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('c2')], [req('c1')]);
+    assert.ok(isAppError(r.adds[0], 'IPAM_RANGE_EXHAUSTED'), String(r.adds[0]));
+    assert.deepEqual(r.dels, [['10.80.0.20']]);
+    assert.equal(kv.stats.txns - t0, 1, 'only the DEL\'s transaction');
+    const after = JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string);
+    assert.deepEqual({ seq: after.seq, next: after.next, allocs: after.allocs }, { seq: before.seq, next: before.next, allocs: {} });
+  });
+
+  it('an ADD and a DEL of one attachment in one round is refused (INTERNAL): the batcher never sends it', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await one(a, 'c1');
+    await assert.rejects(a.batch([req('c1')], [req('c1')]), (e: unknown) => isAppError(e, 'INTERNAL') && e.message === 'a pool batch holds both an ADD and a DEL of c1/eth0');
+  });
+
+  it('a round that lost its compare is re-read and decided again: every DEL and ADD answered once, no address twice', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await a.add([req('c1'), req('c2')]);
+    const bk = `${P}/blocks/10.80.0.16-28`;
+    kv.beforeTxn = () => {
+      kv.beforeTxn = null;
+      // Another process of the node (the standalone fallback) allocates .18 meanwhile.
+      const b = JSON.parse(kv.dump()[bk] as string);
+      b.seq += 1;
+      b.allocs['2'] = { id: 'racer', ifname: 'eth0', node: 'node-a', seq: b.seq, at: 5 };
+      b.next = 3;
+      kv.apply([], [{ put: bk, value: JSON.stringify(b) }]);
+    };
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('c3')], [req('c1')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.19']], [['10.80.0.16']]]);
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded], [2, 4], 'one lost compare, then one commit (meta, the first ADD, this one)');
+    assert.deepEqual(Object.keys(JSON.parse(kv.dump()[bk] as string).allocs), ['1', '2', '3']);
+  });
+});
