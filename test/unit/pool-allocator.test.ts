@@ -918,4 +918,101 @@ describe('PoolAllocator.batch: ADDs and DELs of a node in one transaction (the d
     assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded], [2, 4], 'one lost compare, then one commit (meta, the first ADD, this one)');
     assert.deepEqual(Object.keys(JSON.parse(kv.dump()[bk] as string).allocs), ['1', '2', '3']);
   });
+
+  it('a round\'s DEL that empties a removed node\'s pendingRelease block (its last borrower) gives the block back in the round\'s transaction', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const b = allocator(kv, 'node-b');
+    const op = allocator(kv, 'operator');
+    assert.equal(await one(b, 'b0'), '10.80.0.2');
+    for (let i = 0; i < 15; i++) await one(a, `a${i}`); // node-a's block 10.80.0.16/28 full
+    assert.equal(await one(a, 'borrower'), '10.80.0.3'); // borrowed in node-b's block
+    await op.markForRemoval('node-b');
+    assert.deepEqual(await op.finishRemoval('node-b'), { released: ['10.80.0.2'], deletedBlocks: [], keptBlocks: ['10.80.0.0-28'] });
+    assert.deepEqual(await a.release([req('a0')]), [['10.80.0.16']]);
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('n1')], [req('borrower')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.16']], [['10.80.0.3']]]);
+    assert.equal(kv.stats.txns - t0, 1, 'one transaction: n1\'s allocation, the borrower\'s release and the give-back');
+    const d = kv.dump();
+    assert.equal(d[`${P}/blocks/10.80.0.0-28`], undefined, 'the removed node\'s emptied block is given back');
+    assert.equal(d[`${P}/nodes/node-b/blocks/10.80.0.0-28`], undefined, 'with its affinity');
+    assert.equal(d[`${P}/handles/borrower/eth0`], undefined);
+    assert.notEqual(d[`${P}/removing/node-b`], undefined, 'the marker stays for --finish');
+  });
+
+  it('a round\'s DEL whose handle cannot be read is done alone after the round: the round commits the others, the DEL releases what readable blocks hold for it', async () => {
+    const kv = new MemoryKV();
+    const seen: CorruptSkip[] = [];
+    const a = allocator(kv, 'node-a', SMALL, 28, undefined, (x) => seen.push(x));
+    await a.add([req('c1'), req('c2')]);
+    const hk = `${P}/handles/c1/eth0`;
+    const bad = '{"v":1,"node":"node-a","network":"net1","at":1000,"ips":"x"}';
+    kv.plant(hk, bad);
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('n1')], [req('c1'), req('c2')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.18']], [['10.80.0.16'], ['10.80.0.17']]]);
+    assert.equal(kv.stats.txns - t0, 2, 'the round (n1, c2), then c1\'s DEL by owner');
+    assert.equal(kv.dump()[hk], bad, 'left as it is');
+    assert.deepEqual(Object.keys(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).allocs), ['2']);
+    assert.deepEqual(seen, [
+      { op: 'DEL', key: hk, why: '"ips" must be an array', action: "handle left as it is for an operator (the addresses it names cannot be read from it); allocations of c1/eth0 in the pool's readable blocks: 10.80.0.16, released" },
+    ]);
+  });
+
+  it('a round\'s DEL of an address in a block that cannot be read keeps it in the handle (a stale cache re-read first), told once', async () => {
+    const kv = new MemoryKV();
+    const seen: CorruptSkip[] = [];
+    const TWO = [[{ subnet: '10.80.0.0/27' }], [{ subnet: '10.80.1.0/27' }]];
+    const a = allocator(kv, 'node-a', TWO, 28, undefined, (x) => seen.push(x));
+    const [c1] = await a.add([req('c1')]);
+    assert.deepEqual(ips(c1 as PoolAllocation[]), ['10.80.0.16', '10.80.1.16']);
+    const bad = `${P}/blocks/10.80.1.16-28`;
+    kv.plant(bad, '{"v":1,"cidr":"10.80.1.16/28"');
+    const t0 = kv.stats.txns;
+    const ok0 = kv.stats.txnsSucceeded;
+    // The cached copy of the block is stale (its revision moved): that commit loses, the round is decided on fresh reads.
+    assert.deepEqual(await a.release([req('c1')]), [['10.80.0.16']]);
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded - ok0], [2, 1]);
+    assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/c1/eth0`] as string), { v: 1, node: 'node-a', network: 'net1', at: 1000, ips: [{ ip: '10.80.1.16', block: '10.80.1.16-28', ordinal: 0, seq: 1, rangeSet: 1 }] });
+    assert.equal(kv.dump()[bad], '{"v":1,"cidr":"10.80.1.16/28"');
+    assert.deepEqual(seen, [{ op: 'DEL', key: bad, why: 'not valid JSON', action: `10.80.1.16 of c1/eth0 not released (its block cannot be read): the handle ${P}/handles/c1/eth0 keeps it for an operator` }]);
+  });
+
+  it('a round of a node marked for removal loses its compare, vetoes, and commits on fresh reads', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const op = allocator(kv, 'operator');
+    await a.add([req('c1'), req('c2')]);
+    await op.markForRemoval('node-a');
+    assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'pendingRelease');
+    const t0 = kv.stats.txns;
+    const ok0 = kv.stats.txnsSucceeded;
+    const r = await a.batch([req('c3')], [req('c1')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.18']], [['10.80.0.16']]]);
+    // The round on the cache (lost: the block's revision moved), the veto (the marker's delete, the block back to owned), the round again.
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded - ok0], [4, 3]);
+    assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'vetoed');
+    const blk = JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string);
+    assert.deepEqual([blk.state, Object.keys(blk.allocs)], ['owned', ['1', '2']]);
+  });
+
+  it('a round of 12 ADDs and 12 DELs that would exceed etcd\'s 128 txn ops (/32 blocks) goes apart: the ADDs\' transaction, then the DELs\'', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a', [[{ subnet: '10.80.1.0/24' }]], 32);
+    const old = Array.from({ length: 12 }, (_, i) => req(`o${i}`));
+    const first = await a.add(old);
+    const oldIps = first.map((x) => ips(x)[0] as string);
+    const t0 = kv.stats.txns;
+    const r = await a.batch(Array.from({ length: 12 }, (_, i) => req(`n${i}`)), old);
+    assert.deepEqual(r.dels, oldIps.map((ip) => [ip]));
+    const newIps = r.adds.map((x) => ips(x)[0] as string);
+    assert.equal(new Set([...newIps, ...oldIps]).size, 24, 'the ADDs were decided before the DELs freed anything');
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded], [2, 4]);
+    const d = kv.dump();
+    // Each DEL emptied a /32 that is not the node's last: given back with its affinity.
+    assert.deepEqual(Object.keys(d).filter((k) => k.startsWith(`${P}/blocks/`)).length, 12);
+    assert.deepEqual(Object.keys(d).filter((k) => k.startsWith(`${P}/nodes/node-a/blocks/`)).length, 12);
+    assert.deepEqual(Object.keys(d).filter((k) => k.startsWith(`${P}/handles/`)).sort(), Array.from({ length: 12 }, (_, i) => `${P}/handles/n${i}/eth0`).sort());
+  });
 });

@@ -162,6 +162,33 @@ describe('PoolSessions: a DEL is ordered after the same container\'s pending ADD
     }
   });
 
+  it('a round that fails as a whole (an ADD\'s handle cannot be read) is retried one by one: only that ADD fails, the DEL and the other ADD of the round are answered', async () => {
+    const kv = new GatedKV();
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined);
+    try {
+      const old = formatIP(((await s.add(conf, { containerId: 'c1', ifname: 'eth0' }))[0] as PoolAllocation).ip);
+      kv.plant('/ipwarden/pools/p1/handles/bad/eth0', '{"v":1}');
+      kv.hold = true;
+      const px = s.add(conf, { containerId: 'x', ifname: 'eth0' }); // in flight
+      await until(() => kv.waiting === 1, 'x is in flight');
+      const d1 = s.del(conf, { containerId: 'c1', ifname: 'eth0' });
+      const pb = s.add(conf, { containerId: 'bad', ifname: 'eth0' }).then(() => 'resolved', (e: unknown) => e);
+      const p2 = s.add(conf, { containerId: 'c2', ifname: 'eth0' });
+      kv.release();
+      const [rx, r2] = await Promise.all([px, p2]);
+      assert.deepEqual(await d1, [old]);
+      const eb = await pb;
+      assert.ok(isAppError(eb, 'STORE_CORRUPT'), String(eb));
+      assert.deepEqual(s.batchSizes, [[1, 1, 3]], 'the round of three failed, then each went alone');
+      assert.notEqual(formatIP((rx[0] as PoolAllocation).ip), formatIP((r2[0] as PoolAllocation).ip));
+      assert.deepEqual(held(kv), ['c2', 'x']);
+      assert.deepEqual(handles(kv), ['bad', 'c2', 'x'].map((c) => `/ipwarden/pools/p1/handles/${c}/eth0`));
+      assert.equal(kv.dump()['/ipwarden/pools/p1/handles/bad/eth0'], '{"v":1}', 'the corrupt handle is left as it is');
+    } finally {
+      await s.close();
+    }
+  });
+
   it('a DEL of an ADD in flight waits for it, then releases its address', async () => {
     const kv = new GatedKV();
     const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined);
