@@ -3,7 +3,7 @@
  * style 2: no I/O of its own), like the node allocator takes a Store. Calico's design (blocks with
  * a node affinity, per-address sequence numbers; anchors.md §5.1, daemons-and-pools.md §2.1) with
  * the batching Calico proposed and never built (projectcalico/cni-plugin#985): many ADDs of one
- * node in one transaction.
+ * node in one transaction, and in the daemon its DELs with them ({@link PoolAllocator.batch}).
  *
  * The keys and values (`meta`, `blocks/<block>`, `nodes/<node>/blocks/<block>`, `handles/…`,
  * `removing/<node>`, `removal-window/<node>`, …) are laid out and encoded in src/pool/model.ts.
