@@ -841,7 +841,14 @@ export class PoolAllocator {
             continue;
           }
           const a = b?.value.allocs[String(x.ordinal)];
-          if (b === null || a === undefined || a.seq !== x.seq || a.id !== id || a.ifname !== r.ifname) continue;
+          if (b === null || a === undefined || a.seq !== x.seq || a.id !== id || a.ifname !== r.ifname) {
+            // Nothing of this container's to release here: a decision on what was read of the
+            // block, compared (a cached block may be an older revision without the allocation: a
+            // refill that wrote nothing caches the blocks as it read them, and an ADD may have
+            // committed since — the commit then fails and the round is decided on fresh reads).
+            tx.expect(this.blockKey(x.block), b === null ? null : b.rev);
+            continue;
+          }
           delete b.value.allocs[String(x.ordinal)];
           b.dirty = true;
           emptied.add(b.key);

@@ -12,7 +12,7 @@ import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { decodeBlock, decodeHandle } from '../../src/pool/model.ts';
 import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation } from '../../src/pool/allocator.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
-import type { KV, KVCompare, KVOp } from '../../src/store/kv.ts';
+import type { KV, KVCompare, KVEntry, KVOp } from '../../src/store/kv.ts';
 
 const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (ordinals 2–15 allocatable: .0 network, .1 gateway) and 10.80.0.16/28 (16–30). */
@@ -1014,5 +1014,36 @@ describe('PoolAllocator.batch: ADDs and DELs of a node in one transaction (the d
     assert.deepEqual(Object.keys(d).filter((k) => k.startsWith(`${P}/blocks/`)).length, 12);
     assert.deepEqual(Object.keys(d).filter((k) => k.startsWith(`${P}/nodes/node-a/blocks/`)).length, 12);
     assert.deepEqual(Object.keys(d).filter((k) => k.startsWith(`${P}/handles/`)).sort(), Array.from({ length: 12 }, (_, i) => `${P}/handles/n${i}/eth0`).sort());
+  });
+
+  it('a round\'s DEL on a cached block that lacks its allocation (a refill that wrote nothing cached what it read before an ADD committed) compares the block: the round is re-read and releases it', async () => {
+    /** The memory KV that runs `hook` once, before the read of `key` (here: between a refill\'s reads and its caching). */
+    class HookKV extends MemoryKV {
+      hook: { key: string; run: () => Promise<void> } | null = null;
+      override async get(key: string): Promise<KVEntry | null> {
+        const h = this.hook;
+        if (h !== null && h.key === key) {
+          this.hook = null;
+          await h.run();
+        }
+        return super.get(key);
+      }
+    }
+    const kv = new HookKV();
+    const a = allocator(kv, 'node-a');
+    assert.equal(await one(a, 'c0'), '10.80.0.16');
+    await a.refillReserve(2, 30);
+    // The reserve is full: the next refill writes nothing; while it reads the removal marker, c1's ADD commits.
+    let c1 = '';
+    kv.hook = { key: `${P}/removing/node-a`, run: async () => void (c1 = await one(a, 'c1')) };
+    await a.refillReserve(2, 30);
+    assert.equal(c1, '10.80.0.19');
+    const t0 = kv.stats.txns;
+    const ok0 = kv.stats.txnsSucceeded;
+    assert.deepEqual(await a.release([req('c1')]), [['10.80.0.19']]);
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded - ok0], [2, 1], 'the round on the stale cache lost its compare, then committed on fresh reads');
+    const blk = JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string);
+    assert.deepEqual(Object.entries(blk.allocs as Record<string, { id: string; reserve?: true }>).map(([o, x]) => `${o}:${x.reserve === true ? 'reserve' : x.id}`), ['0:c0', '1:reserve', '2:reserve']);
+    assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined);
   });
 });
