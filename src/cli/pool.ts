@@ -35,10 +35,10 @@ import { AppError, UsageError } from '../common/errors.ts';
 import { compareIP, parseCIDR } from '../common/ip.ts';
 import { decodePoolConfig, validNodeName, type PoolConfig } from '../ipam/pool-config.ts';
 import { checkLivePods, type PoolPodAddressFinding } from '../reconcile/pool-rereserve.ts';
-import { blockKeyCidr, classifyPoolHandles, lastSeen, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolAllocator, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
+import { blockKeyCidr, lastSeen, corruptLine, currentRevision, etcdFor, handlesPrefix, nodeHandles, nodeHeartbeat, PoolRemoval, poolStatus, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolLeakVerdict, type PoolStatus } from '../pool/index.ts';
 import { resolveNodeName } from '../node/node-name.ts';
-import { inUseReason } from '../reconcile/evidence.ts';
 import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
+import { planPoolHandles } from '../reconcile/pool-plan.ts';
 import { takeSnapshot } from '../reconcile/snapshot.ts';
 import type { CliContext } from './context.ts';
 import { renderTable, shortId } from './format.ts';
@@ -238,24 +238,15 @@ async function removeNode(node: string, opts: PoolOptions, ctx: CliContext): Pro
   const pool = poolFromFlags(opts);
   const kv = etcdFor(pool);
   try {
-    // The operator acts as no node: it never allocates, so the allocator needs no ranges.
-    // A key that cannot be read is skipped (never marked, released or deleted) and named on stderr.
-    const op = new PoolAllocator({
-      kv,
-      pool: pool.name,
-      prefix: pool.etcd.prefix,
-      node: 'ipwarden-operator',
-      network: '',
-      rangeSets: [],
-      sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 },
-      onCorrupt: (c) => ctx.stderr(corruptLine(pool.name, c)),
-    });
+    // The operator acts as no node (a removal object, no allocator). A key that cannot be read is
+    // skipped (never marked, released or deleted) and named on stderr.
+    const op = new PoolRemoval({ kv, pool: pool.name, prefix: pool.etcd.prefix, onCorrupt: (c) => ctx.stderr(corruptLine(pool.name, c)) });
     if (opts.finish !== true) {
       const heartbeat = await nodeHeartbeat(kv, pool.etcd.prefix, pool.name, node);
       const seen = (await lastSeen(kv, pool.etcd.prefix, pool.name)).get(node);
       // The window is sized by the node's announced offline seconds (docs/cluster.md "Offline allocation").
       let window = REMOVAL_WINDOW_SECONDS;
-      const marked = blockNames(await op.markForRemoval(node, { force: opts.force === true, checkNode: true, windowLease: (ttl) => kv.grantLease((window = ttl)) }));
+      const marked = blockNames(await op.mark(node, { force: opts.force === true, checkNode: true, windowLease: (ttl) => kv.grantLease((window = ttl)) }));
       if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, pendingRelease: marked, heartbeat, windowSeconds: window, ...(seen === undefined ? {} : { lastSeen: seen }) })}\n`);
       else {
         ctx.stdout(`removal of ${node} begun (${op.removingKey(node)}); ${marked.length} block${marked.length === 1 ? '' : 's'} marked pendingRelease${marked.length > 0 ? `: ${marked.join(' ')}` : ''}\n`);
@@ -273,7 +264,7 @@ async function removeNode(node: string, opts: PoolOptions, ctx: CliContext): Pro
       }
       return 0;
     }
-    const f = await op.finishRemoval(node);
+    const f = await op.finish(node);
     const r = { released: f.released, deletedBlocks: blockNames(f.deletedBlocks), keptBlocks: blockNames(f.keptBlocks) };
     if (opts.json === true) ctx.stdout(`${JSON.stringify({ version: 1, node, ...r })}\n`);
     else {
@@ -335,6 +326,7 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
     // a handle created after R did not exist when the runtime was asked (its ADD may be in
     // flight): in grace, never a candidate — decided by revisions, not by a clock.
     const revision = await currentRevision(kv);
+    // With the READY sandboxes' pod IPs, as the daemon's pass asks (one planner: src/reconcile/pool-plan.ts).
     const snap = await takeSnapshot({ ...(opts.runtimeEndpoint === undefined ? {} : { runtimeEndpoint: opts.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, ctx);
     const host = hostname();
     const listed = nodeHandles(await kv.list(handlesPrefix(keys)), keys, node, host);
@@ -343,18 +335,8 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
     // and kernel (review B1): listed as unknown, never as leaked.
     if (listed.foreign.length > 0) ctx.stderr(`ipwarden: ${listed.foreign.length} handle(s) of node ${node} were written on other hosts than ${host}: listed as unknown — two hosts under one node name?\n`);
     const handles = listed.handles;
-    const sb = snap.sandboxes;
-    const sandboxes = sb === null ? null : sb instanceof Map ? new Map([...sb].map(([id, st]) => [id, String(st).replace('notready', 'not ready')])) : new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
-    const verdicts = classifyPoolHandles({
-      handles,
-      sandboxes,
-      runtimeError: snap.runtime.error ?? null,
-      inUse: (ip, id) => inUseReason(snap.evidence, ip, id),
-      evidenceIncomplete: snap.evidence.incomplete,
-      snapshotAtMs: snap.snapshotAtMs,
-      graceSeconds,
-      revision,
-    });
+    const plan = planPoolHandles(snap, handles, revision, graceSeconds);
+    const verdicts = plan.verdicts;
     for (const h of listed.foreign) {
       verdicts.push({ containerId: h.containerId, ifname: h.ifname, ips: h.value.ips.map((i) => i.ip), ageSeconds: (snap.snapshotAtMs - h.value.at) / 1000, verdict: 'unknown', reason: `written on host ${h.value.host ?? '(none recorded)'}, not ${host}: this host's runtime and kernel cannot judge it` });
     }
@@ -365,7 +347,8 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
         ? `${JSON.stringify({ version: 1, pool: pool.name, node, runtime: snap.runtime, evidence: { incomplete: snap.evidence.incomplete }, graceSeconds, revision, handles: verdicts, podAddresses })}\n`
         : poolLeaksTable(node, verdicts) + podAddressLines(podAddresses),
     );
-    for (const f of snap.podIPFailures) ctx.stderr(`ipwarden: ${f}: its addresses were not checked\n`);
+    // A READY sandbox's addresses are unknown: as in the daemon's pass, nothing is a candidate (exit 1 below).
+    for (const f of snap.podIPFailures) ctx.stderr(`ipwarden: ${f}: its addresses were not checked; no leaked verdict is a release candidate (the daemon releases nothing while this lasts)\n`);
     if (podAddresses.some((f) => f.state === 'conflict')) {
       ctx.stderr(`ipwarden: a live pod's address is held by another holder in pool ${pool.name} (a duplicate address): see above\n`);
       return 1;
@@ -378,6 +361,7 @@ async function leaks(opts: PoolOptions, ctx: CliContext): Promise<number> {
       ctx.stderr(`ipwarden: kernel evidence incomplete (${snap.evidence.incomplete}); no verdict is possible\n`);
       return 1;
     }
+    if (!plan.candidates) return 1;
     return 0;
   } finally {
     await kv.close();

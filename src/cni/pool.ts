@@ -1046,9 +1046,12 @@ export class PoolSessions implements PoolHooks {
    * pool's first use on, and on every beat vetoes a removal of the node begun while it was away.
    */
   #startHeartbeat(kv: KV & Leases, pool: PoolConfig, node: string, alloc: PoolAllocator, source: PoolSource): void {
-    // Automatic removal of dead nodes (ipam.pool.reclaimAfter): one per pool, run on the beats.
+    // Automatic removal of dead nodes (ipam.pool.reclaimAfter): one per pool, run on the beats —
+    // only as a file of the node's CNI configuration directory asks for it, never as a request's
+    // config does (a NetworkAttachmentDefinition is written by whoever may create one in a
+    // namespace: it must not switch on the release of other nodes' addresses; review).
     const rkey = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name]);
-    if (pool.reclaimAfterMs !== undefined && !this.#reclaimers.has(rkey)) {
+    if (source === 'cni-config' && pool.reclaimAfterMs !== undefined && !this.#reclaimers.has(rkey)) {
       this.#reclaimers.set(rkey, new AutoReclaimer({ kv, pool: pool.name, prefix: pool.etcd.prefix, sizes: { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 }, reclaimAfterMs: pool.reclaimAfterMs, clock: this.#clock, report: this.#opts.reclaimReport ?? logReport(this.#log) }));
     }
     this.#reclaimers.get(rkey)?.addOwn(node);

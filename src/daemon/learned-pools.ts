@@ -68,6 +68,10 @@ export class DaemonLearnedPools {
       try {
         const outcome = this.#store.learn(c, stdin);
         if (outcome === 'same') return;
+        if (typeof outcome === 'object') {
+          this.#log.warn({ network: conf.name, pool: pool.name, why: outcome.refused }, 'pool network not recorded');
+          return;
+        }
         this.#announce(pools, c, join(this.#store.dir, learnedName(c.pool, c.name)), outcome === 'new' ? 'pool network learned' : 'pool network config changed');
       } catch (e) {
         this.#log.warn({ network: conf.name, pool: pool.name, dir: this.#store.dir, error: e instanceof Error ? e.message : String(e) }, 'pool network not recorded');

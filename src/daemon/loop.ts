@@ -23,7 +23,8 @@ import { Confirmations, DEFAULT_RELEASE_CAP, jitteredDelay } from '../reconcile/
 import type { ReconcileDeps } from '../reconcile/options.ts';
 import { runPass, type PassOptions, type PassReport } from '../reconcile/pass.ts';
 import { layoutNetworks } from '../reconcile/status.ts';
-import { runPoolPass, type PoolPassReport, type PoolTarget } from '../reconcile/pool-pass.ts';
+import { poolRevisions, runPoolPass, type PoolPassError, type PoolPassReport, type PoolTarget } from '../reconcile/pool-pass.ts';
+import { takeSnapshot, type Snapshot } from '../reconcile/snapshot.ts';
 import { openAuditLog, openDefaultAuditLog, type AuditSink } from '../reconcile/audit.ts';
 import { etcdFor } from '../pool/index.ts';
 import { recordHost, type HostHistory } from '../node/host-history.ts';
@@ -68,6 +69,13 @@ export interface LoopDeps {
   readonly monotonic?: () => number;
   /** Records and returns this machine's host names (default src/node/host-history.ts `recordHost`; tests inject). */
   readonly hostHistory?: (dataDir: string) => HostHistory;
+}
+
+/** The pools of one pass and etcd's revision `R` of each (null: unreadable; why in `errors`), read before the pass's runtime snapshot. */
+interface PoolPrelude {
+  readonly targets: PoolTarget[];
+  readonly revisions: Array<string | null>;
+  readonly errors: PoolPassError[];
 }
 
 /** Where the loop gets the pools to reconcile, each pass; `close()` when the loop stops. */
@@ -118,7 +126,7 @@ export function cniPoolTargets(
           const id = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node]);
           const prev = out.get(id);
           const eps = [...(prev?.runtimeEndpoints ?? []), ...(n.ipam?.runtimeEndpoint != null ? [n.ipam.runtimeEndpoint] : [])];
-          out.set(id, { ...(prev ?? { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id }), runtimeEndpoints: eps, networks: [...(prev?.networks ?? []), ...(n.name == null ? [] : [n.name])] });
+          out.set(id, { ...(prev ?? { kv, prefix: pool.etcd.prefix, pool: pool.name, node, id }), runtimeEndpoints: eps, networks: [...(prev?.networks ?? []), ...(n.name == null ? [] : [n.name])], fixedNodeName: prev?.fixedNodeName === true || pool.nodeName !== null });
         } catch (e) {
           errors.push(`${n.file}: ${e instanceof Error ? e.message : String(e)}`);
         }
@@ -301,8 +309,14 @@ class Loop implements ReconcileLoop {
 
   private async pass(reason: string): Promise<PassReport> {
     let report: PassReport;
+    let pools: PoolPrelude | null = null;
+    let snap: Snapshot;
     try {
-      report = await runPass(this.opts, this.confirmations, this.deps.reconcile, this.deps.monotonic);
+      // One runtime snapshot per pass, shared by the node-local and pool plans; the pools' R is
+      // read before it (a handle created after R did not exist when the runtime was asked).
+      pools = await this.poolPrelude(reason);
+      snap = await takeSnapshot({ ...(this.opts.runtimeEndpoint === null ? {} : { runtimeEndpoint: this.opts.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, this.deps.reconcile);
+      report = await runPass(this.opts, this.confirmations, this.deps.reconcile, this.deps.monotonic, snap);
     } catch (e) {
       // runPass reports failures in its result; a throw is a bug or a usage problem: count it,
       // log it, keep the loop alive.
@@ -355,21 +369,40 @@ class Loop implements ReconcileLoop {
       'reconcile pass',
     );
     this.rewatch(report);
-    await this.poolPass(reason);
+    if (pools !== null) await this.poolPass(reason, pools, snap);
     return report;
   }
 
   /**
-   * The cluster pools' step of the pass (docs/cluster.md "Reconcile per node"): after the
-   * node-local networks, with its own runtime snapshot and revision reads. Never throws.
+   * The pools' part of a pass read before its one runtime snapshot: the targets and etcd's
+   * revision `R` of each. Null when there is no pool to reconcile. Never throws: a failure is
+   * logged and counted as the pool pass's.
    */
-  private async poolPass(reason: string): Promise<void> {
+  private async poolPrelude(reason: string): Promise<PoolPrelude | null> {
     const src = this.deps.pools;
-    if (src === undefined || this.closed) return;
+    if (src === undefined || this.closed) return null;
     try {
       const { targets, errors } = src.targets();
       for (const e of errors) this.log.warn({ kind: 'config', error: e }, 'pool reconcile: network not used');
-      if (targets.length === 0) return;
+      if (targets.length === 0) return null;
+      const revisionErrors: PoolPassError[] = [];
+      return { targets, revisions: await poolRevisions(targets, revisionErrors), errors: revisionErrors };
+    } catch (e) {
+      this.deps.metrics.recordReconcileError('pool');
+      this.log.error({ reason, error: e instanceof Error ? e.message : String(e) }, 'pool reconcile pass failed');
+      return null;
+    }
+  }
+
+  /**
+   * The cluster pools' step of the pass (docs/cluster.md "Reconcile per node"): after the
+   * node-local networks, on the pass's runtime snapshot `snap` with the targets and revisions
+   * read before it ({@link poolPrelude}). Never throws.
+   */
+  private async poolPass(reason: string, pools: PoolPrelude, snap: Snapshot): Promise<void> {
+    if (this.closed) return;
+    try {
+      const { targets } = pools;
       const auditPath = this.opts.auditLog;
       const audit = (): AuditSink => {
         if (auditPath !== null) return openAuditLog(auditPath);
@@ -382,7 +415,7 @@ class Loop implements ReconcileLoop {
       const history = (this.deps.hostHistory ?? recordHost)(this.opts.dataDir);
       if (history.problem !== null && history.problem !== this.hostHistoryProblem) this.log.warn({ error: history.problem }, 'host history not used');
       this.hostHistoryProblem = history.problem;
-      const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit, earlierHosts: history.earlier }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic);
+      const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit, earlierHosts: history.earlier }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic, { revisions: pools.revisions, errors: pools.errors, snap });
       this.lastPool = r;
       this.deps.metrics.recordPoolPass({ released: r.released.map((x) => ({ pool: x.pool })), errors: r.errors, reReserved: r.reReserved });
       for (const x of r.reReserved) {

@@ -115,6 +115,7 @@ export class DaemonMetrics {
     });
     this.pools = new PoolMetrics(this.registry, opts.monotonicMs ?? (() => performance.now()));
     this.kernelIndex = new KernelIndexMetrics(this.registry);
+    this.#nodeNameMismatch();
     this.addresses = new Gauge({
       name: 'ipwarden_addresses',
       help: 'Addresses per range set by state (live, grace, leaked, corrupt, unknown, free), as of the last reconcile pass.',
@@ -248,15 +249,19 @@ export class DaemonMetrics {
 
   /**
    * The node-name file disagrees with the daemon's NODE_NAME (1) or not (0): src/daemon/node-name-check.ts.
-   * The gauge exists once the daemon has checked.
+   * Registered with the other series (0 until the daemon's first check says otherwise).
    */
   setNodeNameMismatch(mismatch: boolean): void {
+    this.#nodeNameMismatch().set(mismatch ? 1 : 0);
+  }
+
+  #nodeNameMismatch(): Gauge {
     this.nodeNameMismatchGauge ??= new Gauge({
       name: 'ipwarden_node_name_mismatch',
       help: "Whether the node-name file beside the installed plugin names another node than the daemon's NODE_NAME, or was written on another host name (1: the standalone fallback would act as another node; /readyz fails), or agrees (0).",
       registers: [this.registry],
     });
-    this.nodeNameMismatchGauge.set(mismatch ? 1 : 0);
+    return this.nodeNameMismatchGauge;
   }
 
   /** Count one reinstall that put every file back. */

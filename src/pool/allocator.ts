@@ -7,6 +7,7 @@
  *
  * The keys and values (`meta`, `blocks/<block>`, `nodes/<node>/blocks/<block>`, `handles/…`,
  * `removing/<node>`, `removal-window/<node>`, …) are laid out and encoded in src/pool/model.ts.
+ * Node removal (an operator's two steps) is src/pool/removal.ts; the node's own veto is here.
  *
  * Rules, each enforced inside one etcd transaction by revision compares (never a lock or lease):
  * - claim a block: `blocks/<b>` and `nodes/<me>/blocks/<b>` both absent (`create_revision == 0`);
@@ -47,12 +48,9 @@ import {
   decodeSettings,
   encodeBlock,
   encodeHandle,
-  heartbeatWriter,
   keysOf,
-  markerBy,
   metaOf,
   parseJson,
-  removalMarkerValue,
   settingsValue,
   tombstoneValue,
   type AllocValue,
@@ -76,12 +74,6 @@ export const CLAIM_SPREAD = 16;
  * a wide margin.
  */
 export const TOMBSTONE_TTL_SECONDS = 600;
-/**
- * The least veto window of `pool remove-node`, seconds: `--finish` refuses until this long after
- * step 1 (2 heartbeat TTLs: a node's daemon reachable in that time has beaten, and vetoed, at
- * least five times).
- */
-export const REMOVAL_WINDOW_SECONDS = 60;
 /** Most requests batched into one transaction (each costs 2 ops; etcd allows 128 per txn). */
 export const MAX_BATCH = 24;
 
@@ -179,52 +171,11 @@ export class BlockCache {
   blocks: Map<string, CachedBlock> | null = null;
 }
 
-/**
- * `pool remove-node` refused to go on (the node may be alive): no heartbeat override, no veto
- * ignored. Code `STORE_CONFLICT`; the CLI prints the message and exits 1.
- */
-export class RemovalRefusedError extends AppError {
-  constructor(message: string) {
-    super('STORE_CONFLICT', message);
-  }
-}
-
 /** A read that raced with a writer (not corruption): the caller re-reads and decides again ({@link Retry}). */
 class LostRace extends Retry {}
 
 /** A batched DEL whose handle cannot be read: done alone after its round ({@link PoolAllocator.batch}). */
 const ALONE = Symbol('alone');
-
-/**
- * The refusal for a live heartbeat. With the writer known (trial finding 5: a daemon heartbeats for
- * every node name it serves, so the key may come from another host's daemon), it names that daemon.
- */
-function heartbeatRefusal(pool: string, node: string, key: string, finish = false, value: string | null = null): RemovalRefusedError {
-  const w = heartbeatWriter(value);
-  const by = w === null ? '' : `, written by the ipwarden daemon on host ${w.host}${w.pid === null ? '' : ` (pid ${w.pid})`}`;
-  const stop = w === null ? 'stop its daemon first' : `stop the daemon on host ${w.host} first`;
-  return new RemovalRefusedError(`node ${node} has a live heartbeat in pool ${pool} (${key}${by}): it is not gone; ${stop}${finish ? ' (--finish never overrides a heartbeat)' : ', or pass --force if you are sure'}`);
-}
-
-/** Step 1's refusal for a node no ipwarden daemon has served (no settings key; trial finding 1). */
-function neverServedRefusal(pool: string, node: string, key: string): RemovalRefusedError {
-  return new RemovalRefusedError(
-    `node ${node} has never been served by an ipwarden daemon in pool ${pool} (no ${key}): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node ${node}), pass --force`,
-  );
-}
-
-/** Step 1's refusal for a name that holds nothing in the pool (trial finding 11: a typo). */
-function nothingRefusal(pool: string, node: string): RemovalRefusedError {
-  return new RemovalRefusedError(`node ${node} has nothing in pool ${pool}: nothing to remove (a typo?)`);
-}
-
-function windowRefusal(pool: string, node: string, key: string, seconds: number = REMOVAL_WINDOW_SECONDS): RemovalRefusedError {
-  return new RemovalRefusedError(`the veto window of node ${node}'s removal from pool ${pool} has not passed (${key} exists until its ${seconds} s lease expires): try --finish again later`);
-}
-
-function vetoRefusal(pool: string, node: string, key: string): RemovalRefusedError {
-  return new RemovalRefusedError(`node ${node} vetoed its removal from pool ${pool} (${key} was deleted or re-created): it is back; nothing more was released`);
-}
 
 /** A round's answers ({@link PoolAllocator.batch}): per ADD, per DEL ({@link ALONE}: its handle cannot be read). */
 interface Round {
@@ -302,7 +253,7 @@ export class PoolAllocator {
   }
   /**
    * Key of the veto window of `node`'s removal (`P/pools/<pool>/removal-window/<node>` →
-   * `{"v":1,"node","at"}`), put by step 1 with a lease of {@link REMOVAL_WINDOW_SECONDS}:
+   * `{"v":1,"node","at"}`), put by step 1 (src/pool/removal.ts) with a lease of at least REMOVAL_WINDOW_SECONDS:
    * `--finish` refuses while it exists (compared absent in every one of its transactions). A
    * lease can only outlive its TTL (a leader change on etcd 3.4 restarts it), never expire early,
    * so its absence proves the window has passed.
@@ -344,7 +295,7 @@ export class PoolAllocator {
    * only the second cluster's members would create a second pool there; creating needs every
    * endpoint's answer, and the pin refuses a copy of the pool's keys in another cluster (a mirror,
    * a restore into a new cluster). Once per allocator.
-   * @throws AppError IPAM_INVALID_CONFIG on a layout mismatch (the message shows both), on two
+   * @throws AppError STORE_CONFLICT (CNI 11) when every attempt to create `meta` lost its compare; IPAM_INVALID_CONFIG on a layout mismatch (the message shows both), on two
    *   clusters (the KV's message), or on a pin naming another cluster:
    *   `pool <p> was created in etcd cluster <a>, but its endpoints now answer as cluster <b> (a copy of its keys in another cluster: a mirror, or a restore into a new cluster) — point ipam.pool.etcd.endpoints at the pool's cluster, or see docs/cluster.md "One etcd cluster"`;
    *   STORE_UNAVAILABLE (CNI 11) for a pool not yet created while an endpoint did not answer:
@@ -357,7 +308,7 @@ export class PoolAllocator {
     const layout = this.#layout;
     const kv = this.#o.kv;
     const pinKey = this.clusterPinKey;
-    // Exhausted (every create lost): the next operation's transactions still compare what they need.
+    // Exhausted (every create lost): STORE_CONFLICT (code 11, the runtime retries).
     await runTxn(
       kv,
       async (tx) => {
@@ -404,7 +355,14 @@ export class PoolAllocator {
       await existingGuard(kv, this.#o.prefix, this.#o.pool, e, layout);
       return;
       },
-      { attempts: MAX_ATTEMPTS, exhausted: () => undefined },
+      {
+        attempts: MAX_ATTEMPTS,
+        // Never marked checked without a `meta` that passed the guards: a pool used with neither
+        // would skip the overlap check for the allocator's life (review).
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${this.metaKey} lost to concurrent writers; try again`);
+        },
+      },
     );
     this.#metaChecked = true;
   }
@@ -1382,317 +1340,6 @@ export class PoolAllocator {
   async vetoIfMarked(): Promise<string[] | null> {
     if ((await this.#o.kv.get(this.removingKey(this.#o.node))) === null) return null;
     return this.veto();
-  }
-
-  /**
-   * The checks of step 1 with `checkNode` ({@link markForRemoval}), in this order: nothing in the
-   * pool (refused even with `force`), a live heartbeat (unless `force`), no settings key (unless
-   * `force`). Reads: the heartbeat key, the node's index prefix (keys only), and — only when both
-   * are empty — the pool's handles. Writes nothing.
-   */
-  async #checkRemovable(target: string, force: boolean): Promise<void> {
-    const kv = this.#o.kv;
-    const ae = await kv.get(this.aliveKey(target));
-    const indexed = await kv.list(`${this.#keys.nodesPrefix}${target}/`, { keysOnly: true });
-    if (ae === null && indexed.length === 0) {
-      const hprefix = this.#keys.handlesPrefix;
-      const held = (await kv.list(hprefix)).some((e) => {
-        let h: HandleValue;
-        try {
-          h = decodeHandle(e);
-        } catch (err) {
-          if (err instanceof CorruptValueError) return false; // whose it is cannot be told
-          throw err;
-        }
-        return h.node === target && h.deleted !== true;
-      });
-      if (!held) throw nothingRefusal(this.#o.pool, target);
-    }
-    if (force) return;
-    if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target), false, ae.value);
-    const sk = this.settingsKey(target);
-    if (!indexed.some((e) => e.key === sk)) throw neverServedRefusal(this.#o.pool, target, sk);
-  }
-
-  /**
-   * Step 1 of `pool remove-node target`: create the marker `removing/<target>` (create-only; an
-   * existing marker is kept, so running step 1 again is harmless), then every block of `target`
-   * goes `owned → pendingRelease` (a CAS each, also comparing the marker's revision: a veto meanwhile
-   * stops the marking). With `windowLease` (the CLI: `grantLease(ttlSeconds)`) the window key is
-   * put with the marker, its lease's TTL `max(60, 2·S + 10)` seconds where S is the target's
-   * announced offline seconds ({@link settingsKey}; none: {@link REMOVAL_WINDOW_SECONDS}), and `--finish` refuses until it has expired;
-   * a call that finds the marker existing puts the window again with a lease granted after it
-   * read the marker (review F1: the window always runs its TTL after the marker is known). No new allocation in a marked block, and no ADD of `target` commits
-   * while the marker exists. Unless `force`, the marker is created only if `target`'s heartbeat
-   * key is absent (compared in the same transaction).
-   * With `checkNode` (the CLI's step 1; trial findings 1 and 11), before any write and only when
-   * no marker exists yet: a `target` that has nothing in the pool — no affinity, no settings key,
-   * no heartbeat, no handle — is refused (also with `force`: nothing to remove, likely a typo);
-   * and, unless `force`, one without a settings key (`nodes/<target>/settings`, written by every
-   * daemon that serves the node) is refused: only the standalone plugin has served it, which
-   * writes no heartbeat, so a live idle node could not veto. The settings key's absence is also
-   * compared in the marker's transaction.
-   * With `by` (a daemon's automatic removal, src/pool/auto-reclaim.ts): the marker's value carries
-   * `by`, and a marker found that this `by` did not write (another daemon's, an operator's) stops
-   * the call before any write — the create-only marker decides who runs step 1.
-   * Returns the blocks now pending (also those that already were), as keys. A block that cannot be
-   * read is not marked (told to `onCorrupt`; `--finish` keeps it).
-   * @throws RemovalRefusedError when `target` has a heartbeat (without `force`; the message names
-   *   the daemon that wrote it when its value says), it vetoed during the marking, a marker not
-   *   written by `by` exists (with `by`), or (with
-   *   `checkNode`) it has nothing in the pool or was never served by a daemon (without `force`).
-   */
-  async markForRemoval(target: string, opts: { readonly force?: boolean; readonly windowLease?: (ttlSeconds: number) => Promise<string>; readonly checkNode?: boolean; readonly by?: string } = {}): Promise<string[]> {
-    const kv = this.#o.kv;
-    const mk = this.removingKey(target);
-    let marker: KVEntry | null = null;
-    /** The window this call created with the marker: its TTL, value and the transaction's revision. */
-    let created = null as { ttl: number; value: string; rev: string } | null;
-    const made = await runTxn<KVEntry | null>(
-      kv,
-      async (tx) => {
-        const m = await kv.get(mk);
-        // An automatic removal (`by`: the reclaiming node, src/pool/auto-reclaim.ts) goes on only
-        // with its own marker: the create-only marker decides who runs step 1; nothing is written.
-        if (m !== null && opts.by !== undefined && markerBy(m.value) !== opts.by) throw new RemovalRefusedError(`the removal of node ${target} from pool ${this.#o.pool} was begun by ${markerBy(m.value) ?? 'an operator'} (${mk})`);
-        if (m !== null) return m;
-        if (opts.checkNode === true) await this.#checkRemovable(target, opts.force === true);
-        tx.expect(mk, null);
-        if (opts.force !== true) tx.expect(this.aliveKey(target), null);
-        const value = removalMarkerValue(target, this.#now(), opts.by);
-        tx.put(mk, value);
-        if (opts.windowLease !== undefined) {
-          // The window outlasts the node's offline allocation (ipam.pool.offline): its settings,
-          // read now and compared unchanged in the marker's transaction, size it.
-          const se = await tx.get(this.settingsKey(target));
-          const ttl = removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
-          tx.put(this.windowKey(target), value, await opts.windowLease(ttl));
-          tx.onCommit((rev) => (created = { ttl, value, rev }));
-        }
-        return null;
-      },
-      {
-        attempts: MAX_ATTEMPTS,
-        exhausted: () => null,
-        lost: async () => {
-          if (opts.force === true) return;
-          const ae = await kv.get(this.aliveKey(target));
-          if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, this.aliveKey(target), false, ae.value);
-        },
-      },
-    );
-    // Created now: read back (the marker as stored, with its revision).
-    marker = made.value ?? (made.revision === null ? null : await kv.get(mk));
-    if (marker === null) throw new AppError('STORE_CONFLICT', `pool ${this.#o.pool}: ${MAX_ATTEMPTS} attempts to create ${mk} lost to concurrent writers; try again`);
-    if (created !== null && marker.modRevision === created.rev && opts.windowLease !== undefined) {
-      // The window's lease was granted before the marker existed, so its TTL ran from before the
-      // marker: put the window again with a lease granted now, after the marker (compared
-      // unchanged), so `--finish` comes at least the TTL after the marker was created — what the
-      // offline argument needs (docs/cluster.md "Why it is safe").
-      const wk = this.windowKey(target);
-      const lease = await opts.windowLease(created.ttl);
-      const again = await kv.txn([{ key: mk, modRevision: created.rev }, { key: wk, modRevision: created.rev }], [{ put: wk, value: created.value, lease }]);
-      if (!again.succeeded && (await kv.get(mk))?.modRevision === created.rev) {
-        // The first lease expired already (this call stalled for the whole window): undo the marker.
-        await kv.txn([{ key: mk, modRevision: created.rev }], [{ delete: mk }]);
-        throw new RemovalRefusedError(`the veto window of node ${target}'s removal from pool ${this.#o.pool} expired before step 1 could confirm it (it stalled for more than ${created.ttl} s): the removal was undone; run remove-node again`);
-      }
-    } else if (opts.windowLease !== undefined) {
-      // The marker existed already (a re-run of step 1, or one whose answer was lost or whose CLI
-      // died before the re-lease: review F1): put the window again with a lease granted now,
-      // after the marker was read (compared unchanged), so the window runs at least its TTL after
-      // the marker is known to exist. A fresh lease of the full TTL only lengthens a window.
-      const wk = this.windowKey(target);
-      const ttl = await this.windowSecondsOf(target);
-      const lease = await opts.windowLease(ttl);
-      const again = await kv.txn([{ key: mk, modRevision: marker.modRevision }], [{ put: wk, value: marker.value, lease }]);
-      if (!again.succeeded) throw vetoRefusal(this.#o.pool, target, mk);
-    }
-    const prefix = this.#keys.affinityPrefix(target);
-    const out: string[] = [];
-    for (const a of await kv.list(prefix, { keysOnly: true })) {
-      const key = a.key.slice(prefix.length);
-      const m = marker;
-      await runTxn(
-        kv,
-        async (tx) => {
-          const b = await this.#tryBlock(key, new Map());
-          if (b instanceof CorruptValueError) {
-            this.#report('remove-node', b, `block not marked pendingRelease (it cannot be read): left for an operator; --finish keeps it`);
-            return;
-          }
-          if (b === null || b.value.node !== target) return;
-          if (b.value.state === 'pendingRelease') {
-            out.push(key);
-            return;
-          }
-          b.value.state = 'pendingRelease';
-          tx.expect(this.blockKey(key), b.rev);
-          tx.expect(mk, m.modRevision);
-          tx.put(this.blockKey(key), encodeBlock(b.value));
-          tx.onCommit(() => out.push(key));
-        },
-        {
-          attempts: MAX_ATTEMPTS,
-          exhausted: () => undefined,
-          lost: async () => {
-            if ((await kv.get(mk))?.modRevision !== m.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
-          },
-        },
-      );
-    }
-    return out.sort();
-  }
-
-  /**
-   * Step 2 of `pool remove-node target`, after the veto window: release every allocation
-   * `target` made (its handles, also those whose addresses are borrowed in other nodes' blocks),
-   * then delete each of `target`'s blocks left `pendingRelease` and empty (or holding only
-   * `target`'s reserve entries, `ipam.pool.offline`: the node is gone), with its affinity,
-   * and finally the marker when no block of `target` is left. Every transaction compares the
-   * marker's revision as read at the start and that `target`'s heartbeat key is absent, and a
-   * handle is released only if each of `target`'s blocks it touches is still `pendingRelease`
-   * at the revision read. A veto deletes the marker, so nothing is released after it (review F1).
-   * Allocations other nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease`
-   * until their DELs). Returns what was released and what was kept. Keys that cannot be read are
-   * never released or deleted, and are told to `onCorrupt`: a handle (whose node is unknown), a
-   * handle naming a block that cannot be read (its address would stay held with no handle), and
-   * such a block (in `keptBlocks`).
-   * @throws RemovalRefusedError when step 1 was not run (no marker), the node vetoed (the marker
-   *   is gone or was re-created), or its heartbeat key exists.
-   */
-  async finishRemoval(target: string): Promise<{ released: string[]; deletedBlocks: string[]; keptBlocks: string[] }> {
-    const kv = this.#o.kv;
-    const mk = this.removingKey(target);
-    const ak = this.aliveKey(target);
-    const marker = await kv.get(mk);
-    if (marker === null) {
-      throw new RemovalRefusedError(`node ${target} is not marked for removal in pool ${this.#o.pool} (no ${mk}): run remove-node without --finish first, or it vetoed (it is back)`);
-    }
-    const ae = await kv.get(ak);
-    if (ae !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true, ae.value);
-    const wk = this.windowKey(target);
-    if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk, await this.windowSecondsOf(target));
-    const guard: KVCompare[] = [
-      { key: mk, modRevision: marker.modRevision },
-      { key: ak, absent: true },
-      { key: wk, absent: true },
-    ];
-    /** After a failed transaction: a veto or a heartbeat stops everything; else it was another writer. */
-    const recheck = async (): Promise<void> => {
-      if ((await kv.get(mk))?.modRevision !== marker.modRevision) throw vetoRefusal(this.#o.pool, target, mk);
-      const a2 = await kv.get(ak);
-      if (a2 !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true, a2.value);
-      if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk, await this.windowSecondsOf(target));
-    };
-    const released: string[] = [];
-    const hprefix = this.#keys.handlesPrefix;
-    for (const e of await kv.list(hprefix)) {
-      let h: HandleValue;
-      try {
-        h = decodeHandle(e);
-      } catch (err) {
-        if (!(err instanceof CorruptValueError)) throw err;
-        // Whose it is cannot be told: never released here.
-        this.#report('remove-node', err, 'handle not released (it cannot be read): left for an operator');
-        continue;
-      }
-      if (h.node !== target || h.deleted === true) continue;
-      const [containerId, ifname] = e.key.slice(hprefix.length).split('/') as [string, string];
-      await runTxn(
-        kv,
-        async (tx) => {
-          const cur = await this.#o.kv.get(e.key);
-          if (cur === null) return;
-          let hv: HandleValue;
-          try {
-            hv = decodeHandle(cur);
-          } catch (err) {
-            if (!(err instanceof CorruptValueError)) throw err;
-            this.#report('remove-node', err, 'handle not released (it cannot be read): left for an operator');
-            return;
-          }
-          if (hv.node !== target || hv.deleted === true) return;
-          const blocks = new Map<string, Working | null>();
-          let vetoed = false;
-          let unreadable: CorruptValueError | null = null;
-          const freed: string[] = [];
-          for (const x of hv.ips) {
-            const b0 = await this.#tryBlock(x.block, blocks);
-            if (b0 instanceof CorruptValueError) {
-              unreadable = b0;
-              break;
-            }
-            const b = b0;
-            if (b !== null && b.value.node === target && b.value.state !== 'pendingRelease') vetoed = true;
-            const a = b?.value.allocs[String(x.ordinal)];
-            if (b === null || a === undefined || a.seq !== x.seq || a.id !== containerId || a.ifname !== ifname) continue;
-            delete b.value.allocs[String(x.ordinal)];
-            b.dirty = true;
-            freed.push(x.ip);
-          }
-          if (unreadable !== null) {
-            // Not released at all: the address in the unreadable block would stay held with no handle naming it.
-            this.#report('remove-node', unreadable, `handle ${cur.key} not released (a block it names cannot be read): left for an operator`);
-            return;
-          }
-          if (vetoed) return;
-          for (const g of guard) tx.expect(g.key, 'absent' in g ? null : g.modRevision);
-          tx.expect(cur.key, cur.modRevision);
-          tx.del(cur.key);
-          for (const b of blocks.values()) {
-            if (b === null || !b.dirty) continue;
-            tx.expect(this.blockKey(b.key), b.rev);
-            tx.put(this.blockKey(b.key), encodeBlock(b.value));
-          }
-          tx.onCommit(() => released.push(...freed));
-        },
-        { attempts: MAX_ATTEMPTS, exhausted: () => undefined, lost: recheck },
-      );
-    }
-    const deletedBlocks: string[] = [];
-    const keptBlocks: string[] = [];
-    const aprefix = this.#keys.affinityPrefix(target);
-    for (const a of await kv.list(aprefix)) {
-      const key = a.key.slice(aprefix.length);
-      const b = await this.#tryBlock(key, new Map());
-      if (b instanceof CorruptValueError) {
-        this.#report('remove-node', b, 'block kept (it cannot be read): left for an operator');
-        keptBlocks.push(key);
-        continue;
-      }
-      // The node's reserve entries (ipam.pool.offline) go with its block: the node is gone.
-      if (b === null || b.value.state !== 'pendingRelease' || Object.values(b.value.allocs).some((x) => x.reserve !== true || x.node !== target)) {
-        keptBlocks.push(key);
-        continue;
-      }
-      const ok = await kv.txn(
-        [...guard, { key: this.blockKey(key), modRevision: b.rev as string }, { key: a.key, modRevision: a.modRevision }],
-        [{ delete: this.blockKey(key) }, { delete: a.key }],
-      );
-      if (ok.succeeded) deletedBlocks.push(key);
-      else {
-        await recheck();
-        keptBlocks.push(key);
-      }
-    }
-    // Done with the node: the marker goes too, and its settings key (a node of that name that
-    // joins later starts clean: `pool status` no longer lists it, and its daemon writes it again).
-    if (keptBlocks.length === 0) {
-      const se = await kv.get(this.settingsKey(target));
-      await kv.txn(se === null ? guard : [...guard, { key: se.key, modRevision: se.modRevision }], se === null ? [{ delete: mk }] : [{ delete: mk }, { delete: se.key }]);
-    }
-    return { released: released.sort(), deletedBlocks: deletedBlocks.sort(), keptBlocks: keptBlocks.sort() };
-  }
-
-  /**
-   * The veto window `pool remove-node` step 1 gives `node` now, seconds: `max(60, 2·S + 10)` with
-   * S from its settings key ({@link removalWindowSeconds}), 60 without one. One read.
-   * @throws STORE_CORRUPT for an unreadable settings value.
-   */
-  async windowSecondsOf(node: string): Promise<number> {
-    const se = await this.#o.kv.get(this.settingsKey(node));
-    return removalWindowSeconds(se === null ? null : decodeSettings(se), REMOVAL_WINDOW_SECONDS);
   }
 
   /**

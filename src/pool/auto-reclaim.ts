@@ -11,12 +11,12 @@
  *    (no settings key: only the standalone plugin, which writes no heartbeat) is never a candidate,
  *    nor any node this daemon heartbeats for;
  * 2. **begins the removal** of a node absent for `reclaimAfter` by step 1 of `pool remove-node`
- *    ({@link PoolAllocator.markForRemoval}: the create-only marker `removing/<node>` with the
+ *    ({@link PoolRemoval.mark}: the create-only marker `removing/<node>` with the
  *    node's heartbeat compared absent and its settings unchanged, the veto window, its blocks
  *    `pendingRelease`), with `by` (this daemon's node) in the marker. **The create-only marker
  *    decides who runs it**: of two daemons that try at once, one transaction creates the marker;
  *    the other finds a marker it did not write and stops, writing nothing. No lock, no lease;
- * 3. **finishes only its own removals** ({@link PoolAllocator.finishRemoval}, revision-checked and
+ * 3. **finishes only its own removals** ({@link PoolRemoval.finish}, revision-checked and
  *    idempotent) once the veto window key has expired, after writing the handles it is about to
  *    release to the audit sink (durably: the report's `intent` throws → nothing is released). A
  *    node that returns vetoes exactly as for an operator's removal (its heartbeat deletes the
@@ -37,7 +37,8 @@
  */
 import { validNodeName } from '../ipam/pool-config.ts';
 import type { KV, KVEntry, Leases } from '../store/kv.ts';
-import { PoolAllocator, RemovalRefusedError, type PoolAllocatorOptions } from './allocator.ts';
+import type { PoolAllocatorOptions } from './allocator.ts';
+import { PoolRemoval, RemovalRefusedError } from './removal.ts';
 import { blockKeyCidr, markerBy } from './model.ts';
 import { nodeHandles, type PoolHandleEntry } from './reclaim.ts';
 
@@ -164,6 +165,7 @@ export interface AutoReclaimOptions {
   readonly pool: string;
   /** `ipam.pool.etcd.prefix`. */
   readonly prefix: string;
+  /** Block sizes of the pool. Not read since the removal needs no allocator (src/pool/removal.ts); kept so the daemon's callers are unchanged. */
   readonly sizes: PoolAllocatorOptions['sizes'];
   /** `ipam.pool.reclaimAfter`, milliseconds. */
   readonly reclaimAfterMs: number;
@@ -173,9 +175,6 @@ export interface AutoReclaimOptions {
   /** Told of every corrupt key a removal went on without. */
   readonly onCorrupt?: PoolAllocatorOptions['onCorrupt'];
 }
-
-/** The node name the removal's allocator acts under: it never allocates (as `pool remove-node`'s). */
-const OPERATOR = 'ipwarden-operator';
 
 /** See the module comment. One per pool (etcd, prefix, name) per daemon. */
 export class AutoReclaimer {
@@ -208,8 +207,9 @@ export class AutoReclaimer {
     return this.#own[0] ?? null;
   }
 
-  #operator(): PoolAllocator {
-    return new PoolAllocator({ kv: this.#o.kv, pool: this.#o.pool, prefix: this.#o.prefix, node: OPERATOR, network: '', rangeSets: [], sizes: this.#o.sizes, ...(this.#o.onCorrupt === undefined ? {} : { onCorrupt: this.#o.onCorrupt }) });
+  /** The removal operator: acts as no node, allocates nothing. */
+  #operator(): PoolRemoval {
+    return new PoolRemoval({ kv: this.#o.kv, pool: this.#o.pool, prefix: this.#o.prefix, ...(this.#o.onCorrupt === undefined ? {} : { onCorrupt: this.#o.onCorrupt }) });
   }
 
   /** Node names under `dir` (`alive/`, `removing/`): the part after it, valid names only. */
@@ -294,7 +294,7 @@ export class AutoReclaimer {
     const scope = { pool: this.#o.pool, by, node };
     try {
       const op = this.#operator();
-      const blocks = await op.markForRemoval(node, { checkNode: true, windowLease: (ttl) => this.#o.kv.grantLease(ttl), by });
+      const blocks = await op.mark(node, { checkNode: true, windowLease: (ttl) => this.#o.kv.grantLease(ttl), by });
       const m = await this.#o.kv.get(op.removingKey(node));
       if (m !== null) this.#confirmed.add(`${m.key}@${m.createRevision}`);
       this.#o.report.begun({ ...scope, absentSeconds: Math.round(absentMs / 100) / 10, blocks, windowSeconds: await op.windowSecondsOf(node) });
@@ -333,7 +333,7 @@ export class AutoReclaimer {
       // Begun by an earlier process of this daemon, or a step 1 whose answer was lost: run it
       // again (it re-leases the window after the marker is known, and marks the blocks).
       try {
-        await op.markForRemoval(node, { windowLease: (ttl) => this.#o.kv.grantLease(ttl), by });
+        await op.mark(node, { windowLease: (ttl) => this.#o.kv.grantLease(ttl), by });
         this.#confirmed.add(id);
       } catch (e) {
         if (e instanceof RemovalRefusedError) this.#o.report.log('info', { ...scope, error: e.message }, 'automatic node removal not confirmed');
@@ -355,7 +355,7 @@ export class AutoReclaimer {
     }
     const first = !this.#finished.has(id);
     try {
-      const r = await op.finishRemoval(node);
+      const r = await op.finish(node);
       this.#finished.add(id);
       this.#o.report.finished({ ...scope, handles, ...r, refused: null, first });
       if (r.keptBlocks.length === 0) {

@@ -17,6 +17,7 @@ import type { AppError } from '../common/errors.ts';
 import type { KV, KVEntry } from '../store/kv.ts';
 import { PoolAllocator, type PoolAllocation, type PoolAllocatorOptions, type PoolRequest } from './allocator.ts';
 import type { PoolKeys } from './model.ts';
+import { PoolRemoval, type PoolRemovalOptions } from './removal.ts';
 import { nodeHandles, type CorruptHandle, type PoolHandleEntry } from './reclaim.ts';
 import { poolStatus, type PoolStatus } from './status.ts';
 
@@ -58,59 +59,41 @@ export function handles(entries: readonly KVEntry[], k: PoolKeys, node: string, 
 }
 
 /** What an operator's node removal needs: the pool, no node identity of its own. */
-export interface RemovalScope {
-  readonly kv: KV;
-  /** Pool name (`ipam.pool.name`). */
-  readonly pool: string;
-  /** Key prefix (`ipam.pool.etcd.prefix`). */
-  readonly prefix: string;
-  readonly sizes: PoolAllocatorOptions['sizes'];
-  /** Told of every corrupt key the removal went on without (see {@link PoolAllocatorOptions.onCorrupt}). */
-  readonly onCorrupt?: PoolAllocatorOptions['onCorrupt'];
-}
-
-/** The node name the operator's allocator acts under: it never allocates, so it holds nothing. */
-const OPERATOR = 'ipwarden-operator';
-
-function operator(s: RemovalScope): PoolAllocator {
-  return new PoolAllocator({ kv: s.kv, pool: s.pool, prefix: s.prefix, node: OPERATOR, network: '', rangeSets: [], sizes: s.sizes, ...(s.onCorrupt === undefined ? {} : { onCorrupt: s.onCorrupt }) });
-}
+export type RemovalScope = PoolRemovalOptions;
 
 /**
  * Step 1 of removing `target` from the pool: the removal marker, its blocks marked
  * `pendingRelease`, the veto window opened. Returns the marked blocks' keys. See
- * {@link PoolAllocator.markForRemoval}.
+ * {@link PoolRemoval.mark}.
  * @throws RemovalRefusedError when the node has a live heartbeat (unless `force`) or is unknown
  */
-export function markRemoval(s: RemovalScope, target: string, opts: Parameters<PoolAllocator['markForRemoval']>[1] = {}): Promise<string[]> {
-  return operator(s).markForRemoval(target, opts);
+export function markRemoval(s: RemovalScope, target: string, opts: Parameters<PoolRemoval['mark']>[1] = {}): Promise<string[]> {
+  return new PoolRemoval(s).mark(target, opts);
 }
 
 /**
  * Step 2: after the veto window, release `target`'s addresses and delete its emptied blocks. See
- * {@link PoolAllocator.finishRemoval}.
+ * {@link PoolRemoval.finish}.
  * @throws RemovalRefusedError when the node vetoed, the window is still open, or step 1 was not run
  */
 export function finishRemoval(s: RemovalScope, target: string): Promise<{ released: string[]; deletedBlocks: string[]; keptBlocks: string[] }> {
-  return operator(s).finishRemoval(target);
+  return new PoolRemoval(s).finish(target);
 }
 
 /** The marker key of `target`'s removal (`<prefix>/pools/<pool>/removing/<node>`), for messages. */
 export function removingKey(s: RemovalScope, target: string): string {
-  return operator(s).removingKey(target);
+  return new PoolRemoval(s).removingKey(target);
 }
 
 /** The heartbeat key of `node` (`<prefix>/pools/<pool>/alive/<node>`), for messages. */
 export function aliveKey(s: RemovalScope, node: string): string {
-  return operator(s).aliveKey(node);
+  return new PoolRemoval(s).aliveKey(node);
 }
 
 export {
   BlockCache,
   MAX_BATCH,
   PoolAllocator,
-  REMOVAL_WINDOW_SECONDS,
-  RemovalRefusedError,
   TOMBSTONE_TTL_SECONDS,
   type CorruptSkip,
   type PoolAllocation,
@@ -120,6 +103,7 @@ export {
 export { AutoReclaimer, lastSeen, logReport, type ReclaimLog, SeenWriter, seenAt, seenKey, SEEN_EVERY_MS, type AutoReclaimOptions, type AutoReclaimReport, type ReclaimHandle, type ReclaimScope } from './auto-reclaim.ts';
 export { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './contact.ts';
 export { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from './journal.ts';
+export { PoolRemoval, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolRemovalOptions } from './removal.ts';
 export { classifyPoolHandles, type PoolLeakVerdict } from './leaks.ts';
 export { prefixOverlaps, rangeText, type PoolOverlap } from './overlap.ts';
 export { decodeJournalEntry, journalName } from './offline.ts';

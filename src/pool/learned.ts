@@ -201,7 +201,18 @@ function readOne(file: string, euid: number): { text: string } | { why: string }
 }
 
 /** What {@link LearnedPools.learn} did. */
-export type LearnOutcome = 'new' | 'changed' | 'same';
+/**
+ * What {@link LearnedPools.learn} did: wrote a `new` entry, rewrote a `changed` one, found it the
+ * `same`, or `refused` it (a fixed `ipam.nodeName`, or {@link MAX_LEARNED} entries already: nothing written).
+ */
+export type LearnOutcome = 'new' | 'changed' | 'same' | { readonly refused: string };
+
+/**
+ * The most pool networks a daemon keeps learned from requests. Each costs an etcd client, a
+ * heartbeat and a reconcile target for the daemon's life; a namespace's NetworkAttachmentDefinitions
+ * must not grow that without bound (review).
+ */
+export const MAX_LEARNED = 64;
 
 /**
  * The daemon's set of learned pool networks: read once at start ({@link load}), then kept in
@@ -249,10 +260,15 @@ export class LearnedPools {
   learn(conf: IPAMConfig & { readonly pool: PoolConfig }, stdin: string | Uint8Array): LearnOutcome {
     const kept = keptConfig(stdin);
     if (kept === null) return 'same'; // not reached: the request's config was decoded from it
+    // A request's config that fixes the node name would make this daemon heartbeat (and veto the
+    // removal of) whatever node it names, for good: such a network is served, never recorded
+    // (a NetworkAttachmentDefinition is written by whoever may create one in a namespace; review).
+    if (conf.pool.nodeName !== null) return { refused: `its ipam.nodeName (${conf.pool.nodeName}) fixes the node name: only the node's own name is recorded` };
     const name = learnedName(conf.pool, conf.name);
     const text = JSON.stringify(kept);
     const prev = this.#texts.get(name);
     if (prev === text) return 'same';
+    if (prev === undefined && this.#pools.size >= MAX_LEARNED) return { refused: `${MAX_LEARNED} pool networks are recorded already` };
     const learnedAt = this.#now();
     this.#journal.write(name, `${JSON.stringify({ v: 1, learnedAt, config: kept })}\n`);
     this.#texts.set(name, text);

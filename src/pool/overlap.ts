@@ -275,7 +275,8 @@ export function laterRefusal(pool: string, prefix: string, earlier: ReadonlyArra
  * `P/pool-ranges` at the revision read (or absent) and its new value listing every pool with this
  * one. Two creations at once both compare it: one fails and re-reads, and then sees the other.
  * @throws AppError IPAM_INVALID_CONFIG when another pool's ranges overlap (nothing is written);
- *   STORE_CORRUPT when `P/pool-ranges` cannot be read (never rewritten: an operator deletes it,
+ *   STORE_CORRUPT when another pool's `meta` cannot be read (an overlap cannot be ruled out), or
+ *   when `P/pool-ranges` cannot be read (never rewritten: an operator deletes it,
  *   and the next creation writes it again from the scan); the KV's errors
  */
 export async function createGuard(kv: KV, prefix: string, pool: string, layout: PoolLayout): Promise<{ compares: KVCompare[]; ops: KVOp[] }> {
@@ -289,7 +290,10 @@ export async function createGuard(kv: KV, prefix: string, pool: string, layout: 
   const mine = rangesOf(layout);
   const hits: Array<[string, RangePair[]]> = [];
   for (const [n, x] of [...scan].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
-    if (n === pool || x.layout instanceof AppError) continue;
+    if (n === pool) continue;
+    // A pool whose `meta` cannot be read (a newer version's value, a damaged key) may overlap this
+    // one: when in doubt, the new pool is not created (review).
+    if (x.layout instanceof AppError) throw new AppError('STORE_CORRUPT', `pool ${pool} is not created: the ranges of pool ${n} in ${prefix} cannot be read (${x.layout.message}), so an overlap with it cannot be ruled out — see docs/cluster.md "Corrupt keys"`);
     const p = overlappingRanges(mine, rangesOf(x.layout));
     if (p.length > 0) hits.push([n, p]);
   }

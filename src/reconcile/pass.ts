@@ -138,12 +138,14 @@ type CandidateEntry = Candidate & { readonly entry: PlanEntry<AnyVerdict>; reado
  * @param confirmations the daemon's memory across passes (rule 1 and 2 of confirm.ts).
  * @param deps the engine's injected I/O (runtime source, kernel evidence reader, clock, stores).
  * @param monotonic milliseconds of a monotonic clock, for the two-observation rule (tests inject).
+ * @param shared the daemon's one snapshot of the pass (shared with the pool pass), else one is taken here.
  */
 export async function runPass(
   o: PassOptions,
   confirmations: Confirmations,
   deps: ReconcileDeps,
   monotonic: () => number = () => performance.now(),
+  shared?: Snapshot,
 ): Promise<PassReport> {
   const startedAtMs = deps.now();
   const t0 = process.hrtime.bigint();
@@ -151,7 +153,7 @@ export async function runPass(
   const { dataDirs, configured } = layoutFor(o, errors);
 
   // 1. The runtime first, then the kernel (inside takeSnapshot), then the locks.
-  const snap = await takeSnapshot({ ...(o.runtimeEndpoint === null ? {} : { runtimeEndpoint: o.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, deps);
+  const snap = shared ?? (await takeSnapshot({ ...(o.runtimeEndpoint === null ? {} : { runtimeEndpoint: o.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, deps));
   if (snap.runtime.error !== undefined) errors.push({ kind: 'runtime', message: snap.runtime.error });
   if (snap.evidence.incomplete !== null) errors.push({ kind: 'kernel', message: `kernel evidence incomplete: ${snap.evidence.incomplete}` });
 

@@ -29,8 +29,7 @@
  * kind `corrupt` (the latter audited `kept`), never released (docs/cluster.md "Corrupt keys").
  */
 import { AppError } from '../common/errors.ts';
-import { formatIP, parseIP } from '../common/ip.ts';
-import { classifyPoolHandles, currentRevision, gcDecision, handlesPrefix, heartbeatWriter, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type PoolLeakVerdict, type ValidAttachment } from '../pool/index.ts';
+import { currentRevision, gcDecision, handlesPrefix, heartbeatWriter, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type PoolLeakVerdict, type ValidAttachment } from '../pool/index.ts';
 import { reReserveLivePods, type PoolReReserved } from './pool-rereserve.ts';
 import { hostname } from 'node:os';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
@@ -40,8 +39,8 @@ import type { AuditRecord, AuditSink } from './audit.ts';
 import { Confirmations, type Candidate } from './confirm.ts';
 import { inUseReason, type EvidenceReader, type UseEvidence } from './evidence.ts';
 import { describeError, type ReconcileDeps } from './options.ts';
-import type { SandboxIndex } from './plan.ts';
-import { takeSnapshot, type RuntimeJson } from './snapshot.ts';
+import { planPoolHandles, poolInUse } from './pool-plan.ts';
+import { takeSnapshot, type RuntimeJson, type Snapshot } from './snapshot.ts';
 
 /** One pool and node the pass reconciles. */
 export interface PoolTarget extends PoolKeys {
@@ -63,6 +62,13 @@ export interface PoolTarget extends PoolKeys {
    * (the pool's name is recorded).
    */
   readonly networks?: readonly string[];
+  /**
+   * A network of the pool fixes the node name (`ipam.nodeName`): then handles written under this
+   * machine's earlier host names are never adopted — one fixed name in a shared config is how two
+   * machines come to serve one node name, and one's earlier host name may be the other's present
+   * one (review). Default false.
+   */
+  readonly fixedNodeName?: boolean;
 }
 
 /** Options of {@link runPoolPass}. */
@@ -135,13 +141,6 @@ export interface PoolPassReport {
 
 type PoolCandidate = Candidate & { readonly target: PoolTarget; readonly handle: PoolHandleEntry; readonly verdict: PoolLeakVerdict };
 
-/** Sandbox ID → state text, as `classifyPoolHandles` takes it. */
-function sandboxMap(sb: SandboxIndex | null): ReadonlyMap<string, string> | null {
-  if (sb === null) return null;
-  if (sb instanceof Map) return new Map([...sb].map(([id, st]) => [id, String(st).replace('notready', 'not ready')]));
-  return new Map([...(sb as ReadonlySet<string>)].map((id) => [id, 'listed']));
-}
-
 /** The audit record of one address of a pool release: the node-local fields plus `pool` and `revision` (the handle's observed mod_revision). */
 function auditRecord(t: PoolKeys, h: PoolHandleEntry, ip: string, nowMs: number, reason: string, phase: AuditRecord['phase']): AuditRecord {
   return {
@@ -212,22 +211,11 @@ async function releaseAudited(
 }
 
 /**
- * One pool pass of the daemon (see the module comment). Never throws for the runtime, the kernel,
- * etcd or the audit log: each failure is in `errors` and the pass goes on with what is safe.
- * @param confirmations the daemon's memory across pool passes (its own instance: not the node-local pass's).
- * @param deps the engine's I/O (runtime source, kernel evidence, wall clock for the audit's times).
- * @param monotonic milliseconds of a monotonic clock, for D1 (tests inject).
+ * Etcd's revision `R` of every target, in order (null for one whose etcd could not be read; its
+ * error is pushed on `errors`, kind `etcd`). Read before the runtime is asked (step 1).
  */
-export async function runPoolPass(
-  targets: readonly PoolTarget[],
-  o: PoolPassOptions,
-  confirmations: Confirmations,
-  deps: ReconcileDeps,
-  monotonic: () => number = () => performance.now(),
-): Promise<PoolPassReport> {
-  const errors: PoolPassError[] = [];
-  // 1. R of every pool, before the runtime is asked.
-  const revisions = await Promise.all(
+export async function poolRevisions(targets: readonly PoolTarget[], errors: PoolPassError[]): Promise<Array<string | null>> {
+  return Promise.all(
     targets.map(async (t) => {
       try {
         return await currentRevision(t.kv);
@@ -237,27 +225,45 @@ export async function runPoolPass(
       }
     }),
   );
-  // 2. The runtime, then the kernel.
-  const snap = await takeSnapshot({ ...(o.runtimeEndpoint === null ? {} : { runtimeEndpoint: o.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, deps);
+}
+
+/**
+ * The daemon's one runtime snapshot of a pass, shared by the node-local and pool plans: `R` of
+ * every target and their errors ({@link poolRevisions}), read before `snap` was taken.
+ */
+export interface PoolPassShared {
+  readonly revisions: ReadonlyArray<string | null>;
+  readonly errors: readonly PoolPassError[];
+  readonly snap: Snapshot;
+}
+
+/**
+ * One pool pass of the daemon (see the module comment). Never throws for the runtime, the kernel,
+ * etcd or the audit log: each failure is in `errors` and the pass goes on with what is safe.
+ * @param confirmations the daemon's memory across pool passes (its own instance: not the node-local pass's).
+ * @param deps the engine's I/O (runtime source, kernel evidence, wall clock for the audit's times).
+ * @param monotonic milliseconds of a monotonic clock, for D1 (tests inject).
+ * @param shared the daemon's snapshot of the pass with `R` read before it (else both are read here).
+ */
+export async function runPoolPass(
+  targets: readonly PoolTarget[],
+  o: PoolPassOptions,
+  confirmations: Confirmations,
+  deps: ReconcileDeps,
+  monotonic: () => number = () => performance.now(),
+  shared?: PoolPassShared,
+): Promise<PoolPassReport> {
+  const errors: PoolPassError[] = [];
+  // 1. R of every pool, before the runtime is asked.
+  const revisions = shared?.revisions ?? (await poolRevisions(targets, errors));
+  if (shared !== undefined) errors.push(...shared.errors);
+  // 2. The runtime, then the kernel (or the daemon's one snapshot of the pass, taken after R).
+  const snap = shared?.snap ?? (await takeSnapshot({ ...(o.runtimeEndpoint === null ? {} : { runtimeEndpoint: o.runtimeEndpoint }), podIPs: true, warnOtherRuntimes: false }, deps));
   if (snap.runtime.error !== undefined) errors.push({ kind: 'runtime', message: snap.runtime.error });
   if (snap.evidence.incomplete !== null) errors.push({ kind: 'kernel', message: `kernel evidence incomplete: ${snap.evidence.incomplete}` });
   // A failed status call leaves a READY sandbox's addresses unknown: nothing is released this pass (E6).
   for (const f of snap.podIPFailures) errors.push({ kind: 'runtime', message: `${f}: nothing released this pass` });
-  const sandboxes = sandboxMap(snap.sandboxes);
-  // BR-13: an address a READY sandbox reports is in use, whoever's handle holds it.
-  const reported = new Map<string, string>();
-  for (const x of snap.podIPs ?? []) {
-    for (const t of x.ips) {
-      const a = parseIP(t);
-      if (a !== null) reported.set(formatIP(a), x.sandbox);
-    }
-  }
-  const inUse = (ev: UseEvidence, ip: string, id: string): string | null => {
-    const k = inUseReason(ev, ip, id);
-    if (k !== null) return k;
-    const by = reported.get(ip);
-    return by === undefined || by === id ? null : `the address is reported by ready sandbox ${by} (PodSandboxStatus)`;
-  };
+  const inUse = poolInUse(snap);
 
   // 3. The node's handles of each pool, classified.
   const pools: PoolCounts[] = [];
@@ -288,16 +294,8 @@ export async function runPoolPass(
       errors.push({ kind: 'etcd', pool: t.pool, message: `pool ${t.pool}: ${describeError(e)}` });
       continue;
     }
-    const verdicts = classifyPoolHandles({
-      handles,
-      sandboxes,
-      runtimeError: snap.runtime.error ?? null,
-      inUse: (ip, id) => inUse(snap.evidence, ip, id),
-      evidenceIncomplete: snap.evidence.incomplete,
-      snapshotAtMs: snap.snapshotAtMs,
-      graceSeconds: null,
-      revision: r,
-    });
+    const plan = planPoolHandles(snap, handles, r, null);
+    const verdicts = plan.verdicts;
     const n = { live: 0, inUse: 0, grace: 0, leaked: 0, unknown: 0 };
     verdicts.forEach((v, k) => {
       const h = handles[k] as PoolHandleEntry;
@@ -309,7 +307,7 @@ export async function runPoolPass(
       else if (v.verdict === 'unknown') n.unknown++;
       else {
         n.leaked++;
-        if (snap.podIPFailures.length > 0) return; // not a candidate while a READY sandbox's addresses are unknown
+        if (!plan.candidates) return; // not a candidate while a READY sandbox's addresses are unknown
         // The confirmation key: the handle; what must not change between the observations: its
         // mod_revision (owner text) and create_revision (the "file time", also the oldest-first order).
         candidates.push({ network: t.id, ip: `${h.containerId}/${h.ifname}`, owner: h.modRevision, mtimeMs: Number(h.createRevision), target: t, handle: h, verdict: v });
@@ -424,11 +422,16 @@ function endpointPath(e: string): string {
  * name of this machine (`earlier`), judged as the node's own — only while the node's heartbeat
  * key names this host (`me`): a heartbeat written by another host means another live daemon serves
  * this node name (two hosts under one node name), and then none is (an error of kind `foreign`
- * says so). One read of the heartbeat key, only when some handle is of an earlier host.
+ * says so); and never when the node name is fixed by `ipam.nodeName` ({@link PoolTarget.fixedNodeName}). One read of the heartbeat key, only when some handle is of an earlier host.
  */
 async function adoptEarlierHosts(t: PoolTarget, me: string, earlier: readonly string[], foreign: readonly PoolHandleEntry[], errors: PoolPassError[]): Promise<PoolHandleEntry[]> {
   const mine = foreign.filter((h) => h.value.host !== undefined && h.value.host !== me && earlier.includes(h.value.host));
   if (mine.length === 0) return [];
+  if (t.fixedNodeName === true) {
+    const hosts = [...new Set(mine.map((h) => h.value.host as string))].sort().join(', ');
+    errors.push({ kind: 'foreign', pool: t.pool, message: `pool ${t.pool}: ${mine.length} handle(s) of node ${t.node} were written under earlier host names of this machine (${hosts}), but the node name is fixed by ipam.nodeName (several machines may share it): never judged here` });
+    return [];
+  }
   const hb = await t.kv.get(`${t.prefix}/pools/${t.pool}/alive/${t.node}`);
   const w = heartbeatWriter(hb?.value ?? null);
   if (w !== null && w.host === me) return mine;

@@ -10,7 +10,8 @@ import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { decodeBlock, decodeHandle } from '../../src/pool/model.ts';
-import { PoolAllocator, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation } from '../../src/pool/allocator.ts';
+import { PoolAllocator, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation } from '../../src/pool/allocator.ts';
+import { PoolRemoval, REMOVAL_WINDOW_SECONDS, RemovalRefusedError } from '../../src/pool/removal.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import type { KV, KVCompare, KVEntry, KVOp } from '../../src/store/kv.ts';
 
@@ -21,6 +22,11 @@ const SMALL = [[{ subnet: '10.80.0.0/27' }]];
 function allocator(kv: MemoryKV, node: string, ranges: unknown = SMALL, blockSize = 28, backoff?: (attempt: number) => Promise<void>, onCorrupt?: (s: CorruptSkip) => void): PoolAllocator {
   const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges } }), undefined);
   return new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node, network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: blockSize, blockSize6: 122 }, now: () => 1000, ...(backoff === undefined ? {} : { backoff }), ...(onCorrupt === undefined ? {} : { onCorrupt }) });
+}
+
+/** The removal operator of pool p1 (no node of its own). */
+function remover(kv: MemoryKV): PoolRemoval {
+  return new PoolRemoval({ kv, pool: 'p1', prefix: '/ipwarden', now: () => 1000 });
 }
 
 function ips(r: PoolAllocation[] | AppError): string[] {
@@ -451,12 +457,12 @@ describe('PoolAllocator', () => {
       const kv = new MemoryKV();
       const a = allocator(kv, 'node-a');
       const b = allocator(kv, 'node-b');
-      const op = allocator(kv, 'operator');
+      const op = remover(kv);
       assert.equal(await one(a, 'c1'), '10.80.0.16');
       assert.equal(await one(b, 'c2'), '10.80.0.2');
-      assert.deepEqual(await op.markForRemoval('node-a'), ['10.80.0.16-28']);
+      assert.deepEqual(await op.mark('node-a'), ['10.80.0.16-28']);
       assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'pendingRelease');
-      assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
+      assert.deepEqual(await op.finish('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
       assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined);
       assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'no block of node-a left: the marker goes too');
       for (let i = 3; i <= 15; i++) await one(b, `f${i}`); // node-b fills its own block
@@ -466,17 +472,17 @@ describe('PoolAllocator', () => {
     it('a node that returns before the reclaim vetoes it: its block and addresses stay, --finish refuses (no duplicate)', async () => {
       const kv = new MemoryKV();
       const a = allocator(kv, 'node-a');
-      const op = allocator(kv, 'operator');
+      const op = remover(kv);
       assert.equal(await one(a, 'c1'), '10.80.0.16');
-      await op.markForRemoval('node-a');
+      await op.mark('node-a');
       assert.ok(kv.dump()[`${P}/removing/node-a`] !== undefined, 'step 1 writes the marker');
       // node-a was only partitioned: its next ADD finds the marker (its transaction compares it absent) and vetoes.
       assert.equal(await one(a, 'c2'), '10.80.0.17');
       assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'owned');
       assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the veto deletes the marker');
-      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a is not marked for removal in pool p1 (no ${P}/removing/node-a): run remove-node without --finish first, or it vetoed (it is back)`);
+      await assert.rejects(op.finish('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a is not marked for removal in pool p1 (no ${P}/removing/node-a): run remove-node without --finish first, or it vetoed (it is back)`);
       assert.deepEqual((await a.find({ containerId: 'c1', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), ['10.80.0.16']);
-      await op.markForRemoval('node-a');
+      await op.mark('node-a');
       assert.deepEqual(await a.veto(), ['10.80.0.16-28']);
       assert.deepEqual(await a.veto(), []);
       assert.equal(await a.vetoIfMarked(), null);
@@ -487,14 +493,14 @@ describe('PoolAllocator', () => {
       const kv = new MemoryKV();
       const R = [[{ subnet: '10.80.0.0/26' }]];
       const [a, b, c, t] = ['node-a', 'node-b', 'node-c', 'node-t'].map((n) => allocator(kv, n, R));
-      const op = allocator(kv, 'operator', R);
+      const op = remover(kv);
       for (const [x, n] of [[a, 'a'], [b, 'b'], [c, 'c']] as const) await one(x as PoolAllocator, `${n}0`);
       let n = 0;
       for (; n < 16; n++) await one(t as PoolAllocator, `t${n}`);
       const borrowed = await one(t as PoolAllocator, 'tBorrow');
-      await op.markForRemoval('node-t');
+      await op.mark('node-t');
       const again = await one(t as PoolAllocator, 'tAfterReturn'); // the return: this ADD vetoes
-      await assert.rejects(op.finishRemoval('node-t'), RemovalRefusedError);
+      await assert.rejects(op.finish('node-t'), RemovalRefusedError);
       assert.deepEqual((await (t as PoolAllocator).find({ containerId: 'tBorrow', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [borrowed]);
       assert.deepEqual((await (t as PoolAllocator).find({ containerId: 'tAfterReturn', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [again]);
     });
@@ -503,10 +509,10 @@ describe('PoolAllocator', () => {
       const kv = new MemoryKV();
       const a = allocator(kv, 'node-a');
       const b = allocator(kv, 'node-b');
-      const op = allocator(kv, 'operator');
+      const op = remover(kv);
       await one(a, 'c1');
       await one(a, 'c2');
-      await op.markForRemoval('node-a');
+      await op.mark('node-a');
       assert.deepEqual(await a.del({ containerId: 'c2', ifname: 'eth0' }), ['10.80.0.17']);
       assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the DEL vetoed');
       assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'owned');
@@ -515,7 +521,7 @@ describe('PoolAllocator', () => {
       for (let i = 3; i < 17; i++) await one(a, `a${i}`);
       const [full] = await a.add([{ containerId: 'late', ifname: 'eth0' }]);
       assert.ok(full instanceof AppError, 'the pool is full');
-      await op.markForRemoval('node-a');
+      await op.mark('node-a');
       const [again] = await allocator(kv, 'node-a').add([{ containerId: 'late', ifname: 'eth0' }]);
       assert.ok(again instanceof AppError);
       assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'the failed ADD vetoed');
@@ -524,17 +530,17 @@ describe('PoolAllocator', () => {
     it('the veto window: --finish refuses until step 1\'s leased window key has expired', async () => {
       const kv = new MemoryKV();
       const a = allocator(kv, 'node-a');
-      const op = allocator(kv, 'operator');
+      const op = remover(kv);
       await one(a, 'c1');
       const leases: string[] = [];
-      await op.markForRemoval('node-a', { windowLease: async () => (leases.push(await kv.grantLease(REMOVAL_WINDOW_SECONDS)), leases[0] as string) });
+      await op.mark('node-a', { windowLease: async () => (leases.push(await kv.grantLease(REMOVAL_WINDOW_SECONDS)), leases[0] as string) });
       assert.equal(REMOVAL_WINDOW_SECONDS, 60);
       assert.ok(kv.dump()[`${P}/removal-window/node-a`] !== undefined);
       const before = kv.dump();
-      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `the veto window of node node-a's removal from pool p1 has not passed (${P}/removal-window/node-a exists until its 60 s lease expires): try --finish again later`);
+      await assert.rejects(op.finish('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `the veto window of node node-a's removal from pool p1 has not passed (${P}/removal-window/node-a exists until its 60 s lease expires): try --finish again later`);
       assert.deepEqual(kv.dump(), before);
       kv.expireLease(leases[0] as string);
-      assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
+      assert.deepEqual(await op.finish('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
     });
 
     it('F1b: --finish without step 1 refuses and releases nothing (a node with no block of its own)', async () => {
@@ -544,7 +550,7 @@ describe('PoolAllocator', () => {
       const t = allocator(kv, 'node-t', R);
       const ip = await one(t, 'tpod'); // borrowed: every block is claimed
       const before = kv.dump();
-      await assert.rejects(allocator(kv, 'operator', R).finishRemoval('node-t'), RemovalRefusedError);
+      await assert.rejects(remover(kv).finish('node-t'), RemovalRefusedError);
       assert.deepEqual(kv.dump(), before);
       assert.deepEqual((await t.find({ containerId: 'tpod', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [ip]);
     });
@@ -554,12 +560,12 @@ describe('PoolAllocator', () => {
       const R = [[{ subnet: '10.80.0.0/26' }]];
       const a = allocator(kv, 'node-a', R); // one long-lived allocator: the daemon's, with its block cache
       for (let i = 0; i < 15; i++) await one(a, `c${i}`); // fills its first /28
-      const op = allocator(kv, 'operator', R);
-      assert.equal((await op.markForRemoval('node-a')).length, 1);
+      const op = remover(kv);
+      assert.equal((await op.mark('node-a')).length, 1);
       const ip = await one(a, 'c15'); // on cached data this claims a second block; the marker compare fails it
       assert.equal(kv.dump()[`${P}/removing/node-a`], undefined);
       for (const [k, v] of Object.entries(kv.dump())) if (/\/blocks\/[^/]+$/.test(k) && !k.includes('/nodes/')) assert.equal(JSON.parse(v).state, 'owned', k);
-      await assert.rejects(op.finishRemoval('node-a'), RemovalRefusedError);
+      await assert.rejects(op.finish('node-a'), RemovalRefusedError);
       assert.deepEqual((await a.find({ containerId: 'c15', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), [ip]);
       assert.equal(Object.keys(kv.dump()).filter((k) => k.startsWith(`${P}/handles/`)).length, 16);
     });
@@ -567,17 +573,17 @@ describe('PoolAllocator', () => {
     it('F1/F2: a veto that lands while --finish runs stops it before the next release (every finish transaction compares the marker)', async () => {
       const kv = new MemoryKV();
       const a = allocator(kv, 'node-a');
-      const op = allocator(kv, 'operator');
+      const op = remover(kv);
       await one(a, 'c1');
       await one(a, 'c2');
-      await op.markForRemoval('node-a');
+      await op.mark('node-a');
       let fired = false;
       kv.beforeTxn = () => {
         if (fired) return;
         fired = true;
         kv.apply([], [{ delete: `${P}/removing/node-a` }]); // node-a's veto, between finish's reads and its first transaction
       };
-      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a vetoed its removal from pool p1 (${P}/removing/node-a was deleted or re-created): it is back; nothing more was released`);
+      await assert.rejects(op.finish('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a vetoed its removal from pool p1 (${P}/removing/node-a was deleted or re-created): it is back; nothing more was released`);
       kv.beforeTxn = null;
       assert.ok(kv.dump()[`${P}/handles/c1/eth0`] !== undefined && kv.dump()[`${P}/handles/c2/eth0`] !== undefined);
     });
@@ -585,19 +591,19 @@ describe('PoolAllocator', () => {
     it('a heartbeat refuses step 1 (unless force) and always --finish, also one that appears during --finish', async () => {
       const kv = new MemoryKV();
       const a = allocator(kv, 'node-a');
-      const op = allocator(kv, 'operator');
+      const op = remover(kv);
       await one(a, 'c1');
       kv.apply([], [{ put: a.aliveKey('node-a'), value: '{"v":1,"node":"node-a","since":1}' }]);
-      await assert.rejects(op.markForRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a has a live heartbeat in pool p1 (${P}/alive/node-a): it is not gone; stop its daemon first, or pass --force if you are sure`);
+      await assert.rejects(op.mark('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a has a live heartbeat in pool p1 (${P}/alive/node-a): it is not gone; stop its daemon first, or pass --force if you are sure`);
       assert.equal(kv.dump()[`${P}/removing/node-a`], undefined);
-      assert.deepEqual(await op.markForRemoval('node-a', { force: true }), ['10.80.0.16-28']);
-      await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message.endsWith('stop its daemon first (--finish never overrides a heartbeat)'));
+      assert.deepEqual(await op.mark('node-a', { force: true }), ['10.80.0.16-28']);
+      await assert.rejects(op.finish('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message.endsWith('stop its daemon first (--finish never overrides a heartbeat)'));
       kv.apply([], [{ delete: a.aliveKey('node-a') }]);
       kv.beforeTxn = () => {
         kv.beforeTxn = null;
         kv.apply([], [{ put: a.aliveKey('node-a'), value: '{"v":1,"node":"node-a","since":2}' }]);
       };
-      await assert.rejects(op.finishRemoval('node-a'), RemovalRefusedError);
+      await assert.rejects(op.finish('node-a'), RemovalRefusedError);
       assert.ok(kv.dump()[`${P}/handles/c1/eth0`] !== undefined);
     });
 
@@ -605,12 +611,12 @@ describe('PoolAllocator', () => {
       const kv = new MemoryKV();
       const a = allocator(kv, 'node-a');
       const b = allocator(kv, 'node-b');
-      const op = allocator(kv, 'operator');
+      const op = remover(kv);
       await one(b, 'b0');
       for (let i = 0; i < 15; i++) await one(a, `a${i}`); // node-a's block full
       assert.equal(await one(a, 'borrower'), '10.80.0.3'); // node-a borrows in node-b's block
-      await op.markForRemoval('node-b');
-      const r = await op.finishRemoval('node-b');
+      await op.mark('node-b');
+      const r = await op.finish('node-b');
       assert.deepEqual(r, { released: ['10.80.0.2'], deletedBlocks: [], keptBlocks: ['10.80.0.0-28'] });
       assert.deepEqual((await a.find({ containerId: 'borrower', ifname: 'eth0' }))?.map((x) => formatIP(x.ip)), ['10.80.0.3']);
     });
@@ -618,39 +624,39 @@ describe('PoolAllocator', () => {
 });
 
 /**
- * Step 1's node checks (`markForRemoval(…, {checkNode: true})`, what `ipwarden pool remove-node`
+ * Step 1's node checks (`PoolRemoval.mark(…, {checkNode: true})`, what `ipwarden pool remove-node`
  * runs; trial findings 1, 5, 11): exact messages, nothing written by a refusal.
  */
-describe('PoolAllocator.markForRemoval with checkNode (trial findings 1, 5, 11)', () => {
+describe('PoolRemoval.mark with checkNode (trial findings 1, 5, 11)', () => {
   const settings = (kv: MemoryKV, node: string) => kv.apply([], [{ put: `${P}/nodes/${node}/settings`, value: '{"v":1,"offlineSeconds":0}' }]);
   const snapshot = (kv: MemoryKV) => JSON.stringify(kv.dump());
 
   it('a node no daemon has served (no settings key) is refused, nothing written; --force marks it', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-c');
-    const op = allocator(kv, 'operator');
+    const op = remover(kv);
     await one(a, 'c1');
     const before = snapshot(kv);
     const txns = kv.stats.txns;
     await assert.rejects(
-      op.markForRemoval('node-c', { checkNode: true }),
+      op.mark('node-c', { checkNode: true }),
       (e: unknown) =>
         e instanceof RemovalRefusedError &&
         e.message === `node node-c has never been served by an ipwarden daemon in pool p1 (no ${P}/nodes/node-c/settings): it writes no heartbeat, so it cannot veto its removal while idle; if it is gone (kubectl get node node-c), pass --force`,
     );
     assert.equal(snapshot(kv), before, 'nothing written');
     assert.equal(kv.stats.txns, txns, 'no transaction sent');
-    assert.deepEqual(await op.markForRemoval('node-c', { checkNode: true, force: true }), ['10.80.0.16-28']);
+    assert.deepEqual(await op.mark('node-c', { checkNode: true, force: true }), ['10.80.0.16-28']);
     assert.notEqual(kv.dump()[`${P}/removing/node-c`], undefined);
   });
 
   it('a node with a settings key (a daemon served it) and no heartbeat is marked', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a');
-    const op = allocator(kv, 'operator');
+    const op = remover(kv);
     await one(a, 'c1');
     settings(kv, 'node-a');
-    assert.deepEqual(await op.markForRemoval('node-a', { checkNode: true }), ['10.80.0.16-28']);
+    assert.deepEqual(await op.mark('node-a', { checkNode: true }), ['10.80.0.16-28']);
   });
 
   for (const [what, setup] of [
@@ -661,10 +667,10 @@ describe('PoolAllocator.markForRemoval with checkNode (trial findings 1, 5, 11)'
     it(`a node that has nothing in the pool is refused, also with --force (${what})`, async () => {
       const kv = new MemoryKV();
       await setup(kv);
-      const op = allocator(kv, 'operator');
+      const op = remover(kv);
       const before = snapshot(kv);
       for (const force of [false, true]) {
-        await assert.rejects(op.markForRemoval('node-zzz', { checkNode: true, force }), (e: unknown) => e instanceof RemovalRefusedError && e.message === 'node node-zzz has nothing in pool p1: nothing to remove (a typo?)');
+        await assert.rejects(op.mark('node-zzz', { checkNode: true, force }), (e: unknown) => e instanceof RemovalRefusedError && e.message === 'node node-zzz has nothing in pool p1: nothing to remove (a typo?)');
       }
       assert.equal(snapshot(kv), before, 'nothing written');
     });
@@ -677,24 +683,24 @@ describe('PoolAllocator.markForRemoval with checkNode (trial findings 1, 5, 11)'
     await one(a, 'a1');
     await one(b, 'b1');
     assert.equal(await one(allocator(kv, 'node-c'), 'c1'), '10.80.0.3', 'node-c borrows');
-    await assert.rejects(allocator(kv, 'operator').markForRemoval('node-c', { checkNode: true }), (e: unknown) => e instanceof RemovalRefusedError && e.message.startsWith('node node-c has never been served by an ipwarden daemon in pool p1'));
+    await assert.rejects(remover(kv).mark('node-c', { checkNode: true }), (e: unknown) => e instanceof RemovalRefusedError && e.message.startsWith('node node-c has never been served by an ipwarden daemon in pool p1'));
   });
 
   it('a heartbeat alone (no block, no handle) is something: refused as live; the refusal names the daemon that wrote it (host, pid), old values keep the old text', async () => {
     const kv = new MemoryKV();
-    const op = allocator(kv, 'operator');
+    const op = remover(kv);
     await one(allocator(kv, 'node-a'), 'c1');
     kv.apply([], [{ put: `${P}/alive/node-b`, value: '{"v":1,"node":"node-b","since":1,"host":"node-da","pid":4242}' }]);
     await assert.rejects(
-      op.markForRemoval('node-b', { checkNode: true }),
+      op.mark('node-b', { checkNode: true }),
       (e: unknown) =>
         e instanceof RemovalRefusedError &&
         e.message === `node node-b has a live heartbeat in pool p1 (${P}/alive/node-b, written by the ipwarden daemon on host node-da (pid 4242)): it is not gone; stop the daemon on host node-da first, or pass --force if you are sure`,
     );
     // The same from the transaction's compare (no checkNode) and from --finish.
-    await assert.rejects(op.markForRemoval('node-b'), (e: unknown) => e instanceof RemovalRefusedError && e.message.includes('written by the ipwarden daemon on host node-da (pid 4242)'));
+    await assert.rejects(op.mark('node-b'), (e: unknown) => e instanceof RemovalRefusedError && e.message.includes('written by the ipwarden daemon on host node-da (pid 4242)'));
     kv.apply([], [{ put: `${P}/alive/node-b`, value: '{"v":1,"node":"node-b","since":1}' }]);
-    await assert.rejects(op.markForRemoval('node-b', { checkNode: true }), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-b has a live heartbeat in pool p1 (${P}/alive/node-b): it is not gone; stop its daemon first, or pass --force if you are sure`);
+    await assert.rejects(op.mark('node-b', { checkNode: true }), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-b has a live heartbeat in pool p1 (${P}/alive/node-b): it is not gone; stop its daemon first, or pass --force if you are sure`);
     // A value that is not JSON, or a host that is no host name, names nobody (never an error: a hint).
     for (const [v, shown] of [
       ['not json', `(${P}/alive/node-b): it is not gone; stop its daemon first`],
@@ -702,7 +708,7 @@ describe('PoolAllocator.markForRemoval with checkNode (trial findings 1, 5, 11)'
       ['{"v":1,"host":"h1","pid":-3}', `(${P}/alive/node-b, written by the ipwarden daemon on host h1): it is not gone; stop the daemon on host h1 first`],
     ] as const) {
       kv.apply([], [{ put: `${P}/alive/node-b`, value: v }]);
-      await assert.rejects(op.markForRemoval('node-b', { checkNode: true }), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-b has a live heartbeat in pool p1 ${shown}, or pass --force if you are sure`);
+      await assert.rejects(op.mark('node-b', { checkNode: true }), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-b has a live heartbeat in pool p1 ${shown}, or pass --force if you are sure`);
     }
     assert.equal(kv.dump()[`${P}/removing/node-b`], undefined);
   });
@@ -710,14 +716,14 @@ describe('PoolAllocator.markForRemoval with checkNode (trial findings 1, 5, 11)'
   it('--finish names the heartbeat\'s writer too, and a finished removal deletes the node\'s settings key with the marker', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a');
-    const op = allocator(kv, 'operator');
+    const op = remover(kv);
     await one(a, 'c1');
     settings(kv, 'node-a');
-    await op.markForRemoval('node-a', { checkNode: true });
+    await op.mark('node-a', { checkNode: true });
     kv.apply([], [{ put: a.aliveKey('node-a'), value: '{"v":1,"node":"node-a","since":1,"host":"h7","pid":9}' }]);
-    await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a has a live heartbeat in pool p1 (${P}/alive/node-a, written by the ipwarden daemon on host h7 (pid 9)): it is not gone; stop the daemon on host h7 first (--finish never overrides a heartbeat)`);
+    await assert.rejects(op.finish('node-a'), (e: unknown) => e instanceof RemovalRefusedError && e.message === `node node-a has a live heartbeat in pool p1 (${P}/alive/node-a, written by the ipwarden daemon on host h7 (pid 9)): it is not gone; stop the daemon on host h7 first (--finish never overrides a heartbeat)`);
     kv.apply([], [{ delete: a.aliveKey('node-a') }]);
-    assert.deepEqual(await op.finishRemoval('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
+    assert.deepEqual(await op.finish('node-a'), { released: ['10.80.0.16'], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] });
     assert.deepEqual(Object.keys(kv.dump()).filter((k) => k.includes('node-a')), [], 'no key of node-a is left (marker, settings)');
   });
 });
@@ -923,12 +929,12 @@ describe('PoolAllocator.batch: ADDs and DELs of a node in one transaction (the d
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a');
     const b = allocator(kv, 'node-b');
-    const op = allocator(kv, 'operator');
+    const op = remover(kv);
     assert.equal(await one(b, 'b0'), '10.80.0.2');
     for (let i = 0; i < 15; i++) await one(a, `a${i}`); // node-a's block 10.80.0.16/28 full
     assert.equal(await one(a, 'borrower'), '10.80.0.3'); // borrowed in node-b's block
-    await op.markForRemoval('node-b');
-    assert.deepEqual(await op.finishRemoval('node-b'), { released: ['10.80.0.2'], deletedBlocks: [], keptBlocks: ['10.80.0.0-28'] });
+    await op.mark('node-b');
+    assert.deepEqual(await op.finish('node-b'), { released: ['10.80.0.2'], deletedBlocks: [], keptBlocks: ['10.80.0.0-28'] });
     assert.deepEqual(await a.release([req('a0')]), [['10.80.0.16']]);
     const t0 = kv.stats.txns;
     const r = await a.batch([req('n1')], [req('borrower')]);
@@ -982,9 +988,9 @@ describe('PoolAllocator.batch: ADDs and DELs of a node in one transaction (the d
   it('a round of a node marked for removal loses its compare, vetoes, and commits on fresh reads', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a');
-    const op = allocator(kv, 'operator');
+    const op = remover(kv);
     await a.add([req('c1'), req('c2')]);
-    await op.markForRemoval('node-a');
+    await op.mark('node-a');
     assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'pendingRelease');
     const t0 = kv.stats.txns;
     const ok0 = kv.stats.txnsSucceeded;

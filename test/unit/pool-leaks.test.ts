@@ -15,6 +15,10 @@ import { PoolAllocator } from '../../src/pool/allocator.ts';
 import type { HandleValue } from '../../src/pool/model.ts';
 import { classifyPoolHandles } from '../../src/pool/leaks.ts';
 import { NOTHING_IN_USE, type UseEvidence } from '../../src/reconcile/evidence.ts';
+import { memoryAuditSink } from '../../src/reconcile/audit.ts';
+import { Confirmations } from '../../src/reconcile/confirm.ts';
+import type { ReconcileDeps } from '../../src/reconcile/options.ts';
+import { runPoolPass, type PoolTarget } from '../../src/reconcile/pool-pass.ts';
 import type { SandboxInfo } from '../../src/reconcile/sandboxes.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
@@ -67,7 +71,7 @@ describe('ipwarden pool leaks on a real etcd', { skip }, () => {
     await cluster?.close();
   });
 
-  async function leaks(extra: string[], list: () => Promise<SandboxInfo[]>, evidence: UseEvidence = NOTHING_IN_USE) {
+  async function leaks(extra: string[], list: () => Promise<SandboxInfo[]>, evidence: UseEvidence = NOTHING_IN_USE, podIPs?: (id: string) => Promise<string[]>) {
     let stdout = '';
     let stderr = '';
     const ctx: CliContext = {
@@ -76,7 +80,7 @@ describe('ipwarden pool leaks on a real etcd', { skip }, () => {
       env: { CONTAINER_RUNTIME_ENDPOINT: 'unix:///run/ipwarden-pool-fake.sock', NODE_NAME: 'n1' },
       now: () => SNAP,
       evidence: () => evidence,
-      sandboxSource: (endpoint) => ({ endpoint, list, close: () => undefined }),
+      sandboxSource: (endpoint) => ({ endpoint, list, ...(podIPs === undefined ? {} : { podIPs }), close: () => undefined }),
     };
     const code = await runMain(['pool', 'leaks', '--pool', 'lp', '--etcd-endpoints', (cluster as EtcdCluster).endpoints.join(','), '--etcd-prefix', prefix, ...extra], ctx);
     return { code, stdout, stderr };
@@ -115,5 +119,57 @@ describe('ipwarden pool leaks on a real etcd', { skip }, () => {
     const j = JSON.parse(r.stdout) as { handles: Array<{ verdict: string }> };
     assert.deepEqual([...new Set(j.handles.map((x) => x.verdict))], ['unknown']);
     assert.match(r.stderr, /^ipwarden: runtime not reachable: /);
+  });
+  it("a NOTREADY sandbox's handle and a READY sandbox reporting another handle's address: pool leaks and the daemon's pass judge them the same", async () => {
+    // live1's sandbox is listed NOTREADY; a READY sandbox (podx, no handle of
+    // its own) reports gone1's address in PodSandboxStatus: gone1 is in use, not leaked.
+    const list = async (): Promise<SandboxInfo[]> => [
+      { id: 'live1', state: 'notready' },
+      { id: 'podx', state: 'ready' },
+    ];
+    const status: string[] = [];
+    const podIPs = async (id: string): Promise<string[]> => (status.push(id), id === 'podx' ? ['10.84.0.3'] : []);
+    const r = await leaks(['--json'], list, NOTHING_IN_USE, podIPs);
+    // podx's address is gone1's in the pool: also a duplicate address (a conflict), hence exit 1.
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr, "ipwarden: a live pod's address is held by another holder in pool lp (a duplicate address): see above\n");
+    const j = JSON.parse(r.stdout) as { handles: Array<{ containerId: string; verdict: string; reason: string }> };
+    const judged = j.handles.filter((x) => x.containerId !== 'young1').map((x) => [x.containerId, x.verdict, x.reason]);
+    assert.deepEqual(judged, [
+      ['gone1', 'in use', '10.84.0.3: the address is reported by ready sandbox podx (PodSandboxStatus)'],
+      ['live1', 'live', 'sandbox is listed by the runtime (not ready)'],
+    ]);
+    assert.deepEqual(status, ['podx'], 'PodSandboxStatus of the READY sandbox only');
+    // The daemon's pass over the same etcd, runtime and kernel, through the same planner: live1
+    // live, gone1 in use (no candidate); young1 is judged by revisions there (created before R), so leaked.
+    let listed = 0;
+    const audit = memoryAuditSink();
+    const deps: ReconcileDeps = {
+      env: { CONTAINER_RUNTIME_ENDPOINT: 'unix:///run/ipwarden-pool-fake.sock' },
+      now: () => SNAP,
+      evidence: () => NOTHING_IN_USE,
+      sandboxSource: (endpoint) => ({ endpoint, list: async () => (listed++, list()), podIPs, close: () => undefined }),
+    };
+    const target: PoolTarget = { kv: kv as EtcdKV, prefix, pool: 'lp', node: 'n1', id: 'lp@n1' };
+    const p = await runPoolPass([target], { runtimeEndpoint: null, audit: () => audit, host: hostname() }, new Confirmations(60, 32), deps, () => 0);
+    assert.deepEqual(p.errors, [{ kind: 'conflict', pool: 'lp', message: 'pool lp: address 10.84.0.3 of ready sandbox podx is held by container gone1/eth0 of node n1 (seq 2): a duplicate address — not re-reserved, nothing taken from the holder' }]);
+    assert.deepEqual(p.pools, [{ pool: 'lp', node: 'n1', live: 1, inUse: 1, grace: 0, leaked: 1, unknown: 0 }]);
+    assert.deepEqual([...p.candidates.values()], [1], 'young1 only');
+    assert.equal(listed, 1, 'one ListPodSandbox per pool pass');
+  });
+
+  it('a failed PodSandboxStatus of a READY sandbox: pool leaks says no candidate and exits 1, as the daemon releases nothing', async () => {
+    const r = await leaks(
+      ['--json'],
+      async () => [{ id: 'podx', state: 'ready' }],
+      NOTHING_IN_USE,
+      async () => {
+        throw new Error('status deadline exceeded');
+      },
+    );
+    assert.equal(r.code, 1);
+    const j = JSON.parse(r.stdout) as { handles: Array<{ containerId: string; verdict: string }> };
+    assert.deepEqual(j.handles.find((x) => x.containerId === 'gone1')?.verdict, 'leaked');
+    assert.match(r.stderr, /^ipwarden: .*podx.*: its addresses were not checked; no leaked verdict is a release candidate \(the daemon releases nothing while this lasts\)\n$/);
   });
 });

@@ -6,10 +6,10 @@
  */
 import { describe, it, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { decodeLearned, keptConfig, learnedName, LearnedPools, readLearnedPools } from '../../src/pool/learned.ts';
+import { decodeLearned, keptConfig, learnedName, LearnedPools, MAX_LEARNED, readLearnedPools } from '../../src/pool/learned.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import type { IPAMConfig } from '../../src/ipam/types.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
@@ -68,6 +68,25 @@ describe('learned pool networks: records', () => {
     assert.equal(l2.load().pools.length, 2);
     assert.equal(l2.learn(decoded(b), b), 'same');
     assert.deepEqual(l2.entries().map((e) => e.conf.name).sort(), ['net-a', 'net-b']);
+  });
+
+  it('a config that fixes ipam.nodeName is never recorded, and at most MAX_LEARNED networks are: refused with why, nothing written', () => {
+    const dir = fresh();
+    const l = new LearnedPools(dir, () => 1000);
+    const fixed = request('net-x', 'p1', '10.249.19.0/26', { nodeName: 'victim-node' });
+    assert.deepEqual(l.learn(decoded(fixed), fixed), { refused: 'its ipam.nodeName (victim-node) fixes the node name: only the node\'s own name is recorded' });
+    assert.equal(existsSync(dir), false, 'nothing written');
+    for (let i = 0; i < MAX_LEARNED; i++) {
+      const r = request(`net-${i}`, 'p1');
+      assert.equal(l.learn(decoded(r), r), 'new');
+    }
+    const over = request('net-over', 'p1');
+    assert.deepEqual(l.learn(decoded(over), over), { refused: `${MAX_LEARNED} pool networks are recorded already` });
+    assert.equal(readdirSync(dir).length, MAX_LEARNED);
+    // A recorded network whose config changes is still rewritten at the cap.
+    const changed = request('net-0', 'p1', '10.249.19.0/25');
+    assert.equal(l.learn(decoded(changed), changed), 'changed');
+    assert.equal(readdirSync(dir).length, MAX_LEARNED);
   });
 
   it('keptConfig keeps cniVersion, name, ipam only; not a JSON object is null', () => {

@@ -22,6 +22,7 @@ import { AppError } from '../../src/common/errors.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { poolNodeSample, poolStatus } from '../../src/pool/status.ts';
 import { PoolAllocator } from '../../src/pool/allocator.ts';
+import { PoolRemoval } from '../../src/pool/removal.ts';
 import { GatedKV, until } from '../helpers/gated-kv.ts';
 
 /** A memory KV whose next transactions can be made to lose a race, fail unavailable, or wait at a gate. */
@@ -220,7 +221,7 @@ describe('pool metrics from PoolSessions (memory KV)', () => {
     assert.deepEqual(series(text, 'ipwarden_pool_pending_release_blocks'), [`ipwarden_pool_pending_release_blocks{${L}} 0`]);
     // remove-node step 1 for node-b: its three blocks go pendingRelease. node-a counts them (the
     // removal marker leads it to them), node-b counts its own, whose free addresses are no longer counted.
-    assert.equal((await allocator('operator').markForRemoval('node-b', { force: true })).length, 3);
+    assert.equal((await new PoolRemoval({ kv, pool: 'p1', prefix: '/ipwarden', now: () => 1000 }).mark('node-b', { force: true })).length, 3);
     const a2 = await poolNodeSample(kv, '/ipwarden', 'p1', 'node-a');
     const b2 = await poolNodeSample(kv, '/ipwarden', 'p1', 'node-b');
     assert.equal(a2.pendingReleaseBlocks, 3);

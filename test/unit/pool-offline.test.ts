@@ -16,6 +16,7 @@ import { AppError, isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/pool/allocator.ts';
+import { PoolRemoval } from '../../src/pool/removal.ts';
 import { decodeBlock } from '../../src/pool/model.ts';
 import { decodeJournalEntry, journalEntryMisfit, pickReserve, removalWindowSeconds, withinBudget } from '../../src/pool/offline.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
@@ -135,7 +136,7 @@ function allocs(kv: MemoryKV, key: string): Record<string, Record<string, unknow
   return Object.fromEntries(Object.entries(block(kv, key).allocs).map(([o, a]) => [o, { ...a, at: typeof a['at'] }]));
 }
 
-const operator = (kv: MemoryKV): PoolAllocator => new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 } });
+const operator = (kv: MemoryKV): PoolRemoval => new PoolRemoval({ kv, pool: 'p1', prefix: '/ipwarden' });
 const req = (containerId: string) => ({ containerId, ifname: 'eth0' });
 
 async function unavailable(p: Promise<unknown>): Promise<AppError> {
@@ -510,8 +511,8 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
       // The operator treats the node as gone: its heartbeat has lapsed, step 1, then --finish.
       kv.apply([], [{ delete: `${P}/alive/node-a` }]);
       const op = operator(kv);
-      await op.markForRemoval('node-a');
-      const fin = await op.finishRemoval('node-a');
+      await op.mark('node-a');
+      const fin = await op.finish('node-a');
       assert.deepEqual(fin, { released: [], deletedBlocks: ['10.80.0.16-28'], keptBlocks: [] }, '--finish frees the reserve with the block');
       a.link.cut = false;
       await a.sessions.maintainOffline();
@@ -548,8 +549,8 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
       leases.push(id);
       return id;
     };
-    await op.markForRemoval('node-a', { windowLease });
-    await op.markForRemoval('node-x', { windowLease });
+    await op.mark('node-a', { windowLease });
+    await op.mark('node-x', { windowLease });
     assert.deepEqual(ttls, [70, 70, 60, 60], 'one lease before the marker, one granted after it');
     // The window key holds the lease granted after the marker: the first one expiring leaves it.
     kv.expireLease(leases[0] as string);
@@ -557,12 +558,12 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
     kv.expireLease(leases[1] as string);
     assert.equal(kv.dump()[`${P}/removal-window/node-a`], undefined);
     // F1: a re-run finds the marker and puts the window again with a fresh lease (of the real size).
-    await op.markForRemoval('node-a', { windowLease });
+    await op.mark('node-a', { windowLease });
     assert.deepEqual(ttls, [70, 70, 60, 60, 70]);
     assert.notEqual(kv.dump()[`${P}/removal-window/node-a`], undefined, 'the window is back');
     kv.expireLease(leases[4] as string);
     kv.plant(`${P}/removal-window/node-a`, '{"v":1,"node":"node-a","at":0}');
-    await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof Error && e.message === `the veto window of node node-a's removal from pool p1 has not passed (${P}/removal-window/node-a exists until its 70 s lease expires): try --finish again later`);
+    await assert.rejects(op.finish('node-a'), (e: unknown) => e instanceof Error && e.message === `the veto window of node node-a's removal from pool p1 has not passed (${P}/removal-window/node-a exists until its 70 s lease expires): try --finish again later`);
   });
 
   it('step 1 that stalls past its first lease undoes its marker instead of leaving a removal without a window', async () => {
@@ -575,7 +576,7 @@ describe('PoolSessions offline allocation (memory KV, injected clock)', () => {
       else await new Promise((r) => setImmediate(r)); // the first lease has expired by now
       return id;
     };
-    await assert.rejects(op.markForRemoval('node-s', { windowLease }), (e: unknown) => e instanceof Error && e.message === `the veto window of node node-s's removal from pool p1 expired before step 1 could confirm it (it stalled for more than 60 s): the removal was undone; run remove-node again`);
+    await assert.rejects(op.mark('node-s', { windowLease }), (e: unknown) => e instanceof Error && e.message === `the veto window of node node-s's removal from pool p1 expired before step 1 could confirm it (it stalled for more than 60 s): the removal was undone; run remove-node again`);
     assert.equal(kv.dump()[`${P}/removing/node-s`], undefined);
   });
 
@@ -874,7 +875,7 @@ describe('offline allocation: review A fixes (memory KV, injected clock)', () =>
     const kv = new MemoryKV();
     const link = new PartitionKV(kv);
     const op = operator(kv);
-    const opLink = new PoolAllocator({ kv: link, pool: 'p1', prefix: '/ipwarden', node: 'ipwarden-operator', network: '', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 } });
+    const opLink = new PoolRemoval({ kv: link, pool: 'p1', prefix: '/ipwarden' });
     const leases: string[] = [];
     const ttls: number[] = [];
     const windowLease = async (ttl: number): Promise<string> => {
@@ -884,17 +885,17 @@ describe('offline allocation: review A fixes (memory KV, injected clock)', () =>
       return id;
     };
     link.loseNextAnswer = true;
-    await unavailable(opLink.markForRemoval('node-a', { windowLease }));
+    await unavailable(opLink.mark('node-a', { windowLease }));
     assert.notEqual(kv.dump()[`${P}/removing/node-a`], undefined, 'the marker was applied');
     kv.expireLease(leases[0] as string); // the first lease, granted before the marker, runs out
     assert.equal(kv.dump()[`${P}/removal-window/node-a`], undefined);
     link.cut = false;
-    await opLink.markForRemoval('node-a', { windowLease });
+    await opLink.mark('node-a', { windowLease });
     assert.deepEqual(ttls, [60, 60], 'the re-run granted a lease of the real window');
     assert.notEqual(kv.dump()[`${P}/removal-window/node-a`], undefined);
-    await assert.rejects(op.finishRemoval('node-a'), (e: unknown) => e instanceof Error && e.message.startsWith("the veto window of node node-a's removal from pool p1 has not passed"));
+    await assert.rejects(op.finish('node-a'), (e: unknown) => e instanceof Error && e.message.startsWith("the veto window of node node-a's removal from pool p1 has not passed"));
     kv.expireLease(leases[1] as string);
-    await op.finishRemoval('node-a');
+    await op.finish('node-a');
     assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'finished after the fresh window');
   });
 

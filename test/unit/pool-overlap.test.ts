@@ -116,6 +116,15 @@ describe('overlapping pools', () => {
     assert.deepEqual(await prefixOverlaps(kv, '/ipwarden'), []);
   });
 
+  it('a pool of the prefix whose meta cannot be read (a newer version\'s value, a damaged key): a new pool is not created (999, nothing written), since an overlap cannot be ruled out', async () => {
+    const kv = new MemoryKV();
+    kv.plant('/ipwarden/pools/a/meta', '{"v":1,"rangeSets":[],"blockSize":28,"blockSize6":122,"newField":true}');
+    const r = await refusal(add(allocator(kv, 'b', '10.241.7.0/24'), 'c1'));
+    assert.equal(r.code, 999);
+    assert.match(r.msg, /^pool b is not created: the ranges of pool a in \/ipwarden cannot be read \(.+\), so an overlap with it cannot be ruled out — see docs\/cluster\.md "Corrupt keys"$/);
+    assert.deepEqual(Object.keys(kv.dump()), ['/ipwarden/pools/a/meta'], 'nothing written');
+  });
+
   it('two overlapping pools whose creations both read before either commits: the pool index\'s compare lets exactly one through, the other re-reads and is refused', async () => {
     for (const first of ['a', 'b'] as const) {
       const kv = new MemoryKV();

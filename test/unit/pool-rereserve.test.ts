@@ -106,7 +106,7 @@ describe('reReserve (memory KV)', () => {
 });
 
 describe('the pool pass: handles of an earlier host name of this machine', () => {
-  function world(heartbeatHost: string | null) {
+  function world(heartbeatHost: string | null, fixedNodeName = false) {
     const kv = new MemoryKV();
     const deps: ReconcileDeps = {
       env: { CONTAINER_RUNTIME_ENDPOINT: 'unix:///run/ipwarden-rereserve-unit.sock' },
@@ -120,7 +120,7 @@ describe('the pool pass: handles of an earlier host name of this machine', () =>
     const pass = async () => {
       if (heartbeatHost !== null) await kv.txn([], [{ put: `${B}/alive/n1`, value: JSON.stringify({ v: 1, node: 'n1', since: 1, host: heartbeatHost, pid: 7 }) }]);
       mono += 60_000;
-      return runPoolPass([{ kv, ...KEYS, node: 'n1', id: 'rp@n1' }], { runtimeEndpoint: null, audit: () => audit, host: 'host-new', earlierHosts: ['host-old'] }, confirmations, deps, () => mono);
+      return runPoolPass([{ kv, ...KEYS, node: 'n1', id: 'rp@n1', fixedNodeName }], { runtimeEndpoint: null, audit: () => audit, host: 'host-new', earlierHosts: ['host-old'] }, confirmations, deps, () => mono);
     };
     return { kv, pass };
   }
@@ -133,6 +133,17 @@ describe('the pool pass: handles of an earlier host name of this machine', () =>
     const p2 = await pass();
     assert.deepEqual(p2.released.map((x) => x.containerId), ['old1']);
     assert.deepEqual(p2.errors.map((e) => e.message), ['pool rp: 1 handle(s) of node n1 were written on other hosts than host-new (stranger): never judged or released here — two hosts under one node name? (a fixed ipam.nodeName, equal host names)']);
+  });
+  it('never judged when ipam.nodeName fixes the node name (two machines may share it), even with the heartbeat naming this host', async () => {
+    const { kv, pass } = world('host-new', true);
+    await alloc(kv, 'n1', 'host-old').add([{ containerId: 'old1', ifname: 'eth0' }]);
+    await pass();
+    const p2 = await pass();
+    assert.deepEqual([p2.released.length, p2.pools[0]?.leaked], [0, 0]);
+    assert.deepEqual(p2.errors.map((e) => [e.kind, e.message]), [
+      ['foreign', 'pool rp: 1 handle(s) of node n1 were written under earlier host names of this machine (host-old), but the node name is fixed by ipam.nodeName (several machines may share it): never judged here'],
+      ['foreign', 'pool rp: 1 handle(s) of node n1 were written on other hosts than host-new (host-old): never judged or released here — two hosts under one node name? (a fixed ipam.nodeName, equal host names)'],
+    ]);
   });
   for (const [hb, said] of [['host-other', 'was written on host host-other'], [null, 'is absent']] as const) {
     it(`not judged while the heartbeat ${said}`, async () => {

@@ -11,6 +11,7 @@ import { formatIP } from '../../src/common/ip.ts';
 import { loadIPAMConfig, loadNetworkIdentity } from '../../src/ipam/config.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/pool/allocator.ts';
+import { PoolRemoval } from '../../src/pool/removal.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { Heartbeat, HEARTBEAT_RETRY_MS, HEARTBEAT_TTL_SECONDS, PoolSessions } from '../../src/cni/pool.ts';
 import { backoffMs } from '../../src/pool/session.ts';
@@ -237,10 +238,10 @@ describe('PoolSessions: a DEL is ordered after the same container\'s pending ADD
     const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, (fn) => (ticks.push(fn), () => undefined));
     try {
       await s.add(conf, { containerId: 'c1', ifname: 'eth0' });
-      const op = new PoolAllocator({ kv, pool: 'p1', prefix: '/ipwarden', node: 'operator', network: '', rangeSets: [], sizes: { blockSize4: 26, blockSize6: 122 } });
+      const op = new PoolRemoval({ kv, pool: 'p1', prefix: '/ipwarden' });
       const hb = [...s.heartbeats.values()][0] as Heartbeat;
       await until(() => kv.dump()['/ipwarden/pools/p1/alive/node-a'] !== undefined, 'the heartbeat key');
-      await op.markForRemoval('node-a', { force: true }); // an operator overriding the heartbeat
+      await op.mark('node-a', { force: true }); // an operator overriding the heartbeat
       assert.ok(kv.dump()['/ipwarden/pools/p1/removing/node-a'] !== undefined);
       await hb.beat();
       assert.equal(kv.dump()['/ipwarden/pools/p1/removing/node-a'], undefined, 'the beat vetoed: marker gone');
@@ -252,13 +253,13 @@ describe('PoolSessions: a DEL is ordered after the same container\'s pending ADD
     const kv2 = new MemoryKV();
     const a = new PoolAllocator({ kv: kv2, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: conf.rangeSets, sizes: { blockSize4: 26, blockSize6: 122 } });
     await a.add([{ containerId: 'c1', ifname: 'eth0' }]);
-    const op2 = new PoolAllocator({ kv: kv2, pool: 'p1', prefix: '/ipwarden', node: 'operator', network: '', rangeSets: [], sizes: { blockSize4: 26, blockSize6: 122 } });
-    await op2.markForRemoval('node-a');
+    const op2 = new PoolRemoval({ kv: kv2, pool: 'p1', prefix: '/ipwarden' });
+    await op2.mark('node-a');
     const s2 = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv2, () => () => undefined);
     try {
       s2.announce(conf);
       await until(() => kv2.dump()['/ipwarden/pools/p1/removing/node-a'] === undefined, 'announce() vetoed');
-      await assert.rejects(op2.finishRemoval('node-a'), (e: unknown) => e instanceof Error && e.message.startsWith('node node-a is not marked for removal'));
+      await assert.rejects(op2.finish('node-a'), (e: unknown) => e instanceof Error && e.message.startsWith('node node-a is not marked for removal'));
     } finally {
       await s2.close();
     }
@@ -285,14 +286,14 @@ describe('PoolSessions on a real etcd', { skip }, () => {
         undefined,
       );
       for (let i = 0; i < 15; i++) await sessions.add(conf, { containerId: `c${i}`, ifname: 'eth0' }); // one /28 full, in the cache
-      const op = new PoolAllocator({ kv: direct, pool: 'fp', prefix, node: 'operator', network: '', rangeSets: [], sizes: { blockSize4: 28, blockSize6: 122 } });
+      const op = new PoolRemoval({ kv: direct, pool: 'fp', prefix });
       // The daemon's heartbeat exists: an operator overriding it with --force.
-      assert.equal((await op.markForRemoval('node-f', { force: true })).length, 1);
+      assert.equal((await op.mark('node-f', { force: true })).length, 1);
       const r = await sessions.add(conf, { containerId: 'c15', ifname: 'eth0' }); // claims a second block on cached data: the marker compare fails it, it vetoes
       assert.equal(r.length, 1);
       assert.equal(await direct.get(`${prefix}/pools/fp/removing/node-f`), null, 'vetoed: the marker is gone');
       for (const e of await direct.list(`${prefix}/pools/fp/blocks/`)) assert.equal(JSON.parse(e.value).state, 'owned', e.key);
-      await assert.rejects(op.finishRemoval('node-f'), (e: unknown) => e instanceof Error && e.message.startsWith('node node-f is not marked for removal'));
+      await assert.rejects(op.finish('node-f'), (e: unknown) => e instanceof Error && e.message.startsWith('node node-f is not marked for removal'));
       assert.equal((await direct.list(`${prefix}/pools/fp/handles/`, { keysOnly: true })).length, 16);
     } finally {
       await sessions.close();

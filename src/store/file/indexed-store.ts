@@ -305,6 +305,12 @@ class NetState {
   syncedGen = 0;
   /** Group commit: the flush round in progress (one fsync of DIR), or null. */
   flushing: Promise<void> | null = null;
+  /**
+   * Group commit: every write up to this value was covered by a round whose fsync failed. Such a
+   * write is never reported durable, whatever a later fsync says: on Linux a failed writeback is
+   * reported once, and the next fsync of DIR may succeed without it (review).
+   */
+  failedGen = 0;
   /** Corrupt names already reported through `onCorrupt`. */
   readonly reportedCorrupt = new Set<string>();
 
@@ -457,6 +463,9 @@ export class NetworkIndexes {
    */
   async durable(st: NetState, gen: number): Promise<void> {
     while (st.syncedGen < gen) {
+      if (gen <= st.failedGen) {
+        throw new AppError('STORE_IO', `cannot make the reservations in ${st.dir} durable: an fsync of the directory failed after they were written`);
+      }
       if (st.flushing !== null) {
         // A round in progress began before our write or after it: wait for it, then look again.
         await st.flushing.catch(() => undefined);
@@ -472,6 +481,10 @@ export class NetworkIndexes {
       st.flushing = round;
       try {
         await round;
+      } catch (e) {
+        // Every write done by now may have been in the writeback that failed.
+        if (st.failedGen < st.writeGen) st.failedGen = st.writeGen;
+        throw e;
       } finally {
         if (st.flushing === round) st.flushing = null;
       }
