@@ -62,6 +62,10 @@ interface WorkerResult {
   delFailures: number;
   latencies: number[];
   stats: KVStats;
+  /** Bytes of the values put by successful transactions (keys not counted). */
+  bytes: number;
+  /** This worker's CPU (user + system) over the measured period, microseconds. */
+  cpuMicros: number;
   firstError: string | null;
 }
 
@@ -74,7 +78,26 @@ interface NodeFront {
   add(cid: string): Promise<void>;
   del(cid: string): Promise<void>;
   stats(): KVStats;
+  /** Bytes of the values put by successful transactions so far. */
+  bytes(): number;
   close(): Promise<void>;
+}
+
+/** `kv` whose successful transactions add the byte length of the values they put to `count.bytes`. */
+function countBytes<T extends EtcdKV>(kv: T, count: { bytes: number }): T {
+  return new Proxy(kv, {
+    get(target, prop) {
+      if (prop === 'txn') {
+        return async (compare: Parameters<EtcdKV['txn']>[0], ops: Parameters<EtcdKV['txn']>[1]) => {
+          const r = await target.txn(compare, ops);
+          if (r.succeeded) for (const op of ops) if ('put' in op) count.bytes += Buffer.byteLength(op.value);
+          return r;
+        };
+      }
+      const v = Reflect.get(target, prop, target) as unknown;
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
 }
 
 function sumStats(xs: KVStats[]): KVStats {
@@ -99,10 +122,11 @@ function makeFront(job: Job, node: string): NodeFront {
     const conf = loadIPAMConfig(netconf, undefined);
     const id = loadNetworkIdentity(netconf);
     const kvs: EtcdKV[] = [];
+    const count = { bytes: 0 };
     const sessions = new PoolSessions({ NODE_NAME: node }, (pool) => {
       const kv = new EtcdKV({ endpoints: pool.etcd.endpoints });
       kvs.push(kv);
-      return kv;
+      return countBytes(kv, count);
     });
     return {
       add: async (cid) => {
@@ -112,10 +136,12 @@ function makeFront(job: Job, node: string): NodeFront {
         await sessions.del(id, { containerId: cid, ifname: 'net1' });
       },
       stats: () => sumStats(kvs.map((k) => k.stats)),
+      bytes: () => count.bytes,
       close: () => sessions.close(),
     };
   }
-  const kv = new EtcdKV({ endpoints: job.endpoints });
+  const count = { bytes: 0 };
+  const kv = countBytes(new EtcdKV({ endpoints: job.endpoints }), count);
   const model = new WhereaboutsModel(kv, { key: `${job.prefix}/whereabouts-pool`, subnet: BASELINE_SUBNET });
   return {
     add: async (cid) => {
@@ -125,6 +151,7 @@ function makeFront(job: Job, node: string): NodeFront {
       await model.del(cid, 'net1');
     },
     stats: () => kv.stats,
+    bytes: () => count.bytes,
     close: () => kv.close(),
   };
 }
@@ -151,9 +178,16 @@ async function worker(): Promise<void> {
     const a = sumStats(fronts.map((f) => f.front.stats()));
     return { reads: a.reads - b.reads, txns: a.txns - b.txns, txnsSucceeded: a.txnsSucceeded - b.txnsSucceeded, puts: a.puts - b.puts, deletes: a.deletes - b.deletes };
   };
+  const bytes0 = fronts.reduce((t, f) => t + f.front.bytes(), 0);
+  const bytesSince = (): number => fronts.reduce((t, f) => t + f.front.bytes(), 0) - bytes0;
   process.send?.({ ready: true });
   await new Promise<void>((res) => process.once('message', () => res()));
-  const r: WorkerResult = { adds: 0, addFailures: 0, dels: 0, delFailures: 0, latencies: [], stats: base, firstError: null };
+  const cpu0 = process.cpuUsage();
+  const cpuSince = (): number => {
+    const c = process.cpuUsage(cpu0);
+    return c.user + c.system;
+  };
+  const r: WorkerResult = { adds: 0, addFailures: 0, dels: 0, delFailures: 0, latencies: [], stats: base, bytes: 0, cpuMicros: 0, firstError: null };
   const end = performance.now() + job.durationMs;
   const lane = async (node: string, front: NodeFront, l: number): Promise<void> => {
     for (let k = 0; performance.now() < end; k++) {
@@ -226,11 +260,13 @@ async function worker(): Promise<void> {
       r.addFailures += addsPending;
       r.firstError ??= `${addsPending} ADDs and ${inflight.length - settled - addsPending} DELs still unanswered 30 s after the last start`;
       // Abandon what is still in flight: the main process kills this worker once it has the result.
-      process.send?.({ result: { ...r, stats: since(base) } });
+      process.send?.({ result: { ...r, stats: since(base), bytes: bytesSince(), cpuMicros: cpuSince() } });
       return;
     }
   }
   r.stats = since(base);
+  r.bytes = bytesSince();
+  r.cpuMicros = cpuSince();
   for (const f of fronts) await f.front.close();
   process.send?.({ result: r });
 }
@@ -257,6 +293,10 @@ interface Measurement {
   rate: number;
   keysPerAlloc: number;
   serverWritesPerAlloc: number;
+  /** Bytes of values put per allocation (whole pod lifecycles). */
+  bytesPerAlloc: number;
+  /** Client CPU (all workers: the fronts, their etcd clients, the load loop) per pod lifecycle (ADD + DEL), ms. */
+  cpuMsPerPod: number;
   firstError: string | null;
 }
 
@@ -342,10 +382,40 @@ async function measure(cluster: EtcdCluster, subject: SubjectName, mode: 'closed
       rate: mode === 'open' ? o.rate : 0,
       keysPerAlloc: (st.puts + st.deletes) / Math.max(1, adds),
       serverWritesPerAlloc: (w1 - w0) / Math.max(1, adds),
+      bytesPerAlloc: rs.reduce((s, r) => s + r.bytes, 0) / Math.max(1, adds),
+      cpuMsPerPod: rs.reduce((s, r) => s + r.cpuMicros, 0) / 1000 / Math.max(1, adds),
       firstError: rs.map((r) => r.firstError).find((e) => e !== null) ?? null,
     };
   } finally {
     for (const c of children) if (c.exitCode === null && c.signalCode === null && c.pid !== undefined) process.kill(c.pid, 'SIGKILL');
+  }
+}
+
+/**
+ * etcd's own transaction rate on this cluster: `callers` concurrent callers over 2 clients, each
+ * sending one-key transactions (a put of a `valueBytes`-byte value to its own key, back to back)
+ * for `seconds`. Transactions per second committed.
+ */
+async function etcdTxnRate(cluster: EtcdCluster, o: { callers: number; seconds: number; valueBytes: number }): Promise<number> {
+  const kvs = [new EtcdKV({ endpoints: cluster.endpoints }), new EtcdKV({ endpoints: cluster.endpoints })];
+  const value = 'x'.repeat(o.valueBytes);
+  try {
+    // Warm the connections.
+    await Promise.all(kvs.map((kv, i) => kv.txn([], [{ put: `/bench-txn-rate/warm-${i}`, value }])));
+    let n = 0;
+    const t0 = performance.now();
+    const end = t0 + o.seconds * 1000;
+    await Promise.all(
+      Array.from({ length: o.callers }, async (_, c) => {
+        const kv = kvs[c % kvs.length] as EtcdKV;
+        while (performance.now() < end) {
+          if ((await kv.txn([], [{ put: `/bench-txn-rate/${c}`, value }])).succeeded) n++;
+        }
+      }),
+    );
+    return n / ((performance.now() - t0) / 1000);
+  } finally {
+    for (const kv of kvs) await kv.close();
   }
 }
 
@@ -401,7 +471,10 @@ async function main(): Promise<void> {
   );
   const cluster = await startEtcdCluster({ members: 3, heartbeatMs: 100, electionMs: 1000, prefix: 'ipwarden-bench-etcd-' });
   const all: Measurement[] = [];
+  let txnRate = NaN;
   try {
+    txnRate = await etcdTxnRate(cluster, { callers: 64, seconds: 3, valueBytes: 2048 });
+    console.log(`  etcd alone: ${txnRate.toFixed(0)} one-key transactions/s (64 concurrent callers over 2 clients, 2 KiB values, 3 s)`);
     for (let round = 0; round < rounds; round++) {
       for (const n of nodeCounts) {
         const order: SubjectName[] = round % 2 === 0 ? ['pool', 'baseline'] : ['baseline', 'pool'];
@@ -437,6 +510,8 @@ async function main(): Promise<void> {
       conflictsPerAlloc: med((m) => m.conflictsPerAlloc),
       keysPerAlloc: med((m) => m.keysPerAlloc),
       serverWritesPerAlloc: med((m) => m.serverWritesPerAlloc),
+      bytesPerAlloc: med((m) => m.bytesPerAlloc),
+      cpuMsPerPod: med((m) => m.cpuMsPerPod),
     };
   };
   const rows: Row[] = nodeCounts.map((n) => ({
@@ -472,6 +547,17 @@ async function main(): Promise<void> {
       return `${p99.toFixed(1)} ms at ${(top.nodes * rate).toFixed(0)} pods/s offered (${p99 <= 100 ? 'met' : 'NOT met'})`;
     });
     console.log(`\nat ${top.nodes} nodes: pool ${x.toFixed(1)} × the baseline's throughput (target ≥ 10 ×: ${x >= 10 ? 'met' : 'NOT met'}); pool p99 ADD (target ≤ 100 ms): ${lat.join(', ')}; ${top.pool.p99.toFixed(0)} ms saturated (closed loop)`);
+    const p = top.pool;
+    console.log(
+      `at ${top.nodes} nodes (closed loop): pool ${f2(p.txnsPerAlloc)} transactions per allocation (${f2(p.conflictsPerAlloc)} lost compares), ` +
+        `${p.bytesPerAlloc.toFixed(0)} value bytes written per allocation (baseline ${top.base.bytesPerAlloc.toFixed(0)}), ` +
+        `${p.cpuMsPerPod.toFixed(2)} ms client CPU per pod lifecycle (ADD + DEL; baseline ${top.base.cpuMsPerPod.toFixed(2)} ms)`,
+    );
+    // Per pod lifecycle (ADD + DEL): the closed loop's transactions per allocation.
+    console.log(
+      `projected cluster capacity: ${txnRate.toFixed(0)} etcd transactions/s ÷ ${f2(p.txnsPerAlloc)} transactions per pod = ${(txnRate / p.txnsPerAlloc).toFixed(0)} pods/s ` +
+        `(baseline: ÷ ${f2(top.base.txnsPerAlloc)} = ${(txnRate / top.base.txnsPerAlloc).toFixed(0)} pods/s; etcd-bound estimate: a batched transaction carries more keys than the measured one-key ones)`,
+    );
   }
   const svgPath = process.env['BENCH_POOL_SVG'];
   if (svgPath) writeFileSync(svgPath, svg(rows, rates));

@@ -164,17 +164,34 @@ interface Waiter {
   readonly reject: (e: unknown) => void;
 }
 
+/** A queued DEL (issue 18 item 5: DELs go in the same batch as the ADDs). */
+interface DelWaiter {
+  readonly del: true;
+  readonly req: PoolRequest;
+  readonly resolve: (r: string[]) => void;
+  readonly reject: (e: unknown) => void;
+}
+
+type Queued = Waiter | DelWaiter;
+
+function isDel(w: Queued): w is DelWaiter {
+  return 'del' in w;
+}
+
 /**
- * The ADDs of one node for one network config, batched: the first ADD is sent at once; ADDs that
- * arrive while a transaction is in flight wait and go together in the next one (at most
- * `MAX_BATCH`), so under load a node sends one transaction for many pods (the batching Calico
- * proposed, projectcalico/cni-plugin#985) and when idle it adds no delay. A batch that fails as a
- * whole (a corrupt handle of one request, a conflict) is retried one request at a time, so one bad
+ * The ADDs and DELs of one node for one network config, batched: the first request is sent at
+ * once; requests that arrive while a transaction is in flight wait and go together in the next
+ * one (at most `MAX_BATCH`, ADDs and DELs together: {@link PoolAllocator.batch}), so under load a
+ * node sends one transaction per round for many pods — every block it changes written once — (the
+ * batching Calico proposed, projectcalico/cni-plugin#985) and when idle it adds no delay. A round
+ * is taken from the queue in order and stops before a second request of one attachment (an ADD
+ * queued after that container's DEL goes in the next round). A batch that fails as a whole (a
+ * corrupt handle of one request, a conflict) is retried one request at a time, so one bad
  * request fails only itself.
  */
 class Batcher {
   readonly #alloc: PoolAllocator;
-  readonly #queue: Waiter[] = [];
+  readonly #queue: Queued[] = [];
   readonly #onBatch: (size: number) => void;
   #running = false;
   /** Transactions' batch sizes so far (tests). */
@@ -203,6 +220,27 @@ class Batcher {
     });
   }
 
+  /** A DEL, released in the next round with the queued ADDs ({@link PoolAllocator.batch}). Resolves to the released addresses. */
+  submitDel(req: PoolRequest): Promise<string[]> {
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ del: true, req, resolve, reject });
+      if (!this.#running) void this.#drain();
+    });
+  }
+
+  /** The next round: queued requests in order, at most `MAX_BATCH`, stopping before a second request of one attachment. */
+  #take(): Queued[] {
+    const seen = new Set<string>();
+    let n = 0;
+    for (; n < this.#queue.length && n < MAX_BATCH_REQUESTS; n++) {
+      const r = (this.#queue[n] as Queued).req;
+      const k = JSON.stringify([r.containerId.trim(), r.ifname]);
+      if (seen.has(k)) break;
+      seen.add(k);
+    }
+    return this.#queue.splice(0, n);
+  }
+
   /**
    * Take (containerId, ifname)'s ADDs out of the queue (not one in flight), rejected with
    * `STORE_CONFLICT` (CNI 11): a DEL of that container came, so whoever asked has given up.
@@ -211,8 +249,8 @@ class Batcher {
   cancel(req: PoolRequest, why: string): number {
     let n = 0;
     for (let i = this.#queue.length - 1; i >= 0; i--) {
-      const w = this.#queue[i] as Waiter;
-      if (w.req.containerId.trim() !== req.containerId.trim() || w.req.ifname !== req.ifname) continue;
+      const w = this.#queue[i] as Queued;
+      if (isDel(w) || w.req.containerId.trim() !== req.containerId.trim() || w.req.ifname !== req.ifname) continue;
       this.#queue.splice(i, 1);
       w.reject(new AppError('STORE_CONFLICT', why));
       n++;
@@ -226,32 +264,40 @@ class Batcher {
       while (this.#queue.length > 0) {
         // A waiter whose client has gone (its signal aborted) is not sent: nobody would get its answer.
         for (let i = this.#queue.length - 1; i >= 0; i--) {
-          const w = this.#queue[i] as Waiter;
-          if (w.signal?.aborted === true) {
+          const w = this.#queue[i] as Queued;
+          if (!isDel(w) && w.signal?.aborted === true) {
             this.#queue.splice(i, 1);
             w.reject(new AppError('STORE_CONFLICT', `ADD of ${w.req.containerId.trim()}/${w.req.ifname} not sent: its client has gone`));
           }
         }
         if (this.#queue.length === 0) break;
-        const batch = this.#queue.splice(0, MAX_BATCH_REQUESTS);
+        const batch = this.#take();
+        const adds = batch.filter((w): w is Waiter => !isDel(w));
+        const dels = batch.filter(isDel);
         this.sizes.push(batch.length);
         this.#onBatch(batch.length);
         try {
-          settle(batch, await this.#alloc.add(batch.map((w) => w.req)));
+          const r = await this.#alloc.batch(
+            adds.map((w) => w.req),
+            dels.map((w) => w.req),
+          );
+          settle(adds, r.adds);
+          settle(dels, r.dels);
         } catch (e) {
           if (this.#failFastUnavailable && isAppError(e, 'STORE_UNAVAILABLE')) {
-            // etcd is unreachable for all: the ADDs that queued meanwhile fail with the same answer
-            // now (each then goes offline) instead of waiting for another call deadline each batch.
+            // etcd is unreachable for all: the requests that queued meanwhile fail with the same
+            // answer now (each ADD then goes offline) instead of waiting for another call deadline each batch.
             for (const w of [...batch, ...this.#queue.splice(0)]) w.reject(e);
             continue;
           }
           if (batch.length === 1) {
-            (batch[0] as Waiter).reject(e);
+            (batch[0] as Queued).reject(e);
             continue;
           }
           for (const w of batch) {
             try {
-              settle([w], await this.#alloc.add([w.req]));
+              if (isDel(w)) w.resolve(await this.#alloc.del(w.req));
+              else settle([w], await this.#alloc.add([w.req]));
             } catch (e1) {
               w.reject(e1);
             }
@@ -264,7 +310,7 @@ class Batcher {
   }
 }
 
-function settle(batch: readonly Waiter[], results: ReadonlyArray<PoolAllocation[] | AppError>): void {
+function settle<T>(batch: ReadonlyArray<{ readonly resolve: (r: T) => void; readonly reject: (e: unknown) => void }>, results: ReadonlyArray<T | AppError>): void {
   batch.forEach((w, i) => {
     const r = results[i];
     if (r instanceof AppError || r === undefined) w.reject(r ?? new AppError('INTERNAL', 'no answer for a batched request'));
@@ -459,7 +505,7 @@ export interface PoolObserver {
   request?(e: PoolRequestEvent): void;
   /** An etcd transaction of the pool allocator ended (heartbeats are not counted). */
   txn?(e: PoolTxnEvent): void;
-  /** A batch of ADDs taken from a queue, about to be sent as one transaction. */
+  /** A batch of ADDs and DELs taken from a queue, about to be sent as one transaction. */
   batch?(e: PoolBatchEvent): void;
   /**
    * Offline allocation (`ipam.pool.offline`, docs/cluster.md "Offline allocation"): an ADD or DEL
@@ -505,6 +551,7 @@ export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: Po
     },
     get: (key: string): Promise<KVEntry | null> => kv.get(key),
     list: (prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]> => kv.list(prefix, opts),
+    ...(kv.getMany === undefined ? {} : { getMany: (keys: readonly string[]) => (kv.getMany as (k: readonly string[]) => Promise<Array<KVEntry | null>>).call(kv, keys) }),
     txn: async (compare: readonly KVCompare[], ops: readonly KVOp[]): Promise<KVTxnResult> => {
       let r: KVTxnResult;
       try {
@@ -627,6 +674,11 @@ export class PoolSessions implements PoolHooks {
   readonly #heartbeats = new Map<string, Heartbeat>();
   /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
   readonly #caches = new Map<string, BlockCache>();
+  /**
+   * The batcher a DEL of (etcd, pool, node, network name) joins: the latest ADD batcher of that
+   * network, else one made for DELs (issue 18 item 5: a node's DELs in its ADDs' transactions).
+   */
+  readonly #delBatchers = new Map<string, Batcher>();
   /** Batchers by pool (endpoints, prefix, name): where a DEL looks for queued ADDs of its container. */
   readonly #batchersOfPool = new Map<string, Set<Batcher>>();
   /** (pool, containerId, ifname) → the ADDs of it not yet answered (queued or in flight). */
@@ -934,6 +986,8 @@ export class PoolSessions implements PoolHooks {
       const alloc = this.#allocator(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
       b = new Batcher(alloc, (size) => tell(() => this.#observer.batch?.({ pool: pool.name, node, size })), off !== null);
       this.#batchers.set(key, b);
+      // The network's DELs go in this batcher's rounds from now on (a DEL-only one drains and is left).
+      this.#delBatchers.set(this.#delBatcherKey(pool, node, conf.name), b);
       const pk = poolKey(pool);
       let set = this.#batchersOfPool.get(pk);
       if (set === undefined) this.#batchersOfPool.set(pk, (set = new Set()));
@@ -1060,7 +1114,7 @@ export class PoolSessions implements PoolHooks {
     for (const b of this.#batchersOfPool.get(poolKey(pool)) ?? []) b.cancel(req, why);
     const pend = this.#pendingAdds.get(attachmentKey(pool, req));
     if (pend !== undefined) await Promise.all([...pend]);
-    const etcdDel = (): Promise<string[]> => this.#allocator(kv, pool, node, id.name, [], this.#cacheFor(pool, node)).del(req);
+    const etcdDel = (): Promise<string[]> => this.#delBatcher(kv, pool, node, id.name).submitDel(req);
     // An attachment allocated offline is released on its journal entry (ordered after its sync);
     // the pool's journal is read first if no request read it yet (review F6).
     const off = this.#offlineOf(pool, node, kv, null);
@@ -1069,6 +1123,23 @@ export class PoolSessions implements PoolHooks {
     r ??= await etcdDel();
     this.#online.delete(attachmentKey(pool, req));
     return r;
+  }
+
+  #delBatcherKey(pool: PoolConfig, node: string, network: string): string {
+    return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node, network]);
+  }
+
+  /** The batcher a DEL of `network` joins ({@link #delBatchers}), made for DELs when the network has no ADD batcher yet. */
+  #delBatcher(kv: ContactKV, pool: PoolConfig, node: string, network: string): Batcher {
+    const k = this.#delBatcherKey(pool, node, network);
+    let b = this.#delBatchers.get(k);
+    if (b === undefined) {
+      const alloc = this.#allocator(kv, pool, node, network, [], this.#cacheFor(pool, node));
+      b = new Batcher(alloc, (size) => tell(() => this.#observer.batch?.({ pool: pool.name, node, size })), pool.offline !== undefined && pool.offline !== null);
+      this.#delBatchers.set(k, b);
+      this.#batchers.set(JSON.stringify(['del', k]), b);
+    }
+    return b;
   }
 
   find(conf: IPAMConfig, req: PoolRequest): Promise<PoolAllocation[] | null> {

@@ -509,7 +509,7 @@ export class PoolMetrics {
     });
     this.batches = new Histogram({
       name: 'ipwarden_pool_batch_size',
-      help: 'ADD requests per batch sent as one transaction.',
+      help: 'ADD and DEL requests per batch sent as one transaction.',
       labelNames,
       buckets: [1, 2, 4, 8, 16, 24],
       registers,

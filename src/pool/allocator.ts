@@ -3,7 +3,7 @@
  * style 2: no I/O of its own), like the node allocator takes a Store. Calico's design (blocks with
  * a node affinity, per-address sequence numbers; anchors.md §5.1, daemons-and-pools.md §2.1) with
  * the batching Calico proposed and never built (projectcalico/cni-plugin#985): many ADDs of one
- * node in one transaction.
+ * node in one transaction, and in the daemon its DELs with them ({@link PoolAllocator.batch}).
  *
  * The keys and values (`meta`, `blocks/<block>`, `nodes/<node>/blocks/<block>`, `handles/…`,
  * `removing/<node>`, `removal-window/<node>`, …) are laid out and encoded in src/pool/model.ts.
@@ -38,6 +38,7 @@ import {
   blockKeyCidr,
   blockKeyText,
   clusterPinValue,
+  copyBlock,
   corrupt,
   CorruptValueError,
   decodeAffinity,
@@ -173,6 +174,14 @@ export class BlockCache {
 /** A read that raced with a writer (not corruption): the caller re-reads and decides again ({@link Retry}). */
 class LostRace extends Retry {}
 
+/** A batched DEL whose handle cannot be read: done alone after its round ({@link PoolAllocator.batch}). */
+const ALONE = Symbol('alone');
+
+/** A round's answers ({@link PoolAllocator.batch}): per ADD, per DEL ({@link ALONE}: its handle cannot be read). */
+interface Round {
+  adds: Array<PoolAllocation[] | AppError>;
+  dels: Array<string[] | typeof ALONE>;
+}
 
 interface Working {
   key: string;
@@ -384,8 +393,14 @@ export class PoolAllocator {
     const cidrText = blockKeyCidr(key);
     if (cidrText === null) throw corrupt(this.blockKey(key), 'not a block key');
     const e = await this.#o.kv.get(this.blockKey(key));
+    // A block whose revision is cached is not decoded again (one revision, one value).
+    const c = e === null ? undefined : this.#cache?.get(key);
     const w: Working | null =
-      e === null ? null : { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, dirty: false };
+      e === null
+        ? null
+        : c !== undefined && c.rev === e.modRevision
+          ? { key, cidr: c.cidr, value: copyBlock(c.value), rev: e.modRevision, dirty: false }
+          : { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, dirty: false };
     cache.set(key, w);
     return w;
   }
@@ -468,22 +483,95 @@ export class PoolAllocator {
     await this.checkMeta();
     /** Blocks that cannot be read, skipped (never allocated from, never written), by key: told to `onCorrupt` once at the end. */
     const skipped = new Map<string, CorruptValueError>();
-    const r = await this.#add(reqs, skipped);
+    const r = await this.#add(reqs, [], skipped, new Map());
     for (const e of skipped.values()) this.#report('ADD', e, 'block skipped: never allocated from, left for an operator');
-    return r;
+    return r.adds;
   }
 
-  async #add(reqs: readonly PoolRequest[], skipped: Map<string, CorruptValueError>): Promise<Array<PoolAllocation[] | AppError>> {
+  /**
+   * ADDs and DELs of this node together, in one transaction per attempt (the daemon's batcher,
+   * docs/cluster.md "The daemon"): every block the round changes is written once, with the
+   * allocations of `adds` made and those of `dels` released, each handle put or deleted, under the
+   * compares of {@link add} and {@link del} together; every handle of the round is read in one
+   * round trip (`getMany`). The ADDs are decided first, then the DELs, so an ADD never gets an
+   * address a DEL of the same round frees. Each DEL has {@link del}'s meaning: idempotent (no
+   * handle: a tombstone is put, in the same transaction; all tombstones of one attempt share one
+   * lease), the handle's sequence numbers and owner checked, an emptied own block given back unless
+   * it is the node's last of its range set (the kept block's affinity compared), a removed node's
+   * emptied `pendingRelease` block given back (src/pool/stuck-block.ts), a block that cannot be
+   * read never written (the handle keeps its addresses), no commit while a removal of the node is
+   * begun (a lost compare vetoes it and decides again). A DEL whose handle cannot be read is done
+   * alone after the round ({@link del}: it reads every block). An attachment may appear in `adds`
+   * or `dels`, not both (`INTERNAL`); a repeated DEL gets the first one's answer.
+   *
+   * Returns per ADD its allocations or AppError (as {@link add}), per DEL its released addresses
+   * (sorted) or the AppError its own {@link del} threw. When a round's ADD fails (a full range
+   * set), or the round would exceed etcd's op limit ({@link MAX_TXN_OPS}), the ADDs and the DELs
+   * go in separate transactions (an ADD that failed writes nothing), then halves. Whole-round
+   * failures are thrown as by {@link add} (etcd unavailable, `STORE_CONFLICT` after
+   * {@link MAX_ATTEMPTS} lost races, `STORE_CORRUPT` for an ADD's handle or a block a repeated ADD
+   * must verify); `meta` is checked only when `adds` is not empty (a DEL needs no layout). At most
+   * {@link MAX_BATCH} requests in all (more: `INTERNAL`).
+   */
+  async batch(adds: readonly PoolRequest[], dels: readonly PoolRequest[]): Promise<{ adds: Array<PoolAllocation[] | AppError>; dels: Array<string[] | AppError> }> {
+    if (adds.length + dels.length > MAX_BATCH) throw new AppError('INTERNAL', `a pool batch holds at most ${MAX_BATCH} requests, got ${adds.length + dels.length}`);
+    const addKeys = new Set(adds.map((r) => JSON.stringify([r.containerId.trim(), r.ifname])));
+    for (const r of dels) if (addKeys.has(JSON.stringify([r.containerId.trim(), r.ifname]))) throw new AppError('INTERNAL', `a pool batch holds both an ADD and a DEL of ${r.containerId.trim()}/${r.ifname}`);
+    if (adds.length > 0) await this.checkMeta();
+    const skipped = new Map<string, CorruptValueError>();
+    /** What the round's DELs went on without, by key and action (told once the round is decided). */
+    const reports = new Map<string, [CorruptValueError, string]>();
+    const r = await this.#add(adds, dels, skipped, reports);
+    for (const e of skipped.values()) this.#report('ADD', e, 'block skipped: never allocated from, left for an operator');
+    for (const [e, action] of reports.values()) this.#report('DEL', e, action);
+    const out: Array<string[] | AppError> = [];
+    for (let j = 0; j < dels.length; j++) {
+      const d = r.dels[j];
+      if (d !== ALONE) {
+        out.push(d as string[]);
+        continue;
+      }
+      // A handle that cannot be read: the DEL alone, after the round (#delByOwner reads every block).
+      try {
+        out.push(await this.del(dels[j] as PoolRequest));
+      } catch (e) {
+        if (!(e instanceof AppError)) throw e;
+        out.push(e);
+      }
+    }
+    return { adds: r.adds, dels: out };
+  }
+
+  /** DELs of this node in one transaction per attempt: {@link batch} without ADDs. */
+  async release(dels: readonly PoolRequest[]): Promise<Array<string[] | AppError>> {
+    return (await this.batch([], dels)).dels;
+  }
+
+  /**
+   * One round ({@link batch}; {@link add} with no DELs): one {@link runTxn} body that decides the
+   * ADDs, then the DELs on the blocks the ADDs left, and buffers one write per block. Splits
+   * itself (ADDs and DELs apart, then halves) when an ADD failed beside DELs or the transaction
+   * would exceed {@link MAX_TXN_OPS}. A DEL's result is {@link ALONE} when its handle cannot be
+   * read. What the committed attempt's DELs went on without is added to `reports`.
+   */
+  async #add(reqs: readonly PoolRequest[], dels: readonly PoolRequest[], skipped: Map<string, CorruptValueError>, reports: Map<string, [CorruptValueError, string]>): Promise<Round> {
     const kv = this.#o.kv;
+    /** What the deciding attempt's DELs went on without (each attempt starts it anew). */
+    let told = new Map<string, [CorruptValueError, string]>();
     const { value } = await runTxn(
       kv,
-      async (tx): Promise<Array<PoolAllocation[] | AppError>> => {
+      async (tx): Promise<Round> => {
+      told = new Map();
+      const tell = (e: CorruptValueError, action: string): void => void told.set(`${e.key}\u0000${action}`, [e, action]);
       const attempt = tx.attempt;
       const blocks = new Map<string, Working | null>();
       const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
       // Fast path: the first attempt builds on the cached blocks, reading only the handles.
       const cached = attempt === 0 ? this.#cache : null;
-      const handles = await Promise.all(reqs.map((r) => this.#handle(r)));
+      // Every handle of the round in one read (one round trip, one revision) where the KV can.
+      const read = await tx.readMany([...reqs, ...dels].map((r) => this.handleKey(r.containerId.trim(), r.ifname)));
+      const handles = read.slice(0, reqs.length).map((e) => (e === null ? null : { entry: e, value: decodeHandle(e) }));
+      const delEntries = read.slice(reqs.length);
       /** True once some request's handle is buffered: only then is anything written. */
       let anyHandle = false;
       const firstOf = new Map<string, number>();
@@ -528,7 +616,7 @@ export class PoolAllocator {
         for (const a of listed) {
           const key = a.key.slice(prefix.length);
           const c = cached?.get(key);
-          if (c !== undefined) blocks.set(key, { key, cidr: c.cidr, value: structuredClone(c.value), rev: c.rev, dirty: false });
+          if (c !== undefined) blocks.set(key, { key, cidr: c.cidr, value: copyBlock(c.value), rev: c.rev, dirty: false });
           const b = await this.#tryBlock(key, blocks);
           if (b instanceof CorruptValueError) {
             // One of the node's blocks cannot be read: skip it (nothing in it is handed out, it is
@@ -643,19 +731,6 @@ export class PoolAllocator {
           tx.put(hk, encodeHandle(hv));
           anyHandle = true;
         }
-        for (const b of blocks.values()) {
-          if (b === null || !b.dirty) continue;
-          const bk = this.blockKey(b.key);
-          if (b.rev === null) {
-            const ak = this.affinityKey(this.#o.node, b.key);
-            tx.expect(bk, null);
-            tx.expect(ak, null);
-            tx.put(ak, affinityValue(b.value.rangeSet));
-          } else {
-            tx.expect(bk, b.rev);
-          }
-          tx.put(bk, encodeBlock(b.value));
-        }
       }
       if (needFresh) {
         this.#cache = null;
@@ -668,36 +743,191 @@ export class PoolAllocator {
         this.#cache = null;
         throw new Retry();
       }
-      // etcd refuses a transaction of more than 128 compares + ops (`--max-txn-ops`): with small
-      // blocks (/31, /32) a batch claims a block per request. Split the batch in halves (the
-      // halves re-read; nothing was written) instead of failing it as a whole (review).
-      if (anyHandle && reqs.length > 1 && tx.size + 1 > MAX_TXN_OPS) {
+      if (dels.length > 0 && reqs.length > 0 && results.some((r) => r instanceof AppError)) {
+        // A failed ADD must write nothing (its claim, its cursor): the ADDs and the DELs go apart.
         tx.discard();
-        const half = Math.ceil(reqs.length / 2);
-        return [...(await this.#add(reqs.slice(0, half), skipped)), ...(await this.#add(reqs.slice(half), skipped))];
+        told = new Map();
+        return this.#apart(reqs, dels, skipped, reports);
       }
-      if (anyHandle) {
-        // No ADD of this node commits while a removal of it is begun (review F2): the marker's
-        // absence is compared inside the transaction, so a stale cache cannot skip the veto.
+      // The round's DELs, on the blocks the ADDs left (one write per block; the rules of #del).
+      const delResults: Array<string[] | typeof ALONE | null> = dels.map(() => null);
+      const delFirst = new Map<string, number>();
+      /** True once some DEL's write is buffered (a handle deleted or rewritten, a tombstone). */
+      let delWrites = false;
+      let tombLease: string | undefined | null = null;
+      /** Blocks a DEL of this round released from (the candidates to give back). */
+      const emptied = new Set<string>();
+      for (let j = 0; j < dels.length; j++) {
+        const r = dels[j] as PoolRequest;
+        const id = r.containerId.trim();
+        const hk = this.handleKey(id, r.ifname);
+        if (delFirst.has(hk)) continue;
+        delFirst.set(hk, j);
+        const he = delEntries[j] ?? null;
+        if (he === null) {
+          // Nothing held: a tombstone (see #del: a late ADD transaction of this container then
+          // fails its create-only compare), created only while the handle is still absent.
+          if (tombLease === null) tombLease = this.#o.tombstoneLease === undefined ? undefined : await this.#o.tombstoneLease();
+          tx.expect(hk, null);
+          tx.put(hk, tombstoneValue(this.#o.node, this.#o.network, this.#now()), tombLease);
+          delWrites = true;
+          delResults[j] = [];
+          continue;
+        }
+        let hv: HandleValue;
+        try {
+          hv = decodeHandle(he);
+        } catch (e) {
+          if (!(e instanceof CorruptValueError)) throw e;
+          delResults[j] = ALONE; // #del (#delByOwner), after this round
+          continue;
+        }
+        if (hv.deleted === true) {
+          delResults[j] = [];
+          continue;
+        }
+        const released: string[] = [];
+        /** The handle's addresses whose block cannot be read: never released; the handle keeps naming them. */
+        const left: HandleIP[] = [];
+        for (const x of hv.ips) {
+          const c = cached?.get(x.block);
+          if (c !== undefined && !blocks.has(x.block)) blocks.set(x.block, { key: x.block, cidr: c.cidr, value: copyBlock(c.value), rev: c.rev, dirty: false });
+          const b = await this.#tryBlock(x.block, blocks);
+          if (b instanceof CorruptValueError) {
+            left.push(x);
+            tell(b, `${x.ip} of ${id}/${r.ifname} not released (its block cannot be read): the handle ${he.key} keeps it for an operator`);
+            continue;
+          }
+          const a = b?.value.allocs[String(x.ordinal)];
+          if (b === null || a === undefined || a.seq !== x.seq || a.id !== id || a.ifname !== r.ifname) {
+            // Nothing of this container's to release here: a decision on what was read of the
+            // block, compared (a cached block may be an older revision without the allocation: a
+            // refill that wrote nothing caches the blocks as it read them, and an ADD may have
+            // committed since — the commit then fails and the round is decided on fresh reads).
+            tx.expect(this.blockKey(x.block), b === null ? null : b.rev);
+            continue;
+          }
+          delete b.value.allocs[String(x.ordinal)];
+          b.dirty = true;
+          emptied.add(b.key);
+          released.push(x.ip);
+        }
+        delResults[j] = released.sort();
+        // Every address is in a block that cannot be read: nothing can be released, nothing is written.
+        if (left.length > 0 && left.length === hv.ips.length) continue;
+        tx.expect(he.key, he.modRevision);
+        if (left.length === 0) tx.del(he.key);
+        else tx.put(he.key, encodeHandle({ ...hv, ips: left }));
+        delWrites = true;
+      }
+      /** Blocks this round gives back (deleted with their affinity), by key text. */
+      const gone: string[] = [];
+      let mineByRs: Map<number, KVEntry[]> | null = null;
+      for (const b of blocks.values()) {
+        if (b === null || !b.dirty) continue;
+        const bk = this.blockKey(b.key);
+        if (b.rev === null) {
+          // A claim: the block and its affinity both absent.
+          const ak = this.affinityKey(this.#o.node, b.key);
+          tx.expect(bk, null);
+          tx.expect(ak, null);
+          tx.put(ak, affinityValue(b.value.rangeSet));
+          tx.put(bk, encodeBlock(b.value));
+          continue;
+        }
+        tx.expect(bk, b.rev);
+        const empty = emptied.has(b.key) && Object.keys(b.value.allocs).length === 0;
+        if (empty && b.value.node === this.#o.node && b.value.state === 'owned') {
+          if (mineByRs === null) {
+            mineByRs = new Map();
+            for (const e of await kv.list(this.#keys.affinityPrefix(this.#o.node))) {
+              let rs: number;
+              try {
+                rs = decodeAffinity(e);
+              } catch (err) {
+                if (!(err instanceof CorruptValueError)) throw err;
+                // Left out: an emptied block is then kept rather than given back (keeping is always safe).
+                tell(err, 'affinity not read: no block is given back on it, left for an operator');
+                continue;
+              }
+              mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
+            }
+          }
+          const same = mineByRs.get(b.value.rangeSet) ?? [];
+          const ak = this.affinityKey(this.#o.node, b.key);
+          const aff = same.find((e) => e.key === ak);
+          const kept = same.find((e) => e !== aff);
+          if (kept !== undefined && aff !== undefined) {
+            // Emptied by a DEL and not the node's last block of this range set: given back —
+            // provided the block we keep is still there (compared), so two DELs of the node that
+            // each empty one of its last two blocks cannot give back both (review).
+            mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
+            tx.expect(ak, aff.modRevision);
+            tx.expect(kept.key, kept.modRevision);
+            tx.del(bk);
+            tx.del(ak);
+            gone.push(b.key);
+            continue;
+          }
+        }
+        // A removed node's block emptied by this round's DEL goes back to the pool (src/pool/stuck-block.ts).
+        if (empty && b.value.state === 'pendingRelease' && b.value.node !== this.#o.node && (await giveBackEmptied(kv, this.#keys, tx, b.key, b.value.node))) {
+          gone.push(b.key);
+          continue;
+        }
+        tx.put(bk, encodeBlock(b.value));
+      }
+      // etcd refuses a transaction of more than 128 compares + ops (`--max-txn-ops`): with small
+      // blocks (/31, /32) a batch claims a block per request. Split the round (the parts re-read;
+      // nothing was written) instead of failing it as a whole (review): ADDs and DELs apart, then
+      // halves.
+      if ((anyHandle || delWrites) && reqs.length + dels.length > 1 && tx.size + 1 > MAX_TXN_OPS) {
+        tx.discard();
+        told = new Map();
+        if (reqs.length > 0 && dels.length > 0) return this.#apart(reqs, dels, skipped, reports);
+        const half = (n: number): number => Math.ceil(n / 2);
+        if (reqs.length > 1) {
+          const a = await this.#add(reqs.slice(0, half(reqs.length)), [], skipped, reports);
+          const b = await this.#add(reqs.slice(half(reqs.length)), [], skipped, reports);
+          return { adds: [...a.adds, ...b.adds], dels: [] };
+        }
+        const a = await this.#add([], dels.slice(0, half(dels.length)), skipped, reports);
+        const b = await this.#add([], dels.slice(half(dels.length)), skipped, reports);
+        return { adds: [], dels: [...a.dels, ...b.dels] };
+      }
+      if (anyHandle || delWrites) {
+        // No ADD or DEL of this node commits while a removal of it is begun (review F2): the
+        // marker's absence is compared inside the transaction, so a stale cache cannot skip the veto.
         tx.expect(this.removingKey(this.#o.node), null);
         tx.onCommit((revision) => {
           if (mineComplete) this.#remember(blocks, revision);
+          else if (this.#cache !== null) {
+            // DELs only: the node's blocks they wrote get the new revision.
+            for (const b of blocks.values()) {
+              if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: copyBlock(b.value), rev: revision });
+            }
+          }
+          // Blocks given back leave the cache.
+          for (const k of gone) this.#cache?.delete(k);
         });
       } else {
         // Nothing is sent (a block written back to owned is written with the next ADD that commits).
         tx.discard();
       }
-      if (!anyHandle && cached === null && mineComplete) {
+      if (!anyHandle && !delWrites && cached === null && mineComplete) {
         this.#remember(blocks, null);
         // An ADD that sent nothing (every request failed: a full pool) is still a sign of life:
         // veto a removal begun (one read, on this failure path only).
         if (pending.length > 0) await this.vetoIfMarked();
       }
-      // Duplicates inside the batch get the first one's answer.
-      return reqs.map((r, i) => {
-        const first = firstOf.get(this.handleKey(r.containerId.trim(), r.ifname));
-        return (results[i] ?? results[first as number]) as PoolAllocation[] | AppError;
-      });
+      // Duplicates inside the round get the first one's answer.
+      return {
+        adds: reqs.map((r, i) => {
+          const first = firstOf.get(this.handleKey(r.containerId.trim(), r.ifname));
+          return (results[i] ?? results[first as number]) as PoolAllocation[] | AppError;
+        }),
+        dels: dels.map((r, j) => (delResults[j] ?? delResults[delFirst.get(this.handleKey(r.containerId.trim(), r.ifname)) as number]) as string[] | typeof ALONE),
+      };
       },
       {
         attempts: MAX_ATTEMPTS,
@@ -712,7 +942,15 @@ export class PoolAllocator {
         },
       },
     );
+    for (const [k, v] of told) reports.set(k, v);
     return value;
+  }
+
+  /** A round's ADDs, then its DELs, in separate transactions (see {@link batch}). */
+  async #apart(reqs: readonly PoolRequest[], dels: readonly PoolRequest[], skipped: Map<string, CorruptValueError>, reports: Map<string, [CorruptValueError, string]>): Promise<Round> {
+    const a = await this.#add(reqs, [], skipped, reports);
+    const d = await this.#add([], dels, skipped, reports);
+    return { adds: a.adds, dels: d.dels };
   }
 
   /**
@@ -726,7 +964,7 @@ export class PoolAllocator {
       if (b === null || b.value.node !== this.#o.node) continue;
       const rev = b.dirty && revision !== null ? revision : b.rev;
       if (rev === null) continue; // a claim that was not written
-      next.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev });
+      next.set(b.key, { cidr: b.cidr, value: copyBlock(b.value), rev });
     }
     this.#cache = next;
   }
@@ -939,7 +1177,7 @@ export class PoolAllocator {
           if (this.#cache === null) return;
           for (const k of gone) this.#cache.delete(k);
           for (const b of blocks.values()) {
-            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: structuredClone(b.value), rev: revision });
+            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: copyBlock(b.value), rev: revision });
           }
         });
         return released.sort();

@@ -150,6 +150,19 @@ export class ContactKV implements KV, Leases {
   list(prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]> {
     return this.#call(() => this.#inner.list(prefix, opts));
   }
+  /** The inner client's `getMany` (an absent watched key confirmed, as {@link get}), or each key got. */
+  getMany(keys: readonly string[]): Promise<Array<KVEntry | null>> {
+    const inner = this.#inner;
+    if (inner.getMany === undefined) return Promise.all(keys.map((k) => this.get(k)));
+    const sent = this.#sample();
+    return this.#call(async () => {
+      const es = await (inner.getMany as (k: readonly string[]) => Promise<Array<KVEntry | null>>).call(inner, keys);
+      keys.forEach((k, i) => {
+        if (es[i] === null) this.#confirm(k, sent);
+      });
+      return es;
+    });
+  }
   txn(compare: readonly KVCompare[], ops: readonly KVOp[]): Promise<KVTxnResult> {
     const sent = this.#sample();
     return this.#call(async () => {

@@ -144,12 +144,12 @@ export const POOL_VALUE_VERSION = 1;
  * the owner's sync (which turns it into a container's allocation) and `pool remove-node --finish`.
  */
 export interface AllocValue {
-  id: string;
-  ifname: string;
-  node: string;
-  seq: number;
-  at: number;
-  reserve?: true;
+  readonly id: string;
+  readonly ifname: string;
+  readonly node: string;
+  readonly seq: number;
+  readonly at: number;
+  readonly reserve?: true;
 }
 
 /** A block as stored. */
@@ -387,6 +387,18 @@ export function metaOf(rangeSets: readonly RangeSet[], sizes: BlockSizes): strin
     blockSize: sizes.blockSize4,
     blockSize6: sizes.blockSize6,
   });
+}
+
+/**
+ * A copy of a block value that can be changed without touching `b`: its fields and its `allocs`
+ * map are copied, the allocations themselves shared — they are never changed in place (an
+ * {@link AllocValue} is readonly: an allocation is added, replaced or deleted as a whole). What
+ * the allocator's block cache hands out and keeps (issue 18 item 5): for a full /26 block (≈ 9 KB
+ * of JSON, 62 allocations) ≈ 1 µs against 250–560 µs for `structuredClone` (and 240–420 µs for
+ * {@link decodeBlock}) on the project's VM.
+ */
+export function copyBlock(b: BlockValue): BlockValue {
+  return { ...b, allocs: { ...b.allocs } };
 }
 
 /** A block's value as written (`JSON.stringify` of {@link BlockValue}, fields in its order). */

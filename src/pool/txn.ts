@@ -17,7 +17,7 @@
  * may run several times, so it must not act outside the Txn before the commit (use
  * {@link Txn.onCommit}).
  */
-import type { KV, KVCompare, KVEntry, KVOp } from '../store/kv.ts';
+import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
 
 /** Thrown by a body (or by what it calls) when a read raced with a writer: the attempt is retried. */
 export class Retry extends Error {
@@ -56,6 +56,20 @@ export class Txn {
     const e = await this.#kv.get(key);
     this.#seen.set(key, e);
     return e;
+  }
+
+  /**
+   * Read `keys` without recording them ({@link read} for several keys): the ones not yet read in
+   * this attempt in one round trip when the KV has `getMany` (etcd: one Txn of range requests, one
+   * revision) and there are several, at most {@link MAX_TXN_OPS}; else each read in parallel.
+   * Returns the entries in the order of `keys` (null: absent). Errors as the KV's.
+   */
+  async readMany(keys: readonly string[]): Promise<Array<KVEntry | null>> {
+    const todo = [...new Set(keys.filter((k) => !this.#seen.has(k)))];
+    const kv = this.#kv;
+    const got = todo.length > 1 && todo.length <= MAX_TXN_OPS && kv.getMany !== undefined ? await kv.getMany(todo) : await Promise.all(todo.map((k) => kv.get(k)));
+    todo.forEach((k, i) => this.#seen.set(k, got[i] ?? null));
+    return keys.map((k) => this.#seen.get(k) as KVEntry | null);
   }
 
   /**

@@ -91,6 +91,13 @@ export interface KV {
    */
   list(prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]>;
   /**
+   * The entries of `keys` in order (null for an absent key), all from one revision in one round
+   * trip (etcd: one `Txn` of range requests and no compares — a read, linearizable like
+   * {@link get}; counted as one read in {@link stats}). At most {@link MAX_TXN_OPS} keys (more
+   * throws `AppError('INTERNAL')`). Optional: a caller without it gets each key. Errors as {@link get}.
+   */
+  getMany?(keys: readonly string[]): Promise<Array<KVEntry | null>>;
+  /**
    * One transaction: if every compare holds, apply every op atomically. At most 128 compares plus
    * ops in total (etcd `--max-txn-ops` default 128; anchors.md §6): more throws
    * `AppError('INTERNAL')` before anything is sent. Errors as {@link get}. A transaction whose

@@ -13,7 +13,7 @@ import { decodeBlock, decodeHandle } from '../../src/pool/model.ts';
 import { PoolAllocator, TOMBSTONE_TTL_SECONDS, type CorruptSkip, type PoolAllocation } from '../../src/pool/allocator.ts';
 import { PoolRemoval, REMOVAL_WINDOW_SECONDS, RemovalRefusedError } from '../../src/pool/removal.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
-import type { KV, KVCompare, KVOp } from '../../src/store/kv.ts';
+import type { KV, KVCompare, KVEntry, KVOp } from '../../src/store/kv.ts';
 
 const P = '/ipwarden/pools/p1';
 /** A /27 cut into two /28 blocks: 10.80.0.0/28 (ordinals 2–15 allocatable: .0 network, .1 gateway) and 10.80.0.16/28 (16–30). */
@@ -815,5 +815,241 @@ describe('PoolAllocator and corrupt keys: a DEL always finishes, an ADD never al
     assert.deepEqual(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.0-28`] as string).allocs, {}, 'kept, empty');
     assert.notEqual(kv.dump()[`${P}/nodes/node-a/blocks/10.80.0.0-28`], undefined);
     assert.deepEqual(seen, [{ op: 'DEL', key: aff, why: 'unknown field "x" (known: v, rangeSet)', action: 'affinity not read: no block is given back on it, left for an operator' }]);
+  });
+});
+
+describe('PoolAllocator.batch: ADDs and DELs of a node in one transaction (the daemon\'s rounds)', () => {
+  const req = (id: string) => ({ containerId: id, ifname: 'eth0' });
+
+  it('two ADDs and two DELs on one block: one transaction, the block written once, exact answers and keys', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    assert.deepEqual((await a.add([req('c1'), req('c2')])).map((r) => ips(r)[0]), ['10.80.0.16', '10.80.0.17']);
+    const s0 = { ...kv.stats };
+    const r = await a.batch([req('c3'), req('c4')], [req('c1'), req('c2')]);
+    assert.deepEqual(r.adds.map((x) => ips(x)), [['10.80.0.18'], ['10.80.0.19']], 'the ADDs are decided first: no address a DEL of the round frees');
+    assert.deepEqual(r.dels, [['10.80.0.16'], ['10.80.0.17']]);
+    // Reads: the four handles in one read (the memory KV's getMany, as etcd's; the blocks come from the cache). One transaction: 2 handles put, 2 deleted, the block put once.
+    assert.deepEqual(
+      { reads: kv.stats.reads - s0.reads, txns: kv.stats.txns - s0.txns, ok: kv.stats.txnsSucceeded - s0.txnsSucceeded, puts: kv.stats.puts - s0.puts, deletes: kv.stats.deletes - s0.deletes },
+      { reads: 1, txns: 1, ok: 1, puts: 3, deletes: 2 },
+    );
+    const d = kv.dump();
+    assert.deepEqual(Object.keys(d).filter((k) => k.includes('/handles/')), [`${P}/handles/c3/eth0`, `${P}/handles/c4/eth0`]);
+    assert.deepEqual(JSON.parse(d[`${P}/blocks/10.80.0.16-28`] as string), {
+      v: 1, cidr: '10.80.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', seq: 4, next: 4,
+      allocs: { '2': { id: 'c3', ifname: 'eth0', node: 'node-a', seq: 3, at: 1000 }, '3': { id: 'c4', ifname: 'eth0', node: 'node-a', seq: 4, at: 1000 } },
+    });
+    // The cache was kept current: the next round reads only its handles and sends one transaction.
+    const s1 = { ...kv.stats };
+    const r2 = await a.batch([req('c5')], [req('c3')]);
+    assert.deepEqual([r2.adds.map((x) => ips(x)), r2.dels], [[['10.80.0.20']], [['10.80.0.18']]]);
+    assert.deepEqual([kv.stats.reads - s1.reads, kv.stats.txns - s1.txns, kv.stats.txnsSucceeded - s1.txnsSucceeded], [1, 1, 1]);
+  });
+
+  it('a DEL of nothing held puts its tombstone in the round\'s transaction; a repeated DEL in the round gets the first one\'s answer', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await one(a, 'c1');
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('c2')], [req('gone'), req('c1'), req('gone')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.17']], [[], ['10.80.0.16'], []]]);
+    assert.equal(kv.stats.txns - t0, 1);
+    assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/gone/eth0`] as string), { v: 1, node: 'node-a', network: 'net1', at: 1000, ips: [], deleted: true });
+    // A late ADD transaction of "gone" (create-only on its handle) would now fail; a DEL again writes nothing.
+    const p0 = kv.stats.puts;
+    assert.deepEqual(await a.release([req('gone')]), [[]]);
+    assert.equal(kv.stats.puts, p0);
+  });
+
+  it('a round\'s DEL that empties a block that is not the node\'s last gives it back in the same transaction', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    // node-a fills 10.80.0.16/28 (15 addresses) and claims 10.80.0.0/28 for the 16th.
+    const ids = Array.from({ length: 16 }, (_, i) => `c${i}`);
+    const rs = await a.add(ids.map(req));
+    assert.equal(ips(rs[15] as PoolAllocation[])[0], '10.80.0.2');
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('n1')], [req('c15')]);
+    // The ADD is decided first: the /28 at .0 still has c15, so n1 gets .3 there; then c15 leaves and the block is not empty.
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.3']], [['10.80.0.2']]]);
+    const r2 = await a.release([req('n1')]);
+    assert.deepEqual(r2, [['10.80.0.3']]);
+    assert.equal(kv.stats.txns - t0, 2);
+    const d = kv.dump();
+    assert.equal(d[`${P}/blocks/10.80.0.0-28`], undefined, 'emptied and not the last: given back');
+    assert.equal(d[`${P}/nodes/node-a/blocks/10.80.0.0-28`], undefined);
+    assert.notEqual(d[`${P}/blocks/10.80.0.16-28`], undefined);
+  });
+
+  it('a round whose ADD finds its range set full sends its DELs apart: the failed ADD writes nothing', async () => {
+    const kv = new MemoryKV();
+    const only = [[{ subnet: '10.80.0.16/28', rangeStart: '10.80.0.20', rangeEnd: '10.80.0.20' }]];
+    const a = allocator(kv, 'node-a', only);
+    assert.equal(await one(a, 'c1'), '10.80.0.20');
+    const before = JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string);
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('c2')], [req('c1')]);
+    assert.ok(isAppError(r.adds[0], 'IPAM_RANGE_EXHAUSTED'), String(r.adds[0]));
+    assert.deepEqual(r.dels, [['10.80.0.20']]);
+    assert.equal(kv.stats.txns - t0, 1, 'only the DEL\'s transaction');
+    const after = JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string);
+    assert.deepEqual({ seq: after.seq, next: after.next, allocs: after.allocs }, { seq: before.seq, next: before.next, allocs: {} });
+  });
+
+  it('an ADD and a DEL of one attachment in one round is refused (INTERNAL): the batcher never sends it', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await one(a, 'c1');
+    await assert.rejects(a.batch([req('c1')], [req('c1')]), (e: unknown) => isAppError(e, 'INTERNAL') && e.message === 'a pool batch holds both an ADD and a DEL of c1/eth0');
+  });
+
+  it('a round that lost its compare is re-read and decided again: every DEL and ADD answered once, no address twice', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    await a.add([req('c1'), req('c2')]);
+    const bk = `${P}/blocks/10.80.0.16-28`;
+    kv.beforeTxn = () => {
+      kv.beforeTxn = null;
+      // Another process of the node (the standalone fallback) allocates .18 meanwhile.
+      const b = JSON.parse(kv.dump()[bk] as string);
+      b.seq += 1;
+      b.allocs['2'] = { id: 'racer', ifname: 'eth0', node: 'node-a', seq: b.seq, at: 5 };
+      b.next = 3;
+      kv.apply([], [{ put: bk, value: JSON.stringify(b) }]);
+    };
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('c3')], [req('c1')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.19']], [['10.80.0.16']]]);
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded], [2, 4], 'one lost compare, then one commit (meta, the first ADD, this one)');
+    assert.deepEqual(Object.keys(JSON.parse(kv.dump()[bk] as string).allocs), ['1', '2', '3']);
+  });
+
+  it('a round\'s DEL that empties a removed node\'s pendingRelease block (its last borrower) gives the block back in the round\'s transaction', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const b = allocator(kv, 'node-b');
+    const op = remover(kv);
+    assert.equal(await one(b, 'b0'), '10.80.0.2');
+    for (let i = 0; i < 15; i++) await one(a, `a${i}`); // node-a's block 10.80.0.16/28 full
+    assert.equal(await one(a, 'borrower'), '10.80.0.3'); // borrowed in node-b's block
+    await op.mark('node-b');
+    assert.deepEqual(await op.finish('node-b'), { released: ['10.80.0.2'], deletedBlocks: [], keptBlocks: ['10.80.0.0-28'] });
+    assert.deepEqual(await a.release([req('a0')]), [['10.80.0.16']]);
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('n1')], [req('borrower')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.16']], [['10.80.0.3']]]);
+    assert.equal(kv.stats.txns - t0, 1, 'one transaction: n1\'s allocation, the borrower\'s release and the give-back');
+    const d = kv.dump();
+    assert.equal(d[`${P}/blocks/10.80.0.0-28`], undefined, 'the removed node\'s emptied block is given back');
+    assert.equal(d[`${P}/nodes/node-b/blocks/10.80.0.0-28`], undefined, 'with its affinity');
+    assert.equal(d[`${P}/handles/borrower/eth0`], undefined);
+    assert.notEqual(d[`${P}/removing/node-b`], undefined, 'the marker stays for --finish');
+  });
+
+  it('a round\'s DEL whose handle cannot be read is done alone after the round: the round commits the others, the DEL releases what readable blocks hold for it', async () => {
+    const kv = new MemoryKV();
+    const seen: CorruptSkip[] = [];
+    const a = allocator(kv, 'node-a', SMALL, 28, undefined, (x) => seen.push(x));
+    await a.add([req('c1'), req('c2')]);
+    const hk = `${P}/handles/c1/eth0`;
+    const bad = '{"v":1,"node":"node-a","network":"net1","at":1000,"ips":"x"}';
+    kv.plant(hk, bad);
+    const t0 = kv.stats.txns;
+    const r = await a.batch([req('n1')], [req('c1'), req('c2')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.18']], [['10.80.0.16'], ['10.80.0.17']]]);
+    assert.equal(kv.stats.txns - t0, 2, 'the round (n1, c2), then c1\'s DEL by owner');
+    assert.equal(kv.dump()[hk], bad, 'left as it is');
+    assert.deepEqual(Object.keys(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).allocs), ['2']);
+    assert.deepEqual(seen, [
+      { op: 'DEL', key: hk, why: '"ips" must be an array', action: "handle left as it is for an operator (the addresses it names cannot be read from it); allocations of c1/eth0 in the pool's readable blocks: 10.80.0.16, released" },
+    ]);
+  });
+
+  it('a round\'s DEL of an address in a block that cannot be read keeps it in the handle (a stale cache re-read first), told once', async () => {
+    const kv = new MemoryKV();
+    const seen: CorruptSkip[] = [];
+    const TWO = [[{ subnet: '10.80.0.0/27' }], [{ subnet: '10.80.1.0/27' }]];
+    const a = allocator(kv, 'node-a', TWO, 28, undefined, (x) => seen.push(x));
+    const [c1] = await a.add([req('c1')]);
+    assert.deepEqual(ips(c1 as PoolAllocation[]), ['10.80.0.16', '10.80.1.16']);
+    const bad = `${P}/blocks/10.80.1.16-28`;
+    kv.plant(bad, '{"v":1,"cidr":"10.80.1.16/28"');
+    const t0 = kv.stats.txns;
+    const ok0 = kv.stats.txnsSucceeded;
+    // The cached copy of the block is stale (its revision moved): that commit loses, the round is decided on fresh reads.
+    assert.deepEqual(await a.release([req('c1')]), [['10.80.0.16']]);
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded - ok0], [2, 1]);
+    assert.deepEqual(JSON.parse(kv.dump()[`${P}/handles/c1/eth0`] as string), { v: 1, node: 'node-a', network: 'net1', at: 1000, ips: [{ ip: '10.80.1.16', block: '10.80.1.16-28', ordinal: 0, seq: 1, rangeSet: 1 }] });
+    assert.equal(kv.dump()[bad], '{"v":1,"cidr":"10.80.1.16/28"');
+    assert.deepEqual(seen, [{ op: 'DEL', key: bad, why: 'not valid JSON', action: `10.80.1.16 of c1/eth0 not released (its block cannot be read): the handle ${P}/handles/c1/eth0 keeps it for an operator` }]);
+  });
+
+  it('a round of a node marked for removal loses its compare, vetoes, and commits on fresh reads', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const op = remover(kv);
+    await a.add([req('c1'), req('c2')]);
+    await op.mark('node-a');
+    assert.equal(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).state, 'pendingRelease');
+    const t0 = kv.stats.txns;
+    const ok0 = kv.stats.txnsSucceeded;
+    const r = await a.batch([req('c3')], [req('c1')]);
+    assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.18']], [['10.80.0.16']]]);
+    // The round on the cache (lost: the block's revision moved), the veto (the marker's delete, the block back to owned), the round again.
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded - ok0], [4, 3]);
+    assert.equal(kv.dump()[`${P}/removing/node-a`], undefined, 'vetoed');
+    const blk = JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string);
+    assert.deepEqual([blk.state, Object.keys(blk.allocs)], ['owned', ['1', '2']]);
+  });
+
+  it('a round of 12 ADDs and 12 DELs that would exceed etcd\'s 128 txn ops (/32 blocks) goes apart: the ADDs\' transaction, then the DELs\'', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a', [[{ subnet: '10.80.1.0/24' }]], 32);
+    const old = Array.from({ length: 12 }, (_, i) => req(`o${i}`));
+    const first = await a.add(old);
+    const oldIps = first.map((x) => ips(x)[0] as string);
+    const t0 = kv.stats.txns;
+    const r = await a.batch(Array.from({ length: 12 }, (_, i) => req(`n${i}`)), old);
+    assert.deepEqual(r.dels, oldIps.map((ip) => [ip]));
+    const newIps = r.adds.map((x) => ips(x)[0] as string);
+    assert.equal(new Set([...newIps, ...oldIps]).size, 24, 'the ADDs were decided before the DELs freed anything');
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded], [2, 4]);
+    const d = kv.dump();
+    // Each DEL emptied a /32 that is not the node's last: given back with its affinity.
+    assert.deepEqual(Object.keys(d).filter((k) => k.startsWith(`${P}/blocks/`)).length, 12);
+    assert.deepEqual(Object.keys(d).filter((k) => k.startsWith(`${P}/nodes/node-a/blocks/`)).length, 12);
+    assert.deepEqual(Object.keys(d).filter((k) => k.startsWith(`${P}/handles/`)).sort(), Array.from({ length: 12 }, (_, i) => `${P}/handles/n${i}/eth0`).sort());
+  });
+
+  it('a round\'s DEL on a cached block that lacks its allocation (a refill that wrote nothing cached what it read before an ADD committed) compares the block: the round is re-read and releases it', async () => {
+    /** The memory KV that runs `hook` once, before the read of `key` (here: between a refill\'s reads and its caching). */
+    class HookKV extends MemoryKV {
+      hook: { key: string; run: () => Promise<void> } | null = null;
+      override async get(key: string): Promise<KVEntry | null> {
+        const h = this.hook;
+        if (h !== null && h.key === key) {
+          this.hook = null;
+          await h.run();
+        }
+        return super.get(key);
+      }
+    }
+    const kv = new HookKV();
+    const a = allocator(kv, 'node-a');
+    assert.equal(await one(a, 'c0'), '10.80.0.16');
+    await a.refillReserve(2, 30);
+    // The reserve is full: the next refill writes nothing; while it reads the removal marker, c1's ADD commits.
+    let c1 = '';
+    kv.hook = { key: `${P}/removing/node-a`, run: async () => void (c1 = await one(a, 'c1')) };
+    await a.refillReserve(2, 30);
+    assert.equal(c1, '10.80.0.19');
+    const t0 = kv.stats.txns;
+    const ok0 = kv.stats.txnsSucceeded;
+    assert.deepEqual(await a.release([req('c1')]), [['10.80.0.19']]);
+    assert.deepEqual([kv.stats.txns - t0, kv.stats.txnsSucceeded - ok0], [2, 1], 'the round on the stale cache lost its compare, then committed on fresh reads');
+    const blk = JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string);
+    assert.deepEqual(Object.entries(blk.allocs as Record<string, { id: string; reserve?: true }>).map(([o, x]) => `${o}:${x.reserve === true ? 'reserve' : x.id}`), ['0:c0', '1:reserve', '2:reserve']);
+    assert.equal(kv.dump()[`${P}/handles/c1/eth0`], undefined);
   });
 });

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { isAppError } from '../../src/common/errors.ts';
 import { formatIP } from '../../src/common/ip.ts';
-import { loadIPAMConfig } from '../../src/ipam/config.ts';
+import { loadIPAMConfig, loadNetworkIdentity } from '../../src/ipam/config.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/pool/allocator.ts';
 import { PoolRemoval } from '../../src/pool/removal.ts';
@@ -131,6 +131,60 @@ describe('PoolSessions: a DEL is ordered after the same container\'s pending ADD
       assert.deepEqual(await d, []);
       assert.deepEqual(held(kv), ['c1', 'warm']);
       assert.ok(!handles(kv).some((k) => k.includes('/c2/') && !JSON.parse(kv.dump()[k] as string).deleted), 'no live handle of c2');
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('DELs go in the ADDs\' round; a round stops before a second request of one attachment (an ADD queued after its container\'s DEL waits for the next)', async () => {
+    const kv = new GatedKV();
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined);
+    try {
+      const old = formatIP(((await s.add(conf, { containerId: 'c1', ifname: 'eth0' }))[0] as PoolAllocation).ip);
+      kv.hold = true;
+      const px = s.add(conf, { containerId: 'x', ifname: 'eth0' }); // in flight
+      await until(() => kv.waiting === 1, 'x is in flight');
+      const t0 = kv.stats.txns;
+      const d1 = s.del(conf, { containerId: 'c1', ifname: 'eth0' }); // queued: round 2
+      const p2 = s.add(conf, { containerId: 'c2', ifname: 'eth0' }); // queued: round 2
+      const p1 = s.add(conf, { containerId: 'c1', ifname: 'eth0' }); // c1 again (a new sandbox): round 3
+      kv.release();
+      const [rx, r2, r1] = await Promise.all([px, p2, p1]);
+      assert.deepEqual(await d1, [old]);
+      assert.deepEqual(s.batchSizes, [[1, 1, 2, 1]]);
+      assert.equal(kv.stats.txns - t0, 3, 'x, the round of DEL c1 + ADD c2, the ADD of c1');
+      const ips = [rx, r2, r1].map((r) => formatIP((r[0] as PoolAllocation).ip));
+      assert.equal(new Set(ips).size, 3);
+      assert.ok(!ips.includes(old), 'the ADDs of round 2 were decided before its DEL freed c1\'s old address; round 3 goes round robin');
+      assert.deepEqual(held(kv), ['c1', 'c2', 'x']);
+      assert.deepEqual(handles(kv), ['c1', 'c2', 'x'].map((c) => `/ipwarden/pools/p1/handles/${c}/eth0`));
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('a round that fails as a whole (an ADD\'s handle cannot be read) is retried one by one: only that ADD fails, the DEL and the other ADD of the round are answered', async () => {
+    const kv = new GatedKV();
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined);
+    try {
+      const old = formatIP(((await s.add(conf, { containerId: 'c1', ifname: 'eth0' }))[0] as PoolAllocation).ip);
+      kv.plant('/ipwarden/pools/p1/handles/bad/eth0', '{"v":1}');
+      kv.hold = true;
+      const px = s.add(conf, { containerId: 'x', ifname: 'eth0' }); // in flight
+      await until(() => kv.waiting === 1, 'x is in flight');
+      const d1 = s.del(conf, { containerId: 'c1', ifname: 'eth0' });
+      const pb = s.add(conf, { containerId: 'bad', ifname: 'eth0' }).then(() => 'resolved', (e: unknown) => e);
+      const p2 = s.add(conf, { containerId: 'c2', ifname: 'eth0' });
+      kv.release();
+      const [rx, r2] = await Promise.all([px, p2]);
+      assert.deepEqual(await d1, [old]);
+      const eb = await pb;
+      assert.ok(isAppError(eb, 'STORE_CORRUPT'), String(eb));
+      assert.deepEqual(s.batchSizes, [[1, 1, 3]], 'the round of three failed, then each went alone');
+      assert.notEqual(formatIP((rx[0] as PoolAllocation).ip), formatIP((r2[0] as PoolAllocation).ip));
+      assert.deepEqual(held(kv), ['c2', 'x']);
+      assert.deepEqual(handles(kv), ['bad', 'c2', 'x'].map((c) => `/ipwarden/pools/p1/handles/${c}/eth0`));
+      assert.equal(kv.dump()['/ipwarden/pools/p1/handles/bad/eth0'], '{"v":1}', 'the corrupt handle is left as it is');
     } finally {
       await s.close();
     }
@@ -304,5 +358,89 @@ describe('PoolSessions on a real etcd', { skip }, () => {
       await check.close();
     }
     await assert.rejects(sessions.del({ cniVersion: '1.0.0', name: 'net1', dataDir: '/x', lockTimeoutSeconds: 1, pool: { name: 'sp', etcd: { endpoints: c.endpoints, tls: null, prefix: '/x' }, blockSize4: 26, blockSize6: 122, nodeName: null } }, { containerId: 'c1', ifname: 'eth0' }), (e: unknown) => isAppError(e, 'CLOSED'));
+  });
+
+  it('concurrent ADDs and DELs of one node go out together: one transaction per round, its block written once, every answer right (issue 18 item 5)', async () => {
+    const c = cluster as EtcdCluster;
+    const prefix = `/r${process.pid}`;
+    // The allocator's transactions wait at a gate while `gate.hold` is set (the test decides when etcd answers).
+    const gate = { hold: false, waiting: 0, open: [] as Array<() => void> };
+    let made: EtcdKV | undefined;
+    const sessions = new PoolSessions(
+      { NODE_NAME: 'node-r' },
+      (p) => {
+        const kv = new EtcdKV({ endpoints: p.etcd.endpoints });
+        made = kv;
+        return new Proxy(kv, {
+          get(target, prop) {
+            if (prop === 'txn') {
+              return async (cmp: Parameters<EtcdKV['txn']>[0], ops: Parameters<EtcdKV['txn']>[1]) => {
+                if (gate.hold) {
+                  gate.waiting++;
+                  await new Promise<void>((r) => gate.open.push(r));
+                  gate.waiting--;
+                }
+                return target.txn(cmp, ops);
+              };
+            }
+            const v = Reflect.get(target, prop, target) as unknown;
+            return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+          },
+        });
+      },
+      () => () => undefined, // no periodic beats: the heartbeat's first beat only
+    );
+    const req = (id: string) => ({ containerId: id, ifname: 'eth0' });
+    try {
+      const netconf = JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: '10.236.91.0/24' }]], pool: { name: 'rp', etcd: { endpoints: c.endpoints, prefix }, blockSize: 27 } } });
+      const conf = loadIPAMConfig(netconf, undefined);
+      const id = loadNetworkIdentity(netconf);
+      const first = await Promise.all(Array.from({ length: 20 }, (_, i) => sessions.add(conf, req(`c${i}`))));
+      const held = new Map(first.map((r, i) => [`c${i}`, formatIP((r[0] as PoolAllocation).ip)]));
+      assert.equal(new Set(held.values()).size, 20);
+      assert.equal(new Set(first.map((r) => (r[0] as PoolAllocation).block)).size, 1, 'one /27 holds them');
+      const kv = made as EtcdKV;
+      // The heartbeat's first beat (its two transactions) before the counts below: wait for its key (bounded).
+      const alive = `${prefix}/pools/rp/alive/node-r`;
+      for (let i = 0; i < 400 && (await kv.get(alive)) === null; i++) await new Promise((r) => setTimeout(r, 25));
+      assert.notEqual(await kv.get(alive), null, 'the heartbeat key exists');
+      // x0 in flight at the gate; meanwhile 8 ADDs and 10 DELs (of c0–c9) queue behind it.
+      gate.hold = true;
+      const x0 = sessions.add(conf, req('x0'));
+      await until(() => gate.waiting === 1, 'x0 in flight');
+      const s0 = { ...kv.stats };
+      const adds = Array.from({ length: 8 }, (_, i) => sessions.add(conf, req(`a${i}`)));
+      const dels = Array.from({ length: 10 }, (_, i) => sessions.del(id, req(`c${i}`)));
+      gate.hold = false;
+      for (const r of gate.open.splice(0)) r();
+      const [rx, ra, rd] = await Promise.all([x0, Promise.all(adds), Promise.all(dels)]);
+      assert.deepEqual(sessions.batchSizes, [[1, 19, 1, 18]], 'the 8 ADDs and 10 DELs went as one batch');
+      // Every DEL released exactly its container's address.
+      assert.deepEqual(rd, Array.from({ length: 10 }, (_, i) => [held.get(`c${i}`)]));
+      // Every ADD got an address nobody else holds (the ADDs are decided before the round's DELs).
+      const newIps = [rx, ...ra].map((r) => formatIP((r[0] as PoolAllocation).ip));
+      const still = Array.from({ length: 10 }, (_, i) => held.get(`c${i + 10}`));
+      assert.equal(new Set([...newIps, ...still, ...rd.flat()]).size, 9 + 10 + 10);
+      // Two transactions since the gate closed, both committed: x0's (its handle + the block) and
+      // the round's (8 handles put, 10 deleted, the block put once). Reads: the round's 18 handles
+      // in one (a transaction of range requests); the block comes from the cache.
+      const st = kv.stats;
+      assert.deepEqual(
+        { reads: st.reads - s0.reads, txns: st.txns - s0.txns, ok: st.txnsSucceeded - s0.txnsSucceeded, puts: st.puts - s0.puts, deletes: st.deletes - s0.deletes },
+        { reads: 1, txns: 2, ok: 2, puts: 2 + 9, deletes: 10 },
+      );
+      // etcd holds exactly the survivors' handles, and the block exactly their allocations.
+      const handles = (await kv.list(`${prefix}/pools/rp/handles/`)).map((e) => e.key.slice(`${prefix}/pools/rp/handles/`.length)).sort();
+      const want = ['x0', ...Array.from({ length: 8 }, (_, i) => `a${i}`), ...Array.from({ length: 10 }, (_, i) => `c${i + 10}`)].map((k) => `${k}/eth0`).sort();
+      assert.deepEqual(handles, want);
+      const blocks = await kv.list(`${prefix}/pools/rp/blocks/`);
+      assert.equal(blocks.length, 1);
+      const allocs = Object.values(JSON.parse((blocks[0] as { value: string }).value).allocs as Record<string, { id: string }>).map((a) => `${a.id}/eth0`).sort();
+      assert.deepEqual(allocs, want);
+    } finally {
+      gate.hold = false;
+      for (const r of gate.open.splice(0)) r();
+      await sessions.close();
+    }
   });
 });

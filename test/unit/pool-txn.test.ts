@@ -65,6 +65,31 @@ describe('pool txn', () => {
     assert.equal((await mem.get('a'))?.value, '1+');
   });
 
+  it('readMany reads the keys not yet read in one getMany (one read), in order, unrecorded; a later read of them answers from the attempt', async () => {
+    const mem = new MemoryKV();
+    await mem.txn([], [{ put: 'a', value: '1' }, { put: 'c', value: '3' }]);
+    const { kv, txns } = recording(mem);
+    const withMany: KV = { ...kv, getMany: (keys) => mem.getMany(keys) };
+    const r0 = mem.stats.reads;
+    const r = await runTxn(
+      withMany,
+      async (tx) => {
+        assert.equal((await tx.read('a'))?.value, '1');
+        const got = await tx.readMany(['c', 'b', 'a', 'c']);
+        assert.deepEqual(got.map((e) => e?.value ?? null), ['3', null, '1', '3']);
+        assert.equal((await tx.read('b')), null);
+        tx.expect('b', null);
+        tx.put('b', '2');
+        return 'done';
+      },
+      { attempts: 1, exhausted: () => 'exhausted' },
+    );
+    assert.equal(r.value, 'done');
+    // The get of a, then one getMany of c and b; nothing else read.
+    assert.equal(mem.stats.reads - r0, 2);
+    assert.deepEqual(txns.map((t) => t.compares), [[{ key: 'b', absent: true }]], 'readMany records nothing');
+  });
+
   it('re-runs the body on fresh reads after a lost compare, with the backoff, and runs onCommit once', async () => {
     const mem = new MemoryKV();
     await mem.txn([], [{ put: 'n', value: '0' }]);

@@ -731,6 +731,20 @@ export class EtcdKV implements KV, Leases {
     return kv === undefined ? null : entry(kv, false);
   }
 
+  async getMany(keys: readonly string[]): Promise<Array<KVEntry | null>> {
+    if (keys.length > MAX_TXN_OPS) throw new AppError('INTERNAL', `a read of ${keys.length} keys exceeds etcd's limit of ${MAX_TXN_OPS} ops per transaction`);
+    if (keys.length === 0) return [];
+    this.stats.reads++;
+    const req = { compare: [], success: keys.map((k) => ({ request_range: { key: Buffer.from(k) } })), failure: [] };
+    const r = await this.#call<{ responses: Array<{ response_range?: { kvs: RawKV[] } | null }> }>(`get ${keys.length} keys (${keys[0] as string}, …)`, 'Txn', req);
+    return keys.map((k, i) => {
+      const rr = r.responses[i]?.response_range;
+      if (rr === undefined || rr === null) throw new AppError('STORE_IO', `etcd: a read of ${k} got no range answer`);
+      const kv = rr.kvs[0];
+      return kv === undefined ? null : entry(kv, false);
+    });
+  }
+
   async list(prefix: string, opts: { readonly keysOnly?: boolean } = {}): Promise<KVEntry[]> {
     this.stats.reads++;
     const p = Buffer.from(prefix);

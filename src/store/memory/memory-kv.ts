@@ -54,6 +54,17 @@ export class MemoryKV implements KV, Leases {
     return s === undefined ? null : this.#entry(key, s);
   }
 
+  async getMany(keys: readonly string[]): Promise<Array<KVEntry | null>> {
+    this.#check();
+    if (keys.length > MAX_TXN_OPS) throw new AppError('INTERNAL', `a read of ${keys.length} keys exceeds etcd's limit of ${MAX_TXN_OPS} ops per transaction`);
+    if (keys.length === 0) return [];
+    this.stats.reads++;
+    return keys.map((k) => {
+      const s = this.#data.get(k);
+      return s === undefined ? null : this.#entry(k, s);
+    });
+  }
+
   async list(prefix: string, opts: { readonly keysOnly?: boolean } = {}): Promise<KVEntry[]> {
     this.#check();
     this.stats.reads++;
