@@ -102,6 +102,7 @@ export function poolFromFlags(o: PoolOptions): PoolConfig {
  * heartbeat says — `cni-config`, `requests` (a Multus NetworkAttachmentDefinition), `-` unknown
  * (no live heartbeat, or an older daemon). UNREADABLE: allocatable addresses of blocks whose value cannot be read.
  * PENDING: unheld addresses of `pendingRelease` blocks (a removed node's: not free until given back).
+ * A range set with wanted addresses (not free either) gets a line under the table.
  */
 export function poolStatusTable(s: PoolStatus): string {
   let out = `pool ${s.pool}: blocks /${s.blockSize} (IPv4), /${s.blockSize6} (IPv6)\n`;
@@ -109,6 +110,9 @@ export function poolStatusTable(s: PoolStatus): string {
     ['SET', 'RANGES', 'SIZE', 'USED', 'RESERVED', 'UNREADABLE', 'PENDING', 'FREE', 'BLOCKS'],
     s.rangeSets.map((r) => [String(r.index), r.ranges, r.size, String(r.used), String(r.reserved), String(r.unreadable), String(r.pendingRelease), r.free, String(r.blocksClaimed)]),
   );
+  for (const r of s.rangeSets) {
+    if ((r.wanted ?? 0) > 0) out += `range set ${r.index}: ${r.wanted} wanted address${r.wanted === 1 ? '' : 'es'} (a live pod's address whose holder released it: not free; its node's daemon re-reserves it on its next pass)\n`;
+  }
   out += renderTable(
     ['NODE', 'BLOCKS', 'CAPACITY', 'USED', 'BORROWED', 'RESERVED', 'HEARTBEAT', 'LAST SEEN', 'SOURCE'],
     s.nodes.map((n) => [n.node, String(n.blocks), String(n.capacity), String(n.used), String(n.borrowed), String(n.reserved), n.heartbeat, n.heartbeat === 'yes' ? 'now' : n.lastSeen === undefined ? '-' : seenText(n.lastSeen), n.source ?? '-']),

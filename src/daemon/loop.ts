@@ -417,9 +417,12 @@ class Loop implements ReconcileLoop {
       this.hostHistoryProblem = history.problem;
       const r = await runPoolPass(targets, { runtimeEndpoint: this.opts.runtimeEndpoint, audit, earlierHosts: history.earlier }, this.poolConfirmations, this.deps.reconcile, this.deps.monotonic, { revisions: pools.revisions, errors: pools.errors, snap });
       this.lastPool = r;
-      this.deps.metrics.recordPoolPass({ released: r.released.map((x) => ({ pool: x.pool })), errors: r.errors, reReserved: r.reReserved });
+      this.deps.metrics.recordPoolPass({ released: r.released.map((x) => ({ pool: x.pool })), errors: r.errors, reReserved: r.reReserved, wants: [...r.wants, ...r.reReserved.filter((x) => x.wanted).map((x) => ({ pool: x.pool, event: 'fulfilled' as const }))] });
       for (const x of r.reReserved) {
-        this.log.warn({ pool: x.pool, node: x.node, network: x.network, sandbox: x.sandbox, ip: x.ip, block: x.block, claimed: x.claimed, revision: x.revision }, 'pool re-reserved');
+        this.log.warn({ pool: x.pool, node: x.node, network: x.network, sandbox: x.sandbox, ip: x.ip, block: x.block, claimed: x.claimed, wanted: x.wanted, revision: x.revision }, 'pool re-reserved');
+      }
+      for (const x of r.wants) {
+        this.log.warn({ pool: x.pool, node: x.node, sandbox: x.sandbox, ip: x.ip, block: x.block }, x.event === 'written' ? 'pool wanted' : 'pool want dropped');
       }
       for (const x of r.released) {
         this.log.info({ pool: x.pool, node: x.node, network: x.network, containerId: x.containerId, ifname: x.ifname, ips: x.ips, modRevision: x.modRevision, createRevision: x.createRevision }, 'pool released');

@@ -189,17 +189,31 @@ export class DaemonMetrics {
       labelNames: ['pool'],
       registers,
     });
+    this.poolWants = new Counter({
+      name: 'ipwarden_pool_wants_total',
+      help: "Wants of this node's READY pods' addresses that another holder had in the cluster pool (after an etcd restore), by pool and event: written (the address is kept from every other pod), fulfilled (re-reserved once its holder released it), dropped (the pod is no longer READY).",
+      labelNames: ['pool', 'event'],
+      registers,
+    });
   }
 
   // ---- Cluster-pool reconcile (docs/cluster.md "Reconcile per node"; branch poolgc) ----
   private readonly poolReleases: Counter<'pool' | 'reason'>;
   /** docs/cluster.md "Re-reserving live pods' addresses". */
   private readonly poolReReserved: Counter<'pool'>;
+  /** docs/cluster.md "Re-reserving live pods' addresses" (wants). */
+  private readonly poolWants: Counter<'pool' | 'event'>;
 
-  /** Feed one finished pool pass of the loop: its releases (reason `daemon`), its re-reservations and its errors (kinds prefixed `pool-`: a duplicate address is `pool-conflict`). */
-  recordPoolPass(p: { readonly released: ReadonlyArray<{ readonly pool: string }>; readonly errors: ReadonlyArray<{ readonly kind: string }>; readonly reReserved?: ReadonlyArray<{ readonly pool: string }> }): void {
+  /** Feed one finished pool pass of the loop: its releases (reason `daemon`), its re-reservations, its wants (written, fulfilled, dropped) and its errors (kinds prefixed `pool-`: a duplicate address is `pool-conflict`). */
+  recordPoolPass(p: {
+    readonly released: ReadonlyArray<{ readonly pool: string }>;
+    readonly errors: ReadonlyArray<{ readonly kind: string }>;
+    readonly reReserved?: ReadonlyArray<{ readonly pool: string }>;
+    readonly wants?: ReadonlyArray<{ readonly pool: string; readonly event: 'written' | 'fulfilled' | 'dropped' }>;
+  }): void {
     for (const r of p.released) this.poolReleases.inc({ pool: r.pool, reason: 'daemon' });
     for (const r of p.reReserved ?? []) this.poolReReserved.inc({ pool: r.pool });
+    for (const w of p.wants ?? []) this.poolWants.inc({ pool: w.pool, event: w.event });
     for (const e of p.errors) this.reconcileErrors.inc({ kind: `pool-${e.kind}` });
   }
 

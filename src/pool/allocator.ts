@@ -26,6 +26,7 @@
  * keys"; {@link CorruptValueError}, {@link PoolAllocatorOptions.onCorrupt}).
  */
 import { giveBackEmptied } from './stuck-block.ts';
+import { holdsNothing, isWanted } from './wanted.ts';
 import { AppError } from '../common/errors.ts';
 import { formatIP, parseCIDR, type IP, type Subnet } from '../common/ip.ts';
 import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
@@ -454,14 +455,18 @@ export class PoolAllocator {
     return { rangeSetIndex, ip, range: rs[k] as Range, block: b.key, seq, existing, borrowed: b.value.node !== this.#o.node };
   }
 
-  /** A free allocatable ordinal of `b` from its `next` (round robin), or -1. */
+  /**
+   * A free allocatable ordinal of `b` from its `next` (round robin), or -1. Every path that hands
+   * out a new address (ADD, the rounds, the offline reserve refill) picks it here: a wanted
+   * ordinal (a live pod's address, src/pool/wanted.ts) is never free.
+   */
   #freeOrdinal(b: Working): number {
     const rs = this.#o.rangeSets[b.value.rangeSet];
     if (rs === undefined || b.value.state !== 'owned') return -1;
     const n = Number(blockAddresses(b.cidr.ip.family, b.cidr.prefix));
     for (let k = 0; k < n; k++) {
       const o = (b.value.next + k) % n;
-      if (b.value.allocs[String(o)] === undefined && isAllocatable(rs, b.cidr, o)) return o;
+      if (b.value.allocs[String(o)] === undefined && isAllocatable(rs, b.cidr, o) && !isWanted(b.value, o)) return o;
     }
     return -1;
   }
@@ -836,7 +841,7 @@ export class PoolAllocator {
           continue;
         }
         tx.expect(bk, b.rev);
-        const empty = emptied.has(b.key) && Object.keys(b.value.allocs).length === 0;
+        const empty = emptied.has(b.key) && holdsNothing(b.value); // a want keeps the block (src/pool/wanted.ts)
         if (empty && b.value.node === this.#o.node && b.value.state === 'owned') {
           if (mineByRs === null) {
             mineByRs = new Map();
@@ -1129,7 +1134,7 @@ export class PoolAllocator {
           if (b === null || !b.dirty) continue;
           const bk = this.blockKey(b.key);
           tx.expect(bk, b.rev);
-          if (Object.keys(b.value.allocs).length === 0 && b.value.node === this.#o.node && b.value.state === 'owned') {
+          if (holdsNothing(b.value) && b.value.node === this.#o.node && b.value.state === 'owned') {
             if (mineByRs === null) {
               mineByRs = new Map();
               for (const e of await kv.list(this.#keys.affinityPrefix(this.#o.node))) {
@@ -1163,7 +1168,7 @@ export class PoolAllocator {
             }
           }
           // A removed node's block emptied by this DEL goes back to the pool (src/pool/stuck-block.ts).
-          if (Object.keys(b.value.allocs).length === 0 && b.value.state === 'pendingRelease' && b.value.node !== this.#o.node && (await giveBackEmptied(kv, this.#keys, tx, b.key, b.value.node))) {
+          if (holdsNothing(b.value) && b.value.state === 'pendingRelease' && b.value.node !== this.#o.node && (await giveBackEmptied(kv, this.#keys, tx, b.key, b.value.node))) {
             gone.push(b.key);
             continue;
           }

@@ -113,4 +113,4 @@ export type { PoolKeys } from './model.ts';
 export { allocatorFor, backoffMs, corruptLine, etcdFor, jitteredBackoff, PER_REQUEST, tlsFiles, type KVSource } from './session.ts';
 export { heartbeatSource, nodeHeartbeat, poolNodeSample, poolStatus, type PoolBlockStatus, type PoolNodeSample, type PoolSource, type PoolStatus } from './status.ts';
 export { decodeLearned, keptConfig, LEARNED_DIR_NAME, learnedName, LearnedPools, learnedPoolsDir, readLearnedPools, type LearnedPool, type LearnedRead, type LearnOutcome, type UnreadableLearned } from './learned.ts';
-export { checkPodAddress, podAddress, POD_IFNAME, reReserve, type PodAddress, type PodAddressState, type ReReserveOutcome, type ReReserveScope } from './rereserve.ts';
+export { checkPodAddress, dropStaleWants, podAddress, POD_IFNAME, reReserve, type DropOutcome, type PodAddress, type PodAddressState, type ReReserveOutcome, type ReReserveScope } from './rereserve.ts';

@@ -16,7 +16,11 @@
  *   the pool was created in;
  * - `blocks/<block>` (`10.80.0.64-26`, {@link blockKeyText}) → `{"v":1,"cidr","rangeSet","node",
  *   "state":"owned","seq","next","allocs":{"<ordinal>":{"id","ifname","node","seq","at"}}}`
- *   ({@link encodeBlock}, {@link decodeBlock});
+ *   ({@link encodeBlock}, {@link decodeBlock}); optional `"wanted":{"<ordinal>":{"sandbox","node","at"}}`
+ *   after `allocs`: an ordinal a live pod of another node uses while the pool says another holder
+ *   has it (after an etcd restore; src/pool/wanted.ts) — never allocatable but to that pod;
+ * - `wanted/<node>/<block>/<ordinal>` → `{"v":1,"sandbox","ip","at"}` — the index of `node`'s
+ *   wants (written and deleted in the transaction of the block's want; only its key decides);
  * - `nodes/<node>/blocks/<block>` → `{"v":1,"rangeSet"}` — the affinity index (a node finds its
  *   blocks with one prefix read; {@link affinityValue}, {@link decodeAffinity});
  * - `nodes/<node>/settings` → `{"v":1,"offlineSeconds":S}` ({@link settingsValue},
@@ -114,6 +118,14 @@ export class PoolKeyLayout {
   window(node: string): string {
     return `${this.base}/removal-window/${node}`;
   }
+  /** `…/wanted/<node>/`: the index of `node`'s wants (src/pool/wanted.ts). */
+  wantedPrefix(node: string): string {
+    return `${this.base}/wanted/${node}/`;
+  }
+  /** `…/wanted/<node>/<b>/<ordinal>`: the index key of `node`'s want of `ordinal` in block `b`. */
+  want(node: string, b: string, ordinal: number): string {
+    return `${this.wantedPrefix(node)}${b}/${ordinal}`;
+  }
   /** `…/handles/`: every handle. */
   get handlesPrefix(): string {
     return `${this.base}/handles/`;
@@ -164,6 +176,23 @@ export interface BlockValue {
   /** Ordinal where the next search starts (round robin inside the block). */
   next: number;
   allocs: Record<string, AllocValue>;
+  /**
+   * Ordinals wanted by a live pod of a node whose address the pool gave to another holder (after
+   * an etcd restore: docs/cluster.md "Re-reserving live pods' addresses"; src/pool/wanted.ts). At
+   * most one want per ordinal; absent when there is none (never written empty). A wanted ordinal
+   * is never handed out (but to its sandbox, by its node's re-reservation), and a block with a
+   * want is never given back or deleted as empty. Each want is replaced or deleted as a whole
+   * (the map may be shared between copies: {@link copyBlock}).
+   */
+  wanted?: Record<string, WantValue>;
+}
+
+/** A want of one ordinal ({@link BlockValue.wanted}): READY sandbox `sandbox` of node `node` uses it. */
+export interface WantValue {
+  readonly sandbox: string;
+  readonly node: string;
+  /** Milliseconds since the epoch (the writer's clock; informational). */
+  readonly at: number;
 }
 
 /** One address of a handle. */
@@ -231,7 +260,8 @@ export function onlyKnown(key: string, o: Record<string, unknown>, known: readon
   for (const f of Object.keys(o)) if (!known.includes(f)) throw corrupt(key, `${where}unknown field ${JSON.stringify(f)} (known: ${known.join(', ')})`);
 }
 
-const BLOCK_FIELDS = ['v', 'cidr', 'rangeSet', 'node', 'state', 'seq', 'next', 'allocs'] as const;
+const BLOCK_FIELDS = ['v', 'cidr', 'rangeSet', 'node', 'state', 'seq', 'next', 'allocs', 'wanted'] as const;
+const WANT_FIELDS = ['sandbox', 'node', 'at'] as const;
 const ALLOC_FIELDS = ['id', 'ifname', 'node', 'seq', 'at'] as const;
 const RESERVE_FIELDS = ['id', 'ifname', 'node', 'seq', 'at', 'reserve'] as const;
 const HANDLE_FIELDS = ['v', 'node', 'network', 'at', 'ips', 'host', 'deleted'] as const;
@@ -310,7 +340,25 @@ export function decodeBlock(e: KVEntry, expectCidr: string): BlockValue {
     if (typeof x['at'] !== 'number' || !Number.isFinite(x['at'])) throw corrupt(e.key, `allocation ${k}: "at" must be a number`);
     out[k] = { id: x['id'], ifname: x['ifname'], node: x['node'], seq: x['seq'], at: x['at'] };
   }
-  return { v: 1, cidr: expectCidr, rangeSet: r['rangeSet'], node: r['node'], state: r['state'], seq: r['seq'], next: r['next'], allocs: out };
+  const wanted = r['wanted'] === undefined ? undefined : decodeWanted(e.key, r['wanted'], size);
+  return { v: 1, cidr: expectCidr, rangeSet: r['rangeSet'], node: r['node'], state: r['state'], seq: r['seq'], next: r['next'], allocs: out, ...(wanted === undefined ? {} : { wanted }) };
+}
+
+/** A block's `"wanted"` decoded exactly: a non-empty object of ordinal → `{"sandbox","node","at"}`. */
+function decodeWanted(key: string, w: unknown, size: number): Record<string, WantValue> {
+  if (typeof w !== 'object' || w === null || Array.isArray(w) || Object.keys(w).length === 0) throw corrupt(key, '"wanted" must be a non-empty object');
+  const out: Record<string, WantValue> = {};
+  for (const [k, v] of Object.entries(w as Record<string, unknown>)) {
+    if (!/^(0|[1-9][0-9]*)$/.test(k) || Number(k) >= size) throw corrupt(key, `want ordinal ${JSON.stringify(k)} is not an ordinal of a block of ${size} addresses`);
+    const x = v as Record<string, unknown> | null;
+    if (typeof x !== 'object' || x === null || Array.isArray(x)) throw corrupt(key, `want ${k} must be an object`);
+    onlyKnown(key, x, WANT_FIELDS, `want ${k}: `);
+    if (typeof x['sandbox'] !== 'string' || !CNI_NAME_RE.test(x['sandbox'])) throw corrupt(key, `want ${k}: "sandbox" must be a container ID`);
+    if (typeof x['node'] !== 'string' || !CNI_NAME_RE.test(x['node'])) throw corrupt(key, `want ${k}: "node" must be a node name`);
+    if (typeof x['at'] !== 'number' || !Number.isFinite(x['at'])) throw corrupt(key, `want ${k}: "at" must be a number`);
+    out[k] = { sandbox: x['sandbox'], node: x['node'], at: x['at'] };
+  }
+  return out;
 }
 
 /**
@@ -401,8 +449,16 @@ export function copyBlock(b: BlockValue): BlockValue {
   return { ...b, allocs: { ...b.allocs } };
 }
 
-/** A block's value as written (`JSON.stringify` of {@link BlockValue}, fields in its order). */
+/**
+ * A block's value as written (`JSON.stringify` of {@link BlockValue}, fields in its order;
+ * `wanted` only when it holds a want).
+ */
 export function encodeBlock(b: BlockValue): string {
+  if (b.wanted !== undefined && Object.keys(b.wanted).length === 0) {
+    const { wanted: _, ...rest } = b;
+    void _;
+    return JSON.stringify(rest);
+  }
   return JSON.stringify(b);
 }
 

@@ -26,6 +26,7 @@ import { runTxn } from './txn.ts';
 import { blockKeyCidr, CorruptValueError, decodeBlock, decodeHandle, encodeBlock, keysOf, type BlockValue, type HandleValue, type PoolKeys } from './model.ts';
 import { revisionAfter } from './leaks.ts';
 import { giveBackEmptied } from './stuck-block.ts';
+import { holdsNothing } from './wanted.ts';
 
 export type { PoolKeys } from './model.ts';
 
@@ -216,7 +217,7 @@ export async function releaseObserved(kv: KV, k: PoolKeys, node: string, h: Pool
       if (b === null || !b.dirty) continue;
       tx.expect(b.entry.key, b.entry.modRevision);
       // A removed node's block emptied by this release goes back to the pool (src/pool/stuck-block.ts).
-      if (Object.keys(b.value.allocs).length === 0 && b.value.state === 'pendingRelease' && b.value.node !== node && (await giveBackEmptied(kv, keys, tx, b.entry.key.slice(keys.blocksPrefix.length), b.value.node))) continue;
+      if (holdsNothing(b.value) && b.value.state === 'pendingRelease' && b.value.node !== node && (await giveBackEmptied(kv, keys, tx, b.entry.key.slice(keys.blocksPrefix.length), b.value.node))) continue;
       tx.put(b.entry.key, encodeBlock(b.value));
     }
     // The commit's revision is filled in below, once it is known.

@@ -19,6 +19,7 @@ import type { KV, KVCompare, KVEntry } from '../store/kv.ts';
 import { MAX_ATTEMPTS, type CorruptSkip, type PoolAllocator } from './allocator.ts';
 import { removalWindowSeconds } from './offline.ts';
 import { runTxn } from './txn.ts';
+import { dropWants } from './rereserve.ts';
 import {
   blockKeyCidr,
   corrupt,
@@ -324,7 +325,9 @@ export class PoolRemoval {
    * handle is released only if each of `target`'s blocks it touches is still `pendingRelease`
    * at the revision read. A veto deletes the marker, so nothing is released after it (review F1).
    * Allocations other nodes borrowed in `target`'s blocks stay (the block stays `pendingRelease`
-   * until their DELs). Returns what was released and what was kept. Keys that cannot be read are
+   * until their DELs). First, `target`'s wants (src/pool/wanted.ts) are dropped — one prefix read
+   * of `wanted/<target>/`, then per want its block, compared, with the guard — and a block of
+   * `target` wanted by another node's pod is kept. Returns what was released and what was kept. Keys that cannot be read are
    * never released or deleted, and are told to `onCorrupt`: a handle (whose node is unknown), a
    * handle naming a block that cannot be read (its address would stay held with no handle), and
    * such a block (in `keptBlocks`).
@@ -355,6 +358,13 @@ export class PoolRemoval {
       if (a2 !== null) throw heartbeatRefusal(this.#o.pool, target, ak, true, a2.value);
       if ((await kv.get(wk)) !== null) throw windowRefusal(this.#o.pool, target, wk, await this.windowSecondsOf(target));
     };
+    // The node's wants go first (src/pool/wanted.ts): its pods are gone, so are the addresses they wanted.
+    for (const d of await dropWants(kv, this.#o, target, () => false, guard, async () => {
+      await recheck();
+      return undefined;
+    })) {
+      if (d.corrupt !== undefined) this.#report('remove-node', d.corrupt, `a want of node ${target} (${d.want.ip}) in it cannot be read, so it is not dropped: left for an operator`);
+    }
     const released: string[] = [];
     const hprefix = this.#keys.handlesPrefix;
     for (const e of await kv.list(hprefix)) {
@@ -432,7 +442,8 @@ export class PoolRemoval {
         continue;
       }
       // The node's reserve entries (ipam.pool.offline) go with its block: the node is gone.
-      if (b === null || b.value.state !== 'pendingRelease' || Object.values(b.value.allocs).some((x) => x.reserve !== true || x.node !== target)) {
+      // A want (a live pod's address, src/pool/wanted.ts; the node's own were dropped above) keeps it too.
+      if (b === null || b.value.state !== 'pendingRelease' || Object.values(b.value.allocs).some((x) => x.reserve !== true || x.node !== target) || b.value.wanted !== undefined) {
         keptBlocks.push(key);
         continue;
       }

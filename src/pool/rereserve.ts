@@ -14,6 +14,12 @@
  *   another node's reserve entry, another handle of the sandbox's key) is a `conflict` to report
  *   loudly, never rewritten.
  *
+ * - Wants (src/pool/wanted.ts): a `conflict` with another holder's allocation records, in the same
+ *   kind of transaction, that the sandbox wants the address ({@link reReserve}); once the holder
+ *   released it, the next pass re-reserves it and drops the want together. {@link dropStaleWants}
+ *   drops the node's wants whose sandbox is no longer READY with the address; {@link dropWants}
+ *   is also `pool remove-node --finish`'s.
+ *
  * The handle is `handles/<sandbox>/<ifname>` with `ifname` the pod's primary interface (`eth0`:
  * PodSandboxStatus reports only the addresses of the pod's default network, which kubelet
  * attaches as `eth0`) and `network` the caller's (the CNI network of the pool on this node).
@@ -26,12 +32,14 @@ import { AppError } from '../common/errors.ts';
 import { formatIP, maskIP, parseIP, type Subnet } from '../common/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { Range, RangeSet } from '../ipam/types.ts';
-import type { KV } from '../store/kv.ts';
+import type { KV, KVCompare } from '../store/kv.ts';
 import { MAX_ATTEMPTS } from './allocator.ts';
 import { affinityValue, blockKeyCidr, blockKeyText, CorruptValueError, decodeBlock, decodeHandle, encodeBlock, encodeHandle, keysOf, type BlockValue, type HandleValue } from './model.ts';
 import { runTxn } from './txn.ts';
-import { blockAddresses, blockCidrText, blockPrefix, isAllocatable, type BlockSizes } from './blocks.ts';
+import { blockAddresses, blockCidrText, blockPrefix, isAllocatable, ordinalIP, type BlockSizes } from './blocks.ts';
 import type { PoolKeys } from './model.ts';
+import { parseCIDR } from '../common/ip.ts';
+import { wantIndexValue, wantOf, withoutWant, withWant } from './wanted.ts';
 
 /** The interface name of a pod's default network (kubelet's `eth0`): the key of a re-created handle. */
 export const POD_IFNAME = 'eth0';
@@ -74,8 +82,13 @@ export type PodAddressState =
   | { readonly state: 'held' }
   /** No allocation: the address is free in its block (or its block is gone). `claim`: the block key is absent. */
   | { readonly state: 'missing'; readonly claim: boolean }
-  /** Another holder has it now (a duplicate address): `holder` says who. Never rewritten. */
-  | { readonly state: 'conflict'; readonly holder: string }
+  /**
+   * Another holder has it now (a duplicate address): `holder` says who. Never rewritten.
+   * `wanted` (absent: no want of the address): `mine` — this sandbox wants it (re-reserved once
+   * the holder releases it); `other` — another sandbox's want (the duplicate is reported, no second
+   * want is written); `written` — {@link reReserve} recorded this sandbox's want just now.
+   */
+  | { readonly state: 'conflict'; readonly holder: string; readonly wanted?: 'mine' | 'other' | 'written' }
   /** It cannot be decided or written (a block that cannot be read, a tombstone of the sandbox's key): `why`. */
   | { readonly state: 'skipped'; readonly why: string };
 
@@ -83,34 +96,43 @@ interface Read {
   readonly decided: PodAddressState;
   readonly blockKey: string;
   readonly block: { readonly rev: string; readonly value: BlockValue } | null;
+  /** The address is wanted by this sandbox (of `node`). */
+  readonly mine: boolean;
 }
 
-async function readState(kv: KV, k: PoolKeys, sandbox: string, a: PodAddress): Promise<Read> {
+async function readState(kv: KV, k: PoolKeys, sandbox: string, a: PodAddress, node: string | null): Promise<Read> {
   const base = `${k.prefix}/pools/${k.pool}`;
   const blockKey = `${base}/blocks/${a.block}`;
   const e = await kv.get(blockKey);
-  if (e === null) return { decided: { state: 'missing', claim: true }, blockKey, block: null };
+  if (e === null) return { decided: { state: 'missing', claim: true }, blockKey, block: null, mine: false };
   let value: BlockValue;
   try {
     value = decodeBlock(e, blockKeyCidr(a.block) as string);
   } catch (err) {
     if (!(err instanceof CorruptValueError)) throw err;
-    return { decided: { state: 'skipped', why: `${err.message}: left for an operator` }, blockKey, block: null };
+    return { decided: { state: 'skipped', why: `${err.message}: left for an operator` }, blockKey, block: null, mine: false };
   }
   const x = value.allocs[String(a.ordinal)];
-  if (x === undefined) return { decided: { state: 'missing', claim: false }, blockKey, block: { rev: e.modRevision, value } };
-  if (x.reserve !== true && x.id === sandbox) return { decided: { state: 'held' }, blockKey, block: null };
+  const w = wantOf(value, a.ordinal);
+  const mine = w !== null && w.sandbox === sandbox && (node === null || w.node === node);
+  const block = { rev: e.modRevision, value };
+  if (x === undefined) {
+    if (w !== null && !mine) return { decided: { state: 'conflict', holder: `the want of ready sandbox ${w.sandbox} of node ${w.node} (its node re-reserves the address on its next pass)`, wanted: 'other' }, blockKey, block, mine };
+    return { decided: { state: 'missing', claim: false }, blockKey, block, mine };
+  }
+  if (x.reserve !== true && x.id === sandbox) return { decided: { state: 'held' }, blockKey, block: null, mine };
   const holder = x.reserve === true ? `a reserve entry of node ${x.node} (offline allocation)` : `container ${x.id}/${x.ifname} of node ${x.node} (seq ${x.seq})`;
-  return { decided: { state: 'conflict', holder }, blockKey, block: null };
+  return { decided: { state: 'conflict', holder, ...(w === null ? {} : { wanted: mine ? ('mine' as const) : ('other' as const) }) }, blockKey, block, mine };
 }
 
 /**
  * What the pool holds at address `a` of READY sandbox `sandbox` (two reads at most: the block, and
  * — when the address is missing — the sandbox's handle key, which may hold other addresses or a
- * tombstone). Reads only. Errors: the KV's (STORE_UNAVAILABLE when etcd cannot be asked).
+ * tombstone). `node`: the sandbox's node (a want is this sandbox's when it names both; null: the
+ * sandbox alone). Reads only. Errors: the KV's (STORE_UNAVAILABLE when etcd cannot be asked).
  */
-export async function checkPodAddress(kv: KV, k: PoolKeys, sandbox: string, a: PodAddress): Promise<PodAddressState> {
-  const r = await readState(kv, k, sandbox, a);
+export async function checkPodAddress(kv: KV, k: PoolKeys, sandbox: string, a: PodAddress, node: string | null = null): Promise<PodAddressState> {
+  const r = await readState(kv, k, sandbox, a, node);
   if (r.decided.state !== 'missing') return r.decided;
   const h = await handleState(kv, k, sandbox);
   return h === null ? r.decided : h.decided;
@@ -133,7 +155,7 @@ async function handleState(kv: KV, k: PoolKeys, sandbox: string): Promise<{ deci
 
 /** The answer of {@link reReserve}. */
 export type ReReserveOutcome =
-  | { readonly state: 're-reserved'; readonly ip: string; readonly block: string; readonly claimed: boolean; readonly seq: number; readonly revision: string }
+  | { readonly state: 're-reserved'; readonly ip: string; readonly block: string; readonly claimed: boolean; readonly seq: number; readonly revision: string; readonly wanted: boolean }
   | Exclude<PodAddressState, { state: 'missing' }>;
 
 /** Who re-reserves: the node and its host, the network recorded in the handle, the clock. */
@@ -157,6 +179,15 @@ export interface ReReserveScope extends PoolKeys {
  * cannot be written (`skipped`: a block that cannot be read, a tombstone, a removal of the node
  * begun — its heartbeat vetoes it; the next pass decides again). Nothing is written but the one
  * transaction.
+ *
+ * Wants (src/pool/wanted.ts): when another container's allocation or a reserve entry holds the
+ * address, no want of it exists and the sandbox has no handle or tombstone at its key, the
+ * transaction records the sandbox's want instead — the block's `wanted` entry (this node, the
+ * sandbox, `now`) and the index key `wanted/<node>/<block>/<ordinal>`, comparing the block's
+ * `mod_revision` and `removing/<node>` absent — and the answer is the `conflict` with `wanted:
+ * 'written'`. When the address is free and wanted by this sandbox, the re-reservation drops the
+ * want and its index key in its transaction (`wanted: true` in the answer). Another sandbox's want
+ * is a `conflict` (`wanted: 'other'`): at most one want per address.
  * @throws AppError STORE_UNAVAILABLE (CNI 11) when etcd cannot be asked; STORE_CONFLICT after
  *   {@link MAX_ATTEMPTS} lost races.
  */
@@ -167,7 +198,18 @@ export async function reReserve(s: ReReserveScope, sandbox: string, a: PodAddres
   const { value } = await runTxn<ReReserveOutcome>(
     s.kv,
     async (tx) => {
-      const r = await readState(s.kv, s, sandbox, a);
+      const r = await readState(s.kv, s, sandbox, a, s.node);
+      if (r.decided.state === 'conflict' && r.decided.wanted === undefined && r.block !== null) {
+        // Another holder has it and nobody wants it yet: record that this sandbox does, so that
+        // the holder's release leaves it unallocatable until this node's next pass.
+        if ((await handleState(s.kv, s, sandbox)) !== null) return r.decided;
+        const at = s.now();
+        tx.expect(r.blockKey, r.block.rev);
+        tx.expect(removing, null);
+        tx.put(r.blockKey, encodeBlock(withWant(r.block.value, a.ordinal, { sandbox, node: s.node, at })));
+        tx.put(keys.want(s.node, a.block, a.ordinal), wantIndexValue(sandbox, a.ip, at));
+        return { ...r.decided, wanted: 'written' };
+      }
       if (r.decided.state !== 'missing') return r.decided;
       const h = await handleState(s.kv, s, sandbox);
       if (h !== null) return h.decided as ReReserveOutcome;
@@ -182,8 +224,10 @@ export async function reReserve(s: ReReserveScope, sandbox: string, a: PodAddres
         tx.expect(affinity, null);
         tx.put(affinity, affinityValue(a.rangeSet));
       } else {
-        block = structuredClone(r.block.value);
+        block = structuredClone(r.mine ? withoutWant(r.block.value, a.ordinal) : r.block.value);
         tx.expect(r.blockKey, r.block.rev);
+        // The want is fulfilled: it goes with its index key, in this transaction.
+        if (r.mine) tx.del(keys.want(s.node, a.block, a.ordinal));
       }
       block.seq += 1;
       block.allocs[String(a.ordinal)] = { id: sandbox, ifname: POD_IFNAME, node: s.node, seq: block.seq, at };
@@ -192,7 +236,7 @@ export async function reReserve(s: ReReserveScope, sandbox: string, a: PodAddres
       const handle: HandleValue = { v: 1, node: s.node, network: s.network, at, ips: [{ ip: a.ip, block: a.block, ordinal: a.ordinal, seq: block.seq, rangeSet: a.rangeSet }], host: s.host };
       tx.put(r.blockKey, encodeBlock(block));
       tx.put(handleKey, encodeHandle(handle));
-      const done: { state: 're-reserved'; ip: string; block: string; claimed: boolean; seq: number; revision: string } = { state: 're-reserved', ip: a.ip, block: a.block, claimed: r.block === null, seq: block.seq, revision: '' };
+      const done: { state: 're-reserved'; ip: string; block: string; claimed: boolean; seq: number; revision: string; wanted: boolean } = { state: 're-reserved', ip: a.ip, block: a.block, claimed: r.block === null, seq: block.seq, revision: '', wanted: r.mine };
       tx.onCommit((rev) => (done.revision = rev));
       return done;
     },
@@ -207,3 +251,114 @@ export async function reReserve(s: ReReserveScope, sandbox: string, a: PodAddres
   );
   return value;
 }
+
+/** One of a node's wants, found by its index key. */
+export interface NodeWant {
+  /** The block's key text (`10.80.0.64-26`). */
+  readonly block: string;
+  readonly ordinal: number;
+  /** The address (canonical text). */
+  readonly ip: string;
+  /** The wanting sandbox, as the block names it (null: the block holds no want of this node there). */
+  readonly sandbox: string | null;
+}
+
+/**
+ * What a drop did: `dropped` (want and index key deleted), `orphan` (an index key without its
+ * want, deleted), `kept` (`keep` said so, or the index key went meanwhile), `skipped` (`why`; with
+ * `corrupt` when the block cannot be read, or the caller's `lost` stopped it).
+ */
+export type DropOutcome = { readonly want: NodeWant; readonly outcome: 'dropped' | 'orphan' | 'kept' | 'skipped'; readonly why?: string; readonly corrupt?: CorruptValueError };
+
+/**
+ * Drop node `node`'s wants whose `keep(sandbox, ip)` is false, each in one transaction: the want
+ * removed from its block (compared at its `mod_revision`), its index key deleted, and `guard`
+ * (e.g. `removing/<node>` absent). An index key whose block holds no want of `node` at that ordinal
+ * is deleted alone (compared at its revision). A block that cannot be read is left (`skipped`,
+ * with `why`). One prefix read of `wanted/<node>/`, then per index key a read of its block.
+ * @param lost after a lost compare: return a string to stop (the reason) or undefined to read again.
+ * @throws the KV's errors (STORE_UNAVAILABLE); what `lost` throws; AppError STORE_CONFLICT after
+ *   {@link MAX_ATTEMPTS} lost races on one want.
+ */
+export async function dropWants(
+  kv: KV,
+  k: PoolKeys,
+  node: string,
+  keep: (sandbox: string, ip: string) => boolean,
+  guard: readonly KVCompare[],
+  lost: () => Promise<string | undefined> = async () => undefined,
+): Promise<DropOutcome[]> {
+  const keys = keysOf(k);
+  const prefix = keys.wantedPrefix(node);
+  const out: DropOutcome[] = [];
+  for (const ie of await kv.list(prefix, { keysOnly: true })) {
+    const m = /^([^/]+)\/(0|[1-9][0-9]*)$/.exec(ie.key.slice(prefix.length));
+    const cidrText = m === null ? null : blockKeyCidr(m[1] as string);
+    const cidr = cidrText === null ? null : (parseCIDR(cidrText)?.subnet ?? null);
+    if (m === null || cidr === null) continue; // not a want index key this version writes: left as it is
+    const block = m[1] as string;
+    const ordinal = Number(m[2]);
+    const ip = formatIP(ordinalIP(cidr as Subnet, ordinal));
+    const { value } = await runTxn<DropOutcome>(
+      kv,
+      async (tx) => {
+        const idx = await tx.get(ie.key);
+        if (idx === null) return { want: { block, ordinal, ip, sandbox: null }, outcome: 'kept', why: 'gone meanwhile' };
+        const be = await kv.get(keys.block(block));
+        let b: BlockValue | null = null;
+        if (be !== null) {
+          try {
+            b = decodeBlock(be, cidrText as string);
+          } catch (err) {
+            if (!(err instanceof CorruptValueError)) throw err;
+            tx.discard();
+            return { want: { block, ordinal, ip, sandbox: null }, outcome: 'skipped', why: `${err.message}: left for an operator`, corrupt: err };
+          }
+        }
+        const w = b === null ? null : wantOf(b, ordinal);
+        for (const g of guard) tx.expect(g.key, 'absent' in g ? null : g.modRevision);
+        if (b === null || be === null || w === null || w.node !== node) {
+          // The index outlived its want (it cannot, as both are written together; kept tidy anyway).
+          tx.expect(keys.block(block), be === null ? null : be.modRevision);
+          tx.del(ie.key);
+          return { want: { block, ordinal, ip, sandbox: null }, outcome: 'orphan' };
+        }
+        const want = { block, ordinal, ip, sandbox: w.sandbox };
+        if (keep(w.sandbox, ip)) {
+          tx.discard();
+          return { want, outcome: 'kept' };
+        }
+        tx.expect(keys.block(block), be.modRevision);
+        tx.put(keys.block(block), encodeBlock(withoutWant(b, ordinal)));
+        tx.del(ie.key);
+        return { want, outcome: 'dropped' };
+      },
+      {
+        attempts: MAX_ATTEMPTS,
+        lost: async () => {
+          const why = await lost();
+          return why === undefined ? undefined : { stop: { want: { block, ordinal, ip, sandbox: null }, outcome: 'skipped', why } };
+        },
+        exhausted: () => {
+          throw new AppError('STORE_CONFLICT', `pool ${k.pool}: ${MAX_ATTEMPTS} drops of node ${node}'s want of ${ip} lost to concurrent writers; try again`);
+        },
+      },
+    );
+    out.push(value);
+  }
+  return out;
+}
+
+/**
+ * The pool pass's drop of the node's stale wants: every want of `node` whose sandbox is not among
+ * `ready` (READY sandbox → its pod IPs, as the runtime reported them). The caller calls it only
+ * when the runtime answered and every READY sandbox's status was read (else a live pod's want
+ * could go). Compares `removing/<node>` absent, as every write of the node.
+ */
+export function dropStaleWants(kv: KV, k: PoolKeys, node: string, ready: ReadonlyMap<string, readonly string[]>): Promise<DropOutcome[]> {
+  const removing = keysOf(k).removing(node);
+  return dropWants(kv, k, node, (sandbox, ip) => (ready.get(sandbox) ?? []).some((x) => x.trim() === ip), [{ key: removing, absent: true }], async () =>
+    (await kv.get(removing)) !== null ? `a removal of node ${node} is begun (${removing}): nothing written` : undefined,
+  );
+}
+

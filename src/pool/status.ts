@@ -15,6 +15,7 @@ import { blockKeyCidr, corrupt, CorruptValueError, decodeBlock, decodeMeta, keys
 import { lastSeen } from './auto-reclaim.ts';
 import { allocatableCount, allocatableOrdinals, blockAddresses, blockPrefix, countBlocks, type BlockSizes } from './blocks.ts';
 import { prefixOverlaps, type PoolOverlap } from './overlap.ts';
+import { wantedUnallocated } from './wanted.ts';
 import { validNodeName } from '../ipam/pool-config.ts';
 import { rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
@@ -112,7 +113,13 @@ export interface PoolRangeSetStatus {
    * (a removal of its owner is begun; the block is given back once its last allocation goes).
    */
   readonly pendingRelease: number;
-  /** `size − used − reserved − unreadable − pendingRelease`, decimal text: what ADDs can still get. */
+  /**
+   * Addresses wanted by a live pod and held by no allocation (src/pool/wanted.ts: after an etcd
+   * restore, a live pod's address the pool had given to another holder, since released): not
+   * free — only that pod's node re-reserves it. Present only when > 0.
+   */
+  readonly wanted?: number;
+  /** `size − used − reserved − unreadable − pendingRelease − wanted`, decimal text: what ADDs can still get. */
   readonly free: string;
   /** Blocks with a key (claimed by a node), those whose value cannot be read included. */
   readonly blocksClaimed: number;
@@ -232,6 +239,7 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
   const unreadablePerSet = meta.rangeSets.map(() => 0);
   const claimedPerSet = meta.rangeSets.map(() => 0);
   const pendingPerSet = meta.rangeSets.map(() => 0);
+  const wantedPerSet = meta.rangeSets.map(() => 0);
   for (const e of await kv.list(keys.blocksPrefix)) {
     const key = e.key.slice(keys.blocksPrefix.length);
     const cidrText = blockKeyCidr(key);
@@ -272,7 +280,9 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
     }
     usedPerSet[b.rangeSet] = (usedPerSet[b.rangeSet] as number) + allocs.length;
     reservedPerSet[b.rangeSet] = (reservedPerSet[b.rangeSet] as number) + reserved;
-    if (b.state === 'pendingRelease') pendingPerSet[b.rangeSet] = (pendingPerSet[b.rangeSet] as number) + Math.max(0, capacity - all.length);
+    const wanted = wantedUnallocated(b);
+    wantedPerSet[b.rangeSet] = (wantedPerSet[b.rangeSet] as number) + wanted;
+    if (b.state === 'pendingRelease') pendingPerSet[b.rangeSet] = (pendingPerSet[b.rangeSet] as number) + Math.max(0, capacity - all.length - wanted);
     claimedPerSet[b.rangeSet] = (claimedPerSet[b.rangeSet] as number) + 1;
   }
   return {
@@ -286,7 +296,8 @@ export async function poolStatus(kv: KV, prefix: string, pool: string): Promise<
       const reserved = reservedPerSet[i] as number;
       const unreadable = unreadablePerSet[i] as number;
       const pendingRelease = pendingPerSet[i] as number;
-      return { index: i, ranges: rangeSetString(rs), size: String(size), used, reserved, unreadable, pendingRelease, free: String(size - BigInt(used) - BigInt(reserved) - BigInt(unreadable) - BigInt(pendingRelease)), blocksClaimed: claimedPerSet[i] as number };
+      const wanted = wantedPerSet[i] as number;
+      return { index: i, ranges: rangeSetString(rs), size: String(size), used, reserved, unreadable, pendingRelease, ...(wanted > 0 ? { wanted } : {}), free: String(size - BigInt(used) - BigInt(reserved) - BigInt(unreadable) - BigInt(pendingRelease) - BigInt(wanted)), blocksClaimed: claimedPerSet[i] as number };
     }),
     nodes: [...nodes]
       .sort((a, b) => (a[0] < b[0] ? -1 : 1))
@@ -400,7 +411,7 @@ export async function poolNodeSample(kv: KV, prefix: string, pool: string, node:
       continue; // no ADD allocates in it: nothing free
     }
     const subnet = (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet;
-    const free = allocatableCount(meta.rangeSets[b.rangeSet] as RangeSet, subnet) - Object.keys(b.allocs).length;
+    const free = allocatableCount(meta.rangeSets[b.rangeSet] as RangeSet, subnet) - Object.keys(b.allocs).length - wantedUnallocated(b);
     ownFree[b.rangeSet] = (ownFree[b.rangeSet] as number) + Math.max(0, free);
   }
   // Blocks other nodes' removals marked pendingRelease: only nodes with a removal marker are read.

@@ -30,7 +30,7 @@
  */
 import { AppError } from '../common/errors.ts';
 import { currentRevision, gcDecision, handlesPrefix, heartbeatWriter, nodeHandles, releaseObserved, type PoolHandleEntry, type PoolKeys, type PoolLeakVerdict, type ValidAttachment } from '../pool/index.ts';
-import { reReserveLivePods, type PoolReReserved } from './pool-rereserve.ts';
+import { reReserveLivePods, type PoolReReserved, type PoolWantEvent } from './pool-rereserve.ts';
 import { hostname } from 'node:os';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -136,6 +136,8 @@ export interface PoolPassReport {
   readonly deferred: number;
   /** Live pods' addresses the pool had lost, written back this pass (docs/cluster.md "Re-reserving live pods' addresses"). */
   readonly reReserved: readonly PoolReReserved[];
+  /** Wants of this node written or dropped this pass (src/pool/wanted.ts; docs/cluster.md "Re-reserving live pods' addresses"). */
+  readonly wants: readonly PoolWantEvent[];
   readonly errors: readonly PoolPassError[];
 }
 
@@ -268,6 +270,7 @@ export async function runPoolPass(
   // 3. The node's handles of each pool, classified.
   const pools: PoolCounts[] = [];
   const reReserved: PoolReReserved[] = [];
+  const wants: PoolWantEvent[] = [];
   const candidates: PoolCandidate[] = [];
   const owned = new Set<string>();
   for (let i = 0; i < targets.length; i++) {
@@ -317,8 +320,9 @@ export async function runPoolPass(
     // BR-13 for the pool: a READY sandbox's address that the pool does not hold is written back
     // (an etcd restored from an older snapshot lost it), never taken from another holder.
     if (snap.podIPs !== null && snap.runtime.error === undefined) {
-      const rr = await reReserveLivePods(t, snap.podIPs, [...handles, ...foreign], o.host ?? hostname(), () => deps.now());
+      const rr = await reReserveLivePods(t, snap.podIPs, [...handles, ...foreign], o.host ?? hostname(), () => deps.now(), snap.podIPFailures.length === 0);
       reReserved.push(...rr.reReserved);
+      wants.push(...rr.wants);
       errors.push(...rr.errors);
     }
   }
@@ -384,6 +388,7 @@ export async function runPoolPass(
     waiting: decision.waiting.length,
     deferred: decision.deferred.length,
     reReserved,
+    wants,
     errors,
   };
 }

@@ -4,10 +4,12 @@
  * each pod IP a READY sandbox of this node reports that lies in the pool's ranges and that none of
  * the node's handles holds for that sandbox, ask the pool ({@link reReserve}): free in its block →
  * the allocation and handle are written back in one revision-checked transaction; another holder
- * → a conflict, reported (kind `conflict`), never taken. The decisions are src/pool/rereserve.ts;
- * this is the per-pool loop and the report.
+ * → a conflict, reported (kind `conflict`), never taken — and the sandbox's want of the address
+ * recorded in its block (src/pool/wanted.ts), so that the holder's release does not make it free;
+ * the node's wants whose sandbox is no longer READY with the address are dropped. The decisions
+ * are src/pool/rereserve.ts; this is the per-pool loop and the report.
  */
-import { checkPodAddress, decodeMeta, podAddress, reReserve, type PodAddress, type PoolHandleEntry, type PoolKeys } from '../pool/index.ts';
+import { checkPodAddress, decodeMeta, dropStaleWants, podAddress, reReserve, type PodAddress, type PoolHandleEntry, type PoolKeys } from '../pool/index.ts';
 import type { KV } from '../store/kv.ts';
 import type { SandboxPodIPs } from './unreserved.ts';
 import { describeError } from './options.ts';
@@ -40,6 +42,18 @@ export interface PoolReReserved {
   readonly claimed: boolean;
   /** The transaction's revision. */
   readonly revision: string;
+  /** The sandbox wanted the address (src/pool/wanted.ts): the want was dropped in the same transaction. */
+  readonly wanted: boolean;
+}
+
+/** A want of this node written (the address is another holder's) or dropped (its sandbox is no longer READY with it). */
+export interface PoolWantEvent {
+  readonly event: 'written' | 'dropped';
+  readonly pool: string;
+  readonly node: string;
+  readonly sandbox: string;
+  readonly ip: string;
+  readonly block: string;
 }
 
 /**
@@ -47,23 +61,46 @@ export interface PoolReReserved {
  * node's handles as the pass read them (a sandbox whose handle names the address is skipped without
  * a read). One read of `meta` when some pod IP is not held by those handles, then per such address
  * in the pool's ranges the reads and transaction of {@link reReserve}. Never throws: etcd errors,
- * conflicts and skips are in `errors` (kinds `etcd`, `conflict`, `rereserve`, `corrupt`).
+ * conflicts and skips are in `errors` (kinds `etcd`, `conflict`, `rereserve`, `corrupt`); the
+ * wants written and dropped in `wants`. `complete`: the runtime answered and every READY sandbox's
+ * status was read (`podIPs` is whole) — only then are the node's stale wants dropped (one keys-only
+ * prefix read of `wanted/<node>/` per pass, then a read of the block of each want).
  */
-export async function reReserveLivePods(t: ReReserveTarget, podIPs: readonly SandboxPodIPs[], handles: readonly PoolHandleEntry[], host: string, now: () => number): Promise<{ reReserved: PoolReReserved[]; errors: ReReserveError[] }> {
+export async function reReserveLivePods(
+  t: ReReserveTarget,
+  podIPs: readonly SandboxPodIPs[],
+  handles: readonly PoolHandleEntry[],
+  host: string,
+  now: () => number,
+  complete = false,
+): Promise<{ reReserved: PoolReReserved[]; errors: ReReserveError[]; wants: PoolWantEvent[] }> {
   const reReserved: PoolReReserved[] = [];
   const errors: ReReserveError[] = [];
+  const wants: PoolWantEvent[] = [];
+  if (complete) {
+    // The node's wants whose sandbox is no longer READY with the address: dropped (only its own).
+    try {
+      const ready = new Map(podIPs.map((p) => [p.sandbox, p.ips] as const));
+      for (const d of await dropStaleWants(t.kv, t, t.node, ready)) {
+        if (d.outcome === 'dropped') wants.push({ event: 'dropped', pool: t.pool, node: t.node, sandbox: d.want.sandbox as string, ip: d.want.ip, block: d.want.block });
+        else if (d.outcome === 'skipped') errors.push({ kind: d.corrupt !== undefined ? 'corrupt' : 'rereserve', pool: t.pool, message: `pool ${t.pool}: the want of ${d.want.ip} (block ${d.want.block}) of node ${t.node} was not dropped: ${d.why ?? 'unknown'}` });
+      }
+    } catch (e) {
+      errors.push({ kind: 'etcd', pool: t.pool, message: `pool ${t.pool}: the node's wants not checked: ${describeError(e)}` });
+    }
+  }
   const held = new Set<string>();
   for (const h of handles) for (const x of h.value.ips) held.add(`${h.containerId}\u0000${x.ip}`);
   const todo = podIPs.flatMap((p) => p.ips.map((ip) => ({ sandbox: p.sandbox, ip: ip.trim() })));
-  if (todo.every((x) => held.has(`${x.sandbox}\u0000${x.ip}`))) return { reReserved, errors };
+  if (todo.every((x) => held.has(`${x.sandbox}\u0000${x.ip}`))) return { reReserved, errors, wants };
   let meta: ReturnType<typeof decodeMeta>;
   try {
     const e = await t.kv.get(`${t.prefix}/pools/${t.pool}/meta`);
-    if (e === null) return { reReserved, errors }; // a pool never used holds nothing to re-reserve into
+    if (e === null) return { reReserved, errors, wants }; // a pool never used holds nothing to re-reserve into
     meta = decodeMeta(e);
   } catch (e) {
     errors.push({ kind: 'etcd', pool: t.pool, message: `pool ${t.pool}: live pods' addresses not checked: ${describeError(e)}` });
-    return { reReserved, errors };
+    return { reReserved, errors, wants };
   }
   const sizes = { blockSize4: meta.blockSize, blockSize6: meta.blockSize6 };
   const network = t.networks?.[0] ?? t.pool;
@@ -76,14 +113,24 @@ export async function reReserveLivePods(t: ReReserveTarget, podIPs: readonly San
     seen.add(key);
     try {
       const r = await reReserve({ kv: t.kv, prefix: t.prefix, pool: t.pool, node: t.node, host, network, now }, x.sandbox, a);
-      if (r.state === 're-reserved') reReserved.push({ pool: t.pool, node: t.node, network, sandbox: x.sandbox, ip: a.ip, block: a.block, claimed: r.claimed, revision: r.revision });
-      else if (r.state === 'conflict') errors.push({ kind: 'conflict', pool: t.pool, message: `pool ${t.pool}: address ${a.ip} of ready sandbox ${x.sandbox} is held by ${r.holder}: a duplicate address — not re-reserved, nothing taken from the holder` });
+      if (r.state === 're-reserved') reReserved.push({ pool: t.pool, node: t.node, network, sandbox: x.sandbox, ip: a.ip, block: a.block, claimed: r.claimed, revision: r.revision, wanted: r.wanted });
+      else if (r.state === 'conflict') {
+        if (r.wanted === 'written') wants.push({ event: 'written', pool: t.pool, node: t.node, sandbox: x.sandbox, ip: a.ip, block: a.block });
+        errors.push({ kind: 'conflict', pool: t.pool, message: `pool ${t.pool}: address ${a.ip} of ready sandbox ${x.sandbox} is held by ${r.holder}: a duplicate address — not re-reserved, nothing taken from the holder${wantText(r.wanted)}` });
+      }
       else if (r.state === 'skipped') errors.push({ kind: 'rereserve', pool: t.pool, message: `pool ${t.pool}: address ${a.ip} of ready sandbox ${x.sandbox} is not held by the pool and was not re-reserved: ${r.why}` });
     } catch (e) {
       errors.push({ kind: 'etcd', pool: t.pool, message: `pool ${t.pool}: re-reserving ${a.ip} of ready sandbox ${x.sandbox}: ${describeError(e)}` });
     }
   }
-  return { reReserved, errors };
+  return { reReserved, errors, wants };
+}
+
+/** What a conflict's message adds about the want of the address (src/pool/wanted.ts). */
+function wantText(w: 'mine' | 'other' | 'written' | undefined): string {
+  if (w === 'mine' || w === 'written') return '; the address is wanted by this sandbox: no other pod gets it, and it is re-reserved when its holder releases it';
+  if (w === 'other') return '; another sandbox already wants the address (at most one want per address)';
+  return '';
 }
 
 /** A live pod's address the pool does not hold for it (`pool leaks`). */
@@ -116,9 +163,9 @@ export async function checkLivePods(t: ReReserveTarget, podIPs: readonly Sandbox
     const a = podAddress(x.ip, meta.rangeSets, sizes);
     if (a === null || held.has(`${x.sandbox}\u0000${a.ip}`) || seen.has(`${x.sandbox}\u0000${a.ip}`)) continue;
     seen.add(`${x.sandbox}\u0000${a.ip}`);
-    const r = await checkPodAddress(t.kv, t, x.sandbox, a);
+    const r = await checkPodAddress(t.kv, t, x.sandbox, a, t.node);
     if (r.state === 'missing') out.push({ sandbox: x.sandbox, ip: a.ip, state: 'missing', reason: `no allocation or handle in the pool (${r.claim ? 'its block is gone too' : `free in block ${a.block}`}): the node's daemon re-reserves it on its next pass` });
-    else if (r.state === 'conflict') out.push({ sandbox: x.sandbox, ip: a.ip, state: 'conflict', reason: `held by ${r.holder}: a duplicate address` });
+    else if (r.state === 'conflict') out.push({ sandbox: x.sandbox, ip: a.ip, state: 'conflict', reason: `held by ${r.holder}: a duplicate address${wantText(r.wanted)}` });
     else if (r.state === 'skipped') out.push({ sandbox: x.sandbox, ip: a.ip, state: 'skipped', reason: r.why });
   }
   return out;

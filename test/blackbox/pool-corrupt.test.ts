@@ -81,7 +81,7 @@ describe('corrupt pool keys on a real etcd: a DEL always finishes, status report
     const bad = JSON.stringify({ ...JSON.parse((await value(bk)) as string), owner: 'someone' });
     await put(bk, bad);
     const handle = await value(`${base}/handles/c1/eth0`);
-    const why = 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)';
+    const why = 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs, wanted)';
     const line = `ipwarden: pool cpool: DEL: 10.234.9.16 of c1/eth0 not released (its block cannot be read): the handle ${base}/handles/c1/eth0 keeps it for an operator (etcd key ${bk}: ${why})\n`;
     for (let i = 0; i < 2; i++) {
       const d = run('DEL', conf(p), 'c1');

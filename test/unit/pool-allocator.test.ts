@@ -241,7 +241,7 @@ describe('PoolAllocator', () => {
     ['a wrong type', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":"x"}', '"seq" must be a non-negative integer'],
     ['an ordinal outside the block', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":1,"next":0,"allocs":{"16":{"id":"c","ifname":"e","node":"node-a","seq":1,"at":1}}}', 'allocation ordinal "16" is not an ordinal of a block of 16 addresses'],
     ['a sequence above the block\'s', '{"v":1,"cidr":"10.80.0.16/28","rangeSet":0,"node":"node-a","state":"owned","seq":1,"next":0,"allocs":{"3":{"id":"c","ifname":"e","node":"node-a","seq":2,"at":1}}}', 'allocation 3: "seq" must be an integer from 1 to the block\'s seq 1'],
-    ['an unknown field', JSON.stringify({ ...OK_BLOCK, owner: 'x' }), 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)'],
+    ['an unknown field', JSON.stringify({ ...OK_BLOCK, owner: 'x' }), 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs, wanted)'],
     ['an unknown field in an allocation', JSON.stringify({ ...OK_BLOCK, allocs: { '0': { ...OK_BLOCK.allocs['0'], pod: 'x' } } }), 'allocation 0: unknown field "pod" (known: id, ifname, node, seq, at)'],
     ['an unknown field in a reserve entry', JSON.stringify({ ...OK_BLOCK, allocs: { '0': { id: '', ifname: '', node: 'node-a', seq: 1, at: 1, reserve: true, x: 1 } } }), 'allocation 0: unknown field "x" (known: id, ifname, node, seq, at, reserve)'],
   ];

@@ -152,7 +152,7 @@ describe('ipwarden pool leaks on a real etcd', { skip }, () => {
     };
     const target: PoolTarget = { kv: kv as EtcdKV, prefix, pool: 'lp', node: 'n1', id: 'lp@n1' };
     const p = await runPoolPass([target], { runtimeEndpoint: null, audit: () => audit, host: hostname() }, new Confirmations(60, 32), deps, () => 0);
-    assert.deepEqual(p.errors, [{ kind: 'conflict', pool: 'lp', message: 'pool lp: address 10.84.0.3 of ready sandbox podx is held by container gone1/eth0 of node n1 (seq 2): a duplicate address — not re-reserved, nothing taken from the holder' }]);
+    assert.deepEqual(p.errors, [{ kind: 'conflict', pool: 'lp', message: 'pool lp: address 10.84.0.3 of ready sandbox podx is held by container gone1/eth0 of node n1 (seq 2): a duplicate address — not re-reserved, nothing taken from the holder; the address is wanted by this sandbox: no other pod gets it, and it is re-reserved when its holder releases it' }]);
     assert.deepEqual(p.pools, [{ pool: 'lp', node: 'n1', live: 1, inUse: 1, grace: 0, leaked: 1, unknown: 0 }]);
     assert.deepEqual([...p.candidates.values()], [1], 'young1 only');
     assert.equal(listed, 1, 'one ListPodSandbox per pool pass');

@@ -419,7 +419,7 @@ describe('CNI GC on a pool network', () => {
 describe('a block that cannot be read, in the pass and in CNI GC: reported, never released, never rewritten', () => {
   const bk = '/ipwarden/pools/gp/blocks/10.85.0.0-26';
   const BAD = '{"v":1,"bad":true}';
-  const WHY = 'unknown field "bad" (known: v, cidr, rangeSet, node, state, seq, next, allocs)';
+  const WHY = 'unknown field "bad" (known: v, cidr, rangeSet, node, state, seq, next, allocs, wanted)';
 
   it('the pass keeps the leak (audited kept, error kind corrupt) and the pool goes on; after a repair two observations release it', async () => {
     const { w, pass } = world();

@@ -77,7 +77,9 @@ describe('reReserve (memory KV)', () => {
     const text = `10.87.0.${Number(ip.ip.value & 255n)}`;
     const before = await kv.list(`${B}/`);
     const a = place(text);
-    assert.deepEqual(await reReserve(scope(kv), 'sb1', a), { state: 'conflict', holder: `container other/eth0 of node n2 (seq 1)` });
+    assert.deepEqual(await reReserve(scope(kv), 'sb1', a), { state: 'conflict', holder: `container other/eth0 of node n2 (seq 1)`, wanted: 'written' }, 'the holder keeps it; the want is recorded');
+    assert.deepEqual(await reReserve(scope(kv), 'sb1', a), { state: 'conflict', holder: `container other/eth0 of node n2 (seq 1)`, wanted: 'mine' }, 'a second pass writes nothing more');
+    assert.deepEqual(((await json(kv, `${B}/blocks/${a.block}`)) as { allocs: Record<string, unknown> }).allocs[String(a.ordinal)], { id: 'other', ifname: 'eth0', node: 'n2', seq: 1, at: 1_000 }, 'never taken from the holder');
     // A handle of the sandbox's key naming another address.
     await alloc(kv, 'n1').add([{ containerId: 'sb2', ifname: 'eth0' }]);
     const h2 = (await json(kv, `${B}/handles/sb2/eth0`)) as { ips: Array<{ ip: string }> };
@@ -101,7 +103,7 @@ describe('reReserve (memory KV)', () => {
     const slot = slots[0] as { ip: string } | undefined;
     assert.ok(slot !== undefined);
     const text = typeof slot.ip === 'string' ? slot.ip : String(slot.ip);
-    assert.deepEqual(await reReserve(scope(kv), 'sb1', place(text)), { state: 'conflict', holder: 'a reserve entry of node n2 (offline allocation)' });
+    assert.deepEqual(await reReserve(scope(kv), 'sb1', place(text)), { state: 'conflict', holder: 'a reserve entry of node n2 (offline allocation)', wanted: 'written' });
   });
 });
 

@@ -89,7 +89,7 @@ describe('pool status --html: the page', () => {
         ...STATUS,
         rangeSets: [{ index: 0, ranges: '10.84.0.1-10.84.0.30', size: '29', used: 1, reserved: 0, unreadable: 15, pendingRelease: 0, free: '13', blocksClaimed: 2 }],
         corrupt: [
-          { key: '/ipwarden/pools/p1/blocks/10.84.0.16-28', why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)' },
+          { key: '/ipwarden/pools/p1/blocks/10.84.0.16-28', why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs, wanted)' },
           { key: '/ipwarden/pools/p1/blocks/<b>', why: 'not a block key' },
         ],
       },
@@ -101,7 +101,7 @@ describe('pool status --html: the page', () => {
         '</tbody></table></section>' +
           '<section id="corrupt"><h2>keys that cannot be read</h2><p class="note">not counted above; never allocated from or rewritten by ipwarden: left for an operator</p>' +
           '<table class="corrupt"><thead><tr><th>key</th><th>why</th></tr></thead><tbody>' +
-          '<tr data-key="/ipwarden/pools/p1/blocks/10.84.0.16-28"><td><code>/ipwarden/pools/p1/blocks/10.84.0.16-28</code></td><td>unknown field &#34;owner&#34; (known: v, cidr, rangeSet, node, state, seq, next, allocs)</td></tr>' +
+          '<tr data-key="/ipwarden/pools/p1/blocks/10.84.0.16-28"><td><code>/ipwarden/pools/p1/blocks/10.84.0.16-28</code></td><td>unknown field &#34;owner&#34; (known: v, cidr, rangeSet, node, state, seq, next, allocs, wanted)</td></tr>' +
           '<tr data-key="/ipwarden/pools/p1/blocks/&#60;b&#62;"><td><code>/ipwarden/pools/p1/blocks/&#60;b&#62;</code></td><td>not a block key</td></tr>' +
           '</tbody></table></section></body></html>\n',
       ),

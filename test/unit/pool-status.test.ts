@@ -215,7 +215,7 @@ describe('poolStatus (memory KV)', () => {
       nodes: [{ node: 'node-b', blocks: 1, capacity: 14, used: 1, borrowed: 0, reserved: 0, alive: false, heartbeat: 'never', source: null }],
       blocks: [{ cidr: '10.84.0.0/28', rangeSet: 0, node: 'node-b', state: 'owned', capacity: 14, used: 1, borrowed: 0, reserved: 0 }],
       corrupt: [
-        { key: a16, why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)' },
+        { key: a16, why: 'unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs, wanted)' },
         { key: `${P}/blocks/10.84.0.64-28`, why: '"rangeSet" 3 is not a range set of the pool' },
         { key: `${P}/blocks/garbage`, why: 'not a block key' },
       ],
@@ -232,7 +232,7 @@ describe('poolStatus (memory KV)', () => {
         'BLOCK         SET  NODE    STATE  CAPACITY  USED  BORROWED  RESERVED',
         '10.84.0.0/28  0    node-b  owned  14        1     0         0',
         `${'CORRUPT KEY'.padEnd(a16.length + 2)}WHY`,
-        `${a16}  unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs)`,
+        `${a16}  unknown field "owner" (known: v, cidr, rangeSet, node, state, seq, next, allocs, wanted)`,
         `${P}/blocks/10.84.0.64-28  "rangeSet" 3 is not a range set of the pool`,
         `${P}/blocks/garbage        not a block key`,
         '3 keys cannot be read: not counted above, never allocated from or rewritten by ipwarden; left for an operator (docs/cluster.md "Corrupt keys")',
