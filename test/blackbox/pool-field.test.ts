@@ -8,8 +8,9 @@
  *   written (etcdctl snapshot save, snapshot restore with the cluster's token, the member
  *   restarted); `pool leaks` reports the live pods' addresses the pool lost, the node's daemon
  *   (the built daemon, the fake CRI runtime test/helpers/hostile-cri.ts) re-reserves exactly those
- *   on its first pass, reports a conflict without taking anything, and another node's ADDs never
- *   get them;
+ *   on its first pass, reports a conflict without taking anything (recording the live pod's want
+ *   of the address), and another node's ADDs never get them — not even after the holder's DEL
+ *   released the wanted address; the next pass re-reserves it and drops the want;
  * - a renamed host (microk8s#4283): handles the node wrote under an earlier host name of this
  *   machine (the daemon's host history) are judged as its own by the daemon's pass — a leak among
  *   them released, a live one kept — while a handle of another host name stays foreign;
@@ -156,6 +157,9 @@ describe('etcd restored from an older snapshot: the runbook, and the daemon re-r
   function radd(id: string, node: string): Outcome {
     return runCni(standalonePlugin(), { command: 'ADD', containerId: id, ifname: 'eth0', stdin: rconf(), env: { NODE_NAME: node } });
   }
+  function rdel(id: string, node: string): Outcome {
+    return runCni(standalonePlugin(), { command: 'DEL', containerId: id, ifname: 'eth0', stdin: rconf(), env: { NODE_NAME: node } });
+  }
   function etcdctl(...a: string[]) {
     const r = spawnSync(ETCDCTL_BIN, a, { encoding: 'utf8', env: { PATH: '/usr/bin:/bin', ETCDCTL_API: '3' } });
     assert.equal(r.status, 0, `etcdctl ${a.join(' ')}: ${r.stderr}`);
@@ -233,14 +237,19 @@ describe('etcd restored from an older snapshot: the runbook, and the daemon re-r
         [POOL, NODE, 'rsnet', 'p3', '10.246.2.4', '10.246.2.0-29', false],
       ]);
       const conflicts = d.logs.filter((l) => l.msg === 'pool reconcile error' && l['kind'] === 'conflict').map((l) => l['error']);
-      assert.deepEqual(conflicts, [`pool ${POOL}: address 10.246.2.2 of ready sandbox px is held by container p1/eth0 of node ${NODE} (seq 1): a duplicate address — not re-reserved, nothing taken from the holder`]);
+      assert.deepEqual(conflicts, [`pool ${POOL}: address 10.246.2.2 of ready sandbox px is held by container p1/eth0 of node ${NODE} (seq 1): a duplicate address — not re-reserved, nothing taken from the holder; the address is wanted by this sandbox: no other pod gets it, and it is re-reserved when its holder releases it`]);
+      // The want of px is recorded in the block (and its index key), the holder untouched.
+      assert.deepEqual(d.logs.filter((l) => l.msg === 'pool wanted').map((l) => [l['pool'], l['node'], l['sandbox'], l['ip'], l['block']]), [[POOL, NODE, 'px', '10.246.2.2', '10.246.2.0-29']]);
+      const blk = JSON.parse((await (rkv as EtcdKV).get(`${P}/pools/${POOL}/blocks/10.246.2.0-29`))?.value ?? 'null') as { allocs: Record<string, { id: string }>; wanted: Record<string, { sandbox: string; node: string }> };
+      assert.deepEqual([blk.allocs['2']?.id, Object.keys(blk.wanted), blk.wanted['2']?.sandbox, blk.wanted['2']?.node], ['p1', ['2'], 'px', NODE]);
       assert.deepEqual(await handles(), { p1: [NODE, ['10.246.2.2']], p2: [NODE, ['10.246.2.3']], p3: [NODE, ['10.246.2.4']] });
       const h2 = JSON.parse((await (rkv as EtcdKV).get(`${P}/pools/${POOL}/handles/p2/eth0`))?.value ?? 'null') as Record<string, unknown>;
       assert.deepEqual([h2['node'], h2['network'], h2['host'], h2['ips']], [NODE, 'rsnet', hostname(), [{ ip: '10.246.2.3', block: '10.246.2.0-29', ordinal: 3, seq: 2, rangeSet: 0 }]]);
       const metrics = await (await fetch(`http://${(await d.waitForLog((l) => l.msg === 'metrics listening'))['metricsAddress'] as string}/metrics`)).text();
-      assert.deepEqual(metrics.split('\n').filter((l) => l.startsWith('ipwarden_pool_rereserved_total{') || l.startsWith('ipwarden_reconcile_errors_total{kind="pool-conflict"}')), [
+      assert.deepEqual(metrics.split('\n').filter((l) => l.startsWith('ipwarden_pool_rereserved_total{') || l.startsWith('ipwarden_pool_wants_total{') || l.startsWith('ipwarden_reconcile_errors_total{kind="pool-conflict"}')), [
         'ipwarden_reconcile_errors_total{kind="pool-conflict"} 1',
         `ipwarden_pool_rereserved_total{pool="${POOL}"} 2`,
+        `ipwarden_pool_wants_total{pool="${POOL}",event="written"} 1`,
       ]);
       // Another node's ADDs: the block has no free block beside it, so it borrows — never p2's or p3's address.
       assert.equal(address(radd('o1', 'rs-other')), '10.246.2.5/29');
@@ -250,8 +259,41 @@ describe('etcd restored from an older snapshot: the runbook, and the daemon re-r
       // pool leaks now: only the conflict is left.
       const after = await leaks();
       assert.deepEqual([after.status, (JSON.parse(after.stdout) as { podAddresses: Array<{ sandbox: string; state: string }> }).podAddresses.map((x) => [x.sandbox, x.state])], [1, [['px', 'conflict']]]);
+      // The restore-then-release interleaving: the holder's pod is deleted (its DEL releases
+      // 10.246.2.2) while px still uses the address and before the node's next pass. The address
+      // stays wanted: another node's ADD still finds no address — never px's.
+      assert.deepEqual([rdel('p1', NODE).exitCode], [0]);
+      (cri as HostileCri).setSandboxes([
+        { id: 'p2', ips: ['10.246.2.3'] },
+        { id: 'p3', ips: ['10.246.2.4', 'fd00::3'] },
+        { id: 'px', ips: ['10.246.2.2'] },
+      ]);
+      const still = radd('o4', 'rs-other');
+      assert.deepEqual([still.exitCode, still.json?.['msg']], [1, 'failed to allocate for range 0: no IP addresses available in range set: 10.246.2.1-10.246.2.6']);
+      const mid = await leaks();
+      assert.deepEqual([mid.status, (JSON.parse(mid.stdout) as { podAddresses: unknown }).podAddresses], [
+        0,
+        [{ sandbox: 'px', ip: '10.246.2.2', state: 'missing', reason: 'no allocation or handle in the pool (free in block 10.246.2.0-29): the node\'s daemon re-reserves it on its next pass' }],
+      ]);
     } finally {
       await d.stop();
+    }
+    // The node's next pass (here: the daemon restarted) re-reserves it for px and drops the want.
+    const d2 = await startTestDaemon({ cniConfDir: join(tmp, 'net.d'), env: { NODE_NAME: NODE }, args: ['--interval', '1h', '--runtime-endpoint', (cri as HostileCri).endpoint] });
+    try {
+      await d2.waitForLog((l) => l.msg === 'pool reconcile pass');
+      assert.deepEqual(d2.logs.filter((l) => l.msg === 'pool re-reserved').map((l) => [l['sandbox'], l['ip'], l['block'], l['claimed'], l['wanted']]), [['px', '10.246.2.2', '10.246.2.0-29', false, true]]);
+      assert.deepEqual(d2.logs.filter((l) => l.msg === 'pool reconcile error').map((l) => l['kind']), []);
+      assert.deepEqual(await handles(), { o1: ['rs-other', ['10.246.2.5']], o2: ['rs-other', ['10.246.2.6']], p2: [NODE, ['10.246.2.3']], p3: [NODE, ['10.246.2.4']], px: [NODE, ['10.246.2.2']] });
+      const blk = JSON.parse((await (rkv as EtcdKV).get(`${P}/pools/${POOL}/blocks/10.246.2.0-29`))?.value ?? 'null') as { allocs: Record<string, { id: string }>; wanted?: unknown };
+      assert.deepEqual([blk.allocs['2']?.id, blk.wanted], ['px', undefined]);
+      assert.deepEqual(await (rkv as EtcdKV).list(`${P}/pools/${POOL}/wanted/`), []);
+      const metrics = await (await fetch(`http://${(await d2.waitForLog((l) => l.msg === 'metrics listening'))['metricsAddress'] as string}/metrics`)).text();
+      assert.deepEqual(metrics.split('\n').filter((l) => l.startsWith('ipwarden_pool_wants_total{')), [`ipwarden_pool_wants_total{pool="${POOL}",event="fulfilled"} 1`]);
+      const done = await leaks();
+      assert.deepEqual([done.status, (JSON.parse(done.stdout) as { podAddresses: unknown }).podAddresses], [0, []]);
+    } finally {
+      await d2.stop();
     }
   });
 });
