@@ -108,7 +108,7 @@ describe('wanted ordinals (memory KV)', () => {
 
   it('the holder released as a leak: X stays unallocatable — an ADD on another node, and the owner\'s own ADDs, get other addresses; pool status counts it as not free', async () => {
     const kv = new MemoryKV();
-    const x = await restored(kv);
+    await restored(kv);
     assert.deepEqual(await leakRelease(kv, 'n2', 'gone'), { released: true, ips: ['10.86.0.16'], revision: '5' });
     const blk = (await json(kv, `${B}/blocks/10.86.0.16-28`)) as { allocs: object; wanted: object };
     assert.deepEqual([blk.allocs, blk.wanted], [{}, { '0': { sandbox: 'sbS', node: 'n1', at: 2_000 } }], 'released, still wanted');
@@ -130,7 +130,6 @@ describe('wanted ordinals (memory KV)', () => {
     assert.deepEqual(await checkLivePods({ kv, ...KEYS, node: 'n1' }, [{ sandbox: 'sbS', ips: ['10.86.0.16'] }], []), [
       { sandbox: 'sbS', ip: '10.86.0.16', state: 'missing', reason: 'no allocation or handle in the pool (free in block 10.86.0.16-28): the node\'s daemon re-reserves it on its next pass' },
     ]);
-    void x;
   });
 
   it('n1\'s next pass re-reserves X for sbS and drops the want and its index key in the same transaction', async () => {
