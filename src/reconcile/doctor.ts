@@ -29,7 +29,7 @@ import {
 } from '../node/proc.ts';
 import { LOCK_FILE_NAME } from '../store/file/file-store.ts';
 import type { ReconcileDeps } from './options.ts';
-import { learnedPoolsDir } from '../pool/index.ts';
+import { learnedPoolsDir, readLearnedPools } from '../pool/index.ts';
 import { poolNetworkFindings } from './doctor-pools.ts';
 import { isStampedInFuture, type PlanEntry } from './plan.ts';
 import type { PoolOverlapReader } from './pool-doctor.ts';
@@ -539,9 +539,11 @@ export async function diagnose(q: DoctorQuery, deps: DoctorDeps): Promise<Doctor
       }
     }
   }
-  // Cluster pools: a node-local range inside a pool's, a pool overlapping another pool of its prefix.
-  // Loaded only when the node names a pool (it brings the etcd client).
-  if (layout.poolNetworks.length > 0) findings.push(...(await (await import('./pool-doctor.ts')).poolFindings(layout, report, deps.poolOverlaps)));
+  // Cluster pools: a node-local range inside a pool's, a pool overlapping another pool of its prefix
+  // — the pools of the CNI configuration and those the daemon learned from requests (Multus).
+  // Loaded only when the node uses a pool (it brings the etcd client).
+  const learned = readLearnedPools(learnedPoolsDir(q.dataDir ?? DEFAULT_DATA_DIR)).pools;
+  if (layout.poolNetworks.length > 0 || learned.length > 0) findings.push(...(await (await import('./pool-doctor.ts')).poolFindings(layout, report, deps.poolOverlaps, learned, q.network)));
   findings.push(...dupes);
   findings.push(...kernelFindings(report));
   // The cluster pools this node serves, and from where (CNI configuration, requests: Multus).

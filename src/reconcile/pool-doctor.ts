@@ -1,6 +1,8 @@
 /**
- * `doctor`'s checks of the cluster pools the node's CNI configuration names (docs/cluster.md
- * "Overlapping pools"; the finding table is in docs/cli.md):
+ * `doctor`'s checks of the cluster pools the node uses — those its CNI configuration names and
+ * those its daemon learned from the requests it served (Multus NetworkAttachmentDefinitions:
+ * the records of src/pool/learned.ts) — (docs/cluster.md "Overlapping pools"; the finding table
+ * is in docs/cli.md):
  *
  * - `pool-overlaps-node-local` (warning): a range of a pool network overlaps a range of a
  *   node-local network (host-local style: no `ipam.pool`) of the same node — the two allocate on
@@ -14,7 +16,7 @@ import { AppError } from '../common/errors.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
 import { rangeSetString, rangesOverlap } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
-import { etcdFor, prefixOverlaps, rangeText, type PoolOverlap } from '../pool/index.ts';
+import { etcdFor, prefixOverlaps, rangeText, type LearnedPool, type PoolOverlap } from '../pool/index.ts';
 import type { Layout, StatusReport } from './status.ts';
 
 /** One finding of these checks (the shape of doctor's `Finding`). */
@@ -43,22 +45,42 @@ export const readPoolOverlaps: PoolOverlapReader = async (pool) => {
   }
 };
 
+/** One pool network the checks look at: where it is configured (a CNI configuration file, or a learned record's file), its name, ranges and pool. */
+interface PoolSource {
+  readonly file: string;
+  readonly name: string;
+  readonly rangeSets: readonly RangeSet[];
+  readonly pool: PoolConfig;
+}
+
 /**
  * The findings (see the module comment). Pool networks are those of `layout.poolNetworks` (the
- * configurations with `ipam.pool`, `--network` applied); node-local ones are `report.networks` with a configuration. One etcd read
- * per pool (pools named by several networks are asked once), in configuration order.
+ * configurations with `ipam.pool`, `--network` applied), then the `learned` records (`network`:
+ * only that network's) of a pool no configuration of the same network names (a NetworkAttachmentDefinition's:
+ * its record file is named as the source); node-local ones are `report.networks` with a configuration. One etcd read
+ * per pool (pools named by several networks are asked once), in configuration order, then the records'.
  */
-export async function poolFindings(layout: Layout, report: StatusReport, read: PoolOverlapReader = readPoolOverlaps): Promise<PoolFinding[]> {
+export async function poolFindings(layout: Layout, report: StatusReport, read: PoolOverlapReader = readPoolOverlaps, learned: readonly LearnedPool[] = [], network?: string): Promise<PoolFinding[]> {
   const out: PoolFinding[] = [];
   const named = new Set(layout.poolNetworks.map((p) => p.file));
-  const pools = layout.configs.filter((c) => named.has(c.file) && c.name !== null && c.ipam?.pool != null);
+  const key = (p: PoolConfig, net: string): string => JSON.stringify([p.etcd.endpoints, p.etcd.prefix, p.name, net]);
+  const pools: PoolSource[] = [];
+  for (const c of layout.configs) {
+    if (!named.has(c.file) || c.name === null || c.ipam?.pool == null) continue;
+    pools.push({ file: c.file, name: c.name, rangeSets: c.ipam.rangeSets, pool: c.ipam.pool });
+  }
+  const seen = new Set(pools.map((c) => key(c.pool, c.name)));
+  for (const l of learned) {
+    if ((network !== undefined && l.conf.name !== network) || seen.has(key(l.conf.pool, l.conf.name))) continue;
+    seen.add(key(l.conf.pool, l.conf.name));
+    pools.push({ file: l.file, name: l.conf.name, rangeSets: l.conf.rangeSets, pool: l.conf.pool });
+  }
   for (const c of pools) {
-    const ipam = c.ipam as NonNullable<typeof c.ipam>;
-    const pool = ipam.pool as PoolConfig;
+    const pool = c.pool;
     for (const n of report.networks) {
       if (n.config === null) continue;
       const pairs: string[] = [];
-      ipam.rangeSets.forEach((ps: RangeSet, i: number) => {
+      c.rangeSets.forEach((ps: RangeSet, i: number) => {
         for (const s of n.rangeSets) {
           for (const a of ps) for (const b of s.rangeSet) if (rangesOverlap(a, b)) pairs.push(`${c.name} range set ${i} (${rangeText(a)}) overlaps ${n.name} range set ${s.index} (${rangeText(b)})`);
         }
@@ -75,7 +97,7 @@ export async function poolFindings(layout: Layout, report: StatusReport, read: P
   }
   const asked = new Set<string>();
   for (const c of pools) {
-    const pool = (c.ipam as NonNullable<typeof c.ipam>).pool as PoolConfig;
+    const pool = c.pool;
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name]);
     if (asked.has(key)) continue;
     asked.add(key);

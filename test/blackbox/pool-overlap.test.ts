@@ -18,7 +18,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { AppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { add as poolAdd } from '../../src/pool/index.ts';
+import { add as poolAdd, LearnedPools, learnedName, learnedPoolsDir } from '../../src/pool/index.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { installedPlugin, ROOT, runCni, runCniAsync, standalonePlugin, tempDir, type Outcome } from '../helpers/cni.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
@@ -68,16 +68,24 @@ function poolStatus(p: string, pool: string): Record<string, unknown> {
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(r.stdout) as Record<string, unknown>;
 }
-/** `doctor --json` over a configuration directory of `configs` (file name → JSON); the findings with the given ids. */
-function doctor(configs: Record<string, object>, ids: readonly string[]): { status: number | null; findings: Array<Record<string, string>> } {
+/**
+ * `doctor --json` over a configuration directory of `configs` (file name → JSON) and a data
+ * directory where the daemon recorded the pool networks of `learned` (request configs, written by
+ * the daemon's own writer: a Multus pool known only from requests); the findings with the given
+ * ids, the configuration directory written `DIR` and the data directory `DATA`.
+ */
+function doctor(configs: Record<string, object>, ids: readonly string[], learned: readonly object[] = []): { status: number | null; findings: Array<Record<string, string>> } {
   const t = tempDir('ipwarden-ov-doctor-');
   try {
     const confDir = join(t.dir, 'net.d');
+    const dataDir = join(t.dir, 'data');
     mkdirSync(confDir);
     for (const [f, c] of Object.entries(configs)) writeFileSync(join(confDir, f), JSON.stringify(c));
-    const r = cli('doctor', '--json', '--cni-conf-dir', confDir, '--data-dir', join(t.dir, 'data'), '--runtime-endpoint', '/nonexistent/ov-cri.sock');
+    const records = new LearnedPools(learnedPoolsDir(dataDir));
+    for (const c of learned) assert.equal(records.learn(loadIPAMConfig(JSON.stringify(c), undefined) as Parameters<LearnedPools['learn']>[0], JSON.stringify(c)), 'new');
+    const r = cli('doctor', '--json', '--cni-conf-dir', confDir, '--data-dir', dataDir, '--runtime-endpoint', '/nonexistent/ov-cri.sock');
     const doc = JSON.parse(r.stdout) as { findings: Array<Record<string, string>> };
-    const dir = (x: Record<string, string>) => Object.fromEntries(Object.entries(x).map(([k, v]) => [k, v.replaceAll(confDir, 'DIR')]));
+    const dir = (x: Record<string, string>) => Object.fromEntries(Object.entries(x).map(([k, v]) => [k, v.replaceAll(confDir, 'DIR').replaceAll(dataDir, 'DATA')]));
     return { status: r.status, findings: doc.findings.filter((f) => ids.includes(f['id'] as string)).map(dir) };
   } finally {
     t.cleanup();
@@ -230,6 +238,35 @@ describe('overlapping pools on a real etcd', { skip }, () => {
         title: 'node-local network local overlaps pool np (network pooled)',
         evidence: `pooled range set 0 (${R('10.237.4.0/24', '10.237.4.1', '10.237.4.254')}) overlaps local range set 0 (${R('10.237.4.128/25', '10.237.4.129', '10.237.4.254')}) (DIR/10-pool.conf, DIR/20-local.conf); pool np hands its addresses out cluster-wide and local hands out 10.237.4.129-10.237.4.254 on this node on its own, so both can hand out the same address`,
         fix: 'give local a subnet outside pool np: change ipam.ranges in DIR/20-local.conf',
+      },
+    ]);
+  });
+
+  it('doctor: a pool known only from requests (the daemon\'s record of a NetworkAttachmentDefinition) that overlaps another pool and a node-local range', async () => {
+    const p = prefix();
+    const meta = (subnet: string, start: string, end: string, gw: string) => JSON.stringify({ v: 1, rangeSets: [[{ subnet, rangeStart: start, rangeEnd: end, gateway: gw }]], blockSize: 28, blockSize6: 122 });
+    const put = (key: string, value: string) => (kv as EtcdKV).txn([], [{ put: `${p}/pools/${key}`, value }]);
+    await put('a/meta', meta('10.237.6.0/24', '10.237.6.1', '10.237.6.254', '10.237.6.1'));
+    await put('m/meta', meta('10.237.6.0/25', '10.237.6.1', '10.237.6.126', '10.237.6.1'));
+    const nad = { ...conf(p, 'm', '10.237.6.0/25', { network: 'multus-m' }), type: 'macvlan', master: 'eth0' };
+    const record = `DATA/.ipwarden-pool-networks/${learnedName((loadIPAMConfig(JSON.stringify(nad), undefined) as { pool: Parameters<typeof learnedName>[0] }).pool, 'multus-m')}`;
+    const d = doctor({ '20-local.conf': { cniVersion: '1.0.0', name: 'local', type: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.237.6.64/26' }]] } } }, ['pool-overlaps-node-local', 'pool-overlap', 'pool-unreachable'], [nad]);
+    const rm = R('10.237.6.0/25', '10.237.6.1', '10.237.6.126');
+    assert.equal(d.status, 1);
+    assert.deepEqual(d.findings, [
+      {
+        id: 'pool-overlap',
+        severity: 'error',
+        title: 'pool m overlaps pool a, created before it: its ADDs are refused',
+        evidence: `${rm} of pool m overlaps ${R('10.237.6.0/24', '10.237.6.1', '10.237.6.254')} of pool a (etcd prefix ${p}; ${record} names pool m); two pools over one address can hand it out twice`,
+        fix: 'give pool m ranges of its own (a new pool name with disjoint ranges in the networks that name it); its addresses in use are released by their pods\' DELs — see docs/cluster.md "Overlapping pools"',
+      },
+      {
+        id: 'pool-overlaps-node-local',
+        severity: 'warning',
+        title: 'node-local network local overlaps pool m (network multus-m)',
+        evidence: `multus-m range set 0 (${rm}) overlaps local range set 0 (${R('10.237.6.64/26', '10.237.6.65', '10.237.6.126')}) (${record}, DIR/20-local.conf); pool m hands its addresses out cluster-wide and local hands out 10.237.6.65-10.237.6.126 on this node on its own, so both can hand out the same address`,
+        fix: 'give local a subnet outside pool m: change ipam.ranges in DIR/20-local.conf',
       },
     ]);
   });

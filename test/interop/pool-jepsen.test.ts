@@ -86,8 +86,15 @@ const CYCLES = Number(process.env['JEPSEN_CYCLES'] ?? 6);
 const OP_TIMEOUT_MS = 20_000;
 /** Per-operation bound of a burst's ops (a burst waits for all of them before its fault heals). */
 const BURST_TIMEOUT_MS = 6_000;
-/** Overall bound of one run (churn + faults + cleanup). */
-const RUN_DEADLINE_MS = 360_000;
+/** Overall bound of one run (churn + faults + cleanup): a guard against a hang, not a measure (a loaded machine: up to 280 s for the daemons run with its 40 s automatic removal). */
+const RUN_DEADLINE_MS = 600_000;
+/**
+ * `ipam.pool.reclaimAfter` of the reclaiming daemons in the daemon run (fault 11). Short on
+ * purpose: the safety of the automatic removal does not depend on it (docs/cluster.md
+ * "Reclaiming dead nodes automatically"); a node is marked once its heartbeat lease (30 s) has
+ * expired and a reclaimer's scan (every 10 s) has seen it absent this long.
+ */
+const RECLAIM_AFTER = '2s';
 
 /** What one invocation answered. */
 interface Answer {
@@ -104,6 +111,13 @@ interface SimNode {
   readonly clockFile: string;
   /** One invocation; past `timeoutMs` (default OP_TIMEOUT_MS) it is killed and the outcome is `unknown`. */
   run(kind: 'ADD' | 'DEL', containerId: string, ifname: string, timeoutMs?: number): Promise<Answer>;
+  /**
+   * One invocation with the config of another pool in the same etcd prefix whose range overlaps
+   * this run's pool (docs/cluster.md "Overlapping pools"): its ADD must be refused, code 7.
+   */
+  runOverlapping?(kind: 'ADD' | 'DEL', containerId: string): Promise<Answer>;
+  /** This node's daemon reclaims dead nodes (`ipam.pool.reclaimAfter` in its CNI configuration directory). */
+  readonly reclaims?: boolean;
   close(): Promise<void>;
 }
 
@@ -131,6 +145,12 @@ interface Subject {
    * against etcd.
    */
   removeNode?(node: string, finish: boolean): Promise<RemoveNodeAnswer>;
+  /** SIGSTOP a node's agent; resolves with the function that SIGCONTs it (daemons only). */
+  pause?(node: string): Promise<() => void>;
+  /** The removal marker `removing/<node>` as stored (its JSON), or null when there is none. */
+  marker?(node: string): Promise<string | null>;
+  /** The states of the blocks `node` holds (`owned`, `pendingRelease`), sorted. */
+  blockStates?(node: string): Promise<string[]>;
   close(): Promise<void>;
 }
 
@@ -539,7 +559,7 @@ function daemonPoolSubject(
   cluster: EtcdCluster,
   n: PoolNames,
   dir: string,
-  opts: { offline?: { reserve: number; seconds: number } } = {},
+  opts: { offline?: { reserve: number; seconds: number }; reclaimers?: readonly string[]; overlapping?: { pool: string; subnet: string } } = {},
 ): Subject & { handles(): Promise<string[]>; crash(name: string): Promise<() => Promise<void>>; dataDirOf(name: string): string; journalOf(name: string): string } {
   const direct = new EtcdKV({ endpoints: cluster.endpoints, callTimeoutMs: 3000 });
   const daemons = new Map<string, { d: TestDaemon; env: Record<string, string>; socket: string }>();
@@ -556,6 +576,7 @@ function daemonPoolSubject(
       pool: { name: n.pool, etcd: { endpoints, prefix: n.prefix }, blockSize: n.blockSize, ...(opts.offline ? { offline: opts.offline } : {}) },
     },
   });
+  const poolBase = `${n.prefix}/pools/${n.pool}/`;
   return {
     name: opts.offline ? 'ipwarden pool (daemons with ipam.pool.offline)' : 'ipwarden pool (daemons + shim)',
     dataDirOf,
@@ -566,6 +587,14 @@ function daemonPoolSubject(
       const binDir = join(nodeDir, 'bin');
       const socket = join(nodeDir, 'run', 'plugin.sock');
       mkdirSync(binDir, { recursive: true, mode: 0o700 });
+      const reclaims = opts.reclaimers?.includes(name) === true;
+      if (reclaims) {
+        // reclaimAfter switches on only from the node's CNI configuration directory (never from
+        // a request's config): these daemons read the pool's config there, with reclaimAfter.
+        const c0 = conf(proxies.endpoints, name);
+        mkdirSync(join(nodeDir, 'net.d'), { recursive: true, mode: 0o700 });
+        writeFileSync(join(nodeDir, 'net.d', '10-jepsen.conf'), JSON.stringify({ ...c0, ipam: { ...c0.ipam, pool: { ...c0.ipam.pool, reclaimAfter: RECLAIM_AFTER } } }));
+      }
       execFileSync(process.execPath, [join(ROOT, 'dist/ipwarden.cjs'), 'install-cni', '--dest', binDir, '--socket', socket], { stdio: 'pipe' });
       const env = { NODE_NAME: name, ...clockEnv(clockFile) };
       // No CNI configuration names the pool network: the daemon learns the pool from the first ADD
@@ -578,15 +607,36 @@ function daemonPoolSubject(
       const d = await startTestDaemon({ socket, env, logLevel: 'info', dataDir: join(nodeDir, 'd-data'), cniConfDir: join(nodeDir, 'net.d'), args: ['--pool-journal-dir', join(nodeDir, 'journal'), '--grace', '24h'] });
       daemons.set(name, { d, env, socket });
       const stdin = JSON.stringify(c);
+      const ov = opts.overlapping;
+      const overlapStdin = ov === undefined ? '' : JSON.stringify({ ...c, ipam: { ...c.ipam, ranges: [[{ subnet: ov.subnet }]], pool: { ...c.ipam.pool, name: ov.pool } } });
       return {
         name,
         proxies,
         clockFile,
+        reclaims,
         run: (kind, containerId, ifname, timeoutMs) => execPlugin(join(binDir, 'ipwarden'), kind, containerId, ifname, stdin, env, timeoutMs),
+        ...(ov === undefined ? {} : { runOverlapping: (kind: 'ADD' | 'DEL', containerId: string) => execPlugin(join(binDir, 'ipwarden'), kind, containerId, 'net1', overlapStdin, env) }),
         async close() {
           await daemons.get(name)?.d.stop();
         },
       };
+    },
+    async pause(name) {
+      const x = daemons.get(name);
+      if (x === undefined) throw new Error(`no daemon for ${name}`);
+      process.kill(x.d.pid, 'SIGSTOP');
+      return () => process.kill(x.d.pid, 'SIGCONT');
+    },
+    async marker(node) {
+      return (await direct.get(`${poolBase}removing/${node}`))?.value ?? null;
+    },
+    async blockStates(node) {
+      const states: string[] = [];
+      for (const e of await direct.list(`${poolBase}blocks/`)) {
+        const v = JSON.parse(e.value) as { node: string; state: string };
+        if (v.node === node) states.push(v.state);
+      }
+      return states.sort();
     },
     async crash(name) {
       const x = daemons.get(name);
@@ -639,6 +689,10 @@ interface RunReport {
   stats: CheckStats;
   /** `pool remove-node --finish` answers (fault 10), when the subject has it. */
   finishReports: RemoveNodeAnswer[];
+  /** The overlapping pool's ADD and DEL at each checkpoint, when the subject has one. */
+  overlapAnswers: { add: Answer; del: Answer }[];
+  /** Fault 11: the node whose automatic removal was begun, by whom, and its blocks' states after its veto. */
+  reclaimed: { node: string; by: string; states?: string[]; kept?: number; held?: number }[];
   log: string[];
 }
 
@@ -683,6 +737,8 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
   let churnDone = false;
   const leaders: number[] = [];
   const finishReports: RemoveNodeAnswer[] = [];
+  const overlapAnswers: { add: Answer; del: Answer }[] = [];
+  const reclaimed: { node: string; by: string; states?: string[]; kept?: number; held?: number }[] = [];
   const windows: FaultWindow[] = [];
   let ticking = true;
   let ticker: Promise<void> = Promise.resolve();
@@ -751,6 +807,13 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         await sleep(20);
       }
     };
+    /** Poll `cond` every 200 ms until it holds (bounded by the run's deadline). */
+    const untilAsync = async (what: string, cond: () => Promise<boolean>): Promise<void> => {
+      while (!(await cond().catch(() => false))) {
+        if (Date.now() > deadline) throw new Error(`run deadline passed waiting for ${what}`);
+        await sleep(200);
+      }
+    };
     /** Poll `cond` every 20 ms until it holds (bounded by the run's deadline). */
     const until = async (what: string, cond: () => boolean): Promise<void> => {
       while (!cond()) {
@@ -758,7 +821,26 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         await sleep(20);
       }
     };
+    let overlapNo = 0;
     const checkpoint = async (what: string): Promise<void> => {
+      // An ADD of the overlapping pool on a node the fault spared (node 0): refused, never an address.
+      const probe = nodes[0];
+      if (probe?.runOverlapping !== undefined) {
+        const cid = `jo-${overlapNo++}`;
+        // etcd may still be electing after a heal, or the loaded machine slow to answer: an
+        // unavailable answer (code 11) is asked again, until the run's deadline.
+        let a = await probe.runOverlapping('ADD', cid);
+        while (a.outcome === 'error' && a.error?.code === 11 && Date.now() < deadline) {
+          await sleep(500);
+          a = await probe.runOverlapping('ADD', cid);
+        }
+        let d = await probe.runOverlapping('DEL', cid);
+        while (d.outcome !== 'ok' && Date.now() < deadline) {
+          await sleep(500);
+          d = await probe.runOverlapping('DEL', cid);
+        }
+        overlapAnswers.push({ add: a, del: d });
+      }
       for (let t = 0; ; t++) {
         try {
           const cp = await rec.checkpoint(() => subject.readState());
@@ -993,6 +1075,58 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         delBurst(held);
         await checkpoint('remove-node of a partitioned node that returned');
       }
+      // 11. reclaimAfter with a node that returns within the veto window: stop a node's daemon
+      //     (SIGSTOP: no beat, its heartbeat lease expires after 30 s) while its etcd traffic is
+      //     dropped; a reclaiming daemon's scan sees it absent for reclaimAfter and begins the
+      //     automatic removal (the marker names it in `by`); then the node returns, and its
+      //     daemon's first beat vetoes: the marker is deleted, its blocks are `owned` again, and
+      //     nothing of it is released (the checker explains every release by a DEL).
+      const reclaimers = nodes.filter((x) => x.reclaims === true).map((x) => x.name);
+      if (subject.pause !== undefined && subject.marker !== undefined && subject.blockStates !== undefined && reclaimers.length > 0) {
+        const marker = subject.marker;
+        const blockStates = subject.blockStates;
+        // A node that owns a block (the pool has fewer blocks than nodes: some only borrow), not
+        // one of the earlier faults' nodes and not a reclaimer; it holds an address while it is
+        // stopped (its block is not given back empty meanwhile).
+        let paused: SimNode | undefined;
+        let held: Op[] = [];
+        for (const c of nodes.slice(7).filter((x) => x.reclaims !== true)) {
+          if (!(await blockStates(c.name)).includes('owned')) continue;
+          held = [];
+          for (let t = 0; t < 5 && !held.some((x) => x.outcome === 'ok'); t++) held = held.concat(await burst([c], 1).sent);
+          if ((await blockStates(c.name)).includes('owned') && held.some((x) => x.outcome === 'ok')) {
+            paused = c;
+            break;
+          }
+          delBurst(held);
+        }
+        assert.ok(paused !== undefined, 'a node that owns a block and holds an address, to stop');
+        const heldOk = held.filter((x) => x.outcome === 'ok');
+        const f = openWindow(`SIGSTOP the daemon of ${paused.name} + drop: reclaimAfter begins its removal, it returns and vetoes`, [paused], true);
+        paused.proxies.setMode({ kind: 'drop' });
+        const resume = await subject.pause(paused.name);
+        const b = burst([paused], 2, subject.burstKillMs);
+        let m: string | null = null;
+        await untilAsync(`the automatic removal marker of ${paused.name}`, async () => (m = await marker(paused.name)) !== null);
+        say(`automatic removal begun: ${m}`);
+        const by = (JSON.parse(m ?? '{}') as { by?: unknown }).by;
+        assert.ok(typeof by === 'string' && reclaimers.includes(by), `the marker of ${paused.name} names a reclaiming daemon (${reclaimers.join(', ')}): ${m}`);
+        reclaimed.push({ node: paused.name, by });
+        const ops = await b.sent;
+        paused.proxies.setMode({ kind: 'pass' });
+        resume();
+        f.close(ops);
+        delBurst(ops);
+        await untilAsync(`${paused.name}'s veto (its marker deleted)`, async () => (await marker(paused.name)) === null);
+        const states = await blockStates(paused.name);
+        // The address it held while stopped is still its container's: the removal released nothing.
+        const after = (await subject.readState()).allocations;
+        const kept = heldOk.filter((x) => after.some((a) => a.containerId === x.containerId && x.ips?.includes(a.ip) === true)).length;
+        say(`${paused.name} vetoed; its blocks: ${states.join(', ')}; held addresses kept: ${kept} of ${heldOk.length}`);
+        reclaimed[reclaimed.length - 1] = { node: paused.name, by, states, kept, held: heldOk.length };
+        delBurst(held);
+        await checkpoint('an automatic removal vetoed by the returning node');
+      }
     })().finally(() => {
       faultsDone = true;
     });
@@ -1019,7 +1153,9 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         await sleep(200);
       }
     }
-    for (const n of nodes) await n.close();
+    // The reclaiming daemons stop first: a stopped daemon's heartbeat is gone, and a reclaimer
+    // still running would begin its removal.
+    for (const n of [...nodes].sort((a, b) => Number(b.reclaims === true) - Number(a.reclaims === true))) await n.close();
     nodes.length = 0;
     ticking = false;
     await ticker;
@@ -1045,6 +1181,8 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
       storeHistory: h.storeEvents !== undefined,
       stats,
       finishReports,
+      overlapAnswers,
+      reclaimed,
       log,
     };
     const dump = process.env['JEPSEN_DUMP'];
@@ -1325,11 +1463,33 @@ describe('Jepsen-style fault runs on a 3-member etcd', { skip, timeout: 3 * RUN_
     cluster ??= await startEtcdCluster({ members: 3 });
     const dir = mkdtempSync(join(tmpdir(), 'ipwarden-jepsen-daemons-'));
     const names: PoolNames = { prefix: `/ipwarden-jepsen-d-${process.pid}`, pool: 'jepsen', subnet: '10.86.8.0/22', blockSize: 26 };
-    const subject = daemonPoolSubject(cluster, names, dir);
+    // Two nodes' daemons reclaim dead nodes (fault 11); a second pool in the same prefix overlaps
+    // this one (a /24 inside its /22): its ADD at every checkpoint is refused.
+    const overlapping = { pool: 'jepsen-overlap', subnet: '10.86.9.0/24' };
+    const subject = daemonPoolSubject(cluster, names, dir, { reclaimers: ['jepsen-node-08', 'jepsen-node-09'], overlapping });
     const o = { nodes: NODES, lanes: LANES, cycles: CYCLES };
     try {
-      assertClean(subject.name, await jepsenRun(cluster, subject, o), o);
+      const run = await jepsenRun(cluster, subject, o);
+      assertClean(subject.name, run, o);
       assert.deepEqual(await subject.handles(), [], 'handles (other than tombstones) left after every DEL');
+      // Fault 11: one automatic removal begun (by a reclaiming daemon, checked in the run), vetoed:
+      // the node's blocks all `owned` again; that nothing of it was released is the checker's.
+      const r = run.report.reclaimed;
+      assert.equal(r.length, 1, `automatic removals begun: ${JSON.stringify(r)}`);
+      assert.ok((r[0]?.states ?? []).length >= 1 && (r[0]?.states ?? []).every((x) => x === 'owned'), `the returning node's blocks after its veto: ${JSON.stringify(r[0])}`);
+      assert.equal(r[0]?.kept, r[0]?.held, `the returning node's held address kept: ${JSON.stringify(r[0])}`);
+      assert.equal(r[0]?.held, 1, `the returning node held one address: ${JSON.stringify(r[0])}`);
+      // The overlapping pool: refused with code 7 naming both pools at every checkpoint, never an address.
+      const ov = run.report.overlapAnswers;
+      assert.ok(ov.length >= run.report.checkpoints - 1, `overlapping-pool probes: ${ov.length}`);
+      for (const x of ov) {
+        assert.deepEqual(
+          { outcome: x.add.outcome, code: x.add.error?.code, names: /^pool jepsen-overlap is not created: its ranges overlap pool jepsen in etcd prefix .* of pool jepsen-overlap overlaps 10\.86\.8\.0\/22 .* of pool jepsen\)/.test(x.add.error?.msg ?? '') },
+          { outcome: 'error', code: 7, names: true },
+          `the overlapping pool's ADD: ${JSON.stringify(x.add)}`,
+        );
+        assert.equal(x.del.outcome, 'ok', `the overlapping pool's DEL: ${JSON.stringify(x.del)}`);
+      }
     } finally {
       await subject.close();
       rmSync(dir, { recursive: true, force: true });
