@@ -34,6 +34,7 @@ import {
   type AutoReclaimReport,
   BlockCache,
   bootClock,
+  coarseBootClock,
   ContactKV,
   heartbeatValue,
   decodeJournalEntry,
@@ -953,7 +954,7 @@ export class PoolSessions implements PoolHooks {
     let kv = this.#kvs.get(key);
     if (kv === undefined) {
       // Wrapped so the node's confirmed contacts are known (offline allocation); it writes nothing more.
-      kv = new ContactKV(this.#make(pool), this.#clock);
+      kv = new ContactKV(this.#make(pool), this.#clock, this.#opts.clock ?? coarseBootClock);
       this.#kvs.set(key, kv);
     }
     return kv;
