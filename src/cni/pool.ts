@@ -263,6 +263,10 @@ class Batcher {
     this.#running = true;
     try {
       while (this.#queue.length > 0) {
+        // One turn of the event loop before a round is taken: the requests that the last round's
+        // answers (or the same I/O events) set off join it instead of waiting a whole round
+        // behind a round of one (under load the rounds otherwise alternated 1 and n-1 requests).
+        await new Promise<void>((r) => setImmediate(r));
         // A waiter whose client has gone (its signal aborted) is not sent: nobody would get its answer.
         for (let i = this.#queue.length - 1; i >= 0; i--) {
           const w = this.#queue[i] as Queued;
