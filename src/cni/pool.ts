@@ -180,11 +180,13 @@ function isDel(w: Queued): w is DelWaiter {
 }
 
 /**
- * The ADDs and DELs of one node for one network config, batched: the first request is sent at
- * once; requests that arrive while a transaction is in flight wait and go together in the next
- * one (at most `MAX_BATCH`, ADDs and DELs together: {@link PoolAllocator.batch}), so under load a
- * node sends one transaction per round for many pods — every block it changes written once — (the
- * batching Calico proposed, projectcalico/cni-plugin#985) and when idle it adds no delay. A round
+ * The ADDs and DELs of one node for one network config, batched: a round is taken one turn of
+ * the event loop (`setImmediate`) after the first request, so the requests set off by the same
+ * I/O events or by the last round's answers go together; requests that arrive while a
+ * transaction is in flight wait and go together in the next one (at most `MAX_BATCH`, ADDs and
+ * DELs together: {@link PoolAllocator.batch}), so under load a node sends one transaction per
+ * round for many pods — every block it changes written once — (the batching Calico proposed,
+ * projectcalico/cni-plugin#985) and when idle it adds no timer, only that turn. A round
  * is taken from the queue in order and stops before a second request of one attachment (an ADD
  * queued after that container's DEL goes in the next round). A batch that fails as a whole (a
  * corrupt handle of one request, a conflict) is retried one request at a time, so one bad

@@ -218,11 +218,12 @@ export class PoolAllocator {
   #metaChecked = false;
   /**
    * This node's blocks as this allocator last read or wrote them (values and revisions), or null.
-   * An ADD first tries a transaction built on it, reading only the handles (in parallel); any
-   * compare that fails — a stale block, a handle created meanwhile, a removal begun — drops it and
+   * An ADD first tries a transaction built on it, reading only the handles it cannot do without
+   * (with the cached handles, {@link BlockCache}: none in the common case); any compare that
+   * fails — a stale block, a handle created or changed meanwhile, a removal begun — drops it and
    * the attempt is redone from fresh reads, and so is a full range set seen in it. Correctness is
-   * the compares'; the cache only saves round trips (the daemon's long-lived allocators: one read
-   * round trip and one transaction per batch in the common case).
+   * the compares'; the cache only saves round trips (the daemon's long-lived allocators: one
+   * transaction and no read per batch in the common case).
    */
   readonly #shared: BlockCache;
   get #cache(): Map<string, CachedBlock> | null {
@@ -510,8 +511,10 @@ export class PoolAllocator {
    * ADDs and DELs of this node together, in one transaction per attempt (the daemon's batcher,
    * docs/cluster.md "The daemon"): every block the round changes is written once, with the
    * allocations of `adds` made and those of `dels` released, each handle put or deleted, under the
-   * compares of {@link add} and {@link del} together; every handle of the round is read in one
-   * round trip (`getMany`). The ADDs are decided first, then the DELs, so an ADD never gets an
+   * compares of {@link add} and {@link del} together; the handles of the round are read in one
+   * round trip (`getMany`) — on the first attempt with the cache only those it cannot do without:
+   * an ADD's handle this process has not written is taken as absent, a DEL's handle this process
+   * wrote is taken from {@link BlockCache.handles}, each compared at the commit. The ADDs are decided first, then the DELs, so an ADD never gets an
    * address a DEL of the same round frees. Each DEL has {@link del}'s meaning: idempotent (no
    * handle: a tombstone is put, in the same transaction; all tombstones of one attempt share one
    * lease), the handle's sequence numbers and owner checked, an emptied own block given back unless
