@@ -774,7 +774,8 @@ export class PoolAllocator {
           tx.expect(hk, tomb ?? null);
           const hvText = encodeHandle(hv);
           tx.put(hk, hvText);
-          written.set(hk, hvText);
+          // Cached as created by this commit (over a tombstone: not cached, its DEL reads it).
+          if (tomb === undefined) written.set(hk, hvText);
           anyHandle = true;
         }
       }
