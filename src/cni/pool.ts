@@ -34,6 +34,7 @@ import {
   type AutoReclaimReport,
   BlockCache,
   bootClock,
+  coarseBootClock,
   ContactKV,
   heartbeatValue,
   decodeJournalEntry,
@@ -179,11 +180,13 @@ function isDel(w: Queued): w is DelWaiter {
 }
 
 /**
- * The ADDs and DELs of one node for one network config, batched: the first request is sent at
- * once; requests that arrive while a transaction is in flight wait and go together in the next
- * one (at most `MAX_BATCH`, ADDs and DELs together: {@link PoolAllocator.batch}), so under load a
- * node sends one transaction per round for many pods — every block it changes written once — (the
- * batching Calico proposed, projectcalico/cni-plugin#985) and when idle it adds no delay. A round
+ * The ADDs and DELs of one node for one network config, batched: a round is taken one turn of
+ * the event loop (`setImmediate`) after the first request, so the requests set off by the same
+ * I/O events or by the last round's answers go together; requests that arrive while a
+ * transaction is in flight wait and go together in the next one (at most `MAX_BATCH`, ADDs and
+ * DELs together: {@link PoolAllocator.batch}), so under load a node sends one transaction per
+ * round for many pods — every block it changes written once — (the batching Calico proposed,
+ * projectcalico/cni-plugin#985) and when idle it adds no timer, only that turn. A round
  * is taken from the queue in order and stops before a second request of one attachment (an ADD
  * queued after that container's DEL goes in the next round). A batch that fails as a whole (a
  * corrupt handle of one request, a conflict) is retried one request at a time, so one bad
@@ -262,6 +265,10 @@ class Batcher {
     this.#running = true;
     try {
       while (this.#queue.length > 0) {
+        // One turn of the event loop before a round is taken: the requests that the last round's
+        // answers (or the same I/O events) set off join it instead of waiting a whole round
+        // behind a round of one (under load the rounds otherwise alternated 1 and n-1 requests).
+        await new Promise<void>((r) => setImmediate(r));
         // A waiter whose client has gone (its signal aborted) is not sent: nobody would get its answer.
         for (let i = this.#queue.length - 1; i >= 0; i--) {
           const w = this.#queue[i] as Queued;
@@ -953,7 +960,7 @@ export class PoolSessions implements PoolHooks {
     let kv = this.#kvs.get(key);
     if (kv === undefined) {
       // Wrapped so the node's confirmed contacts are known (offline allocation); it writes nothing more.
-      kv = new ContactKV(this.#make(pool), this.#clock);
+      kv = new ContactKV(this.#make(pool), this.#clock, this.#opts.clock ?? coarseBootClock);
       this.#kvs.set(key, kv);
     }
     return kv;
