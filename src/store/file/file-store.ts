@@ -786,6 +786,9 @@ function ioError(what: string, e: unknown): AppError {
   return new AppError('STORE_IO', `${what}: ${describe(e)}`, { cause: e });
 }
 
+/** This process's uid (fixed for its life: nothing here calls setuid), undefined where there is none. */
+const OWN_UID = process.getuid?.();
+
 /**
  * Overwrite the regular file `path` with `text` in place (see `FileStore.#writeLastReservedIP`):
  * true when done; false, having changed nothing, when it is missing, not a regular file with one
@@ -802,7 +805,7 @@ function writeInPlace(path: string, text: string): boolean {
   }
   try {
     const st = fstatSync(fd);
-    if (!st.isFile() || st.nlink !== 1 || (st.mode & 0o7777) !== LAST_RESERVED_IP_FILE_MODE || st.uid !== (process.getuid?.() ?? st.uid)) return false;
+    if (!st.isFile() || st.nlink !== 1 || (st.mode & 0o7777) !== LAST_RESERVED_IP_FILE_MODE || st.uid !== (OWN_UID ?? st.uid)) return false;
     const data = textToBytes(text);
     if (writeSync(fd, data, 0, data.length, 0) !== data.length) return false;
     if (st.size > data.length) ftruncateSync(fd, data.length);
