@@ -168,7 +168,7 @@ export interface PluginServerOptions {
    */
   readonly socketLock?: SocketLock;
   /**
-   * Cluster pools (issue 11): ADD/DEL/CHECK of networks with `ipam.pool` (src/cni/pool.ts
+   * Cluster pools (issue 11): ADD/DEL/CHECK of networks with `ipam.pool` (src/daemon/pool-sessions.ts
    * `PoolSessions`: one etcd client per pool, the node's concurrent ADDs batched). Without it such
    * a request fails with `INTERNAL`.
    */

@@ -1,7 +1,7 @@
 /**
  * Offline allocation in the daemon (issue 11 "A partitioned node keeps allocating from the blocks
  * it owns, and never from others'"; docs/cluster.md "Offline allocation"): the edge part of
- * `PoolSessions` (src/cni/pool.ts) — the clock, the journal files and the etcd calls. The rules
+ * `PoolSessions` (src/daemon/pool-sessions.ts) — the clock, the journal files and the etcd calls. The rules
  * are in src/pool/offline.ts (pure) and the transactions in src/pool/allocator.ts
  * (`refillReserve`, `syncJournalEntry`).
  *

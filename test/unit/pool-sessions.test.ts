@@ -1,5 +1,5 @@
 /**
- * The daemon's pool front (src/cni/pool.ts `PoolSessions`) on a real etcd (test/helpers/etcd-cluster.ts):
+ * The daemon's pool front (src/daemon/pool-sessions.ts `PoolSessions`) on a real etcd (test/helpers/etcd-cluster.ts):
  * concurrent ADDs of one node go out in few transactions (batched), every address once; the etcd
  * write count per allocation is what docs/cluster.md states; the first ADD is sent alone (no added
  * delay). Also `resolveNodeName`'s order and errors. With CI=true a missing /usr/bin/etcd fails.
@@ -13,7 +13,8 @@ import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/pool/allocator.ts';
 import { PoolRemoval } from '../../src/pool/removal.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { Heartbeat, HEARTBEAT_RETRY_MS, HEARTBEAT_TTL_SECONDS, PoolSessions } from '../../src/cni/pool.ts';
+import { Heartbeat, HEARTBEAT_RETRY_MS, HEARTBEAT_TTL_SECONDS } from '../../src/daemon/heartbeat.ts';
+import { PoolSessions } from '../../src/daemon/pool-sessions.ts';
 import { backoffMs } from '../../src/pool/session.ts';
 import { resolveNodeName } from '../../src/node/node-name.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
