@@ -98,6 +98,30 @@ export interface PoolAllocation {
 export interface PoolRequest {
   readonly containerId: string;
   readonly ifname: string;
+  /**
+   * An ADD's fence (the daemon's requests): the highest etcd revision its client had seen when the
+   * request began (decimal text). A tombstone at the request's handle created above it is a DEL
+   * that may have begun after this ADD — the runtime gave the ADD up and deleted the container —
+   * so the ADD is refused instead of writing over it ({@link staleAddError}); a tombstone created at
+   * or below it is a DEL that came before this ADD, which may write over it as any ADD may. Absent
+   * (the standalone plugin, whose process ends with its caller): no fence.
+   */
+  readonly since?: string;
+}
+
+/**
+ * The refusal of an ADD whose attachment got a DEL's tombstone after the ADD began
+ * ({@link PoolRequest.since}): an ADD the daemon still held when its caller had given it up (a
+ * daemon stalled, then resumed: the runtime's DEL went through the standalone fallback meanwhile)
+ * must not allocate after that DEL, or the address stays allocated to a container that is gone.
+ * STORE_CONFLICT (retryable: a runtime that really wants the ADD asks again, and that request's
+ * fence is above the tombstone).
+ */
+export function staleAddError(pool: string, r: PoolRequest, tombRevision: string): AppError {
+  return new AppError(
+    'STORE_CONFLICT',
+    `pool ${pool}: a DEL of ${r.containerId.trim()}/${r.ifname} was committed (its tombstone, revision ${tombRevision}) after this ADD began (revision ${r.since ?? '?'}): not allocated — its caller had given it up; try again`,
+  );
 }
 
 /** Options of {@link PoolAllocator}. */
@@ -642,6 +666,11 @@ export class PoolAllocator {
           }
         } else if (!firstOf.has(hk)) {
           firstOf.set(hk, i);
+          if (h !== null && h !== undefined && r.since !== undefined && BigInt(h.entry.createRevision) > BigInt(r.since)) {
+            // A DEL of the attachment after this ADD began: refused, never written over.
+            results[i] = staleAddError(this.#o.pool, r, h.entry.createRevision);
+            continue;
+          }
           pending.push(i);
           if (h !== null && h !== undefined) tombstones.set(hk, h.entry.modRevision);
         }

@@ -365,6 +365,26 @@ describe('PoolAllocator', () => {
       assert.equal(await one(allocator(kv, 'node-a'), 'c2'), '10.80.0.17');
       assert.equal(JSON.parse(kv.dump()[`${P}/handles/c2/eth0`] as string).deleted, undefined);
     });
+    it('an ADD fenced by `since` (the daemon\'s) is refused over a tombstone created after it began, and writes over one created before', async () => {
+      const kv = new MemoryKV();
+      await one(allocator(kv, 'node-a'), 'warm');
+      // The daemon took an ADD of c3 when etcd's revision was `began`; then it stalled, its caller
+      // gave the ADD up, and the runtime's DEL went elsewhere (the standalone fallback): a tombstone.
+      const began = String(kv.revision);
+      assert.deepEqual(await allocator(kv, 'node-a').del({ containerId: 'c3', ifname: 'eth0' }), []);
+      const tomb = (await kv.get(`${P}/handles/c3/eth0`))?.createRevision as string;
+      assert.equal(BigInt(tomb) > BigInt(began), true);
+      const puts = kv.stats.puts;
+      const [r] = await allocator(kv, 'node-a').add([{ containerId: 'c3', ifname: 'eth0', since: began }]);
+      assert.ok(r instanceof AppError);
+      assert.deepEqual([r.code, r.message], ['STORE_CONFLICT', `pool p1: a DEL of c3/eth0 was committed (its tombstone, revision ${tomb}) after this ADD began (revision ${began}): not allocated — its caller had given it up; try again`]);
+      assert.equal(kv.stats.puts, puts, 'nothing written');
+      assert.equal(JSON.parse(kv.dump()[`${P}/handles/c3/eth0`] as string).deleted, true, 'the tombstone stays');
+      // A request that began after the DEL (the runtime asking again) writes over it, as any ADD.
+      const [ok] = await allocator(kv, 'node-a').add([{ containerId: 'c3', ifname: 'eth0', since: String(kv.revision) }]);
+      assert.ok(Array.isArray(ok));
+      assert.deepEqual(ok.map((a) => formatIP(a.ip)), ['10.80.0.17']);
+    });
     it('a tombstone value that is not exactly {"deleted":true,"ips":[]} is STORE_CORRUPT: a DEL leaves it as it is and succeeds', async () => {
       const kv = new MemoryKV();
       const bad = '{"v":1,"node":"node-a","network":"net1","at":1,"ips":[],"deleted":1}';
