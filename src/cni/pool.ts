@@ -22,6 +22,7 @@ import type { PoolConfig } from '../ipam/pool-config.ts';
 import { untrustedReason } from '../common/trust.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import type { ClusterCheck, KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
+import { EtcdKV } from '../store/etcd/etcd-kv.ts';
 import { readKernelEvidenceAsync } from '../node/kernel-evidence.ts';
 import { openDefaultAuditLog } from '../reconcile/audit.ts';
 import { poolGC, type PoolGcOutcome } from '../reconcile/pool-pass.ts';
@@ -549,6 +550,9 @@ export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: Po
     get stats(): KVStats {
       return kv.stats;
     },
+    get generation(): number | undefined {
+      return kv.generation;
+    },
     get: (key: string): Promise<KVEntry | null> => kv.get(key),
     list: (prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]> => kv.list(prefix, opts),
     ...(kv.getMany === undefined ? {} : { getMany: (keys: readonly string[]) => (kv.getMany as (k: readonly string[]) => Promise<Array<KVEntry | null>>).call(kv, keys) }),
@@ -953,7 +957,13 @@ export class PoolSessions implements PoolHooks {
     let kv = this.#kvs.get(key);
     if (kv === undefined) {
       // Wrapped so the node's confirmed contacts are known (offline allocation); it writes nothing more.
-      kv = new ContactKV(this.#make(pool), this.#clock);
+      const inner = this.#make(pool);
+      if (inner instanceof EtcdKV) {
+        // Its block caches are dropped by the generation; the operator is told once (docs/cluster.md "Backup and restore").
+        inner.onRevisionBackwards = (highest, now) =>
+          this.#log('warn', { pool: pool.name, endpoints: pool.etcd.endpoints.join(','), highestRevision: highest, revision: now }, "etcd's revision went backwards (restored from a snapshot?): cached blocks dropped; restart the daemons");
+      }
+      kv = new ContactKV(inner, this.#clock);
       this.#kvs.set(key, kv);
     }
     return kv;

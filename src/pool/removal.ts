@@ -417,7 +417,7 @@ export class PoolRemoval {
             return;
           }
           if (vetoed) return;
-          for (const g of guard) tx.expect(g.key, 'absent' in g ? null : g.modRevision);
+          for (const g of guard) tx.expectCompare(g);
           tx.expect(cur.key, cur.modRevision);
           tx.del(cur.key);
           for (const b of blocks.values()) {

@@ -316,7 +316,7 @@ export async function dropWants(
           }
         }
         const w = b === null ? null : wantOf(b, ordinal);
-        for (const g of guard) tx.expect(g.key, 'absent' in g ? null : g.modRevision);
+        for (const g of guard) tx.expectCompare(g);
         if (b === null || be === null || w === null || w.node !== node) {
           // The index outlived its want (it cannot, as both are written together; kept tidy anyway).
           tx.expect(keys.block(block), be === null ? null : be.modRevision);
