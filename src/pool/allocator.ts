@@ -1398,7 +1398,9 @@ export class PoolAllocator {
    * transaction per attempt that compares every block written and `removing/<me>` absent (like
    * every ADD; a removal begun makes it veto and decide again). New entries go into the node's
    * owned blocks (round robin from `next`), then into a free block it claims; never into another
-   * node's block. Entries beyond `k` are kept (they are released with the node's blocks). When
+   * node's block. Entries beyond `k` are kept (they are released with the node's blocks); an entry
+   * at a wanted ordinal (a live pod of another node uses the address, src/pool/wanted.ts) is
+   * deleted in the same transaction and never counted or returned as a slot. When
    * nothing needs writing it reads `removing/<me>` instead (so a call is always a confirmed
    * contact when it returns). A block of the node that cannot be read is skipped (no entry in it,
    * never rewritten; told to `onCorrupt`). Returns every reserve entry of the node (in owned blocks), the
@@ -1439,6 +1441,15 @@ export class PoolAllocator {
       if (lostRace) {
         this.#cache = null;
         throw new Retry();
+      }
+      // A reserve entry at a wanted ordinal (a live pod of another node uses the address,
+      // src/pool/wanted.ts) is never handed out offline: deleted here, in this transaction.
+      for (const b of mine) {
+        for (const [o, a] of Object.entries(b.value.allocs)) {
+          if (a.reserve !== true || a.node !== me || !isWanted(b.value, Number(o))) continue;
+          delete b.value.allocs[o];
+          b.dirty = true;
+        }
       }
       let claimed: Set<string> | null = null;
       const short: number[] = [];
@@ -1493,7 +1504,7 @@ export class PoolAllocator {
           .filter((b) => b.value.state === 'owned')
           .flatMap((b) =>
             Object.entries(b.value.allocs)
-              .filter(([, a]) => a.reserve === true && a.node === me)
+              .filter(([o, a]) => a.reserve === true && a.node === me && !isWanted(b.value, Number(o)))
               .map(([o, a]) => ({ block: b.key, ordinal: Number(o), seq: a.seq, rangeSet: b.value.rangeSet, ip: formatIP(ordinalIP(b.cidr, Number(o))) })),
           );
       if (tx.ops.length === 0) {
@@ -1540,7 +1551,9 @@ export class PoolAllocator {
    * Returns `synced` (also when an earlier sync did it: the handle names these addresses with
    * allocations of the container), or `{gone}` with the reason when a reserve entry is no longer
    * there (only `--finish` removes one: the partition outlived the veto window) or the handle
-   * belongs to another node. Never releases anything else.
+   * belongs to another node, or `{gone}` naming the want when an entry's ordinal is wanted (a
+   * live pod of another node uses the address: a conflict, never allocated). Never releases
+   * anything else.
    * @throws like {@link add}.
    */
   async syncJournalEntry(e: JournalEntry): Promise<'synced' | { gone: string }> {
@@ -1580,6 +1593,12 @@ export class PoolAllocator {
         const a = b?.value.allocs[String(x.ordinal)];
         if (b === null || a === undefined || a.reserve !== true || a.seq !== x.seq || b.value.node !== me) {
           gone = `reserve entry ${x.ip} (block ${x.block}, sequence ${x.seq}) is no longer this node's: ${b === null ? 'the block is gone' : a === undefined ? 'the address is free' : a.reserve === true ? `a reserve entry of sequence ${a.seq}` : `held by ${a.id}/${a.ifname}`}`;
+          break;
+        }
+        const w = b.value.wanted?.[String(x.ordinal)];
+        if (w !== undefined) {
+          // A conflict, never an allocation: a live pod of node w.node uses the address (src/pool/wanted.ts).
+          gone = `reserve entry ${x.ip} (block ${x.block}, sequence ${x.seq}) is wanted by sandbox ${w.sandbox} of node ${w.node} (a live pod uses the address): not allocated`;
           break;
         }
         b.value.seq += 1;
