@@ -12,7 +12,7 @@ import { loadIPAMConfig } from '../../src/ipam/config.ts';
 import { PoolAllocator } from '../../src/pool/allocator.ts';
 import type { JournalEntry } from '../../src/pool/offline.ts';
 import { PoolRemoval } from '../../src/pool/removal.ts';
-import { podAddress, reReserve, type PodAddress } from '../../src/pool/rereserve.ts';
+import { dropStaleWants, podAddress, reReserve, type PodAddress } from '../../src/pool/rereserve.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 
 // Two /28 blocks: 10.86.0.0-28 (gateway .1: .2–.15) and 10.86.0.16-28 (.16–.30); n2 claims 10.86.0.16-28.
@@ -90,5 +90,67 @@ describe('wants on reserve entries', () => {
     const r = await reReserve(scope(kv, 'n1', 3_000), 'sbS', X());
     assert.deepEqual([r.state, 'wanted' in r ? r.wanted : null], ['re-reserved', true]);
     assert.deepEqual(((await json(kv, BK)) as { allocs: object }).allocs, { '0': { id: 'sbS', ifname: 'eth0', node: 'n1', seq: 3, at: 3_000 } });
+  });
+});
+
+describe('wants: the drop and the write', () => {
+  /** n2 holds `gone` at .16; n1's sandbox sbS uses .16: the want is written. */
+  async function wantOnAllocation(kv: MemoryKV): Promise<void> {
+    const [r] = await alloc(kv, 'n2').add([{ containerId: 'gone', ifname: 'eth0' }]);
+    assert.ok(Array.isArray(r));
+    assert.deepEqual(await reReserve(scope(kv), 'sbS', X()), { state: 'conflict', holder: 'container gone/eth0 of node n2 (seq 1)', wanted: 'written' });
+  }
+
+  it("a drop that leaves a removed node's pendingRelease block holding nothing gives the block back", async () => {
+    const kv = new MemoryKV();
+    await wantOnAllocation(kv);
+    const op = new PoolRemoval({ kv, ...KEYS });
+    assert.deepEqual(await op.mark('n2'), ['10.86.0.16-28']);
+    assert.deepEqual(await op.finish('n2'), { released: ['10.86.0.16'], deletedBlocks: [], keptBlocks: ['10.86.0.16-28'] });
+    // sbS is gone from n1: its pass drops the want, and the block (empty, its node removed) goes back.
+    assert.deepEqual(await dropStaleWants(kv, KEYS, 'n1', new Map()), [{ want: { block: '10.86.0.16-28', ordinal: 0, ip: '10.86.0.16', sandbox: 'sbS' }, outcome: 'dropped' }]);
+    assert.equal(await kv.get(BK), null);
+    assert.equal(await kv.get(`${B}/nodes/n2/blocks/10.86.0.16-28`), null);
+    assert.deepEqual(await kv.list(`${B}/wanted/`), []);
+    // The next --finish completes the removal: marker gone.
+    assert.deepEqual(await op.finish('n2'), { released: [], deletedBlocks: [], keptBlocks: [] });
+    assert.equal(await kv.get(`${B}/removing/n2`), null);
+  });
+
+  it("the stale-want drop compares the runtime's addresses in canonical form", async () => {
+    const conf6 = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: [[{ subnet: 'fd86::/120' }]] } }), undefined);
+    const kv = new MemoryKV();
+    const n2 = new PoolAllocator({ kv, ...KEYS, node: 'n2', network: 'net1', rangeSets: conf6.rangeSets, sizes: SIZES, now: () => 1_000, host: 'h-n2' });
+    const [r] = await n2.add([{ containerId: 'gone', ifname: 'eth0' }]);
+    assert.ok(Array.isArray(r));
+    const ip = podAddress('fd86::40', conf6.rangeSets, SIZES) as PodAddress; // n2 claimed fd86::40-122 (its name's hash)
+    assert.deepEqual(await reReserve(scope(kv), 'sbS', ip), { state: 'conflict', holder: 'container gone/eth0 of node n2 (seq 1)', wanted: 'written' });
+    // The runtime reports the address in another spelling: the want is kept.
+    assert.deepEqual(await dropStaleWants(kv, KEYS, 'n1', new Map([['sbS', [' FD86:0:0::40 ']]])), [{ want: { block: 'fd86::40-122', ordinal: 0, ip: 'fd86::40', sandbox: 'sbS' }, outcome: 'kept' }]);
+  });
+
+  it('the want write compares the sandbox handle absent: a handle written meanwhile makes it decide again, writing no want', async () => {
+    const kv = new MemoryKV();
+    const [r] = await alloc(kv, 'n2').add([{ containerId: 'gone', ifname: 'eth0' }]);
+    assert.ok(Array.isArray(r));
+    let planted = false;
+    kv.beforeTxn = () => {
+      if (planted) return;
+      planted = true;
+      kv.apply([], [{ put: `${B}/handles/sbS/eth0`, value: JSON.stringify({ v: 1, node: 'n1', network: 'net1', at: 1, ips: [], host: 'h-n1' }) }]);
+    };
+    assert.deepEqual(await reReserve(scope(kv), 'sbS', X()), { state: 'conflict', holder: 'container gone/eth0 of node n2 (seq 1)' });
+    assert.equal(((await json(kv, BK)) as { wanted?: unknown }).wanted, undefined);
+    assert.deepEqual(await kv.list(`${B}/wanted/`), []);
+  });
+
+  it('a sandbox ID that is not a CNI container ID is skipped, nothing written', async () => {
+    const kv = new MemoryKV();
+    const [r] = await alloc(kv, 'n2').add([{ containerId: 'gone', ifname: 'eth0' }]);
+    assert.ok(Array.isArray(r));
+    const before = await kv.list(`${B}/`);
+    assert.deepEqual(await reReserve(scope(kv), 'sb S', X()), { state: 'skipped', why: 'sandbox ID "sb S" is not a valid CNI container ID: nothing written' });
+    assert.deepEqual(await reReserve(scope(kv), '-x', podAddress('10.86.0.20', conf.rangeSets, SIZES) as PodAddress), { state: 'skipped', why: 'sandbox ID "-x" is not a valid CNI container ID: nothing written' });
+    assert.deepEqual(await kv.list(`${B}/`), before);
   });
 });
