@@ -595,10 +595,11 @@ export class PoolAllocator {
       const attempt = tx.attempt;
       const blocks = new Map<string, Working | null>();
       const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
-      // Fast path: the first attempt builds on the cached blocks, reading only the handles.
-      const cached = attempt === 0 ? this.#cache : null;
       // Every handle of the round in one read (one round trip, one revision) where the KV can.
       const read = await tx.readMany([...reqs, ...dels].map((r) => this.handleKey(r.containerId.trim(), r.ifname)));
+      // Fast path: the first attempt builds on the cached blocks, reading only the handles (the
+      // cache taken after that read: an answer showing etcd's revision gone backwards drops it).
+      const cached = attempt === 0 ? this.#cache : null;
       const handles = read.slice(0, reqs.length).map((e) => (e === null ? null : { entry: e, value: decodeHandle(e) }));
       const delEntries = read.slice(reqs.length);
       /** True once some request's handle is buffered: only then is anything written. */
