@@ -200,7 +200,7 @@ interface Working {
   rev: string | null;
   /** The stored text `value` was read (or cached) as; null for a block this attempt claims. */
   text: string | null;
-  /** Built on the cache, not read in this attempt: its writes compare the stored text too ({@link PoolAllocator.expectBlock}). */
+  /** Built on the cache, not read in this attempt: its writes compare the stored text too (`#expectBlock`). */
   fromCache: boolean;
   dirty: boolean;
 }
@@ -835,7 +835,7 @@ export class PoolAllocator {
             // refill that wrote nothing caches the blocks as it read them, and an ADD may have
             // committed since — the commit then fails and the round is decided on fresh reads).
             if (b === null) tx.expect(this.blockKey(x.block), null);
-            else this.expectBlock(tx, b);
+            else this.#expectBlock(tx, b);
             continue;
           }
           delete b.value.allocs[String(x.ordinal)];
@@ -866,7 +866,7 @@ export class PoolAllocator {
           tx.put(bk, encodeBlock(b.value));
           continue;
         }
-        this.expectBlock(tx, b);
+        this.#expectBlock(tx, b);
         const empty = emptied.has(b.key) && holdsNothing(b.value); // a want keeps the block (src/pool/wanted.ts)
         if (empty && b.value.node === this.#o.node && b.value.state === 'owned') {
           if (mineByRs === null) {
@@ -1012,7 +1012,7 @@ export class PoolAllocator {
    * restored from a snapshot reuses revisions, so a cached block's revision may match a block of
    * other content; equal text is equal content, whatever the revision.
    */
-  expectBlock(tx: Txn, b: Working): void {
+  #expectBlock(tx: Txn, b: Working): void {
     const bk = this.blockKey(b.key);
     tx.expect(bk, b.rev);
     if (b.fromCache && b.text !== null) tx.expectValue(bk, b.text);
