@@ -546,19 +546,25 @@ export class EtcdKV implements KV, Leases {
   }
 
   /**
-   * Record the revision of a KV answer (Range, Txn: linearizable, so never below one seen before
-   * in one history). A lower one means etcd was restored from a snapshot (its revision wound
-   * back): {@link generation} is bumped, and {@link onRevisionBackwards} told the first time.
+   * Record the revision of a KV answer (Range, Txn: linearizable, so in one history never below
+   * `floor`, the highest one seen before the request was sent; answers of concurrent requests
+   * may arrive in any order). A lower one means etcd was restored from a snapshot (its revision
+   * wound back): {@link generation} is bumped, and {@link onRevisionBackwards} told the first time.
    */
-  #noteRevision(header: Header | null | undefined): void {
+  #noteRevision(header: Header | null | undefined, floor: bigint): void {
     const raw = header?.revision;
     if (raw === undefined || raw === '' || raw === '0') return;
     const rev = BigInt(raw);
-    if (rev >= this.#highest) {
-      this.#highest = rev;
+    if (rev >= floor) {
+      if (rev > this.#highest) this.#highest = rev;
       return;
     }
-    const before = this.#highest;
+    if (this.#highest < floor) {
+      // Another answer already showed this going back (#highest only falls on that): one event, one bump.
+      if (rev > this.#highest) this.#highest = rev;
+      return;
+    }
+    const before = floor;
     this.#highest = rev;
     this.#generation++;
     if (this.#generation === 1) {
@@ -609,6 +615,8 @@ export class EtcdKV implements KV, Leases {
    */
   async #failover<T>(what: string, name: MethodName, req: object): Promise<T> {
     const failures: Failure[] = [];
+    /** The highest revision seen before this request was sent: its answer may not be lower (linearizable). */
+    const floor = this.#highest;
     for (let k = 0; k < this.#endpoints.length; k++) {
       const i = (this.#current + k) % this.#endpoints.length;
       let r: T;
@@ -622,7 +630,7 @@ export class EtcdKV implements KV, Leases {
         continue;
       }
       this.#noteCluster(i, (r as { header?: Header | null }).header);
-      if (name === 'Range' || name === 'Txn') this.#noteRevision((r as { header?: Header | null }).header);
+      if (name === 'Range' || name === 'Txn') this.#noteRevision((r as { header?: Header | null }).header, floor);
       this.#current = i;
       // The client's first answer starts the cluster check in the background: that endpoint's ID
       // is known now, so only the others are asked (none with one endpoint).
