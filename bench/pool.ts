@@ -6,7 +6,7 @@
  * node count for both, alternating which goes first), at 5, 10, 20 and 50 nodes.
  *
  * A simulated node is one etcd client (its own gRPC connection) and one allocator front:
- * - pool: `PoolSessions` (src/cni/pool.ts), the daemon's front — one client per pool and the
+ * - pool: `PoolSessions` (src/daemon/pool-sessions.ts), the daemon's front — one client per pool and the
  *   node's concurrent ADDs batched into one transaction — with `NODE_NAME` = the node;
  * - baseline: one `WhereaboutsModel` (lowest free address, CAS retried at once, ≤ 100 attempts).
  * Each node runs PODS pods at once, each a loop of ADD then DEL for SECONDS. The nodes are spread
@@ -33,7 +33,7 @@ import { cpus } from 'node:os';
 import { startEtcdCluster, type EtcdCluster } from '../test/helpers/etcd-cluster.ts';
 import { WhereaboutsModel } from '../test/helpers/whereabouts-model.ts';
 import { EtcdKV } from '../src/store/etcd/etcd-kv.ts';
-import { PoolSessions } from '../src/cni/pool.ts';
+import { PoolSessions } from '../src/daemon/pool-sessions.ts';
 import { loadIPAMConfig, loadNetworkIdentity } from '../src/ipam/config.ts';
 import type { KVStats } from '../src/store/kv.ts';
 import { renderPoolFigure, type RunPoint } from '../scripts/bench-pool-figure.ts';

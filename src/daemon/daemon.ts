@@ -57,7 +57,7 @@ export interface DaemonDeps {
   readonly requestTimeoutSeconds?: number;
   /** Told when the socket listens (`started`) and when the stop begins (`stopping`): readiness. */
   readonly onState?: (state: 'started' | 'stopping') => void;
-  /** Cluster pool hooks of the plugin server (src/cni/pool.ts `PoolSessions`, closed by a part). */
+  /** Cluster pool hooks of the plugin server (src/daemon/pool-sessions.ts `PoolSessions`, closed by a part). */
   readonly pool?: PoolHooks;
   /** Told of the network config of every pool ADD and CHECK served (see `PluginServerOptions.learnPool`). */
   readonly learnPool?: PoolLearner;

@@ -7,7 +7,7 @@
  * from then on — also after a restart, without a new request — treats it like a pool of its CNI
  * configuration: the node's heartbeat (and veto) in the pool, and the pool pass of the loop.
  */
-import type { PoolSessions } from '../cni/pool.ts';
+import type { PoolSessions } from './pool-sessions.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
 import { join } from 'node:path';

@@ -41,7 +41,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { HostPort } from '../common/daemon-options.ts';
-import type { PoolBatchEvent, PoolObserver, PoolOfflineEvent, PoolRequestEvent, PoolSample, PoolSampleError, PoolTxnEvent } from '../cni/pool.ts';
+import type { PoolBatchEvent, PoolObserver, PoolOfflineEvent, PoolRequestEvent, PoolSample, PoolSampleError, PoolTxnEvent } from './pool-observer.ts';
 import type { OfflineStats } from '../pool/index.ts';
 
 /** Address states of `ipwarden_addresses` (the verdicts of docs/reconciler.md, plus free). */

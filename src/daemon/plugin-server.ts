@@ -168,7 +168,7 @@ export interface PluginServerOptions {
    */
   readonly socketLock?: SocketLock;
   /**
-   * Cluster pools (issue 11): ADD/DEL/CHECK of networks with `ipam.pool` (src/cni/pool.ts
+   * Cluster pools (issue 11): ADD/DEL/CHECK of networks with `ipam.pool` (src/daemon/pool-sessions.ts
    * `PoolSessions`: one etcd client per pool, the node's concurrent ADDs batched). Without it such
    * a request fails with `INTERNAL`.
    */
@@ -443,8 +443,12 @@ interface Conn {
   containerId: string;
   /** Set when the request names a path that is not the host's: no answer, the shim falls back. */
   declined: string | null;
-  /** Aborted when the client goes away: a cluster pool ADD still queued is then not sent (review F4). */
-  readonly abort: AbortController;
+  /**
+   * Aborted when the client goes away: a cluster pool ADD still queued is then not sent (review F4).
+   * Made only when a pool ADD asks for its signal ({@link clientSignal}): aborting a controller
+   * builds a DOMException with a stack trace, measurable on every connection's close otherwise.
+   */
+  abort: AbortController | null;
 }
 
 /** `hooks` with every ADD given `signal`. */
@@ -458,7 +462,7 @@ function withSignal(hooks: PoolHooks, conn: Conn, stdin: Uint8Array, learn: Pool
   };
   const gc = hooks.gc;
   return {
-    add: (conf, req) => (named(conf.name), learnt(hooks.add(conf, req, conn.abort.signal), () => learn?.(conf, stdin))),
+    add: (conf, req) => (named(conf.name), learnt(hooks.add(conf, req, clientSignal(conn)), () => learn?.(conf, stdin))),
     del: (id, req) => (named(id.name), hooks.del(id, req)),
     find: (conf, req) => (named(conf.name), learnt(hooks.find(conf, req), () => learn?.(conf, stdin))),
     ...(gc === undefined ? {} : { gc: (id: Parameters<typeof gc>[0], valid: Parameters<typeof gc>[1]) => (named(id.name), gc.call(hooks, id, valid)) }),
@@ -473,10 +477,19 @@ function learnt<T>(p: Promise<T>, learn: () => void): Promise<T> {
   });
 }
 
+/** The signal aborted when `conn`'s client goes away (already aborted when it has gone). */
+function clientSignal(conn: Conn): AbortSignal {
+  if (conn.abort === null) {
+    conn.abort = new AbortController();
+    if (conn.gone) conn.abort.abort();
+  }
+  return conn.abort.signal;
+}
+
 /** The client went away: nothing can be answered any more; a queued pool ADD is not sent. */
 function markGone(conn: Conn): void {
   conn.gone = true;
-  conn.abort.abort();
+  conn.abort?.abort();
 }
 
 /**
@@ -692,7 +705,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   };
 
   const server: Server = createServer((sock) => {
-    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '', declined: null, abort: new AbortController() };
+    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '', declined: null, abort: null };
     if (closing) {
       sock.destroy();
       return;

@@ -173,12 +173,30 @@ export interface CachedBlock {
   readonly encoded: string;
 }
 
-/** A node's blocks as last read or written (see `PoolAllocator`'s fast path); `blocks` null = unknown. */
+/**
+ * A node's blocks as last read or written (see `PoolAllocator`'s fast path); `blocks` null =
+ * unknown. `handles`: the handles this process's ADD rounds committed, as written (value and
+ * revision), by key, until a DEL of them commits — at most {@link HANDLE_CACHE_MAX} (the oldest
+ * dropped first). A round's first attempt takes a DEL's handle from it instead of reading it
+ * (its commit compares the handle at that revision: a stale entry is a lost compare, decided
+ * again on fresh reads).
+ */
 export class BlockCache {
   blocks: Map<string, CachedBlock> | null = null;
-  /** The KV's {@link KV.generation} the blocks were cached under: another one drops them (etcd's revision went backwards). */
+  /** The KV's {@link KV.generation} the blocks and handles were cached under: another one drops them (etcd's revision went backwards). */
   generation = 0;
+  readonly handles = new Map<string, KVEntry>();
+
+  /** Remember the handle `entry` as committed (the oldest entry dropped beyond {@link HANDLE_CACHE_MAX}). */
+  rememberHandle(entry: KVEntry): void {
+    this.handles.delete(entry.key);
+    this.handles.set(entry.key, entry);
+    if (this.handles.size > HANDLE_CACHE_MAX) this.handles.delete(this.handles.keys().next().value as string);
+  }
 }
+
+/** Most handles a {@link BlockCache} keeps (a node runs a few hundred pods at most). */
+export const HANDLE_CACHE_MAX = 4096;
 
 /** A read that raced with a writer (not corruption): the caller re-reads and decides again ({@link Retry}). */
 class LostRace extends Retry {}
@@ -218,11 +236,12 @@ export class PoolAllocator {
   #metaChecked = false;
   /**
    * This node's blocks as this allocator last read or wrote them (values and revisions), or null.
-   * An ADD first tries a transaction built on it, reading only the handles (in parallel); any
-   * compare that fails — a stale block, a handle created meanwhile, a removal begun — drops it and
+   * An ADD first tries a transaction built on it, reading only the handles it cannot do without
+   * (with the cached handles, {@link BlockCache}: none in the common case); any compare that
+   * fails — a stale block, a handle created or changed meanwhile, a removal begun — drops it and
    * the attempt is redone from fresh reads, and so is a full range set seen in it. Correctness is
-   * the compares'; the cache only saves round trips (the daemon's long-lived allocators: one read
-   * round trip and one transaction per batch in the common case).
+   * the compares'; the cache only saves round trips (the daemon's long-lived allocators: one
+   * transaction and no read per batch in the common case).
    */
   readonly #shared: BlockCache;
   get #cache(): Map<string, CachedBlock> | null {
@@ -231,6 +250,7 @@ export class PoolAllocator {
     if (this.#shared.generation !== g) {
       this.#shared.generation = g;
       this.#shared.blocks = null;
+      this.#shared.handles.clear();
     }
     return this.#shared.blocks;
   }
@@ -521,8 +541,10 @@ export class PoolAllocator {
    * ADDs and DELs of this node together, in one transaction per attempt (the daemon's batcher,
    * docs/cluster.md "The daemon"): every block the round changes is written once, with the
    * allocations of `adds` made and those of `dels` released, each handle put or deleted, under the
-   * compares of {@link add} and {@link del} together; every handle of the round is read in one
-   * round trip (`getMany`). The ADDs are decided first, then the DELs, so an ADD never gets an
+   * compares of {@link add} and {@link del} together; the handles of the round are read in one
+   * round trip (`getMany`) — on the first attempt with the cache only those it cannot do without:
+   * an ADD's handle this process has not written is taken as absent, a DEL's handle this process
+   * wrote is taken from {@link BlockCache.handles}, each compared at the commit. The ADDs are decided first, then the DELs, so an ADD never gets an
    * address a DEL of the same round frees. Each DEL has {@link del}'s meaning: idempotent (no
    * handle: a tombstone is put, in the same transaction; all tombstones of one attempt share one
    * lease), the handle's sequence numbers and owner checked, an emptied own block given back unless
@@ -595,13 +617,35 @@ export class PoolAllocator {
       const attempt = tx.attempt;
       const blocks = new Map<string, Working | null>();
       const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
-      // Every handle of the round in one read (one round trip, one revision) where the KV can.
-      const read = await tx.readMany([...reqs, ...dels].map((r) => this.handleKey(r.containerId.trim(), r.ifname)));
-      // Fast path: the first attempt builds on the cached blocks, reading only the handles (the
-      // cache taken after that read: an answer showing etcd's revision gone backwards drops it).
+      // Fast path: the first attempt builds on the cached blocks, and reads no handle it can do
+      // without: an ADD's handle this process has not written is taken as absent (its put
+      // compares it absent; an ADD that fails is decided again on fresh reads), a DEL's handle
+      // this process wrote is taken as written (its commit compares it at that revision). A
+      // stale guess is a lost compare, decided again on fresh reads.
       const cached = attempt === 0 ? this.#cache : null;
+      const known = cached === null ? null : this.#shared.handles;
+      const keys = [...reqs, ...dels].map((r) => this.handleKey(r.containerId.trim(), r.ifname));
+      /** Handles taken from `known` (never decoded badly: this process encoded them). */
+      const guessed = new Set<string>();
+      const toRead = keys.filter((k, i) => {
+        if (known === null) return true;
+        if (i < reqs.length) {
+          if (known.has(k)) return true;
+          guessed.add(k);
+          return false;
+        }
+        if (!known.has(k)) return true;
+        guessed.add(k);
+        return false;
+      });
+      // Every handle still to read in one read (one round trip, one revision) where the KV can.
+      const got = toRead.length === 0 ? [] : await tx.readMany(toRead);
+      const readBy = new Map(toRead.map((k, i) => [k, got[i] ?? null]));
+      const read = keys.map((k, i) => (readBy.has(k) ? (readBy.get(k) as KVEntry | null) : i < reqs.length ? null : ((known as Map<string, KVEntry>).get(k) as KVEntry)));
       const handles = read.slice(0, reqs.length).map((e) => (e === null ? null : { entry: e, value: decodeHandle(e) }));
       const delEntries = read.slice(reqs.length);
+      /** Handle key → the handle value this round's ADD puts (cached at the commit). */
+      const written = new Map<string, string>();
       /** True once some request's handle is buffered: only then is anything written. */
       let anyHandle = false;
       const firstOf = new Map<string, number>();
@@ -758,7 +802,10 @@ export class PoolAllocator {
           };
           const tomb = tombstones.get(hk);
           tx.expect(hk, tomb ?? null);
-          tx.put(hk, encodeHandle(hv));
+          const hvText = encodeHandle(hv);
+          tx.put(hk, hvText);
+          // Cached as created by this commit (over a tombstone: not cached, its DEL reads it).
+          if (tomb === undefined) written.set(hk, hvText);
           anyHandle = true;
         }
       }
@@ -845,8 +892,14 @@ export class PoolAllocator {
         }
         delResults[j] = released.sort();
         // Every address is in a block that cannot be read: nothing can be released, nothing is written.
-        if (left.length > 0 && left.length === hv.ips.length) continue;
+        if (left.length > 0 && left.length === hv.ips.length) {
+          // An answer on a handle taken from the cache would not be compared: read it.
+          if (guessed.has(he.key)) throw new Retry('a cached handle names only unreadable blocks: decide on fresh reads');
+          continue;
+        }
         tx.expect(he.key, he.modRevision);
+        // A handle taken from the cache: its value compared too (revisions repeat after an etcd restore).
+        if (guessed.has(he.key)) tx.expectValue(he.key, he.value);
         if (left.length === 0) tx.del(he.key);
         else tx.put(he.key, encodeHandle({ ...hv, ips: left }));
         delWrites = true;
@@ -868,7 +921,11 @@ export class PoolAllocator {
         }
         this.#expectBlock(tx, b);
         const empty = emptied.has(b.key) && holdsNothing(b.value); // a want keeps the block (src/pool/wanted.ts)
-        if (empty && b.value.node === this.#o.node && b.value.state === 'owned') {
+        // The node's cached blocks hold no other of this range set: it is the node's last as far
+        // as this process knows — kept without listing the affinities (keeping is always safe; a
+        // block another process of the node claimed meanwhile is given back by that one's DELs).
+        const lastCached = cached !== null && ![...cached].some(([k, c]) => k !== b.key && c.value.rangeSet === b.value.rangeSet);
+        if (empty && b.value.node === this.#o.node && b.value.state === 'owned' && !lastCached) {
           if (mineByRs === null) {
             mineByRs = new Map();
             for (const e of await kv.list(this.#keys.affinityPrefix(this.#o.node))) {
@@ -931,6 +988,8 @@ export class PoolAllocator {
         // marker's absence is compared inside the transaction, so a stale cache cannot skip the veto.
         tx.expect(this.removingKey(this.#o.node), null);
         tx.onCommit((revision) => {
+          for (const k of delFirst.keys()) this.#shared.handles.delete(k);
+          for (const [k, v] of written) this.#shared.rememberHandle({ key: k, value: v, modRevision: revision, createRevision: revision });
           if (mineComplete) this.#remember(blocks, revision);
           else if (this.#cache !== null) {
             // DELs only: the node's blocks they wrote get the new revision.
@@ -1118,6 +1177,7 @@ export class PoolAllocator {
    *   {@link MAX_ATTEMPTS} lost races.
    */
   async del(req: PoolRequest): Promise<string[]> {
+    this.#shared.handles.delete(this.handleKey(req.containerId.trim(), req.ifname));
     /** What the last attempt went on without, by key and action (told once it succeeded). */
     const reports = new Map<string, [CorruptValueError, string]>();
     const r = await this.#del(req, reports);

@@ -1,7 +1,7 @@
 /**
  * Offline allocation in the daemon (issue 11 "A partitioned node keeps allocating from the blocks
  * it owns, and never from others'"; docs/cluster.md "Offline allocation"): the edge part of
- * `PoolSessions` (src/cni/pool.ts) — the clock, the journal files and the etcd calls. The rules
+ * `PoolSessions` (src/daemon/pool-sessions.ts) — the clock, the journal files and the etcd calls. The rules
  * are in src/pool/offline.ts (pure) and the transactions in src/pool/allocator.ts
  * (`refillReserve`, `syncJournalEntry`).
  *
@@ -55,13 +55,37 @@ export function bootClock(): number {
       const v = Number(readFileSync('/proc/uptime', 'latin1').split(' ')[0]);
       if (!Number.isFinite(v) || v < 0) throw new Error('unparsable /proc/uptime');
       procUptime = true;
-      return v * 1000;
+      lastBoot = v * 1000;
+      lastBootAt = performance.now();
+      return lastBoot;
     } catch {
       if (procUptime === true) return NaN;
       procUptime = false;
     }
   }
   return performance.now();
+}
+
+/** The latest reading of {@link bootClock} (ms) and when it was taken (`performance.now()`, ms). */
+let lastBoot = NaN;
+let lastBootAt = -Infinity;
+
+/** How long {@link coarseBootClock} answers with {@link bootClock}'s latest reading: `/proc/uptime`'s resolution, milliseconds. */
+export const COARSE_BOOT_MS = 10;
+
+/**
+ * {@link bootClock}, read again only when its latest reading (by any caller) is
+ * {@link COARSE_BOOT_MS} or more of `performance.now()` old; else that reading. So it never
+ * answers more than the true clock now, and never less than an earlier answer of either function
+ * (a reading lower than an earlier one is still a clock that went back). Good for a **send time**
+ * (a contact recorded at or before the send only makes the budget shorter) and for watching for a
+ * backward step; not for the budget's "now" (after a suspend `performance.now()` has stood still:
+ * the latest reading may be far behind), which reads {@link bootClock}. Reading `/proc/uptime`
+ * on every etcd call cost the daemon ≈ 10 % of its CPU per pod under load (docs/benchmarks.md).
+ */
+export function coarseBootClock(): number {
+  if (procUptime === true && !Number.isNaN(lastBoot) && performance.now() - lastBootAt < COARSE_BOOT_MS) return lastBoot;
+  return bootClock();
 }
 
 /** A log sink: level, fields, message (the daemon's log; tests collect). */
@@ -79,10 +103,20 @@ export class ContactKV implements KV, Leases {
   /** The highest clock reading seen so far (a lower one later: the clock went back). */
   #seen = -Infinity;
 
-  /** @param clock milliseconds that never go back (the daemon passes {@link bootClock}; default `performance.now`). */
-  constructor(inner: KV & Leases, clock: () => number = () => performance.now()) {
+  /** The clock of send times and of the backward-step watch (see the constructor). */
+  readonly #sendClock: () => number;
+
+  /**
+   * @param clock milliseconds that never go back (the daemon passes {@link bootClock}; default
+   *   `performance.now`): read fresh for {@link lastContact}, the budget's "now"
+   * @param sendClock the same clock, possibly a recent reading of it (never above `clock` now,
+   *   never below its earlier readings: the daemon passes {@link coarseBootClock}; default
+   *   `clock`): read for each call's send time and backward-step watch
+   */
+  constructor(inner: KV & Leases, clock: () => number = () => performance.now(), sendClock: () => number = clock) {
     this.#inner = inner;
     this.#clock = clock;
+    this.#sendClock = sendClock;
   }
 
   get description(): string {
@@ -111,13 +145,13 @@ export class ContactKV implements KV, Leases {
    * contact, so a backward step never lengthens the budget (review F5).
    */
   lastContact(removingKey: string): number | null {
-    this.#sample();
+    this.#sample(this.#clock);
     return this.#contact.get(removingKey) ?? null;
   }
 
-  /** Read the clock; on a reading lower than one seen before (or NaN), forget every contact. */
-  #sample(): number {
-    const now = this.#clock();
+  /** Read `clock` (default the send clock); on a reading lower than one seen before (or NaN), forget every contact. */
+  #sample(clock: () => number = this.#sendClock): number {
+    const now = clock();
     if (!(now >= this.#seen)) this.#contact.clear();
     if (now > this.#seen || Number.isNaN(now)) this.#seen = Number.isNaN(now) ? this.#seen : now;
     return now;

@@ -101,7 +101,7 @@ export {
   type PoolRequest,
 } from './allocator.ts';
 export { AutoReclaimer, lastSeen, logReport, type ReclaimLog, SeenWriter, seenAt, seenKey, SEEN_EVERY_MS, type AutoReclaimOptions, type AutoReclaimReport, type ReclaimHandle, type ReclaimScope } from './auto-reclaim.ts';
-export { bootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './contact.ts';
+export { bootClock, coarseBootClock, ContactKV, OfflinePool, type OfflineLog, type OfflineStats } from './contact.ts';
 export { DEFAULT_POOL_JOURNAL_ROOT, journalHolds, PoolJournal, poolJournalDir, POOL_DIR_RE } from './journal.ts';
 export { PoolRemoval, REMOVAL_WINDOW_SECONDS, RemovalRefusedError, type PoolRemovalOptions } from './removal.ts';
 export { classifyPoolHandles, type PoolLeakVerdict } from './leaks.ts';

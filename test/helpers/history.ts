@@ -581,7 +581,10 @@ export function checkHistoryDetailed(h: History): CheckResult {
         const b = list[j];
         if (b === undefined || b.from >= a.to) continue;
         if (b.holder === a.holder) continue;
-        const certain = b.add.end <= (a.del?.start ?? Infinity) && a.add.end <= b.firstDelStart;
+        // Certain only when neither holder had begun ANY DEL (a failed or unanswered DEL may have
+        // committed its release: etcd applies a request whose answer is lost) — then the store's
+        // order decides (rule 8), and rule 10 checks that release against that DEL.
+        const certain = b.add.end <= a.firstDelStart && a.add.end <= b.firstDelStart;
         if (!certain && storeOrders(ip, a.holder, b.holder)) {
           stats.resolvedByStore++; // rule 8: the commits order them
           continue;

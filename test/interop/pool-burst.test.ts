@@ -4,7 +4,7 @@
  *
  * - **100 pods start on one node at once** (Calico's "thundering herd", calico#10658): 100 ADDs at
  *   once through the installed static shim and a real daemon of its own (`NODE_NAME=node-herd`),
- *   which batches them into its pool session (src/cni/pool.ts), pool 10.219.47.0/24 in /26 blocks;
+ *   which batches them into its pool session (src/daemon/pool-sessions.ts), pool 10.219.47.0/24 in /26 blocks;
  *   then 100 DELs at once. Also 30 at once through the standalone plugin, no daemon (each exec its
  *   own allocator; they race on etcd's revisions alone), pool 10.219.49.0/24.
  *   Expected, exactly: every ADD exits 0 with one address `10.219.47.x/24` (gateway .1), no

@@ -8,6 +8,8 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import {
   cpSync,
   existsSync,
+  linkSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -222,6 +224,49 @@ describe('FileStore on disk', () => {
       assert.equal(readFileSync(join(store.dir, 'last_reserved_ip.0'), 'latin1'), 'fd00::3');
       assert.equal(readFileSync(join(store.dir, 'fd00::3'), 'latin1'), 'c2\r\nnet1');
       assert.deepEqual(names(store.dir), ['10.0.0.2', 'fd00::3', 'last_reserved_ip.0', 'lock']);
+    }));
+
+  it('overwrites its own last_reserved_ip in place (same inode, shorter text truncated) and replaces any other (0644, a symlink, two links)', () =>
+    withFileStore(async (store) => {
+      const last = join(store.dir, 'last_reserved_ip.0');
+      const owner = (n: number): { containerId: string; ifname: string } => ({ containerId: `c${n}`, ifname: 'eth0' });
+      assert.equal(await store.reserve('10.0.0.100', owner(1), 0), true);
+      const first = statSync(last);
+      assert.equal(first.mode & 0o7777, 0o600);
+      assert.equal(await store.reserve('10.0.0.3', owner(2), 0), true);
+      assert.equal(readFileSync(last, 'latin1'), '10.0.0.3');
+      assert.equal(statSync(last).ino, first.ino);
+      assert.equal(await store.reserve('10.0.0.250', owner(3), 0), true);
+      assert.equal(readFileSync(last, 'latin1'), '10.0.0.250');
+      assert.equal(statSync(last).ino, first.ino);
+      // An older writer's 0644 file: replaced, 0600 afterwards.
+      rmSync(last);
+      writeFileSync(last, '10.0.0.9', { mode: 0o644 });
+      const old = statSync(last);
+      assert.equal(old.mode & 0o7777, 0o644);
+      assert.equal(await store.reserve('10.0.0.4', owner(4), 0), true);
+      assert.equal(readFileSync(last, 'latin1'), '10.0.0.4');
+      assert.equal(statSync(last).mode & 0o7777, 0o600);
+      assert.notEqual(statSync(last).ino, old.ino);
+      // A symlink at the name is replaced, never written through.
+      const target = join(store.dir, '..', 'symlink-target');
+      writeFileSync(target, 'untouched', { mode: 0o600 });
+      rmSync(last);
+      symlinkSync(target, last);
+      assert.equal(await store.reserve('10.0.0.5', owner(5), 0), true);
+      assert.equal(readFileSync(target, 'latin1'), 'untouched');
+      assert.equal(lstatSync(last).isFile(), true);
+      assert.equal(readFileSync(last, 'latin1'), '10.0.0.5');
+      // A second link to it: replaced, the other name keeps its text.
+      const other = join(store.dir, '..', 'hardlink');
+      linkSync(last, other);
+      assert.equal(await store.reserve('10.0.0.6', owner(6), 0), true);
+      assert.equal(readFileSync(other, 'latin1'), '10.0.0.5');
+      assert.equal(readFileSync(last, 'latin1'), '10.0.0.6');
+      assert.equal(statSync(last).nlink, 1);
+      rmSync(target);
+      rmSync(other);
+      assert.deepEqual(names(store.dir), ['10.0.0.100', '10.0.0.250', '10.0.0.3', '10.0.0.4', '10.0.0.5', '10.0.0.6', 'last_reserved_ip.0', 'lock']);
     }));
 
   it('creates the lock file like go-filemutex (empty, mode 0750 under umask 022)', () =>

@@ -73,18 +73,19 @@ describe('PoolAllocator', () => {
     assert.equal(await one(a, 'c1', 'net1'), '10.80.0.17', 'another ifname is another attachment');
   });
 
-  it('a long-lived allocator (the daemon\'s) builds its next ADD on its cached blocks: one read (the handle), one transaction', async () => {
+  it('a long-lived allocator (the daemon\'s) builds its next ADD on its cached blocks: no read (its handle taken as absent, compared absent), one transaction', async () => {
     const kv = new MemoryKV();
     const a = allocator(kv, 'node-a');
     await one(a, 'c1');
     const r0 = kv.stats.reads;
     const t0 = kv.stats.txns;
     assert.equal(await one(a, 'c2'), '10.80.0.17');
-    assert.deepEqual([kv.stats.reads - r0, kv.stats.txns - t0], [1, 1]);
+    assert.deepEqual([kv.stats.reads - r0, kv.stats.txns - t0], [0, 1]);
     await a.del({ containerId: 'c1', ifname: 'eth0' });
     const r1 = kv.stats.reads;
+    const t1 = kv.stats.txnsSucceeded;
     assert.equal(await one(a, 'c3'), '10.80.0.18');
-    assert.equal(kv.stats.reads - r1, 1, 'the DEL kept the cache current');
+    assert.deepEqual([kv.stats.reads - r1, kv.stats.txnsSucceeded - t1], [0, 1], 'the DEL kept the cache current');
   });
 
   it('a cache that says "full" is not believed: another process of the node freed an address, the ADD gets it', async () => {
@@ -829,10 +830,12 @@ describe('PoolAllocator.batch: ADDs and DELs of a node in one transaction (the d
     const r = await a.batch([req('c3'), req('c4')], [req('c1'), req('c2')]);
     assert.deepEqual(r.adds.map((x) => ips(x)), [['10.80.0.18'], ['10.80.0.19']], 'the ADDs are decided first: no address a DEL of the round frees');
     assert.deepEqual(r.dels, [['10.80.0.16'], ['10.80.0.17']]);
-    // Reads: the four handles in one read (the memory KV's getMany, as etcd's; the blocks come from the cache). One transaction: 2 handles put, 2 deleted, the block put once.
+    // No read: the ADDs' handles are taken as absent (compared absent), the DELs' as this
+    // allocator wrote them (compared at that revision), the block comes from the cache. One
+    // transaction: 2 handles put, 2 deleted, the block put once.
     assert.deepEqual(
       { reads: kv.stats.reads - s0.reads, txns: kv.stats.txns - s0.txns, ok: kv.stats.txnsSucceeded - s0.txnsSucceeded, puts: kv.stats.puts - s0.puts, deletes: kv.stats.deletes - s0.deletes },
-      { reads: 1, txns: 1, ok: 1, puts: 3, deletes: 2 },
+      { reads: 0, txns: 1, ok: 1, puts: 3, deletes: 2 },
     );
     const d = kv.dump();
     assert.deepEqual(Object.keys(d).filter((k) => k.includes('/handles/')), [`${P}/handles/c3/eth0`, `${P}/handles/c4/eth0`]);
@@ -840,11 +843,38 @@ describe('PoolAllocator.batch: ADDs and DELs of a node in one transaction (the d
       v: 1, cidr: '10.80.0.16/28', rangeSet: 0, node: 'node-a', state: 'owned', seq: 4, next: 4,
       allocs: { '2': { id: 'c3', ifname: 'eth0', node: 'node-a', seq: 3, at: 1000 }, '3': { id: 'c4', ifname: 'eth0', node: 'node-a', seq: 4, at: 1000 } },
     });
-    // The cache was kept current: the next round reads only its handles and sends one transaction.
+    // The caches were kept current (the block, c3's handle as the round wrote it): the next round
+    // reads nothing and sends one transaction.
     const s1 = { ...kv.stats };
     const r2 = await a.batch([req('c5')], [req('c3')]);
     assert.deepEqual([r2.adds.map((x) => ips(x)), r2.dels], [[['10.80.0.20']], [['10.80.0.18']]]);
-    assert.deepEqual([kv.stats.reads - s1.reads, kv.stats.txns - s1.txns, kv.stats.txnsSucceeded - s1.txnsSucceeded], [1, 1, 1]);
+    assert.deepEqual([kv.stats.reads - s1.reads, kv.stats.txns - s1.txns, kv.stats.txnsSucceeded - s1.txnsSucceeded], [0, 1, 1]);
+  });
+
+  it('a round\'s guesses proved wrong by their compares are decided again on fresh reads: a handle another process wrote (a repeated ADD), a cached handle another process deleted (a DEL)', async () => {
+    const kv = new MemoryKV();
+    const a = allocator(kv, 'node-a');
+    const fallback = allocator(kv, 'node-a'); // the standalone fallback of the same node: its own caches
+    assert.deepEqual((await a.add([req('c1')])).map((x) => ips(x)), [['10.80.0.16']]);
+    assert.deepEqual((await fallback.add([req('f1')])).map((x) => ips(x)), [['10.80.0.17']]);
+    // A repeated ADD of f1 through the daemon: its first attempt takes f1's handle as absent (and
+    // its cached block is stale); the transaction loses, the removal marker is read, then f1's
+    // handle and its block: the existing allocation, nothing written.
+    let s0 = { ...kv.stats };
+    const r = await a.add([req('f1')]);
+    assert.deepEqual(r.map((x) => ips(x)), [['10.80.0.17']]);
+    assert.equal((r[0] as PoolAllocation[])[0]?.existing, true);
+    assert.deepEqual([kv.stats.reads - s0.reads, kv.stats.txns - s0.txns, kv.stats.txnsSucceeded - s0.txnsSucceeded], [3, 1, 0]);
+    // The lost race dropped the block cache; the next ADD reads fresh and caches again.
+    assert.deepEqual((await a.add([req('c2')])).map((x) => ips(x)), [['10.80.0.18']]);
+    // c1 released by the fallback: the daemon's cached handle of c1 is stale. Its DEL loses the
+    // compare on it, then reads it absent: nothing held, a tombstone.
+    assert.deepEqual(await fallback.del(req('c1')), ['10.80.0.16']);
+    s0 = { ...kv.stats };
+    assert.deepEqual(await a.release([req('c1')]), [[]]);
+    assert.deepEqual([kv.stats.txns - s0.txns, kv.stats.txnsSucceeded - s0.txnsSucceeded], [2, 1]);
+    assert.equal(JSON.parse(kv.dump()[`${P}/handles/c1/eth0`] as string).deleted, true);
+    assert.deepEqual(Object.keys(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).allocs), ['1', '2']);
   });
 
   it('a DEL of nothing held puts its tombstone in the round\'s transaction; a repeated DEL in the round gets the first one\'s answer', async () => {
@@ -958,7 +988,7 @@ describe('PoolAllocator.batch: ADDs and DELs of a node in one transaction (the d
     const t0 = kv.stats.txns;
     const r = await a.batch([req('n1')], [req('c1'), req('c2')]);
     assert.deepEqual([r.adds.map((x) => ips(x)), r.dels], [[['10.80.0.18']], [['10.80.0.16'], ['10.80.0.17']]]);
-    assert.equal(kv.stats.txns - t0, 2, 'the round (n1, c2), then c1\'s DEL by owner');
+    assert.equal(kv.stats.txns - t0, 3, 'the round on c1\'s cached handle (lost: the handle changed), the round on fresh reads (n1, c2), then c1\'s DEL by owner');
     assert.equal(kv.dump()[hk], bad, 'left as it is');
     assert.deepEqual(Object.keys(JSON.parse(kv.dump()[`${P}/blocks/10.80.0.16-28`] as string).allocs), ['2']);
     assert.deepEqual(seen, [

@@ -1,6 +1,6 @@
 /**
  * The cluster pools' metrics (src/daemon/metrics.ts `PoolMetrics`) fed by the daemon's pool
- * sessions (src/cni/pool.ts `PoolSessions` through its `PoolObserver`) on a memory KV: the exact
+ * sessions (src/daemon/pool-sessions.ts `PoolSessions` through its `PoolObserver`) on a memory KV: the exact
  * series after ADDs, a lost race, an unavailable etcd, a batch, DEL and CHECK; the gauges read on
  * a scrape at most once per cache age (an injected monotonic clock, no sleeps); a failed read
  * leaves no gauge and is counted; an observer that throws never fails a request. Offline
@@ -14,9 +14,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isAppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
-import { observeTxns, PoolSessions, type PoolTxnEvent } from '../../src/cni/pool.ts';
+import { PoolSessions } from '../../src/daemon/pool-sessions.ts';
+import { observeTxns, type PoolTxnEvent } from '../../src/daemon/pool-observer.ts';
 import { DaemonMetrics, POOL_GAUGES_MIN_AGE_SECONDS } from '../../src/daemon/metrics.ts';
-import type { PoolSample } from '../../src/cni/pool.ts';
+import type { PoolSample } from '../../src/daemon/pool-observer.ts';
 import type { KVCompare, KVEntry, KVOp, KVTxnResult } from '../../src/store/kv.ts';
 import { AppError } from '../../src/common/errors.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';

@@ -21,8 +21,9 @@ import { decodeBlock } from '../../src/pool/model.ts';
 import { decodeJournalEntry, journalEntryMisfit, pickReserve, removalWindowSeconds, withinBudget } from '../../src/pool/offline.ts';
 import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import type { IPAMConfig } from '../../src/ipam/types.ts';
-import { poolHooks, PoolSessions } from '../../src/cni/pool.ts';
-import { bootClock, ContactKV, type OfflineLog } from '../../src/pool/contact.ts';
+import { poolHooks } from '../../src/cni/pool.ts';
+import { PoolSessions } from '../../src/daemon/pool-sessions.ts';
+import { bootClock, coarseBootClock, ContactKV, type OfflineLog } from '../../src/pool/contact.ts';
 import type { KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../../src/store/kv.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { PoolJournal, poolJournalDir } from '../../src/pool/journal.ts';
@@ -247,6 +248,22 @@ describe('ContactKV (the confirmed contact)', () => {
     await c.get(`${P}/removing/node-a`);
     await c.txn([{ key: `${P}/removing/node-a`, absent: true }], []);
     assert.equal(c.lastContact(`${P}/removing/node-a`), 12, 'a marker read or a failed compare is no contact');
+  });
+
+  it('with a send clock (the daemon\'s coarse one): contacts are stamped by it, the budget\'s "now" reads the clock', async () => {
+    const m = new PartitionKV(new MemoryKV());
+    let t = 10;
+    let sent = 4;
+    const c = new ContactKV(m, () => t, () => sent);
+    c.watch(`${P}/removing/node-a`);
+    await c.txn([{ key: `${P}/removing/node-a`, absent: true }], [{ put: '/x', value: '1' }]);
+    assert.equal(c.lastContact(`${P}/removing/node-a`), 4, 'stamped with the send clock\'s (earlier) reading');
+    sent = 10;
+    t = 15;
+    assert.equal(await c.get(`${P}/removing/node-a`), null);
+    assert.equal(c.lastContact(`${P}/removing/node-a`), 10);
+    t = 14;
+    assert.equal(c.lastContact(`${P}/removing/node-a`), null, 'the clock went back: every contact dropped');
   });
 });
 
@@ -929,6 +946,15 @@ describe('offline allocation: review A fixes (memory KV, injected clock)', () =>
     const t = bootClock();
     const after = up();
     assert.ok(before <= t && t <= after, `${before} <= ${t} <= ${after}`);
+  });
+
+  it('the coarse clock (send times) answers a reading of the boot clock: never above it now, never below its latest reading', () => {
+    for (let i = 0; i < 50; i++) {
+      const before = bootClock();
+      const c = coarseBootClock();
+      const after = bootClock();
+      assert.ok(before <= c && c <= after, `${before} <= ${c} <= ${after}`);
+    }
   });
 
   it('F7: journal entries are validated on read: ip = block address + ordinal, distinct slots, one per range set; an invalid one is set aside', async () => {

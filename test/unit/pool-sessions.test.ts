@@ -1,5 +1,5 @@
 /**
- * The daemon's pool front (src/cni/pool.ts `PoolSessions`) on a real etcd (test/helpers/etcd-cluster.ts):
+ * The daemon's pool front (src/daemon/pool-sessions.ts `PoolSessions`) on a real etcd (test/helpers/etcd-cluster.ts):
  * concurrent ADDs of one node go out in few transactions (batched), every address once; the etcd
  * write count per allocation is what docs/cluster.md states; the first ADD is sent alone (no added
  * delay). Also `resolveNodeName`'s order and errors. With CI=true a missing /usr/bin/etcd fails.
@@ -13,7 +13,8 @@ import type { PoolConfig } from '../../src/ipam/pool-config.ts';
 import { PoolAllocator, type PoolAllocation } from '../../src/pool/allocator.ts';
 import { PoolRemoval } from '../../src/pool/removal.ts';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { Heartbeat, HEARTBEAT_RETRY_MS, HEARTBEAT_TTL_SECONDS, PoolSessions } from '../../src/cni/pool.ts';
+import { Heartbeat, HEARTBEAT_RETRY_MS, HEARTBEAT_TTL_SECONDS } from '../../src/daemon/heartbeat.ts';
+import { PoolSessions } from '../../src/daemon/pool-sessions.ts';
 import { backoffMs } from '../../src/pool/session.ts';
 import { resolveNodeName } from '../../src/node/node-name.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
@@ -319,9 +320,9 @@ describe('PoolSessions on a real etcd', { skip }, () => {
       assert.equal(new Set(ips).size, 48);
       const sizes = (sessions.batchSizes[0] as number[]);
       assert.equal(sizes.reduce((a, b) => a + b, 0), 48);
-      // All 48 arrive in one tick: the first goes alone at once (no added delay), the others wait
-      // for it and go in batches of at most 24 (the transaction op limit).
-      assert.deepEqual(sizes, [1, 24, 23]);
+      // All 48 arrive in one tick: the first round is taken one event-loop turn later, so they go
+      // in batches of at most 24 (the transaction op limit).
+      assert.deepEqual(sizes, [24, 24]);
       // The daemon's heartbeat for node-d starts with the first ADD (in the background): wait for
       // its key (bounded), so its one transaction is in the counts below.
       const alive = `/s${process.pid}/pools/sp/alive/node-d`;
@@ -332,24 +333,24 @@ describe('PoolSessions on a real etcd', { skip }, () => {
       for (let i = 0; i < 200 && (await (made as EtcdKV).get(seen)) === null; i++) await new Promise((r) => setTimeout(r, 25));
       assert.notEqual(await (made as EtcdKV).get(seen), null, 'the last-seen key exists');
       const st = (made as EtcdKV).stats;
-      // One writer, so every transaction succeeds at once: meta + 3 batches + the heartbeat's two
+      // One writer, so every transaction succeeds at once: meta + 2 batches + the heartbeat's two
       // (its node's settings key, create-only, then its put; the settings before the heartbeat key,
       // so they are counted once the key exists) + the last-seen record. Keys put: meta, its
       // cluster pin and the prefix's pool index 3, settings 1, heartbeat 1, seen 1;
-      // batch 1: handle + block + affinity (the claim); batch 2: 24 handles + the block; batch 3:
-      // 23 handles + the block (48 addresses fit in the first /26's 62).
-      assert.deepEqual({ txns: st.txns, txnsSucceeded: st.txnsSucceeded, puts: st.puts, deletes: st.deletes }, { txns: 7, txnsSucceeded: 7, puts: 3 + 1 + 1 + 1 + 3 + 25 + 24, deletes: 0 });
+      // batch 1: 24 handles + block + affinity (the claim); batch 2: 24 handles + the block (48
+      // addresses fit in the first /26's 62).
+      assert.deepEqual({ txns: st.txns, txnsSucceeded: st.txnsSucceeded, puts: st.puts, deletes: st.deletes }, { txns: 6, txnsSucceeded: 6, puts: 3 + 1 + 1 + 1 + 26 + 25, deletes: 0 });
       assert.equal((await (made as EtcdKV).get(`/s${process.pid}/pools/sp/nodes/node-d/settings`))?.value, '{"v":1,"offlineSeconds":0}');
       const perAllocation = (st.puts - 5) / 48;
       process.stdout.write(`# 48 ADDs: ${sizes.length} batches (${sizes.join(',')}), ${st.txns} transactions, ${st.puts} keys put: ${perAllocation.toFixed(2)} per allocation\n`);
       const d = await sessions.del(conf, { containerId: 'c0', ifname: 'eth0' });
       assert.deepEqual(d, [ips[0]]);
-      // The DEL kept the node's shared block cache current: the next ADD reads only its handle
-      // and its one transaction succeeds.
+      // The DEL kept the node's shared block cache current: the next ADD reads nothing (its
+      // handle taken as absent, compared absent) and its one transaction succeeds.
       const before = { ...(made as EtcdKV).stats };
       await sessions.add(conf, { containerId: 'c99', ifname: 'eth0' });
       const after = (made as EtcdKV).stats;
-      assert.deepEqual([after.reads - before.reads, after.txns - before.txns, after.txnsSucceeded - before.txnsSucceeded], [1, 1, 1]);
+      assert.deepEqual([after.reads - before.reads, after.txns - before.txns, after.txnsSucceeded - before.txnsSucceeded], [0, 1, 1]);
     } finally {
       await sessions.close();
       await sessions.close();
@@ -418,7 +419,7 @@ describe('PoolSessions on a real etcd', { skip }, () => {
       gate.hold = false;
       for (const r of gate.open.splice(0)) r();
       const [rx, ra, rd] = await Promise.all([x0, Promise.all(adds), Promise.all(dels)]);
-      assert.deepEqual(sessions.batchSizes, [[1, 19, 1, 18]], 'the 8 ADDs and 10 DELs went as one batch');
+      assert.deepEqual(sessions.batchSizes, [[20, 1, 18]], 'the 8 ADDs and 10 DELs went as one batch');
       // Every DEL released exactly its container's address.
       assert.deepEqual(rd, Array.from({ length: 10 }, (_, i) => [held.get(`c${i}`)]));
       // Every ADD got an address nobody else holds (the ADDs are decided before the round's DELs).
@@ -426,12 +427,13 @@ describe('PoolSessions on a real etcd', { skip }, () => {
       const still = Array.from({ length: 10 }, (_, i) => held.get(`c${i + 10}`));
       assert.equal(new Set([...newIps, ...still, ...rd.flat()]).size, 9 + 10 + 10);
       // Two transactions since the gate closed, both committed: x0's (its handle + the block) and
-      // the round's (8 handles put, 10 deleted, the block put once). Reads: the round's 18 handles
-      // in one (a transaction of range requests); the block comes from the cache.
+      // the round's (8 handles put, 10 deleted, the block put once). No read: the ADDs' handles
+      // are taken as absent, the DELs' as the daemon wrote them (each compared); the block comes
+      // from the cache.
       const st = kv.stats;
       assert.deepEqual(
         { reads: st.reads - s0.reads, txns: st.txns - s0.txns, ok: st.txnsSucceeded - s0.txnsSucceeded, puts: st.puts - s0.puts, deletes: st.deletes - s0.deletes },
-        { reads: 1, txns: 2, ok: 2, puts: 2 + 9, deletes: 10 },
+        { reads: 0, txns: 2, ok: 2, puts: 2 + 9, deletes: 10 },
       );
       // etcd holds exactly the survivors' handles, and the block exactly their allocations.
       const handles = (await kv.list(`${prefix}/pools/rp/handles/`)).map((e) => e.key.slice(`${prefix}/pools/rp/handles/`.length)).sort();

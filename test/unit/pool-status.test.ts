@@ -14,7 +14,7 @@ import { nodeHeartbeat, poolStatus } from '../../src/pool/status.ts';
 import { poolStatusTable } from '../../src/cli/pool.ts';
 import { MemoryKV } from '../../src/store/memory/memory-kv.ts';
 import { hostname } from 'node:os';
-import { PoolSessions } from '../../src/cni/pool.ts';
+import { PoolSessions } from '../../src/daemon/pool-sessions.ts';
 
 const P = '/ipwarden/pools/p1';
 

@@ -291,12 +291,20 @@ function speaksPlainHttp2(endpoint: string, ms: number): Promise<boolean> {
 
 /** A uint64 cluster ID (decimal text, as the loader gives it) in etcd's own notation: lower-case hex. */
 function clusterHex(id: string): string {
+  if (id === lastClusterId) return lastClusterHex;
+  let hex: string;
   try {
-    return BigInt(id).toString(16);
+    hex = BigInt(id).toString(16);
   } catch {
-    return id;
+    hex = id;
   }
+  lastClusterId = id;
+  lastClusterHex = hex;
+  return hex;
 }
+/** {@link clusterHex}'s last argument and answer (every answer of a cluster carries the same ID). */
+let lastClusterId = '';
+let lastClusterHex = '';
 
 /** `a`, `a and b`, `a, b and c`. */
 function joinAnd(xs: readonly string[]): string {
@@ -498,10 +506,20 @@ export class EtcdKV implements KV, Leases {
             call.write(req);
           })
         : new Promise<T>((resolve, reject) => {
-            client.makeUnaryRequest(def.path, def.requestSerialize, def.responseDeserialize, req, md, { deadline: Date.now() + this.#timeout }, (err, value) => {
-              if (err) reject(err);
-              else resolve(value as T);
-            });
+            // grpc-js captures the caller's stack on every call (`new Error()` in
+            // makeUnaryRequest), only to append it to a failed call's `stack`; our errors carry
+            // what failed in their message (convertEtcdError). Not capturing it saves a few
+            // percent of the daemon's CPU per call under load (docs/benchmarks.md).
+            const limit = Error.stackTraceLimit;
+            Error.stackTraceLimit = 0;
+            try {
+              client.makeUnaryRequest(def.path, def.requestSerialize, def.responseDeserialize, req, md, { deadline: Date.now() + this.#timeout }, (err, value) => {
+                if (err) reject(err);
+                else resolve(value as T);
+              });
+            } finally {
+              Error.stackTraceLimit = limit;
+            }
           });
     return p.finally(done);
   }

@@ -10,9 +10,10 @@
  *   the IP file and writes into it; a crash in between leaves an empty file no ID ever matches),
  *   and DIR is fsynced before the reservation is reported, so after a power loss its name is there
  *   (its content may come back empty: an empty record counts as taken).
- * - `last_reserved_ip.<N>` is replaced atomically (temp + rename) instead of truncated in place;
- *   so every write leaves it with {@link LAST_RESERVED_IP_FILE_MODE}, also where an older writer
- *   had created it 0644 (upstream's `os.WriteFile` keeps an existing file's mode).
+ * - `last_reserved_ip.<N>` is never truncated to empty: a file this store left (regular, one link,
+ *   ours, {@link LAST_RESERVED_IP_FILE_MODE}) is overwritten in place, anything else is replaced
+ *   (temp + rename); so every write leaves it with that mode, also where an older writer had
+ *   created it 0644 (upstream's `os.WriteFile` keeps an existing file's mode).
  * - A failed `last_reserved_ip` write removes the just-made reservation (upstream leaves it).
  * - Failures to remove a file in `releaseByOwner` are reported, not swallowed.
  *
@@ -31,6 +32,7 @@ import {
   fstatSync,
   fsync as fsyncCallback,
   fsyncSync,
+  ftruncateSync,
   futimesSync,
   linkSync,
   mkdirSync,
@@ -379,17 +381,7 @@ export class FileStore implements Store {
         throw e;
       }
       tmpGone = unlinkQuietly(tmp);
-      if (rangeSetIndex !== null) {
-        // Only a hint for round robin: lost or empty after a power loss, the next ADD starts at
-        // the range's start (host-local does the same with an unreadable file).
-        const lastTmp = await this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE, false);
-        try {
-          renameSync(lastTmp, join(this.dir, LAST_RESERVED_IP_PREFIX + String(rangeSetIndex)));
-        } catch (e) {
-          unlinkQuietly(lastTmp);
-          throw e;
-        }
-      }
+      if (rangeSetIndex !== null) await this.#writeLastReservedIP(ip, rangeSetIndex);
       if (!this.#deferDirSync) await this.#fsyncDir();
       return true;
     } catch (e) {
@@ -397,6 +389,37 @@ export class FileStore implements Store {
       throw ioError(`cannot reserve ${ip} in ${this.dir}`, e);
     } finally {
       if (!tmpGone) unlinkQuietly(tmp);
+    }
+  }
+
+  /**
+   * Write `ip` to `last_reserved_ip.<rangeSetIndex>`. Only a hint for round robin: lost, empty or
+   * garbled after a crash, the next ADD starts at the range's start (host-local does the same with
+   * an unreadable file), so neither way is fsynced.
+   *
+   * In place when the file is already as this store leaves it (a regular file, one link, owned by
+   * this process's uid, mode {@link LAST_RESERVED_IP_FILE_MODE}): one `pwrite(2)` at offset 0, and
+   * an `ftruncate(2)` only when the old text was longer — as host-local's `os.WriteFile` rewrites
+   * it, without its truncation to zero. Otherwise (missing, 0644 from an older writer, a symlink,
+   * anything odd) it is replaced: a temporary file `rename(2)`d over it. Why in place: on ext4
+   * (`auto_da_alloc`, the default) a rename over an existing file starts the writeback of the new
+   * file's data and waits on the journal for it; measured on the project's VM, 0.26–0.53 ms median
+   * and 1.7–3.0 ms mean per rename under other jobs' I/O, against 0.03–0.05 ms (mean 0.1–0.4 ms)
+   * for the in-place write — and the daemon's event loop waits through it.
+   * A process killed between the write and the truncation leaves the new text followed by the
+   * old one's last characters: an invalid or another valid address, a hint either way.
+   * @throws what `open`/`write`/`rename` throw on the replacement path (the in-place path falls
+   *   back to it on any error).
+   */
+  async #writeLastReservedIP(ip: string, rangeSetIndex: number): Promise<void> {
+    const path = join(this.dir, LAST_RESERVED_IP_PREFIX + String(rangeSetIndex));
+    if (writeInPlace(path, ip)) return;
+    const lastTmp = await this.#writeTemp(ip, LAST_RESERVED_IP_FILE_MODE, false);
+    try {
+      renameSync(lastTmp, path);
+    } catch (e) {
+      unlinkQuietly(lastTmp);
+      throw e;
     }
   }
 
@@ -761,6 +784,37 @@ function assertIPName(ip: string): void {
 function ioError(what: string, e: unknown): AppError {
   if (e instanceof AppError) return e;
   return new AppError('STORE_IO', `${what}: ${describe(e)}`, { cause: e });
+}
+
+/** This process's uid (fixed for its life: nothing here calls setuid), undefined where there is none. */
+const OWN_UID = process.getuid?.();
+
+/**
+ * Overwrite the regular file `path` with `text` in place (see `FileStore.#writeLastReservedIP`):
+ * true when done; false, having changed nothing, when it is missing, not a regular file with one
+ * link owned by this process's uid and mode {@link LAST_RESERVED_IP_FILE_MODE}, or cannot be
+ * opened (`O_WRONLY|O_NOFOLLOW|O_NONBLOCK`: never through a symlink, never blocking on a FIFO);
+ * false after a failed or short write too (the caller then replaces the file). Never throws.
+ */
+function writeInPlace(path: string, text: string): boolean {
+  let fd: number;
+  try {
+    fd = openSync(path, fsConstants.O_WRONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
+  } catch {
+    return false;
+  }
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile() || st.nlink !== 1 || (st.mode & 0o7777) !== LAST_RESERVED_IP_FILE_MODE || st.uid !== (OWN_UID ?? st.uid)) return false;
+    const data = textToBytes(text);
+    if (writeSync(fd, data, 0, data.length, 0) !== data.length) return false;
+    if (st.size > data.length) ftruncateSync(fd, data.length);
+    return true;
+  } catch {
+    return false;
+  } finally {
+    closeQuietly(fd);
+  }
 }
 
 /** Unlink `path`, ignoring errors; true when the name is gone (removed now, or ENOENT). */

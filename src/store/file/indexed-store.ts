@@ -455,8 +455,9 @@ export class NetworkIndexes {
   /**
    * @internal Resolve once every reservation written in DIR up to generation `gen` is durable:
    * one fsync of DIR per flush round, shared by every request whose writes were done when the
-   * round began; a request whose write came after the round began waits for that round and then
-   * starts (or joins) the next. Called after the request has released (or handed on) the lock, so
+   * round's fsync began (in the check phase of the event-loop turn in which a request first
+   * needed it, so every request served in that turn is covered); a request whose write came
+   * after that waits for the round and then starts (or joins) the next. Called after the request has released (or handed on) the lock, so
    * the next request's work overlaps this one's disk wait, and several requests share one fsync.
    * Throws `AppError('STORE_IO')` when the round that covers `gen` failed (its requests then fail:
    * an address whose name may not be durable is never reported).
@@ -471,12 +472,19 @@ export class NetworkIndexes {
         await st.flushing.catch(() => undefined);
         continue;
       }
-      const target = st.writeGen;
-      const from = st.syncedGen;
-      const round = st.inner.syncDir().then(() => {
-        if (st.syncedGen < target) st.syncedGen = target;
-        this.stats.flushes++;
-        this.stats.flushedWrites += target - from;
+      // The round's fsync starts in the check phase of this event-loop turn, not now: the
+      // requests whose bodies were read in the same turn write first and share it. Started now,
+      // it held DIR's inode lock (ext4 and the generic fsync hold it while the directory's blocks
+      // are written) while the next request's create/link/unlink in DIR waited for it on the
+      // event loop, so a burst made one round per ADD or two.
+      const round = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+        const target = st.writeGen;
+        const from = st.syncedGen;
+        return st.inner.syncDir().then(() => {
+          if (st.syncedGen < target) st.syncedGen = target;
+          this.stats.flushes++;
+          this.stats.flushedWrites += target - from;
+        });
       });
       st.flushing = round;
       try {
