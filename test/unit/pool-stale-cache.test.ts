@@ -119,6 +119,28 @@ describe('pool block cache against other content', () => {
     assert.deepEqual(Object.keys((JSON.parse((await r.cur.get(BK))?.value ?? 'null') as { allocs: object }).allocs), ['5'], "z's allocation kept");
   });
 
+  it('a DEL built on a cached handle compares its value: other text at the cached revision fails the first attempt', async () => {
+    const r = new RestorableKV();
+    const n2 = new PoolAllocator({ kv: r.kv, ...KEYS, node: 'n2', network: 'net1', rangeSets: conf.rangeSets, sizes: SIZES, now: () => 1000, host: 'h-n2' });
+    const snap0 = r.log.length;
+    assert.equal(ipOf((await n2.add([{ containerId: 'a', ifname: 'eth0' }]))[0]), '10.86.0.16');
+    const hk = `${B}/handles/a/eth0`;
+    const cachedRev = (await r.cur.get(hk))?.modRevision;
+    // Restored to before a's ADD; another process of n2 (host h-other, no shared cache) makes the
+    // same ADD: the same block text, the handle at the same revision with other text.
+    r.restore(snap0);
+    const other = new PoolAllocator({ kv: r.kv, ...KEYS, node: 'n2', network: 'net1', rangeSets: conf.rangeSets, sizes: SIZES, now: () => 1000, host: 'h-other' });
+    assert.equal(ipOf((await other.add([{ containerId: 'a', ifname: 'eth0' }]))[0]), '10.86.0.16');
+    assert.equal((await r.cur.get(hk))?.modRevision, cachedRev);
+    const sent: KVCompare[][] = [];
+    r.cur.beforeTxn = (c) => void sent.push([...c]);
+    // A daemon's round of one DEL (the batcher's path: the handle taken from the cache).
+    assert.deepEqual((await n2.batch([], [{ containerId: 'a', ifname: 'eth0' }])).dels, [['10.86.0.16']]);
+    assert.equal(sent.length, 2, 'the first attempt (cached handle) lost its value compare, the second committed');
+    assert.deepEqual(sent[0]?.filter((c) => c.key === hk && 'value' in c).length, 1);
+    assert.equal(await r.cur.get(hk), null);
+  });
+
   it('drops the cache when the KV generation changes (etcd revision went backwards)', async () => {
     const r = new RestorableKV();
     const cache = new BlockCache();
