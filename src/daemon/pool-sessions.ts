@@ -15,6 +15,7 @@ import type { PoolConfig } from '../ipam/pool-config.ts';
 import { untrustedReason } from '../common/trust.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
 import type { KV, Leases } from '../store/kv.ts';
+import { EtcdKV } from '../store/etcd/etcd-kv.ts';
 import type { PoolGcOutcome } from '../reconcile/pool-pass.ts';
 import { delNodeName, NO_NODE, resolveNodeName } from '../node/node-name.ts';
 import {
@@ -570,7 +571,13 @@ export class PoolSessions implements PoolHooks {
     let kv = this.#kvs.get(key);
     if (kv === undefined) {
       // Wrapped so the node's confirmed contacts are known (offline allocation); it writes nothing more.
-      kv = new ContactKV(this.#make(pool), this.#clock, this.#opts.clock ?? coarseBootClock);
+      const inner = this.#make(pool);
+      if (inner instanceof EtcdKV) {
+        // Its block caches are dropped by the generation; the operator is told once (docs/cluster.md "Restoring etcd from a backup").
+        inner.onRevisionBackwards = (highest, now) =>
+          this.#log('warn', { pool: pool.name, endpoints: pool.etcd.endpoints.join(','), highestRevision: highest, revision: now }, "etcd's revision went backwards (restored from a snapshot?): cached blocks dropped; restart the daemons");
+      }
+      kv = new ContactKV(inner, this.#clock, this.#opts.clock ?? coarseBootClock);
       this.#kvs.set(key, kv);
     }
     return kv;

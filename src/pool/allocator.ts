@@ -33,7 +33,7 @@ import { MAX_TXN_OPS, type KV, type KVCompare, type KVEntry, type KVOp } from '.
 import { RangeExhaustedError } from '../ipam/allocator.ts';
 import { blockAddresses, blockCidrText, blocksOf, isAllocatable, nodeHash, ordinalIP, type BlockSizes } from './blocks.ts';
 import { removalWindowSeconds, type JournalEntry, type ReserveSlot } from './offline.ts';
-import { Retry, runTxn } from './txn.ts';
+import { Retry, runTxn, type Txn } from './txn.ts';
 import {
   affinityValue,
   blockKeyCidr,
@@ -184,11 +184,17 @@ export interface CorruptSkip {
   readonly action: string;
 }
 
-/** One cached block: its CIDR, its value and the revision it has in etcd. */
+/** One cached block: its CIDR, its value, the revision it has in etcd and its stored text. */
 export interface CachedBlock {
   readonly cidr: Subnet;
   readonly value: BlockValue;
   readonly rev: string;
+  /**
+   * The block's value exactly as stored (the etcd value's text). A write built on this cached
+   * block compares the stored value equals it as well as the revision: after an etcd restored
+   * from a snapshot, new writes reuse revisions, so the revision alone may match other content.
+   */
+  readonly encoded: string;
 }
 
 /**
@@ -201,6 +207,8 @@ export interface CachedBlock {
  */
 export class BlockCache {
   blocks: Map<string, CachedBlock> | null = null;
+  /** The KV's {@link KV.generation} the blocks and handles were cached under: another one drops them (etcd's revision went backwards). */
+  generation = 0;
   readonly handles = new Map<string, KVEntry>();
 
   /** Remember the handle `entry` as committed (the oldest entry dropped beyond {@link HANDLE_CACHE_MAX}). */
@@ -232,7 +240,16 @@ interface Working {
   value: BlockValue;
   /** Revision read, or null for a block this attempt claims. */
   rev: string | null;
+  /** The stored text `value` was read (or cached) as; null for a block this attempt claims. */
+  text: string | null;
+  /** Built on the cache, not read in this attempt: its writes compare the stored text too (`#expectBlock`). */
+  fromCache: boolean;
   dirty: boolean;
+}
+
+/** A working copy of cached block `key` (not read in this attempt: its writes compare its text too). */
+function fromCache(key: string, c: CachedBlock): Working {
+  return { key, cidr: c.cidr, value: copyBlock(c.value), rev: c.rev, text: c.encoded, fromCache: true, dirty: false };
 }
 
 /** The cluster pool allocator. See the module comment. */
@@ -252,6 +269,13 @@ export class PoolAllocator {
    */
   readonly #shared: BlockCache;
   get #cache(): Map<string, CachedBlock> | null {
+    // etcd's revision went backwards (restored from a snapshot): what is cached may be of another history.
+    const g = this.#o.kv.generation ?? 0;
+    if (this.#shared.generation !== g) {
+      this.#shared.generation = g;
+      this.#shared.blocks = null;
+      this.#shared.handles.clear();
+    }
     return this.#shared.blocks;
   }
   set #cache(v: Map<string, CachedBlock> | null) {
@@ -371,7 +395,7 @@ export class PoolAllocator {
         // Overlapping pools refused (src/pool/overlap.ts): the prefix's pool index compared and
         // rewritten in the same transaction.
         const guard = await createGuard(kv, this.#o.prefix, this.#o.pool, layout);
-        for (const c of guard.compares) tx.expect(c.key, 'absent' in c ? null : c.modRevision);
+        for (const c of guard.compares) tx.expectCompare(c);
         for (const o of guard.ops) if ('put' in o) tx.put(o.put, o.value, o.lease);
         if (check?.clusterId != null) {
           // A pin left without its meta (an operator deleted meta): replaced by this cluster's.
@@ -437,14 +461,15 @@ export class PoolAllocator {
     const cidrText = blockKeyCidr(key);
     if (cidrText === null) throw corrupt(this.blockKey(key), 'not a block key');
     const e = await this.#o.kv.get(this.blockKey(key));
-    // A block whose revision is cached is not decoded again (one revision, one value).
+    // A block whose stored text is cached is not decoded again (one text, one value; the revision
+    // alone is not enough: an etcd restored from a snapshot reuses revisions).
     const c = e === null ? undefined : this.#cache?.get(key);
     const w: Working | null =
       e === null
         ? null
-        : c !== undefined && c.rev === e.modRevision
-          ? { key, cidr: c.cidr, value: copyBlock(c.value), rev: e.modRevision, dirty: false }
-          : { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, dirty: false };
+        : c !== undefined && c.rev === e.modRevision && c.encoded === e.value
+          ? { key, cidr: c.cidr, value: copyBlock(c.value), rev: e.modRevision, text: e.value, fromCache: false, dirty: false }
+          : { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, text: e.value, fromCache: false, dirty: false };
     cache.set(key, w);
     return w;
   }
@@ -694,7 +719,7 @@ export class PoolAllocator {
         for (const a of listed) {
           const key = a.key.slice(prefix.length);
           const c = cached?.get(key);
-          if (c !== undefined) blocks.set(key, { key, cidr: c.cidr, value: copyBlock(c.value), rev: c.rev, dirty: false });
+          if (c !== undefined) blocks.set(key, fromCache(key, c));
           const b = await this.#tryBlock(key, blocks);
           if (b instanceof CorruptValueError) {
             // One of the node's blocks cannot be read: skip it (nothing in it is handed out, it is
@@ -872,7 +897,7 @@ export class PoolAllocator {
         const left: HandleIP[] = [];
         for (const x of hv.ips) {
           const c = cached?.get(x.block);
-          if (c !== undefined && !blocks.has(x.block)) blocks.set(x.block, { key: x.block, cidr: c.cidr, value: copyBlock(c.value), rev: c.rev, dirty: false });
+          if (c !== undefined && !blocks.has(x.block)) blocks.set(x.block, fromCache(x.block, c));
           const b = await this.#tryBlock(x.block, blocks);
           if (b instanceof CorruptValueError) {
             left.push(x);
@@ -885,7 +910,8 @@ export class PoolAllocator {
             // block, compared (a cached block may be an older revision without the allocation: a
             // refill that wrote nothing caches the blocks as it read them, and an ADD may have
             // committed since — the commit then fails and the round is decided on fresh reads).
-            tx.expect(this.blockKey(x.block), b === null ? null : b.rev);
+            if (b === null) tx.expect(this.blockKey(x.block), null);
+            else this.#expectBlock(tx, b);
             continue;
           }
           delete b.value.allocs[String(x.ordinal)];
@@ -901,6 +927,8 @@ export class PoolAllocator {
           continue;
         }
         tx.expect(he.key, he.modRevision);
+        // A handle taken from the cache: its value compared too (revisions repeat after an etcd restore).
+        if (guessed.has(he.key)) tx.expectValue(he.key, he.value);
         if (left.length === 0) tx.del(he.key);
         else tx.put(he.key, encodeHandle({ ...hv, ips: left }));
         delWrites = true;
@@ -920,7 +948,7 @@ export class PoolAllocator {
           tx.put(bk, encodeBlock(b.value));
           continue;
         }
-        tx.expect(bk, b.rev);
+        this.#expectBlock(tx, b);
         const empty = emptied.has(b.key) && holdsNothing(b.value); // a want keeps the block (src/pool/wanted.ts)
         // The node's cached blocks hold no other of this range set: it is the node's last as far
         // as this process knows — kept without listing the affinities (keeping is always safe; a
@@ -995,7 +1023,7 @@ export class PoolAllocator {
           else if (this.#cache !== null) {
             // DELs only: the node's blocks they wrote get the new revision.
             for (const b of blocks.values()) {
-              if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: copyBlock(b.value), rev: revision });
+              if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: copyBlock(b.value), rev: revision, encoded: encodeBlock(b.value) });
             }
           }
           // Blocks given back leave the cache.
@@ -1053,11 +1081,29 @@ export class PoolAllocator {
     const next = new Map<string, CachedBlock>();
     for (const b of blocks.values()) {
       if (b === null || b.value.node !== this.#o.node) continue;
-      const rev = b.dirty && revision !== null ? revision : b.rev;
-      if (rev === null) continue; // a claim that was not written
-      next.set(b.key, { cidr: b.cidr, value: copyBlock(b.value), rev });
+      if (b.dirty && revision !== null) {
+        next.set(b.key, { cidr: b.cidr, value: copyBlock(b.value), rev: revision, encoded: encodeBlock(b.value) });
+        continue;
+      }
+      if (b.rev === null || b.text === null) continue; // a claim that was not written
+      // Cached as stored: a working copy modified and not written (a veto's pendingRelease → owned,
+      // a failed ADD's bumped cursor) is cached as it was read, never as modified.
+      const value = b.dirty ? decodeBlock({ key: this.blockKey(b.key), value: b.text, modRevision: b.rev, createRevision: '0' }, blockCidrText(b.cidr)) : copyBlock(b.value);
+      next.set(b.key, { cidr: b.cidr, value, rev: b.rev, encoded: b.text });
     }
     this.#cache = next;
+  }
+
+  /**
+   * Compare block `b` in `tx` as it was read: its mod revision, and — when it was built on the
+   * cache rather than read in this attempt — its stored text (etcd Compare VALUE EQUAL). An etcd
+   * restored from a snapshot reuses revisions, so a cached block's revision may match a block of
+   * other content; equal text is equal content, whatever the revision.
+   */
+  #expectBlock(tx: Txn, b: Working): void {
+    const bk = this.blockKey(b.key);
+    tx.expect(bk, b.rev);
+    if (b.fromCache && b.text !== null) tx.expectValue(bk, b.text);
   }
 
   /** A free (unclaimed) block of range set `s` for this node, as a new working block, or null. */
@@ -1076,6 +1122,8 @@ export class PoolAllocator {
       cidr,
       value: { v: 1, cidr: blockCidrText(cidr), rangeSet: s, node: this.#o.node, state: 'owned', seq: 0, next: 0, allocs: {} },
       rev: null,
+      text: null,
+      fromCache: false,
       dirty: true,
     };
   }
@@ -1098,7 +1146,7 @@ export class PoolAllocator {
       let w: Working;
       try {
         if (cidrText === null) throw corrupt(e.key, 'not a block key');
-        w = { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, dirty: false };
+        w = { key, cidr: (parseCIDR(cidrText) as NonNullable<ReturnType<typeof parseCIDR>>).subnet, value: decodeBlock(e, cidrText), rev: e.modRevision, text: e.value, fromCache: false, dirty: false };
       } catch (err) {
         if (!(err instanceof CorruptValueError)) throw err;
         skipped.set(err.key, err);
@@ -1269,7 +1317,7 @@ export class PoolAllocator {
           if (this.#cache === null) return;
           for (const k of gone) this.#cache.delete(k);
           for (const b of blocks.values()) {
-            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: copyBlock(b.value), rev: revision });
+            if (b !== null && b.dirty && b.value.node === this.#o.node && this.#cache.has(b.key)) this.#cache.set(b.key, { cidr: b.cidr, value: copyBlock(b.value), rev: revision, encoded: encodeBlock(b.value) });
           }
         });
         return released.sort();
@@ -1440,7 +1488,9 @@ export class PoolAllocator {
    * transaction per attempt that compares every block written and `removing/<me>` absent (like
    * every ADD; a removal begun makes it veto and decide again). New entries go into the node's
    * owned blocks (round robin from `next`), then into a free block it claims; never into another
-   * node's block. Entries beyond `k` are kept (they are released with the node's blocks). When
+   * node's block. Entries beyond `k` are kept (they are released with the node's blocks); an entry
+   * at a wanted ordinal (a live pod of another node uses the address, src/pool/wanted.ts) is
+   * deleted in the same transaction and never counted or returned as a slot. When
    * nothing needs writing it reads `removing/<me>` instead (so a call is always a confirmed
    * contact when it returns). A block of the node that cannot be read is skipped (no entry in it,
    * never rewritten; told to `onCorrupt`). Returns every reserve entry of the node (in owned blocks), the
@@ -1481,6 +1531,15 @@ export class PoolAllocator {
       if (lostRace) {
         this.#cache = null;
         throw new Retry();
+      }
+      // A reserve entry at a wanted ordinal (a live pod of another node uses the address,
+      // src/pool/wanted.ts) is never handed out offline: deleted here, in this transaction.
+      for (const b of mine) {
+        for (const [o, a] of Object.entries(b.value.allocs)) {
+          if (a.reserve !== true || a.node !== me || !isWanted(b.value, Number(o))) continue;
+          delete b.value.allocs[o];
+          b.dirty = true;
+        }
       }
       let claimed: Set<string> | null = null;
       const short: number[] = [];
@@ -1535,7 +1594,7 @@ export class PoolAllocator {
           .filter((b) => b.value.state === 'owned')
           .flatMap((b) =>
             Object.entries(b.value.allocs)
-              .filter(([, a]) => a.reserve === true && a.node === me)
+              .filter(([o, a]) => a.reserve === true && a.node === me && !isWanted(b.value, Number(o)))
               .map(([o, a]) => ({ block: b.key, ordinal: Number(o), seq: a.seq, rangeSet: b.value.rangeSet, ip: formatIP(ordinalIP(b.cidr, Number(o))) })),
           );
       if (tx.ops.length === 0) {
@@ -1582,7 +1641,9 @@ export class PoolAllocator {
    * Returns `synced` (also when an earlier sync did it: the handle names these addresses with
    * allocations of the container), or `{gone}` with the reason when a reserve entry is no longer
    * there (only `--finish` removes one: the partition outlived the veto window) or the handle
-   * belongs to another node. Never releases anything else.
+   * belongs to another node, or `{gone}` naming the want when an entry's ordinal is wanted (a
+   * live pod of another node uses the address: a conflict, never allocated). Never releases
+   * anything else.
    * @throws like {@link add}.
    */
   async syncJournalEntry(e: JournalEntry): Promise<'synced' | { gone: string }> {
@@ -1622,6 +1683,12 @@ export class PoolAllocator {
         const a = b?.value.allocs[String(x.ordinal)];
         if (b === null || a === undefined || a.reserve !== true || a.seq !== x.seq || b.value.node !== me) {
           gone = `reserve entry ${x.ip} (block ${x.block}, sequence ${x.seq}) is no longer this node's: ${b === null ? 'the block is gone' : a === undefined ? 'the address is free' : a.reserve === true ? `a reserve entry of sequence ${a.seq}` : `held by ${a.id}/${a.ifname}`}`;
+          break;
+        }
+        const w = b.value.wanted?.[String(x.ordinal)];
+        if (w !== undefined) {
+          // A conflict, never an allocation: a live pod of node w.node uses the address (src/pool/wanted.ts).
+          gone = `reserve entry ${x.ip} (block ${x.block}, sequence ${x.seq}) is wanted by sandbox ${w.sandbox} of node ${w.node} (a live pod uses the address): not allocated`;
           break;
         }
         b.value.seq += 1;

@@ -129,6 +129,10 @@ export class ContactKV implements KV, Leases {
   get inner(): KV & Leases {
     return this.#inner;
   }
+  /** The inner client's {@link KV.generation}. */
+  get generation(): number | undefined {
+    return this.#inner.generation;
+  }
 
   /** Record contacts for `removingKey` from now on. */
   watch(removingKey: string): void {

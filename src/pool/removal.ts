@@ -417,7 +417,7 @@ export class PoolRemoval {
             return;
           }
           if (vetoed) return;
-          for (const g of guard) tx.expect(g.key, 'absent' in g ? null : g.modRevision);
+          for (const g of guard) tx.expectCompare(g);
           tx.expect(cur.key, cur.modRevision);
           tx.del(cur.key);
           for (const b of blocks.values()) {
@@ -444,6 +444,16 @@ export class PoolRemoval {
       // The node's reserve entries (ipam.pool.offline) go with its block: the node is gone.
       // A want (a live pod's address, src/pool/wanted.ts; the node's own were dropped above) keeps it too.
       if (b === null || b.value.state !== 'pendingRelease' || Object.values(b.value.allocs).some((x) => x.reserve !== true || x.node !== target) || b.value.wanted !== undefined) {
+        // Kept for a want: the node's reserve entries go all the same (the node is gone; one at a
+        // wanted ordinal would keep the live pod's address from being re-reserved), in one
+        // transaction under the guard.
+        const stale = b === null || b.value.state !== 'pendingRelease' || b.value.wanted === undefined ? [] : Object.keys(b.value.allocs).filter((o) => b.value.allocs[o]?.reserve === true && b.value.allocs[o]?.node === target);
+        if (b !== null && stale.length > 0) {
+          const v = { ...b.value, allocs: { ...b.value.allocs } };
+          for (const o of stale) delete v.allocs[o];
+          const ok = await kv.txn([...guard, { key: this.#keys.block(key), modRevision: b.rev }], [{ put: this.#keys.block(key), value: encodeBlock(v) }]);
+          if (!ok.succeeded) await recheck();
+        }
         keptBlocks.push(key);
         continue;
       }

@@ -39,7 +39,9 @@ import { runTxn } from './txn.ts';
 import { blockAddresses, blockCidrText, blockPrefix, isAllocatable, ordinalIP, type BlockSizes } from './blocks.ts';
 import type { PoolKeys } from './model.ts';
 import { parseCIDR } from '../common/ip.ts';
-import { wantIndexValue, wantOf, withoutWant, withWant } from './wanted.ts';
+import { holdsNothing, wantIndexValue, wantOf, withoutWant, withWant } from './wanted.ts';
+import { giveBackEmptied } from './stuck-block.ts';
+import { CNI_NAME_RE } from '../common/names.ts';
 
 /** The interface name of a pod's default network (kubelet's `eth0`): the key of a re-created handle. */
 export const POD_IFNAME = 'eth0';
@@ -153,6 +155,12 @@ async function handleState(kv: KV, k: PoolKeys, sandbox: string): Promise<{ deci
   return { decided: { state: 'conflict', holder: `the handle ${e.key} of node ${v.node}, which names ${v.ips.map((x) => x.ip).join(', ') || 'no address'}` } };
 }
 
+/** `text` (an address as a runtime reports it) in canonical form (`formatIP(parseIP(…))`), or itself trimmed when it is not an address. */
+function canonicalIP(text: string): string {
+  const ip = parseIP(text.trim());
+  return ip === null ? text.trim() : formatIP(ip);
+}
+
 /** The answer of {@link reReserve}. */
 export type ReReserveOutcome =
   | { readonly state: 're-reserved'; readonly ip: string; readonly block: string; readonly claimed: boolean; readonly seq: number; readonly revision: string; readonly wanted: boolean }
@@ -184,14 +192,18 @@ export interface ReReserveScope extends PoolKeys {
  * address, no want of it exists and the sandbox has no handle or tombstone at its key, the
  * transaction records the sandbox's want instead — the block's `wanted` entry (this node, the
  * sandbox, `now`) and the index key `wanted/<node>/<block>/<ordinal>`, comparing the block's
- * `mod_revision` and `removing/<node>` absent — and the answer is the `conflict` with `wanted:
+ * `mod_revision`, the sandbox's handle absent and `removing/<node>` absent — and the answer is the `conflict` with `wanted:
  * 'written'`. When the address is free and wanted by this sandbox, the re-reservation drops the
  * want and its index key in its transaction (`wanted: true` in the answer). Another sandbox's want
- * is a `conflict` (`wanted: 'other'`): at most one want per address.
+ * is a `conflict` (`wanted: 'other'`): at most one want per address. A sandbox ID that is not a
+ * valid CNI container ID (libcni `cniValidNameChars`) is `skipped`, nothing read or written.
  * @throws AppError STORE_UNAVAILABLE (CNI 11) when etcd cannot be asked; STORE_CONFLICT after
  *   {@link MAX_ATTEMPTS} lost races.
  */
 export async function reReserve(s: ReReserveScope, sandbox: string, a: PodAddress): Promise<ReReserveOutcome> {
+  // The strict block codec reads a want's or an allocation's sandbox as a container ID: another
+  // one written would make the block unreadable for every node.
+  if (!CNI_NAME_RE.test(sandbox)) return { state: 'skipped', why: `sandbox ID ${JSON.stringify(sandbox)} is not a valid CNI container ID: nothing written` };
   const keys = keysOf(s);
   const handleKey = keys.handle(sandbox, POD_IFNAME);
   const removing = keys.removing(s.node);
@@ -205,6 +217,7 @@ export async function reReserve(s: ReReserveScope, sandbox: string, a: PodAddres
         if ((await handleState(s.kv, s, sandbox)) !== null) return r.decided;
         const at = s.now();
         tx.expect(r.blockKey, r.block.rev);
+        tx.expect(handleKey, null); // read absent above: a handle written meanwhile (an ADD of the sandbox) makes it decide again
         tx.expect(removing, null);
         tx.put(r.blockKey, encodeBlock(withWant(r.block.value, a.ordinal, { sandbox, node: s.node, at })));
         tx.put(keys.want(s.node, a.block, a.ordinal), wantIndexValue(sandbox, a.ip, at));
@@ -274,7 +287,9 @@ export type DropOutcome = { readonly want: NodeWant; readonly outcome: 'dropped'
  * Drop node `node`'s wants whose `keep(sandbox, ip)` is false, each in one transaction: the want
  * removed from its block (compared at its `mod_revision`), its index key deleted, and `guard`
  * (e.g. `removing/<node>` absent). An index key whose block holds no want of `node` at that ordinal
- * is deleted alone (compared at its revision). A block that cannot be read is left (`skipped`,
+ * is deleted alone (compared at its revision). A removed node's `pendingRelease` block that the
+ * drop leaves holding nothing is given back in the same transaction ({@link giveBackEmptied}:
+ * block and affinity deleted, the owner's marker compared) instead of written back. A block that cannot be read is left (`skipped`,
  * with `why`). One prefix read of `wanted/<node>/`, then per index key a read of its block.
  * @param lost after a lost compare: return a string to stop (the reason) or undefined to read again.
  * @throws the KV's errors (STORE_UNAVAILABLE); what `lost` throws; AppError STORE_CONFLICT after
@@ -316,7 +331,7 @@ export async function dropWants(
           }
         }
         const w = b === null ? null : wantOf(b, ordinal);
-        for (const g of guard) tx.expect(g.key, 'absent' in g ? null : g.modRevision);
+        for (const g of guard) tx.expectCompare(g);
         if (b === null || be === null || w === null || w.node !== node) {
           // The index outlived its want (it cannot, as both are written together; kept tidy anyway).
           tx.expect(keys.block(block), be === null ? null : be.modRevision);
@@ -329,7 +344,9 @@ export async function dropWants(
           return { want, outcome: 'kept' };
         }
         tx.expect(keys.block(block), be.modRevision);
-        tx.put(keys.block(block), encodeBlock(withoutWant(b, ordinal)));
+        const left = withoutWant(b, ordinal);
+        // A removed node's block left holding nothing goes back to the pool (src/pool/stuck-block.ts), else it is written back.
+        if (!(left.state === 'pendingRelease' && holdsNothing(left) && (await giveBackEmptied(kv, keys, tx, block, left.node)))) tx.put(keys.block(block), encodeBlock(left));
         tx.del(ie.key);
         return { want, outcome: 'dropped' };
       },
@@ -357,7 +374,7 @@ export async function dropWants(
  */
 export function dropStaleWants(kv: KV, k: PoolKeys, node: string, ready: ReadonlyMap<string, readonly string[]>): Promise<DropOutcome[]> {
   const removing = keysOf(k).removing(node);
-  return dropWants(kv, k, node, (sandbox, ip) => (ready.get(sandbox) ?? []).some((x) => x.trim() === ip), [{ key: removing, absent: true }], async () =>
+  return dropWants(kv, k, node, (sandbox, ip) => (ready.get(sandbox) ?? []).some((x) => canonicalIP(x) === ip), [{ key: removing, absent: true }], async () =>
     (await kv.get(removing)) !== null ? `a removal of node ${node} is begun (${removing}): nothing written` : undefined,
   );
 }

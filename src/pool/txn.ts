@@ -31,6 +31,8 @@ export class Txn {
   readonly #kv: KV;
   /** Recorded key → revision (null: absent), in record order. */
   readonly #reads = new Map<string, string | null>();
+  /** Key → the exact text it must still hold at the commit ({@link expectValue}). */
+  readonly #values = new Map<string, string>();
   /** Entries read in this attempt, by key (a second read of a key answers from here: one snapshot per attempt). */
   readonly #seen = new Map<string, KVEntry | null>();
   readonly #ops: KVOp[] = [];
@@ -80,6 +82,23 @@ export class Txn {
     if (!this.#reads.has(key)) this.#reads.set(key, revision);
   }
 
+  /**
+   * Record that `key` must still hold exactly the text `value` at the commit (etcd Compare VALUE
+   * EQUAL), besides any revision recorded by {@link expect}; a key already so recorded keeps its
+   * first text. For a write built on a cached value: a revision alone can name other content
+   * after an etcd restored from a snapshot.
+   */
+  expectValue(key: string, value: string): void {
+    if (!this.#values.has(key)) this.#values.set(key, value);
+  }
+
+  /** Record compare `c` ({@link expect} for a revision or an absence, {@link expectValue} for a value). */
+  expectCompare(c: KVCompare): void {
+    if ('absent' in c) this.expect(c.key, null);
+    else if ('value' in c) this.expectValue(c.key, c.value);
+    else this.expect(c.key, c.modRevision);
+  }
+
   /** Buffer a put (with `lease`, an etcd lease ID, when given). */
   put(key: string, value: string, lease?: string): void {
     this.#ops.push(lease === undefined ? { put: key, value } : { put: key, value, lease });
@@ -94,6 +113,7 @@ export class Txn {
   discard(): void {
     this.#ops.length = 0;
     this.#reads.clear();
+    this.#values.clear();
     this.#commit.length = 0;
   }
 
@@ -104,7 +124,8 @@ export class Txn {
 
   /** The compares of the commit: every recorded key at its recorded revision, in record order. */
   get compares(): KVCompare[] {
-    return [...this.#reads].map(([key, rev]) => (rev === null ? { key, absent: true } : { key, modRevision: rev }));
+    const byRev: KVCompare[] = [...this.#reads].map(([key, rev]) => (rev === null ? { key, absent: true } : { key, modRevision: rev }));
+    return [...byRev, ...[...this.#values].map(([key, value]) => ({ key, value }))];
   }
 
   /** The buffered writes, in order. */
@@ -114,7 +135,7 @@ export class Txn {
 
   /** Count of compares plus writes (etcd bounds a transaction's total: `--max-txn-ops`). */
   get size(): number {
-    return this.#reads.size + this.#ops.length;
+    return this.#reads.size + this.#values.size + this.#ops.length;
   }
 
   /** @internal the driver's after-commit step. */

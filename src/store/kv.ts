@@ -28,9 +28,17 @@ export interface KVEntry {
 /**
  * One compare of a transaction: `absent` holds when the key does not exist (etcd
  * `create_revision == 0`); `modRevision` holds when the key exists and was last written at
- * exactly that revision (etcd `mod_revision ==`).
+ * exactly that revision (etcd `mod_revision ==`); `value` holds when the key exists and its value
+ * is exactly that text (etcd Compare target `VALUE`, result `EQUAL`; a missing key fails it:
+ * etcd-io/etcd etcdserver/apply.go `applyCompare`: "Always fail if comparing a value on a key/keys
+ * that doesn't exist"). A revision identifies a value only within one history:
+ * an etcd restored from a snapshot (`etcdctl snapshot restore`) winds its revision back and new
+ * writes reuse revisions; a value compare holds whatever the revision.
  */
-export type KVCompare = { readonly key: string; readonly absent: true } | { readonly key: string; readonly modRevision: string };
+export type KVCompare =
+  | { readonly key: string; readonly absent: true }
+  | { readonly key: string; readonly modRevision: string }
+  | { readonly key: string; readonly value: string };
 
 /** One write of a transaction's success branch. */
 export type KVOp = { readonly put: string; readonly value: string; readonly lease?: string } | { readonly delete: string };
@@ -114,6 +122,13 @@ export interface KV {
    * cluster ID (docs/cluster.md "One etcd cluster").
    */
   clusterCheck?(): Promise<ClusterCheck>;
+  /**
+   * Optional (etcd only): how many times an answer carried a lower store revision than one seen
+   * before (etcd restored from a snapshot: its revision wound back). Starts at 0; a change tells
+   * a cache of revisions (the pool allocator's {@link BlockCache}) to drop what it holds. Absent:
+   * never.
+   */
+  readonly generation?: number;
 }
 
 /**

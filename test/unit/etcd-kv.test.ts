@@ -9,7 +9,11 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { isAppError } from '../../src/common/errors.ts';
 import { convertEtcdError, EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
-import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ETCDCTL_BIN, haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 
 const CI = process.env['CI'] === 'true';
 const etcdSkip = haveEtcd() || CI ? false : '/usr/bin/etcd not installed';
@@ -94,6 +98,61 @@ describe('EtcdKV on a real etcd', { skip: etcdSkip }, () => {
       await dead.close();
     }
     await assert.rejects(dead.get('/x'), (e: unknown) => isAppError(e, 'CLOSED'));
+  });
+});
+
+describe('EtcdKV value compares and a revision gone backwards (real etcd restored from a snapshot)', { skip: etcdSkip }, () => {
+  let cluster: EtcdCluster | undefined;
+  let kv: EtcdKV | undefined;
+  let tmp = '';
+  const told: Array<[string, string]> = [];
+  before(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'ipwarden-etcdkv-restore-'));
+    cluster = await startEtcdCluster({ members: 1, prefix: 'ipwarden-etcdkv-restore-etcd-' });
+    kv = new EtcdKV({ endpoints: cluster.endpoints });
+    kv.onRevisionBackwards = (highest, now) => void told.push([highest, now]);
+  });
+  after(async () => {
+    await kv?.close();
+    await cluster?.close();
+    if (tmp !== '') rmSync(tmp, { recursive: true, force: true });
+  });
+  function etcdctl(...a: string[]): void {
+    const r = spawnSync(ETCDCTL_BIN, a, { encoding: 'utf8', env: { PATH: '/usr/bin:/bin', ETCDCTL_API: '3' } });
+    assert.equal(r.status, 0, `etcdctl ${a.join(' ')}: ${r.stderr}`);
+  }
+
+  it('a value compare holds on equal text only and fails on a missing key (etcd Compare VALUE EQUAL)', async () => {
+    const k = kv as EtcdKV;
+    assert.deepEqual(await k.txn([], [{ put: '/v/k', value: 'v1' }]), { succeeded: true, revision: '2' });
+    assert.deepEqual(await k.txn([{ key: '/v/k', value: 'v2' }], [{ put: '/v/k', value: 'x' }]), { succeeded: false, revision: '2' });
+    assert.deepEqual(await k.txn([{ key: '/v/absent', value: '' }], [{ put: '/v/k', value: 'x' }]), { succeeded: false, revision: '2' });
+    assert.deepEqual(await k.txn([{ key: '/v/k', value: 'v1' }, { key: '/v/k', modRevision: '2' }], [{ put: '/v/k', value: 'v2' }]), { succeeded: true, revision: '3' });
+    assert.equal((await k.get('/v/k'))?.value, 'v2');
+  });
+
+  it('an answer below the highest revision seen bumps the generation and tells the hook once', async () => {
+    const c = cluster as EtcdCluster;
+    const k = kv as EtcdKV;
+    const m0 = c.members[0] as EtcdCluster['members'][number];
+    assert.deepEqual(await k.txn([], [{ put: '/r/a', value: '1' }]), { succeeded: true, revision: '4' });
+    const snap = join(tmp, 'backup.db');
+    etcdctl('--endpoints', c.endpoints.join(','), 'snapshot', 'save', snap);
+    for (const x of ['b', 'c', 'd']) await k.txn([], [{ put: `/r/${x}`, value: '1' }]);
+    assert.equal((await k.get('/r/d'))?.modRevision, '7');
+    assert.equal(k.generation, 0);
+    // The runbook's restore: the member from the backup, with the cluster's token (same cluster ID).
+    await c.kill(0);
+    rmSync(m0.dataDir, { recursive: true, force: true });
+    etcdctl('snapshot', 'restore', snap, '--name', m0.name, '--data-dir', m0.dataDir, '--initial-cluster', `${m0.name}=${m0.peerUrl}`, '--initial-cluster-token', c.token, '--initial-advertise-peer-urls', m0.peerUrl);
+    await c.restart(0);
+    assert.deepEqual((await k.list('/r/')).map((e) => [e.key, e.modRevision]), [['/r/a', '4']]);
+    assert.equal(k.generation, 1);
+    assert.deepEqual(told, [['7', '4']]);
+    // New writes reuse the revisions (5, …): no further change, no second word.
+    assert.deepEqual(await k.txn([], [{ put: '/r/e', value: '1' }]), { succeeded: true, revision: '5' });
+    assert.equal(k.generation, 1);
+    assert.deepEqual(told, [['7', '4']]);
   });
 });
 

@@ -320,6 +320,8 @@ interface RawKV {
 
 interface Header {
   cluster_id?: string;
+  /** The store's revision when the request was served (int64 as decimal text). */
+  revision?: string;
 }
 
 /** The outcome of one attempt on one endpoint, classified. */
@@ -393,6 +395,16 @@ export class EtcdKV implements KV, Leases {
   #mismatch: AppError | null = null;
   #check: { readonly result: ClusterCheck; readonly at: number } | null = null;
   #checking: Promise<ClusterCheck> | null = null;
+  /** The highest store revision a KV answer (Range, Txn) carried. */
+  #highest = 0n;
+  /** See {@link KV.generation}: bumped each time a KV answer's revision is below {@link #highest}. */
+  #generation = 0;
+  /**
+   * Told once, the first time etcd's revision is seen going backwards (`highest` seen before,
+   * `now` in this answer), for a log line (the daemon: `etcd's revision went backwards (restored
+   * from a snapshot?)`); must not throw. Null: nobody.
+   */
+  onRevisionBackwards: ((highest: string, now: string) => void) | null = null;
 
   constructor(opts: EtcdKVOptions) {
     if (opts.endpoints.length === 0) throw new AppError('IPAM_INVALID_CONFIG', 'etcd: no endpoints');
@@ -546,6 +558,42 @@ export class EtcdKV implements KV, Leases {
     return new AppError('IPAM_INVALID_CONFIG', `ipam.pool.etcd.endpoints name members of ${groups.size} etcd clusters: ${parts.join('; ')} — list the members of one cluster only`);
   }
 
+  /** See {@link KV.generation}. */
+  get generation(): number {
+    return this.#generation;
+  }
+
+  /**
+   * Record the revision of a KV answer (Range, Txn: linearizable, so in one history never below
+   * `floor`, the highest one seen before the request was sent; answers of concurrent requests
+   * may arrive in any order). A lower one means etcd was restored from a snapshot (its revision
+   * wound back): {@link generation} is bumped, and {@link onRevisionBackwards} told the first time.
+   */
+  #noteRevision(header: Header | null | undefined, floor: bigint): void {
+    const raw = header?.revision;
+    if (raw === undefined || raw === '' || raw === '0') return;
+    const rev = BigInt(raw);
+    if (rev >= floor) {
+      if (rev > this.#highest) this.#highest = rev;
+      return;
+    }
+    if (this.#highest < floor) {
+      // Another answer already showed this going back (#highest only falls on that): one event, one bump.
+      if (rev > this.#highest) this.#highest = rev;
+      return;
+    }
+    const before = floor;
+    this.#highest = rev;
+    this.#generation++;
+    if (this.#generation === 1) {
+      try {
+        this.onRevisionBackwards?.(String(before), String(rev));
+      } catch {
+        // a sink that throws is ignored
+      }
+    }
+  }
+
   /** Classify a failed attempt of `name` on endpoint `i` (probing the endpoint's scheme when the text suggests a mismatch). */
   async #classify(e: unknown, what: string, name: MethodName, i: number): Promise<Failure> {
     const where = this.#endpoints[i] as string;
@@ -585,6 +633,8 @@ export class EtcdKV implements KV, Leases {
    */
   async #failover<T>(what: string, name: MethodName, req: object): Promise<T> {
     const failures: Failure[] = [];
+    /** The highest revision seen before this request was sent: its answer may not be lower (linearizable). */
+    const floor = this.#highest;
     for (let k = 0; k < this.#endpoints.length; k++) {
       const i = (this.#current + k) % this.#endpoints.length;
       let r: T;
@@ -598,6 +648,7 @@ export class EtcdKV implements KV, Leases {
         continue;
       }
       this.#noteCluster(i, (r as { header?: Header | null }).header);
+      if (name === 'Range' || name === 'Txn') this.#noteRevision((r as { header?: Header | null }).header, floor);
       this.#current = i;
       // The client's first answer starts the cluster check in the background: that endpoint's ID
       // is known now, so only the others are asked (none with one endpoint).
@@ -783,7 +834,9 @@ export class EtcdKV implements KV, Leases {
       compare: compare.map((c) =>
         'absent' in c
           ? { key: Buffer.from(c.key), target: 'Create', result: 'Equal', create_revision: '0' }
-          : { key: Buffer.from(c.key), target: 'Mod', result: 'Equal', mod_revision: c.modRevision },
+          : 'value' in c
+            ? { key: Buffer.from(c.key), target: 'Value', result: 'Equal', value: Buffer.from(c.value) }
+            : { key: Buffer.from(c.key), target: 'Mod', result: 'Equal', mod_revision: c.modRevision },
       ),
       success: ops.map((op) =>
         'put' in op

@@ -90,7 +90,9 @@ export class MemoryKV implements KV, Leases {
   apply(compare: readonly KVCompare[], ops: readonly KVOp[]): KVTxnResult {
     const holds = compare.every((c) => {
       const s = this.#data.get(c.key);
-      return 'absent' in c ? s === undefined : s !== undefined && String(s.modRevision) === c.modRevision;
+      if ('absent' in c) return s === undefined;
+      if ('value' in c) return s !== undefined && s.value === c.value;
+      return s !== undefined && String(s.modRevision) === c.modRevision;
     });
     if (!holds) return { succeeded: false, revision: String(this.#revision) };
     if (ops.length === 0) return { succeeded: true, revision: String(this.#revision) };
