@@ -102,6 +102,9 @@ export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: Po
     get generation(): number | undefined {
       return kv.generation;
     },
+    get highestRevision(): string | null | undefined {
+      return kv.highestRevision;
+    },
     get: (key: string): Promise<KVEntry | null> => kv.get(key),
     list: (prefix: string, opts?: { readonly keysOnly?: boolean }): Promise<KVEntry[]> => kv.list(prefix, opts),
     ...(kv.getMany === undefined ? {} : { getMany: (keys: readonly string[]) => (kv.getMany as (k: readonly string[]) => Promise<Array<KVEntry | null>>).call(kv, keys) }),

@@ -600,8 +600,12 @@ export class PoolSessions implements PoolHooks {
     return this.#timed(pool, 'ADD', () => resolveNodeName(pool, this.#env), (node) => this.#add(conf, pool, node, req, signal));
   }
 
-  #add(conf: IPAMConfig, pool: PoolConfig, node: string, req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
+  #add(conf: IPAMConfig, pool: PoolConfig, node: string, request: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
     const kv = this.#kv(pool);
+    // The fence (docs/cluster.md "No leak from a late commit"): the highest revision this client
+    // has seen as the request begins; a DEL's tombstone created above it refuses the ADD.
+    const seen = kv.highestRevision;
+    const req: PoolRequest = seen === undefined || seen === null ? request : { ...request, since: seen };
     this.#note(pool, node);
     const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
     const off = this.#offlineOf(pool, node, kv, conf);

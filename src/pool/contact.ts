@@ -129,6 +129,11 @@ export class ContactKV implements KV, Leases {
   get inner(): KV & Leases {
     return this.#inner;
   }
+  /** The inner client's {@link KV.highestRevision}. */
+  get highestRevision(): string | null | undefined {
+    return this.#inner.highestRevision;
+  }
+
   /** The inner client's {@link KV.generation}. */
   get generation(): number | undefined {
     return this.#inner.generation;

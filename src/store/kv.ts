@@ -129,6 +129,13 @@ export interface KV {
    * never.
    */
   readonly generation?: number;
+  /**
+   * Optional: the highest store revision an answer of this client has carried so far (decimal
+   * text), or null before any. A request begun now cannot observe a commit its client has not
+   * seen yet, so a key created above it was written after that moment: the daemon's ADD fence
+   * (PoolRequest.since, docs/cluster.md "No leak from a late commit"). Absent: no fence.
+   */
+  readonly highestRevision?: string | null;
 }
 
 /**

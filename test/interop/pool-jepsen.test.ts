@@ -1053,7 +1053,7 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         // pods and given its emptied blocks back, and remove-node refuses a node that has nothing
         // in the pool (a typo). Held until after --finish, then DELeted like a burst's.
         let held: Op[] = [];
-        for (let t = 0; t < 5 && !held.some((x) => x.outcome === 'ok'); t++) held = held.concat(await burst([removed], 1).sent);
+        for (let t = 0; t < 5 && !held.some((x) => x.outcome === 'ok'); t++) held = held.concat(await burst([removed], 1, OP_TIMEOUT_MS).sent);
         assert.ok(held.some((x) => x.outcome === 'ok'), `${removed.name} holds an address before remove-node: ${held.map((x) => x.outcome).join(', ')}`);
         const f = openWindow(`drop ${removed.name} + pool remove-node ${removed.name}`, [removed], true);
         removed.proxies.setMode({ kind: 'drop' });
@@ -1093,7 +1093,7 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         for (const c of nodes.slice(7).filter((x) => x.reclaims !== true)) {
           if (!(await blockStates(c.name)).includes('owned')) continue;
           held = [];
-          for (let t = 0; t < 5 && !held.some((x) => x.outcome === 'ok'); t++) held = held.concat(await burst([c], 1).sent);
+          for (let t = 0; t < 5 && !held.some((x) => x.outcome === 'ok'); t++) held = held.concat(await burst([c], 1, OP_TIMEOUT_MS).sent);
           if ((await blockStates(c.name)).includes('owned') && held.some((x) => x.outcome === 'ok')) {
             paused = c;
             break;
@@ -1118,7 +1118,10 @@ async function jepsenRun(cluster: EtcdCluster, subject: Subject, o: RunOptions):
         f.close(ops);
         delBurst(ops);
         await untilAsync(`${paused.name}'s veto (its marker deleted)`, async () => (await marker(paused.name)) === null);
-        const states = await blockStates(paused.name);
+        // The veto deletes the marker first, then writes the node's blocks back to owned (one
+        // transaction each): wait for the last of them.
+        let states: string[] = [];
+        await untilAsync(`${paused.name}'s blocks written back to owned`, async () => (states = await blockStates(paused.name)).every((x) => x === 'owned'));
         // The address it held while stopped is still its container's: the removal released nothing.
         const after = (await subject.readState()).allocations;
         const kept = heldOk.filter((x) => after.some((a) => a.containerId === x.containerId && x.ips?.includes(a.ip) === true)).length;

@@ -558,6 +558,11 @@ export class EtcdKV implements KV, Leases {
     return new AppError('IPAM_INVALID_CONFIG', `ipam.pool.etcd.endpoints name members of ${groups.size} etcd clusters: ${parts.join('; ')} — list the members of one cluster only`);
   }
 
+  /** See {@link KV.highestRevision}. */
+  get highestRevision(): string | null {
+    return this.#highest === 0n ? null : this.#highest.toString();
+  }
+
   /** See {@link KV.generation}. */
   get generation(): number {
     return this.#generation;
