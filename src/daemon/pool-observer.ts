@@ -5,6 +5,7 @@
  */
 import { AppError } from '../common/errors.ts';
 import type { ClusterCheck, KV, KVCompare, KVEntry, KVOp, KVStats, KVTxnResult, Leases } from '../store/kv.ts';
+import type { PoolNodeSample } from '../pool/index.ts';
 
 /** The pool and node an observed event belongs to (the metrics' `pool` and `node` labels). */
 export interface PoolEventScope {
@@ -128,27 +129,11 @@ export function observeTxns(kv: KV & Leases, scope: PoolEventScope, observer: Po
 }
 
 /**
- * The gauges of one pool as one node sees it ({@link PoolSessions.sample}): from one
- * `pool status` read (src/pool/status.ts). Counts are addresses or blocks.
+ * The gauges of one pool as one node sees it ({@link PoolSessions.sample}): the fields of one
+ * `pool status` read ({@link PoolNodeSample}, src/pool/status.ts: counts are addresses or blocks)
+ * with the pool and node they are about.
  */
-export interface PoolSample extends PoolEventScope {
-  /** Blocks the node owns. */
-  readonly blocks: number;
-  /** Addresses the node's containers hold in its own blocks (reserve entries of offline allocation and borrowers not counted). */
-  readonly held: number;
-  /** Blocks claimed in the whole pool (by any node). */
-  readonly claimedBlocks: number;
-  /** Blocks of the pool no node has claimed. */
-  readonly unclaimedBlocks: number;
-  /** The node's heartbeat key exists. */
-  readonly alive: boolean;
-  /** The node's blocks whose value (or affinity key) cannot be read: skipped by every ADD, left for an operator. */
-  readonly corruptBlocks: number;
-  /** Per range set (index = its index in the pool): addresses the node can get without borrowing (`PoolNodeSample.freeAddresses`). */
-  readonly freeAddresses: readonly number[];
-  /** Blocks `pendingRelease` of nodes being removed and of this node (`PoolNodeSample.pendingReleaseBlocks`). */
-  readonly pendingReleaseBlocks: number;
-}
+export interface PoolSample extends PoolEventScope, PoolNodeSample {}
 
 /** A pool whose status could not be read ({@link PoolSessions.sample}). */
 export interface PoolSampleError extends PoolEventScope {
