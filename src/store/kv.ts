@@ -131,9 +131,10 @@ export interface KV {
   readonly generation?: number;
   /**
    * Optional: the highest store revision an answer of this client has carried so far (decimal
-   * text), or null before any. A request begun now cannot observe a commit its client has not
-   * seen yet, so a key created above it was written after that moment: the daemon's ADD fence
-   * (PoolRequest.since, docs/cluster.md "No leak from a late commit"). Absent: no fence.
+   * text), or null before any. Every commit made after this moment lies above it (a key above it
+   * may also be older, only not yet seen by this client): the daemon's ADD fence
+   * (PoolRequest.since, docs/cluster.md "No leak from a late commit") treats a tombstone above it
+   * as possibly later than the ADD — refusing once what a fresh request then allows. Absent: no fence.
    */
   readonly highestRevision?: string | null;
 }
