@@ -12,7 +12,7 @@ import { formatIP, parseCIDR } from '../common/ip.ts';
 import { MAX_TXN_OPS, type KVCompare, type KVEntry, type KVOp } from '../store/kv.ts';
 import { RangeExhaustedError } from '../ipam/allocator.ts';
 import { blockAddresses, ordinalIP } from './blocks.ts';
-import { Retry, runTxn } from './txn.ts';
+import { Retry, runTxn, type Txn } from './txn.ts';
 import {
   affinityValue,
   blockKeyCidr,
@@ -32,7 +32,7 @@ import {
 } from './model.ts';
 import { rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
-import { type AllocatorCore, fromCache, LostRace, MAX_ATTEMPTS, MAX_BATCH, type PoolAllocation, type PoolRequest, staleAddError, type Working } from './allocator-core.ts';
+import { type AllocatorCore, type CachedBlock, fromCache, LostRace, MAX_ATTEMPTS, MAX_BATCH, type PoolAllocation, type PoolRequest, staleAddError, type Working } from './allocator-core.ts';
 import { veto, vetoIfMarked } from './veto.ts';
 
 /** A batched DEL whose handle cannot be read: done alone after its round ({@link PoolAllocator.batch}). */
@@ -439,66 +439,7 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
       delWrites = true;
     }
     /** Blocks this round gives back (deleted with their affinity), by key text. */
-    const gone: string[] = [];
-    let mineByRs: Map<number, KVEntry[]> | null = null;
-    for (const b of blocks.values()) {
-      if (b === null || !b.dirty) continue;
-      const bk = core.blockKey(b.key);
-      if (b.rev === null) {
-        // A claim: the block and its affinity both absent.
-        const ak = core.affinityKey(core.o.node, b.key);
-        tx.expect(bk, null);
-        tx.expect(ak, null);
-        tx.put(ak, affinityValue(b.value.rangeSet));
-        tx.put(bk, encodeBlock(b.value));
-        continue;
-      }
-      core.expectBlock(tx, b);
-      const empty = emptied.has(b.key) && holdsNothing(b.value); // a want keeps the block (src/pool/wanted.ts)
-      // The node's cached blocks hold no other of this range set: it is the node's last as far
-      // as this process knows — kept without listing the affinities (keeping is always safe; a
-      // block another process of the node claimed meanwhile is given back by that one's DELs).
-      const lastCached = cached !== null && ![...cached].some(([k, c]) => k !== b.key && c.value.rangeSet === b.value.rangeSet);
-      if (empty && b.value.node === core.o.node && b.value.state === 'owned' && !lastCached) {
-        if (mineByRs === null) {
-          mineByRs = new Map();
-          for (const e of await kv.list(core.keys.affinityPrefix(core.o.node))) {
-            let rs: number;
-            try {
-              rs = decodeAffinity(e);
-            } catch (err) {
-              if (!(err instanceof CorruptValueError)) throw err;
-              // Left out: an emptied block is then kept rather than given back (keeping is always safe).
-              tell(err, 'affinity not read: no block is given back on it, left for an operator');
-              continue;
-            }
-            mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
-          }
-        }
-        const same = mineByRs.get(b.value.rangeSet) ?? [];
-        const ak = core.affinityKey(core.o.node, b.key);
-        const aff = same.find((e) => e.key === ak);
-        const kept = same.find((e) => e !== aff);
-        if (kept !== undefined && aff !== undefined) {
-          // Emptied by a DEL and not the node's last block of this range set: given back —
-          // provided the block we keep is still there (compared), so two DELs of the node that
-          // each empty one of its last two blocks cannot give back both (review).
-          mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
-          tx.expect(ak, aff.modRevision);
-          tx.expect(kept.key, kept.modRevision);
-          tx.del(bk);
-          tx.del(ak);
-          gone.push(b.key);
-          continue;
-        }
-      }
-      // A removed node's block emptied by this round's DEL goes back to the pool (src/pool/stuck-block.ts).
-      if (empty && b.value.state === 'pendingRelease' && b.value.node !== core.o.node && (await giveBackEmptied(kv, core.keys, tx, b.key, b.value.node))) {
-        gone.push(b.key);
-        continue;
-      }
-      tx.put(bk, encodeBlock(b.value));
-    }
+    const gone = await writeBlocks(core, tx, blocks, (key) => emptied.has(key), cached, tell);
     // etcd refuses a transaction of more than 128 compares + ops (`--max-txn-ops`): with small
     // blocks (/31, /32) a batch claims a block per request. Split the round (the parts re-read;
     // nothing was written) instead of failing it as a whole (review): ADDs and DELs apart, then
@@ -711,53 +652,8 @@ async function delOne(core: AllocatorCore, req: PoolRequest, reports: Map<string
       tx.expect(he.key, he.modRevision);
       if (left.length === 0) tx.del(he.key);
       else tx.put(he.key, encodeHandle({ ...hv, ips: left }));
-      /** Blocks this DEL gives back (deleted), by key text. */
-      const gone: string[] = [];
-      let mineByRs: Map<number, KVEntry[]> | null = null;
-      for (const b of blocks.values()) {
-        if (b === null || !b.dirty) continue;
-        const bk = core.blockKey(b.key);
-        tx.expect(bk, b.rev);
-        if (holdsNothing(b.value) && b.value.node === core.o.node && b.value.state === 'owned') {
-          if (mineByRs === null) {
-            mineByRs = new Map();
-            for (const e of await kv.list(core.keys.affinityPrefix(core.o.node))) {
-              let rs: number;
-              try {
-                rs = decodeAffinity(e);
-              } catch (err) {
-                if (!(err instanceof CorruptValueError)) throw err;
-                // Left out: an emptied block is then kept rather than given back (keeping is always safe).
-                tell(err, 'affinity not read: no block is given back on it, left for an operator');
-                continue;
-              }
-              mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
-            }
-          }
-          const same = mineByRs.get(b.value.rangeSet) ?? [];
-          const ak = core.affinityKey(core.o.node, b.key);
-          const aff = same.find((e) => e.key === ak);
-          const kept = same.find((e) => e !== aff);
-          if (kept !== undefined && aff !== undefined) {
-            // Empty and not the node's last block of this range set: give it back to the pool —
-            // provided the block we keep is still there (compared), so two DELs of the node that
-            // each empty one of its last two blocks cannot give back both (review).
-            mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
-            tx.expect(ak, aff.modRevision);
-            tx.expect(kept.key, kept.modRevision);
-            tx.del(bk);
-            tx.del(ak);
-            gone.push(b.key);
-            continue;
-          }
-        }
-        // A removed node's block emptied by this DEL goes back to the pool (src/pool/stuck-block.ts).
-        if (holdsNothing(b.value) && b.value.state === 'pendingRelease' && b.value.node !== core.o.node && (await giveBackEmptied(kv, core.keys, tx, b.key, b.value.node))) {
-          gone.push(b.key);
-          continue;
-        }
-        tx.put(bk, encodeBlock(b.value));
-      }
+      /** Blocks this DEL gives back (deleted), by key text: every block it writes had an address released. */
+      const gone = await writeBlocks(core, tx, blocks, () => true, null, tell);
       // A DEL of this node is a sign of life too: it commits only while no removal of the node
       // is begun, else it vetoes and decides again (the same one compare as an ADD's).
       tx.expect(core.removingKey(core.o.node), null);
@@ -898,4 +794,86 @@ export async function handlesOf(core: AllocatorCore, node: string): Promise<Arra
     out.push({ containerId, ifname, value });
   }
   return out;
+}
+
+/**
+ * Buffer in `tx` the write of every block of `blocks` that an attempt changed (`dirty`), by the
+ * same rules for a DEL and for a round: a block the attempt claims (`rev` null) is created with its
+ * affinity, both compared absent; any other is compared as read ({@link AllocatorCore.expectBlock}:
+ * its revision, and its stored text when built on the cache), then
+ * - given back (the block and its affinity deleted) when `emptied(key)`, it holds nothing (no
+ *   allocation, no want: src/pool/wanted.ts), it is the node's own and `owned`, and it is not the
+ *   node's last block of its range set: not when `cached` (the node's cached blocks the attempt
+ *   built on, or null) holds no other block of that range set; else the node's affinities are
+ *   read once (an affinity that cannot be read is told to `tell` and keeps its block), and the
+ *   kept block's affinity is compared, so two DELs of the node that each empty one of its last two
+ *   blocks cannot give back both;
+ * - given back when `emptied(key)`, it holds nothing, and it is another (removed) node's
+ *   `pendingRelease` block (src/pool/stuck-block.ts `giveBackEmptied`);
+ * - otherwise written with its new value.
+ * Returns the key texts of the blocks given back. Throws what the KV throws.
+ */
+async function writeBlocks(core: AllocatorCore, tx: Txn, blocks: ReadonlyMap<string, Working | null>, emptied: (key: string) => boolean, cached: ReadonlyMap<string, CachedBlock> | null, tell: (e: CorruptValueError, action: string) => void): Promise<string[]> {
+  const kv = core.o.kv;
+  const gone: string[] = [];
+  let mineByRs: Map<number, KVEntry[]> | null = null;
+  for (const b of blocks.values()) {
+    if (b === null || !b.dirty) continue;
+    const bk = core.blockKey(b.key);
+    if (b.rev === null) {
+      // A claim: the block and its affinity both absent.
+      const ak = core.affinityKey(core.o.node, b.key);
+      tx.expect(bk, null);
+      tx.expect(ak, null);
+      tx.put(ak, affinityValue(b.value.rangeSet));
+      tx.put(bk, encodeBlock(b.value));
+      continue;
+    }
+    core.expectBlock(tx, b);
+    const empty = emptied(b.key) && holdsNothing(b.value); // a want keeps the block (src/pool/wanted.ts)
+    // The node's cached blocks hold no other of this range set: it is the node's last as far
+    // as this process knows — kept without listing the affinities (keeping is always safe; a
+    // block another process of the node claimed meanwhile is given back by that one's DELs).
+    const lastCached = cached !== null && ![...cached].some(([k, c]) => k !== b.key && c.value.rangeSet === b.value.rangeSet);
+    if (empty && b.value.node === core.o.node && b.value.state === 'owned' && !lastCached) {
+      if (mineByRs === null) {
+        mineByRs = new Map();
+        for (const e of await kv.list(core.keys.affinityPrefix(core.o.node))) {
+          let rs: number;
+          try {
+            rs = decodeAffinity(e);
+          } catch (err) {
+            if (!(err instanceof CorruptValueError)) throw err;
+            // Left out: an emptied block is then kept rather than given back (keeping is always safe).
+            tell(err, 'affinity not read: no block is given back on it, left for an operator');
+            continue;
+          }
+          mineByRs.set(rs, [...(mineByRs.get(rs) ?? []), e]);
+        }
+      }
+      const same = mineByRs.get(b.value.rangeSet) ?? [];
+      const ak = core.affinityKey(core.o.node, b.key);
+      const aff = same.find((e) => e.key === ak);
+      const kept = same.find((e) => e !== aff);
+      if (kept !== undefined && aff !== undefined) {
+        // Emptied by a DEL and not the node's last block of this range set: given back —
+        // provided the block we keep is still there (compared), so two DELs of the node that
+        // each empty one of its last two blocks cannot give back both (review).
+        mineByRs.set(b.value.rangeSet, same.filter((e) => e !== aff));
+        tx.expect(ak, aff.modRevision);
+        tx.expect(kept.key, kept.modRevision);
+        tx.del(bk);
+        tx.del(ak);
+        gone.push(b.key);
+        continue;
+      }
+    }
+    // A removed node's block emptied by a DEL goes back to the pool (src/pool/stuck-block.ts).
+    if (empty && b.value.state === 'pendingRelease' && b.value.node !== core.o.node && (await giveBackEmptied(kv, core.keys, tx, b.key, b.value.node))) {
+      gone.push(b.key);
+      continue;
+    }
+    tx.put(bk, encodeBlock(b.value));
+  }
+  return gone;
 }
