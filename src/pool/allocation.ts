@@ -35,10 +35,10 @@ import type { RangeSet } from '../ipam/types.ts';
 import { type AllocatorCore, type CachedBlock, fromCache, LostRace, MAX_ATTEMPTS, MAX_BATCH, type PoolAllocation, type PoolRequest, staleAddError, type Working } from './allocator-core.ts';
 import { veto, vetoIfMarked } from './veto.ts';
 
-/** A batched DEL whose handle cannot be read: done alone after its round ({@link PoolAllocator.batch}). */
+/** A batched DEL whose handle cannot be read: done alone after its round ({@link batch}). */
 const ALONE = Symbol('alone');
 
-/** A round's answers ({@link PoolAllocator.batch}): per ADD, per DEL ({@link ALONE}: its handle cannot be read). */
+/** A round's answers ({@link batch}): per ADD, per DEL ({@link ALONE}: its handle cannot be read). */
 interface Round {
   adds: Array<PoolAllocation[] | AppError>;
   dels: Array<string[] | typeof ALONE>;
@@ -111,7 +111,7 @@ export async function batch(core: AllocatorCore, adds: readonly PoolRequest[], d
       out.push(d as string[]);
       continue;
     }
-    // A handle that cannot be read: the DEL alone, after the round (#delByOwner reads every block).
+    // A handle that cannot be read: the DEL alone, after the round (delByOwner reads every block).
     try {
       out.push(await del(core, dels[j] as PoolRequest));
     } catch (e) {
@@ -360,7 +360,7 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
       told = new Map();
       return apart(core, reqs, dels, skipped, reports);
     }
-    // The round's DELs, on the blocks the ADDs left (one write per block; the rules of #del).
+    // The round's DELs, on the blocks the ADDs left (one write per block; the rules of delOne).
     const delResults: Array<string[] | typeof ALONE | null> = dels.map(() => null);
     const delFirst = new Map<string, number>();
     /** True once some DEL's write is buffered (a handle deleted or rewritten, a tombstone). */
@@ -376,7 +376,7 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
       delFirst.set(hk, j);
       const he = delEntries[j] ?? null;
       if (he === null) {
-        // Nothing held: a tombstone (see #del: a late ADD transaction of this container then
+        // Nothing held: a tombstone (see delOne: a late ADD transaction of this container then
         // fails its create-only compare), created only while the handle is still absent.
         if (tombLease === null) tombLease = core.o.tombstoneLease === undefined ? undefined : await core.o.tombstoneLease();
         tx.expect(hk, null);
@@ -390,7 +390,7 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
         hv = decodeHandle(he);
       } catch (e) {
         if (!(e instanceof CorruptValueError)) throw e;
-        delResults[j] = ALONE; // #del (#delByOwner), after this round
+        delResults[j] = ALONE; // del (delByOwner), after this round
         continue;
       }
       if (hv.deleted === true) {
@@ -589,7 +589,7 @@ export async function find(core: AllocatorCore, req: PoolRequest): Promise<PoolA
  *   node's reconcile, which releases it once the block is repaired;
  * - a handle that cannot be read is left as it is (a late ADD transaction of the container
  *   still fails its create-only compare on it), and the container's allocations (its ID and
- *   ifname) found in the pool's readable blocks are released ({@link #delByOwner}: one read of
+ *   ifname) found in the pool's readable blocks are released ({@link delByOwner}: one read of
  *   every block value, on this path only);
  * - an affinity that cannot be read only keeps an emptied block (no block is given back on it).
  * @throws STORE_UNAVAILABLE (CNI 11) when etcd cannot be asked; STORE_CONFLICT (CNI 11) after

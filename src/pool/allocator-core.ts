@@ -95,7 +95,7 @@ export function staleAddError(pool: string, r: PoolRequest, tombRevision: string
   );
 }
 
-/** Options of {@link PoolAllocator}. */
+/** Options of `PoolAllocator` (src/pool/allocator.ts). */
 export interface PoolAllocatorOptions {
   readonly kv: KV;
   /** Pool name (`ipam.pool.name`). */
@@ -219,7 +219,7 @@ export function fromCache(key: string, c: CachedBlock): Working {
 /**
  * What every job of one node's allocator shares: its options, its key layout, its clock, the
  * node's block cache and the reads and decisions built on them. Internal to src/pool/ (the
- * {@link PoolAllocator} composes it; nothing outside the pool sees it).
+ * `PoolAllocator` of src/pool/allocator.ts composes it; nothing outside the pool sees it).
  */
 export class AllocatorCore {
   /** The allocator's options. */

@@ -24,7 +24,7 @@
  *
  * Values are decoded exactly (an unknown field is corrupt). A key that cannot be read is never
  * written: an ADD skips such a block, a DEL always finishes without it (docs/cluster.md "Corrupt
- * keys"; {@link CorruptValueError}, {@link PoolAllocatorOptions.onCorrupt}).
+ * keys"; `CorruptValueError` in src/pool/model.ts, {@link PoolAllocatorOptions.onCorrupt}).
  */
 import type { AppError } from '../common/errors.ts';
 import type { HandleValue } from './model.ts';
