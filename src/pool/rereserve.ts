@@ -368,13 +368,15 @@ export async function dropWants(
 
 /**
  * The pool pass's drop of the node's stale wants: every want of `node` whose sandbox is not among
- * `ready` (READY sandbox → its pod IPs, as the runtime reported them). The caller calls it only
- * when the runtime answered and every READY sandbox's status was read (else a live pod's want
- * could go). Compares `removing/<node>` absent, as every write of the node.
+ * `ready` (READY sandbox → its pod IPs, as the runtime reported them) and whose address is not
+ * `configured` (canonical IP → configured in some network namespace of the node: the kernel's
+ * word keeps a want even when the runtime lists nothing). The caller calls it only when the
+ * runtime answered, every READY sandbox's status was read and the kernel evidence is complete
+ * (else a live pod's want could go). Compares `removing/<node>` absent, as every write of the node.
  */
-export function dropStaleWants(kv: KV, k: PoolKeys, node: string, ready: ReadonlyMap<string, readonly string[]>): Promise<DropOutcome[]> {
+export function dropStaleWants(kv: KV, k: PoolKeys, node: string, ready: ReadonlyMap<string, readonly string[]>, configured: (ip: string) => boolean = () => false): Promise<DropOutcome[]> {
   const removing = keysOf(k).removing(node);
-  return dropWants(kv, k, node, (sandbox, ip) => (ready.get(sandbox) ?? []).some((x) => canonicalIP(x) === ip), [{ key: removing, absent: true }], async () =>
+  return dropWants(kv, k, node, (sandbox, ip) => configured(ip) || (ready.get(sandbox) ?? []).some((x) => canonicalIP(x) === ip), [{ key: removing, absent: true }], async () =>
     (await kv.get(removing)) !== null ? `a removal of node ${node} is begun (${removing}): nothing written` : undefined,
   );
 }

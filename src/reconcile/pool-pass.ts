@@ -320,7 +320,7 @@ export async function runPoolPass(
     // BR-13 for the pool: a READY sandbox's address that the pool does not hold is written back
     // (an etcd restored from an older snapshot lost it), never taken from another holder.
     if (snap.podIPs !== null && snap.runtime.error === undefined) {
-      const rr = await reReserveLivePods(t, snap.podIPs, [...handles, ...foreign], o.host ?? hostname(), () => deps.now(), snap.podIPFailures.length === 0);
+      const rr = await reReserveLivePods(t, snap.podIPs, [...handles, ...foreign], o.host ?? hostname(), () => deps.now(), snap.podIPFailures.length === 0 && snap.evidence.incomplete === null, (ip) => (snap.evidence.addresses.get(ip)?.length ?? 0) > 0);
       reReserved.push(...rr.reReserved);
       wants.push(...rr.wants);
       errors.push(...rr.errors);

@@ -63,8 +63,9 @@ export interface PoolWantEvent {
  * in the pool's ranges the reads and transaction of {@link reReserve}. Never throws: etcd errors,
  * conflicts and skips are in `errors` (kinds `etcd`, `conflict`, `rereserve`, `corrupt`); the
  * wants written and dropped in `wants`. `complete`: the runtime answered and every READY sandbox's
- * status was read (`podIPs` is whole) — only then are the node's stale wants dropped (one keys-only
- * prefix read of `wanted/<node>/` per pass, then a read of the block of each want).
+ * status was read (`podIPs` is whole) and the kernel evidence is complete — only then are the
+ * node's stale wants dropped (one keys-only prefix read of `wanted/<node>/` per pass, then a read
+ * of the block of each want), never one whose address is `configured` in a network namespace.
  */
 export async function reReserveLivePods(
   t: ReReserveTarget,
@@ -73,6 +74,7 @@ export async function reReserveLivePods(
   host: string,
   now: () => number,
   complete = false,
+  configured: (ip: string) => boolean = () => false,
 ): Promise<{ reReserved: PoolReReserved[]; errors: ReReserveError[]; wants: PoolWantEvent[] }> {
   const reReserved: PoolReReserved[] = [];
   const errors: ReReserveError[] = [];
@@ -81,7 +83,7 @@ export async function reReserveLivePods(
     // The node's wants whose sandbox is no longer READY with the address: dropped (only its own).
     try {
       const ready = new Map(podIPs.map((p) => [p.sandbox, p.ips] as const));
-      for (const d of await dropStaleWants(t.kv, t, t.node, ready)) {
+      for (const d of await dropStaleWants(t.kv, t, t.node, ready, configured)) {
         if (d.outcome === 'dropped') wants.push({ event: 'dropped', pool: t.pool, node: t.node, sandbox: d.want.sandbox as string, ip: d.want.ip, block: d.want.block });
         else if (d.outcome === 'skipped') errors.push({ kind: d.corrupt !== undefined ? 'corrupt' : 'rereserve', pool: t.pool, message: `pool ${t.pool}: the want of ${d.want.ip} (block ${d.want.block}) of node ${t.node} was not dropped: ${d.why ?? 'unknown'}` });
       }

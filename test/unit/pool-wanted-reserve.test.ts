@@ -107,6 +107,8 @@ describe('wants: the drop and the write', () => {
     const op = new PoolRemoval({ kv, ...KEYS });
     assert.deepEqual(await op.mark('n2'), ['10.86.0.16-28']);
     assert.deepEqual(await op.finish('n2'), { released: ['10.86.0.16'], deletedBlocks: [], keptBlocks: ['10.86.0.16-28'] });
+    // The runtime lists nothing, but the kernel shows the address configured in a namespace: kept.
+    assert.deepEqual(await dropStaleWants(kv, KEYS, 'n1', new Map(), (ip) => ip === '10.86.0.16'), [{ want: { block: '10.86.0.16-28', ordinal: 0, ip: '10.86.0.16', sandbox: 'sbS' }, outcome: 'kept' }]);
     // sbS is gone from n1: its pass drops the want, and the block (empty, its node removed) goes back.
     assert.deepEqual(await dropStaleWants(kv, KEYS, 'n1', new Map()), [{ want: { block: '10.86.0.16-28', ordinal: 0, ip: '10.86.0.16', sandbox: 'sbS' }, outcome: 'dropped' }]);
     assert.equal(await kv.get(BK), null);
