@@ -5,7 +5,7 @@
  * has logged its 25th ADD served (the shim's fallback serves the rest). Run as root after
  * `npm run build`:
  *
- *     node --import tsx bench/burst.ts        # BENCH_BURST_ROUNDS (default 10), BENCH_BURST_WARMUP (1)
+ *     node --import tsx bench/burst.ts        # BENCH_BURST_ROUNDS (default 10), BENCH_BURST_WARMUP (1), BENCH_WARM_UP (2000: the daemon's --warm-up)
  *
  * `BENCH_BURST_BASE=<another checkout, built>` adds that build's shim + daemon as two more groups
  * (×1 and ×8, its own install and daemon) to the same interleaved rounds: an A/B of two builds
@@ -39,6 +39,8 @@ import { startTestDaemon, type TestDaemon } from '../test/helpers/daemon.ts';
 const ROUNDS = Number(process.env['BENCH_BURST_ROUNDS'] ?? 10);
 const BASE = process.env['BENCH_BURST_BASE'];
 const WARMUP = Number(process.env['BENCH_BURST_WARMUP'] ?? 1);
+/** `--warm-up` of the daemon under test (`BENCH_WARM_UP`; default the daemon's own, 2,000 pairs; 0 measures a cold daemon). */
+const WARM_UP = Number(process.env['BENCH_WARM_UP'] ?? 2000);
 const N = 100;
 const KILL_AFTER = 25;
 
@@ -136,15 +138,19 @@ try {
   };
   const up = install('up');
   const kill = install('kill');
-  const startDaemon = async (socket: string, from = bundle): Promise<TestDaemon> => {
-    const d = await startTestDaemon({ socket, logLevel: 'info', args: ['--interval', '1h'], bundle: from });
+  const startDaemon = async (socket: string, from = bundle, args: string[] = []): Promise<TestDaemon> => {
+    const d = await startTestDaemon({ socket, logLevel: 'info', args: ['--interval', '1h', ...args], bundle: from });
     daemons.push(d);
     return d;
   };
-  const daemon = await startDaemon(up.socket);
+  // The daemon under test as deployed: its warm-up (default 2,000 pairs) done before the rounds.
+  const daemon = await startDaemon(up.socket, bundle, ['--warm-up', String(WARM_UP)]);
+  const warmed = WARM_UP === 0 ? null : await daemon.waitForLog((l) => l.msg.startsWith('warm-up '));
+  if (warmed !== null && warmed.msg !== 'warm-up done') throw new Error(`the daemon's warm-up did not complete: ${JSON.stringify(warmed)}`);
   const base = baseBundle === null ? null : install('base', baseBundle);
   const baseDaemon = base === null || baseBundle === null ? null : await startDaemon(base.socket, baseBundle);
-  let killable = await startDaemon(kill.socket);
+  // The killed group measures the fallback: its daemon (restarted every round) does not warm up.
+  let killable = await startDaemon(kill.socket, bundle, ['--warm-up', '0']);
 
   /** Config files of `group`'s networks (one or eight), `type` host-local or ipwarden. */
   const confs = (group: string, type: string, nets: number): string[] =>
@@ -211,7 +217,7 @@ try {
       const served = d.logs.filter((l) => l.msg === 'request served' && l['command'] === 'ADD' && String(l['containerId']).startsWith(`${prefix}-`)).length;
       const fallbacks = countLines(kill.countLog) - before;
       await d.stop(); // already dead: removes its temp dir
-      killable = await startDaemon(kill.socket);
+      killable = await startDaemon(kill.socket, bundle, ['--warm-up', '0']);
       const del = await runBurst(steps(kill.bin, killedFiles, 'DEL', prefix), false);
       checkBurst(`killed DEL, round ${round}`, del.execs);
       checkEmpty('kill');
@@ -261,7 +267,7 @@ try {
   };
 
   console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, kernel ${release()}, node ${process.version}; ${new Date().toISOString()}`);
-  console.log(`${ROUNDS} rounds (+${WARMUP} warm-up), ${groups.length} groups interleaved, start rotated; ${N} execs per burst; load average (1 min) over the rounds ${medIqr(loads)}; fsync of a 1-byte write in the data directory's file system, ms, before each round: ${medIqr(fsyncs)}`);
+  console.log(`${ROUNDS} rounds (+${WARMUP} warm-up), ${groups.length} groups interleaved, start rotated; ${N} execs per burst; the daemon under test warmed itself up with ${WARM_UP} ADD+DEL pairs (--warm-up) before the rounds; load average (1 min) over the rounds ${medIqr(loads)}; fsync of a 1-byte write in the data directory's file system, ms, before each round: ${medIqr(fsyncs)}`);
   console.log('throughput = 100 ÷ burst wall time, per second, median [IQR] over rounds; ratio = ours ÷ host-local within a round, median [IQR]; p50/p99 pooled over rounds');
   console.log('');
   console.log('1. shim + daemon vs upstream host-local, 100 at once (target ≥ 3× host-local\'s throughput)');

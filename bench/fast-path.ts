@@ -42,6 +42,8 @@ const NODE = '/usr/bin/node';
  * daemon's per-pod path is taken in the same interleaved run (rows "shim+baseline daemon").
  */
 const BASELINE = process.env['BENCH_FAST_BASELINE'] ?? '';
+/** `--warm-up` of the daemon under test (`BENCH_WARM_UP`; default the daemon's own, 2,000 pairs; 0 measures a cold daemon). */
+const WARM_UP = Number(process.env['BENCH_WARM_UP'] ?? 2000);
 
 /** One exec of a group: argv, stdin file, environment (exactly). */
 interface Step {
@@ -131,7 +133,12 @@ try {
   };
   const up = install('up');
   const down = install('down');
-  daemon = await startTestDaemon({ socket: up.socket, logLevel: 'info', args: ['--interval', '1h', '--metrics-address', '127.0.0.1:0'] });
+  // The daemon as deployed: its warm-up (--warm-up, default 2,000 pairs) done before the rounds.
+  daemon = await startTestDaemon({ socket: up.socket, logLevel: 'info', args: ['--interval', '1h', '--metrics-address', '127.0.0.1:0', '--warm-up', String(WARM_UP)] });
+  if (WARM_UP > 0) {
+    const warmed = await daemon.waitForLog((l) => l.msg.startsWith('warm-up '));
+    if (warmed.msg !== 'warm-up done') throw new Error(`the daemon's warm-up did not complete: ${JSON.stringify(warmed)}`);
+  }
   const base = BASELINE === '' ? null : install('base');
   if (base !== null) baseDaemon = await startTestDaemon({ bundle: BASELINE, socket: base.socket, logLevel: 'info', args: ['--interval', '1h', '--metrics-address', '127.0.0.1:0'] });
 
@@ -211,7 +218,7 @@ try {
   const twoFloors = floor.map((v) => 2 * v);
 
   console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, kernel ${release()}, node ${process.version}; ${new Date().toISOString()}`);
-  console.log(`${ROUNDS} rounds (+${WARMUP} warm-up), ${groups.length} groups interleaved, start rotated; ratio = median of per-round ratios [IQR]`);
+  console.log(`${ROUNDS} rounds (+${WARMUP} warm-up), ${groups.length} groups interleaved, start rotated; the daemon under test warmed itself up with ${WARM_UP} ADD+DEL pairs (--warm-up) before the rounds; ratio = median of per-round ratios [IQR]`);
   console.log('');
   console.log('1. per pod (ADD+DEL), shim with the daemon up vs upstream host-local (target ≤ 0.7)');
   for (const [ours, theirs] of [

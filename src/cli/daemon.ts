@@ -8,6 +8,7 @@
  *                   [--log-level LEVEL] [--data-dir DIR] [--network NAME]
  *                   [--runtime-endpoint URL] [--grace DUR] [--policy P] [--cni-conf-dir DIR]
  *                   [--audit-log FILE] [--pool-journal-dir DIR] [--cni-bin-dir DIR]
+ *                   [--warm-up PAIRS]
  * Examples:
  *   ipwarden daemon
  *   ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug
@@ -24,6 +25,8 @@ import {
   DEFAULT_DAEMON_SOCKET,
   DEFAULT_LOG_LEVEL,
   DEFAULT_METRICS_ADDRESS,
+  DEFAULT_WARM_UP_PAIRS,
+  MAX_WARM_UP_PAIRS,
   LOG_LEVELS,
   MAX_SOCKET_PATH_BYTES,
   type DaemonOptions,
@@ -46,6 +49,7 @@ export interface DaemonCommandOptions extends Pick<RawReconcileOptions, 'dataDir
   logLevel?: string;
   poolJournalDir?: string;
   cniBinDir?: string;
+  warmUp?: string;
 }
 
 /**
@@ -131,7 +135,7 @@ function pathFlag(flag: string, text: string): string {
  * Turn the flags into {@link DaemonOptions}, applying the defaults (ARCHITECTURE.md CLI contract):
  * `--socket /run/ipwarden/plugin.sock`, `--metrics-address 127.0.0.1:9617`, `--interval 1m`,
  * `--log-level info`, `--data-dir /var/lib/cni/networks`, `--grace 5m`, `--policy conservative`,
- * `--cni-conf-dir /etc/cni/net.d`. Pure.
+ * `--cni-conf-dir /etc/cni/net.d`, `--warm-up 2000`. Pure.
  * @throws UsageError for any malformed value (the message names the flag).
  */
 export function parseDaemonFlags(opts: DaemonCommandOptions): DaemonOptions {
@@ -175,7 +179,16 @@ export function parseDaemonFlags(opts: DaemonCommandOptions): DaemonOptions {
     auditLog: opts.auditLog === undefined ? null : pathFlag('--audit-log', opts.auditLog),
     ...(opts.poolJournalDir === undefined ? {} : { poolJournalDir: absoluteFlag('--pool-journal-dir', opts.poolJournalDir) }),
     ...(opts.cniBinDir === undefined ? {} : { cniBinDir: absoluteFlag('--cni-bin-dir', opts.cniBinDir).replace(/\/+$/, '') || '/' }),
+    warmUpPairs: opts.warmUp === undefined ? DEFAULT_WARM_UP_PAIRS : warmUpFlag(opts.warmUp),
   };
+}
+
+/** `--warm-up PAIRS`: a whole number 0–{@link MAX_WARM_UP_PAIRS} (0: no warm-up). @throws UsageError */
+export function warmUpFlag(text: string): number {
+  if (!/^[0-9]{1,6}$/.test(text) || Number(text) > MAX_WARM_UP_PAIRS) {
+    throw new UsageError(`--warm-up: must be a whole number of ADD+DEL pairs from 0 (off) to ${MAX_WARM_UP_PAIRS}, got ${JSON.stringify(text)}`);
+  }
+  return Number(text);
 }
 
 /**

@@ -11,6 +11,13 @@ export const DEFAULT_DAEMON_SOCKET = '/run/ipwarden/plugin.sock';
 export const DEFAULT_METRICS_ADDRESS = '127.0.0.1:9617';
 /** Default `--interval` (Go duration). */
 export const DEFAULT_DAEMON_INTERVAL = '1m';
+/**
+ * Default `--warm-up`: ADD+DEL pairs the daemon sends itself at start on a scratch network
+ * (src/daemon/warm-up.ts; docs/benchmarks.md "Warm-up" for the number).
+ */
+export const DEFAULT_WARM_UP_PAIRS = 2000;
+/** Largest `--warm-up`. */
+export const MAX_WARM_UP_PAIRS = 100_000;
 /** Default `--log-level`. */
 export const DEFAULT_LOG_LEVEL = 'info';
 /** The `--log-level` values (pino's levels, plus `silent`). */
@@ -73,4 +80,10 @@ export interface DaemonOptions {
    * files"); absent: not watched.
    */
   readonly cniBinDir?: string;
+  /**
+   * `--warm-up`: ADD+DEL pairs the daemon sends itself through its socket right after it starts, on
+   * a scratch network beside the socket (src/daemon/warm-up.ts), 0–{@link MAX_WARM_UP_PAIRS};
+   * 0 turns it off. Absent: {@link DEFAULT_WARM_UP_PAIRS}.
+   */
+  readonly warmUpPairs?: number;
 }

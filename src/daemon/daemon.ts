@@ -12,7 +12,9 @@
 import type { KernelAddressHooks } from '../cni/commands.ts';
 import type { PoolHooks } from '../cni/pool.ts';
 import type { DaemonOptions } from '../common/daemon-options.ts';
+import { dirname } from 'node:path';
 import { createLogger, flushLog, type Logger } from './log.ts';
+import { removeStaleWarmUpDirs, warmUp, type WarmUpReport } from './warm-up.ts';
 import {
   claimSocketPath,
   startPluginServer,
@@ -63,6 +65,11 @@ export interface DaemonDeps {
   readonly learnPool?: PoolLearner;
   /** The kernel address index's ADD hooks (src/daemon/kernel-addresses.ts; its reads are a part). */
   readonly kernel?: KernelAddressHooks;
+  /**
+   * Drops the index's state of a network directory (`NetworkIndexes.forget`), for the warm-up's
+   * scratch network before its directory is removed. Absent: the store opener keeps no state.
+   */
+  readonly forgetNetwork?: (dataDir: string, network: string) => boolean;
 }
 
 /** A running daemon. */
@@ -150,6 +157,16 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
   const held: SocketLock = lock;
   log.info({ socket: options.socket, dataDir: options.dataDir, parts: parts.map((p) => p.name) }, 'daemon started');
   deps.onState?.('started');
+  // The warm-up (src/daemon/warm-up.ts): in the background, giving way to every real request.
+  const stopWarmUp = new AbortController();
+  let warming: Promise<WarmUpReport> | null = null;
+  const pairs = options.warmUpPairs ?? 0;
+  if (pairs > 0) {
+    const scratchParent = dirname(options.socket);
+    removeStaleWarmUpDirs(scratchParent);
+    const srv = server;
+    warming = warmUp({ socketPath: options.socket, scratchParent, pairs, inFlight: () => srv.inFlight, forget: deps.forgetNetwork ?? (() => true), log, signal: stopWarmUp.signal });
+  }
   let closed: Promise<void> | null = null;
   return {
     options,
@@ -160,6 +177,8 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
       closed ??= (async () => {
         log.info({ inFlight: server.inFlight }, 'daemon stopping');
         deps.onState?.('stopping');
+        stopWarmUp.abort();
+        await warming;
         try {
           await server.close();
         } catch (e) {

@@ -428,6 +428,9 @@ class Slots {
   }
 }
 
+/** No observers: the daemon's own warm-up requests are not counted. */
+const NO_HOOKS: PluginServerHooks = {};
+
 /** Per-connection state shared with the guarded store. */
 interface Conn {
   readonly sock: Socket;
@@ -643,10 +646,13 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       await slots.acquire();
     }
     const queuedSeconds = seconds(arrived);
+    // The daemon's own warm-up (src/daemon/warm-up.ts): served alike, neither counted nor logged above debug.
+    const quiet = req.pid === process.pid;
+    const served = quiet ? NO_HOOKS : hooks;
     try {
       if (conn.gone) {
         log.info({ command, containerId, stage: 'queued', durationSeconds: queuedSeconds }, 'request dropped: the client went away');
-        hooks.onDropped?.({ command, containerId, network: null, stage: 'queued', durationSeconds: queuedSeconds });
+        served.onDropped?.({ command, containerId, network: null, stage: 'queued', durationSeconds: queuedSeconds });
         return;
       }
       const out: string[] = [];
@@ -665,13 +671,13 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         // Whatever the handlers made of the DeclinedError (STATUS wraps store errors), no answer:
         // the shim runs the standalone plugin, which sees the host's files.
         log.warn({ command, containerId, network, reason: conn.declined }, 'request declined (not a host path here): closed without an answer, the shim runs the standalone plugin');
-        hooks.onDeclined?.({ command, containerId, reason: conn.declined });
+        served.onDeclined?.({ command, containerId, reason: conn.declined });
         conn.sock.destroy();
         return;
       }
       if (conn.dropped !== null) {
         log.info({ command, containerId, network, stage: conn.dropped, durationSeconds }, 'request dropped: the client went away');
-        hooks.onDropped?.({ command, containerId, network, stage: conn.dropped, durationSeconds });
+        served.onDropped?.({ command, containerId, network, stage: conn.dropped, durationSeconds });
         conn.sock.destroy();
         return;
       }
@@ -679,7 +685,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       const fields = { command, containerId, network, result, exitStatus: status, durationSeconds } as const;
       if (conn.gone) {
         log.warn({ ...fields, queuedSeconds }, 'request served, answer not delivered: the client went away');
-        hooks.onRequest?.({ ...fields, delivered: false });
+        served.onRequest?.({ ...fields, delivered: false });
         return;
       }
       let answer: Buffer;
@@ -693,8 +699,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       // Written to the kernel, the answer stays readable after our side is closed.
       conn.answered = true;
       conn.sock.end(answer, () => conn.sock.destroy());
-      log.info({ ...fields, queuedSeconds }, 'request served');
-      hooks.onRequest?.({ ...fields, delivered: true });
+      log[quiet ? 'debug' : 'info']({ ...fields, queuedSeconds }, 'request served');
+      served.onRequest?.({ ...fields, delivered: true });
     } catch (e) {
       // pluginMain never throws; this is a bug in the server itself.
       log.error({ command, containerId, error: e instanceof Error ? (e.stack ?? e.message) : String(e) }, 'internal error serving a request');

@@ -75,7 +75,11 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
   // The offline journal of pools in the daemon's own directory unless the test names one: never
   // the host's default (/var/lib/cni/networks/.ipwarden-pool-offline).
   const journal = (opts.args ?? []).includes('--pool-journal-dir') ? [] : ['--pool-journal-dir', join(own, 'pool-journal')];
-  const args = [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', cniConfDir, '--log-level', opts.logLevel ?? 'debug', ...metrics, ...journal, ...(opts.args ?? [])];
+  // No warm-up unless the test asks (its 2,000 self-requests would load every test's machine):
+  // tests of the warm-up and the benchmarks pass --warm-up. Another build (a benchmark's
+  // baseline) may not know the flag: its own default then.
+  const warm = (opts.args ?? []).includes('--warm-up') || opts.bundle !== undefined ? [] : ['--warm-up', '0'];
+  const args = [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', cniConfDir, '--log-level', opts.logLevel ?? 'debug', ...metrics, ...journal, ...warm, ...(opts.args ?? [])];
   // exec'd through setpriv --pdeathsig: the daemon dies with this test process even when a signal
   // ends it (no 'exit' handler runs then). setpriv execs node, so the pid is the daemon's.
   const child: ChildProcess = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', ...(opts.wrap ?? []), process.execPath, ...args], { env: { PATH: '/usr/bin:/bin', ...(opts.env ?? {}) }, stdio: ['ignore', 'ignore', 'pipe'] });

@@ -107,7 +107,7 @@ async function worker(name, bin) {
   }
 }
 
-const daemon = spawn(process.execPath, [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', '/run/pcut-netd', '--pool-journal-dir', '/run/pcut-journal', '--interval', '1h', '--metrics-address', '127.0.0.1:0', '--log-level', 'warn'], { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, stdio: ['ignore', 'inherit', 'inherit'] });
+const daemon = spawn(process.execPath, [bundle, 'daemon', '--socket', socket, '--data-dir', dataDir, '--cni-conf-dir', '/run/pcut-netd', '--pool-journal-dir', '/run/pcut-journal', '--interval', '1h', '--metrics-address', '127.0.0.1:0', '--log-level', 'warn', '--warm-up', '0'], { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, stdio: ['ignore', 'inherit', 'inherit'] });
 await waitForSocket(socket);
 record(`R ${daemon.pid}`);
 const loops = [];

@@ -829,3 +829,25 @@ describe("IndexedStore: the linger ends on the file system's clock, not the wall
     assert.equal(lstatSync(target).mode & 0o7777, 0o640);
   });
 });
+
+describe('NetworkIndexes.forget (the warm-up network, src/daemon/warm-up.ts)', () => {
+  it('refuses while a request holds the lock, releases a lingering lock, drops the index, and a later open rebuilds from the directory', async () => {
+    const { ix, open, dir, dataDir } = fixture();
+    assert.equal(ix.forget(dataDir, 'net1'), true, 'a network never opened: nothing to forget');
+    const s = await open();
+    await s.lock(1);
+    await s.reserve('10.0.0.2', C1, 0);
+    assert.equal(ix.forget(dataDir, 'net1'), false, 'held by a request');
+    assert.notEqual(ix.peek(dataDir, 'net1'), null);
+    await s.close();
+    // Closed, the store lingers on the lock (the linger rule): forget releases it.
+    assert.equal(await lockIsFree(dir), false, 'lingering');
+    assert.equal(ix.forget(dataDir, 'net1'), true);
+    assert.equal(await lockIsFree(dir), true);
+    assert.equal(ix.peek(dataDir, 'net1'), null);
+    // A foreign change meanwhile is seen: the next open starts from the directory.
+    unlinkSync(join(dir, '10.0.0.2'));
+    writeFileSync(join(dir, '10.0.0.7'), 'c7\r\neth0', { mode: 0o600 });
+    await withLocked(open, async (x) => assert.deepEqual((await x.list({ mtime: false })).map((r) => r.ip), ['10.0.0.7']));
+  });
+});

@@ -422,6 +422,22 @@ export class NetworkIndexes {
     };
   }
 
+  /**
+   * Drop the index of one network directory (the daemon's warm-up network, src/daemon/warm-up.ts,
+   * before its directory is removed): a lingering lock is released first. Returns false, and
+   * changes nothing, while a request holds, awaits or is acquiring its lock, or a flush round is
+   * running; true once the network is gone from the index (also when it never was in it).
+   */
+  forget(dataDir: string, network: string): boolean {
+    const dir = join(dataDir, network);
+    const st = this.#nets.get(dir);
+    if (st === undefined) return true;
+    if (st.holder !== null || st.acquiring || st.waiters.length > 0 || st.flushing !== null) return false;
+    if (st.lockHeld) this.#releaseLock(st, false);
+    this.#nets.delete(dir);
+    return true;
+  }
+
   /** True while some network's lock is held (by a request or lingering). */
   get holdsAnyLock(): boolean {
     for (const st of this.#nets.values()) if (st.lockHeld) return true;
