@@ -9,7 +9,6 @@ import type { ReconcileDeps } from '../reconcile/options.ts';
 import { join, dirname } from 'node:path';
 import { AppError } from '../common/errors.ts';
 import { NetworkIndexes } from '../store/file/indexed-store.ts';
-import { tuneDaemonV8 } from './v8-flags.ts';
 import type { PoolHooks } from '../cni/pool.ts';
 import { PoolSessions } from './pool-sessions.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
@@ -298,6 +297,5 @@ export function daemonNodeEndpoint(options: Pick<DaemonOptions, 'runtimeEndpoint
  * the installed files to watch).
  */
 export function runAgent(options: DaemonOptions, signals: SignalSource = process, over: AgentOverrides = {}): Promise<number> {
-  tuneDaemonV8();
   return runDaemon(options, agentDeps(options, over), signals);
 }

@@ -12,9 +12,10 @@
 import type { KernelAddressHooks } from '../cni/commands.ts';
 import type { PoolHooks } from '../cni/pool.ts';
 import type { DaemonOptions } from '../common/daemon-options.ts';
-import { dirname } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { basename, dirname } from 'node:path';
 import { createLogger, flushLog, type Logger } from './log.ts';
-import { removeStaleWarmUpDirs, warmUp, type WarmUpReport } from './warm-up.ts';
+import { removeStaleWarmUpDirs, warmUp, warmUpDirPrefix, WARM_UP_NETWORK, type WarmUpReport } from './warm-up.ts';
 import {
   claimSocketPath,
   startPluginServer,
@@ -125,6 +126,8 @@ async function closeParts(parts: readonly DaemonPart[], log: Logger): Promise<vo
 export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {}): Promise<Daemon> {
   const log = deps.log ?? createLogger(options.logLevel);
   const parts: DaemonPart[] = [];
+  // The container IDs of this start's warm-up requests: a random token no shim can know.
+  const warmUpIdPrefix = `${WARM_UP_NETWORK}-${randomBytes(8).toString('hex')}-`;
   let server: PluginServer;
   let lock: SocketLock | null = null;
   try {
@@ -135,6 +138,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
     const hooks = [...parts.flatMap((p) => (p.hooks === undefined ? [] : [p.hooks])), ...(deps.hooks === undefined ? [] : [deps.hooks])];
     server = await startPluginServer({
       socketPath: options.socket,
+      warmUpIdPrefix,
       log,
       hooks: fanIn(hooks, log),
       ...(deps.openStore === undefined ? {} : { openStore: deps.openStore }),
@@ -157,15 +161,16 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
   const held: SocketLock = lock;
   log.info({ socket: options.socket, dataDir: options.dataDir, parts: parts.map((p) => p.name) }, 'daemon started');
   deps.onState?.('started');
-  // The warm-up (src/daemon/warm-up.ts): in the background, giving way to every real request.
+  // The warm-up (src/daemon/warm-up.ts): in the background, giving way to every runtime request.
   const stopWarmUp = new AbortController();
   let warming: Promise<WarmUpReport> | null = null;
   const pairs = options.warmUpPairs ?? 0;
   if (pairs > 0) {
     const scratchParent = dirname(options.socket);
-    removeStaleWarmUpDirs(scratchParent);
+    const dirPrefix = warmUpDirPrefix(basename(options.socket));
+    removeStaleWarmUpDirs(scratchParent, dirPrefix);
     const srv = server;
-    warming = warmUp({ socketPath: options.socket, scratchParent, pairs, inFlight: () => srv.inFlight, forget: deps.forgetNetwork ?? (() => true), log, signal: stopWarmUp.signal });
+    warming = warmUp({ socketPath: options.socket, scratchParent, dirPrefix, idPrefix: warmUpIdPrefix, pairs, runtimeInFlight: () => srv.runtimeInFlight, forget: deps.forgetNetwork ?? (() => true), log, signal: stopWarmUp.signal });
   }
   let closed: Promise<void> | null = null;
   return {
@@ -177,13 +182,15 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
       closed ??= (async () => {
         log.info({ inFlight: server.inFlight }, 'daemon stopping');
         deps.onState?.('stopping');
+        // The warm-up sends nothing more; the server stops accepting and finishes what is in
+        // flight (warm-up requests included), then the warm-up removes its scratch directory.
         stopWarmUp.abort();
-        await warming;
         try {
           await server.close();
         } catch (e) {
           log.error({ error: e instanceof Error ? e.message : String(e) }, 'the plugin server failed to close');
         }
+        await warming;
         await closeParts(parts, log);
         held.release();
         log.info('daemon stopped');

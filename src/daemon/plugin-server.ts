@@ -184,6 +184,14 @@ export interface PluginServerOptions {
    * configured in a network namespace. Without it ADDs allocate as the standalone plugin does.
    */
   readonly kernel?: KernelAddressHooks;
+  /**
+   * The container ID prefix of the daemon's own warm-up requests (src/daemon/warm-up.ts: a random
+   * token per start). A request is the warm-up's only when its header carries this process's pid
+   * AND its container ID starts with this prefix: it is then served without heal hooks (no
+   * runtime call, no kernel evidence) and without kernel hooks, counted nowhere, logged at debug.
+   * Absent: no request is.
+   */
+  readonly warmUpIdPrefix?: string;
 }
 
 /** A running plugin server. */
@@ -191,6 +199,8 @@ export interface PluginServer {
   readonly socketPath: string;
   /** Requests being served or queued now. */
   readonly inFlight: number;
+  /** Of {@link inFlight}, those that are not the daemon's own warm-up requests. */
+  readonly runtimeInFlight: number;
   /**
    * Stop accepting, close connections that have not sent a complete request, let the requests
    * in flight finish and answer, remove the socket file. Idempotent: every call returns the same
@@ -452,6 +462,8 @@ interface Conn {
    * builds a DOMException with a stack trace, measurable on every connection's close otherwise.
    */
   abort: AbortController | null;
+  /** The daemon's own warm-up request ({@link PluginServerOptions.warmUpIdPrefix}); set when complete. */
+  quiet: boolean;
 }
 
 /** `hooks` with every ADD given `signal`. */
@@ -573,6 +585,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   const openStore = opts.openStore ?? fileStoreOpener;
   const heal = opts.heal ?? criHealFactory;
   const hooks = opts.hooks ?? {};
+  const warmUpIdPrefix = opts.warmUpIdPrefix;
   const slots = new Slots(opts.maxInFlight ?? 64);
   const timeoutMs = (opts.requestTimeoutSeconds ?? 10) * 1000;
   const conns = new Set<Conn>();
@@ -602,7 +615,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   };
 
   const depsFor = (conn: Conn, req: PluginRequest): PluginDeps => {
-    const h = heal({ env: req.env, pid: req.pid });
+    const h = conn.quiet ? undefined : heal({ env: req.env, pid: req.pid });
     /** Throw (and mark the request declined) unless `path` is the host's file in our view. */
     const hostOnly = (path: string): void => {
       const why = conn.declined ?? view.notHostPath(path, req.pid);
@@ -630,7 +643,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       ...(h === undefined ? {} : { heal: h }),
       // The request's pool ADD carries its client's signal: queued, it is not sent once the shim is gone.
       ...(opts.pool === undefined ? {} : { pool: withSignal(opts.pool, conn, req.stdin, opts.learnPool) }),
-      ...(opts.kernel === undefined ? {} : { kernel: opts.kernel }),
+      ...(opts.kernel === undefined || conn.quiet ? {} : { kernel: opts.kernel }),
     };
   };
 
@@ -647,7 +660,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     }
     const queuedSeconds = seconds(arrived);
     // The daemon's own warm-up (src/daemon/warm-up.ts): served alike, neither counted nor logged above debug.
-    const quiet = req.pid === process.pid;
+    const quiet = conn.quiet;
     const served = quiet ? NO_HOOKS : hooks;
     try {
       if (conn.gone) {
@@ -711,7 +724,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   };
 
   const server: Server = createServer((sock) => {
-    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '', declined: null, abort: null };
+    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '', declined: null, abort: null, quiet: false };
     if (closing) {
       sock.destroy();
       return;
@@ -757,6 +770,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         clearTimeout(timer);
         conn.command = st.value.env['CNI_COMMAND'] ?? '';
         conn.containerId = st.value.env['CNI_CONTAINERID'] ?? '';
+        conn.quiet = warmUpIdPrefix !== undefined && st.value.pid === process.pid && conn.containerId.startsWith(warmUpIdPrefix);
         serving.add(conn);
         const p = serve(conn, st.value, arrived).finally(() => {
           serving.delete(conn);
@@ -828,6 +842,11 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     socketPath: path,
     get inFlight() {
       return serving.size;
+    },
+    get runtimeInFlight() {
+      let n = 0;
+      for (const c of serving) if (!c.quiet) n++;
+      return n;
     },
     close() {
       closed ??= (async () => {

@@ -8,19 +8,24 @@
  * thousand requests, and in a 100-pod burst that CPU is the limit.
  *
  * What a warm-up request is, and what it never does:
- * - it is a request whose header carries the daemon's own pid (`process.pid`; a shim's pid is never
- *   the daemon's). The plugin server serves it like any other, but neither counts it in the
- *   metrics nor logs it above `debug` (src/daemon/plugin-server.ts);
+ * - it is a request whose header carries the daemon's own pid (`process.pid`) AND whose container ID
+ *   starts with a random prefix made at each start (`PluginServerOptions.warmUpIdPrefix`), which no
+ *   shim can know. The plugin server serves it without heal hooks (no runtime call, no kernel
+ *   evidence, no recovery of the empty scratch directory) and without the kernel address index's
+ *   hooks, counts it nowhere and logs it at `debug` only (src/daemon/plugin-server.ts);
  * - its network is {@link WARM_UP_NETWORK}, range {@link WARM_UP_SUBNET} (RFC 2544's benchmarking
  *   block), its dataDir a directory made here with `mkdtemp` (0700) in the socket's directory,
- *   which the daemon checked and owns (root, 0700; on a host `/run/ipwarden`, a tmpfs); nothing of
- *   the node's data directory, CNI configurations or pools is touched, and the reconcile loop
- *   never sees it (it reads `--cni-conf-dir` and `--data-dir`);
- * - it gives way: a pair starts only while no other request is in flight, so a runtime's request
- *   waits behind at most the warm-up requests already started (at most `concurrency`);
+ *   which the plugin server checked (a real directory, root's, not writable by group or others; on
+ *   a host `/run/ipwarden`, a tmpfs); nothing of the node's data directory, CNI configurations or
+ *   pools is touched, and the reconcile loop never sees it (it reads `--cni-conf-dir` and
+ *   `--data-dir`);
+ * - it gives way: a pair starts only while no runtime request is being served or queued, so a
+ *   runtime's request waits behind at most the warm-up requests already started (at most
+ *   `concurrency`);
  * - it ends at the first failure (logged at `warn`: the daemon then serves cold, as before), when
  *   the daemon stops, or after `pairs` pairs; the scratch network is then forgotten by the index
- *   and its directory removed. A directory a killed daemon left is removed at the next start.
+ *   and its directory removed. A directory a killed daemon left is removed at the next start (only
+ *   those of the same socket name: {@link warmUpDirPrefix}).
  */
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
@@ -32,8 +37,17 @@ import type { Logger } from './log.ts';
 export const WARM_UP_NETWORK = 'ipwarden-warm-up';
 /** The scratch network's range: RFC 2544's network-device benchmarking block, never a pod's. */
 export const WARM_UP_SUBNET = '198.18.0.0/24';
-/** Prefix of the scratch directories (`mkdtemp` adds 6 characters) in the socket's directory. */
+/**
+ * Prefix of the scratch directories in the socket's directory: this, the socket's file name and a
+ * dash (`mkdtemp` adds 6 characters), so two daemons whose sockets share a directory never remove
+ * each other's (each holds `<socket>.lock` for its whole life: src/daemon/plugin-server.ts).
+ */
 export const WARM_UP_DIR_PREFIX = '.ipwarden-warm-up-';
+
+/** The scratch directories' prefix for the socket named `socketName` (its file name). */
+export function warmUpDirPrefix(socketName: string): string {
+  return `${WARM_UP_DIR_PREFIX}${socketName}-`;
+}
 /** Default `--warm-up`: ADD+DEL pairs (docs/benchmarks.md "Warm-up" for how many are needed). */
 export const DEFAULT_WARM_UP_PAIRS = 2000;
 /** Pairs in flight at once (the burst paths: queued lock waiters, shared flush rounds). */
@@ -49,8 +63,16 @@ export interface WarmUpOptions {
   readonly pairs: number;
   /** Pairs in flight at once (default {@link WARM_UP_CONCURRENCY}). */
   readonly concurrency?: number;
-  /** Requests being served now, warm-up requests included (`PluginServer.inFlight`). */
-  readonly inFlight: () => number;
+  /** Requests of the runtime (not the warm-up's) being served or queued now (`PluginServer.runtimeInFlight`). */
+  readonly runtimeInFlight: () => number;
+  /**
+   * The container ID prefix the plugin server knows as the warm-up's (`PluginServerOptions.warmUpIdPrefix`):
+   * with this process's pid in the header, its requests are served without heal or kernel hooks,
+   * counted nowhere, logged at debug.
+   */
+  readonly idPrefix: string;
+  /** The scratch directories' prefix ({@link warmUpDirPrefix}). */
+  readonly dirPrefix: string;
   /**
    * Drop the index's state of a network directory (`NetworkIndexes.forget`): false while a request
    * or a linger still holds it (retried), true once it is gone.
@@ -71,8 +93,11 @@ export interface WarmUpReport {
   readonly cut: string | null;
 }
 
-/** Remove scratch directories a killed daemon left in `parent` (never throws; returns how many). */
-export function removeStaleWarmUpDirs(parent: string): number {
+/**
+ * Remove the scratch directories named `prefix…` that a killed daemon left in `parent` (never
+ * throws; returns how many). Only the caller's own prefix: it holds its socket's lock.
+ */
+export function removeStaleWarmUpDirs(parent: string, prefix: string): number {
   let n = 0;
   let names: string[];
   try {
@@ -81,7 +106,7 @@ export function removeStaleWarmUpDirs(parent: string): number {
     return 0;
   }
   for (const name of names) {
-    if (!name.startsWith(WARM_UP_DIR_PREFIX)) continue;
+    if (!name.startsWith(prefix)) continue;
     try {
       // rmSync removes a symlink itself, never what it points to.
       rmSync(join(parent, name), { recursive: true, force: true });
@@ -169,7 +194,7 @@ export async function warmUp(opts: WarmUpOptions): Promise<WarmUpReport> {
   const seconds = (): number => Number(process.hrtime.bigint() - t0) / 1e9;
   let dir: string;
   try {
-    dir = mkdtempSync(join(opts.scratchParent, WARM_UP_DIR_PREFIX));
+    dir = mkdtempSync(join(opts.scratchParent, opts.dirPrefix));
   } catch (e) {
     const why = `cannot make the scratch directory in ${opts.scratchParent}: ${e instanceof Error ? e.message : String(e)}`;
     opts.log.warn({ error: why }, 'warm-up skipped: the daemon serves its first requests cold');
@@ -179,24 +204,18 @@ export async function warmUp(opts: WarmUpOptions): Promise<WarmUpReport> {
   const concurrency = Math.max(1, Math.min(opts.concurrency ?? WARM_UP_CONCURRENCY, opts.pairs));
   let next = 0;
   let done = 0;
-  let own = 0;
   let cut: string | null = null;
   const env = (command: string, i: number): Record<string, string> => ({
     PATH: '/usr/bin:/bin',
     CNI_COMMAND: command,
-    CNI_CONTAINERID: `ipwarden-warm-up-${i}`,
+    CNI_CONTAINERID: `${opts.idPrefix}${i}`,
     CNI_IFNAME: 'eth0',
     CNI_NETNS: command === 'ADD' ? '/var/run/netns/ipwarden-warm-up' : '',
     CNI_PATH: '/opt/cni/bin',
   });
   const one = async (command: string, i: number): Promise<void> => {
-    own++;
-    try {
-      const a = await request(opts.socketPath, env(command, i), stdin);
-      if (a.exitStatus !== 0) throw new Error(`${command} exited ${a.exitStatus}: ${a.stderr.slice(0, 300)}`);
-    } finally {
-      own--;
-    }
+    const a = await request(opts.socketPath, env(command, i), stdin);
+    if (a.exitStatus !== 0) throw new Error(`${command} exited ${a.exitStatus}: ${a.stderr.slice(0, 300)}`);
   };
   const worker = async (): Promise<void> => {
     while (cut === null && next < opts.pairs) {
@@ -205,7 +224,7 @@ export async function warmUp(opts: WarmUpOptions): Promise<WarmUpReport> {
         return;
       }
       // Give way: a runtime's request in flight goes first.
-      if (opts.inFlight() > own) {
+      if (opts.runtimeInFlight() > 0) {
         await pause(5, opts.signal);
         continue;
       }
@@ -215,7 +234,8 @@ export async function warmUp(opts: WarmUpOptions): Promise<WarmUpReport> {
         await one('DEL', i);
         done++;
       } catch (e) {
-        cut ??= e instanceof Error ? e.message : String(e);
+        // A request cut by the daemon's own stop is not a failure.
+        cut ??= opts.signal.aborted ? 'stopped' : e instanceof Error ? e.message : String(e);
       }
     }
   };
@@ -224,7 +244,11 @@ export async function warmUp(opts: WarmUpOptions): Promise<WarmUpReport> {
   let forgotten = false;
   for (let tries = 0; tries < 100 && !forgotten; tries++) {
     forgotten = opts.forget(dir, WARM_UP_NETWORK);
-    if (!forgotten) await new Promise((r) => setTimeout(r, 20));
+    if (!forgotten) await pause(20, opts.signal);
+    if (opts.signal.aborted) {
+      forgotten ||= opts.forget(dir, WARM_UP_NETWORK);
+      break;
+    }
   }
   if (forgotten) {
     try {

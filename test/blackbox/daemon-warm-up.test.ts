@@ -4,6 +4,10 @@
  * its socket. Checked on a real daemon (the built bundle) through its real socket:
  * - it completes (`warm-up done`, every pair), counts nothing in `ipwarden_cni_requests_total`,
  *   logs no `request served` line at info, and leaves no scratch directory;
+ * - it does not use the kernel address index: with 198.18.0.2 (the scratch range's first address)
+ *   configured in a network namespace before the daemon starts, no warm-up ADD skips it (no
+ *   conflict line, no `ipwarden_allocation_kernel_*` sample for the scratch network), where a
+ *   runtime's ADD would;
  * - a runtime's requests sent while it runs are served (ADD gets an address of its own network,
  *   DEL frees it) and are the only ones counted and logged;
  * - a scratch directory a killed daemon left (with a symlink to a file outside) is removed at the
@@ -23,13 +27,24 @@ import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';
 
 const BUNDLE = join(ROOT, 'dist', 'ipwarden.cjs');
+const NS = `ipwwu${process.pid}`;
+
+/** `ip ARGS`; throws on failure. */
+function ipCmd(args: string[]): void {
+  const r = spawnSync('ip', args, { encoding: 'utf8' });
+  assert.equal(r.status, 0, `ip ${args.join(' ')}: ${r.stderr}`);
+}
 const skip = requireOrSkip(process.getuid?.() === 0 && existsSync(BUNDLE), 'root and a build (npm run build)');
+
+/** The metrics page's lines. */
+async function metricLines(port: number): Promise<string[]> {
+  return (await (await fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(10_000) })).text()).split('\n');
+}
 
 /** The value of `ipwarden_cni_requests_total` with `labels` (0 when absent). */
 async function requests(port: number, labels: string): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
   let n = 0;
-  for (const line of text.split('\n')) if (line.startsWith('ipwarden_cni_requests_total{') && line.includes(labels)) n += Number(line.split(' ').pop());
+  for (const line of await metricLines(port)) if (line.startsWith('ipwarden_cni_requests_total{') && line.includes(labels)) n += Number(line.split(' ').pop());
   return n;
 }
 
@@ -38,6 +53,10 @@ describe('daemon warm-up', { skip }, () => {
   const daemons: TestDaemon[] = [];
   after(async () => {
     for (const d of daemons) await d.stop();
+    for (let i = 0; existsSync(`/run/netns/${NS}`) && i < 200; i++) {
+      spawnSync('ip', ['netns', 'del', NS], { stdio: 'ignore' });
+      if (existsSync(`/run/netns/${NS}`)) await new Promise((r) => setTimeout(r, 50));
+    }
     for (const x of dirs) rmSync(x, { recursive: true, force: true });
   });
   const setup = (): { t: string; run: string; conf: (name: string) => Record<string, unknown> } => {
@@ -52,7 +71,13 @@ describe('daemon warm-up', { skip }, () => {
     // What a killed daemon leaves: a scratch directory with a reservation and a symlink out.
     const outside = join(t, 'outside');
     writeFileSync(outside, 'keep me');
-    const stale = join(run, '.ipwarden-warm-up-AbC123');
+    const stale = join(run, '.ipwarden-warm-up-plugin.sock-AbC123');
+    // A neighbour's (another socket name in the same directory): not ours to remove.
+    const neighbour = join(run, '.ipwarden-warm-up-other.sock-XyZ789');
+    mkdirSync(neighbour, { recursive: true, mode: 0o700 });
+    // The scratch range's first address, configured in a namespace before the daemon starts.
+    ipCmd(['netns', 'add', NS]);
+    for (const l of [['link', 'add', 'ipwwubr0', 'type', 'bridge'], ['link', 'set', 'ipwwubr0', 'up'], ['addr', 'add', '198.18.0.2/32', 'dev', 'ipwwubr0']]) ipCmd(['-n', NS, ...l]);
     mkdirSync(join(stale, 'ipwarden-warm-up'), { recursive: true, mode: 0o700 });
     writeFileSync(join(stale, 'ipwarden-warm-up', '198.18.0.2'), 'ipwarden-warm-up-1\r\neth0');
     symlinkSync(outside, join(stale, 'ipwarden-warm-up', 'last_reserved_ip.0'));
@@ -80,7 +105,10 @@ describe('daemon warm-up', { skip }, () => {
     assert.equal(done['cut'], null);
 
     assert.equal(readFileSync(outside, 'utf8'), 'keep me', 'the stale directory was removed without following its symlink');
-    assert.deepEqual(readdirSync(run).filter((n) => n.startsWith('.ipwarden-warm-up-')), [], 'no scratch directory left');
+    assert.deepEqual(readdirSync(run).filter((n) => n.startsWith('.ipwarden-warm-up-')), ['.ipwarden-warm-up-other.sock-XyZ789'], 'no scratch directory of ours left, the neighbour\'s kept');
+    // The kernel address index was not asked: 198.18.0.2 was never skipped as a conflict.
+    assert.deepEqual(d.logs.filter((l) => l['network'] === 'ipwarden-warm-up'), []);
+    assert.deepEqual((await metricLines(port)).filter((l) => l.startsWith('ipwarden_allocation_kernel_') && l.includes('ipwarden-warm-up')), []);
     assert.deepEqual(readdirSync(join(t, 'data')), ['warm-net'], 'nothing of the warm-up in the data directory');
     // Counted and logged: the runtime's 10 requests, none of the warm-up's 600.
     assert.equal(await requests(port, 'command="ADD",path="daemon",result="ok"'), 5);
