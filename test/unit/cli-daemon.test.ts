@@ -32,6 +32,7 @@ describe('ipwarden daemon flags', () => {
       policy: 'conservative',
       cniConfDir: '/etc/cni/net.d',
       auditLog: null,
+      warmUpPairs: 2000,
     });
   });
 
@@ -40,6 +41,7 @@ describe('ipwarden daemon flags', () => {
       '--socket', '/tmp/x/p.sock', '--metrics-address', '[::1]:0', '--interval', '90s', '--log-level', 'debug',
       '--data-dir', '/d', '--network', 'cbr0', '--runtime-endpoint', 'unix:///run/c.sock', '--grace', '2m',
       '--policy', 'reclaim-notready', '--cni-conf-dir', '/c', '--audit-log', '/a.log', '--cni-bin-dir', '/host/opt/cni/bin/',
+      '--warm-up', '0',
     ]);
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.got, {
@@ -55,6 +57,7 @@ describe('ipwarden daemon flags', () => {
       cniConfDir: '/c',
       auditLog: '/a.log',
       cniBinDir: '/host/opt/cni/bin',
+      warmUpPairs: 0,
     });
   });
 
