@@ -426,7 +426,10 @@ export class NetworkIndexes {
    * Drop the index of one network directory (the daemon's warm-up network, src/daemon/warm-up.ts,
    * before its directory is removed): a lingering lock is released first. Returns false, and
    * changes nothing, while a request holds, awaits or is acquiring its lock, or a flush round is
-   * running; true once the network is gone from the index (also when it never was in it).
+   * running; true once the network is gone from the index (also when it never was in it). Call it
+   * only when no handle of the network is open (the warm-up calls it after every one of its
+   * requests was answered): a handle opened but not yet locking is not seen here, and would go on
+   * with the forgotten state (still excluded by the flock, as a foreign writer would be).
    */
   forget(dataDir: string, network: string): boolean {
     const dir = join(dataDir, network);
