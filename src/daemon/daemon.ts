@@ -170,7 +170,11 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
     const dirPrefix = warmUpDirPrefix(basename(options.socket));
     removeStaleWarmUpDirs(scratchParent, dirPrefix);
     const srv = server;
-    warming = warmUp({ socketPath: options.socket, scratchParent, dirPrefix, idPrefix: warmUpIdPrefix, pairs, runtimeInFlight: () => srv.runtimeInFlight, forget: deps.forgetNetwork ?? (() => true), log, signal: stopWarmUp.signal });
+    // warmUp never rejects; the catch only keeps a bug in it from ending the process.
+    warming = warmUp({ socketPath: options.socket, scratchParent, dirPrefix, idPrefix: warmUpIdPrefix, pairs, runtimeInFlight: () => srv.runtimeInFlight, forget: deps.forgetNetwork ?? (() => true), log, signal: stopWarmUp.signal }).catch((e: unknown) => {
+      log.error({ error: e instanceof Error ? e.message : String(e) }, 'warm-up failed');
+      return { pairs: 0, seconds: 0, cut: 'failed' };
+    });
   }
   let closed: Promise<void> | null = null;
   return {
@@ -180,7 +184,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
     parts,
     close() {
       closed ??= (async () => {
-        log.info({ inFlight: server.inFlight }, 'daemon stopping');
+        log.info({ inFlight: server.runtimeInFlight }, 'daemon stopping');
         deps.onState?.('stopping');
         // The warm-up sends nothing more; the server stops accepting and finishes what is in
         // flight (warm-up requests included), then the warm-up removes its scratch directory.

@@ -664,7 +664,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     const served = quiet ? NO_HOOKS : hooks;
     try {
       if (conn.gone) {
-        log.info({ command, containerId, stage: 'queued', durationSeconds: queuedSeconds }, 'request dropped: the client went away');
+        log[quiet ? 'debug' : 'info']({ command, containerId, stage: 'queued', durationSeconds: queuedSeconds }, 'request dropped: the client went away');
         served.onDropped?.({ command, containerId, network: null, stage: 'queued', durationSeconds: queuedSeconds });
         return;
       }
@@ -683,13 +683,13 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       if (conn.declined !== null) {
         // Whatever the handlers made of the DeclinedError (STATUS wraps store errors), no answer:
         // the shim runs the standalone plugin, which sees the host's files.
-        log.warn({ command, containerId, network, reason: conn.declined }, 'request declined (not a host path here): closed without an answer, the shim runs the standalone plugin');
+        log[quiet ? 'debug' : 'warn']({ command, containerId, network, reason: conn.declined }, 'request declined (not a host path here): closed without an answer, the shim runs the standalone plugin');
         served.onDeclined?.({ command, containerId, reason: conn.declined });
         conn.sock.destroy();
         return;
       }
       if (conn.dropped !== null) {
-        log.info({ command, containerId, network, stage: conn.dropped, durationSeconds }, 'request dropped: the client went away');
+        log[quiet ? 'debug' : 'info']({ command, containerId, network, stage: conn.dropped, durationSeconds }, 'request dropped: the client went away');
         served.onDropped?.({ command, containerId, network, stage: conn.dropped, durationSeconds });
         conn.sock.destroy();
         return;
@@ -697,7 +697,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       const result = status === 0 ? 'ok' : 'error';
       const fields = { command, containerId, network, result, exitStatus: status, durationSeconds } as const;
       if (conn.gone) {
-        log.warn({ ...fields, queuedSeconds }, 'request served, answer not delivered: the client went away');
+        log[quiet ? 'debug' : 'warn']({ ...fields, queuedSeconds }, 'request served, answer not delivered: the client went away');
         served.onRequest?.({ ...fields, delivered: false });
         return;
       }
@@ -749,7 +749,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       if (settled || started || !acked || decoder.received !== HEADER_BYTES) return false;
       settled = true;
       clearTimeout(timer);
-      log.info({ receivedBytes: decoder.received }, 'request abandoned: the client went away before sending its body (nothing was run)');
+      // The daemon's own warm-up connections cut by its stop: debug (only the header's pid is known here).
+      log[decoder.headerPid === process.pid ? 'debug' : 'info']({ receivedBytes: decoder.received }, 'request abandoned: the client went away before sending its body (nothing was run)');
       sock.destroy();
       return true;
     };

@@ -293,8 +293,11 @@ abstract class FrameDecoder<T> {
 export class RequestDecoder extends FrameDecoder<PluginRequest> {
   protected readonly what = 'request';
   protected readonly versions = SUPPORTED_PROTOCOL_VERSIONS;
+  /** The pid the header claims, once the header has been read (0 before). */
+  headerPid = 0;
 
   protected check(pid: number, envBytes: number, stdinBytes: number): string | null {
+    this.headerPid = pid;
     if (pid === 0) return 'pid is 0';
     if (envBytes > MAX_ENV_BYTES) return `env block of ${envBytes} bytes exceeds the limit of ${MAX_ENV_BYTES}`;
     if (stdinBytes > MAX_STDIN_BYTES) return `stdin of ${stdinBytes} bytes exceeds the limit of ${MAX_STDIN_BYTES}`;

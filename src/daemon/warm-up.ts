@@ -12,16 +12,18 @@
  *   starts with a random prefix made at each start (`PluginServerOptions.warmUpIdPrefix`), which no
  *   shim can know. The plugin server serves it without heal hooks (no runtime call, no kernel
  *   evidence, no recovery of the empty scratch directory) and without the kernel address index's
- *   hooks, counts it nowhere and logs it at `debug` only (src/daemon/plugin-server.ts);
+ *   hooks, counts it nowhere and logs its lines (served, dropped, declined, abandoned) at `debug`
+ *   (src/daemon/plugin-server.ts);
  * - its network is {@link WARM_UP_NETWORK}, range {@link WARM_UP_SUBNET} (RFC 2544's benchmarking
  *   block), its dataDir a directory made here with `mkdtemp` (0700) in the socket's directory,
  *   which the plugin server checked (a real directory, root's, not writable by group or others; on
  *   a host `/run/ipwarden`, a tmpfs); nothing of the node's data directory, CNI configurations or
  *   pools is touched, and the reconcile loop never sees it (it reads `--cni-conf-dir` and
  *   `--data-dir`);
- * - it gives way: a pair starts only while no runtime request is being served or queued, so a
- *   runtime's request waits behind at most the warm-up requests already started (at most
- *   `concurrency`);
+ * - it gives way: a pair starts only while no runtime request is being served or queued (one
+ *   whose header or body is still arriving is not seen), so a runtime's request competes for the
+ *   CPU with at most the warm-up requests already started (`concurrency`, 16 of the 64 request
+ *   slots); a pair whose ADD was sent still sends its DEL;
  * - it ends at the first failure (logged at `warn`: the daemon then serves cold, as before), when
  *   the daemon stops, or after `pairs` pairs; the scratch network is then forgotten by the index
  *   and its directory removed. A directory a killed daemon left is removed at the next start (only
@@ -98,6 +100,8 @@ export interface WarmUpReport {
  * throws; returns how many). Only the caller's own prefix: it holds its socket's lock.
  */
 export function removeStaleWarmUpDirs(parent: string, prefix: string): number {
+  // Exactly the prefix and mkdtemp's 6 characters: `plugin.sock` must not take `plugin.sock-2`'s.
+  const ours = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}[A-Za-z0-9]{6}$`);
   let n = 0;
   let names: string[];
   try {
@@ -106,7 +110,7 @@ export function removeStaleWarmUpDirs(parent: string, prefix: string): number {
     return 0;
   }
   for (const name of names) {
-    if (!name.startsWith(prefix)) continue;
+    if (!ours.test(name)) continue;
     try {
       // rmSync removes a symlink itself, never what it points to.
       rmSync(join(parent, name), { recursive: true, force: true });
@@ -217,15 +221,27 @@ export async function warmUp(opts: WarmUpOptions): Promise<WarmUpReport> {
     const a = await request(opts.socketPath, env(command, i), stdin);
     if (a.exitStatus !== 0) throw new Error(`${command} exited ${a.exitStatus}: ${a.stderr.slice(0, 300)}`);
   };
+  // Give way: while a runtime request is being served or queued, no pair starts. One shared
+  // wait (a 5 ms poll) for every worker, not one timer each.
+  let idle: Promise<void> | null = null;
+  const whenIdle = (): Promise<void> => {
+    // do…while: the first pause always comes first, so `idle` is cleared only after it was set.
+    idle ??= (async () => {
+      do await pause(5, opts.signal);
+      while (opts.runtimeInFlight() > 0 && !opts.signal.aborted);
+    })().finally(() => {
+      idle = null;
+    });
+    return idle;
+  };
   const worker = async (): Promise<void> => {
     while (cut === null && next < opts.pairs) {
       if (opts.signal.aborted) {
         cut = 'stopped';
         return;
       }
-      // Give way: a runtime's request in flight goes first.
       if (opts.runtimeInFlight() > 0) {
-        await pause(5, opts.signal);
+        await whenIdle();
         continue;
       }
       const i = next++;

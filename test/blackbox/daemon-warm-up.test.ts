@@ -68,19 +68,23 @@ describe('daemon warm-up', { skip }, () => {
 
   it('completes uncounted and unlogged, serves the runtime meanwhile, removes its directory and a stale one (not through its symlink)', async () => {
     const { t, run, conf } = setup();
-    // What a killed daemon leaves: a scratch directory with a reservation and a symlink out.
+    // What a killed daemon leaves: a scratch directory with a reservation and a symlink to a
+    // directory outside, and a symlink named like a scratch directory (rm -r must not follow either).
     const outside = join(t, 'outside');
-    writeFileSync(outside, 'keep me');
+    mkdirSync(outside);
+    writeFileSync(join(outside, 'keep'), 'keep me');
     const stale = join(run, '.ipwarden-warm-up-plugin.sock-AbC123');
-    // A neighbour's (another socket name in the same directory): not ours to remove.
-    const neighbour = join(run, '.ipwarden-warm-up-other.sock-XyZ789');
-    mkdirSync(neighbour, { recursive: true, mode: 0o700 });
+    mkdirSync(run, { mode: 0o700 });
+    symlinkSync(outside, join(run, '.ipwarden-warm-up-plugin.sock-LnK456'));
+    // A neighbour's (socket `plugin.sock-2` in the same directory, whose name starts like ours): not ours to remove.
+    const neighbour = join(run, '.ipwarden-warm-up-plugin.sock-2-XyZ789');
+    mkdirSync(neighbour, { mode: 0o700 });
     // The scratch range's first address, configured in a namespace before the daemon starts.
     ipCmd(['netns', 'add', NS]);
     for (const l of [['link', 'add', 'ipwwubr0', 'type', 'bridge'], ['link', 'set', 'ipwwubr0', 'up'], ['addr', 'add', '198.18.0.2/32', 'dev', 'ipwwubr0']]) ipCmd(['-n', NS, ...l]);
     mkdirSync(join(stale, 'ipwarden-warm-up'), { recursive: true, mode: 0o700 });
     writeFileSync(join(stale, 'ipwarden-warm-up', '198.18.0.2'), 'ipwarden-warm-up-1\r\neth0');
-    symlinkSync(outside, join(stale, 'ipwarden-warm-up', 'last_reserved_ip.0'));
+    symlinkSync(outside, join(stale, 'ipwarden-warm-up', 'outside'));
     const d = await startTestDaemon({ socket: join(run, 'plugin.sock'), dataDir: join(t, 'data'), cniConfDir: join(t, 'net.d'), logLevel: 'info', args: ['--warm-up', '1000', '--interval', '1h'] });
     daemons.push(d);
     const port = Number(String((await d.waitForLog((l) => l.msg === 'metrics listening'))['metricsAddress']).split(':').pop());
@@ -104,13 +108,14 @@ describe('daemon warm-up', { skip }, () => {
     assert.equal(done['pairs'], 1000);
     assert.equal(done['cut'], null);
 
-    assert.equal(readFileSync(outside, 'utf8'), 'keep me', 'the stale directory was removed without following its symlink');
-    assert.deepEqual(readdirSync(run).filter((n) => n.startsWith('.ipwarden-warm-up-')), ['.ipwarden-warm-up-other.sock-XyZ789'], 'no scratch directory of ours left, the neighbour\'s kept');
+    assert.deepEqual(readdirSync(outside), ['keep'], 'the stale directory and the symlink were removed without following a symlink');
+    assert.equal(readFileSync(join(outside, 'keep'), 'utf8'), 'keep me');
+    assert.deepEqual(readdirSync(run).filter((n) => n.startsWith('.ipwarden-warm-up-')), ['.ipwarden-warm-up-plugin.sock-2-XyZ789'], 'no scratch directory of ours left, the neighbour\'s kept');
     // The kernel address index was not asked: 198.18.0.2 was never skipped as a conflict.
     assert.deepEqual(d.logs.filter((l) => l['network'] === 'ipwarden-warm-up'), []);
     assert.deepEqual((await metricLines(port)).filter((l) => l.startsWith('ipwarden_allocation_kernel_') && l.includes('ipwarden-warm-up')), []);
     assert.deepEqual(readdirSync(join(t, 'data')), ['warm-net'], 'nothing of the warm-up in the data directory');
-    // Counted and logged: the runtime's 10 requests, none of the warm-up's 600.
+    // Counted and logged: the runtime's 10 requests, none of the warm-up's 2,000.
     assert.equal(await requests(port, 'command="ADD",path="daemon",result="ok"'), 5);
     assert.equal(await requests(port, 'command="DEL",path="daemon",result="ok"'), 5);
     const lines = d.logs.filter((l) => l.msg === 'request served');
