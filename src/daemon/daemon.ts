@@ -165,10 +165,12 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
   const stopWarmUp = new AbortController();
   let warming: Promise<WarmUpReport> | null = null;
   const pairs = options.warmUpPairs ?? 0;
+  const scratchParent = dirname(options.socket);
+  const dirPrefix = warmUpDirPrefix(basename(options.socket));
+  // What a killed daemon's warm-up left, at every start (also with --warm-up 0).
+  const stale = removeStaleWarmUpDirs(scratchParent, dirPrefix);
+  if (stale > 0) log.info({ dir: scratchParent, removed: stale }, 'removed the scratch directories a stopped daemon\'s warm-up left');
   if (pairs > 0) {
-    const scratchParent = dirname(options.socket);
-    const dirPrefix = warmUpDirPrefix(basename(options.socket));
-    removeStaleWarmUpDirs(scratchParent, dirPrefix);
     const srv = server;
     // warmUp never rejects; the catch only keeps a bug in it from ending the process.
     warming = warmUp({ socketPath: options.socket, scratchParent, dirPrefix, idPrefix: warmUpIdPrefix, pairs, runtimeInFlight: () => srv.runtimeInFlight, forget: deps.forgetNetwork ?? (() => true), log, signal: stopWarmUp.signal }).catch((e: unknown) => {

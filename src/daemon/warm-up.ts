@@ -87,7 +87,7 @@ export interface WarmUpOptions {
 
 /** How a warm-up ended. */
 export interface WarmUpReport {
-  /** Pairs whose ADD and DEL both succeeded. */
+  /** Pairs whose ADD and DEL both succeeded (requests of pairs cut by a stop not included). */
   readonly pairs: number;
   /** Wall time, seconds. */
   readonly seconds: number;
@@ -205,6 +205,7 @@ export async function warmUp(opts: WarmUpOptions): Promise<WarmUpReport> {
     return { pairs: 0, seconds: seconds(), cut: why };
   }
   const stdin = scratchConfig(dir);
+  opts.log.info({ pairs: opts.pairs, dir }, 'warm-up started: ADD+DEL pairs to this daemon\'s own socket on a scratch network, uncounted');
   const concurrency = Math.max(1, Math.min(opts.concurrency ?? WARM_UP_CONCURRENCY, opts.pairs));
   let next = 0;
   let done = 0;

@@ -14,6 +14,8 @@
  *   next start without following the symlink;
  * - a daemon stopped during its warm-up stops it (`warm-up stopped`), removes the scratch
  *   directory and exits 0;
+ * - with `--warm-up 0` nothing is sent, and a scratch directory a killed daemon left is removed
+ *   all the same (logged);
  * - `--warm-up` rejects what is not a whole number 0–100000 (exit status 2).
  */
 import assert from 'node:assert/strict';
@@ -135,6 +137,21 @@ describe('daemon warm-up', { skip }, () => {
     assert.ok(stopped !== undefined, d.stderr().slice(-2000));
     assert.ok((stopped['pairs'] as number) >= 1 && (stopped['pairs'] as number) < 100000);
     assert.deepEqual(readdirSync(run).filter((n) => n.startsWith('.ipwarden-warm-up-')), []);
+  });
+
+  it('with --warm-up 0 it sends nothing, and still removes what a killed daemon\'s warm-up left', async () => {
+    const { t, run } = setup();
+    mkdirSync(join(run, '.ipwarden-warm-up-plugin.sock-Q1w2E3', 'ipwarden-warm-up'), { recursive: true, mode: 0o700 });
+    writeFileSync(join(run, '.ipwarden-warm-up-plugin.sock-Q1w2E3', 'ipwarden-warm-up', '198.18.0.9'), 'x\r\neth0');
+    const d = await startTestDaemon({ socket: join(run, 'plugin.sock'), dataDir: join(t, 'data'), cniConfDir: join(t, 'net.d'), logLevel: 'debug', args: ['--warm-up', '0', '--interval', '1h'] });
+    daemons.push(d);
+    const line = await d.waitForLog((l) => l.msg.startsWith('removed the scratch directories'));
+    assert.equal(line['removed'], 1);
+    assert.deepEqual(readdirSync(run).filter((n) => n.startsWith('.ipwarden-warm-up-')), []);
+    await d.waitForLog((l) => l.msg === 'daemon started');
+    const { code } = await d.stop();
+    assert.equal(code, 0);
+    assert.deepEqual(d.logs.filter((l) => l.msg.startsWith('warm-up') || String(l['containerId'] ?? '').startsWith('ipwarden-warm-up')), [], 'no warm-up at all');
   });
 
   it('--warm-up rejects a bad value with exit status 2', () => {
