@@ -145,7 +145,7 @@ try {
   };
   // The daemon under test as deployed: its warm-up (default 2,000 pairs) done before the rounds.
   const daemon = await startDaemon(up.socket, bundle, ['--warm-up', String(WARM_UP)]);
-  const warmed = WARM_UP === 0 ? null : await daemon.waitForLog((l) => l.msg.startsWith('warm-up '));
+  const warmed = WARM_UP === 0 ? null : await daemon.waitForLog((l) => /^warm-up (done|stopped|cut short)/.test(l.msg));
   if (warmed !== null && warmed.msg !== 'warm-up done') throw new Error(`the daemon's warm-up did not complete: ${JSON.stringify(warmed)}`);
   const base = baseBundle === null ? null : install('base', baseBundle);
   const baseDaemon = base === null || baseBundle === null ? null : await startDaemon(base.socket, baseBundle);

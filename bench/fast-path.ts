@@ -136,7 +136,7 @@ try {
   // The daemon as deployed: its warm-up (--warm-up, default 2,000 pairs) done before the rounds.
   daemon = await startTestDaemon({ socket: up.socket, logLevel: 'info', args: ['--interval', '1h', '--metrics-address', '127.0.0.1:0', '--warm-up', String(WARM_UP)] });
   if (WARM_UP > 0) {
-    const warmed = await daemon.waitForLog((l) => l.msg.startsWith('warm-up '));
+    const warmed = await daemon.waitForLog((l) => /^warm-up (done|stopped|cut short)/.test(l.msg));
     if (warmed.msg !== 'warm-up done') throw new Error(`the daemon's warm-up did not complete: ${JSON.stringify(warmed)}`);
   }
   const base = BASELINE === '' ? null : install('base');
