@@ -33,7 +33,7 @@ import {
 import { rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
 import { type AllocatorCore, type CachedBlock, fromCache, LostRace, MAX_ATTEMPTS, MAX_BATCH, type PoolAllocation, type PoolRequest, staleAddError, type Working } from './allocator-core.ts';
-import { veto, vetoIfMarked } from './veto.ts';
+import { vetoIfMarked } from './veto.ts';
 
 /** A batched DEL whose handle cannot be read: done alone after its round ({@link batch}). */
 const ALONE = Symbol('alone');
@@ -264,15 +264,7 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
         const got: Array<{ b: Working; o: number; rs: number }> = [];
         let failed: AppError | null = null;
         for (let s = 0; s < core.o.rangeSets.length && failed === null; s++) {
-          let pick: { b: Working; o: number } | null = null;
-          for (const b of mine) {
-            if (b.value.rangeSet !== s) continue;
-            const o = core.freeOrdinal(b);
-            if (o >= 0) {
-              pick = { b, o };
-              break;
-            }
-          }
+          let pick = core.firstFree(mine, s);
           if (pick === null && cached !== null) {
             // The cache lists only the blocks this process knows: another process of the node
             // (the standalone fallback) may have claimed one with free addresses since. Claim
@@ -293,14 +285,7 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
           if (pick === null) {
             // No free block anywhere in the pool: borrow from another node's block.
             others ??= await othersBlocks(core, blocks, skipped);
-            for (const b of others) {
-              if (b.value.rangeSet !== s) continue;
-              const o = core.freeOrdinal(b);
-              if (o >= 0) {
-                pick = { b, o };
-                break;
-              }
-            }
+            pick = core.firstFree(others, s);
           }
           if (pick === null || pick.o < 0) {
             const rs = core.o.rangeSets[s] as RangeSet;
@@ -500,7 +485,7 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
       lost: async () => {
         core.cache = null;
         // The node is back: it vetoes a removal begun while it was away, then decides again.
-        if ((await kv.get(core.removingKey(core.o.node))) !== null) await veto(core);
+        await vetoIfMarked(core);
       },
       exhausted: () => {
         throw new AppError('STORE_CONFLICT', `pool ${core.o.pool}: ${MAX_ATTEMPTS} transactions lost to concurrent writers; try again`);
@@ -671,7 +656,7 @@ async function delOne(core: AllocatorCore, req: PoolRequest, reports: Map<string
       attempts: MAX_ATTEMPTS,
       ...(core.o.backoff === undefined ? {} : { backoff: core.o.backoff }),
       lost: async () => {
-        if ((await kv.get(core.removingKey(core.o.node))) !== null) await veto(core);
+        await vetoIfMarked(core);
       },
       exhausted: () => {
         throw new AppError('STORE_CONFLICT', `pool ${core.o.pool}: ${MAX_ATTEMPTS} releases of ${id}/${req.ifname} lost to concurrent writers; try again`);
@@ -727,7 +712,7 @@ async function delByOwner(core: AllocatorCore, req: PoolRequest, he: KVEntry, er
   const t = await kv.txn(compares, ops);
   core.cache = null;
   if (t.succeeded) return released;
-  if ((await kv.get(core.removingKey(core.o.node))) !== null) await veto(core);
+  await vetoIfMarked(core);
   return null;
 }
 

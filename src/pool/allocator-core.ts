@@ -501,6 +501,16 @@ export class AllocatorCore {
     return { rangeSetIndex, ip, range: rs[k] as Range, block: b.key, seq, existing, borrowed: b.value.node !== this.o.node };
   }
 
+  /** The first of `blocks` in range set `s` with a {@link freeOrdinal}, and that ordinal; null when none has one. */
+  firstFree(blocks: Iterable<Working>, s: number): { b: Working; o: number } | null {
+    for (const b of blocks) {
+      if (b.value.rangeSet !== s) continue;
+      const o = this.freeOrdinal(b);
+      if (o >= 0) return { b, o };
+    }
+    return null;
+  }
+
   /**
    * A free allocatable ordinal of `b` from its `next` (round robin), or -1. Every path that hands
    * out a new address (ADD, the rounds, the offline reserve refill) picks it here: a wanted

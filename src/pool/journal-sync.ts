@@ -9,7 +9,7 @@ import type { JournalEntry } from './offline.ts';
 import { runTxn } from './txn.ts';
 import { encodeBlock, encodeHandle, type HandleIP, type HandleValue } from './model.ts';
 import { type AllocatorCore, MAX_ATTEMPTS, type PoolRequest, type Working } from './allocator-core.ts';
-import { veto } from './veto.ts';
+import { vetoIfMarked } from './veto.ts';
 
 /**
  * Sync one journal entry of this node (`kind` `add`) to etcd: one transaction per attempt that
@@ -94,7 +94,7 @@ export async function syncJournalEntry(core: AllocatorCore, e: JournalEntry): Pr
       ...(core.o.backoff === undefined ? {} : { backoff: core.o.backoff }),
       lost: async () => {
         core.cache = null;
-        if ((await kv.get(core.removingKey(me))) !== null) await veto(core);
+        await vetoIfMarked(core);
       },
       exhausted: () => {
         throw new AppError('STORE_CONFLICT', `pool ${core.o.pool}: ${MAX_ATTEMPTS} syncs of ${e.containerId}/${e.ifname} lost to concurrent writers; try again`);

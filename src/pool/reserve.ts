@@ -13,7 +13,7 @@ import type { ReserveSlot } from './offline.ts';
 import { Retry, runTxn } from './txn.ts';
 import { affinityValue, CorruptValueError, decodeSettings, encodeBlock, settingsValue } from './model.ts';
 import { type AllocatorCore, MAX_ATTEMPTS, type Working } from './allocator-core.ts';
-import { veto } from './veto.ts';
+import { veto, vetoIfMarked } from './veto.ts';
 
 /**
  * Keep `k` reserve entries per range set in this node's own blocks (docs/cluster.md "Offline
@@ -79,15 +79,7 @@ export async function refillReserve(core: AllocatorCore, k: number, offlineSecon
     for (let s = 0; s < core.o.rangeSets.length; s++) {
       let need = k - mine.filter((b) => b.value.rangeSet === s).reduce((n, b) => n + Object.values(b.value.allocs).filter((a) => a.reserve === true).length, 0);
       while (need > 0) {
-        let pick: { b: Working; o: number } | null = null;
-        for (const b of mine) {
-          if (b.value.rangeSet !== s) continue;
-          const o = core.freeOrdinal(b);
-          if (o >= 0) {
-            pick = { b, o };
-            break;
-          }
-        }
+        let pick = core.firstFree(mine, s);
         if (pick === null) {
           claimed ??= new Set((await kv.list(core.keys.blocksPrefix, { keysOnly: true })).map((e) => e.key.slice(core.keys.blocksPrefix.length)));
           const nb = core.claimable(s, claimed);
@@ -153,7 +145,7 @@ export async function refillReserve(core: AllocatorCore, k: number, offlineSecon
       ...(core.o.backoff === undefined ? {} : { backoff: core.o.backoff }),
       lost: async () => {
         core.cache = null;
-        if ((await kv.get(core.removingKey(me))) !== null) await veto(core);
+        await vetoIfMarked(core);
       },
       exhausted: () => {
         throw new AppError('STORE_CONFLICT', `pool ${core.o.pool}: ${MAX_ATTEMPTS} reserve refills lost to concurrent writers; try again`);
