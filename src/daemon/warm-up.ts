@@ -31,6 +31,7 @@
  */
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { ACK_BYTES, ACK_MAGIC, HEADER_BYTES, decodeAnswer, encodeRequest } from './protocol.ts';
 import type { Logger } from './log.ts';
@@ -170,21 +171,9 @@ function request(socketPath: string, env: Record<string, string>, stdin: string)
   });
 }
 
-/** Resolve after `ms` milliseconds, or at once when `signal` is aborted. */
+/** Resolve after `ms` milliseconds, or at once when `signal` is aborted (never rejects). */
 function pause(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) {
-      resolve();
-      return;
-    }
-    const t = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
+  return sleep(ms, undefined, { signal }).catch(() => undefined);
 }
 
 /**
