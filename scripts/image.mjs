@@ -62,10 +62,10 @@
 //   --push-plain-http  the registry speaks plain HTTP (skopeo --dest-tls-verify=false)
 //   --keep-work        keep the scratch directory (printed) for inspection
 //   --json             print one JSON object instead of the human lines
-// Needs Linux, mmdebstrap and umoci, GNU tar, readelf (binutils), dpkg-deb; for --build gcc and
-// libc6-dev, for the cross build the packages scripts/build.mjs names; skopeo for --push. Run as
-// root (mmdebstrap's root mode; its unshare mode, chosen for another user, needs /etc/subuid
-// ranges and is not tested).
+// Needs Linux, mmdebstrap and umoci, GNU tar, readelf (binutils), dpkg-deb; for --build gcc,
+// libc6-dev and musl-tools (the host platform's shim is linked against musl), for the cross build
+// the packages scripts/build.mjs names; skopeo for --push. Run as root (mmdebstrap's root mode;
+// its unshare mode, chosen for another user, needs /etc/subuid ranges and is not tested).
 // Exit status: 0 built; 1 a tool, an input or a step failed (the message says which); 2 usage.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -402,7 +402,7 @@ function requirements(o) {
     { tool: 'dpkg-deb', pkg: 'dpkg' },
     { tool: 'tar', pkg: 'tar' },
   ];
-  if (o.build && o.platforms.includes(hostArch())) needs.push({ tool: 'gcc', pkg: 'gcc' }, { path: `/usr/lib/${PLATFORMS[hostArch()].triplet}/libc.a`, pkg: 'libc6-dev' });
+  if (o.build && o.platforms.includes(hostArch())) needs.push({ tool: 'gcc', pkg: 'gcc' }, { path: `/usr/lib/${PLATFORMS[hostArch()].triplet}/libc.a`, pkg: 'libc6-dev' }, { tool: 'musl-gcc', pkg: 'musl-tools' });
   for (const a of crossPlatforms(o)) {
     const t = PLATFORMS[a].triplet;
     const [gcc, gxx, libc, make, python, qemu] = CROSS_PACKAGES[a];
