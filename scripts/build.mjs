@@ -200,26 +200,29 @@ function nodeGyp() {
 // The static C programs: the exec shim (installed by `install-cni` as DIR/ipwarden, in front of
 // DIR/ipwarden-standalone) and the pinned-namespace reader of the kernel evidence (DIR/ipwarden-netns).
 //
-// Their C library: musl where Debian's `musl-tools` is installed (`musl-gcc`, a wrapper that runs
-// the system's gcc against musl), for a native build. An exec of the static shim then costs
+// The shim's C library: musl where Debian's `musl-tools` is installed (`musl-gcc`, a wrapper that
+// runs the system's gcc against musl), for a native build. An exec of the static shim then costs
 // 115–118 µs of CPU instead of 210–230 µs with glibc's static start-up (2,000 posix_spawn +
 // waitpid of each, this project's VM), and the shim is exec'd twice per pod: the fast path's per-pod
 // ratio went from 0.607 to 0.570 (docs/benchmarks.md "The shim's C library"). Without musl-gcc, and
-// for a cross build, glibc, with a notice: the programs behave the same, only slower to start.
+// for a cross build, glibc, with a notice: the shim behaves the same, only slower to start (its
+// rare error messages carry the C library's strerror text, which differs for a few errno values).
+// The namespace helper stays on glibc: it runs once per pinned namespace per kernel read, not per
+// pod, and its error texts must be the perl helper's (test/blackbox/netns-helper.test.ts).
 const MUSL_CC = 'musl-gcc';
 const SHIM_CC = !CROSS && spawnSync(MUSL_CC, ['--version'], { stdio: 'ignore' }).status === 0 ? MUSL_CC : CC;
 if (SHIM_CC !== MUSL_CC) {
   const why = CROSS ? 'a cross build' : `no ${MUSL_CC} (Debian: apt-get install musl-tools)`;
-  console.error(`build: note: the exec shim and the namespace helper are linked against glibc (${why}): each exec of the shim costs about 0.1 ms more CPU than with musl`);
+  console.error(`build: note: the exec shim is linked against glibc (${why}): each of its execs costs about 0.1 ms more CPU than with musl`);
 }
-for (const [src, name, what] of [['native/shim.c', 'ipwarden-shim', 'the exec shim'], ['native/netns.c', 'ipwarden-netns', 'the namespace helper']]) {
-  const cc = spawnSync(SHIM_CC, ['-static', '-O2', '-Wall', '-Wextra', '-Werror', '-o', join(OUT, name), src], { encoding: 'utf8' });
-  if (cc.error !== undefined || cc.status !== 0) {
-    const why = cc.error !== undefined
-      ? `cannot run ${SHIM_CC} (${cc.error.code ?? cc.error.message})`
-      : `${SHIM_CC} failed (exit status ${cc.status ?? cc.signal}):\n${cc.stderr}`;
-    const pkgs = CROSS ? CROSS_PACKAGES : SHIM_CC === MUSL_CC ? 'gcc musl-tools' : 'gcc libc6-dev';
-    console.error(`build: ${what} (${src}) needs ${SHIM_CC} and a static C library (Debian/Ubuntu: apt-get install ${pkgs}): ${why}`);
+for (const [src, name, what, cc] of [['native/shim.c', 'ipwarden-shim', 'the exec shim', SHIM_CC], ['native/netns.c', 'ipwarden-netns', 'the namespace helper', CC]]) {
+  const r = spawnSync(cc, ['-static', '-O2', '-Wall', '-Wextra', '-Werror', '-o', join(OUT, name), src], { encoding: 'utf8' });
+  if (r.error !== undefined || r.status !== 0) {
+    const why = r.error !== undefined
+      ? `cannot run ${cc} (${r.error.code ?? r.error.message})`
+      : `${cc} failed (exit status ${r.status ?? r.signal}):\n${r.stderr}`;
+    const pkgs = CROSS ? CROSS_PACKAGES : cc === MUSL_CC ? 'gcc musl-tools' : 'gcc libc6-dev';
+    console.error(`build: ${what} (${src}) needs ${cc} and a static C library (Debian/Ubuntu: apt-get install ${pkgs}): ${why}`);
     process.exit(1);
   }
 }
