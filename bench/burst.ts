@@ -66,10 +66,14 @@ const cniEnv = (command: string, id: string): Record<string, string> => ({
   CNI_PATH: '/usr/lib/cni',
 });
 
-/** CPU time (user + system) process `pid` has used so far, ms (/proc/PID/stat; 0 when unreadable). */
-function cpuMs(pid: number): number {
+/**
+ * CPU time (user + system) process `pid` has used so far, ms (/proc/PID/stat; 0 when unreadable);
+ * with `mainThread`, only its main thread's (/proc/PID/task/PID/stat: the thread that serves
+ * requests, beside the plugin socket's thread, libuv's pool and V8's).
+ */
+function cpuMs(pid: number, mainThread = false): number {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const stat = readFileSync(mainThread ? `/proc/${pid}/task/${pid}/stat` : `/proc/${pid}/stat`, 'utf8');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     // Fields 14 and 15 (utime, stime) in clock ticks; after the ")" field 3 is index 0.
     return ((Number(f[11]) + Number(f[12])) * 1000) / 100;
@@ -86,6 +90,8 @@ interface Sample {
   delMs: number[];
   /** CPU ms the daemon used over the group's two bursts (daemon groups). */
   daemonCpuMs?: number;
+  /** Of {@link daemonCpuMs}, its main thread's. */
+  mainCpuMs?: number;
   /** CPU ms of the execs themselves (both bursts; getrusage of the harness's children). */
   execCpuMs: number;
   /** Killed group: ADDs the daemon logged served before its death, and fallback lines. */
@@ -185,12 +191,13 @@ try {
       name,
       async run(round) {
         const cpu0 = cpuOf === undefined ? 0 : cpuMs(cpuOf.pid);
+        const main0 = cpuOf === undefined ? 0 : cpuMs(cpuOf.pid, true);
         const add = await runBurst(steps(bin, files, 'ADD', `${group}${round}`), false);
         checkBurst(`${name} ADD, round ${round}`, add.execs);
         const del = await runBurst(steps(bin, files, 'DEL', `${group}${round}`), false);
         checkBurst(`${name} DEL, round ${round}`, del.execs);
         checkEmpty(group);
-        const cpu = cpuOf === undefined ? {} : { daemonCpuMs: cpuMs(cpuOf.pid) - cpu0 };
+        const cpu = cpuOf === undefined ? {} : { daemonCpuMs: cpuMs(cpuOf.pid) - cpu0, mainCpuMs: cpuMs(cpuOf.pid, true) - main0 };
         return { addWall: add.wallMs, delWall: del.wallMs, addMs: add.execs.map((e) => e.ms), delMs: del.execs.map((e) => e.ms), execCpuMs: add.cpuMs + del.cpuMs, ...cpu };
       },
     };
@@ -284,9 +291,12 @@ try {
     `   inside the daemon (its 'request served' durationSeconds incl. the wait for the network's lock, p50 / p99 ms): ×1 ADD ${med(inDaemon('ADD', 'ipw1'))} DEL ${med(inDaemon('DEL', 'ipw1'))}; ×8 ADD ${med(inDaemon('ADD', 'ipw8'))} DEL ${med(inDaemon('DEL', 'ipw8'))}; fallbacks with the daemon up: ${upFallbacks}`,
   );
   const cpuPerPod = (name: string): string => medIqr(of(name).map((s) => (s.daemonCpuMs ?? 0) / N));
+  const mainPerPod = (name: string): string => medIqr(of(name).map((s) => (s.mainCpuMs ?? 0) / N));
+  const mainBusy = (name: string): string => medIqr(of(name).map((s) => (100 * (s.mainCpuMs ?? 0)) / (s.addWall + s.delWall)), 0);
   const busy = (name: string): string => medIqr(of(name).map((s) => (100 * (s.daemonCpuMs ?? 0)) / (s.addWall + s.delWall)), 0);
   const execCpu = (name: string): string => medIqr(of(name).map((s) => s.execCpuMs / N));
   console.log(`   daemon CPU (user + system, /proc) per pod (ADD+DEL), ms: ×1 ${cpuPerPod('shim+daemon ×1')}, ×8 ${cpuPerPod('shim+daemon ×8')}; % of one core during the bursts: ×1 ${busy('shim+daemon ×1')}, ×8 ${busy('shim+daemon ×8')}`);
+  console.log(`   … of which its main thread (serving the requests), ms per pod: ×1 ${mainPerPod('shim+daemon ×1')}, ×8 ${mainPerPod('shim+daemon ×8')}; busy % of the bursts: ×1 ${mainBusy('shim+daemon ×1')}, ×8 ${mainBusy('shim+daemon ×8')}`);
   console.log(`   CPU of the execs per pod (ADD+DEL; getrusage of the harness's children), ms: shims ×1 ${execCpu('shim+daemon ×1')}, ×8 ${execCpu('shim+daemon ×8')}; host-local ×1 ${execCpu('host-local ×1')}, ×8 ${execCpu('host-local ×8')}`);
   if (BASE !== undefined) {
     console.log(`   base build (${BASE}), same rounds:`);
@@ -295,7 +305,7 @@ try {
       ['eight networks', 'base shim+daemon ×8', 'host-local ×8'],
     ] as const) {
       console.log(`   ${nets}: pods (ADD+DEL) ratio ${ratio(b, theirs, 'pod')}; ADD ${ratio(b, theirs, 'add')}; DEL ${ratio(b, theirs, 'del')}`);
-      console.log(`      ${b.padEnd(16)} pods/s ${rate(b, 'pod')}, ADD/s ${rate(b, 'add')}, DEL/s ${rate(b, 'del')}; ADD ${lat(b, 'addMs')}; DEL ${lat(b, 'delMs')}; daemon CPU/pod ${cpuPerPod(b)} ms`);
+      console.log(`      ${b.padEnd(16)} pods/s ${rate(b, 'pod')}, ADD/s ${rate(b, 'add')}, DEL/s ${rate(b, 'del')}; ADD ${lat(b, 'addMs')}; DEL ${lat(b, 'delMs')}; daemon CPU/pod ${cpuPerPod(b)} ms (main thread ${mainPerPod(b)})`);
     }
     console.log(`   this build ÷ base, pods/s within a round: ×1 ${ratio('shim+daemon ×1', 'base shim+daemon ×1', 'pod')}, ×8 ${ratio('shim+daemon ×8', 'base shim+daemon ×8', 'pod')}; ADD/s ×1 ${ratio('shim+daemon ×1', 'base shim+daemon ×1', 'add')}, ×8 ${ratio('shim+daemon ×8', 'base shim+daemon ×8', 'add')}; DEL/s ×1 ${ratio('shim+daemon ×1', 'base shim+daemon ×1', 'del')}, ×8 ${ratio('shim+daemon ×8', 'base shim+daemon ×8', 'del')}`);
     console.log(`   fallbacks with the base daemon up: ${countLines(base?.countLog ?? '') - baseFallbacksBefore}`);

@@ -113,11 +113,26 @@ const common = {
 };
 const banner = "var __ipwardenModuleUrl = require('node:url').pathToFileURL(__filename).href;";
 
-// Pass 1: the cold part.
 mkdirSync(OUT, { recursive: true });
-await build({ ...common, entryPoints: ['src/cold.ts'], outfile: join(OUT, 'ipwarden-cold.cjs'), plugins: [flockBinding], banner: { js: banner } });
+// Pass 1: the plugin socket's thread (src/daemon/socket-worker.ts), bundled into one script that the
+// daemon's code (in the cold bundle) carries as a string in place of src/daemon/socket-worker-code.ts
+// and starts with `new Worker(code, { eval: true })`: the single executable has no file to load.
+const socketWorker = await build({ ...common, entryPoints: ['src/daemon/socket-worker.ts'], write: false, outfile: 'socket-worker.cjs' });
+const socketWorkerCode = {
+  name: 'socket-worker-code',
+  setup(b) {
+    b.onResolve({ filter: /(^|\/)socket-worker-code\.ts$/ }, () => ({ path: 'socket-worker-code', namespace: 'socket-worker-code' }));
+    b.onLoad({ filter: /.*/, namespace: 'socket-worker-code' }, () => ({
+      contents: `exports.SOCKET_WORKER_CODE = ${JSON.stringify(socketWorker.outputFiles[0].text)};`,
+      loader: 'js',
+    }));
+  },
+};
 
-/** Replace `import('./cold.ts')` in the hot bundle by a loader of pass 1's output. */
+// Pass 2: the cold part.
+await build({ ...common, entryPoints: ['src/cold.ts'], outfile: join(OUT, 'ipwarden-cold.cjs'), plugins: [flockBinding, socketWorkerCode], banner: { js: banner } });
+
+/** Replace `import('./cold.ts')` in the hot bundle by a loader of pass 2's output. */
 const coldLoader = {
   name: 'cold-loader',
   setup(b) {
@@ -135,7 +150,7 @@ const coldLoader = {
   },
 };
 
-// Pass 2: the hot bundle.
+// Pass 3: the hot bundle.
 await build({ ...common, entryPoints: ['src/main.ts'], outfile: join(OUT, 'ipwarden.cjs'), plugins: [flockBinding, coldLoader], banner: { js: banner } });
 const fsExtDir = dirname(require.resolve('fs-ext/package.json'));
 

@@ -149,7 +149,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   // index"): its first read lands before the socket serves.
   const kernel = kernelAddresses(log, metrics.kernelIndex, over.kernelIndex);
   over.onMetrics?.(metrics);
-  let state: 'starting' | 'started' | 'stopping' = 'starting';
+  let state: 'starting' | 'started' | 'stopping' | 'failed' = 'starting';
   // The node-name file must agree with NODE_NAME (src/daemon/node-name-check.ts): checked at start
   // and on every /readyz; a disagreement is logged (once per change), counted, and fails /readyz.
   let lastMismatch: string | null | undefined;
@@ -184,7 +184,10 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     const health = {
       live: () => ({ ok: true, why: '' }),
       ready: () => {
-        if (state !== 'started') return { ok: false, why: state === 'starting' ? 'the plugin socket is not listening yet' : 'the daemon is stopping' };
+        if (state !== 'started') {
+          const why = state === 'starting' ? 'the plugin socket is not listening yet' : state === 'failed' ? "the plugin socket's thread ended (see the daemon's log); restart the daemon" : 'the daemon is stopping';
+          return { ok: false, why };
+        }
         // The plugin the runtime execs is gone (a re-created /opt/cni/bin) or not ours: not ready.
         const missing = watch?.problem() ?? null;
         if (missing !== null) return { ok: false, why: missing };
@@ -264,7 +267,8 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     kernel: kernel.hooks,
     forgetNetwork: (dataDir, network) => indexes.forget(dataDir, network),
     onState: (s) => {
-      state = s;
+      // A stop after a failure keeps saying why the daemon is not ready.
+      if (!(state === 'failed' && s === 'stopping')) state = s;
     },
   };
 }

@@ -58,8 +58,11 @@ export interface DaemonDeps {
   readonly maxInFlight?: number;
   readonly maxConnections?: number;
   readonly requestTimeoutSeconds?: number;
-  /** Told when the socket listens (`started`) and when the stop begins (`stopping`): readiness. */
-  readonly onState?: (state: 'started' | 'stopping') => void;
+  /**
+   * Told when the socket listens (`started`), when the stop begins (`stopping`), and when the
+   * socket's thread ended while serving (`failed`: a bug; nothing is served any more): readiness.
+   */
+  readonly onState?: (state: 'started' | 'stopping' | 'failed') => void;
   /** Cluster pool hooks of the plugin server (src/daemon/pool-sessions.ts `PoolSessions`, closed by a part). */
   readonly pool?: PoolHooks;
   /** Told of the network config of every pool ADD and CHECK served (see `PluginServerOptions.learnPool`). */
@@ -150,6 +153,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
       ...(deps.maxConnections === undefined ? {} : { maxConnections: deps.maxConnections }),
       ...(deps.requestTimeoutSeconds === undefined ? {} : { requestTimeoutSeconds: deps.requestTimeoutSeconds }),
       socketLock: lock,
+      onFailed: () => deps.onState?.('failed'),
     });
   } catch (e) {
     await closeParts(parts, log);

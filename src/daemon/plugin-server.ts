@@ -37,7 +37,7 @@
 import type { PoolHooks } from '../cni/pool.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
 import { closeSync, constants as fsConstants, existsSync, fstatSync, lstatSync, mkdirSync, openSync, readFileSync, unlinkSync, type Stats } from 'node:fs';
-import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { createConnection } from 'node:net';
 import { dirname, join } from 'node:path';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { makeHandlers, type HealHooks, type KernelAddressHooks, type PluginDeps } from '../cni/commands.ts';
@@ -50,7 +50,9 @@ import { openFileStore } from '../store/file/file-store.ts';
 import type { ListOptions, Owner, Reservation, Store } from '../store/store.ts';
 import { memoConfigDecoders } from './config-memo.ts';
 import type { Logger } from './log.ts';
-import { encodeAck, encodeAnswer, HEADER_BYTES, RequestDecoder, SUPPORTED_PROTOCOL_VERSIONS, type PluginRequest } from './protocol.ts';
+import { encodeAnswer, type PluginRequest } from './protocol.ts';
+import type { RequestMessage } from './socket-messages.ts';
+import { startSocketThread } from './socket-thread.ts';
 
 /** Opens the store of one network (the shape of `PluginDeps.openStore`). */
 export type StoreOpener = PluginDeps['openStore'];
@@ -192,6 +194,12 @@ export interface PluginServerOptions {
    * Absent: no request is.
    */
   readonly warmUpIdPrefix?: string;
+  /**
+   * Told (once) when the socket's thread ended while the server was running (a bug): the socket
+   * is then closed and every shim runs the standalone plugin. The daemon fails `/readyz` then.
+   * Must not throw.
+   */
+  readonly onFailed?: (why: string) => void;
 }
 
 /** A running plugin server. */
@@ -443,7 +451,8 @@ const NO_HOOKS: PluginServerHooks = {};
 
 /** Per-connection state shared with the guarded store. */
 interface Conn {
-  readonly sock: Socket;
+  /** The connection's id in the socket thread. */
+  readonly id: number;
   /** The client's side ended or failed: nothing can be answered any more. */
   gone: boolean;
   /** Set when the request was dropped. */
@@ -588,14 +597,12 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   const warmUpIdPrefix = opts.warmUpIdPrefix;
   const slots = new Slots(opts.maxInFlight ?? 64);
   const timeoutMs = (opts.requestTimeoutSeconds ?? 10) * 1000;
-  const conns = new Set<Conn>();
   /** Connections whose request is complete (being served or queued). */
   const serving = new Set<Conn>();
   const pending = new Set<Promise<void>>();
   /** One network config decoded once for all its requests (src/daemon/config-memo.ts). */
   const decoders = memoConfigDecoders();
   const view = opts.hostView ?? hostView();
-  let closing = false;
 
   prepareSocketDir(dirname(path));
   // The lock before the path is looked at: a second daemon must not see our socket as stale.
@@ -607,11 +614,9 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     throw e;
   }
 
-  const reject = (conn: Conn, e: MalformedEvent): void => {
+  const reject = (e: MalformedEvent): void => {
     log.warn({ kind: e.kind, reason: e.reason }, 'malformed request: closed without an answer');
     hooks.onMalformed?.(e);
-    markGone(conn);
-    conn.sock.destroy();
   };
 
   const depsFor = (conn: Conn, req: PluginRequest): PluginDeps => {
@@ -685,13 +690,13 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         // the shim runs the standalone plugin, which sees the host's files.
         log[quiet ? 'debug' : 'warn']({ command, containerId, network, reason: conn.declined }, 'request declined (not a host path here): closed without an answer, the shim runs the standalone plugin');
         served.onDeclined?.({ command, containerId, reason: conn.declined });
-        conn.sock.destroy();
+        sockets.destroy(conn.id);
         return;
       }
       if (conn.dropped !== null) {
         log[quiet ? 'debug' : 'info']({ command, containerId, network, stage: conn.dropped, durationSeconds }, 'request dropped: the client went away');
         served.onDropped?.({ command, containerId, network, stage: conn.dropped, durationSeconds });
-        conn.sock.destroy();
+        sockets.destroy(conn.id);
         return;
       }
       const result = status === 0 ? 'ok' : 'error';
@@ -706,137 +711,78 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         answer = encodeAnswer({ exitStatus: status, stdout: out.join(''), stderr: err.join(''), version: req.version });
       } catch (e) {
         log.error({ ...fields, error: e instanceof Error ? e.message : String(e) }, 'answer cannot be encoded: closed without an answer');
-        conn.sock.destroy();
+        sockets.destroy(conn.id);
         return;
       }
       // Written to the kernel, the answer stays readable after our side is closed.
       conn.answered = true;
-      conn.sock.end(answer, () => conn.sock.destroy());
+      sockets.answer(conn.id, answer);
       log[quiet ? 'debug' : 'info']({ ...fields, queuedSeconds }, 'request served');
       served.onRequest?.({ ...fields, delivered: true });
     } catch (e) {
       // pluginMain never throws; this is a bug in the server itself.
       log.error({ command, containerId, error: e instanceof Error ? (e.stack ?? e.message) : String(e) }, 'internal error serving a request');
-      conn.sock.destroy();
+      sockets.destroy(conn.id);
     } finally {
       if (slotted) slots.release();
     }
   };
 
-  const server: Server = createServer((sock) => {
-    const conn: Conn = { sock, gone: false, dropped: null, network: null, answered: false, command: '', containerId: '', declined: null, abort: null, quiet: false };
-    if (closing) {
-      sock.destroy();
-      return;
-    }
-    conns.add(conn);
-    const decoder = new RequestDecoder();
-    let started = false;
-    /** The version-2 header was acknowledged. */
-    let acked = false;
-    /** This connection's end was logged (rejected, or abandoned). */
-    let settled = false;
-    const refuse = (e: MalformedEvent): void => {
-      settled = true;
-      reject(conn, e);
+  /** Requests the socket thread sent, by connection id, until served. */
+  const byId = new Map<number, Conn>();
+  const onRequest = (m: RequestMessage): void => {
+    const conn: Conn = { id: m.id, gone: false, dropped: null, network: null, answered: false, command: m.env['CNI_COMMAND'] ?? '', containerId: m.env['CNI_CONTAINERID'] ?? '', declined: null, abort: null, quiet: false };
+    conn.quiet = warmUpIdPrefix !== undefined && m.pid === process.pid && conn.containerId.startsWith(warmUpIdPrefix);
+    const req: PluginRequest = {
+      version: m.version,
+      pid: m.pid,
+      env: m.env,
+      envBlock: Buffer.from(m.envBlock.buffer, m.envBlock.byteOffset, m.envBlock.byteLength),
+      ignored: m.ignored,
+      stdin: Buffer.from(m.stdin.buffer, m.stdin.byteOffset, m.stdin.byteLength),
     };
-    /**
-     * A version-2 client that left after its acknowledged header, before sending any of the
-     * body: it gave up (its short deadline passed while this daemon was stopped or slow) and runs
-     * the standalone plugin. Nothing was run here, and nothing can be: the body never came.
-     */
-    const abandoned = (): boolean => {
-      if (settled || started || !acked || decoder.received !== HEADER_BYTES) return false;
-      settled = true;
-      clearTimeout(timer);
-      // The daemon's own warm-up connections cut by its stop: debug (only the header's pid is known here).
-      log[decoder.headerPid === process.pid ? 'debug' : 'info']({ receivedBytes: decoder.received }, 'request abandoned: the client went away before sending its body (nothing was run)');
-      sock.destroy();
-      return true;
-    };
-    const timer = setTimeout(() => {
-      if (!started) refuse({ kind: 'timeout', reason: `no complete request within ${timeoutMs / 1000}s (${decoder.received} bytes received)` });
-    }, timeoutMs);
-    sock.on('data', (chunk: Buffer) => {
-      const st = decoder.push(chunk);
-      if (!acked && decoder.version === 2 && st.kind !== 'malformed' && !conn.gone) {
-        // At once, from the callback that read the header: the shim waits only a few seconds for
-        // this before it runs the standalone plugin instead, and sends the body only after it.
-        acked = true;
-        sock.write(encodeAck());
-      }
-      if (st.kind === 'complete' && !started) {
-        const arrived = process.hrtime.bigint();
-        started = true;
-        clearTimeout(timer);
-        conn.command = st.value.env['CNI_COMMAND'] ?? '';
-        conn.containerId = st.value.env['CNI_CONTAINERID'] ?? '';
-        conn.quiet = warmUpIdPrefix !== undefined && st.value.pid === process.pid && conn.containerId.startsWith(warmUpIdPrefix);
-        serving.add(conn);
-        const p = serve(conn, st.value, arrived).finally(() => {
-          serving.delete(conn);
-          pending.delete(p);
-        });
-        pending.add(p);
-      } else if (st.kind === 'malformed') {
-        clearTimeout(timer);
-        refuse({ kind: 'malformed', reason: st.reason });
-      } else if (st.kind === 'unsupported-version') {
-        clearTimeout(timer);
-        refuse({ kind: 'unsupported-version', reason: `protocol version ${st.version} (this daemon speaks ${SUPPORTED_PROTOCOL_VERSIONS.join(' and ')})` });
-      }
+    byId.set(conn.id, conn);
+    serving.add(conn);
+    const p = serve(conn, req, m.arrived).finally(() => {
+      serving.delete(conn);
+      byId.delete(conn.id);
+      pending.delete(p);
     });
-    sock.on('end', () => {
-      if (conn.gone) return;
+    pending.add(p);
+  };
+  const sockets = await startSocketThread({
+    path,
+    maxConnections: opts.maxConnections ?? 1024,
+    timeoutMs,
+    onRequest,
+    onGone: (id, ended) => {
+      const conn = byId.get(id);
+      if (conn === undefined) return;
       markGone(conn);
-      if (!started) {
-        clearTimeout(timer);
-        if (abandoned()) return;
-        const st = decoder.end();
-        if (st.kind === 'malformed') refuse({ kind: 'malformed', reason: st.reason });
-      } else if (serving.has(conn)) {
-        log.debug({ command: conn.command, containerId: conn.containerId }, 'client closed its connection while its request was in flight');
-      }
-    });
-    sock.on('error', (e) => {
-      markGone(conn);
-      log.debug({ error: e.message }, 'connection error');
-    });
-    sock.on('close', () => {
-      markGone(conn);
-      clearTimeout(timer);
-      // A client gone with a reset, or our acknowledgement met EPIPE: no 'end' came.
-      abandoned();
-      conns.delete(conn);
-    });
-  });
-  server.maxConnections = opts.maxConnections ?? 1024;
-
-  await new Promise<void>((resolve, rejectListen) => {
-    const onError = (e: Error): void => {
-      ownLock?.release();
-      rejectListen(new SocketSetupError(`cannot listen on ${path}: ${e.message}`, e));
-    };
-    server.once('error', onError);
-    // Bound under umask 0177: the socket file is 0600 from the moment it exists (bind(2) is
-    // synchronous inside listen() for a path).
-    const old = process.umask(0o177);
-    try {
-      server.listen(path, () => {
-        server.off('error', onError);
-        resolve();
-      });
-    } finally {
-      process.umask(old);
-    }
+      if (ended) log.debug({ command: conn.command, containerId: conn.containerId }, 'client closed its connection while its request was in flight');
+    },
+    onMalformed: (kind, reason, id) => {
+      const conn = id === null ? undefined : byId.get(id);
+      if (conn !== undefined) markGone(conn);
+      reject({ kind, reason });
+    },
+    // The daemon's own warm-up connections cut by its stop: debug (only the header's pid is known here).
+    onAbandoned: (receivedBytes, own) => log[own ? 'debug' : 'info']({ receivedBytes }, 'request abandoned: the client went away before sending its body (nothing was run)'),
+    onConnError: (message) => log.debug({ error: message }, 'connection error'),
+    onExit: (why) => {
+      log.error({ error: why }, "the plugin socket's thread ended: every request goes to the standalone plugin until the daemon is restarted");
+      opts.onFailed?.(why);
+    },
+  }).catch((e: unknown) => {
+    ownLock?.release();
+    throw new SocketSetupError(e instanceof Error ? e.message : String(e), e);
   });
   const made = lstatSync(path);
   if (!made.isSocket() || (made.mode & 0o777) !== 0o600) {
-    server.close();
+    await sockets.finish();
     ownLock?.release();
     throw new SocketSetupError(`${path} was not created as a 0600 socket (mode ${modeText(made)})`);
   }
-  server.on('error', (e) => log.error({ error: e.message }, 'plugin socket error'));
 
   let closed: Promise<void> | null = null;
   return {
@@ -851,15 +797,12 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     },
     close() {
       closed ??= (async () => {
-        closing = true;
-        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
-        // No answer for a request not yet complete: its shim falls back to the standalone plugin.
-        // (An answered connection closes itself once its answer is written.)
-        for (const c of conns) if (!serving.has(c) && !c.answered) c.sock.destroy();
+        // No new connection; no answer for a request not yet complete (its shim falls back to
+        // the standalone plugin). Every request read before that is in `pending` once it resolves.
+        await sockets.stop();
         while (pending.size > 0) await Promise.allSettled([...pending]);
         // Answered connections close themselves once the answer is written.
-        for (const c of conns) if (!c.answered) c.sock.destroy();
-        await stopped;
+        await sockets.finish();
         // libuv unlinks a bound socket's path on close; remove it only if it is still ours.
         const now = lstatOrNullQuiet(path);
         if (now !== null && now.isSocket() && now.ino === made.ino && now.dev === made.dev) {

@@ -609,6 +609,72 @@ describe('ipwarden daemon stop', { skip }, () => {
   });
 });
 
+describe("the plugin socket's thread", { skip }, () => {
+  after(cleanupAll);
+
+  it('in-process: while the main thread is blocked no header is acknowledged; once it runs, the held acknowledgement goes out, and a client that then leaves is logged abandoned with nothing run', async () => {
+    const t = temp();
+    const lines: Array<Record<string, unknown>> = [];
+    const log = createLogger('debug', { stream: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) } });
+    const served: string[] = [];
+    const socket = join(t, 'run', 'plugin.sock');
+    const daemon = await startDaemon(
+      { socket, metricsAddress: { host: '127.0.0.1', port: 0 }, intervalSeconds: 60, logLevel: 'debug', dataDir: join(t, 'data'), network: null, runtimeEndpoint: null, graceSeconds: 300, policy: 'conservative', cniConfDir: join(t, 'net.d'), auditLog: null },
+      { log, hooks: { onRequest: (e) => void served.push(e.command) } },
+    );
+    try {
+      const go = join(t, 'go');
+      const out = join(t, 'out');
+      // A client in another process: on `go` it connects and sends a version-2 header only; on
+      // the acknowledgement it writes `acked IPWA` and leaves without sending the body.
+      const client = `
+        const net = require('node:net'), fs = require('node:fs');
+        const [sock, go, out] = process.argv.slice(1);
+        const head = Buffer.alloc(20);
+        head.write('IPWD', 0, 'latin1'); head.writeUInt32LE(2, 4); head.writeUInt32LE(process.pid, 8); head.writeUInt32LE(16, 12); head.writeUInt32LE(2, 16);
+        fs.writeFileSync(out, 'ready\\n');
+        const start = () => {
+          const c = net.createConnection(sock, () => { c.write(head); fs.appendFileSync(out, 'sent\\n'); });
+          c.on('data', (d) => { fs.appendFileSync(out, 'acked ' + d.toString('latin1', 0, 4) + '\\n'); c.end(); });
+          c.on('close', () => process.exit(0));
+        };
+        const wait = () => (fs.existsSync(go) ? start() : setTimeout(wait, 5));
+        wait();`;
+      const c = spawn(process.execPath, ['-e', client, socket, go, out], { stdio: 'ignore' });
+      children.push(c);
+      const exited = new Promise<number | null>((resolve) => c.once('exit', (code) => resolve(code)));
+      await until(() => existsSync(out) && readFileSync(out, 'utf8') === 'ready\n');
+      const text = (): string => readFileSync(out, 'utf8');
+      // Block this (the daemon's main) thread: its heartbeat goes stale after 1 s.
+      const spin = (ms: number, stop: () => boolean = () => false): void => {
+        const end = Date.now() + ms;
+        while (Date.now() < end && !stop()) {
+          // busy: no timer, no message, no I/O callback of this thread runs
+        }
+      };
+      spin(1500);
+      writeFileSync(go, '');
+      spin(60_000, () => text().includes('sent\n'));
+      // The header is on its way (or read): 1 s more with the main thread still blocked.
+      spin(1000, () => text().includes('acked'));
+      assert.equal(text(), 'ready\nsent\n', 'no acknowledgement while the main thread is blocked');
+      // The main thread runs again: the held acknowledgement goes out.
+      await until(() => text().includes('acked'));
+      assert.equal(text(), 'ready\nsent\nacked IPWA\n');
+      assert.equal(await exited, 0);
+      await until(() => lines.some((l) => l['msg'] === 'request abandoned: the client went away before sending its body (nothing was run)'));
+      const abandoned = lines.filter((l) => l['msg'] === 'request abandoned: the client went away before sending its body (nothing was run)');
+      assert.deepEqual(abandoned.map((l) => [l['level'], l['receivedBytes']]), [[30, HEADER_BYTES]]);
+      assert.deepEqual(served, []);
+      // Serving goes on.
+      assert.equal((await runViaDaemon(socket, { command: 'VERSION', stdin: '{}' })).exitCode, 0);
+      assert.deepEqual(served, ['VERSION']);
+    } finally {
+      await daemon.close();
+    }
+  });
+});
+
 describe('a daemon in a mount namespace of its own (as in its container) serves only host paths', { skip, timeout: 120_000 }, () => {
   // The DaemonSet's container sees only its hostPath mounts at the host's paths. Here: the daemon
   // runs in a new mount namespace where PRIV is a tmpfs of its own (a path of the container, not
