@@ -210,9 +210,9 @@ export interface PluginServer {
   /** Of {@link inFlight}, those that are not the daemon's own warm-up requests. */
   readonly runtimeInFlight: number;
   /**
-   * Stop accepting, close connections that have not sent a complete request, let the requests
-   * in flight finish and answer, remove the socket file. Idempotent: every call returns the same
-   * promise.
+   * Remove the socket file (at once: a shim then runs the standalone plugin), stop accepting,
+   * close connections that have not sent a complete request, let the requests in flight finish
+   * and answer, end the socket's thread. Idempotent: every call returns the same promise.
    */
   close(): Promise<void>;
 }
@@ -714,10 +714,15 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         sockets.destroy(conn.id);
         return;
       }
-      // Written to the kernel, the answer stays readable after our side is closed.
+      // Logged once the socket thread wrote it to the kernel (it then stays readable after our
+      // side is closed): a daemon killed before that has not answered, and its shim falls back.
       conn.answered = true;
+      // (The observers are told at once: their counts die with the process anyway.)
+      answering.set(conn.id, (ok) => {
+        if (ok) log[quiet ? 'debug' : 'info']({ ...fields, queuedSeconds }, 'request served');
+        else log[quiet ? 'debug' : 'warn']({ ...fields, queuedSeconds }, 'request served, answer not delivered: the client went away');
+      });
       sockets.answer(conn.id, answer);
-      log[quiet ? 'debug' : 'info']({ ...fields, queuedSeconds }, 'request served');
       served.onRequest?.({ ...fields, delivered: true });
     } catch (e) {
       // pluginMain never throws; this is a bug in the server itself.
@@ -730,6 +735,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
 
   /** Requests the socket thread sent, by connection id, until served. */
   const byId = new Map<number, Conn>();
+  /** Answers handed to the socket thread, by connection id: what to log once it says whether each was written. */
+  const answering = new Map<number, (written: boolean) => void>();
   const onRequest = (m: RequestMessage): void => {
     const conn: Conn = { id: m.id, gone: false, dropped: null, network: null, answered: false, command: m.env['CNI_COMMAND'] ?? '', containerId: m.env['CNI_CONTAINERID'] ?? '', declined: null, abort: null, quiet: false };
     conn.quiet = warmUpIdPrefix !== undefined && m.pid === process.pid && conn.containerId.startsWith(warmUpIdPrefix);
@@ -767,6 +774,11 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       reject({ kind, reason });
     },
     // The daemon's own warm-up connections cut by its stop: debug (only the header's pid is known here).
+    onWritten: (id, ok) => {
+      const done = answering.get(id);
+      answering.delete(id);
+      done?.(ok);
+    },
     onAbandoned: (receivedBytes, own) => log[own ? 'debug' : 'info']({ receivedBytes }, 'request abandoned: the client went away before sending its body (nothing was run)'),
     onConnError: (message) => log.debug({ error: message }, 'connection error'),
     onExit: (why) => {
@@ -797,13 +809,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     },
     close() {
       closed ??= (async () => {
-        // No new connection; no answer for a request not yet complete (its shim falls back to
-        // the standalone plugin). Every request read before that is in `pending` once it resolves.
-        await sockets.stop();
-        while (pending.size > 0) await Promise.allSettled([...pending]);
-        // Answered connections close themselves once the answer is written.
-        await sockets.finish();
-        // libuv unlinks a bound socket's path on close; remove it only if it is still ours.
+        // From this instant a shim finds no socket and runs the standalone plugin (the socket
+        // thread stops accepting a moment later). Removed only if it is still ours.
         const now = lstatOrNullQuiet(path);
         if (now !== null && now.isSocket() && now.ino === made.ino && now.dev === made.dev) {
           try {
@@ -812,6 +819,12 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
             // gone meanwhile
           }
         }
+        // No new connection; no answer for a request not yet complete (its shim falls back to
+        // the standalone plugin). Every request read before that is in `pending` once it resolves.
+        await sockets.stop();
+        while (pending.size > 0) await Promise.allSettled([...pending]);
+        // Answered connections close themselves once the answer is written.
+        await sockets.finish();
         ownLock?.release();
       })();
       return closed;

@@ -42,6 +42,8 @@ export type FromSocketThread =
   | { readonly t: 'malformed'; readonly kind: 'malformed' | 'unsupported-version' | 'timeout'; readonly reason: string; readonly id: number | null }
   /** A version-2 client left after its acknowledged header, before any of its body. `own`: its header named this process's pid. */
   | { readonly t: 'abandoned'; readonly receivedBytes: number; readonly own: boolean }
+  /** Request `id`'s answer was written to the kernel (`ok`), or could not be (its client had gone). */
+  | { readonly t: 'written'; readonly id: number; readonly ok: boolean }
   /** A connection failed (reset, EPIPE). */
   | { readonly t: 'conn-error'; readonly message: string }
   /** Answer to `stop`: nothing is accepted any more; every request read before it was sent before this. */

@@ -46,6 +46,8 @@ export interface SocketThreadOptions {
   onGone(id: number, ended: boolean): void;
   /** A connection closed without an answer because of what its client sent; `id` its request when complete, else null. */
   onMalformed(kind: 'malformed' | 'unsupported-version' | 'timeout', reason: string, id: number | null): void;
+  /** Request `id`'s answer was written to the kernel (`ok`), or could not be. */
+  onWritten(id: number, ok: boolean): void;
   /** A version-2 client left after its acknowledged header (`own`: the header named this process). */
   onAbandoned(receivedBytes: number, own: boolean): void;
   /** A connection failed (reset, EPIPE), or the listening socket reported an error. */
@@ -130,6 +132,9 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
         return;
       case 'malformed':
         opts.onMalformed(m.kind, m.reason, m.id);
+        return;
+      case 'written':
+        opts.onWritten(m.id, m.ok);
         return;
       case 'abandoned':
         opts.onAbandoned(m.receivedBytes, m.own);

@@ -16,7 +16,9 @@
  *   nothing is run;
  * - a client gone after its complete request: reported once, so the main thread drops the request
  *   (before the store, after the lock) or does not answer;
- * - the answer: written, then the connection closed (written to the kernel, it stays readable).
+ * - the answer: written, then the connection closed (written to the kernel, it stays readable);
+ *   whether it was written is reported, and only then does the main thread log it served: a
+ *   daemon killed in between has not answered, and its shim runs the standalone plugin.
  * Messages: src/daemon/socket-messages.ts.
  */
 import { createServer, type Socket } from 'node:net';
@@ -46,6 +48,8 @@ interface Conn {
   gone: boolean;
   /** The answer was handed to the socket. */
   answered: boolean;
+  /** `written` was sent for its answer. */
+  reported: boolean;
   readonly timer: NodeJS.Timeout;
 }
 
@@ -96,6 +100,12 @@ function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void
     c.sock.destroy();
     return true;
   };
+  /** Report, once, whether `c`'s answer reached the kernel. */
+  const written = (c: Conn, ok: boolean): void => {
+    if (c.reported) return;
+    c.reported = true;
+    post({ t: 'written', id: c.id, ok });
+  };
   const maybeFinished = (): void => {
     if (finishing && serverClosed && conns.size === 0) {
       post({ t: 'finished' });
@@ -117,6 +127,7 @@ function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void
       settled: false,
       gone: false,
       answered: false,
+      reported: false,
       timer: setTimeout(() => {
         if (!c.started && !c.settled) refuse(c, 'timeout', `no complete request within ${data.timeoutMs / 1000}s (${c.decoder.received} bytes received)`);
       }, data.timeoutMs),
@@ -171,6 +182,7 @@ function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void
       heldAcks.delete(c);
       clearTimeout(c.timer);
       abandoned(c);
+      if (c.answered) written(c, false);
       conns.delete(c.id);
       maybeFinished();
     });
@@ -201,9 +213,22 @@ function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void
       }
       case 'answer': {
         const c = conns.get(m.id);
-        if (c === undefined || c.gone) return;
+        if (c === undefined || c.gone) {
+          // Its client went away while the main thread ran the request.
+          if (c === undefined) post({ t: 'written', id: m.id, ok: false });
+          else {
+            c.answered = true;
+            written(c, false);
+            c.sock.destroy();
+          }
+          return;
+        }
         c.answered = true;
-        c.sock.end(m.bytes, () => c.sock.destroy());
+        // Written to the kernel, the answer stays readable after our side is closed.
+        c.sock.end(m.bytes, (err?: Error | null) => {
+          written(c, err === undefined || err === null);
+          c.sock.destroy();
+        });
         return;
       }
       case 'destroy':
