@@ -83,6 +83,12 @@ export interface Daemon {
   readonly server: PluginServer;
   readonly parts: readonly DaemonPart[];
   /**
+   * Resolves (with why) if the plugin socket's thread ended while the daemon served (a bug):
+   * nothing is served any more, so {@link runDaemon} stops the daemon with exit status 1 (the
+   * DaemonSet restarts it). Never resolves otherwise.
+   */
+  readonly failed: Promise<string>;
+  /**
    * Stop: the plugin server (no new connection; requests in flight finish and are answered; the
    * socket file is removed), then the parts, then flush the log. Idempotent (same promise every
    * call); never rejects (a part failing to close is logged).
@@ -133,6 +139,8 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
   const warmUpIdPrefix = `${WARM_UP_NETWORK}-${randomBytes(8).toString('hex')}-`;
   let server: PluginServer;
   let lock: SocketLock | null = null;
+  let fail: (why: string) => void = () => undefined;
+  const failed = new Promise<string>((resolve) => (fail = resolve));
   try {
     // The socket first: a daemon that cannot serve it refuses before any part starts (no metrics
     // port opened, no reconcile pass run). Its lock is ours from here until the daemon stopped.
@@ -153,7 +161,10 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
       ...(deps.maxConnections === undefined ? {} : { maxConnections: deps.maxConnections }),
       ...(deps.requestTimeoutSeconds === undefined ? {} : { requestTimeoutSeconds: deps.requestTimeoutSeconds }),
       socketLock: lock,
-      onFailed: () => deps.onState?.('failed'),
+      onFailed: (why) => {
+        deps.onState?.('failed');
+        fail(why);
+      },
     });
   } catch (e) {
     await closeParts(parts, log);
@@ -188,6 +199,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
     log,
     server,
     parts,
+    failed,
     close() {
       closed ??= (async () => {
         log.info({ inFlight: server.runtimeInFlight }, 'daemon stopping');
@@ -219,20 +231,25 @@ export interface SignalSource {
 
 /**
  * Run the daemon until SIGTERM or SIGINT: then close it (requests in flight finish) and resolve
- * to 0, the exit status. A second signal during the stop is not caught (its default action ends
+ * to 0, the exit status; or until its plugin socket's thread ended ({@link Daemon.failed}): then
+ * close it the same way and resolve to 1. A second signal during the stop is not caught (its default action ends
  * the process). Rejects like {@link startDaemon} when the daemon cannot start.
  */
 export async function runDaemon(options: DaemonOptions, deps: DaemonDeps = {}, signals: SignalSource = process): Promise<number> {
   const d = await startDaemon(options, deps);
-  await new Promise<void>((resolve) => {
-    const onSignal = (signal: NodeJS.Signals): void => {
+  return new Promise<number>((resolve) => {
+    const stop = (status: number): void => {
       signals.off('SIGTERM', onSignal);
       signals.off('SIGINT', onSignal);
+      void d.close().then(() => resolve(status));
+    };
+    const onSignal = (signal: NodeJS.Signals): void => {
       d.log.info({ signal }, 'signal received');
-      void d.close().then(resolve);
+      stop(0);
     };
     signals.once('SIGTERM', onSignal);
     signals.once('SIGINT', onSignal);
+    // The socket's thread ended (logged where it happened): stop, exit status 1.
+    void d.failed.then(() => stop(1));
   });
-  return 0;
 }

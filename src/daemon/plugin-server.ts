@@ -1,6 +1,6 @@
 /**
  * The daemon's plugin server (docs/daemon.md): a unix socket the exec shim connects to, one
- * request per connection ({@link RequestDecoder}; protocol version 2, whose header is
+ * request per connection (`RequestDecoder`; protocol version 2, whose header is
  * acknowledged before the shim sends the body, or version 1 of older shims), answered with exactly
  * what the standalone plugin would have printed and its exit status. Each request runs the project's own
  * handlers, `pluginMain(makeHandlers(deps), io)`, with an in-memory {@link PluginIO} whose
@@ -13,13 +13,18 @@
  *   held for the server's (the daemon's) life: of two daemons started together one serves, the
  *   other refuses ({@link lockSocketPath}).
  *   A file already at the socket path is removed only when it is a socket nobody answers on.
- *   The socket is bound under umask 0177, so it is 0600 from its first instant.
+ *   The socket is bound under umask 0177 (held by this thread while the socket thread binds),
+ *   so it is 0600 from its first instant.
  * - A request whose client went away (end of stream, reset) is dropped: checked before the
  *   network's store is opened and again right after `DIR/lock` is taken (the lock is then
  *   released and nothing is changed). A late ADD must not land after the runtime's DEL
  *   (fast-path-measurements.md, "Failure behaviour").
- * - A version-2 request header is acknowledged at once, in the callback that read it (a daemon
- *   whose event loop runs); a client that goes away before sending the body has nothing run.
+ * - The connections live on a thread of their own (src/daemon/socket-thread.ts, socket-worker.ts):
+ *   it reads, decodes, acknowledges and answers; this (the main) thread runs complete requests.
+ * - A version-2 request header is acknowledged at once, in the callback that read it, provided
+ *   the main thread's event loop runs (a heartbeat under 1 s old), else as soon as it runs again;
+ *   a client that goes away before sending the body has nothing run.
+ * - A request is logged served once its answer was written to the kernel.
  * - Malformed requests and other protocol versions get no answer (the shim then runs the
  *   standalone plugin); a request not complete within {@link PluginServerOptions.requestTimeoutSeconds}
  *   is closed the same way.
@@ -100,7 +105,11 @@ export interface RequestEvent {
    * for a request slot included.
    */
   readonly durationSeconds: number;
-  /** False when the client went away after the changes were made, before the answer was written. */
+  /**
+   * False when the client was known gone when the answer was ready (the changes were made, no
+   * answer sent). True when the answer was handed to the socket thread; its log line
+   * (`request served`, or `answer not delivered` when the write failed) follows the write.
+   */
   readonly delivered: boolean;
 }
 
@@ -196,8 +205,8 @@ export interface PluginServerOptions {
   readonly warmUpIdPrefix?: string;
   /**
    * Told (once) when the socket's thread ended while the server was running (a bug): the socket
-   * is then closed and every shim runs the standalone plugin. The daemon fails `/readyz` then.
-   * Must not throw.
+   * is then closed and every shim runs the standalone plugin; every request not yet run is
+   * dropped. The daemon then stops (exit status 1). Must not throw.
    */
   readonly onFailed?: (why: string) => void;
 }
@@ -737,6 +746,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   const byId = new Map<number, Conn>();
   /** Answers handed to the socket thread, by connection id: what to log once it says whether each was written. */
   const answering = new Map<number, (written: boolean) => void>();
+  /** False until the socket passed its check: a request before that is closed unanswered. */
+  let accepting = false;
   const onRequest = (m: RequestMessage): void => {
     const conn: Conn = { id: m.id, gone: false, dropped: null, network: null, answered: false, command: m.env['CNI_COMMAND'] ?? '', containerId: m.env['CNI_CONTAINERID'] ?? '', declined: null, abort: null, quiet: false };
     conn.quiet = warmUpIdPrefix !== undefined && m.pid === process.pid && conn.containerId.startsWith(warmUpIdPrefix);
@@ -750,7 +761,15 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
     };
     byId.set(conn.id, conn);
     serving.add(conn);
-    const p = serve(conn, req, m.arrived).finally(() => {
+    if (!accepting) {
+      // The start is being aborted (the socket failed its check): no answer, the shim falls back.
+      markGone(conn);
+      sockets.destroy(conn.id);
+    }
+    // Started after every message already queued was read (setImmediate runs after the whole
+    // batch the port delivers): a `gone` of this request that waits behind it in the queue — a
+    // main thread that was blocked while its shim gave up — is seen before the request runs.
+    const p = new Promise<void>((resolve) => setImmediate(resolve)).then(() => serve(conn, req, m.arrived)).finally(() => {
       serving.delete(conn);
       byId.delete(conn.id);
       pending.delete(p);
@@ -773,28 +792,43 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       if (conn !== undefined) markGone(conn);
       reject({ kind, reason });
     },
-    // The daemon's own warm-up connections cut by its stop: debug (only the header's pid is known here).
     onWritten: (id, ok) => {
       const done = answering.get(id);
       answering.delete(id);
       done?.(ok);
     },
+    // The daemon's own warm-up connections cut by its stop: debug (only the header's pid is known here).
     onAbandoned: (receivedBytes, own) => log[own ? 'debug' : 'info']({ receivedBytes }, 'request abandoned: the client went away before sending its body (nothing was run)'),
     onConnError: (message) => log.debug({ error: message }, 'connection error'),
     onExit: (why) => {
-      log.error({ error: why }, "the plugin socket's thread ended: every request goes to the standalone plugin until the daemon is restarted");
+      log.error({ error: why }, "the plugin socket's thread ended: every request goes to the standalone plugin; the daemon stops");
+      // Its connections are closed: every shim waiting on one runs the standalone plugin now, so
+      // nothing queued or waiting here may run any more (the drop rules, as for a client gone).
+      for (const c of byId.values()) markGone(c);
+      for (const done of answering.values()) done(false);
+      answering.clear();
       opts.onFailed?.(why);
     },
+    onServerError: (message) => log.error({ error: message }, 'plugin socket error'),
   }).catch((e: unknown) => {
     ownLock?.release();
     throw new SocketSetupError(e instanceof Error ? e.message : String(e), e);
   });
-  const made = lstatSync(path);
-  if (!made.isSocket() || (made.mode & 0o777) !== 0o600) {
+  let made: Stats | null = null;
+  let bad: SocketSetupError | null = null;
+  try {
+    made = lstatSync(path);
+    if (!made.isSocket() || (made.mode & 0o777) !== 0o600) bad = new SocketSetupError(`${path} was not created as a 0600 socket (mode ${modeText(made)})`);
+  } catch (e) {
+    bad = new SocketSetupError(`cannot stat ${path} after binding it: ${e instanceof Error ? e.message : String(e)}`, e);
+  }
+  if (bad !== null || made === null) {
     await sockets.finish();
     ownLock?.release();
-    throw new SocketSetupError(`${path} was not created as a 0600 socket (mode ${modeText(made)})`);
+    throw bad ?? new SocketSetupError(`cannot stat ${path} after binding it`);
   }
+  const bound: Stats = made;
+  accepting = true;
 
   let closed: Promise<void> | null = null;
   return {
@@ -812,7 +846,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         // From this instant a shim finds no socket and runs the standalone plugin (the socket
         // thread stops accepting a moment later). Removed only if it is still ours.
         const now = lstatOrNullQuiet(path);
-        if (now !== null && now.isSocket() && now.ino === made.ino && now.dev === made.dev) {
+        if (now !== null && now.isSocket() && now.ino === bound.ino && now.dev === bound.dev) {
           try {
             unlinkSync(path);
           } catch {

@@ -46,6 +46,8 @@ export type FromSocketThread =
   | { readonly t: 'written'; readonly id: number; readonly ok: boolean }
   /** A connection failed (reset, EPIPE). */
   | { readonly t: 'conn-error'; readonly message: string }
+  /** The listening socket reported an error. */
+  | { readonly t: 'server-error'; readonly message: string }
   /** Answer to `stop`: nothing is accepted any more; every request read before it was sent before this. */
   | { readonly t: 'stopped' }
   /** Answer to `finish`: the listening socket and every connection are closed. */
@@ -85,12 +87,12 @@ export const SHARED_BYTES = 16;
 export const SHARED_HEARTBEAT = 0;
 /** Int32 index 2 of the shared memory: set to 1 (and notified) by the socket thread once bind(2) returned. */
 export const SHARED_BOUND = 2;
-/** How often the main thread writes its heartbeat, milliseconds. */
-export const HEARTBEAT_MS = 100;
+/** How often the main thread writes its heartbeat, milliseconds (also on every message it receives). */
+export const HEARTBEAT_MS = 50;
 /**
- * A heartbeat older than this (nanoseconds: 1 s) means the main thread's event loop is not
+ * A heartbeat older than this (nanoseconds: 250 ms) means the main thread's event loop is not
  * running (blocked, or the process stopped): the socket thread then holds back acknowledgements
  * until it runs again, as the main thread itself did when it read the sockets (a shim not
  * acknowledged within its short deadline runs the standalone plugin; docs/daemon.md).
  */
-export const HEARTBEAT_STALE_NS = 1_000_000_000n;
+export const HEARTBEAT_STALE_NS = 250_000_000n;

@@ -50,8 +50,10 @@ export interface SocketThreadOptions {
   onWritten(id: number, ok: boolean): void;
   /** A version-2 client left after its acknowledged header (`own`: the header named this process). */
   onAbandoned(receivedBytes: number, own: boolean): void;
-  /** A connection failed (reset, EPIPE), or the listening socket reported an error. */
+  /** A connection failed (reset, EPIPE). */
   onConnError(message: string): void;
+  /** The listening socket reported an error. */
+  onServerError(message: string): void;
   /**
    * The thread ended or failed after the socket listened (a bug): `why` says how. Not called
    * once {@link SocketThread.finish} began, nor when the start fails (that rejects instead).
@@ -113,7 +115,7 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
   /** Settled when the thread has exited. */
   const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
   const failure = new Promise<string>((resolve) => {
-    worker.once('error', (e) => resolve(`the socket thread failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`));
+    worker.on('error', (e) => resolve(`the socket thread failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`));
     worker.once('exit', (code) => resolve(`the socket thread exited (code ${code})`));
   });
   void failure.then((why) => {
@@ -123,6 +125,8 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
   });
 
   worker.on('message', (m: FromSocketThread) => {
+    // This thread runs: the heartbeat, also between timers (a long run of messages).
+    tick();
     switch (m.t) {
       case 'request':
         opts.onRequest(m);
@@ -141,6 +145,9 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
         return;
       case 'conn-error':
         opts.onConnError(m.message);
+        return;
+      case 'server-error':
+        opts.onServerError(m.message);
         return;
       default: {
         const list = waiting.get(m.t);
@@ -172,17 +179,19 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
   if (typeof first === 'string') return cannot(first);
   const listened = Promise.race([next('listening'), next('listen-error'), failure]);
   const old = process.umask(0o177);
+  let waited: string;
   try {
     send({ t: 'listen' });
-    Atomics.wait(bound, SHARED_BOUND, 0, BIND_WAIT_MS);
+    waited = Atomics.wait(bound, SHARED_BOUND, 0, BIND_WAIT_MS);
   } finally {
     process.umask(old);
   }
+  if (waited === 'timed-out') return cannot(`the socket thread did not bind within ${BIND_WAIT_MS / 1000}s`);
   const r = await listened;
   if (typeof r === 'string') return cannot(r);
   if (r.t === 'listen-error') return cannot(r.message);
+  if (ended !== null) return cannot(ended);
   serving = true;
-  if (ended !== null) opts.onExit(ended);
 
   let stopped: Promise<void> | null = null;
   return {

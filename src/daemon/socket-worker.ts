@@ -199,7 +199,7 @@ function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void
         });
         server.once('listening', () => {
           server.removeAllListeners('error');
-          server.on('error', (e) => post({ t: 'conn-error', message: `plugin socket error: ${e.message}` }));
+          server.on('error', (e) => post({ t: 'server-error', message: e.message }));
           post({ t: 'listening' });
         });
         // bind(2) runs inside listen() for a path; the main thread holds the umask until told.

@@ -645,7 +645,7 @@ describe("the plugin socket's thread", { skip }, () => {
       const exited = new Promise<number | null>((resolve) => c.once('exit', (code) => resolve(code)));
       await until(() => existsSync(out) && readFileSync(out, 'utf8') === 'ready\n');
       const text = (): string => readFileSync(out, 'utf8');
-      // Block this (the daemon's main) thread: its heartbeat goes stale after 1 s.
+      // Block this (the daemon's main) thread: its heartbeat goes stale after 250 ms.
       const spin = (ms: number, stop: () => boolean = () => false): void => {
         const end = Date.now() + ms;
         while (Date.now() < end && !stop()) {
