@@ -13,6 +13,7 @@ import type { KernelAddressHooks } from '../cni/commands.ts';
 import type { PoolHooks } from '../cni/pool.ts';
 import type { DaemonOptions } from '../common/daemon-options.ts';
 import { randomBytes } from 'node:crypto';
+import type { Worker } from 'node:worker_threads';
 import { basename, dirname } from 'node:path';
 import { createLogger, flushLog, type Logger } from './log.ts';
 import { removeStaleWarmUpDirs, warmUp, warmUpDirPrefix, WARM_UP_NETWORK, type WarmUpReport } from './warm-up.ts';
@@ -74,6 +75,8 @@ export interface DaemonDeps {
    * scratch network before its directory is removed. Absent: the store opener keeps no state.
    */
   readonly forgetNetwork?: (dataDir: string, network: string) => boolean;
+  /** Given the plugin socket thread's Worker (tests: `PluginServerOptions.onSocketThread`). */
+  readonly onSocketThread?: (worker: Worker) => void;
 }
 
 /** A running daemon. */
@@ -157,6 +160,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
       ...(deps.pool === undefined ? {} : { pool: deps.pool }),
       ...(deps.learnPool === undefined ? {} : { learnPool: deps.learnPool }),
       ...(deps.kernel === undefined ? {} : { kernel: deps.kernel }),
+      ...(deps.onSocketThread === undefined ? {} : { onSocketThread: deps.onSocketThread }),
       ...(deps.maxInFlight === undefined ? {} : { maxInFlight: deps.maxInFlight }),
       ...(deps.maxConnections === undefined ? {} : { maxConnections: deps.maxConnections }),
       ...(deps.requestTimeoutSeconds === undefined ? {} : { requestTimeoutSeconds: deps.requestTimeoutSeconds }),

@@ -57,6 +57,7 @@ import { memoConfigDecoders } from './config-memo.ts';
 import type { Logger } from './log.ts';
 import { encodeAnswer, type PluginRequest } from './protocol.ts';
 import type { RequestMessage } from './socket-messages.ts';
+import type { Worker } from 'node:worker_threads';
 import { startSocketThread } from './socket-thread.ts';
 
 /** Opens the store of one network (the shape of `PluginDeps.openStore`). */
@@ -209,6 +210,8 @@ export interface PluginServerOptions {
    * dropped. The daemon then stops (exit status 1). Must not throw.
    */
   readonly onFailed?: (why: string) => void;
+  /** Given the socket thread's Worker once started: for tests, which end it to check {@link onFailed}'s path. */
+  readonly onSocketThread?: (worker: Worker) => void;
 }
 
 /** A running plugin server. */
@@ -778,6 +781,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   };
   const sockets = await startSocketThread({
     path,
+    ...(opts.onSocketThread === undefined ? {} : { onWorker: opts.onSocketThread }),
     maxConnections: opts.maxConnections ?? 1024,
     timeoutMs,
     onRequest,

@@ -54,6 +54,8 @@ export interface SocketThreadOptions {
   onConnError(message: string): void;
   /** The listening socket reported an error. */
   onServerError(message: string): void;
+  /** Given the thread's Worker once it started (tests end it to see what a thread that dies does). */
+  onWorker?(worker: Worker): void;
   /**
    * The thread ended or failed after the socket listened (a bug): `why` says how. Not called
    * once {@link SocketThread.finish} began, nor when the start fails (that rejects instead).
@@ -98,6 +100,7 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
   heartbeat.unref();
   const data: SocketThreadData = { path: opts.path, maxConnections: opts.maxConnections, timeoutMs: opts.timeoutMs, shared };
   const worker = new Worker(SOCKET_WORKER_CODE ?? fromSources(), { eval: true, workerData: data });
+  opts.onWorker?.(worker);
   const send = (m: ToSocketThread, transfer?: ArrayBuffer[]): void => worker.postMessage(m, transfer);
 
   /** Resolvers waiting for one kind of message. */

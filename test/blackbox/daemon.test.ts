@@ -20,7 +20,7 @@ import { cniEnv, exchangeV2, runViaDaemon, sendRaw } from '../helpers/daemon-cli
 import { startHostileCri, type HostileCri } from '../helpers/hostile-cri.ts';
 import { encodeRequest, HEADER_BYTES, MAX_STDIN_BYTES } from '../../src/daemon/protocol.ts';
 import { socketLockPath } from '../../src/daemon/plugin-server.ts';
-import { startDaemon } from '../../src/daemon/daemon.ts';
+import { runDaemon, startDaemon } from '../../src/daemon/daemon.ts';
 import { createLogger } from '../../src/daemon/log.ts';
 import type { RequestEvent } from '../../src/daemon/plugin-server.ts';
 import type { DaemonOptions } from '../../src/common/daemon-options.ts';
@@ -672,6 +672,49 @@ describe("the plugin socket's thread", { skip }, () => {
     } finally {
       await daemon.close();
     }
+  });
+
+  it('in-process: the thread ends while an ADD waits for DIR/lock: its connection closes unanswered, the ADD is dropped after the lock (nothing written), its state turns "failed" (its /readyz fails) and it stops with exit status 1', async () => {
+    const t = temp();
+    const lines: Array<Record<string, unknown>> = [];
+    const log = createLogger('debug', { stream: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) } });
+    const states: string[] = [];
+    let worker: { terminate(): Promise<number> } | null = null;
+    const socket = join(t, 'run', 'plugin.sock');
+    const signals = { once: () => signals, off: () => signals } as unknown as Parameters<typeof runDaemon>[2];
+    const status = runDaemon(
+      { socket, metricsAddress: { host: '127.0.0.1', port: 0 }, intervalSeconds: 60, logLevel: 'debug', dataDir: join(t, 'data'), network: null, runtimeEndpoint: null, graceSeconds: 300, policy: 'conservative', cniConfDir: join(t, 'net.d'), auditLog: null },
+      { log, onSocketThread: (w) => (worker = w), onState: (s) => void states.push(s) },
+      signals,
+    );
+    const dd = temp();
+    const dir = join(dd, NET);
+    mkdirSync(dir, { recursive: true });
+    const lock = await holdLock(join(dir, 'lock'));
+    try {
+      await until(() => states.includes('started'));
+      const shim = await fakeShim();
+      let sock: Socket | null = null;
+      const sent = sendRaw(socket, encodeRequest({ pid: shim, env: cniEnv({ command: 'ADD', containerId: 'dies1', ifname: 'eth0', stdin: '' }), stdin: JSON.stringify(conf(dd)) }), { onSent: (s) => (sock = s) });
+      await until(() => hasOpen(process.pid, join(dir, 'lock')) && sock !== null);
+      assert.notEqual(worker, null);
+      await (worker as unknown as { terminate(): Promise<number> }).terminate();
+      // The thread's connections are gone with it: the client sees a close, no answer (its shim falls back).
+      const r = await sent;
+      assert.equal(r.kind, 'closed');
+      await until(() => states.length === 3);
+      assert.deepEqual(states, ['started', 'failed', 'stopping']);
+      assert.ok(lines.some((l) => l['level'] === 50 && String(l['msg']).startsWith("the plugin socket's thread ended")));
+    } finally {
+      // The ADD still waits for the lock (the stop waits for it); once it has the lock it must drop.
+      await lock.release();
+    }
+    assert.equal(await status, 1);
+    const dropped = lines.filter((l) => l['msg'] === 'request dropped: the client went away' && l['containerId'] === 'dies1');
+    assert.deepEqual(dropped.map((l) => l['stage']), ['after-lock']);
+    assert.deepEqual(snapshotDir(dir), { lock: '' });
+    assert.equal(lines.some((l) => l['msg'] === 'request served' && l['containerId'] === 'dies1'), false);
+    assert.equal(existsSync(socket), false);
   });
 });
 
