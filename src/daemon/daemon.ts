@@ -12,8 +12,8 @@
 import type { KernelAddressHooks } from '../cni/commands.ts';
 import type { PoolHooks } from '../cni/pool.ts';
 import type { DaemonOptions } from '../common/daemon-options.ts';
-import { randomBytes } from 'node:crypto';
 import type { Worker } from 'node:worker_threads';
+import { randomBytes } from 'node:crypto';
 import { basename, dirname } from 'node:path';
 import { createLogger, flushLog, type Logger } from './log.ts';
 import { removeStaleWarmUpDirs, warmUp, warmUpDirPrefix, WARM_UP_NETWORK, type WarmUpReport } from './warm-up.ts';

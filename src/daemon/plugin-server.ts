@@ -22,7 +22,7 @@
  * - The connections live on a thread of their own (src/daemon/socket-thread.ts, socket-worker.ts):
  *   it reads, decodes, acknowledges and answers; this (the main) thread runs complete requests.
  * - A version-2 request header is acknowledged at once, in the callback that read it, provided
- *   the main thread's event loop runs (a heartbeat under 1 s old), else as soon as it runs again;
+ *   the main thread's event loop runs (a heartbeat under 250 ms old), else as soon as it runs again;
  *   a client that goes away before sending the body has nothing run.
  * - A request is logged served once its answer was written to the kernel.
  * - Malformed requests and other protocol versions get no answer (the shim then runs the
@@ -41,6 +41,7 @@
  */
 import type { PoolHooks } from '../cni/pool.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
+import type { Worker } from 'node:worker_threads';
 import { closeSync, constants as fsConstants, existsSync, fstatSync, lstatSync, mkdirSync, openSync, readFileSync, unlinkSync, type Stats } from 'node:fs';
 import { createConnection } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -57,7 +58,6 @@ import { memoConfigDecoders } from './config-memo.ts';
 import type { Logger } from './log.ts';
 import { encodeAnswer, type PluginRequest } from './protocol.ts';
 import type { RequestMessage } from './socket-messages.ts';
-import type { Worker } from 'node:worker_threads';
 import { startSocketThread } from './socket-thread.ts';
 
 /** Opens the store of one network (the shape of `PluginDeps.openStore`). */
@@ -470,8 +470,6 @@ interface Conn {
   /** Set when the request was dropped. */
   dropped: DropStage | null;
   network: string | null;
-  /** The answer was handed to the socket (it closes itself once written). */
-  answered: boolean;
   /** `CNI_COMMAND` and `CNI_CONTAINERID` of the complete request (for log lines). */
   command: string;
   containerId: string;
@@ -728,7 +726,6 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       }
       // Logged once the socket thread wrote it to the kernel (it then stays readable after our
       // side is closed): a daemon killed before that has not answered, and its shim falls back.
-      conn.answered = true;
       // (The observers are told at once: their counts die with the process anyway.)
       answering.set(conn.id, (ok) => {
         if (ok) log[quiet ? 'debug' : 'info']({ ...fields, queuedSeconds }, 'request served');
@@ -752,7 +749,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   /** False until the socket passed its check: a request before that is closed unanswered. */
   let accepting = false;
   const onRequest = (m: RequestMessage): void => {
-    const conn: Conn = { id: m.id, gone: false, dropped: null, network: null, answered: false, command: m.env['CNI_COMMAND'] ?? '', containerId: m.env['CNI_CONTAINERID'] ?? '', declined: null, abort: null, quiet: false };
+    const conn: Conn = { id: m.id, gone: false, dropped: null, network: null, command: m.env['CNI_COMMAND'] ?? '', containerId: m.env['CNI_CONTAINERID'] ?? '', declined: null, abort: null, quiet: false };
     conn.quiet = warmUpIdPrefix !== undefined && m.pid === process.pid && conn.containerId.startsWith(warmUpIdPrefix);
     const req: PluginRequest = {
       version: m.version,
