@@ -7,19 +7,15 @@
  * the main thread sends back. The main thread serves complete requests only (docs/daemon.md
  * "Threads"). A connection is named by an id (a positive integer, never reused in a thread's life).
  */
+import type { PluginRequest } from './protocol.ts';
 
-/** A complete request, decoded by the socket thread (`PluginRequest`'s fields, its bytes copied out). */
-export interface RequestMessage {
+/**
+ * A complete request, decoded by the socket thread: `PluginRequest`'s fields (its `envBlock` and
+ * `stdin` in buffers of their own, transferred), its connection's id, and when it was read.
+ */
+export interface RequestMessage extends PluginRequest {
   readonly t: 'request';
   readonly id: number;
-  readonly version: number;
-  readonly pid: number;
-  readonly env: Readonly<Record<string, string>>;
-  /** The env block's bytes (a buffer of its own, transferred). */
-  readonly envBlock: Uint8Array;
-  readonly ignored: readonly string[];
-  /** The stdin bytes (a buffer of its own, transferred). */
-  readonly stdin: Uint8Array;
   /** When the last byte of the request was read: `process.hrtime.bigint()` (one clock for every thread). */
   readonly arrived: bigint;
 }
