@@ -23,7 +23,7 @@ import { kernelAddresses } from './kernel-addresses.ts';
 import type { KernelIndexOptions } from '../node/kernel-index.ts';
 import { collectStatus, type StatusQuery } from '../reconcile/status.ts';
 import { DaemonStatusPages, STATUS_LOCK_TIMEOUT_SECONDS, type StatusHtmlRenderer } from './status-pages.ts';
-import { criHealFactoryFor } from './plugin-server.ts';
+import { criHealFactoryFor, type PluginServer } from './plugin-server.ts';
 import { InstallWatch, type InstalledFilesDeps } from './install-watch.ts';
 import type { NodeEndpointSource } from '../cni/heal.ts';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
@@ -99,8 +99,11 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
   // One logger for the daemon and its pool sessions: offline allocation's lines (offline ADD,
   // sync, sync failure, reserve short) are the daemon's own lines, with `part: "pools"`.
   const poolLog = log.child({ part: 'pools' });
+  // The plugin server, once it listens: a pool round first learns which clients went away.
+  let server: PluginServer | null = null;
   const pools = new PoolSessions(process.env, undefined, undefined, metrics.pools.observer, {
     log: (level, fields, msg) => poolLog[level](fields, msg),
+    clientsCurrent: () => server?.clientsCurrent() ?? Promise.resolve(),
     // Automatic node removals (ipam.pool.reclaimAfter): logged, audited, counted.
     reclaimReport: poolReclaimReport({
       log: (level, fields, msg) => poolLog[level](fields, msg),
@@ -266,6 +269,9 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
     learnPool: learned.learner(pools),
     kernel: kernel.hooks,
     forgetNetwork: (dataDir, network) => indexes.forget(dataDir, network),
+    onServer: (s) => {
+      server = s;
+    },
     onState: (s) => {
       // A stop after a failure keeps saying why the daemon is not ready.
       if (!(state === 'failed' && s === 'stopping')) state = s;

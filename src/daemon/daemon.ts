@@ -75,6 +75,8 @@ export interface DaemonDeps {
    * scratch network before its directory is removed. Absent: the store opener keeps no state.
    */
   readonly forgetNetwork?: (dataDir: string, network: string) => boolean;
+  /** Given the plugin server once it listens (before `onState('started')`): parts that need it late. */
+  readonly onServer?: (server: PluginServer) => void;
   /** Given the plugin socket thread's Worker (tests: `PluginServerOptions.onSocketThread`). */
   readonly onSocketThread?: (worker: Worker) => void;
 }
@@ -177,6 +179,7 @@ export async function startDaemon(options: DaemonOptions, deps: DaemonDeps = {})
     await flushLog(log);
     throw e;
   }
+  deps.onServer?.(server);
   const held: SocketLock = lock;
   log.info({ socket: options.socket, dataDir: options.dataDir, parts: parts.map((p) => p.name) }, 'daemon started');
   deps.onState?.('started');

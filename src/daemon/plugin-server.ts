@@ -222,6 +222,11 @@ export interface PluginServer {
   /** Of {@link inFlight}, those that are not the daemon's own warm-up requests. */
   readonly runtimeInFlight: number;
   /**
+   * Resolves once every client that went away before the call is known gone (the socket thread
+   * reports ends by message; this waits for the ones already in the kernel). Never rejects.
+   */
+  clientsCurrent(): Promise<void>;
+  /**
    * Remove the socket file (at once: a shim then runs the standalone plugin), stop accepting,
    * close connections that have not sent a complete request, let the requests in flight finish
    * and answer, end the socket's thread. Idempotent: every call returns the same promise.
@@ -842,6 +847,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
       for (const c of serving) if (!c.quiet) n++;
       return n;
     },
+    clientsCurrent: () => sockets.sync(),
     close() {
       closed ??= (async () => {
         // From this instant a shim finds no socket and runs the standalone plugin (the socket

@@ -99,14 +99,30 @@ class Batcher {
    */
   readonly #failFastUnavailable: boolean;
 
+  /** Awaited before a round (or a retry one by one) checks which clients have gone ({@link PoolSessionsOptions.clientsCurrent}). */
+  readonly #clientsCurrent: () => Promise<void>;
+
   /**
    * @param onBatch told the size of every batch taken from the queue (the observer's `batch`).
    * @param failFastUnavailable see the field (the pool has `ipam.pool.offline`).
+   * @param clientsCurrent see {@link PoolSessionsOptions.clientsCurrent} (default: nothing to wait for).
    */
-  constructor(alloc: PoolAllocator, onBatch: (size: number) => void = () => undefined, failFastUnavailable = false) {
+  constructor(alloc: PoolAllocator, onBatch: (size: number) => void = () => undefined, failFastUnavailable = false, clientsCurrent: () => Promise<void> = async () => undefined) {
     this.#alloc = alloc;
     this.#onBatch = onBatch;
     this.#failFastUnavailable = failFastUnavailable;
+    this.#clientsCurrent = clientsCurrent;
+  }
+
+  /** Drop (rejected: not sent) every queued ADD whose client has gone. */
+  #dropGone(): void {
+    for (let i = this.#queue.length - 1; i >= 0; i--) {
+      const w = this.#queue[i] as Queued;
+      if (!isDel(w) && w.signal?.aborted === true) {
+        this.#queue.splice(i, 1);
+        w.reject(goneError(w));
+      }
+    }
   }
 
   submit(req: PoolRequest, signal?: AbortSignal): Promise<PoolAllocation[]> {
@@ -162,14 +178,12 @@ class Batcher {
         // answers (or the same I/O events) set off join it instead of waiting a whole round
         // behind a round of one (under load the rounds otherwise alternated 1 and n-1 requests).
         await new Promise<void>((r) => setImmediate(r));
-        // A waiter whose client has gone (its signal aborted) is not sent: nobody would get its answer.
-        for (let i = this.#queue.length - 1; i >= 0; i--) {
-          const w = this.#queue[i] as Queued;
-          if (!isDel(w) && w.signal?.aborted === true) {
-            this.#queue.splice(i, 1);
-            w.reject(new AppError('STORE_CONFLICT', `ADD of ${w.req.containerId.trim()}/${w.req.ifname} not sent: its client has gone`));
-          }
-        }
+        // A waiter whose client has gone (its signal aborted) is not sent: nobody would get its
+        // answer, and a runtime that gave it up may have DELeted it meanwhile. First every client
+        // that went away before now is known gone (a daemon that was stopped learns of them as it
+        // resumes, from its socket thread).
+        await this.#clientsCurrent();
+        this.#dropGone();
         if (this.#queue.length === 0) break;
         const batch = this.#take();
         const adds = batch.filter((w): w is Waiter => !isDel(w));
@@ -194,8 +208,13 @@ class Batcher {
             (batch[0] as Queued).reject(e);
             continue;
           }
+          await this.#clientsCurrent();
           for (const w of batch) {
             try {
+              if (!isDel(w) && w.signal?.aborted === true) {
+                w.reject(goneError(w));
+                continue;
+              }
               if (isDel(w)) w.resolve(await this.#alloc.del(w.req));
               else settle([w], await this.#alloc.add([w.req]));
             } catch (e1) {
@@ -208,6 +227,11 @@ class Batcher {
       this.#running = false;
     }
   }
+}
+
+/** The answer of an ADD not sent because its client has gone. */
+function goneError(w: Waiter): AppError {
+  return new AppError('STORE_CONFLICT', `ADD of ${w.req.containerId.trim()}/${w.req.ifname} not sent: its client has gone`);
 }
 
 function settle<T>(batch: ReadonlyArray<{ readonly resolve: (r: T) => void; readonly reject: (e: unknown) => void }>, results: ReadonlyArray<T | AppError>): void {
@@ -259,6 +283,14 @@ export interface PoolSessionsOptions {
    * ({@link logReport} on `log`).
    */
   readonly reclaimReport?: AutoReclaimReport;
+  /**
+   * Resolves once every client that went away before the call is known gone (its request's
+   * signal aborted): the plugin server's `clientsCurrent` (its socket thread reports a client's
+   * end by message, so a daemon resuming after a stop could otherwise send an ADD whose shim gave
+   * it up long before). Awaited before each round and before a failed round's one-by-one retries.
+   * Default: nothing to wait for.
+   */
+  readonly clientsCurrent?: () => Promise<void>;
 }
 
 /** pino's numeric levels, so these lines read like the daemon's own log (src/daemon/log.ts) on the same stderr. */
@@ -612,7 +644,7 @@ export class PoolSessions implements PoolHooks {
     let b = this.#batchers.get(key);
     if (b === undefined) {
       const alloc = this.#allocator(kv, pool, node, conf.name, conf.rangeSets, this.#cacheFor(pool, node));
-      b = new Batcher(alloc, (size) => tell(() => this.#observer.batch?.({ pool: pool.name, node, size })), off !== null);
+      b = new Batcher(alloc, (size) => tell(() => this.#observer.batch?.({ pool: pool.name, node, size })), off !== null, this.#opts.clientsCurrent);
       this.#batchers.set(key, b);
       // The network's DELs go in this batcher's rounds from now on (a DEL-only one drains and is left).
       this.#delBatchers.set(this.#delBatcherKey(pool, node, conf.name), b);
@@ -763,7 +795,7 @@ export class PoolSessions implements PoolHooks {
     let b = this.#delBatchers.get(k);
     if (b === undefined) {
       const alloc = this.#allocator(kv, pool, node, network, [], this.#cacheFor(pool, node));
-      b = new Batcher(alloc, (size) => tell(() => this.#observer.batch?.({ pool: pool.name, node, size })), pool.offline !== undefined && pool.offline !== null);
+      b = new Batcher(alloc, (size) => tell(() => this.#observer.batch?.({ pool: pool.name, node, size })), pool.offline !== undefined && pool.offline !== null, this.#opts.clientsCurrent);
       this.#delBatchers.set(k, b);
       this.#batchers.set(JSON.stringify(['del', k]), b);
     }

@@ -38,12 +38,17 @@ export type FromSocketThread =
   | { readonly t: 'malformed'; readonly kind: 'malformed' | 'unsupported-version' | 'timeout'; readonly reason: string; readonly id: number | null }
   /** A version-2 client left after its acknowledged header, before any of its body. `own`: its header named this process's pid. */
   | { readonly t: 'abandoned'; readonly receivedBytes: number; readonly own: boolean }
-  /** Request `id`'s answer was written to the kernel (`ok`), or could not be (its client had gone). */
-  | { readonly t: 'written'; readonly id: number; readonly ok: boolean }
+  /**
+   * For each `[id, ok]`: request `id`'s answer was written to the kernel (`ok`), or could not be
+   * (its client had gone). Batched: sent within 20 ms of the writes, or before any other message.
+   */
+  | { readonly t: 'written'; readonly items: ReadonlyArray<readonly [number, boolean]> }
   /** A connection failed (reset, EPIPE). */
   | { readonly t: 'conn-error'; readonly message: string }
   /** The listening socket reported an error. */
   | { readonly t: 'server-error'; readonly message: string }
+  /** Answer to `sync` `n`: every connection end the thread could see when it got `sync` was reported before this. */
+  | { readonly t: 'synced'; readonly n: number }
   /** Answer to `stop`: nothing is accepted any more; every request read before it was sent before this. */
   | { readonly t: 'stopped' }
   /** Answer to `finish`: the listening socket and every connection are closed. */
@@ -57,6 +62,11 @@ export type ToSocketThread =
   | { readonly t: 'answer'; readonly id: number; readonly bytes: Uint8Array }
   /** Close request `id`'s connection without an answer (the shim then runs the standalone plugin). */
   | { readonly t: 'destroy'; readonly id: number }
+  /**
+   * Answer `synced` `n` after two turns of the thread's event loop: the ends of stream and resets
+   * already waiting in the kernel when this came are read, and reported, first.
+   */
+  | { readonly t: 'sync'; readonly n: number }
   /** Stop accepting; close every connection whose request is not complete. */
   | { readonly t: 'stop' }
   /** Close every connection not answered, wait until all are closed, then say `finished`. */

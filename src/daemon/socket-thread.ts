@@ -70,6 +70,11 @@ export interface SocketThread {
   /** Close request `id`'s connection without an answer. */
   destroy(id: number): void;
   /**
+   * Resolves once every client end (end of stream, reset) the thread could see when asked has
+   * been reported (`onGone`, `onMalformed`, `onAbandoned` called); at once when the thread has ended.
+   */
+  sync(): Promise<void>;
+  /**
    * Stop accepting and close every connection whose request is not complete. Resolves when the
    * thread has done so: every request it read before is then delivered (`onRequest`).
    * Idempotent.
@@ -112,6 +117,9 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
       waiting.set(t, list);
     });
   let ended: string | null = null;
+  /** Pending {@link SocketThread.sync} calls, by number. */
+  const syncing = new Map<number, () => void>();
+  let syncs = 0;
   let finishing = false;
   /** The socket listened: from then on an end of the thread is reported (`onExit`). */
   let serving = false;
@@ -124,6 +132,9 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
   void failure.then((why) => {
     ended = why;
     clearInterval(heartbeat);
+    // Nothing more will be reported: whoever waits has every report there will be.
+    for (const done of syncing.values()) done();
+    syncing.clear();
     if (serving && !finishing) opts.onExit(why);
   });
 
@@ -141,7 +152,7 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
         opts.onMalformed(m.kind, m.reason, m.id);
         return;
       case 'written':
-        opts.onWritten(m.id, m.ok);
+        for (const [id, ok] of m.items) opts.onWritten(id, ok);
         return;
       case 'abandoned':
         opts.onAbandoned(m.receivedBytes, m.own);
@@ -152,6 +163,12 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
       case 'server-error':
         opts.onServerError(m.message);
         return;
+      case 'synced': {
+        const done = syncing.get(m.n);
+        syncing.delete(m.n);
+        done?.();
+        return;
+      }
       default: {
         const list = waiting.get(m.t);
         const resolve = list?.shift();
@@ -205,6 +222,14 @@ export async function startSocketThread(opts: SocketThreadOptions): Promise<Sock
     },
     destroy(id) {
       send({ t: 'destroy', id });
+    },
+    sync() {
+      if (ended !== null || finishing) return Promise.resolve();
+      const n = ++syncs;
+      return new Promise<void>((resolve) => {
+        syncing.set(n, resolve);
+        send({ t: 'sync', n });
+      });
     },
     stop() {
       if (stopped === null) {

@@ -33,6 +33,9 @@ import {
   type ToSocketThread,
 } from './socket-messages.ts';
 
+/** At most this long (milliseconds) between an answer's write and its report to the main thread. */
+const WRITTEN_BATCH_MS = 20;
+
 /** One connection. */
 interface Conn {
   readonly id: number;
@@ -55,7 +58,10 @@ interface Conn {
 
 /** Run the socket thread on `port` with `data`. Returns at once; the thread lives on its handles. */
 function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void {
-  const post = (m: FromSocketThread, transfer?: ArrayBuffer[]): void => port.postMessage(m, transfer);
+  const post = (m: FromSocketThread, transfer?: ArrayBuffer[]): void => {
+    flushWritten();
+    port.postMessage(m, transfer);
+  };
   const beat = new BigInt64Array(data.shared, 0, 1);
   const bound = new Int32Array(data.shared);
   const mainAlive = (): boolean => process.hrtime.bigint() - Atomics.load(beat, SHARED_HEARTBEAT) < HEARTBEAT_STALE_NS;
@@ -100,11 +106,30 @@ function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void
     c.sock.destroy();
     return true;
   };
+  /**
+   * Answers written (or not) and not yet reported: sent in one message within
+   * {@link WRITTEN_BATCH_MS}, or before any other message (so the main thread is not woken once
+   * more per request only to log it; nothing waits for these).
+   */
+  let unreported: Array<[number, boolean]> = [];
+  let reportTimer: NodeJS.Timeout | null = null;
+  const flushWritten = (): void => {
+    if (reportTimer !== null) clearTimeout(reportTimer);
+    reportTimer = null;
+    if (unreported.length === 0) return;
+    const items = unreported;
+    unreported = [];
+    port.postMessage({ t: 'written', items } satisfies FromSocketThread);
+  };
+  const report = (id: number, ok: boolean): void => {
+    unreported.push([id, ok]);
+    reportTimer ??= setTimeout(flushWritten, WRITTEN_BATCH_MS);
+  };
   /** Report, once, whether `c`'s answer reached the kernel. */
   const written = (c: Conn, ok: boolean): void => {
     if (c.reported) return;
     c.reported = true;
-    post({ t: 'written', id: c.id, ok });
+    report(c.id, ok);
   };
   const maybeFinished = (): void => {
     if (finishing && serverClosed && conns.size === 0) {
@@ -215,7 +240,7 @@ function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void
         const c = conns.get(m.id);
         if (c === undefined || c.gone) {
           // Its client went away while the main thread ran the request.
-          if (c === undefined) post({ t: 'written', id: m.id, ok: false });
+          if (c === undefined) report(m.id, false);
           else {
             c.answered = true;
             written(c, false);
@@ -231,6 +256,11 @@ function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void
         });
         return;
       }
+      case 'sync':
+        // Each turn polls the kernel for ready connections (all of them, or libuv's batch); what
+        // they show (an end, a reset) is posted before the answer.
+        setImmediate(() => setImmediate(() => post({ t: 'synced', n: m.n })));
+        return;
       case 'destroy':
         conns.get(m.id)?.sock.destroy();
         return;

@@ -237,6 +237,28 @@ describe('PoolSessions: a DEL is ordered after the same container\'s pending ADD
     }
   });
 
+  it('a round first waits for clientsCurrent: an ADD whose client is reported gone meanwhile (a daemon resuming after a stop) is not sent', async () => {
+    const kv = new GatedKV();
+    const ac = new AbortController();
+    let asked = 0;
+    // The socket thread's report of the client's end arrives while the round waits for it.
+    const clientsCurrent = async (): Promise<void> => {
+      asked++;
+      if (asked === 2) ac.abort();
+    };
+    const s = new PoolSessions({ NODE_NAME: 'node-a' }, () => kv, () => () => undefined, {}, { clientsCurrent });
+    try {
+      await s.add(conf, { containerId: 'warm', ifname: 'eth0' });
+      assert.equal(asked, 1);
+      const e = await s.add(conf, { containerId: 'c1', ifname: 'eth0' }, ac.signal).then(() => 'resolved', (x: unknown) => x);
+      assert.ok(isAppError(e, 'STORE_CONFLICT') && e.message === 'ADD of c1/eth0 not sent: its client has gone', String(e));
+      assert.equal(asked, 2);
+      assert.deepEqual(held(kv), ['warm']);
+    } finally {
+      await s.close();
+    }
+  });
+
   it('the heartbeat vetoes a removal of the node on every beat; announce() starts it without an ADD (review F2b)', async () => {
     const kv = new MemoryKV();
     const ticks: Array<() => void> = [];
