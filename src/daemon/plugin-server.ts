@@ -488,7 +488,17 @@ interface Conn {
   abort: AbortController | null;
   /** The daemon's own warm-up request ({@link PluginServerOptions.warmUpIdPrefix}); set when complete. */
   quiet: boolean;
+  /** When the request was read whole (`process.hrtime.bigint()`). */
+  readonly arrived: bigint;
 }
+
+/**
+ * How long a request may have waited (seconds) before a drop check first makes sure that its
+ * client's end, if it already happened, is known: a request that old may have sat through a stop
+ * of the daemon (SIGSTOP, a starved process), during which its shim can have given up, and the
+ * socket thread reports that by message. A fresher one is checked as it stands (no cost).
+ */
+const STALE_REQUEST_SECONDS = 1;
 
 /** `hooks` with every ADD given `signal`. */
 /** See {@link PluginServerOptions.learnPool}: `conf` the request's decoded config, `stdin` its bytes. */
@@ -538,15 +548,19 @@ function markGone(conn: Conn): void {
 class GuardedStore implements Store {
   readonly #inner: Store;
   readonly #conn: Conn;
-  constructor(inner: Store, conn: Conn) {
+  readonly #current: () => Promise<void>;
+  /** `current`: resolves once the client's end, if it already happened, is known ({@link currentFor}). */
+  constructor(inner: Store, conn: Conn, current: () => Promise<void>) {
     this.#inner = inner;
     this.#conn = conn;
+    this.#current = current;
   }
   get network(): string {
     return this.#inner.network;
   }
   async lock(timeoutSeconds: number): Promise<void> {
     await this.#inner.lock(timeoutSeconds);
+    await this.#current();
     if (this.#conn.gone) {
       await this.#inner.unlock();
       this.#conn.dropped = 'after-lock';
@@ -635,6 +649,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   };
 
   const depsFor = (conn: Conn, req: PluginRequest): PluginDeps => {
+    /** See {@link STALE_REQUEST_SECONDS}. */
+    const current = (): Promise<void> => (seconds(conn.arrived) > STALE_REQUEST_SECONDS ? sockets.sync() : Promise.resolve());
     const h = conn.quiet ? undefined : heal({ env: req.env, pid: req.pid });
     /** Throw (and mark the request declined) unless `path` is the host's file in our view. */
     const hostOnly = (path: string): void => {
@@ -648,12 +664,13 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
         conn.network = o.network;
         // Before anything is opened or created: nothing of the request has touched a store yet.
         hostOnly(o.dataDir);
+        await current();
         if (conn.gone) {
           conn.dropped = 'before-store';
           throw new DroppedError('before-store');
         }
         const s = await openStore(o);
-        return s === null ? null : new GuardedStore(s, conn);
+        return s === null ? null : new GuardedStore(s, conn, current);
       },
       readTextFile: (p) => {
         hostOnly(p);
@@ -754,7 +771,7 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   /** False until the socket passed its check: a request before that is closed unanswered. */
   let accepting = false;
   const onRequest = (m: RequestMessage): void => {
-    const conn: Conn = { id: m.id, gone: false, dropped: null, network: null, command: m.env['CNI_COMMAND'] ?? '', containerId: m.env['CNI_CONTAINERID'] ?? '', declined: null, abort: null, quiet: false };
+    const conn: Conn = { id: m.id, arrived: m.arrived, gone: false, dropped: null, network: null, command: m.env['CNI_COMMAND'] ?? '', containerId: m.env['CNI_CONTAINERID'] ?? '', declined: null, abort: null, quiet: false };
     conn.quiet = warmUpIdPrefix !== undefined && m.pid === process.pid && conn.containerId.startsWith(warmUpIdPrefix);
     const req: PluginRequest = {
       version: m.version,

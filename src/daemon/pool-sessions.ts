@@ -111,7 +111,12 @@ class Batcher {
     this.#alloc = alloc;
     this.#onBatch = onBatch;
     this.#failFastUnavailable = failFastUnavailable;
-    this.#clientsCurrent = clientsCurrent;
+    this.#clientsCurrent = () => clientsCurrent().catch(() => undefined);
+  }
+
+  /** {@link clientsCurrent}, when a queued ADD has a client to check (else nothing to wait for). */
+  #current(): Promise<void> {
+    return this.#queue.some((w) => !isDel(w) && w.signal !== undefined) ? this.#clientsCurrent() : Promise.resolve();
   }
 
   /** Drop (rejected: not sent) every queued ADD whose client has gone. */
@@ -182,7 +187,7 @@ class Batcher {
         // answer, and a runtime that gave it up may have DELeted it meanwhile. First every client
         // that went away before now is known gone (a daemon that was stopped learns of them as it
         // resumes, from its socket thread).
-        await this.#clientsCurrent();
+        await this.#current();
         this.#dropGone();
         if (this.#queue.length === 0) break;
         const batch = this.#take();
@@ -200,17 +205,20 @@ class Batcher {
         } catch (e) {
           if (this.#failFastUnavailable && isAppError(e, 'STORE_UNAVAILABLE')) {
             // etcd is unreachable for all: the requests that queued meanwhile fail with the same
-            // answer now (each ADD then goes offline) instead of waiting for another call deadline each batch.
-            for (const w of [...batch, ...this.#queue.splice(0)]) w.reject(e);
+            // answer now (each ADD then goes offline) instead of waiting for another call deadline
+            // each batch — except an ADD whose client has gone, which goes nowhere.
+            await this.#clientsCurrent();
+            for (const w of [...batch, ...this.#queue.splice(0)]) w.reject(!isDel(w) && w.signal?.aborted === true ? goneError(w) : e);
             continue;
           }
           if (batch.length === 1) {
             (batch[0] as Queued).reject(e);
             continue;
           }
-          await this.#clientsCurrent();
           for (const w of batch) {
             try {
+              // Each retry is an etcd call (up to its deadline): check its client just before it.
+              if (!isDel(w) && w.signal !== undefined) await this.#clientsCurrent();
               if (!isDel(w) && w.signal?.aborted === true) {
                 w.reject(goneError(w));
                 continue;
@@ -681,6 +689,8 @@ export class PoolSessions implements PoolHooks {
               const again = off.journaled(conf, req);
               if (again !== null) return again;
               if (this.#rootUnreadable) throw new AppError('STORE_UNAVAILABLE', `${e.message}; offline allocation is off: the pool journals under ${this.#journalRoot} could not be read at start; retry`, { cause: e });
+              // Nothing journaled for a client that has gone (its batch knew it: see the Batcher).
+              if (signal?.aborted === true) throw new AppError('STORE_CONFLICT', `ADD of ${req.containerId.trim()}/${req.ifname} not sent: its client has gone`);
               // Review F3: never a second set of addresses for an attachment that may hold one.
               return off.addOffline(conf, req, e, this.#online.has(ak) || cacheHolds(this.#cacheFor(pool, node), req));
             }

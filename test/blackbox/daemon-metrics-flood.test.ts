@@ -152,6 +152,8 @@ describe('a /metrics flood against the real daemon', { skip }, () => {
     assert.deepEqual([probe.status, probe.body], [200, 'ok\n']);
 
     // Served by the daemon, not by the shim's fallback, and counted in the scrape after them.
+    // (Each line is written once the answer was: the last one may follow its answer by a moment.)
+    await d.waitForLog((l) => l.msg === 'request served' && l['command'] === 'DEL' && l['containerId'] === 'flood-4');
     const served = d.logs.filter((l) => l.msg === 'request served' && String(l['containerId']).startsWith('flood-')).map((l) => `${String(l['command'])} ${String(l['containerId'])} ${String(l['result'])}`);
     assert.deepEqual(served, [...Array.from({ length: PODS }, (_, i) => `ADD flood-${i} ok`), ...[0, 2, 4].map((i) => `DEL flood-${i} ok`)]);
     assert.equal(last.status, 200);

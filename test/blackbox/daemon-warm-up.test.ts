@@ -120,6 +120,8 @@ describe('daemon warm-up', { skip }, () => {
     // Counted and logged: the runtime's 10 requests, none of the warm-up's 2,000.
     assert.equal(await requests(port, 'command="ADD",path="daemon",result="ok"'), 5);
     assert.equal(await requests(port, 'command="DEL",path="daemon",result="ok"'), 5);
+    // (Each line is written once the answer was: the last ones may follow their answers by a moment.)
+    for (const id of served) await d.waitForLog((l) => l.msg === 'request served' && l['command'] === 'DEL' && l['containerId'] === id);
     const lines = d.logs.filter((l) => l.msg === 'request served');
     assert.deepEqual(lines.filter((l) => String(l['containerId']).startsWith('pod-')).map((l) => l['containerId']).sort(), [...served, ...served].sort());
     assert.deepEqual(lines.filter((l) => String(l['containerId']).startsWith('ipwarden-warm-up')), [], 'no warm-up request logged at info');

@@ -674,6 +674,68 @@ describe("the plugin socket's thread", { skip }, () => {
     }
   });
 
+  it('in-process: an ADD waiting for DIR/lock while the main thread is blocked, whose client leaves meanwhile, is dropped once it gets the lock (nothing written)', async () => {
+    const t = temp();
+    const lines: Array<Record<string, unknown>> = [];
+    const log = createLogger('debug', { stream: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) } });
+    const socket = join(t, 'run', 'plugin.sock');
+    const daemon = await startDaemon(
+      { socket, metricsAddress: { host: '127.0.0.1', port: 0 }, intervalSeconds: 60, logLevel: 'debug', dataDir: join(t, 'data'), network: null, runtimeEndpoint: null, graceSeconds: 300, policy: 'conservative', cniConfDir: join(t, 'net.d'), auditLog: null },
+      { log },
+    );
+    try {
+      const dd = temp();
+      const dir = join(dd, NET);
+      mkdirSync(dir, { recursive: true });
+      await holdLock(join(dir, 'lock'));
+      const holder = children[children.length - 1] as ChildProcess;
+      const shim = await fakeShim();
+      // A version-2 client in another process: header, the acknowledgement, the body, then it waits.
+      const request = encodeRequest({ version: 2, pid: shim, env: cniEnv({ command: 'ADD', containerId: 'late1', ifname: 'eth0', stdin: '' }), stdin: JSON.stringify(conf(dd)) });
+      const out = join(t, 'client-out');
+      const client = spawn(
+        process.execPath,
+        [
+          '-e',
+          `const net = require('node:net'), fs = require('node:fs');
+           const [sock, hex, out] = process.argv.slice(1); const req = Buffer.from(hex, 'hex');
+           const c = net.createConnection(sock, () => c.write(req.subarray(0, ${HEADER_BYTES})));
+           let acked = false;
+           c.on('data', () => { if (!acked) { acked = true; c.write(req.subarray(${HEADER_BYTES})); fs.writeFileSync(out, 'sent'); } });`,
+          socket,
+          request.toString('hex'),
+          out,
+        ],
+        { stdio: 'ignore' },
+      );
+      children.push(client);
+      await until(() => existsSync(out) && hasOpen(process.pid, join(dir, 'lock')));
+      // Block the main thread; meanwhile the client leaves (its shim gave up) and the lock is freed.
+      const spinUntil = (end: number): void => {
+        while (Date.now() < end) {
+          // busy: no timer, no message, no I/O callback of this thread runs
+        }
+      };
+      const t0 = Date.now();
+      process.kill(client.pid as number, 'SIGKILL');
+      process.kill(holder.pid as number, 'SIGKILL');
+      spinUntil(t0 + 1500);
+      // Resumed: the lock's poll timer runs before the socket thread's report is read.
+      const dropped = await new Promise<Record<string, unknown>>((resolve) => {
+        const tick = (): void => {
+          const l = lines.find((x) => x['containerId'] === 'late1' && (x['msg'] === 'request dropped: the client went away' || String(x['msg']).startsWith('request served')));
+          if (l === undefined) setTimeout(tick, 10);
+          else resolve(l);
+        };
+        tick();
+      });
+      assert.deepEqual([dropped['msg'], dropped['stage']], ['request dropped: the client went away', 'after-lock']);
+      assert.deepEqual(snapshotDir(dir), { lock: '' });
+    } finally {
+      await daemon.close();
+    }
+  });
+
   it('in-process: the thread ends while an ADD waits for DIR/lock: its connection closes unanswered, the ADD is dropped after the lock (nothing written), its state turns "failed" (its /readyz fails) and it stops with exit status 1', async () => {
     const t = temp();
     const lines: Array<Record<string, unknown>> = [];
