@@ -271,7 +271,7 @@ function run(port: NonNullable<typeof parentPort>, data: SocketThreadData): void
           maybeFinished();
         });
         // No answer for a request not yet complete: its shim falls back to the standalone plugin.
-        for (const c of conns.values()) if (!c.started && !c.answered) c.sock.destroy();
+        for (const c of conns.values()) if (!c.started) c.sock.destroy();
         post({ t: 'stopped' });
         return;
       case 'finish':
