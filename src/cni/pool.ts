@@ -14,7 +14,7 @@
  * Loaded through the cold part (src/cold.ts) so a node-local network's exec never parses the etcd
  * client and its gRPC stack.
  */
-import { mkdirSync, writeSync } from 'node:fs';
+import { writeSync } from 'node:fs';
 import { AppError } from '../common/errors.ts';
 import type { PoolConfig } from '../ipam/pool-config.ts';
 import type { IPAMConfig, NetworkIdentity } from '../ipam/types.ts';
@@ -36,6 +36,7 @@ import {
   type PoolAllocation,
   type PoolRequest,
 } from '../pool/index.ts';
+import { makeDirs } from '../common/make-dirs.ts';
 
 /** The pool operations the command handlers call (src/cni/commands.ts). */
 export interface PoolHooks {
@@ -70,7 +71,7 @@ export function poolGcWith(kv: KV, pool: PoolConfig, node: string, id: NetworkId
     evidence: () => readKernelEvidenceAsync(),
     // A pool network writes nothing else under its data dir: make it for the log if it is missing.
     audit: () => {
-      mkdirSync(id.dataDir, { recursive: true, mode: 0o755 });
+      makeDirs(id.dataDir, 0o755);
       return openDefaultAuditLog(id.dataDir);
     },
     now: Date.now,

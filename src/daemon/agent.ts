@@ -27,9 +27,9 @@ import { criHealFactoryFor, type PluginServer } from './plugin-server.ts';
 import { InstallWatch, type InstalledFilesDeps } from './install-watch.ts';
 import type { NodeEndpointSource } from '../cni/heal.ts';
 import { parseRuntimeEndpoint } from '../common/endpoint.ts';
-import { mkdirSync } from 'node:fs';
 import { openAuditLog, openDefaultAuditLog } from '../reconcile/audit.ts';
 import { poolReclaimReport } from './pool-reclaim.ts';
+import { makeDirs } from '../common/make-dirs.ts';
 
 /** File the standalone plugin counts its fallback requests in (docs/daemon.md). */
 export const FALLBACK_LOG_NAME = 'standalone-requests.log';
@@ -109,7 +109,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
       log: (level, fields, msg) => poolLog[level](fields, msg),
       audit: () => {
         if (options.auditLog !== null) return openAuditLog(options.auditLog);
-        mkdirSync(options.dataDir, { recursive: true, mode: 0o755 });
+        makeDirs(options.dataDir, 0o755);
         return openDefaultAuditLog(options.dataDir);
       },
       reclaimed: (pool) => metrics.pools.recordNodeReclaimed(pool),

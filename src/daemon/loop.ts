@@ -13,7 +13,7 @@
  * Passes never overlap: a trigger during a pass schedules one more right after it. Triggered
  * passes are at least {@link MIN_TRIGGER_GAP_MS} apart, so a flapping directory cannot spin.
  */
-import { mkdirSync, readdirSync, watch, type FSWatcher } from 'node:fs';
+import { readdirSync, watch, type FSWatcher } from 'node:fs';
 import { join } from 'node:path';
 import type { DaemonOptions } from '../common/daemon-options.ts';
 import { parseIP } from '../common/ip.ts';
@@ -35,6 +35,7 @@ import type { KV } from '../store/kv.ts';
 import type { DaemonPart, DaemonPartFactory } from './daemon.ts';
 import type { Logger } from './log.ts';
 import type { DaemonMetrics } from './metrics.ts';
+import { makeDirs } from '../common/make-dirs.ts';
 
 /** Least time between two passes triggered by a full range set, ms. */
 export const MIN_TRIGGER_GAP_MS = 1_000;
@@ -407,11 +408,11 @@ class Loop implements ReconcileLoop {
       const audit = (): AuditSink => {
         if (auditPath !== null) return openAuditLog(auditPath);
         // A node with only pool networks may have no data dir yet: make it for the default log.
-        mkdirSync(this.opts.dataDir, { recursive: true, mode: 0o755 });
+        makeDirs(this.opts.dataDir, 0o755);
         return openDefaultAuditLog(this.opts.dataDir);
       };
       // This machine's earlier host names (a renamed host: its handles written under them stay its own).
-      mkdirSync(this.opts.dataDir, { recursive: true, mode: 0o755 });
+      makeDirs(this.opts.dataDir, 0o755);
       const history = (this.deps.hostHistory ?? recordHost)(this.opts.dataDir);
       if (history.problem !== null && history.problem !== this.hostHistoryProblem) this.log.warn({ error: history.problem }, 'host history not used');
       this.hostHistoryProblem = history.problem;

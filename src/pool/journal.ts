@@ -28,6 +28,7 @@ import { dirname, join } from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 import { AppError, errnoCode } from '../common/errors.ts';
 import { untrustedReason } from '../common/trust.ts';
+import { makeDirs } from '../common/make-dirs.ts';
 
 /** Name of the journal directory under a data directory. */
 export const JOURNAL_DIR_NAME = '.ipwarden-pool-offline';
@@ -111,7 +112,7 @@ export class PoolJournal {
   ensure(): void {
     if (this.#ready) return;
     try {
-      mkdirSync(dirname(this.dir), { recursive: true, mode: 0o755 });
+      makeDirs(dirname(this.dir), 0o755);
       try {
         mkdirSync(this.dir, { mode: 0o700 });
       } catch (e) {

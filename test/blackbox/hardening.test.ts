@@ -177,6 +177,26 @@ function cli(args: string[]): { code: number; stdout: string; stderr: string } {
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
 
+describe('a data directory that cannot hold directories although its parent exists', () => {
+  // procfs answers mkdir of any new name with ENOENT while /proc exists: Node's recursive mkdir
+  // then retried the parent and the child for ever, at 100 % CPU (the plugin never exited; in the
+  // daemon, its event loop stopped for good). Each command now answers at once.
+  const dd = '/proc/ipwarden-i8-nodir';
+  const conf = config(dd, { ranges: [[{ subnet: '10.8.1.0/29' }]] }, '1.1.0');
+  const enoent = `cannot create network directory ${dd}/${NET}: ENOENT: no such file or directory, mkdir '${dd}'`;
+
+  it('ADD: code 5 naming the directory; STATUS: code 50; then a good ADD is served', { timeout: 60_000, skip: requireOrSkip(existsSync('/proc/self'), '/proc') }, async () => {
+    const add = await run({ command: 'ADD', containerId: 'i8proc', ifname: 'eth0', stdin: conf });
+    assert.deepEqual([add.exitCode, add.json], [1, { cniVersion: '1.1.0', code: 5, msg: enoent }]);
+    const status = await run({ command: 'STATUS', stdin: conf });
+    assert.deepEqual([status.exitCode, status.json], [1, { cniVersion: '1.1.0', code: 50, msg: `data directory ${dd} is not writable`, details: enoent }]);
+    assert.equal(existsSync(dd), false);
+    // The same plugin (or daemon) still serves a network whose directory can be made.
+    const good = await run({ command: 'ADD', containerId: 'i8proc', ifname: 'eth0', stdin: config(dataDir(), { ranges: [[{ subnet: '10.8.1.0/29' }]] }, '1.1.0') });
+    assert.deepEqual([good.exitCode, (good.json?.['ips'] as Array<{ address: string }> | undefined)?.[0]?.address], [0, '10.8.1.2/29']);
+  });
+});
+
 describe('the audit log is opened safely (issue 8.2)', () => {
   it('a FIFO at <dataDir>/.ipwarden-audit.log: the reclaiming ADD answers code 5 at once instead of hanging', { timeout: 60_000 }, async () => {
     const dd = dataDir();

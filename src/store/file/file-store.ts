@@ -35,7 +35,6 @@ import {
   ftruncateSync,
   futimesSync,
   linkSync,
-  mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
@@ -53,6 +52,7 @@ import { canonicalIP, isCanonicalIPName } from '../../common/ip.ts';
 import { CNI_NAME_RE, goTrimSpace } from '../../common/names.ts';
 import { sameOwner, type ListOptions, type Owner, type Reservation, type Store } from '../store.ts';
 import { closeQuietly, lockExclusive, type HeldLock, type LockClock } from './flock.ts';
+import { makeDirs } from '../../common/make-dirs.ts';
 
 /** Per-process counter making temporary file names unique. */
 let tempCounter = 0;
@@ -233,7 +233,7 @@ interface ScannedRecord {
 export async function openFileStore(opts: FileStoreOptions): Promise<FileStore> {
   const dir = join(opts.dataDir, opts.network);
   try {
-    mkdirSync(dir, { recursive: true, mode: DIR_MODE });
+    makeDirs(dir, DIR_MODE);
   } catch (e) {
     throw new AppError('STORE_IO', `cannot create network directory ${dir}: ${describe(e)}`, { cause: e });
   }

@@ -88,7 +88,7 @@
  * prototype `daemon-index.cjs`, `mtime.c`, `stress.py`), `bench/stamp-lag.c` (the coarse clock's lag,
  * the wall-clock rule's misses, the probe rule's); docs/daemon.md "The index".
  */
-import { closeSync, constants as fsConstants, existsSync, fchmodSync, fstatSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
+import { closeSync, constants as fsConstants, existsSync, fchmodSync, fstatSync, lstatSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
 import { gunzipSync } from 'node:zlib';
 import { release as osRelease } from 'node:os';
 import { join } from 'node:path';
@@ -110,6 +110,7 @@ import {
 } from './file-store.ts';
 import type { LockClock } from './flock.ts';
 import { IndexData, type EntryState } from './index-data.ts';
+import { makeDirs } from '../../common/make-dirs.ts';
 
 /** Default bound on one continuous hold of `DIR/lock`, milliseconds (issue 9). */
 export const DEFAULT_MAX_HOLD_MS = 50;
@@ -387,7 +388,7 @@ export class NetworkIndexes {
     if (this.#closed) throw new ClosedError('network indexes');
     const dir = join(opts.dataDir, opts.network);
     try {
-      mkdirSync(dir, { recursive: true, mode: DIR_MODE });
+      makeDirs(dir, DIR_MODE);
     } catch (e) {
       throw new AppError('STORE_IO', `cannot create network directory ${dir}: ${describe(e)}`, { cause: e });
     }
