@@ -3,7 +3,7 @@
  * recursive mkdir gives — except under /proc, where Node's never returns.
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -66,6 +66,17 @@ describe('makeDirs', () => {
       }`;
     const r = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { encoding: 'utf8', timeout: 60_000, cwd: ROOT });
     assert.deepEqual([r.signal, r.status, r.stdout.trim().split('\n')], [null, 0, ["ENOENT ENOENT: no such file or directory, mkdir '/proc/ipwarden-no-such'", "ENOENT ENOENT: no such file or directory, mkdir '/proc/ipwarden-no-such'"]]);
+  });
+
+  it('a read-only file system: EROFS, as mkdir(2) says (Node\'s recursive mkdir said ENOENT)', { skip: process.getuid?.() === 0 ? false : 'needs root to mount' }, () => {
+    const ro = join(t.dir, 'ro');
+    mkdirSync(ro);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'ro,size=1m', 'ipw-mkdirs-ro', ro]);
+    try {
+      assert.deepEqual(thrown(() => makeDirs(join(ro, 'net', 'x'), 0o755)), ['EROFS', `EROFS: read-only file system, mkdir '${join(ro, 'net')}'`]);
+    } finally {
+      execFileSync('umount', [ro]);
+    }
   });
 
   it('a dangling symlink as an ancestor: ENOENT, nothing made at its target', () => {
