@@ -327,6 +327,7 @@ function oneLine(s: string): string {
  * | UNAVAILABLE, connect ENOENT           | RUNTIME_UNAVAILABLE         | yes       |
  * | UNAVAILABLE, connect EACCES/EPERM     | RUNTIME_PERMISSION_DENIED   | no        |
  * | UNAVAILABLE, connect ECONNREFUSED     | RUNTIME_UNAVAILABLE         | yes       |
+ * | UNAVAILABLE, "Protocol error" (no HTTP/2) | RUNTIME_NOT_CRI          | no        |
  * | UNAVAILABLE, other                    | RUNTIME_UNAVAILABLE         | yes       |
  * | DEADLINE_EXCEEDED                     | RUNTIME_UNAVAILABLE         | yes       |
  * | PERMISSION_DENIED / UNAUTHENTICATED   | RUNTIME_PERMISSION_DENIED   | no        |
@@ -362,7 +363,12 @@ export function castGrpcError(e: unknown, ctx: CallContext): AppError {
         const why = ctx.pathKind === 'other' ? 'not a unix socket' : 'connection refused (is the runtime running?)';
         return new AppError('RUNTIME_UNAVAILABLE', `no CRI runtime at ${at}: ${why}`, { ...opts, retryable: true });
       }
-      return new AppError('RUNTIME_UNAVAILABLE', `CRI runtime at ${at} is unavailable: ${details}`, { ...opts, retryable: true });
+      if (/\bProtocol error\b/.test(details)) {
+        // Something listens there but does not speak HTTP/2 (gRPC): another kind of server.
+        return new AppError('RUNTIME_NOT_CRI', `${at} answers, but not as a gRPC server: not a CRI runtime (${details})`, { cause: e });
+      }
+      // The message carries the details: no `details` field to print them twice.
+      return new AppError('RUNTIME_UNAVAILABLE', `CRI runtime at ${at} is unavailable: ${details}`, { cause: e, retryable: true });
     }
     case grpc.status.DEADLINE_EXCEEDED:
       return new AppError(
@@ -372,7 +378,7 @@ export function castGrpcError(e: unknown, ctx: CallContext): AppError {
       );
     case grpc.status.PERMISSION_DENIED:
     case grpc.status.UNAUTHENTICATED:
-      return new AppError('RUNTIME_PERMISSION_DENIED', `CRI runtime at ${at} refused ${rpc}: ${details}`, opts);
+      return new AppError('RUNTIME_PERMISSION_DENIED', `CRI runtime at ${at} refused ${rpc}: ${details}`, { cause: e });
     case grpc.status.UNIMPLEMENTED:
       return new AppError(
         'RUNTIME_NOT_CRI',
@@ -381,7 +387,7 @@ export function castGrpcError(e: unknown, ctx: CallContext): AppError {
       );
     default: {
       const name = grpc.status[e.code] ?? `code ${e.code}`;
-      return new AppError('RUNTIME_CALL_FAILED', `CRI ${rpc} at ${at} failed: ${name}: ${details}`, opts);
+      return new AppError('RUNTIME_CALL_FAILED', `CRI ${rpc} at ${at} failed: ${name}: ${details}`, { cause: e });
     }
   }
 }

@@ -608,7 +608,7 @@ describe('case 5: reclaim asks the READY sandboxes\' pod IPs', { skip }, () => {
     assert.equal(r.code, 1, r.stdout + r.stderr);
     assert.equal(
       r.stderr,
-      `ipwarden: pod IPs of ready sandbox ${live} could not be read: CRI runtime at ${cri.endpoint} is unavailable: i7: status unavailable (i7: status unavailable)\n`,
+      `ipwarden: pod IPs of ready sandbox ${live} could not be read: CRI runtime at ${cri.endpoint} is unavailable: i7: status unavailable\n`,
     );
     assert.equal(cri.stats.status, 1);
   });

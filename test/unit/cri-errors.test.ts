@@ -53,6 +53,17 @@ const cases: Case[] = [
     want: { code: 'RUNTIME_UNAVAILABLE', message: `CRI runtime at ${EP} is unavailable: Connection dropped while reading`, retryable: true },
   },
   {
+    name: 'something listens but does not speak HTTP/2 (grpc-js: Protocol error)',
+    code: grpc.status.UNAVAILABLE,
+    details: 'No connection established. Last error: Protocol error (2026-12-06T18:00:00.000Z)',
+    pathKind: 'socket',
+    want: {
+      code: 'RUNTIME_NOT_CRI',
+      message: `${EP} answers, but not as a gRPC server: not a CRI runtime (No connection established. Last error: Protocol error (2026-12-06T18:00:00.000Z))`,
+      retryable: false,
+    },
+  },
+  {
     name: 'deadline exceeded',
     code: grpc.status.DEADLINE_EXCEEDED,
     details: 'Deadline exceeded after 10.001s,LB pick: 0.001s,remote_addr=/run/x.sock',
@@ -95,6 +106,8 @@ describe('castGrpcError', () => {
       const got = castGrpcError(err, { ...ctx, ...(c.pathKind ? { pathKind: c.pathKind } : {}) });
       assert.ok(got instanceof AppError);
       assert.deepEqual({ code: got.code, message: got.message, retryable: got.isRetryable }, c.want);
+      // Printed as "message (details)" by the CLI: never the same text twice.
+      if (got.details !== undefined) assert.equal(got.message.includes(got.details), false, got.details);
       assert.equal(got.cause, err);
       assert.equal(grpcStatusOf(got), c.code);
     });
