@@ -45,7 +45,9 @@ export function toTable(run: ReconcileRun): string {
   const rt = run.runtime;
   const head =
     rt.sandboxes === null
-      ? `runtime ${rt.endpoint ?? '-'}: not reachable\n`
+      ? rt.endpoint === null || rt.endpoint === undefined
+        ? 'runtime: none found (see the error below)\n'
+        : `runtime ${rt.endpoint}: not reachable\n`
       : `runtime ${rt.endpoint ?? '-'}: ${rt.sandboxes} sandbox${rt.sandboxes === 1 ? '' : 'es'}\n`;
   const rows = run.plan.entries.map((e) => [
     e.network,

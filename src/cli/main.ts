@@ -71,7 +71,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
       .option('--cni-conf-dir <DIR>', "CNI configuration directory (networks' ranges, for re-reserving a live pod's address)", '/etc/cni/net.d')
       .option('--json', 'print the documented JSON report')
       .addHelpText('after', `\nExample:\n  ${example}\n`);
-  reconcileCommand('leaks', 'list every reservation with its verdict: live, grace, leaked, corrupt', 'ipwarden leaks --network cbr0 --json')
+  reconcileCommand('leaks', 'list every reservation with its verdict: live, inuse, grace, leaked, corrupt, notready (with --policy reclaim-notready) or unknown', 'ipwarden leaks --network cbr0 --json')
     .action(async (opts: ReconcileCommandOptions) => {
       const m = await import('./leaks.ts');
       setCode(await m.run(opts, ctx));
