@@ -16,8 +16,8 @@ import { errnoCode } from './errors.ts';
  * Make directory `path` and every missing ancestor, each with `mode` (before the umask), as
  * `mkdirSync(path, { recursive: true, mode })` does — existing directories (or symlinks to them)
  * are fine, a relative path is taken from the working directory — but every `mkdir(2)` is tried
- * at most once, so it always returns or throws. One `mkdir` and, when it exists, one `stat` for a
- * directory that is already there (the common case).
+ * at most once, so it always returns or throws. One `stat` for a directory that is already there
+ * (the common case).
  * @throws the `mkdir(2)` error of the first component that cannot be made, as Node throws it
  *   (`code` ENOENT, EACCES, EROFS, ENOTDIR, ENOSPC, …; ENOENT also when the parent exists but
  *   takes no new names, e.g. under `/proc`); EEXIST when `path` itself exists and is not a
@@ -25,6 +25,9 @@ import { errnoCode } from './errors.ts';
  */
 export function makeDirs(path: string, mode: number): void {
   const abs = resolve(path);
+  // The common case first, without an exception (the daemon opens a network's store per request):
+  // one stat.
+  if (isDirectory(abs)) return;
   try {
     mkdirSync(abs, { mode });
     return;
@@ -54,7 +57,7 @@ export function makeDirs(path: string, mode: number): void {
 /** Whether `p` is a directory (following symlinks); false when it cannot be stat'ed. */
 function isDirectory(p: string): boolean {
   try {
-    return statSync(p).isDirectory();
+    return statSync(p, { throwIfNoEntry: false })?.isDirectory() ?? false;
   } catch {
     return false;
   }
