@@ -26,7 +26,7 @@ const files = walk('test').filter((f) => filters.length === 0 || filters.some((s
  * fallback (test/helpers/cni.ts `daemonMode`), with the same expected results and files. Not the
  * suites that run their own daemon or fake daemon on the shim's socket.
  */
-const OWN_DAEMON = ['test/blackbox/daemon.test.ts', 'test/blackbox/daemon-evidence-async.test.ts', 'test/blackbox/daemon-metrics-flood.test.ts', 'test/blackbox/daemon-reinstall.test.ts', 'test/blackbox/daemon-status.test.ts', 'test/blackbox/daemon-status-queue.test.ts', 'test/blackbox/kernel-index.test.ts', 'test/blackbox/pool-multus.test.ts', 'test/blackbox/runtime-record.test.ts', 'test/blackbox/shim.test.ts', 'test/interop/burst.test.ts', 'test/interop/daemon-storm.test.ts', 'test/interop/pool-burst.test.ts', 'test/interop/pool-jepsen.test.ts', 'test/interop/power-cut.test.ts', 'test/blackbox/pool-auto-reclaim.test.ts'];
+const OWN_DAEMON = ['test/blackbox/daemon.test.ts', 'test/blackbox/daemon-evidence-async.test.ts', 'test/blackbox/daemon-metrics-flood.test.ts', 'test/blackbox/daemon-reinstall.test.ts', 'test/blackbox/daemon-status.test.ts', 'test/blackbox/daemon-status-queue.test.ts', 'test/blackbox/kernel-index.test.ts', 'test/blackbox/pool-multus.test.ts', 'test/blackbox/runtime-record.test.ts', 'test/blackbox/shim.test.ts', 'test/interop/burst.test.ts', 'test/interop/daemon-storm.test.ts', 'test/interop/pool-burst.test.ts', 'test/interop/pool-jepsen.test.ts', 'test/interop/power-cut.test.ts', 'test/blackbox/pool-auto-reclaim.test.ts', 'test/blackbox/daemon-reclaim-observed.test.ts'];
 const daemonPass = files.filter((f) => (f.startsWith('test/blackbox/') || f.startsWith('test/interop/')) && !OWN_DAEMON.includes(f));
 
 /**

@@ -216,6 +216,7 @@ export function agentDeps(options: DaemonOptions, over: AgentOverrides = {}): Da
         onRequest: (e) => metrics.recordCniRequest(e.command, e.result, e.durationSeconds),
         onDropped: (e) => metrics.recordCniRequest(e.command, 'dropped', e.durationSeconds),
         onDeclined: (e) => metrics.recordCniRequest(e.command, 'declined', 0),
+        onReclaim: (e) => metrics.recordReclaim(e.network, e.released),
       },
       close: async () => {
         await Promise.all([server.close(), probes?.close()]);

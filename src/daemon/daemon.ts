@@ -35,7 +35,7 @@ import {
 export interface DaemonPart {
   /** For log lines (`loop`, `metrics`). */
   readonly name: string;
-  /** Observers of the plugin server (metrics count requests, drops, malformed requests). */
+  /** Observers of the plugin server (metrics count requests, drops, malformed requests, reclaims; the loop's heal clock). */
   readonly hooks?: PluginServerHooks;
   close(): Promise<void>;
 }
@@ -117,6 +117,7 @@ function fanIn(list: readonly PluginServerHooks[], log: Logger): PluginServerHoo
     onDropped: (e) => call('onDropped', e),
     onDeclined: (e) => call('onDeclined', e),
     onMalformed: (e) => call('onMalformed', e),
+    onReclaim: (e) => call('onReclaim', e),
   };
 }
 

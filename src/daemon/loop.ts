@@ -35,6 +35,7 @@ import type { KV } from '../store/kv.ts';
 import type { DaemonPart, DaemonPartFactory } from './daemon.ts';
 import type { Logger } from './log.ts';
 import type { DaemonMetrics } from './metrics.ts';
+import type { PluginServerHooks, ReclaimEvent } from './plugin-server.ts';
 import { makeDirs } from '../common/make-dirs.ts';
 
 /**
@@ -214,6 +215,8 @@ export function reconcileLoopPart(deps: LoopDeps, onStart?: (loop: ReconcileLoop
 
 class Loop implements ReconcileLoop {
   readonly name = 'loop';
+  /** A reclaim on exhaustion inside an ADD the daemon served heals too (ipwarden_heal_seconds). */
+  readonly hooks: PluginServerHooks = { onReclaim: (e) => this.healedByAdd(e) };
   last: PassReport | null = null;
   lastPool: PoolPassReport | null = null;
   /** The host history's last problem (logged when it changes). */
@@ -316,6 +319,23 @@ class Loop implements ReconcileLoop {
         this.fullSince.delete(dir);
       }
     }
+  }
+
+  /**
+   * ipwarden_heal_seconds for a reclaim on exhaustion inside an ADD the daemon served (the
+   * plugin's reclaim, src/reconcile/reclaim.ts): its releases end the network's clock like a
+   * pass's. A network no pass or inotify count saw full was first seen full by that ADD: the heal
+   * took the reclaim's own time. A reclaim for a requested address leaves the range set as full
+   * as it was: not a heal.
+   */
+  private healedByAdd(e: ReclaimEvent): void {
+    if (e.trigger !== 'exhaustion' || e.released.length === 0) return;
+    const dir = join(e.dataDir, e.network);
+    const since = this.fullSince.get(dir);
+    const healSeconds = since === undefined ? e.durationSeconds : (this.monotonicMs() - since) / 1000;
+    this.fullSince.delete(dir);
+    this.deps.metrics.recordHeal(healSeconds);
+    this.log.info({ network: dir, healSeconds, containerId: e.containerId }, 'range set healed');
   }
 
   private async pass(reason: string): Promise<PassReport> {

@@ -7,7 +7,7 @@
  * rules):
  * - `ipwarden_addresses{network,range_set,state}` gauge, state = live|grace|leaked|corrupt|unknown|free
  * - `ipwarden_range_set_capacity{network,range_set}` gauge
- * - `ipwarden_releases_total{network,reason}` counter
+ * - `ipwarden_releases_total{network,reason}` counter (the loop's releases and those of the ADDs' reclaims)
  * - `ipwarden_release_candidates{network}` gauge
  * - `ipwarden_reconcile_duration_seconds` histogram
  * - `ipwarden_reconcile_errors_total{kind}` counter
@@ -130,7 +130,7 @@ export class DaemonMetrics {
     });
     this.releases = new Counter({
       name: 'ipwarden_releases_total',
-      help: 'Reservations released by the daemon, by the verdict that allowed it.',
+      help: 'Reservations released by the daemon (its reconcile passes, and the reclaims of the ADDs it served), by the verdict that allowed it.',
       labelNames: ['network', 'reason'],
       registers,
     });
@@ -142,7 +142,7 @@ export class DaemonMetrics {
     });
     this.heal = new Histogram({
       name: 'ipwarden_heal_seconds',
-      help: 'Seconds from a range set seen full (inotify or a pass) to the daemon releasing a leak in it (issue 19 heal on arrival; docs/reconciler.md).',
+      help: 'Seconds from a range set seen full (inotify, a pass, or an ADD finding no address) to the daemon releasing a leak in it (a pass, or the reclaim of an ADD it served; docs/reconciler.md).',
       buckets: [0.5, 1, 2, 5, 10, 20, 35, 60, 120, 300, 600],
       registers,
     });
@@ -298,6 +298,14 @@ export class DaemonMetrics {
   /** Count a reconcile error outside a pass's report (e.g. a pass that threw). */
   recordReconcileError(kind: string): void {
     this.reconcileErrors.inc({ kind });
+  }
+
+  /**
+   * Count the reservations a reclaim inside an ADD the daemon served released in `network`, each
+   * under `ipwarden_releases_total{network,reason}` with its verdict as `reason` (as a pass's).
+   */
+  recordReclaim(network: string, released: ReadonlyArray<{ readonly verdict: string }>): void {
+    for (const r of released) this.releases.inc({ network, reason: r.verdict });
   }
 
   /** One heal: `seconds` from a range set seen full to the daemon's first release in it. */

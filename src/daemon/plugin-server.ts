@@ -46,7 +46,7 @@ import { closeSync, constants as fsConstants, existsSync, fstatSync, lstatSync, 
 import { createConnection } from 'node:net';
 import { dirname, join } from 'node:path';
 import { AppError, errnoCode } from '../common/errors.ts';
-import { makeHandlers, type HealHooks, type KernelAddressHooks, type PluginDeps } from '../cni/commands.ts';
+import { makeHandlers, type HealHooks, type KernelAddressHooks, type PluginDeps, type ReclaimSummary } from '../cni/commands.ts';
 import { criHeal, type NodeEndpointSource } from '../cni/heal.ts';
 import { exactEnv } from '../cni/plugin.ts';
 import { pluginMain, type PluginIO } from '../cni/skel.ts';
@@ -143,12 +143,35 @@ export interface MalformedEvent {
   readonly reason: string;
 }
 
-/** Observers of the server (metrics); each is called synchronously and must not throw. */
+/**
+ * A reclaim inside a request the daemon served released reservations (`onReclaim`; the plugin's
+ * own reclaim of src/reconcile/reclaim.ts, under the network's lock, each release audited).
+ */
+export interface ReclaimEvent {
+  /** The network's name (as the `network` of the loop's releases). */
+  readonly network: string;
+  /** Its data directory (the network's directory is `<dataDir>/<network>`). */
+  readonly dataDir: string;
+  /** `CNI_CONTAINERID` of the ADD that triggered it. */
+  readonly containerId: string;
+  /**
+   * `exhaustion`: a range set had no free address; `requested-address`: the address a static
+   * request names (`IP=`, `ips`) was held by a leak.
+   */
+  readonly trigger: 'exhaustion' | 'requested-address';
+  /** Each reservation released and the verdict that allowed it (`leaked`, `corrupt`); never empty. */
+  readonly released: ReclaimSummary['releases'];
+  /** Seconds the reclaim took: from the ADD finding no address (the range set full) to its last release. */
+  readonly durationSeconds: number;
+}
+
+/** Observers of the server (metrics, the loop's heal clock); each is called synchronously and must not throw. */
 export interface PluginServerHooks {
   onRequest?(e: RequestEvent): void;
   onDropped?(e: DroppedEvent): void;
   onDeclined?(e: DeclinedEvent): void;
   onMalformed?(e: MalformedEvent): void;
+  onReclaim?(e: ReclaimEvent): void;
 }
 
 /** Options of {@link startPluginServer}. */
@@ -613,6 +636,33 @@ function seconds(t0: bigint): number {
 }
 
 /**
+ * `h` with its reclaims made visible: one that released reservations is logged at info (`reclaimed
+ * on exhaustion`, or `reclaimed for a requested address`, naming the network, its data directory,
+ * the ADD's container, the number released and their IPs) and told to `hooks.onReclaim` (metrics,
+ * the loop's heal clock). A reclaim that only counts (`release` false: STATUS) or released nothing
+ * is neither.
+ */
+function observedHeal(h: HealHooks, containerId: string, log: Logger, hooks: PluginServerHooks): HealHooks {
+  return {
+    ...h,
+    reclaim: async (store, conf, release, only) => {
+      const t0 = process.hrtime.bigint();
+      const r = await h.reclaim(store, conf, release, only);
+      if (r.releases.length > 0) {
+        const trigger = only === undefined ? 'exhaustion' : 'requested-address';
+        const ips = r.releases.map((x) => x.ip);
+        log.info(
+          { network: conf.name, dataDir: conf.dataDir, containerId, released: ips.length, ips },
+          trigger === 'exhaustion' ? 'reclaimed on exhaustion' : 'reclaimed for a requested address',
+        );
+        hooks.onReclaim?.({ network: conf.name, dataDir: conf.dataDir, containerId, trigger, released: r.releases, durationSeconds: seconds(t0) });
+      }
+      return r;
+    },
+  };
+}
+
+/**
  * Start serving `opts.socketPath`. Resolves once the socket listens (0600, in a checked
  * directory). Rejects with {@link SocketSetupError} when the directory is unsafe, a non-socket
  * or a live socket is at the path, or binding fails.
@@ -651,7 +701,8 @@ export async function startPluginServer(opts: PluginServerOptions): Promise<Plug
   const depsFor = (conn: Conn, req: PluginRequest): PluginDeps => {
     /** See {@link STALE_REQUEST_SECONDS}. */
     const current = (): Promise<void> => (seconds(conn.arrived) > STALE_REQUEST_SECONDS ? sockets.sync() : Promise.resolve());
-    const h = conn.quiet ? undefined : heal({ env: req.env, pid: req.pid });
+    const made = conn.quiet ? undefined : heal({ env: req.env, pid: req.pid });
+    const h = made === undefined ? undefined : observedHeal(made, req.env['CNI_CONTAINERID'] ?? '', log, hooks);
     /** Throw (and mark the request declined) unless `path` is the host's file in our view. */
     const hostOnly = (path: string): void => {
       const why = conn.declined ?? view.notHostPath(path, req.pid);

@@ -22,7 +22,7 @@ import { rangeFor } from '../ipam/range.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
 import type { Reservation, Store } from '../store/store.ts';
 import type { AuditSink } from './audit.ts';
-import { compareIPText, isStampedInFuture, plan, type PlanCounts } from './plan.ts';
+import { compareIPText, isStampedInFuture, plan, type AnyVerdict, type PlanCounts } from './plan.ts';
 import { indexSandboxes, isSandboxNotFound, type SandboxSource } from './sandboxes.ts';
 import type { PodIPSource } from './cri-source.ts';
 import { mapLimit } from '../common/concurrency.ts';
@@ -32,6 +32,8 @@ import { AppError } from '../common/errors.ts';
 /** What reclaim did and saw. `runtimeError` is set (and nothing released) when the runtime could not be asked. */
 export interface ReclaimOutcome {
   readonly released: string[];
+  /** The verdict that allowed each release, in the order of `released`. */
+  readonly releasedVerdicts: readonly AnyVerdict[];
   /** IPs the plan calls leaked or corrupt and the rules allow to release now (released when `release` was true). */
   readonly releasable: string[];
   readonly counts: PlanCounts | null;
@@ -157,7 +159,7 @@ export async function reclaimLocked(
   release = true,
   only: readonly string[] | null = null,
 ): Promise<ReclaimOutcome> {
-  const none = { released: [], releasable: [], counts: null };
+  const none = { released: [], releasedVerdicts: [], releasable: [], counts: null };
   if (typeof deps.source === 'string') return { ...none, runtimeError: deps.source, endpoint: null };
   const src = deps.source;
   const d = deadlineIn(healDeadlineSeconds(conf), deps.monotonic);
@@ -202,6 +204,7 @@ export async function reclaimLocked(
   const released = r.released.map((e) => e.ip);
   return {
     released,
+    releasedVerdicts: r.released.map((e) => e.verdict),
     releasable: chosen.map((e) => e.ip),
     counts: p.counts,
     runtimeError: null,
@@ -395,6 +398,12 @@ export async function recoverLocked(store: Store, conf: IPAMConfig, deps: Recove
 export interface ReclaimSummary {
   /** Reservations released. */
   readonly released: number;
+  /**
+   * Each reservation released (`released` of them): its IP text and the verdict that allowed it
+   * (`leaked` or `corrupt`; docs/reconciler.md). The daemon logs and counts them
+   * (`ipwarden_releases_total{reason}`); the standalone plugin has only the audit log.
+   */
+  readonly releases: ReadonlyArray<{ readonly ip: string; readonly verdict: AnyVerdict }>;
   /** IPs of the reservations the reconciler calls leaked or corrupt (releasable now). */
   readonly reclaimable: readonly string[];
   /** Human breakdown: live / in grace / leaked / corrupt, and what to run next. */
@@ -469,6 +478,7 @@ export function makeHeal(env: HealEnv): HealHooks {
         const o = await reclaimLocked(store, conf, deps(src, audit), release, only ?? null);
         return {
           released: o.released.length,
+          releases: o.released.map((ip, i) => ({ ip, verdict: o.releasedVerdicts[i] as AnyVerdict })),
           reclaimable: o.releasable,
           details: exhaustionDetails(conf, o, formatDuration(conf.leakGracePeriodSeconds)),
         };
