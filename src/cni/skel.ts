@@ -12,7 +12,9 @@
  * - `cniVersion` must be supported (code 1 `incompatible CNI versions`); CHECK needs ≥ 0.4.0,
  *   GC and STATUS need ≥ 1.1.0 (code 1 `config version does not allow <CMD>`).
  * - every error is printed once as `{cniVersion, code, msg, details?}`; anything that is not an
- *   {@link AppError} becomes code 999.
+ *   {@link AppError} becomes code 999. skel's `types.Error` prints no `cniVersion`; SPEC.md §Error
+ *   asks for "the same value as provided by the configuration", so ipwarden reads stdin before it
+ *   checks the env and every error carries the config's version ({@link errorVersion}).
  */
 import { AppError, errnoCode } from '../common/errors.ts';
 import { validateContainerId, validateIfname, validateNetworkName } from '../ipam/config.ts';
@@ -77,10 +79,22 @@ const MIN_VERSION: Partial<Record<CniCommand, string>> = { CHECK: '0.4.0', GC: '
  * DEL/CHECK/GC/STATUS, which print nothing (SPEC.md).
  */
 export async function pluginMain(h: PluginHandlers, io: PluginIO): Promise<number> {
-  let cniVersion = CURRENT_VERSION;
+  /** The version every error document carries: the config's when known (SPEC.md §Error). */
+  let errVersion = CURRENT_VERSION;
   try {
     const env = (name: string): string => io.env[name] ?? '';
     const cmd = env('CNI_COMMAND');
+    // stdin first, so that the env errors below carry the config's version too; a read failure
+    // is reported after them, in skel's order (env, then stdin).
+    let stdinData: Uint8Array | null = null;
+    let readError: unknown = null;
+    try {
+      stdinData = await readStdin(io);
+    } catch (e) {
+      readError = e;
+    }
+    const parsed = stdinData === null ? null : parseStdin(stdinData);
+    if (parsed !== null) errVersion = errorVersion(parsed);
     const missing = REQUIRED_ENV.filter(
       ([name, cmds]) => env(name) === '' && (name === 'CNI_COMMAND' || (cmds as readonly string[]).includes(cmd)),
     ).map(([name]) => name);
@@ -91,11 +105,11 @@ export async function pluginMain(h: PluginHandlers, io: PluginIO): Promise<numbe
       throw new AppError('IPAM_INVALID_ENV', `unknown CNI_COMMAND: ${cmd}`);
     }
     const command = cmd as CniCommand;
-    const stdinData = await readStdin(io);
+    if (stdinData === null || parsed === null) throw readError;
 
     if (command === 'VERSION') {
       // SPEC.md §VERSION: the answer carries the input's cniVersion when we speak it.
-      const asked = peekVersion(stdinData);
+      const asked = peekVersion(parsed);
       io.stdout(
         JSON.stringify({
           cniVersion: asked !== null && isSupported(asked) ? asked : CURRENT_VERSION,
@@ -105,7 +119,7 @@ export async function pluginMain(h: PluginHandlers, io: PluginIO): Promise<numbe
       return 0;
     }
 
-    cniVersion = decodeConfigHeader(stdinData);
+    const cniVersion = decodeConfigHeader(parsed);
     const a: CmdArgs = {
       command,
       containerId: env('CNI_CONTAINERID'),
@@ -152,7 +166,7 @@ export async function pluginMain(h: PluginHandlers, io: PluginIO): Promise<numbe
         return 0;
     }
   } catch (e) {
-    io.stdout(formatJSON(toCniError(e, cniVersion)));
+    io.stdout(formatJSON(toCniError(e, errVersion)));
     if (!(e instanceof AppError)) io.stderr(`ipwarden: internal error: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
     return 1;
   }
@@ -166,34 +180,57 @@ async function readStdin(io: PluginIO): Promise<Uint8Array> {
   }
 }
 
-/** `cniVersion` of a VERSION request, or null when absent/undecodable (VERSION never fails on it). */
-function peekVersion(stdin: Uint8Array): string | null {
+/** stdin decoded once: the JSON value, or the parse error (reported by {@link decodeConfigHeader}). */
+type ParsedStdin = { readonly ok: true; readonly value: unknown } | { readonly ok: false; readonly error: unknown };
+
+function parseStdin(stdin: Uint8Array): ParsedStdin {
   try {
-    const o: unknown = JSON.parse(Buffer.from(stdin).toString('utf8'));
-    if (typeof o === 'object' && o !== null && typeof (o as { cniVersion?: unknown }).cniVersion === 'string') {
-      return (o as { cniVersion: string }).cniVersion;
-    }
-  } catch {
-    // fall through
+    return { ok: true, value: JSON.parse(Buffer.from(stdin).toString('utf8')) as unknown };
+  } catch (e) {
+    return { ok: false, error: e };
   }
-  return null;
+}
+
+/** The JSON object of stdin, or null when stdin is not one. */
+function asObject(p: ParsedStdin): Record<string, unknown> | null {
+  if (!p.ok || typeof p.value !== 'object' || p.value === null || Array.isArray(p.value)) return null;
+  return p.value as Record<string, unknown>;
+}
+
+/** `cniVersion` of a VERSION request, or null when absent/undecodable (VERSION never fails on it). */
+function peekVersion(p: ParsedStdin): string | null {
+  const v = asObject(p)?.['cniVersion'];
+  return typeof v === 'string' ? v : null;
+}
+
+/**
+ * The `cniVersion` of an error document (SPEC.md §Error: "the same value as provided by the
+ * configuration"): the config's version as {@link decodeConfigHeader} reads it (`0.1.0` when
+ * absent or empty) when stdin is a JSON object and that version is one of
+ * {@link SUPPORTED_VERSIONS}; {@link CURRENT_VERSION} otherwise — stdin unreadable or not a JSON
+ * object, `cniVersion` not a string, or a version ipwarden does not speak (itself code 1).
+ */
+function errorVersion(p: ParsedStdin): string {
+  const o = asObject(p);
+  if (o === null) return CURRENT_VERSION;
+  const v = o['cniVersion'] === undefined || o['cniVersion'] === '' ? '0.1.0' : o['cniVersion'];
+  return typeof v === 'string' && isSupported(v) ? v : CURRENT_VERSION;
 }
 
 /**
  * skel's `validateConfig` + version decode: the stdin must be a JSON object with a valid `name`;
  * returns its `cniVersion` (`0.1.0` when absent, libcni `ConfigDecoder`).
  */
-function decodeConfigHeader(stdin: Uint8Array): string {
-  let o: unknown;
-  try {
-    o = JSON.parse(Buffer.from(stdin).toString('utf8'));
-  } catch (e) {
+function decodeConfigHeader(p: ParsedStdin): string {
+  if (!p.ok) {
+    const e = p.error;
     throw new AppError('IPAM_DECODE', `error unmarshall network config: ${e instanceof Error ? e.message : String(e)}`);
   }
-  if (typeof o !== 'object' || o === null || Array.isArray(o)) {
+  const o = asObject(p);
+  if (o === null) {
     throw new AppError('IPAM_DECODE', 'error unmarshall network config: not a JSON object');
   }
-  const rec = o as Record<string, unknown>;
+  const rec = o;
   if (rec['name'] !== undefined && typeof rec['name'] !== 'string') {
     throw new AppError('IPAM_DECODE', 'error unmarshall network config: "name" must be a string');
   }

@@ -120,6 +120,93 @@ describe('bad input table', () => {
   }
 });
 
+describe("every error carries the config's cniVersion (SPEC.md §Error)", () => {
+  // host-local 1.1.1 prints these without any cniVersion; the codes and messages are its own
+  // (CNI_ARGS: 4 here, 999 there — docs/compatibility.md).
+  const noName = (dd: string, v: string) => JSON.stringify({ cniVersion: v, ipam: { type: 'ipwarden', dataDir: dd, ranges: [[{ subnet: '10.1.0.0/24' }]] } });
+  const versioned: Array<{ name: string; env: Record<string, string>; stdin: (dd: string, v: string) => string; want: Record<string, unknown> }> = [
+    {
+      name: 'missing CNI_CONTAINERID',
+      env: { CNI_COMMAND: 'ADD', CNI_IFNAME: 'eth0', CNI_NETNS: '/x', CNI_PATH: '/p' },
+      stdin: (dd, v) => good(dd, {}, { cniVersion: v }),
+      want: { code: 4, msg: 'required env variables [CNI_CONTAINERID] missing' },
+    },
+    { name: 'unknown CNI_COMMAND', env: baseEnv('FOO'), stdin: (dd, v) => good(dd, {}, { cniVersion: v }), want: { code: 4, msg: 'unknown CNI_COMMAND: FOO' } },
+    { name: 'missing name', env: baseEnv(), stdin: noName, want: { code: 7, msg: 'missing network name' } },
+    { name: 'name is a number', env: baseEnv(), stdin: (dd, v) => good(dd, {}, { cniVersion: v, name: 42 }), want: { code: 6, msg: 'error unmarshall network config: "name" must be a string' } },
+    {
+      name: 'bad CNI_CONTAINERID',
+      env: { ...baseEnv(), CNI_CONTAINERID: '../../etc/passwd' },
+      stdin: (dd, v) => good(dd, {}, { cniVersion: v }),
+      want: { code: 4, msg: 'invalid characters in containerID', details: '../../etc/passwd' },
+    },
+    { name: 'bad CNI_ARGS', env: { ...baseEnv(), CNI_ARGS: 'FOO=bar' }, stdin: (dd, v) => good(dd, {}, { cniVersion: v }), want: { code: 4, msg: 'ARGS: unknown args ["FOO=bar"]' } },
+  ];
+  for (const v of ['1.0.0', '0.4.0']) {
+    for (const c of versioned) {
+      it(`cniVersion ${v}: ${c.name}`, async () => {
+        const dd = root();
+        const r = await invoke(c.env, c.stdin(dd, v));
+        assert.deepEqual([r.code, r.json], [1, { cniVersion: v, ...c.want }], r.out);
+        assert.deepEqual(walk(dd), [], 'nothing written');
+      });
+    }
+  }
+
+  const missingId = { CNI_COMMAND: 'ADD', CNI_IFNAME: 'eth0', CNI_NETNS: '/x', CNI_PATH: '/p' };
+  const fallbacks: Array<{ name: string; env: Record<string, string>; stdin: (dd: string) => string; want: Record<string, unknown> }> = [
+    {
+      name: 'no cniVersion: 0.1.0, as the config is read',
+      env: missingId,
+      stdin: (dd) => JSON.stringify({ name: 'net', ipam: { type: 'ipwarden', dataDir: dd } }),
+      want: { cniVersion: '0.1.0', code: 4, msg: 'required env variables [CNI_CONTAINERID] missing' },
+    },
+    { name: 'stdin not JSON: the default', env: missingId, stdin: () => '{"cniVersion":"1.0.0",', want: { cniVersion: '1.1.0', code: 4, msg: 'required env variables [CNI_CONTAINERID] missing' } },
+    {
+      name: 'cniVersion not a string: the default',
+      env: baseEnv(),
+      stdin: (dd) => good(dd, {}, { cniVersion: 1 }),
+      want: { cniVersion: '1.1.0', code: 6, msg: 'error unmarshall network config: "cniVersion" must be a string' },
+    },
+    {
+      name: 'unsupported cniVersion: the default, code 1',
+      env: baseEnv(),
+      stdin: (dd) => good(dd, {}, { cniVersion: '9.9.9' }),
+      want: { cniVersion: '1.1.0', code: 1, msg: 'incompatible CNI versions', details: 'config is "9.9.9", plugin supports ["0.1.0" "0.2.0" "0.3.0" "0.3.1" "0.4.0" "1.0.0" "1.1.0"]' },
+    },
+    {
+      name: 'unsupported cniVersion with a missing env var: the default, the env error first',
+      env: missingId,
+      stdin: (dd) => good(dd, {}, { cniVersion: '9.9.9' }),
+      want: { cniVersion: '1.1.0', code: 4, msg: 'required env variables [CNI_CONTAINERID] missing' },
+    },
+  ];
+  for (const c of fallbacks) {
+    it(c.name, async () => {
+      const dd = root();
+      const r = await invoke(c.env, c.stdin(dd));
+      assert.deepEqual([r.code, r.json], [1, c.want], r.out);
+    });
+  }
+
+  it('an unreadable stdin: the env error first, then code 5, both with the default', async () => {
+    const run = async (env: Record<string, string>) => {
+      let out = '';
+      const code = await pluginMain(makeHandlers(fileDeps), {
+        env,
+        readStdin: async () => {
+          throw new Error('EIO: i/o error, read');
+        },
+        stdout: (t) => (out += t),
+        stderr: () => {},
+      });
+      return [code, JSON.parse(out) as unknown];
+    };
+    assert.deepEqual(await run(missingId), [1, { cniVersion: '1.1.0', code: 4, msg: 'required env variables [CNI_CONTAINERID] missing' }]);
+    assert.deepEqual(await run(baseEnv()), [1, { cniVersion: '1.1.0', code: 5, msg: 'error reading from stdin: EIO: i/o error, read' }]);
+  });
+});
+
 describe('pre-existing garbage in the network directory', () => {
   it('empty and unparseable IP-named files block their addresses on an ordinary ADD, as in host-local (reconciler.md E12); foreign files are left alone', async () => {
     const dd = root();

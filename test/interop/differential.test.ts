@@ -16,7 +16,7 @@
  *    creates DIR and its lock file).
  *  - `decodeMsg`: the JSON parser's own words after `error unmarshall network config: ` differ
  *    (Go's encoding/json vs JavaScript's JSON.parse); the code (6) and the prefix are the same.
- * Always tolerated: the error object's extra `cniVersion` key (newer libcni prints it too) and the
+ * Always tolerated: the error object's extra `cniVersion` key (SPEC.md §Error; libcni prints none) and the
  * VERSION list's extra 1.1.0.
  *
  * Where Debian's 1.1.1 is older than current upstream, the test asserts current upstream's
