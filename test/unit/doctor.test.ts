@@ -138,7 +138,7 @@ describe('ipwarden doctor', () => {
     br20();
     const r = await findings(['l5', 'l9', 'l12']);
     assert.equal(r.code, 1);
-    const gc = `ipwarden gc --network cbr0 --data-dir ${dataDir}`;
+    const gc = `ipwarden gc --network cbr0 --data-dir ${dataDir} --cni-conf-dir ${confDir}`;
     assert.deepEqual(r.findings, [
       {
         id: 'range-set-full-of-leaks',
@@ -206,14 +206,14 @@ describe('ipwarden doctor', () => {
         severity: 'warning',
         title: 'n: 1 corrupt reservation file',
         evidence: `1 reservation file in ${join(dataDir, 'n')} is empty or unparseable: 10.3.0.14`,
-        fix: `ipwarden gc --network n --data-dir ${dataDir}`,
+        fix: `ipwarden gc --network n --data-dir ${dataDir} --cni-conf-dir ${confDir}`,
       },
       {
         id: 'range-set-full-of-leaks',
         severity: 'warning',
         title: 'n range set 0 (10.3.0.1-10.3.0.14) is 92% reserved; 1 of the 12 are leaked or corrupt',
         evidence: '12 of 13 addresses reserved (92%), 1 free: 11 live, 0 in grace, 0 leaked, 1 corrupt; releasing the leaked and corrupt ones leaves 11 reserved',
-        fix: `ipwarden gc --network n --data-dir ${dataDir}`,
+        fix: `ipwarden gc --network n --data-dir ${dataDir} --cni-conf-dir ${confDir}`,
       },
     ]);
   });
@@ -262,7 +262,7 @@ describe('ipwarden doctor', () => {
       }
       const r = await findings(live);
       const f = r.findings.find((x) => x.id.startsWith('range-set'));
-      const sub = (t: string): string => t.replace('NCONF', join(confDir, 'n.conf')).replace('GC', `ipwarden gc --network n --data-dir ${dataDir}`);
+      const sub = (t: string): string => t.replace('NCONF', join(confDir, 'n.conf')).replace('GC', `ipwarden gc --network n --data-dir ${dataDir} --cni-conf-dir ${confDir}`);
       assert.deepEqual(f === undefined ? ['', '', ''] : [f.id, f.severity, f.fix], c.want.map(sub));
     }),
   );
@@ -284,7 +284,7 @@ describe('ipwarden doctor', () => {
         severity: 'error',
         title: 'cbr0 range set 0 (10.42.1.1-10.42.1.14) is 100% reserved',
         evidence: '13 of 13 addresses reserved (100%), 0 free; 0 corrupt; the runtime could not be asked, so how many are leaked is unknown',
-        fix: `make the runtime reachable, then: ipwarden leaks --network cbr0 --data-dir ${dataDir}`,
+        fix: `make the runtime reachable, then: ipwarden leaks --network cbr0 --data-dir ${dataDir} --cni-conf-dir ${confDir}`,
       },
     ]);
   });
@@ -377,7 +377,7 @@ describe('ipwarden doctor', () => {
       evidence:
         `${dataDir} is on ext4 (mounted at /), not tmpfs; 1 reservation file is older than the last boot (2024-12-31T21:00:00.000Z): n/10.8.0.2; ` +
         'no network there uses "type": "ipwarden" IPAM and no "ipwarden daemon" process runs',
-      fix: `run ipwarden gc --data-dir ${dataDir} now and at every boot (or keep ipwarden daemon --data-dir ${dataDir} running), or set ipam "type": "ipwarden" in the network configurations`,
+      fix: `run ipwarden gc --data-dir ${dataDir} --cni-conf-dir ${confDir} now and at every boot (or keep ipwarden daemon --data-dir ${dataDir} --cni-conf-dir ${confDir} running), or set ipam "type": "ipwarden" in the network configurations`,
     });
 
     it('persistent filesystem + files older than the boot + host-local + no daemon: warning', async () => {
@@ -484,7 +484,7 @@ describe('ipwarden doctor', () => {
         inFlight: new Map(),
         incomplete: null,
       };
-      const fix = `find what uses it (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp): a pod of cbr0 whose file was deleted — ipwarden gc --network cbr0 --data-dir ${dataDir} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`;
+      const fix = `find what uses it (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp): a pod of cbr0 whose file was deleted — ipwarden gc --network cbr0 --data-dir ${dataDir} --cni-conf-dir ${confDir} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`;
       const r1 = await doctor(['--json'], ['d2'], { evidence: one });
       assert.equal(r1.code, 0);
       assert.deepEqual(json(r1), [
