@@ -7,8 +7,8 @@
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { once } from 'node:events';
@@ -588,6 +588,59 @@ describe('ipwarden doctor', () => {
         '',
       ].join('\n'),
     );
+  });
+
+  it('a fix command carries the options doctor was given (--cni-conf-dir, --runtime-endpoint, --grace), shell-quoted; run as printed, gc reaches the same verdict', async () => {
+    // A data dir and a runtime socket whose paths hold a space and a quote; no CONTAINER_RUNTIME_ENDPOINT.
+    const dd = join(root, "data dir's");
+    const ep = `unix://${join(root, 'cri sock', "it's.sock")}`;
+    conf('10-trial.conf', { cniVersion: '1.0.0', name: 'trial-leak', type: 'bridge', ipam: { type: 'host-local', subnet: '10.237.43.0/24', dataDir: dd } });
+    // Owner gone, 3 minutes old: leaked under --grace 2m, still in grace under the default 5m.
+    mkdirSync(join(dd, 'trial-leak'), { recursive: true });
+    writeFileSync(join(dd, 'trial-leak', '10.237.43.5'), 'gone\r\neth0');
+    utimesSync(join(dd, 'trial-leak', '10.237.43.5'), (SNAP - 180_000) / 1000, (SNAP - 180_000) / 1000);
+    const asked: string[] = [];
+    const out = { stdout: '', stderr: '' };
+    const ctx: DoctorContext = {
+      stdout: (t) => void (out.stdout += t),
+      stderr: (t) => void (out.stderr += t),
+      env: {},
+      now: () => SNAP,
+      evidence: () => NOTHING_IN_USE,
+      socketExists: () => false,
+      sandboxSource: (endpoint) => {
+        asked.push(endpoint);
+        return {
+          endpoint,
+          list: async (): Promise<SandboxInfo[]> => {
+            if (endpoint !== ep) throw new AppError('RUNTIME_UNAVAILABLE', `cannot connect to the runtime at ${endpoint}: ENOENT`);
+            return [];
+          },
+        };
+      },
+      doctorProbe: { procDir, delay: async () => {} },
+    };
+    const code = await runMain(['doctor', '--cni-conf-dir', confDir, '--data-dir', dd, '--cni-bin-dir', binDir, '--runtime-endpoint', ep, '--grace', '2m', '--json'], ctx);
+    assert.equal(out.stderr, '');
+    assert.equal(code, 0);
+    const fix = `ipwarden gc --network trial-leak --data-dir '${root}/data dir'\\''s' --cni-conf-dir ${confDir} --runtime-endpoint 'unix://${root}/cri sock/it'\\''s.sock' --grace 2m`;
+    assert.deepEqual(
+      (JSON.parse(out.stdout) as { findings: Finding[] }).findings.map((f) => [f.id, f.fix]),
+      [['leaked-reservations', fix]],
+    );
+
+    // The printed command, split by a real shell, run as is.
+    const sh = spawnSync('sh', ['-c', `printf '%s\\0' ${fix}`], { encoding: 'utf8' });
+    assert.equal(sh.status, 0);
+    const argv = sh.stdout.split('\0').slice(0, -1);
+    assert.deepEqual(argv, ['ipwarden', 'gc', '--network', 'trial-leak', '--data-dir', dd, '--cni-conf-dir', confDir, '--runtime-endpoint', ep, '--grace', '2m']);
+    out.stdout = '';
+    const gc = await runMain(argv.slice(1), ctx);
+    assert.equal(out.stderr, '');
+    assert.equal(gc, 0);
+    assert.ok(out.stdout.endsWith('1 reservation: 0 live, 0 grace, 1 leaked, 0 corrupt\nreleased trial-leak 10.237.43.5 (leaked)\nreleased 1\n'), out.stdout);
+    assert.equal(existsSync(join(dd, 'trial-leak', '10.237.43.5')), false);
+    assert.deepEqual([...new Set(asked)], [ep]);
   });
 
   describe('a lock held for long (real /proc/locks, a child process holding the flock)', () => {
