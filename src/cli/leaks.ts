@@ -1,5 +1,5 @@
 /**
- * `ipwarden leaks` — list every reservation under the data dir with its verdict (live, grace,
+ * `ipwarden leaks` — list every reservation under the data directories with its verdict (live, grace,
  * leaked, corrupt, notready), and the output `ipwarden gc` shares (`src/cli/gc.ts`).
  *
  * Usage:
@@ -10,8 +10,9 @@
  *   ipwarden leaks --network cbr0 --grace 2m --json
  *   ipwarden leaks --policy reclaim-notready
  *
- * A thin verb: flags → `parseReconcileOptions` → `reconcile()` (`src/reconcile/engine.ts`:
- * snapshot, read-and-plan, and for gc apply) → table or JSON.
+ * A thin verb: flags → `parseReconcileOptions` → `reconcileScope()` (the data directories
+ * `status` reads: `--data-dir`, else those the CNI configurations name) → `reconcile()`
+ * (`src/reconcile/engine.ts`: snapshot, read-and-plan, and for gc apply) → table or JSON.
  * Exit status: 0; 1 when the runtime could not be asked, a release failed, or (gc) an address of
  * a live sandbox is reserved for another container; 2 for usage errors.
  * docs/cli.md documents the JSON schema.
@@ -19,6 +20,7 @@
 import { reconcile, toJson, type ReconcileRun } from '../reconcile/engine.ts';
 import { parseReconcileOptions, type RawReconcileOptions } from '../reconcile/options.ts';
 import { VERDICTS, type AnyVerdict, type Plan } from '../reconcile/plan.ts';
+import { reconcileScope } from '../reconcile/status.ts';
 import type { CliContext } from './context.ts';
 import { cell, formatAge, renderTable, shortId } from './format.ts';
 
@@ -127,7 +129,10 @@ export function report(mode: 'leaks' | 'gc', opts: ReconcileCommandOptions, run:
  * status. Throws `UsageError` for bad flags and what `reconcile()` throws.
  */
 export async function runReconcileCommand(mode: 'leaks' | 'gc', opts: ReconcileCommandOptions, ctx: CliContext): Promise<number> {
-  return report(mode, opts, await reconcile(mode, parseReconcileOptions(opts), ctx, { podIPs: true }), ctx);
+  const o = parseReconcileOptions(opts);
+  const scope = reconcileScope(o);
+  const run = await reconcile(mode, { ...o, dataDirs: scope.dataDirs }, ctx, { podIPs: true });
+  return report(mode, opts, { ...run, warnings: [...scope.warnings, ...run.warnings] }, ctx);
 }
 
 /** CLI action of `ipwarden leaks`; resolves to the exit status. */

@@ -63,12 +63,12 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     program
       .command(name)
       .description(description)
-      .option('--data-dir <DIR>', 'host-local data dir holding one directory per network', '/var/lib/cni/networks')
+      .option('--data-dir <DIR>', 'data dir for every network (default: each config\'s ipam.dataDir; /var/lib/cni/networks without configs)')
       .option('--network <NAME>', 'only this network (default: every network directory)')
       .option('--runtime-endpoint <URL>', 'CRI socket (default: $CONTAINER_RUNTIME_ENDPOINT, else containerd, else CRI-O)')
       .option('--grace <DUR>', 'keep unowned files younger than this (Go duration)', '5m')
       .option('--policy <P>', "conservative, or reclaim-notready: also release NOT READY sandboxes' reservations older than --grace", 'conservative')
-      .option('--cni-conf-dir <DIR>', "CNI configuration directory (networks' ranges, for re-reserving a live pod's address)", '/etc/cni/net.d')
+      .option('--cni-conf-dir <DIR>', "CNI configuration directory (the networks' data dirs and ranges)", '/etc/cni/net.d')
       .option('--json', 'print the documented JSON report')
       .addHelpText('after', `\nExample:\n  ${example}\n`);
   reconcileCommand('leaks', 'list every reservation with its verdict: live, inuse, grace, leaked, corrupt, notready (with --policy reclaim-notready) or unknown', 'ipwarden leaks --network cbr0 --json')
@@ -78,7 +78,7 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     });
   reconcileCommand('gc', 'release leaked and corrupt reservations (each recorded in the audit log)', 'ipwarden gc --dry-run')
     .option('--dry-run', 'release nothing; list what would be released')
-    .option('--audit-log <FILE>', 'audit log (default: <data-dir>/.ipwarden-audit.log)')
+    .option('--audit-log <FILE>', 'audit log (default: .ipwarden-audit.log in each data dir)')
     .action(async (opts: ReconcileCommandOptions) => {
       const m = await import('./gc.ts');
       setCode(await m.run(opts, ctx));

@@ -13,7 +13,8 @@
 import { join } from 'node:path';
 import { formatAge } from '../common/duration.ts';
 import { parseIP } from '../common/ip.ts';
-import { DEFAULT_DATA_DIR } from '../common/names.ts';
+import { DEFAULT_CNI_CONF_DIR, DEFAULT_DATA_DIR } from '../common/names.ts';
+import { shellQuote } from '../common/shell.ts';
 import { rangeContains, rangeSetContains, rangeSetOverlaps, rangeSetString } from '../ipam/range.ts';
 import { unusableEntries } from '../node/entries.ts';
 import { DEFAULT_CNI_BIN_DIRS, findPluginBinary, isPluginName } from '../node/plugins.ts';
@@ -28,7 +29,7 @@ import {
   type LockHolder,
 } from '../node/proc.ts';
 import { LOCK_FILE_NAME } from '../store/file/file-store.ts';
-import type { ReconcileDeps } from './options.ts';
+import { DEFAULT_GRACE, parseGrace, type ReconcileDeps } from './options.ts';
 import { learnedPoolsDir, readLearnedPools } from '../pool/index.ts';
 import { poolNetworkFindings } from './doctor-pools.ts';
 import { isStampedInFuture, type PlanEntry } from './plan.ts';
@@ -99,6 +100,9 @@ export interface DoctorDeps extends ReconcileDeps {
   readonly poolOverlaps?: PoolOverlapReader;
 }
 
+/** `--grace`'s default in seconds. */
+const DEFAULT_GRACE_SECONDS = parseGrace(DEFAULT_GRACE);
+
 /** Default of {@link DoctorProbe.lockRecheckMs}. */
 export const DEFAULT_LOCK_RECHECK_MS = 200;
 
@@ -127,9 +131,37 @@ export function plural(n: number | bigint, one: string, many = `${one}s`): strin
   return `${n} ${n === 1 || n === 1n ? one : many}`;
 }
 
-/** The `ipwarden gc` command for one network (`--data-dir` only when not the default). */
-export function gcCommand(n: { name: string; dataDir: string }): string {
-  return `ipwarden gc --network ${n.name}${n.dataDir === DEFAULT_DATA_DIR ? '' : ` --data-dir ${n.dataDir}`}`;
+/**
+ * `--grace` of a fix command: seconds as a Go duration that gives them back exactly (`2h`, `10m`,
+ * `90s`, `12.5s`).
+ */
+function graceWord(seconds: number): string {
+  if (Number.isInteger(seconds) && seconds > 0 && seconds % 3600 === 0) return `${seconds / 3600}h`;
+  if (Number.isInteger(seconds) && seconds > 0 && seconds % 60 === 0) return `${seconds / 60}m`;
+  return `${seconds}s`;
+}
+
+/**
+ * The options doctor was given that a printed `ipwarden gc|leaks|daemon` needs to reach doctor's
+ * verdicts, each shell-quoted, with a leading space (or ''): `--cni-conf-dir` (networks, their
+ * ranges: where gc re-reserves) when given and not the default, `--runtime-endpoint` when given,
+ * `--grace` when not the default.
+ */
+export function verdictFlags(q: Pick<StatusQuery, 'cniConfDir' | 'runtimeEndpoint' | 'graceSeconds'>): string {
+  let out = '';
+  if (q.cniConfDir !== undefined && q.cniConfDir !== DEFAULT_CNI_CONF_DIR) out += ` --cni-conf-dir ${shellQuote(q.cniConfDir)}`;
+  if (q.runtimeEndpoint !== undefined) out += ` --runtime-endpoint ${shellQuote(q.runtimeEndpoint)}`;
+  if (q.graceSeconds !== DEFAULT_GRACE_SECONDS) out += ` --grace ${graceWord(q.graceSeconds)}`;
+  return out;
+}
+
+/**
+ * The `ipwarden gc` (or `leaks`) command for one network, to run as printed: `--data-dir` when
+ * not the default or when doctor was given one, then {@link verdictFlags}; values shell-quoted.
+ */
+export function gcCommand(n: { name: string; dataDir: string }, q: Pick<StatusQuery, 'dataDir' | 'cniConfDir' | 'runtimeEndpoint' | 'graceSeconds'>, verb: 'gc' | 'leaks' = 'gc'): string {
+  const dataDir = n.dataDir === DEFAULT_DATA_DIR && q.dataDir === undefined ? '' : ` --data-dir ${shellQuote(n.dataDir)}`;
+  return `ipwarden ${verb} --network ${shellQuote(n.name)}${dataDir}${verdictFlags(q)}`;
 }
 
 function describeHolders(holders: readonly LockHolder[]): string {
@@ -169,7 +201,7 @@ function percent(part: number, whole: bigint): number {
 }
 
 /** The per-network checks: leaks, corrupt files, full range sets. */
-function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
+function networkFindings(n: NetworkStatus, r: StatusReport, q: DoctorQuery): Finding[] {
   const out: Finding[] = [];
   if (n.skipped !== null) return out;
   const all = [...n.rangeSets.flatMap((s) => s.entries), ...n.outside.entries];
@@ -187,7 +219,7 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
       evidence:
         `${n.total.leaked} of ${n.total.reserved} reservations in ${n.dir} belong to sandboxes the runtime does not list ` +
         `and are older than the grace period (${formatAge(r.graceSeconds)}): ${listIPs(ipsOf('leaked'))}`,
-      fix: gcCommand(n),
+      fix: gcCommand(n, q),
     });
   }
   if (n.total.corrupt > 0) {
@@ -196,7 +228,7 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
       severity: 'warning',
       title: `${n.name}: ${plural(n.total.corrupt, 'corrupt reservation file')}`,
       evidence: `${n.total.corrupt} reservation ${n.total.corrupt === 1 ? 'file' : 'files'} in ${n.dir} ${n.total.corrupt === 1 ? 'is' : 'are'} empty or unparseable: ${listIPs(ipsOf('corrupt'))}`,
-      fix: gcCommand(n),
+      fix: gcCommand(n, q),
     });
   }
   const unusable = unusableEntries(n.dir).sort((a, b) => compareIP(a.name, b.name));
@@ -211,7 +243,7 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
       evidence:
         `${shown}${more}: neither ipwarden nor host-local reads ${one ? 'it as a reservation or hands its address' : 'them as reservations or hands their addresses'} out ` +
         `(the ${one ? 'name is' : 'names are'} taken), and gc never removes ${one ? 'it' : 'them'}`,
-      fix: `check that nothing uses ${one ? 'it' : 'them'}, then remove ${one ? 'it' : 'them'}: rm ${unusable.map((u) => u.path).join(' ')}`,
+      fix: `check that nothing uses ${one ? 'it' : 'them'}, then remove ${one ? 'it' : 'them'}: rm ${unusable.map((u) => shellQuote(u.path)).join(' ')}`,
     });
   }
   for (const s of n.rangeSets) {
@@ -228,7 +260,7 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
         severity,
         title: `${head} is ${pct}% reserved`,
         evidence: `${used}; ${c.corrupt} corrupt; the runtime could not be asked, so how many are leaked is unknown`,
-        fix: `make the runtime reachable, then: ipwarden leaks --network ${n.name}${n.dataDir === DEFAULT_DATA_DIR ? '' : ` --data-dir ${n.dataDir}`}`,
+        fix: `make the runtime reachable, then: ${gcCommand(n, q, 'leaks')}`,
       });
       continue;
     }
@@ -241,7 +273,7 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
         severity,
         title: `${head} is ${pct}% reserved; ${reclaimable} of the ${c.reserved} are leaked or corrupt`,
         evidence: `${evidence}; releasing the leaked and corrupt ones leaves ${afterGc} reserved`,
-        fix: gcCommand(n),
+        fix: gcCommand(n, q),
       });
     } else if (c.grace > 0) {
       // Not judged yet: younger than the grace period, or stamped in the future after a clock step.
@@ -251,7 +283,7 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
         severity,
         title: `${head} is ${pct}% reserved; ${c.grace} of the ${c.reserved} are within the grace period${future > 0 ? ` (${future} stamped in the future)` : ''}, not yet judged`,
         evidence: future > 0 ? `${evidence}; ${future} reservation ${future === 1 ? 'file is' : 'files are'} stamped after now: the clock was stepped back (see clock-skew)` : evidence,
-        fix: `${gcCommand(n)} after the grace period (${formatAge(r.graceSeconds)})${future > 0 ? '; gc restamps files stamped in the future, so they are judged one grace period later' : ''}, or widen the range set`,
+        fix: `${gcCommand(n, q)} after the grace period (${formatAge(r.graceSeconds)})${future > 0 ? '; gc restamps files stamped in the future, so they are judged one grace period later' : ''}, or widen the range set`,
       });
     } else {
       out.push({
@@ -261,7 +293,7 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
         evidence,
         fix:
           `widen the range set (a larger subnet, or another range in ipam.ranges[${s.index}] of ${file}) or run fewer pods on this node` +
-          (reclaimable > 0 ? `; ${gcCommand(n)} frees only ${reclaimable}` : ''),
+          (reclaimable > 0 ? `; ${gcCommand(n, q)} frees only ${reclaimable}` : ''),
       });
     }
   }
@@ -273,7 +305,7 @@ function networkFindings(n: NetworkStatus, r: StatusReport): Finding[] {
  * network namespaces (a duplicate: both holders named), evidence that could not be read
  * completely, and reservations stamped in the future (the clock was stepped back).
  */
-function kernelFindings(r: StatusReport): Finding[] {
+function kernelFindings(r: StatusReport, q: DoctorQuery): Finding[] {
   const out: Finding[] = [];
   const ev = r.evidence;
   if (ev.incomplete !== null) {
@@ -305,7 +337,7 @@ function kernelFindings(r: StatusReport): Finding[] {
       fix: `two pods share ${ip}: find them (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp) and recreate one of them`,
     });
   }
-  out.push(...unreservedFindings(r));
+  out.push(...unreservedFindings(r, q));
   const future = r.networks.flatMap((n) => [...n.rangeSets.flatMap((s) => s.entries), ...n.outside.entries]).filter((e) => isStampedInFuture(e.mtimeMs, r.snapshotAtMs));
   if (future.length > 0) {
     const ahead = Math.max(...future.map((e) => -e.ageSeconds));
@@ -328,7 +360,7 @@ function kernelFindings(r: StatusReport): Finding[] {
  * "The kernel address index"). One finding per network, the addresses sorted numerically, each
  * with the namespaces holding it. Networks whose reservations were not read are left out.
  */
-function unreservedFindings(r: StatusReport): Finding[] {
+function unreservedFindings(r: StatusReport, q: DoctorQuery): Finding[] {
   const out: Finding[] = [];
   const configured = [...r.evidence.addresses].filter(([, h]) => h.length > 0).sort((a, b) => compareIP(a[0], b[0]));
   for (const n of r.networks) {
@@ -358,7 +390,7 @@ function unreservedFindings(r: StatusReport): Finding[] {
         `(ADDs served by ipwarden daemon skip ${one ? 'it' : 'them'})`,
       fix:
         `find what uses ${one ? 'it' : 'each'} (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp): a pod of ${n.name} whose file was deleted — ` +
-        `${gcCommand(n)} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`,
+        `${gcCommand(n, q)} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`,
     });
   }
   return out;
@@ -432,9 +464,9 @@ export async function diagnose(q: DoctorQuery, deps: DoctorDeps): Promise<Doctor
     const dest = binDirs[0] ?? '/opt/cni/bin';
     const fix =
       c.ipamType === 'ipwarden'
-        ? `ipwarden install-cni --dest ${dest}`
+        ? `ipwarden install-cni --dest ${shellQuote(dest)}`
         : c.ipamType === 'host-local'
-          ? `install the reference CNI plugins into ${dest} (Debian: apt-get install containernetworking-plugins, then link /usr/lib/cni/host-local into ${dest}), or set "type": "ipwarden" and run: ipwarden install-cni --dest ${dest}`
+          ? `install the reference CNI plugins into ${dest} (Debian: apt-get install containernetworking-plugins, then link /usr/lib/cni/host-local into ${dest}), or set "type": "ipwarden" and run: ipwarden install-cni --dest ${shellQuote(dest)}`
           : `install the ${JSON.stringify(c.ipamType)} CNI plugin into ${dest}, or change ipam.type in ${c.file}`;
     findings.push({
       id: 'ipam-plugin-missing',
@@ -468,7 +500,7 @@ export async function diagnose(q: DoctorQuery, deps: DoctorDeps): Promise<Doctor
     });
   }
 
-  for (const n of report.networks) findings.push(...networkFindings(n, report));
+  for (const n of report.networks) findings.push(...networkFindings(n, report, q));
 
   // A data directory that keeps reservations across reboots, with nothing to clean them.
   const bootTime = readBootTime(probe.procDir);
@@ -495,7 +527,7 @@ export async function diagnose(q: DoctorQuery, deps: DoctorDeps): Promise<Doctor
         `${d} is on ${mount.fsType} (mounted at ${mount.mountPoint}), not tmpfs; ` +
         `${plural(old.length, 'reservation file')} ${old.length === 1 ? 'is' : 'are'} older than the last boot (${new Date(bootTime * 1000).toISOString()}): ` +
         `${listIPs(old.map((e) => `${e.network}/${e.ip}`))}; no network there uses "type": "ipwarden" IPAM and no "ipwarden daemon" process runs`,
-      fix: `run ipwarden gc --data-dir ${d} now and at every boot (or keep ipwarden daemon --data-dir ${d} running), or set ipam "type": "ipwarden" in the network configurations`,
+      fix: `run ipwarden gc --data-dir ${shellQuote(d)}${verdictFlags(q)} now and at every boot (or keep ipwarden daemon --data-dir ${shellQuote(d)}${verdictFlags(q)} running), or set ipam "type": "ipwarden" in the network configurations`,
     });
   }
 
@@ -545,7 +577,7 @@ export async function diagnose(q: DoctorQuery, deps: DoctorDeps): Promise<Doctor
   const learned = readLearnedPools(learnedPoolsDir(q.dataDir ?? DEFAULT_DATA_DIR)).pools;
   if (layout.poolNetworks.length > 0 || learned.length > 0) findings.push(...(await (await import('./pool-doctor.ts')).poolFindings(layout, report, deps.poolOverlaps, learned, q.network)));
   findings.push(...dupes);
-  findings.push(...kernelFindings(report));
+  findings.push(...kernelFindings(report, q));
   // The cluster pools this node serves, and from where (CNI configuration, requests: Multus).
   findings.push(...poolNetworkFindings(layout.configs, learnedPoolsDir(q.dataDir ?? DEFAULT_DATA_DIR)));
 

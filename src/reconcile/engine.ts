@@ -15,6 +15,9 @@
  * JSON document (docs/cli.md). Order of work (ARCHITECTURE.md "Reconciler safety rules"): the
  * snapshot first, THEN the locks.
  */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { AppError } from '../common/errors.ts';
 import { openFileStore } from '../store/file/file-store.ts';
 import { readCniConfigs } from '../node/cni-conf.ts';
 import { readKernelEvidence } from '../node/kernel-evidence.ts';
@@ -23,7 +26,7 @@ import { openAuditLog, openDefaultAuditLog, type AuditSink } from './audit.ts';
 import type { UseEvidence } from './evidence.ts';
 import { discoverNetworks, namedNetwork, readReservations, type NetworkDir, type StoreOpener } from './networks.ts';
 import { describeError as describe, type ReconcileDeps, type ReconcileOptions } from './options.ts';
-import { plan, type AnyVerdict, type Plan, type PlanEntry, type Policy, type Verdict } from './plan.ts';
+import { compareIPText, plan, type AnyVerdict, type Plan, type PlanEntry, type Policy, type Verdict } from './plan.ts';
 import { takeSnapshot, type RuntimeJson, type Snapshot } from './snapshot.ts';
 import { checkPodIPs, withheldKey, type NetworkRanges, type PodIPAction, type PodIPFinding } from './unreserved.ts';
 
@@ -356,53 +359,146 @@ export async function applyNetworkPlan(np: NetworkPlan, opts: ApplyPhaseOptions,
   }
 }
 
+/** Options of {@link reconcile}: the parsed flags and the data directories to read. */
+export interface ReconcileRunOptions extends ReconcileOptions {
+  /**
+   * The data directories, in order (`reconcileScope` of `status.ts`: `--data-dir`, else those the
+   * CNI configurations name); at least one.
+   */
+  readonly dataDirs: readonly string[];
+}
+
 /**
- * One `leaks` (`mode: 'leaks'`) or `gc` run over `opts.dataDir`: find the networks (all of them,
- * or `opts.network`), {@link takeSnapshot}, {@link planNetworks}, and for `gc` without `dryRun`
- * {@link applyNetworkPlan}. Throws `UsageError` (invalid network name, malformed runtime
- * endpoint), `AppError('IPAM_NOT_FOUND')` (no such network directory), the store's `AppError`s
- * when a network cannot be read, and `AppError('STORE_IO')` when the audit log cannot be opened.
+ * The networks of each data directory: all of them, or only `network` where its directory
+ * exists. Adds a warning for each data directory that does not exist or holds no network (a
+ * mistyped `--data-dir` must not look like a clean node). Throws `UsageError` for an invalid
+ * network name and `AppError('IPAM_NOT_FOUND')` when no data directory has `network`.
+ */
+function networksOf(dataDirs: readonly string[], network: string | undefined, warnings: string[]): Array<{ dataDir: string; networks: NetworkDir[] }> {
+  if (network !== undefined) {
+    const found: Array<{ dataDir: string; networks: NetworkDir[] }> = [];
+    let missing: unknown = null;
+    for (const dataDir of dataDirs) {
+      try {
+        found.push({ dataDir, networks: [namedNetwork(dataDir, network)] });
+      } catch (e) {
+        if (!(e instanceof AppError) || e.code !== 'IPAM_NOT_FOUND') throw e;
+        missing ??= e;
+      }
+    }
+    if (found.length > 0) return found;
+    if (dataDirs.length === 1) throw missing;
+    throw new AppError('IPAM_NOT_FOUND', `no network directory ${dataDirs.map((d) => join(d, network)).join(', ')}`);
+  }
+  return dataDirs.map((dataDir) => {
+    const networks = discoverNetworks(dataDir);
+    if (networks.length === 0) {
+      warnings.push(existsSync(dataDir) ? `data directory ${dataDir} holds no networks` : `data directory ${dataDir} does not exist: no reservations read there`);
+    }
+    return { dataDir, networks };
+  });
+}
+
+/** One plan of several data directories' plans (same snapshot): entries sorted by network name, counts summed. */
+function mergePlans(plans: readonly Plan<AnyVerdict>[]): Plan<AnyVerdict> {
+  const first = plans[0] as Plan<AnyVerdict>;
+  if (plans.length === 1) return first;
+  const byName = (a: PlanEntry<AnyVerdict>, b: PlanEntry<AnyVerdict>): number => (a.network < b.network ? -1 : a.network > b.network ? 1 : 0);
+  const counts = { ...first.counts };
+  for (const p of plans.slice(1)) for (const k of Object.keys(counts) as Array<keyof typeof counts>) counts[k] += p.counts[k];
+  return {
+    ...first,
+    entries: plans.flatMap((p) => p.entries).sort(byName),
+    release: plans.flatMap((p) => p.release).sort(byName),
+    keep: plans.flatMap((p) => p.keep).sort(byName),
+    // Owning nothing in any data directory.
+    orphans: first.orphans.filter((id) => plans.every((p) => p.orphans.includes(id))),
+    counts,
+  };
+}
+
+/**
+ * One `leaks` (`mode: 'leaks'`) or `gc` run over `opts.dataDirs`: find the networks (all of them,
+ * or `opts.network`) of each, {@link takeSnapshot} once, {@link planNetworks} per data directory,
+ * and for `gc` without `dryRun` {@link applyNetworkPlan} per data directory (each its own audit log
+ * unless `opts.auditLog`). Throws `UsageError` (invalid network name, malformed runtime endpoint),
+ * `AppError('IPAM_NOT_FOUND')` (no data directory has the network), the store's `AppError`s when a
+ * network cannot be read, and `AppError('STORE_IO')` when an audit log cannot be opened.
  * With policy `conservative` the plan holds no `notready` entry.
  */
 export async function reconcile(
   mode: 'leaks' | 'gc',
-  opts: ReconcileOptions & { readonly policy: 'conservative' },
+  opts: ReconcileRunOptions & { readonly policy: 'conservative' },
   deps: ReconcileDeps,
   features?: ReconcileFeatures,
 ): Promise<ReconcileRun<Verdict>>;
-export async function reconcile(mode: 'leaks' | 'gc', opts: ReconcileOptions, deps: ReconcileDeps, features?: ReconcileFeatures): Promise<ReconcileRun>;
+export async function reconcile(mode: 'leaks' | 'gc', opts: ReconcileRunOptions, deps: ReconcileDeps, features?: ReconcileFeatures): Promise<ReconcileRun>;
 export async function reconcile(
   mode: 'leaks' | 'gc',
-  opts: ReconcileOptions,
+  opts: ReconcileRunOptions,
   deps: ReconcileDeps,
   features: ReconcileFeatures = {},
 ): Promise<ReconcileRun> {
-  const { dataDir } = opts;
-  const networks = opts.network !== undefined ? [namedNetwork(dataDir, opts.network)] : discoverNetworks(dataDir);
+  const scopeWarnings: string[] = [];
+  const dirs = networksOf(opts.dataDirs, opts.network, scopeWarnings);
   const snap = await takeSnapshot({ runtimeEndpoint: opts.runtimeEndpoint, podIPs: features.podIPs === true }, deps);
-  const np = await planNetworks(dataDir, networks, snap, {
-    graceSeconds: opts.graceSeconds,
-    policy: opts.policy,
-    cniConfDir: opts.cniConfDir,
-    ...(opts.network === undefined ? { allNetworks: () => networks.map((n) => n.name) } : {}),
-  }, deps);
-  let applied: ApplyResult | null = null;
-  let findings = np.findings;
-  if (mode === 'gc' && opts.dryRun !== true) {
-    const a = await applyNetworkPlan(np, { ...(opts.auditLog === undefined ? {} : { auditLog: opts.auditLog }) }, deps);
-    applied = a.applied;
-    findings = a.findings;
+  const plans: NetworkPlan[] = [];
+  for (const { dataDir, networks } of dirs) {
+    plans.push(
+      await planNetworks(dataDir, networks, snap, {
+        graceSeconds: opts.graceSeconds,
+        policy: opts.policy,
+        cniConfDir: opts.cniConfDir,
+        ...(opts.network === undefined ? { allNetworks: () => networks.map((n) => n.name) } : {}),
+      }, deps),
+    );
   }
+  let applied: ApplyResult | null = null;
+  let findings: PodIPFinding[] | null = plans.some((np) => np.findings !== null) ? plans.flatMap((np) => np.findings ?? []) : null;
+  if (mode === 'gc' && opts.dryRun !== true) {
+    const released: PlanEntry<AnyVerdict>[] = [];
+    const skipped: SkippedRelease[] = [];
+    const errors: ApplyResult['errors'] = [];
+    const after: PodIPFinding[] = [];
+    let auditBroken = false;
+    for (const np of plans) {
+      // An audit log that broke stops everything (every change is recorded).
+      if (auditBroken) {
+        after.push(...(np.findings ?? []));
+        continue;
+      }
+      const a = await applyNetworkPlan(np, { ...(opts.auditLog === undefined ? {} : { auditLog: opts.auditLog }) }, deps);
+      released.push(...a.applied.released);
+      skipped.push(...a.applied.skipped);
+      errors.push(...a.applied.errors);
+      after.push(...(a.findings ?? []));
+      auditBroken = a.applied.auditBroken === true;
+    }
+    applied = { released, skipped, errors, ...(auditBroken ? { auditBroken } : {}) };
+    if (findings !== null) findings = after;
+  }
+  findings?.sort((a, b) => compareIPText(a.ip, b.ip) || (a.sandbox < b.sandbox ? -1 : a.sandbox > b.sandbox ? 1 : 0));
   const podIPs = snap.podIPs === null ? null : { readySandboxes: snap.podIPs.length, findings: findings ?? [] };
-  return { runtime: snap.runtime, evidence: snap.evidence, networks, plan: np.plan, applied, podIPs, withheld: np.withheld, warnings: np.warnings, failures: np.failures };
+  const unique = (xs: readonly string[]): string[] => [...new Set(xs)];
+  return {
+    runtime: snap.runtime,
+    evidence: snap.evidence,
+    networks: plans.flatMap((np) => np.networks).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
+    plan: mergePlans(plans.map((np) => np.plan)),
+    applied,
+    podIPs,
+    withheld: plans.flatMap((np) => np.withheld),
+    warnings: unique([...scopeWarnings, ...plans.flatMap((np) => np.warnings)]),
+    failures: unique(plans.flatMap((np) => np.failures)),
+  };
 }
 
 /** The `--json` document of a run (docs/cli.md). */
 export function toJson(run: ReconcileRun): ReportJson {
   const byNetwork = new Map<string, ReservationJson[]>();
-  for (const n of run.networks) byNetwork.set(n.name, []);
+  for (const n of run.networks) byNetwork.set(n.dir, []);
   for (const e of run.plan.entries) {
-    byNetwork.get(e.network)?.push({
+    byNetwork.get(e.dir)?.push({
       ip: e.ip,
       containerId: e.containerId,
       ifname: e.ifname,
@@ -414,7 +510,7 @@ export function toJson(run: ReconcileRun): ReportJson {
   const doc: ReportJson = {
     runtime: run.runtime,
     kernel: kernelJson(run.evidence),
-    networks: run.networks.map((n) => ({ name: n.name, dir: n.dir, reservations: byNetwork.get(n.name) ?? [] })),
+    networks: run.networks.map((n) => ({ name: n.name, dir: n.dir, reservations: byNetwork.get(n.dir) ?? [] })),
     released: (run.applied?.released ?? []).map((e) => ({
       network: e.network,
       ip: e.ip,

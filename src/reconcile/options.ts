@@ -73,8 +73,12 @@ export interface RawReconcileOptions {
 
 /** Parsed options of a `leaks`/`gc` run ({@link parseReconcileOptions}). */
 export interface ReconcileOptions {
-  /** Non-empty. */
-  readonly dataDir: string;
+  /**
+   * `--data-dir` as given (non-empty), or absent. Given, it is the one data directory read (it
+   * replaces the configurations' `dataDir`s, as for `status`); absent, the data directories are
+   * those `status` reads (`reconcileScope` of `status.ts`).
+   */
+  readonly dataDir?: string;
   /** Only this network (a valid CNI name is checked when its directory is looked up). */
   readonly network?: string;
   /** As given; resolved by the snapshot (flag, then `CONTAINER_RUNTIME_ENDPOINT`, then defaults). */
@@ -86,7 +90,7 @@ export interface ReconcileOptions {
   readonly cniConfDir: string;
   /** gc only: release nothing. */
   readonly dryRun?: boolean;
-  /** gc only: audit log path (default `<dataDir>/.ipwarden-audit.log`). */
+  /** gc only: audit log path (default `<dataDir>/.ipwarden-audit.log` of each data directory). */
   readonly auditLog?: string;
 }
 
@@ -111,19 +115,18 @@ export function parsePolicy(text: string): Policy {
 }
 
 /**
- * Flags → {@link ReconcileOptions}, defaults applied, checked in this order: `--data-dir` not
- * empty, `--grace`, `--policy`, `--cni-conf-dir` not empty. Throws `UsageError`.
+ * Flags → {@link ReconcileOptions}, defaults applied (`--data-dir` has none: see
+ * {@link ReconcileOptions.dataDir}), checked in this order: `--data-dir` not empty, `--grace`, `--policy`, `--cni-conf-dir` not empty. Throws `UsageError`.
  * The result's `policy` is `conservative` when the raw one is absent or `conservative`.
  */
 export function parseReconcileOptions(raw: RawReconcileOptions): ReconcileOptions {
-  const dataDir = raw.dataDir ?? DEFAULT_DATA_DIR;
-  if (dataDir === '') throw new UsageError('--data-dir must not be empty');
+  if (raw.dataDir === '') throw new UsageError('--data-dir must not be empty');
   const graceSeconds = parseGrace(raw.grace ?? DEFAULT_GRACE);
   const policy = parsePolicy(raw.policy ?? DEFAULT_POLICY);
   const cniConfDir = raw.cniConfDir ?? DEFAULT_CNI_CONF_DIR;
   if (cniConfDir === '') throw new UsageError('--cni-conf-dir must not be empty');
   return {
-    dataDir,
+    ...(raw.dataDir === undefined ? {} : { dataDir: raw.dataDir }),
     graceSeconds,
     policy,
     cniConfDir,

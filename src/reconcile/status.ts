@@ -29,7 +29,7 @@ import { readCniConfigs, type CniNetwork } from '../node/cni-conf.ts';
 import { kernelJson, planNetworks, type KernelJson } from './engine.ts';
 import type { UseEvidence } from './evidence.ts';
 import { discoverNetworks, namedNetwork, NETWORK_NAME_RE, type NetworkDir } from './networks.ts';
-import type { ReconcileDeps } from './options.ts';
+import { describeError, type ReconcileDeps } from './options.ts';
 import type { PlanEntry } from './plan.ts';
 import { takeSnapshot, type RuntimeJson, type Snapshot } from './snapshot.ts';
 
@@ -199,6 +199,48 @@ export function layoutNetworks(opts: Pick<StatusQuery, 'cniConfDir' | 'dataDir' 
     }
   }
   return { cniConfDir, configs, dataDirs: [...dataDirs].sort(), networks, configErrors, poolNetworks };
+}
+
+/** Where `leaks` and `gc` look ({@link reconcileScope}). */
+export interface ReconcileScope {
+  /** Data directories to read, sorted; never empty. */
+  readonly dataDirs: readonly string[];
+  /** Diagnostics for stderr, one line each without the `ipwarden: ` prefix. */
+  readonly warnings: readonly string[];
+}
+
+/**
+ * The data directories `leaks` and `gc` read: the ones `status` reads ({@link layoutNetworks}):
+ * `dataDir` (`--data-dir`) when given, else the `dataDir` of every host-local/ipwarden
+ * configuration of `cniConfDir`, else `/var/lib/cni/networks`. Warnings: each configuration that
+ * cannot be used (`config FILE: why`); with `dataDir`, the data directories the configurations
+ * name that it replaces (not read), with their networks; a configuration directory that cannot be
+ * listed (then `dataDir`, or the default, alone). Throws `UsageError` for an empty `dataDir` or
+ * `cniConfDir`.
+ */
+export function reconcileScope(opts: { readonly dataDir?: string; readonly cniConfDir: string }): ReconcileScope {
+  let layout: Layout;
+  try {
+    layout = layoutNetworks({ cniConfDir: opts.cniConfDir, ...(opts.dataDir === undefined ? {} : { dataDir: opts.dataDir }) });
+  } catch (e) {
+    if (e instanceof UsageError) throw e;
+    const only = opts.dataDir ?? DEFAULT_DATA_DIR;
+    return { dataDirs: [only], warnings: [`cannot read the CNI configuration directory ${opts.cniConfDir}: ${describeError(e)}; only the data directory ${only} is read`] };
+  }
+  const warnings = layout.configErrors.map((e) => `config ${e.file}: ${e.error}`);
+  if (opts.dataDir !== undefined) {
+    const replaced = new Map<string, Set<string>>();
+    for (const c of layout.configs) {
+      if (c.ipam === null || c.name === null || (c.ipam.pool !== undefined && c.ipam.pool !== null) || c.ipam.dataDir === opts.dataDir) continue;
+      const names = replaced.get(c.ipam.dataDir) ?? new Set<string>();
+      replaced.set(c.ipam.dataDir, names.add(c.name));
+    }
+    if (replaced.size > 0) {
+      const list = [...replaced].sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([d, names]) => `${d} (${[...names].sort().join(', ')})`);
+      warnings.push(`--data-dir ${opts.dataDir} replaces the data directories the configurations in ${opts.cniConfDir} name; not read: ${list.join(', ')}`);
+    }
+  }
+  return { dataDirs: layout.dataDirs, warnings };
 }
 
 function emptyCounts(): VerdictCounts {

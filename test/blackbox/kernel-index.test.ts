@@ -190,7 +190,7 @@ describe('the kernel address index: ADDs through the daemon skip addresses confi
             '(ADDs served by ipwarden daemon skip it)',
           fix:
             `find what uses it (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp): a pod of ${NET} whose file was deleted — ` +
-            `ipwarden gc --network ${NET} --data-dir ${dd} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`,
+            `ipwarden gc --network ${NET} --data-dir ${dd} --cni-conf-dir ${confDir} --runtime-endpoint ${NO_CRI} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`,
         },
       ]);
 

@@ -82,7 +82,9 @@ async function cli(argv: string[], list: () => Promise<SandboxInfo[]>, env: Reco
       return { endpoint, list, close: () => void closed++ };
     },
   };
-  const code = await runMain(argv, ctx);
+  // Hermetic: never the host's /etc/cni/net.d (its configurations would name other data dirs).
+  const conf = argv.includes('--cni-conf-dir') ? [] : ['--cni-conf-dir', join(dataDir, '.no-conf')];
+  const code = await runMain([...argv, ...conf], ctx);
   assert.equal(closed, endpoints.length, 'every sandbox source is closed');
   return { code, stdout, stderr, endpoints };
 }
@@ -193,13 +195,14 @@ describe('ipwarden leaks', () => {
     });
   });
 
-  it('an empty data dir: no networks, exit 0; the table has only its header and a summary', async () => {
+  it('an empty data dir: no networks, exit 0; the table has only its header and a summary; stderr says the data dir holds none', async () => {
     const r = await cli(['leaks', '--data-dir', dataDir], sandboxes);
     assert.equal(r.code, 0);
     assert.equal(
       r.stdout,
       `runtime ${ENDPOINT}: 3 sandboxes\nNETWORK  IP  CONTAINER  IFNAME  AGE  VERDICT  REASON\n0 reservations: 0 live, 0 grace, 0 leaked, 0 corrupt\n`,
     );
+    assert.equal(r.stderr, `ipwarden: data directory ${dataDir} holds no networks\n`);
   });
 
   const usage: Array<{ name: string; argv: string[]; stderr: string }> = [
@@ -342,6 +345,86 @@ describe('ipwarden gc', () => {
  * BR-13 and BR-22 through the commands' actions (`run()` of leaks.ts and gc.ts, with the options
  * commander would pass), on the same fixture, with a fake runtime that also reports pod IPs.
  */
+describe('leaks and gc: the data directories the CNI configurations name (as status reads them)', () => {
+  // Two networks whose configurations name their own data directories (not --data-dir's default).
+  let confDir: string;
+  let dirA: string;
+  let dirB: string;
+  beforeEach(() => {
+    confDir = join(dataDir, 'net.d');
+    dirA = join(dataDir, 'data-a');
+    dirB = join(dataDir, 'data-b');
+    mkdirSync(confDir);
+    const conf = (name: string, subnet: string, dir: string): void =>
+      writeFileSync(join(confDir, `10-${name}.conf`), JSON.stringify({ cniVersion: '1.0.0', name, type: 'bridge', ipam: { type: 'host-local', subnet, dataDir: dir } }));
+    conf('trial-leak', '10.237.41.0/24', dirA);
+    conf('alpha', '10.237.42.0/24', dirB);
+    for (const [dir, network, ip, owner] of [[dirA, 'trial-leak', '10.237.41.5', `gone1\r\neth0`], [dirB, 'alpha', '10.237.42.9', `${A}\r\neth0`], [dirB, 'alpha', '10.237.42.7', `gone2\r\neth0`]] as const) {
+      mkdirSync(join(dir, network), { recursive: true });
+      writeFileSync(join(dir, network, ip), owner);
+      const t = (SNAP - 3600_000) / 1000;
+      utimesSync(join(dir, network, ip), t, t);
+    }
+  });
+
+  it('leaks --cni-conf-dir (no --data-dir) reads every data directory the configurations name', async () => {
+    const r = await cli(['leaks', '--cni-conf-dir', confDir], sandboxes);
+    assert.equal(r.code, 0);
+    assert.equal(r.stderr, '');
+    const a13 = 'a'.repeat(13);
+    assert.equal(
+      r.stdout,
+      [
+        `runtime ${ENDPOINT}: 3 sandboxes`,
+        'NETWORK     IP           CONTAINER      IFNAME  AGE   VERDICT  REASON',
+        `alpha       10.237.42.7  gone2          eth0    1h0m  leaked   ${LEAKED_REASON}`,
+        `alpha       10.237.42.9  ${a13}  eth0    1h0m  live     sandbox is listed by the runtime (ready)`,
+        `trial-leak  10.237.41.5  gone1          eth0    1h0m  leaked   ${LEAKED_REASON}`,
+        '3 reservations: 1 live, 0 grace, 2 leaked, 0 corrupt',
+        '',
+      ].join('\n'),
+    );
+    const one = await cli(['leaks', '--cni-conf-dir', confDir, '--network', 'trial-leak', '--json'], sandboxes);
+    assert.equal(one.code, 0);
+    assert.deepEqual(JSON.parse(one.stdout).networks.map((n: { dir: string }) => n.dir), [join(dirA, 'trial-leak')]);
+  });
+
+  it('gc --cni-conf-dir releases the leaks of each data directory, each recorded in that directory\'s audit log', async () => {
+    const r = await cli(['gc', '--cni-conf-dir', confDir], sandboxes);
+    assert.equal(r.code, 0);
+    assert.equal(r.stderr, '');
+    // Released data directory by data directory (sorted), each network under its lock.
+    assert.ok(r.stdout.endsWith('3 reservations: 1 live, 0 grace, 2 leaked, 0 corrupt\nreleased trial-leak 10.237.41.5 (leaked)\nreleased alpha 10.237.42.7 (leaked)\nreleased 2\n'), r.stdout);
+    assert.deepEqual(readdirSync(join(dirA, 'trial-leak')).sort(), ['lock']);
+    assert.deepEqual(readdirSync(join(dirB, 'alpha')).sort(), ['10.237.42.9', 'lock']);
+    const phases = (dir: string): string[] => readFileSync(join(dir, '.ipwarden-audit.log'), 'utf8').trim().split('\n').map((l) => `${JSON.parse(l).ip} ${JSON.parse(l).phase}`);
+    assert.deepEqual(phases(dirA), ['10.237.41.5 intent', '10.237.41.5 released']);
+    assert.deepEqual(phases(dirB), ['10.237.42.7 intent', '10.237.42.7 released']);
+  });
+
+  it('a mistyped --data-dir is not an all-clear: stderr names it and the data directories the configurations name, exit 0 as documented', async () => {
+    const typo = join(dataDir, 'data-x');
+    for (const verb of ['leaks', 'gc']) {
+      const r = await cli([verb, '--cni-conf-dir', confDir, '--data-dir', typo], sandboxes);
+      assert.equal(r.code, 0);
+      assert.equal(
+        r.stderr,
+        `ipwarden: --data-dir ${typo} replaces the data directories the configurations in ${confDir} name; not read: ${dirA} (trial-leak), ${dirB} (alpha)\n` +
+          `ipwarden: data directory ${typo} does not exist: no reservations read there\n`,
+      );
+      assert.equal(r.stdout.split('\n').includes('0 reservations: 0 live, 0 grace, 0 leaked, 0 corrupt'), true);
+    }
+    assert.equal(existsSync(join(dirA, 'trial-leak', '10.237.41.5')), true);
+  });
+
+  it('no configuration and no --data-dir: the default data dir, named on stderr when it does not exist', async () => {
+    if (existsSync('/var/lib/cni/networks')) return; // a real node's: not ours to read in a unit test
+    const r = await cli(['leaks', '--cni-conf-dir', join(dataDir, 'empty-conf')], sandboxes);
+    assert.equal(r.code, 0);
+    assert.equal(r.stderr, 'ipwarden: data directory /var/lib/cni/networks does not exist: no reservations read there\n');
+  });
+});
+
 describe('leaks and gc: pod IPs of live sandboxes (BR-13) and --policy (BR-22)', () => {
   interface Fake {
     ips: Record<string, string[]>;

@@ -7,8 +7,8 @@
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { once } from 'node:events';
@@ -138,7 +138,7 @@ describe('ipwarden doctor', () => {
     br20();
     const r = await findings(['l5', 'l9', 'l12']);
     assert.equal(r.code, 1);
-    const gc = `ipwarden gc --network cbr0 --data-dir ${dataDir}`;
+    const gc = `ipwarden gc --network cbr0 --data-dir ${dataDir} --cni-conf-dir ${confDir}`;
     assert.deepEqual(r.findings, [
       {
         id: 'range-set-full-of-leaks',
@@ -206,14 +206,14 @@ describe('ipwarden doctor', () => {
         severity: 'warning',
         title: 'n: 1 corrupt reservation file',
         evidence: `1 reservation file in ${join(dataDir, 'n')} is empty or unparseable: 10.3.0.14`,
-        fix: `ipwarden gc --network n --data-dir ${dataDir}`,
+        fix: `ipwarden gc --network n --data-dir ${dataDir} --cni-conf-dir ${confDir}`,
       },
       {
         id: 'range-set-full-of-leaks',
         severity: 'warning',
         title: 'n range set 0 (10.3.0.1-10.3.0.14) is 92% reserved; 1 of the 12 are leaked or corrupt',
         evidence: '12 of 13 addresses reserved (92%), 1 free: 11 live, 0 in grace, 0 leaked, 1 corrupt; releasing the leaked and corrupt ones leaves 11 reserved',
-        fix: `ipwarden gc --network n --data-dir ${dataDir}`,
+        fix: `ipwarden gc --network n --data-dir ${dataDir} --cni-conf-dir ${confDir}`,
       },
     ]);
   });
@@ -262,7 +262,7 @@ describe('ipwarden doctor', () => {
       }
       const r = await findings(live);
       const f = r.findings.find((x) => x.id.startsWith('range-set'));
-      const sub = (t: string): string => t.replace('NCONF', join(confDir, 'n.conf')).replace('GC', `ipwarden gc --network n --data-dir ${dataDir}`);
+      const sub = (t: string): string => t.replace('NCONF', join(confDir, 'n.conf')).replace('GC', `ipwarden gc --network n --data-dir ${dataDir} --cni-conf-dir ${confDir}`);
       assert.deepEqual(f === undefined ? ['', '', ''] : [f.id, f.severity, f.fix], c.want.map(sub));
     }),
   );
@@ -284,7 +284,7 @@ describe('ipwarden doctor', () => {
         severity: 'error',
         title: 'cbr0 range set 0 (10.42.1.1-10.42.1.14) is 100% reserved',
         evidence: '13 of 13 addresses reserved (100%), 0 free; 0 corrupt; the runtime could not be asked, so how many are leaked is unknown',
-        fix: `make the runtime reachable, then: ipwarden leaks --network cbr0 --data-dir ${dataDir}`,
+        fix: `make the runtime reachable, then: ipwarden leaks --network cbr0 --data-dir ${dataDir} --cni-conf-dir ${confDir}`,
       },
     ]);
   });
@@ -377,7 +377,7 @@ describe('ipwarden doctor', () => {
       evidence:
         `${dataDir} is on ext4 (mounted at /), not tmpfs; 1 reservation file is older than the last boot (2024-12-31T21:00:00.000Z): n/10.8.0.2; ` +
         'no network there uses "type": "ipwarden" IPAM and no "ipwarden daemon" process runs',
-      fix: `run ipwarden gc --data-dir ${dataDir} now and at every boot (or keep ipwarden daemon --data-dir ${dataDir} running), or set ipam "type": "ipwarden" in the network configurations`,
+      fix: `run ipwarden gc --data-dir ${dataDir} --cni-conf-dir ${confDir} now and at every boot (or keep ipwarden daemon --data-dir ${dataDir} --cni-conf-dir ${confDir} running), or set ipam "type": "ipwarden" in the network configurations`,
     });
 
     it('persistent filesystem + files older than the boot + host-local + no daemon: warning', async () => {
@@ -484,7 +484,7 @@ describe('ipwarden doctor', () => {
         inFlight: new Map(),
         incomplete: null,
       };
-      const fix = `find what uses it (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp): a pod of cbr0 whose file was deleted — ipwarden gc --network cbr0 --data-dir ${dataDir} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`;
+      const fix = `find what uses it (nsenter --net=PATH ip -o addr for each path above, or crictl inspectp): a pod of cbr0 whose file was deleted — ipwarden gc --network cbr0 --data-dir ${dataDir} --cni-conf-dir ${confDir} re-reserves the addresses of ready sandboxes the runtime reports; another network or IPAM using this range — give them disjoint ranges`;
       const r1 = await doctor(['--json'], ['d2'], { evidence: one });
       assert.equal(r1.code, 0);
       assert.deepEqual(json(r1), [
@@ -588,6 +588,59 @@ describe('ipwarden doctor', () => {
         '',
       ].join('\n'),
     );
+  });
+
+  it('a fix command carries the options doctor was given (--cni-conf-dir, --runtime-endpoint, --grace), shell-quoted; run as printed, gc reaches the same verdict', async () => {
+    // A data dir and a runtime socket whose paths hold a space and a quote; no CONTAINER_RUNTIME_ENDPOINT.
+    const dd = join(root, "data dir's");
+    const ep = `unix://${join(root, 'cri sock', "it's.sock")}`;
+    conf('10-trial.conf', { cniVersion: '1.0.0', name: 'trial-leak', type: 'bridge', ipam: { type: 'host-local', subnet: '10.237.43.0/24', dataDir: dd } });
+    // Owner gone, 3 minutes old: leaked under --grace 2m, still in grace under the default 5m.
+    mkdirSync(join(dd, 'trial-leak'), { recursive: true });
+    writeFileSync(join(dd, 'trial-leak', '10.237.43.5'), 'gone\r\neth0');
+    utimesSync(join(dd, 'trial-leak', '10.237.43.5'), (SNAP - 180_000) / 1000, (SNAP - 180_000) / 1000);
+    const asked: string[] = [];
+    const out = { stdout: '', stderr: '' };
+    const ctx: DoctorContext = {
+      stdout: (t) => void (out.stdout += t),
+      stderr: (t) => void (out.stderr += t),
+      env: {},
+      now: () => SNAP,
+      evidence: () => NOTHING_IN_USE,
+      socketExists: () => false,
+      sandboxSource: (endpoint) => {
+        asked.push(endpoint);
+        return {
+          endpoint,
+          list: async (): Promise<SandboxInfo[]> => {
+            if (endpoint !== ep) throw new AppError('RUNTIME_UNAVAILABLE', `cannot connect to the runtime at ${endpoint}: ENOENT`);
+            return [];
+          },
+        };
+      },
+      doctorProbe: { procDir, delay: async () => {} },
+    };
+    const code = await runMain(['doctor', '--cni-conf-dir', confDir, '--data-dir', dd, '--cni-bin-dir', binDir, '--runtime-endpoint', ep, '--grace', '2m', '--json'], ctx);
+    assert.equal(out.stderr, '');
+    assert.equal(code, 0);
+    const fix = `ipwarden gc --network trial-leak --data-dir '${root}/data dir'\\''s' --cni-conf-dir ${confDir} --runtime-endpoint 'unix://${root}/cri sock/it'\\''s.sock' --grace 2m`;
+    assert.deepEqual(
+      (JSON.parse(out.stdout) as { findings: Finding[] }).findings.map((f) => [f.id, f.fix]),
+      [['leaked-reservations', fix]],
+    );
+
+    // The printed command, split by a real shell, run as is.
+    const sh = spawnSync('sh', ['-c', `printf '%s\\0' ${fix}`], { encoding: 'utf8' });
+    assert.equal(sh.status, 0);
+    const argv = sh.stdout.split('\0').slice(0, -1);
+    assert.deepEqual(argv, ['ipwarden', 'gc', '--network', 'trial-leak', '--data-dir', dd, '--cni-conf-dir', confDir, '--runtime-endpoint', ep, '--grace', '2m']);
+    out.stdout = '';
+    const gc = await runMain(argv.slice(1), ctx);
+    assert.equal(out.stderr, '');
+    assert.equal(gc, 0);
+    assert.ok(out.stdout.endsWith('1 reservation: 0 live, 0 grace, 1 leaked, 0 corrupt\nreleased trial-leak 10.237.43.5 (leaked)\nreleased 1\n'), out.stdout);
+    assert.equal(existsSync(join(dd, 'trial-leak', '10.237.43.5')), false);
+    assert.deepEqual([...new Set(asked)], [ep]);
   });
 
   describe('a lock held for long (real /proc/locks, a child process holding the flock)', () => {
