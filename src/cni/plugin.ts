@@ -55,9 +55,13 @@ export function fileDepsWith(loadHeal: CriHealLoader, loadPool?: PoolHooksLoader
   };
 }
 
+/** A shared word to sleep on (`Atomics.wait` with nothing to wake it: a plain sleep). */
+const NAP = new Int32Array(new SharedArrayBuffer(4));
+
 /**
  * Read fd 0 to its end with plain read(2) calls. Cheaper than `process.stdin`, whose stream set-up
- * costs several milliseconds on every exec of the plugin. EAGAIN (a non-blocking pipe) is retried.
+ * costs several milliseconds on every exec of the plugin. EAGAIN (a non-blocking pipe with nothing
+ * yet) is retried after a 1 ms sleep, so a writer that is slow to write or close costs no CPU.
  */
 export function readFd(fd: number): Uint8Array {
   const chunks: Buffer[] = [];
@@ -67,7 +71,10 @@ export function readFd(fd: number): Uint8Array {
     try {
       n = readSync(fd, buf, 0, buf.length, null);
     } catch (e) {
-      if (errnoCode(e) === 'EAGAIN') continue;
+      if (errnoCode(e) === 'EAGAIN') {
+        Atomics.wait(NAP, 0, 0, 1);
+        continue;
+      }
       if (errnoCode(e) === 'EOF') break;
       throw e;
     }

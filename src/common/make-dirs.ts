@@ -13,11 +13,13 @@ import { resolve, sep } from 'node:path';
 import { errnoCode } from './errors.ts';
 
 /**
- * Make directory `path` and every missing ancestor, each with `mode` (before the umask), as
+ * Make directory `path` and every missing ancestor, each with `mode` (before the umask), much as
  * `mkdirSync(path, { recursive: true, mode })` does — existing directories (or symlinks to them)
  * are fine, a relative path is taken from the working directory — but every `mkdir(2)` is tried
  * at most once, so it always returns or throws. One `stat` for a directory that is already there
- * (the common case).
+ * (the common case). Differences from Node's: the path is resolved lexically first (`a/link/..`
+ * is `a`, as `path.join` builds every path given here); an ancestor another process removes
+ * meanwhile is not made again (ENOENT); a dangling symlink at `path` itself is EEXIST.
  * @throws the `mkdir(2)` error of the first component that cannot be made, as Node throws it
  *   (`code` ENOENT, EACCES, EROFS, ENOTDIR, ENOSPC, …; ENOENT also when the parent exists but
  *   takes no new names, e.g. under `/proc`); EEXIST when `path` itself exists and is not a

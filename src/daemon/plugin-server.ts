@@ -649,13 +649,18 @@ function observedHeal(h: HealHooks, containerId: string, log: Logger, hooks: Plu
       const t0 = process.hrtime.bigint();
       const r = await h.reclaim(store, conf, release, only);
       if (r.releases.length > 0) {
-        const trigger = only === undefined ? 'exhaustion' : 'requested-address';
-        const ips = r.releases.map((x) => x.ip);
-        log.info(
-          { network: conf.name, dataDir: conf.dataDir, containerId, released: ips.length, ips },
-          trigger === 'exhaustion' ? 'reclaimed on exhaustion' : 'reclaimed for a requested address',
-        );
-        hooks.onReclaim?.({ network: conf.name, dataDir: conf.dataDir, containerId, trigger, released: r.releases, durationSeconds: seconds(t0) });
+        // An observer never fails the ADD whose reclaim it is told of (the releases are done).
+        try {
+          const trigger = only === undefined ? 'exhaustion' : 'requested-address';
+          const ips = r.releases.map((x) => x.ip);
+          log.info(
+            { network: conf.name, dataDir: conf.dataDir, containerId, released: ips.length, ips },
+            trigger === 'exhaustion' ? 'reclaimed on exhaustion' : 'reclaimed for a requested address',
+          );
+          hooks.onReclaim?.({ network: conf.name, dataDir: conf.dataDir, containerId, trigger, released: r.releases, durationSeconds: seconds(t0) });
+        } catch (e) {
+          log.error({ error: e instanceof Error ? e.message : String(e) }, 'a reclaim observer failed');
+        }
       }
       return r;
     },

@@ -327,7 +327,7 @@ function oneLine(s: string): string {
  * | UNAVAILABLE, connect ENOENT           | RUNTIME_UNAVAILABLE         | yes       |
  * | UNAVAILABLE, connect EACCES/EPERM     | RUNTIME_PERMISSION_DENIED   | no        |
  * | UNAVAILABLE, connect ECONNREFUSED     | RUNTIME_UNAVAILABLE         | yes       |
- * | UNAVAILABLE, "Protocol error" (no HTTP/2) | RUNTIME_NOT_CRI          | no        |
+ * | UNAVAILABLE, "Protocol error" (no HTTP/2) | RUNTIME_UNAVAILABLE      | yes       |
  * | UNAVAILABLE, other                    | RUNTIME_UNAVAILABLE         | yes       |
  * | DEADLINE_EXCEEDED                     | RUNTIME_UNAVAILABLE         | yes       |
  * | PERMISSION_DENIED / UNAUTHENTICATED   | RUNTIME_PERMISSION_DENIED   | no        |
@@ -364,8 +364,11 @@ export function castGrpcError(e: unknown, ctx: CallContext): AppError {
         return new AppError('RUNTIME_UNAVAILABLE', `no CRI runtime at ${at}: ${why}`, { ...opts, retryable: true });
       }
       if (/\bProtocol error\b/.test(details)) {
-        // Something listens there but does not speak HTTP/2 (gRPC): another kind of server.
-        return new AppError('RUNTIME_NOT_CRI', `${at} answers, but not as a gRPC server: not a CRI runtime (${details})`, { cause: e });
+        // Something listens there but does not speak HTTP/2 (gRPC): most likely another kind of
+        // server (docker.sock, a ttrpc socket). Still UNAVAILABLE, not RUNTIME_NOT_CRI: the
+        // recovery of a wiped directory takes "not a CRI runtime" for "no runtime here" and lets
+        // the kernel alone decide, while an endpoint that answers nothing must stop it (code 11).
+        return new AppError('RUNTIME_UNAVAILABLE', `CRI runtime at ${at} is unavailable: it answers, but not as a gRPC server (is it the runtime's CRI socket?): ${details}`, { cause: e, retryable: true });
       }
       // The message carries the details: no `details` field to print them twice.
       return new AppError('RUNTIME_UNAVAILABLE', `CRI runtime at ${at} is unavailable: ${details}`, { cause: e, retryable: true });

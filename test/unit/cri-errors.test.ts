@@ -57,10 +57,11 @@ const cases: Case[] = [
     code: grpc.status.UNAVAILABLE,
     details: 'No connection established. Last error: Protocol error (2026-12-06T18:00:00.000Z)',
     pathKind: 'socket',
+    // Not RUNTIME_NOT_CRI: the recovery of a wiped directory must refuse (code 11), not go on as if no runtime ran here.
     want: {
-      code: 'RUNTIME_NOT_CRI',
-      message: `${EP} answers, but not as a gRPC server: not a CRI runtime (No connection established. Last error: Protocol error (2026-12-06T18:00:00.000Z))`,
-      retryable: false,
+      code: 'RUNTIME_UNAVAILABLE',
+      message: `CRI runtime at ${EP} is unavailable: it answers, but not as a gRPC server (is it the runtime's CRI socket?): No connection established. Last error: Protocol error (2026-12-06T18:00:00.000Z)`,
+      retryable: true,
     },
   },
   {

@@ -7,6 +7,11 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { criSandboxSource } from '../../src/reconcile/cri-source.ts';
 import { choosePluginEndpoint, type RuntimeChoiceDeps } from '../../src/cni/heal.ts';
 import { AppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig } from '../../src/ipam/config.ts';
@@ -258,6 +263,30 @@ describe('recovery of a wiped directory', () => {
       (e: unknown) => e instanceof AppError && e.code === 'RUNTIME_UNAVAILABLE' && e.isRetryable,
     );
     assert.equal(store.recovering, true);
+  });
+
+  it('an endpoint that answers but not as gRPC (docker.sock, a ttrpc socket) is a runtime that cannot answer, not "no runtime": code 11', async () => {
+    // A real unix socket speaking HTTP/1: grpc-js reports "Protocol error". Taken for "not a CRI
+    // runtime", the recovery would let the incomplete kernel evidence decide and hand out addresses.
+    const dir = mkdtempSync(join(tmpdir(), 'ipw-http1-'));
+    const server = createServer((c) => {
+      c.on('error', () => undefined);
+      c.once('data', () => c.end('HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n'));
+    });
+    await new Promise<void>((r) => server.listen(join(dir, 'docker.sock'), r));
+    const src = criSandboxSource(`unix://${join(dir, 'docker.sock')}`, 10);
+    try {
+      const store = await locked(new MemoryStore('net', { now: () => SNAP }));
+      await assert.rejects(
+        recoverLocked(store, conf(), { source: src, audit: memoryAuditSink(), now: () => SNAP, evidence: () => unreadableEvidence('not root') }),
+        (e: unknown) => e instanceof AppError && e.code === 'RUNTIME_UNAVAILABLE' && e.cniCode === 11 && e.isRetryable && /answers, but not as a gRPC server/.test(e.message),
+      );
+      assert.deepEqual(await store.list(), []);
+    } finally {
+      await src.close?.();
+      await new Promise<void>((r) => server.close(() => r()));
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('a pending mark is never finished on incomplete evidence without a runtime: code 11, the mark stays (review finding)', async () => {
