@@ -9,7 +9,7 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { DaemonOptions } from '../../src/common/daemon-options.ts';
+import { loopOptions } from '../helpers/loop-options.ts';
 import { createLogger } from '../../src/daemon/log.ts';
 import { reconcileLoopPart, type ReconcileLoop } from '../../src/daemon/loop.ts';
 import { DaemonMetrics } from '../../src/daemon/metrics.ts';
@@ -36,17 +36,7 @@ describe('the daemon loop: one runtime snapshot per pass', () => {
       const status: string[] = [];
       const sandboxes: SandboxInfo[] = [{ id: 'live1', state: 'ready' }];
       const target: PoolTarget = { kv, prefix: '/ipwarden', pool: 'sp', node: 'n1', id: 'sp@n1' };
-      const options = {
-        dataDir: join(dir, 'data'),
-        cniConfDir: join(dir, 'net.d'),
-        network: null,
-        runtimeEndpoint: null,
-        graceSeconds: 60,
-        policy: 'conservative',
-        auditLog: join(dir, 'audit.log'),
-        intervalSeconds: 3600,
-        logLevel: 'error',
-      } as unknown as DaemonOptions;
+      const options = loopOptions(dir, 'error');
       const factory = reconcileLoopPart(
         {
           reconcile: {

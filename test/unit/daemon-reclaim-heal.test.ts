@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import type { DaemonOptions } from '../../src/common/daemon-options.ts';
+import { loopOptions } from '../helpers/loop-options.ts';
 import { createLogger } from '../../src/daemon/log.ts';
 import { reconcileLoopPart, type ReconcileLoop } from '../../src/daemon/loop.ts';
 import { DaemonMetrics } from '../../src/daemon/metrics.ts';
@@ -36,17 +36,7 @@ describe('a reclaim inside an ADD the daemon served: heal clock and release coun
       const metrics = new DaemonMetrics();
       const lines: Array<Record<string, unknown>> = [];
       const log = createLogger('info', { stream: { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) } });
-      const options = {
-        dataDir: join(dir, 'data'),
-        cniConfDir: join(dir, 'net.d'),
-        network: null,
-        runtimeEndpoint: null,
-        graceSeconds: 60,
-        policy: 'conservative',
-        auditLog: join(dir, 'audit.log'),
-        intervalSeconds: 3600,
-        logLevel: 'info',
-      } as unknown as DaemonOptions;
+      const options = loopOptions(dir, 'info');
       const part = await reconcileLoopPart(
         {
           reconcile: {
