@@ -135,6 +135,37 @@ function typeError(path: string, want: string, got: unknown, setIndex?: number):
 }
 
 /**
+ * Every key of the `ipam` section {@link loadIPAMConfig} reads: host-local's own (`type`, `ranges`,
+ * `routes`, `dataDir`, `resolvConf` and the legacy single range `subnet`, `rangeStart`, `rangeEnd`,
+ * `gateway`: plugins/ipam/host-local/backend/allocator/config.go `IPAMConfig`) and ipwarden's.
+ * Matched ignoring ASCII case, as Go's JSON decoding matches them; any other key is ignored, as
+ * host-local ignores it (`doctor` names them: a typo in one of ipwarden's keys is silent otherwise).
+ */
+export const IPAM_KEYS: readonly string[] = [
+  'type',
+  'ranges',
+  'routes',
+  'dataDir',
+  'resolvConf',
+  'subnet',
+  'rangeStart',
+  'rangeEnd',
+  'gateway',
+  'reclaimOnExhaustion',
+  'failStatusOnExhaustion',
+  'leakGracePeriod',
+  'runtimeEndpoint',
+  'lockTimeout',
+  'pool',
+];
+
+/** The keys of an `ipam` object that {@link IPAM_KEYS} does not name (ASCII case ignored), in their order. */
+export function unknownIpamKeys(ipam: Readonly<Record<string, unknown>>): string[] {
+  const known = new Set(IPAM_KEYS.map((k) => k.toLowerCase()));
+  return Object.keys(ipam).filter((k) => !known.has(k.toLowerCase()));
+}
+
+/**
  * Go-style field lookup: the exact key if present, else a key equal to `name` ignoring ASCII
  * case (the last such key, as later keys overwrite earlier ones in Go).
  */

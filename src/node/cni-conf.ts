@@ -16,7 +16,7 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { isAppError } from '../common/errors.ts';
-import { loadIPAMConfig } from '../ipam/config.ts';
+import { loadIPAMConfig, unknownIpamKeys } from '../ipam/config.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
 
 /** File name endings libcni reads from a configuration directory. */
@@ -45,6 +45,11 @@ export interface CniNetwork {
   readonly ipam: IPAMConfig | null;
   /** Why the file, or its host-local compatible IPAM section, cannot be used; null when fine. */
   readonly error: string | null;
+  /**
+   * Keys of a valid host-local compatible `ipam` section that neither host-local nor ipwarden
+   * reads (ignored; `IPAM_KEYS` of src/ipam/config.ts); absent when there is none.
+   */
+  readonly unknownIpamKeys?: readonly string[];
 }
 
 /** True when `ipamType` stores reservations in host-local's format (`host-local`, `ipwarden`). */
@@ -98,7 +103,9 @@ export function parseCniConfig(file: string, text: string): CniNetwork {
   // What libcni hands the plugin: its own object plus the list's name and cniVersion.
   const stdin = isList ? { ...(chosen as Json), name: doc['name'], cniVersion: doc['cniVersion'] } : doc;
   try {
-    return { ...base, ipamType, ipam: loadIPAMConfig(JSON.stringify(stdin), undefined), error: null };
+    const ipam = loadIPAMConfig(JSON.stringify(stdin), undefined);
+    const unknown = unknownIpamKeys(ipamOf(chosen) as Json);
+    return { ...base, ipamType, ipam, error: null, ...(unknown.length > 0 ? { unknownIpamKeys: unknown } : {}) };
   } catch (e) {
     return { ...base, ipamType, ipam: null, error: `invalid ${ipamType} IPAM configuration: ${describe(e)}` };
   }

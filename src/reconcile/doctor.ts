@@ -35,6 +35,7 @@ import { poolNetworkFindings } from './doctor-pools.ts';
 import { isStampedInFuture, type PlanEntry } from './plan.ts';
 import type { PoolOverlapReader } from './pool-doctor.ts';
 import { collectStatus, layoutNetworks, type NetworkStatus, type StatusQuery, type StatusReport } from './status.ts';
+import { IPAM_KEYS } from '../ipam/config.ts';
 
 /** Severity of a finding. Any `error` makes doctor exit 1. */
 export type Severity = 'error' | 'warning' | 'info';
@@ -53,6 +54,7 @@ export const FINDING_IDS = [
   'runtime-unreachable',
   'no-cni-config',
   'cni-config-invalid',
+  'ipam-key-unknown',
   'ipam-plugin-missing',
   'lock-held',
   'leaked-reservations',
@@ -454,6 +456,19 @@ export async function diagnose(q: DoctorQuery, deps: DoctorDeps): Promise<Doctor
       title: `CNI configuration ${e.file} cannot be used`,
       evidence: e.error,
       fix: `correct or remove ${e.file}`,
+    });
+  }
+
+  for (const c of layout.configs) {
+    const unknown = c.unknownIpamKeys ?? [];
+    if (unknown.length === 0) continue;
+    const keys = unknown.map((k) => JSON.stringify(k)).join(', ');
+    findings.push({
+      id: 'ipam-key-unknown',
+      severity: 'info',
+      title: `${c.file}: ipam ${unknown.length === 1 ? 'key' : 'keys'} ${keys} ${unknown.length === 1 ? 'is' : 'are'} not read`,
+      evidence: `neither host-local nor ipwarden reads ${unknown.length === 1 ? 'it' : 'them'} (ignored, as host-local ignores unknown keys); the keys read, case ignored: ${IPAM_KEYS.join(', ')}`,
+      fix: `correct the spelling in ${c.file} (a misspelt ipwarden key leaves its default in force), or remove ${unknown.length === 1 ? 'it' : 'them'}`,
     });
   }
 

@@ -350,6 +350,24 @@ describe('ipwarden doctor', () => {
     ]);
   });
 
+  it('ipam keys neither host-local nor ipwarden reads (a misspelt leakGracePeriod): an info finding naming them; case is ignored as Go ignores it', async () => {
+    conf('t.conf', { cniVersion: '1.0.0', name: 't', type: 'bridge', ipam: { type: 'ipwarden', subnet: '10.3.0.0/24', leakGracePeriodd: '1m', DataDir: dataDir, extra: 1 } });
+    const r = await findings([]);
+    assert.deepEqual(
+      r.findings.filter((f) => f.id === 'ipam-key-unknown'),
+      [
+        {
+          id: 'ipam-key-unknown',
+          severity: 'info',
+          title: `${join(confDir, 't.conf')}: ipam keys "leakGracePeriodd", "extra" are not read`,
+          evidence:
+            'neither host-local nor ipwarden reads them (ignored, as host-local ignores unknown keys); the keys read, case ignored: type, ranges, routes, dataDir, resolvConf, subnet, rangeStart, rangeEnd, gateway, reclaimOnExhaustion, failStatusOnExhaustion, leakGracePeriod, runtimeEndpoint, lockTimeout, pool',
+          fix: `correct the spelling in ${join(confDir, 't.conf')} (a misspelt ipwarden key leaves its default in force), or remove them`,
+        },
+      ],
+    );
+  });
+
   it('no configuration at all: an info finding; exit 0', async () => {
     const r = await findings([]);
     assert.equal(r.code, 0);
