@@ -157,6 +157,7 @@ export const IPAM_KEYS: readonly string[] = [
   'runtimeEndpoint',
   'lockTimeout',
   'pool',
+  'nodeName',
 ];
 
 /** The keys of an `ipam` object that {@link IPAM_KEYS} does not name (ASCII case ignored), in their order. */

@@ -361,7 +361,7 @@ describe('ipwarden doctor', () => {
           severity: 'info',
           title: `${join(confDir, 't.conf')}: ipam keys "leakGracePeriodd", "extra" are not read`,
           evidence:
-            'neither host-local nor ipwarden reads them (ignored, as host-local ignores unknown keys); the keys read, case ignored: type, ranges, routes, dataDir, resolvConf, subnet, rangeStart, rangeEnd, gateway, reclaimOnExhaustion, failStatusOnExhaustion, leakGracePeriod, runtimeEndpoint, lockTimeout, pool',
+            'neither host-local nor ipwarden reads them (ignored, as host-local ignores unknown keys); the keys read, case ignored: type, ranges, routes, dataDir, resolvConf, subnet, rangeStart, rangeEnd, gateway, reclaimOnExhaustion, failStatusOnExhaustion, leakGracePeriod, runtimeEndpoint, lockTimeout, pool, nodeName',
           fix: `correct the spelling in ${join(confDir, 't.conf')} (a misspelt ipwarden key leaves its default in force), or remove them`,
         },
       ],
