@@ -42,17 +42,16 @@ import { shellQuote } from '../common/shell.ts';
 /**
  * What an operator does about `releases held` (rule D3, docs/reconciler.md), given the daemon's
  * runtime endpoint (null: none given, the default sockets): the daemon waits for a runtime list it
- * can trust; a person who knows those pods are gone checks with the same endpoint, then releases
- * them by hand (`gc` has no D3, but still asks the kernel for every address).
+ * can trust; a person checks that list with the same endpoint, then, for a network, releases pods
+ * known gone by hand (`gc` has no D3, but still asks the kernel for every address); a pool's
+ * handles have no `gc`: the daemon releases them once the list can be trusted.
  */
-function heldFix(endpoint: string | null): string {
+function heldFix(endpoint: string | null, pool: boolean): string {
   const ep = endpoint === null ? '' : ` --runtime-endpoint ${shellQuote(endpoint)}`;
-  return `check that the runtime endpoint is the node's runtime and that it lists its pods (crictl${ep} pods); if those pods are really gone: ipwarden gc --network NAME${ep} --dry-run, then without --dry-run (it still checks the kernel for every address); or let the plugin reclaim them when the range set fills`;
-}
-/** As {@link heldFix}, for a pool's handles (no `gc` for pools: the daemon releases them). */
-function poolHeldFix(endpoint: string | null): string {
-  const ep = endpoint === null ? '' : ` --runtime-endpoint ${shellQuote(endpoint)}`;
-  return `check that the runtime endpoint is the node's runtime and that it lists its pods (crictl${ep} pods); ipwarden pool leaks lists the handles held; the daemon releases them once the runtime lists a pod that owns any of this node's handles in that pool`;
+  const check = `check that the runtime endpoint is the node's runtime and that it lists its pods (crictl${ep} pods)`;
+  return pool
+    ? `${check}; ipwarden pool leaks lists the handles held; the daemon releases them once the runtime lists a pod that owns any of this node's handles in that pool`
+    : `${check}; if those pods are really gone: ipwarden gc --network NAME${ep} --dry-run, then without --dry-run (it still checks the kernel for every address); or let the plugin reclaim them when the range set fills`;
 }
 
 /** Least time between two passes triggered by a full range set, ms. */
@@ -399,7 +398,7 @@ class Loop implements ReconcileLoop {
     for (const r of report.released) {
       this.log.info({ network: r.network, dataDir: r.dataDir, ip: r.ip, containerId: r.containerId, ifname: r.ifname, ageSeconds: r.ageSeconds, reason: r.reason }, 'released');
     }
-    if (report.held !== null) this.log.warn({ held: report.held, fix: heldFix(this.opts.runtimeEndpoint ?? null) }, 'releases held');
+    if (report.held !== null) this.log.warn({ held: report.held, fix: heldFix(this.opts.runtimeEndpoint ?? null, false) }, 'releases held');
     for (const e of report.errors) this.log.warn({ kind: e.kind, network: e.network, error: e.message }, 'reconcile error');
     const candidates = [...report.candidates.values()].reduce((a, b) => a + b, 0);
     this.log.info(
@@ -465,7 +464,7 @@ class Loop implements ReconcileLoop {
       for (const x of r.released) {
         this.log.info({ pool: x.pool, node: x.node, network: x.network, containerId: x.containerId, ifname: x.ifname, ips: x.ips, modRevision: x.modRevision, createRevision: x.createRevision }, 'pool released');
       }
-      if (r.held !== null) this.log.warn({ held: r.held, fix: poolHeldFix(this.opts.runtimeEndpoint ?? null) }, 'pool releases held');
+      if (r.held !== null) this.log.warn({ held: r.held, fix: heldFix(this.opts.runtimeEndpoint ?? null, true) }, 'pool releases held');
       for (const e of r.errors) this.log.warn({ kind: e.kind, pool: e.pool, error: e.message }, 'pool reconcile error');
       const candidates = [...r.candidates.values()].reduce((a, b) => a + b, 0);
       this.log.info({ reason, pools: r.pools, released: r.released.length, candidates, waiting: r.waiting, deferred: r.deferred, errors: r.errors.length }, 'pool reconcile pass');
