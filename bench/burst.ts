@@ -5,7 +5,8 @@
  * has logged its 25th ADD served (the shim's fallback serves the rest). Run as root after
  * `npm run build`:
  *
- *     node --import tsx bench/burst.ts        # BENCH_BURST_ROUNDS (default 10), BENCH_BURST_WARMUP (1), BENCH_WARM_UP (2000: the daemon's --warm-up)
+ *     node --import tsx bench/burst.ts        # BENCH_BURST_ROUNDS (default 10), BENCH_BURST_WARMUP (1), BENCH_WARM_UP (2000: the daemon's --warm-up),
+ *                                              # BENCH_BURST_DIR (/tmp: where the run's directory, its data directories and sockets, is made)
  *
  * `BENCH_BURST_BASE=<another checkout, built>` adds that build's shim + daemon as two more groups
  * (×1 and ×8, its own install and daemon) to the same interleaved rounds: an A/B of two builds
@@ -121,7 +122,7 @@ function fsyncProbe(dir: string): number {
   return nearestRank(ms, 0.5);
 }
 
-const root = mkdtempSync('/tmp/ipw-burstbench-');
+const root = mkdtempSync(join(process.env['BENCH_BURST_DIR'] ?? '/tmp', 'ipw-burstbench-'));
 const daemons: TestDaemon[] = [];
 process.on('exit', () => rmSync(root, { recursive: true, force: true }));
 
