@@ -50,6 +50,8 @@ export class Heartbeat {
   failures = 0;
   /** Beats whose `onBeat` (the node's veto) failed; the next beat tries again. */
   vetoFailures = 0;
+  /** The last beat that finished failed (its renewal, grant or `onBeat`); false before the first. */
+  failing = false;
 
   /**
    * @param onBeat awaited after every beat, also a failed one (the daemon passes the node's
@@ -91,7 +93,9 @@ export class Heartbeat {
     if (this.#stopped || this.#beating) return;
     this.#beating = true;
     try {
-      this.#retrying(!(await this.#beatOnce()));
+      const ok = await this.#beatOnce();
+      this.failing = !ok;
+      this.#retrying(!ok);
     } finally {
       this.#beating = false;
     }

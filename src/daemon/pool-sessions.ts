@@ -114,6 +114,11 @@ class Batcher {
     this.#clientsCurrent = () => clientsCurrent().catch(() => undefined);
   }
 
+  /** The allocator this batcher's rounds run on (bound to one etcd client: its settings). */
+  get allocator(): PoolAllocator {
+    return this.#alloc;
+  }
+
   /** {@link clientsCurrent}, when a queued ADD has a client to check (else nothing to wait for). */
   #current(): Promise<void> {
     return this.#queue.some((w) => !isDel(w) && w.signal !== undefined) ? this.#clientsCurrent() : Promise.resolve();
@@ -255,6 +260,18 @@ function poolKey(pool: PoolConfig): string {
   return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name]);
 }
 
+/**
+ * The settings of a pool's etcd client: endpoints, prefix, TLS files and credentials file. Two
+ * configs of one pool that differ in any of them get two clients (docs/cluster.md "one etcd client
+ * per pool"), and so two batchers: a request is always sent with its own config's settings, so one
+ * whose TLS or credentials do not work fails as it does through the standalone plugin, instead of
+ * being served on another config's client — and then recorded as the pool's config for the
+ * daemon's next start (a fresh-user trial: a wrong CA accepted, then the node's heartbeat lost).
+ */
+function clientKey(pool: PoolConfig): string {
+  return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls, pool.etcd.credentials ?? null]);
+}
+
 /** One attachment of one pool: (pool, containerId, ifname). */
 function attachmentKey(pool: PoolConfig, req: PoolRequest): string {
   return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, req.containerId.trim(), req.ifname]);
@@ -330,6 +347,8 @@ export class PoolSessions implements PoolHooks {
   readonly #kvs = new Map<string, ContactKV>();
   readonly #batchers = new Map<string, Batcher>();
   readonly #heartbeats = new Map<string, Heartbeat>();
+  /** Per heartbeat (same keys): the client settings it beats with ({@link clientKey}) and where the pool was known from. */
+  readonly #heartbeatOf = new Map<string, { readonly client: string; readonly source: PoolSource }>();
   /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
   readonly #caches = new Map<string, BlockCache>();
   /**
@@ -607,7 +626,7 @@ export class PoolSessions implements PoolHooks {
 
   #kv(pool: PoolConfig): ContactKV {
     if (this.#closed) throw new ClosedError('pool sessions');
-    const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls, pool.etcd.credentials ?? null]);
+    const key = clientKey(pool);
     let kv = this.#kvs.get(key);
     if (kv === undefined) {
       // Wrapped so the node's confirmed contacts are known (offline allocation); it writes nothing more.
@@ -647,7 +666,7 @@ export class PoolSessions implements PoolHooks {
     const seen = kv.highestRevision;
     const req: PoolRequest = seen === undefined || seen === null ? request : { ...request, since: seen };
     this.#note(pool, node);
-    const key = JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
+    const key = JSON.stringify([clientKey(pool), pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
     const off = this.#offlineOf(pool, node, kv, conf);
     let b = this.#batchers.get(key);
     if (b === undefined) {
@@ -665,7 +684,7 @@ export class PoolSessions implements PoolHooks {
     const batcher = b;
     const p =
       off === null
-        ? b.submit(req, signal)
+        ? b.submit(req, signal).then((r) => (this.#healHeartbeat(kv, pool, node, batcher.allocator), r))
         : (async (): Promise<PoolAllocation[]> => {
             // Offline allocation (docs/cluster.md "Offline allocation"): a repeated ADD of an
             // attachment allocated offline gets the journal's answer until it is synced; an
@@ -681,6 +700,7 @@ export class PoolSessions implements PoolHooks {
             const ak = attachmentKey(pool, req);
             try {
               const r = await batcher.submit(req, signal);
+              this.#healHeartbeat(kv, pool, node, batcher.allocator);
               this.#online.add(ak);
               if (off.wantsMaintain) void off.maintain();
               return r;
@@ -727,6 +747,7 @@ export class PoolSessions implements PoolHooks {
     this.#reclaimers.get(rkey)?.addOwn(node);
     const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
     if (this.#heartbeats.has(hkey)) return;
+    this.#heartbeatOf.set(hkey, { client: clientKey(pool), source });
     // Every beat also syncs the offline journal and refills the reserve (with ipam.pool.offline).
     const okey = this.#offlineKey(pool, node);
     const seen = new SeenWriter(kv, this.#clock);
@@ -796,7 +817,28 @@ export class PoolSessions implements PoolHooks {
   }
 
   #delBatcherKey(pool: PoolConfig, node: string, network: string): string {
-    return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, node, network]);
+    return JSON.stringify([clientKey(pool), pool.name, node, network]);
+  }
+
+  /**
+   * After an ADD of `pool` on `kv` succeeded: when the node's heartbeat in the pool beats with other
+   * client settings and its last beat failed (those settings no longer work: a CA or key file
+   * replaced, or a learned config that was wrong), it is moved to `kv`'s settings, which just
+   * worked — else a node that serves ADDs would look gone to `pool remove-node` and to other nodes'
+   * `reclaimAfter` (a fresh-user trial). A working heartbeat is never moved. Logs `pool heartbeat
+   * moved` (info). Never throws.
+   */
+  #healHeartbeat(kv: ContactKV, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
+    if (this.#closed) return;
+    const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
+    const hb = this.#heartbeats.get(hkey);
+    const of = this.#heartbeatOf.get(hkey);
+    if (hb === undefined || of === undefined || of.client === clientKey(pool) || !hb.failing) return;
+    this.#heartbeats.delete(hkey);
+    this.#heartbeatOf.delete(hkey);
+    void hb.stop();
+    this.#startHeartbeat(kv, pool, node, alloc, of.source);
+    this.#log('info', { pool: pool.name, node, failures: hb.failures }, 'pool heartbeat moved to the settings of a request that succeeded');
   }
 
   /** The batcher a DEL of `network` joins ({@link #delBatchers}), made for DELs when the network has no ADD batcher yet. */

@@ -21,7 +21,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isAppError } from '../../src/common/errors.ts';
@@ -167,6 +167,115 @@ describe('etcd over TLS: permanent misconfigurations and rotation', { skip }, ()
       assert.deepEqual([JSON.parse(h2.value).node, JSON.parse(h2.value).pid], ['tls-node', d.pid]);
       const r3 = await runViaDaemon(d.socket, { command: 'ADD', containerId: 'rot3', ifname: 'eth0', stdin: c });
       assert.equal(r3.exitCode, 0, r3.stdout);
+    } finally {
+      await d.stop();
+    }
+  });
+});
+
+describe('etcd over TLS through the daemon: every request on its own settings', { skip }, () => {
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'ipwarden-etcd-tls-d-'));
+    const made = makeTlsSet(dir, 'a');
+    other = makeTlsSet(dir, 'b');
+    mkdirSync(join(dir, 'live'));
+    live = { ca: join(dir, 'live/ca.pem'), serverCert: join(dir, 'live/server.pem'), serverKey: join(dir, 'live/server-key.pem'), clientCert: join(dir, 'live/client.pem'), clientKey: join(dir, 'live/client-key.pem') };
+    installTlsSet(made, live);
+    tlsEtcd = await startEtcdCluster({ members: 1, prefix: 'ipwarden-tls-d-', tls: { cert: live.serverCert, key: live.serverKey, ca: live.ca, clientCertAuth: true } });
+  });
+  after(async () => {
+    await tlsEtcd?.close();
+    tlsEtcd = undefined;
+    if (dir !== '') rmSync(dir, { recursive: true, force: true });
+  });
+
+  // A fresh-user trial: the daemon served an ADD whose config had a wrong CA (or no client
+  // certificate) on the client of an earlier, good config of the same pool, recorded the wrong
+  // config as the pool's, and after a restart its heartbeat failed for good while it served ADDs:
+  // `pool remove-node` then released the live node's addresses.
+  it('a config of the same pool with a wrong CA or no client certificate fails as through the standalone plugin (code 7, exact text), and the learned record keeps the working config', async () => {
+    const p = `/tls${process.pid}-${++n}`;
+    const e = ep(tlsEtcd);
+    const good = conf({ endpoints: [e], tls: { ca: live.ca, cert: live.clientCert, key: live.clientKey } }, p);
+    const d = await startTestDaemon({ env: { NODE_NAME: 'tls-node' } });
+    try {
+      const r1 = await runViaDaemon(d.socket, { command: 'ADD', containerId: 'okd1', ifname: 'eth0', stdin: good });
+      assert.equal(r1.exitCode, 0, r1.stdout);
+      const cases: Array<[string, Record<string, unknown>, string]> = [
+        ['a CA that did not sign etcd\'s certificate', { endpoints: [e], tls: { ca: other.ca, cert: live.clientCert, key: live.clientKey } },
+          `TLS handshake with ${e} failed: certificate signed by unknown authority (unable to verify the first certificate) — check ipam.pool.etcd.tls.ca`],
+        ['no client certificate', { endpoints: [e], tls: { ca: live.ca } },
+          `TLS handshake with ${e} failed: etcd requires a client certificate (TLS alert 42: bad certificate) — set ipam.pool.etcd.tls.cert and ipam.pool.etcd.tls.key`],
+      ];
+      for (const [what, etcd, msg] of cases) {
+        const r = await runViaDaemon(d.socket, { command: 'ADD', containerId: 'badd1', ifname: 'eth0', stdin: conf(etcd, p) });
+        assert.deepEqual({ exit: r.exitCode, code: r.json?.['code'], msg: r.json?.['msg'] }, { exit: 1, code: 7, msg }, what);
+        assert.deepEqual(cniError(add(conf(etcd, p), 'badd1')), { code: 7, msg }, `${what}: the standalone plugin says the same`);
+      }
+      const records = join(d.dataDir, '.ipwarden-pool-networks');
+      const texts = readdirSync(records).map((f) => readFileSync(join(records, f), 'utf8'));
+      assert.equal(texts.length, 1, texts.join('\n'));
+      assert.equal(texts[0]?.includes(JSON.stringify(live.ca)), true, texts[0]);
+      assert.equal(texts[0]?.includes(JSON.stringify(other.ca)), false, texts[0]);
+      assert.deepEqual(d.logs.filter((l) => l.msg === 'pool network config changed').length, 0);
+    } finally {
+      await d.stop();
+    }
+  });
+
+  it('a heartbeat whose settings stopped working is moved to the settings of an ADD that succeeded; a working one is never moved', async () => {
+    const p = `/tls${process.pid}-${++n}`;
+    const e = ep(tlsEtcd);
+    // Two paths to the same CA: the heartbeat starts on the first; then that file is replaced by a
+    // foreign CA and etcd restarted (the client's connection must be made again, and fails).
+    const caX = join(dir, `ca-x-${n}.pem`);
+    writeFileSync(caX, readFileSync(live.ca));
+    const onX = conf({ endpoints: [e], tls: { ca: caX, cert: live.clientCert, key: live.clientKey } }, p);
+    const onLive = conf({ endpoints: [e], tls: { ca: live.ca, cert: live.clientCert, key: live.clientKey } }, p);
+    const alive = `${p}/pools/tlspool/alive/tls-node`;
+    const lease = (): string | null => {
+      const out = tlsctl('get', alive, '-w', 'json');
+      const m = /"lease":([0-9]+)/.exec(out);
+      return m === null ? null : BigInt(m[1] as string).toString(16);
+    };
+    const d = await startTestDaemon({ env: { NODE_NAME: 'tls-node' } });
+    let k = 0;
+    try {
+      const r1 = await runViaDaemon(d.socket, { command: 'ADD', containerId: `hb${++k}`, ifname: 'eth0', stdin: onX });
+      assert.equal(r1.exitCode, 0, r1.stdout);
+      // An ADD on other, working settings while the heartbeat works: nothing moves.
+      const r2 = await runViaDaemon(d.socket, { command: 'ADD', containerId: `hb${++k}`, ifname: 'eth0', stdin: onLive });
+      assert.equal(r2.exitCode, 0, r2.stdout);
+      let first: string | null = null;
+      for (let i = 0; (first = lease()) === null; i++) {
+        assert.ok(i < 400, 'the heartbeat key within 40 s');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(d.logs.some((l) => l.msg === 'pool heartbeat moved to the settings of a request that succeeded'), false);
+      writeFileSync(caX, readFileSync(other.ca));
+      await (tlsEtcd as EtcdCluster).kill(0);
+      await (tlsEtcd as EtcdCluster).restart(0);
+      tlsctl('lease', 'revoke', first);
+      // ADDs on the working settings until the heartbeat, failing on its own, is moved (its next
+      // beat is at most 10 s away; each ADD takes a new address of the /24).
+      let moved = false;
+      for (let i = 0; !moved; i++) {
+        assert.ok(i < 120, `the heartbeat moved within 120 ADDs; logs: ${JSON.stringify(d.logs.slice(-5))}`);
+        const r = await runViaDaemon(d.socket, { command: 'ADD', containerId: `hb${++k}`, ifname: 'eth0', stdin: onLive });
+        assert.equal(r.exitCode, 0, r.stdout);
+        moved = d.logs.some((l) => l.msg === 'pool heartbeat moved to the settings of a request that succeeded');
+        if (!moved) await new Promise((r) => setTimeout(r, 250));
+      }
+      const line = d.logs.find((l) => l.msg === 'pool heartbeat moved to the settings of a request that succeeded');
+      assert.deepEqual([line?.['pool'], line?.['node']], ['tlspool', 'tls-node']);
+      assert.ok(Number(line?.['failures']) >= 1, JSON.stringify(line));
+      let back: string | null = null;
+      for (let i = 0; (back = lease()) === null || back === first; i++) {
+        assert.ok(i < 400, 'the heartbeat key back within 40 s');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const value = JSON.parse(tlsctl('get', alive, '--print-value-only').trim());
+      assert.deepEqual([value.node, value.pid], ['tls-node', d.pid]);
     } finally {
       await d.stop();
     }
