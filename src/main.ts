@@ -47,8 +47,7 @@ void main(process.argv.slice(2), process.env).then(
     // In plugin mode stdout belongs to the protocol: even a failure to start answers with the
     // spec's error document (code 999), so the runtime reports it instead of "no error message".
     if ((process.env['CNI_COMMAND'] ?? '') !== '') {
-      // Indented by 4 spaces, no trailing newline: as skel prints every error document.
-      process.stdout.write(JSON.stringify({ code: 999, msg: `ipwarden failed to start: ${e instanceof Error ? e.message : String(e)}` }, null, 4));
+      process.stdout.write(`${JSON.stringify({ code: 999, msg: `ipwarden failed to start: ${e instanceof Error ? e.message : String(e)}` })}\n`);
     }
     process.stderr.write(`ipwarden: ${text}\n`);
     process.exitCode = 1;
