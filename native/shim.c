@@ -6,6 +6,8 @@
  * answers malformed or does not answer in time (150 s), it runs DIR/ipwarden-standalone (the Node
  * plugin) in this same process with the same stdin bytes. Static, single-threaded, no config file,
  * no variable of its own: the socket path and the two timeouts are patchable fields in this binary.
+ * Without CNI_COMMAND it never touches the socket: it runs the standalone as the CLI, and when also
+ * given no argument, with IPWARDEN_PATH=plugin-about so that it prints skel's "about" text.
  *
  * Build: gcc -static -O2 -Wall -Wextra -Werror -o dist/ipwarden-shim native/shim.c
  */
@@ -51,10 +53,11 @@ extern char **environ;
 
 static int cli_mode;                   /* no CNI_COMMAND: not a CNI request */
 
-/* Last resort: the runtime gets an error document (CNI mode) or a line on stderr (CLI mode). */
+/* Last resort: the runtime gets an error document (CNI mode; indented by 4 spaces, no trailing
+ * newline, as skel prints errors) or a line on stderr (CLI mode). */
 static void die(const char *what, int err) {
   if (cli_mode) dprintf(2, "ipwarden: %s: %s\n", what, strerror(err));
-  else dprintf(1, "{\"cniVersion\":\"1.0.0\",\"code\":999,\"msg\":\"ipwarden: %s: %s\"}\n", what, strerror(err));
+  else dprintf(1, "{\n    \"cniVersion\": \"1.0.0\",\n    \"code\": 999,\n    \"msg\": \"ipwarden: %s: %s\"\n}", what, strerror(err));
   _exit(1);
 }
 
@@ -227,7 +230,6 @@ static void replay_stdin(const char *buf, size_t len, int rest) {
 }
 
 int main(int argc, char **argv) {
-  (void)argc;
   /* fds 0-2 must be open, so the socket or a replay file never lands on one of them. */
   for (int fd = 0; fd < 3; fd++)
     if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) _exit(1);
@@ -235,7 +237,19 @@ int main(int argc, char **argv) {
   const char *cmd = getenv("CNI_COMMAND");
   if (cmd == NULL || *cmd == '\0') {   /* CLI use (ipwarden gc, ...): same rule as src/main.ts */
     cli_mode = 1;
-    exec_standalone(argv, environ);
+    if (argc > 1) exec_standalone(argv, environ);
+    /* The plugin's path typed alone, no CNI_COMMAND and no argument: like any skel plugin, print
+     * the "about" text on stderr and exit 0. The standalone prints it (it knows the versions) when
+     * IPWARDEN_PATH is plugin-about; the daemon is not asked. The environment is kept, but any
+     * IPWARDEN_PATH of the caller is replaced. */
+    size_t n = 0, k = 0;
+    while (environ[n]) n++;
+    char **about_env = calloc(n + 2, sizeof *about_env);
+    if (about_env == NULL) die("cannot run the standalone plugin", ENOMEM);
+    for (size_t i = 0; i < n; i++)
+      if (strncmp(environ[i], "IPWARDEN_PATH=", 14) != 0) about_env[k++] = environ[i];
+    about_env[k] = "IPWARDEN_PATH=plugin-about";
+    exec_standalone(argv, about_env);
   }
 
   /* The forwarded environment: CNI_*, CONTAINER_RUNTIME_ENDPOINT and PATH; nothing else. Room

@@ -1,7 +1,10 @@
 /**
  * Program entry shared by `bin/ipwarden` and the installed CNI executable: plugin mode when
- * `CNI_COMMAND` is set (the CNI spec's invocation), the operator CLI otherwise. Each side is
- * loaded lazily so the plugin's hot path does not evaluate the CLI or the CRI client.
+ * `CNI_COMMAND` is set (the CNI spec's invocation), the operator CLI otherwise — except that the
+ * installed plugin run alone (no `CNI_COMMAND`, no argument; the shim then sets
+ * `IPWARDEN_PATH=plugin-about`) prints the plugin's "about" text on stderr and exits 0, as
+ * libcni's skel does. Each side is loaded lazily so the plugin's hot path does not evaluate the
+ * CLI or the CRI client.
  */
 
 /** Run ipwarden with `argv` (without node and script); resolves to the exit status. */
@@ -15,9 +18,22 @@ export async function main(argv: readonly string[], env: Readonly<Record<string,
       ),
     );
   }
+  if (argv.length === 0 && env['IPWARDEN_PATH'] === ABOUT_PATH) {
+    // The installed plugin (DIR/ipwarden, the shim) typed alone: skel's "about" text, not the CLI's usage.
+    const [{ aboutText }, { IPWARDEN_VERSION }] = await Promise.all([import('./cni/skel.ts'), import('./cni/version.ts')]);
+    process.stderr.write(aboutText(IPWARDEN_VERSION));
+    return 0;
+  }
   const { runMain } = await import('./cold.ts');
   return runMain(argv);
 }
+
+/**
+ * Value of `IPWARDEN_PATH` with which the exec shim (native/shim.c) runs the standalone when the
+ * shim itself was run without `CNI_COMMAND` and without arguments: print the plugin's "about" text
+ * on stderr (docs/daemon.md). Any other run without `CNI_COMMAND` is the CLI.
+ */
+const ABOUT_PATH = 'plugin-about';
 
 void main(process.argv.slice(2), process.env).then(
   (code) => {

@@ -2,6 +2,7 @@
  * Helpers for the CLI's human output: aligned tables, short IDs, ages. Pure.
  */
 import { formatAge } from '../common/duration.ts';
+import { NO_RUNTIME_FOUND } from '../runtime/endpoint.ts';
 
 /**
  * Code points that must not reach a terminal raw: C0 controls but the line feed (ESC starts the
@@ -62,3 +63,17 @@ export function renderTable(headers: readonly string[], rawRows: readonly (reado
 
 /** `formatAge` lives in `src/common/duration.ts` (the doctor model below the CLI uses it); re-exported. */
 export { formatAge };
+
+/**
+ * How human output names the runtime of a report (`status`, its HTML page): `runtime <endpoint>`,
+ * or, when none was found (`endpoint` null: no `--runtime-endpoint`, no
+ * `CONTAINER_RUNTIME_ENDPOINT`, no default socket), `runtime: none found (<how to give one>)`,
+ * where `<how to give one>` is `error` without its leading `no CRI runtime found: ` (e.g. `none
+ * of /run/containerd/containerd.sock, /var/run/crio/crio.sock exists; set --runtime-endpoint or
+ * CONTAINER_RUNTIME_ENDPOINT`). Pure.
+ */
+export function runtimeHead(endpoint: string | null, error: string | undefined): string {
+  if (endpoint !== null) return `runtime ${endpoint}`;
+  const why = (error ?? '').startsWith(`${NO_RUNTIME_FOUND}: `) ? (error as string).slice(NO_RUNTIME_FOUND.length + 2) : error;
+  return why === undefined || why === '' ? 'runtime: none found' : `runtime: none found (${why})`;
+}

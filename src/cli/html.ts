@@ -25,7 +25,7 @@ import { formatIP, parseIP } from '../common/ip.ts';
 import { rangeFor } from '../ipam/range.ts';
 import type { IP, RangeSet } from '../ipam/types.ts';
 import type { PlanEntry } from '../reconcile/plan.ts';
-import { formatAge } from './format.ts';
+import { formatAge, runtimeHead } from './format.ts';
 import type { NetworkStatus, RangeSetStatus, StatusReport, VerdictCounts } from '../reconcile/status.ts';
 import type { PoolBlockStatus, PoolStatus } from '../pool/index.ts';
 
@@ -307,9 +307,11 @@ export function renderStatusHtml(r: StatusReport, opts: HtmlOptions): string {
   }
   const rt = r.runtime;
   const runtime =
-    rt.sandboxes === null
-      ? `runtime ${rt.endpoint ?? '-'}: not reachable (${rt.error ?? 'unknown error'}): live, grace and leaked are unknown`
-      : `runtime ${rt.endpoint ?? '-'}: ${rt.sandboxes} sandboxes · grace ${r.graceSeconds}s`;
+    rt.endpoint === null
+      ? `${runtimeHead(null, rt.error)}: live, grace and leaked are unknown`
+      : rt.sandboxes === null
+        ? `runtime ${rt.endpoint}: not reachable (${rt.error ?? 'unknown error'}): live, grace and leaked are unknown`
+        : `runtime ${rt.endpoint}: ${rt.sandboxes} sandboxes · grace ${r.graceSeconds}s`;
   const legend = STATE_ORDER.map(
     (s) => `<button type="button" data-state="${s}"><i class="s-${s}">${STATE_LETTERS[s]}</i>${s}</button>`,
   ).join('');

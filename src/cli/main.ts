@@ -7,14 +7,15 @@ import { Command, CommanderError } from 'commander';
 import { AppError, UsageError } from '../common/errors.ts';
 import { processContext, type CliContext } from './context.ts';
 import { escapeTerminal } from './format.ts';
+import { IPWARDEN_VERSION } from '../cni/version.ts';
 import type { ReconcileCommandOptions } from './leaks.ts';
 import type { StatusOptions } from './status.ts';
 import type { DoctorOptions } from './doctor.ts';
 import type { DaemonCommandOptions, DaemonStarter } from './daemon.ts';
 import type { PoolOptions } from './pool.ts';
 
-/** ipwarden's version (package.json). */
-export const VERSION = '0.1.0';
+/** ipwarden's version (package.json): {@link IPWARDEN_VERSION} of src/cni/version.ts. */
+export const VERSION = IPWARDEN_VERSION;
 
 /**
  * Verbs whose engine lives in a layer the CLI must not import (the daemon is a peer of the CLI):

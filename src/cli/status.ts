@@ -24,7 +24,7 @@ import { DEFAULT_GRACE, parseGrace } from '../reconcile/options.ts';
 import type { RuntimeJson } from '../reconcile/snapshot.ts';
 import { collectStatus, statusToJson, type StatusQuery, type StatusReport, type VerdictCounts } from '../reconcile/status.ts';
 import type { CliContext } from './context.ts';
-import { renderTable } from './format.ts';
+import { renderTable, runtimeHead } from './format.ts';
 
 /** Options of `status` as commander parses them. */
 export interface StatusOptions {
@@ -55,10 +55,15 @@ export function statusQuery(opts: Pick<StatusOptions, 'cniConfDir' | 'dataDir' |
 }
 
 
-/** The runtime line of the human output. */
+/**
+ * The runtime line of the human output: `runtime <endpoint>: <n> sandboxes`, `runtime <endpoint>:
+ * not reachable: <error>`, or when no runtime was found `runtime: none found (none of <default
+ * sockets> exists; set --runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT)` ({@link runtimeHead}).
+ */
 export function runtimeLine(rt: RuntimeJson): string {
-  if (rt.sandboxes === null) return `runtime ${rt.endpoint ?? '-'}: not reachable: ${rt.error ?? 'unknown error'}\n`;
-  return `runtime ${rt.endpoint ?? '-'}: ${rt.sandboxes} sandbox${rt.sandboxes === 1 ? '' : 'es'}\n`;
+  if (rt.endpoint === null) return `${runtimeHead(null, rt.error)}\n`;
+  if (rt.sandboxes === null) return `runtime ${rt.endpoint}: not reachable: ${rt.error ?? 'unknown error'}\n`;
+  return `runtime ${rt.endpoint}: ${rt.sandboxes} sandbox${rt.sandboxes === 1 ? '' : 'es'}\n`;
 }
 
 /** The human report: runtime line, one row per network and range set, notes. */

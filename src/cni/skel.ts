@@ -110,12 +110,7 @@ export async function pluginMain(h: PluginHandlers, io: PluginIO): Promise<numbe
     if (command === 'VERSION') {
       // SPEC.md §VERSION: the answer carries the input's cniVersion when we speak it.
       const asked = peekVersion(parsed);
-      io.stdout(
-        JSON.stringify({
-          cniVersion: asked !== null && isSupported(asked) ? asked : CURRENT_VERSION,
-          supportedVersions: SUPPORTED_VERSIONS,
-        }),
-      );
+      io.stdout(versionJSON(asked !== null && isSupported(asked) ? asked : CURRENT_VERSION));
       return 0;
     }
 
@@ -170,6 +165,27 @@ export async function pluginMain(h: PluginHandlers, io: PluginIO): Promise<numbe
     if (!(e instanceof AppError)) io.stderr(`ipwarden: internal error: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
     return 1;
   }
+}
+
+/**
+ * The VERSION answer for `cniVersion`, byte for byte as libcni's `PluginInfo.Encode` writes it
+ * (Go's `json.Encoder`): compact JSON followed by one newline,
+ * `{"cniVersion":"1.0.0","supportedVersions":["0.1.0",…,"1.1.0"]}\n`. ADD results and error
+ * documents are different: skel prints them indented by 4 spaces and with no trailing newline
+ * (`types.PrintResult` / `Error.Print`, json.MarshalIndent), as {@link formatJSON} does.
+ */
+export function versionJSON(cniVersion: string): string {
+  return `${JSON.stringify({ cniVersion, supportedVersions: SUPPORTED_VERSIONS })}\n`;
+}
+
+/**
+ * The text a plugin prints on stderr when run without `CNI_COMMAND` (an operator typing its path),
+ * as libcni's skel does (`pluginMain`: the "about" string, then the protocol versions), exit 0:
+ * `CNI ipwarden plugin version <version>\nCNI protocol versions supported: 0.1.0, …, 1.1.0\n`.
+ * `version`: the ipwarden release (e.g. `0.1.0`).
+ */
+export function aboutText(version: string): string {
+  return `CNI ipwarden plugin version ${version}\nCNI protocol versions supported: ${SUPPORTED_VERSIONS.join(', ')}\n`;
 }
 
 async function readStdin(io: PluginIO): Promise<Uint8Array> {

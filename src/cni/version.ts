@@ -5,6 +5,9 @@
  * 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0) plus 1.1.0 (SPEC.md @spec-v1.1.0: GC, STATUS).
  */
 
+/** ipwarden's release version (package.json `version`); the CLI's `ipwarden --version` and the plugin's "about" text print it. */
+export const IPWARDEN_VERSION = '0.1.0';
+
 /** Spec versions accepted in a config's `cniVersion`, oldest first. */
 export const SUPPORTED_VERSIONS: readonly string[] = ['0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'];
 

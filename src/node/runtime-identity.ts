@@ -26,7 +26,10 @@ export interface RuntimeIdentity {
    * shims, not gRPC) and `debug.sock` (containerd's pprof/expvar HTTP socket). [] when none.
    */
   readonly candidates: readonly string[];
-  /** The first ancestor (below pid 1) with a listening unix socket; null when none. */
+  /**
+   * The first ancestor (below pid 1) with a listening unix socket; null when none. `comm` is its
+   * name as {@link processName} gives it (never a `memfd:` name).
+   */
   readonly ancestor: { readonly pid: number; readonly comm: string } | null;
   /** One line: how it was found, or why nothing was found. */
   readonly reason: string;
@@ -127,6 +130,25 @@ export function rankCandidates(paths: readonly string[]): string[] {
   return [...kept.filter((p) => KNOWN_CRI_NAMES.includes(basename(p))), ...kept.filter((p) => !KNOWN_CRI_NAMES.includes(basename(p)))];
 }
 
+/**
+ * The name of process `pid` for messages, from its `/proc/<pid>/stat` comm: the comm itself, except
+ * for a program run from a memfd (`execveat` of an anonymous file, as runc's and some supervisors'
+ * self-copies are), whose comm is the memfd's internal name (`memfd:…`, since Linux 6.11 the
+ * dentry's name): then the base name of its argv[0] (`/proc/<pid>/cmdline` up to the first NUL)
+ * when that is readable, not empty and not itself a memfd name, else `?`. Never throws.
+ */
+export function processName(procDir: string, pid: number, comm: string): string {
+  if (!comm.startsWith('memfd:')) return comm;
+  try {
+    const raw = readFileSync(join(procDir, String(pid), 'cmdline'), 'utf8');
+    const nul = raw.indexOf('\0');
+    const argv0 = basename(nul < 0 ? raw : raw.slice(0, nul));
+    return argv0 === '' || argv0.startsWith('memfd:') ? '?' : argv0;
+  } catch {
+    return '?';
+  }
+}
+
 function code(e: unknown): string {
   return errnoCode(e) ?? (e instanceof Error ? e.message : String(e));
 }
@@ -143,6 +165,7 @@ function code(e: unknown): string {
  *   cannot look into must not be skipped in favour of one further up);
  * - `no ancestor below pid 1 listens on a unix socket (walked: 123 sh, 120 node)`; `(walked:
  *   none)` when the parent is pid 1 or 0.
+ * Each `<comm>` is the ancestor's {@link processName}: an internal `memfd:…` name never appears.
  */
 export function identifyRuntime(opts: IdentifyRuntimeOptions = {}): RuntimeIdentity {
   const procDir = opts.procDir ?? '/proc';
@@ -162,8 +185,9 @@ export function identifyRuntime(opts: IdentifyRuntimeOptions = {}): RuntimeIdent
   const seen = new Set<number>([start]);
   while (pid > 2 && !seen.has(pid)) {
     seen.add(pid);
-    const st = readStat(pid);
-    if (typeof st === 'string') return { candidates: [], ancestor: null, reason: st };
+    const stat = readStat(pid);
+    if (typeof stat === 'string') return { candidates: [], ancestor: null, reason: stat };
+    const st = { ...stat, comm: processName(procDir, pid, stat.comm) };
     const fdDir = join(procDir, String(pid), 'fd');
     let fds: string[];
     try {

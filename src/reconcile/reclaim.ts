@@ -14,6 +14,7 @@
  * period protects its reservation (containerd-lab.md §3 "Race the reconciler must handle").
  */
 import { DEFAULT_DATA_DIR } from '../common/names.ts';
+import { shellQuote } from '../common/shell.ts';
 import type { RangeSet } from '../ipam/types.ts';
 import { inUseReason, RECOVERED_OWNER_PREFIX, type EvidenceReader } from './evidence.ts';
 import { RE_RESERVE_IFNAME, releaseRecorded } from './apply.ts';
@@ -214,9 +215,13 @@ export async function reclaimLocked(
   };
 }
 
-/** The CLI command an operator runs for this network (with `--data-dir` when not the default). */
+/**
+ * The CLI command an operator runs for this network (with `--data-dir` when not the default), each
+ * value quoted for a POSIX shell ({@link shellQuote}) so the printed command can be pasted as is,
+ * e.g. `ipwarden gc --network cbr0 --data-dir '/var/lib/my cni'`.
+ */
 function cliHint(command: 'leaks' | 'gc', conf: IPAMConfig): string {
-  return `ipwarden ${command} --network ${conf.name}${conf.dataDir === DEFAULT_DATA_DIR ? '' : ` --data-dir ${conf.dataDir}`}`;
+  return `ipwarden ${command} --network ${shellQuote(conf.name)}${conf.dataDir === DEFAULT_DATA_DIR ? '' : ` --data-dir ${shellQuote(conf.dataDir)}`}`;
 }
 
 /**

@@ -15,6 +15,9 @@ export const DEFAULT_RUNTIME_ENDPOINTS: readonly string[] = [
   '/var/run/crio/crio.sock',
 ];
 
+/** How the error of {@link resolveRuntimeEndpoint} begins when nothing is configured and no default socket exists. */
+export const NO_RUNTIME_FOUND = 'no CRI runtime found';
+
 /**
  * {@link RuntimeEndpoint} and {@link parseRuntimeEndpoint} are pure and live in the leaf module
  * `src/common/endpoint.ts` (the IPAM config validates `ipam.runtimeEndpoint` with it, and may not
@@ -47,7 +50,7 @@ export function resolveRuntimeEndpoint(
   }
   throw new AppError(
     'RUNTIME_UNAVAILABLE',
-    `no CRI runtime found: none of ${DEFAULT_RUNTIME_ENDPOINTS.join(', ')} exists; set --runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT`,
+    `${NO_RUNTIME_FOUND}: none of ${DEFAULT_RUNTIME_ENDPOINTS.join(', ')} exists; set --runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT`,
     { retryable: true },
   );
 }

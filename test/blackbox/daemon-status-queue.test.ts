@@ -34,7 +34,7 @@ const skip = requireOrSkip(process.getuid?.() === 0 && existsSync(BUNDLE), 'root
 const NET = 'fieldq';
 const ADDS = 70;
 const SLOTS = 64;
-const VERSION_ANSWER = '{"cniVersion":"1.1.0","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}';
+const VERSION_ANSWER = '{"cniVersion":"1.1.0","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}\n';
 
 const cleanups: Array<() => void | Promise<void>> = [];
 const children: ChildProcess[] = [];

@@ -159,6 +159,10 @@ describe('ipwarden daemon', { skip }, () => {
       assert.deepEqual(r.map((x) => x.daemon.exitCode), [0, 0, 0, 0, 0, 0, 1, 0, 0, 0]);
       assert.equal(JSON.parse(r[6]?.daemon.stdout ?? '').code, 999);
       assert.equal(JSON.parse(r[9]?.daemon.stdout ?? '').cniVersion, '0.4.0');
+      // Exact bytes, as libcni's skel writes them: VERSION compact with a trailing newline (Go's
+      // json.Encoder); results and errors indented by 4 spaces without one (json.MarshalIndent).
+      assert.equal(r[9]?.daemon.stdout, '{"cniVersion":"0.4.0","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}\n');
+      for (const i of [0, 6]) assert.equal(r[i]?.daemon.stdout, JSON.stringify(JSON.parse(r[i]?.daemon.stdout ?? ''), null, 4), `answer ${i}`);
     });
 
     it('errors: missing env, undecodable config, invalid config, unknown command, GC under 1.1.0', async () => {

@@ -5,7 +5,8 @@
  * A small `node -e` "runtime" listens on a unix socket in a temp dir and spawns the reader
  * (`node --import tsx -e …identifyRuntime()…`), directly or through a `sh -c` that does not exec;
  * the "no listener" case runs the reader as pid 1 of a fresh PID namespace (`unshare --pid --fork
- * --mount-proc`), so no ancestor of the test runner can answer. Every process is a synchronous
+ * --mount-proc`), so no ancestor of the test runner can answer; there too, an ancestor exec'd from a
+ * memfd (python3's fexecve of a copy of /bin/sh) is named by its argv[0]. Every process is a synchronous
  * child with a timeout; the temp dir is removed in `after`.
  */
 import assert from 'node:assert/strict';
@@ -75,5 +76,25 @@ describe('identifyRuntime from a real ancestry', () => {
   it('no listening ancestor below pid 1: no candidates and the exact reason', { skip }, () => {
     const result = JSON.parse(run(['unshare', '--pid', '--fork', '--mount-proc', ...READER])) as RuntimeIdentity;
     assert.deepEqual(result, { candidates: [], ancestor: null, reason: 'no ancestor below pid 1 listens on a unix socket (walked: none)' });
+  });
+
+  it('an ancestor run from a memfd is named by its argv[0], never by the memfd', { skip }, (t) => {
+    // In a fresh PID namespace: sh is pid 1, /bin/true pid 2, python3 pid 3, which fexecve()s a
+    // memfd holding /bin/sh with argv[0] ipw-memfd-sh (Linux 6.11+ names it memfd:ipw-rt-test in
+    // comm); that sh prints its comm on stderr and runs the reader (pid 4) without exec'ing it.
+    const py = [
+      'import os, sys',
+      "fd = os.memfd_create('ipw-rt-test', 0)",
+      "os.write(fd, open('/bin/sh', 'rb').read())",
+      "os.execve(fd, ['ipw-memfd-sh', '-c', 'cat /proc/$$/comm >&2; \"$@\"; exit $?', 'x'] + sys.argv[1:], dict(os.environ))",
+    ].join('\n');
+    const inner = `/bin/true; python3 -c '${py.replace(/'/g, `'\\''`)}' "$@"; exit $?`;
+    const r = spawnSync('unshare', ['--pid', '--fork', '--mount-proc', 'sh', '-c', inner, 'sh', ...READER], { cwd: ROOT, encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const comm = r.stderr.trim().split('\n')[0] ?? '';
+    const result = JSON.parse(r.stdout) as RuntimeIdentity;
+    const shown = comm.startsWith('memfd:') ? 'ipw-memfd-sh' : comm;
+    if (!comm.startsWith('memfd:')) t.diagnostic(`this kernel names an fexecve'd memfd ${JSON.stringify(comm)}, not memfd:…`);
+    assert.deepEqual(result, { candidates: [], ancestor: null, reason: `no ancestor below pid 1 listens on a unix socket (walked: 3 ${shown})` });
   });
 });

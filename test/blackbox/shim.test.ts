@@ -231,6 +231,31 @@ describe('shim: every daemon failure falls back to the standalone plugin', () =>
     assert.equal(existsSync(join(s.sockDir, 'standalone-requests.log')), false);
   });
 
+  it('the installed plugin run alone (no CNI_COMMAND, no argument) prints skel\'s "about" text on stderr, exit 0, without asking the daemon; with an argument it is the CLI', async () => {
+    const { shim: s, socket } = shim();
+    const d = await daemon(socket, { kind: 'close' });
+    const about = 'CNI ipwarden plugin version 0.1.0\nCNI protocol versions supported: 0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0\n';
+    for (const exe of [bin, s]) {
+      const r = spawnSync(exe, [], { input: '', env: { PATH: '/usr/bin:/bin' }, encoding: 'utf8' });
+      assert.deepEqual([r.status, r.stdout, r.stderr], [0, '', about], exe);
+    }
+    assert.equal(d.connections.length, 0);
+    // The standalone run directly, and the CLI bundle, are the CLI: usage, not the about text.
+    for (const argv of [[standalonePlugin()], [process.execPath, join(ROOT, 'dist/ipwarden.cjs')]]) {
+      const r = spawnSync(argv[0] as string, argv.slice(1), { input: '', env: { PATH: '/usr/bin:/bin' }, encoding: 'utf8' });
+      assert.match(r.stdout + r.stderr, /^Usage: ipwarden \[options\] \[command\]\n/, argv.join(' '));
+    }
+    // With an argument the installed plugin is the CLI too.
+    const v = spawnSync(bin, ['--version'], { input: '', env: { PATH: '/usr/bin:/bin' }, encoding: 'utf8' });
+    assert.deepEqual([v.status, v.stdout, v.stderr], [0, 'ipwarden 0.1.0\n', '']);
+  });
+
+  it('VERSION through the fallback ends with a newline, as libcni writes it (host-local\'s bytes plus 1.1.0)', async () => {
+    const { shim: s } = shim();
+    const r = await run(s, { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION' }, Buffer.from('{"cniVersion":"1.0.0"}'));
+    assert.deepEqual([r.code, r.stdout.toString(), r.stderr.toString()], [0, '{"cniVersion":"1.0.0","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}\n', '']);
+  });
+
   it('control: NODE_EXTRA_CA_CERTS given to Node prints a warning (what the fallback checks rely on)', () => {
     const r = spawnSync(standalonePlugin(), [], { input: '{"cniVersion":"1.0.0"}', env: { PATH: '/usr/bin:/bin', CNI_COMMAND: 'VERSION', NODE_EXTRA_CA_CERTS: CA }, encoding: 'utf8' });
     assert.equal(r.status, 0);
@@ -530,12 +555,21 @@ printf '{"recorded":true}'
     assert.equal(d.connections.length, 0);
   });
 
-  it('no standalone beside the shim: a CNI error document, exit status 1', async () => {
+  it('without CNI_COMMAND and without arguments (the plugin typed alone) the standalone gets IPWARDEN_PATH=plugin-about in place of the caller\'s, and the daemon is not asked', async () => {
+    const { shim: s, socket } = shim({ dir });
+    const d = await daemon(socket, { kind: 'close' });
+    const r = spawnSync(s, [], { input: 'in', env: { PATH: '/usr/bin:/bin', FOO: 'bar', IPWARDEN_PATH: 'standalone-fallback' } });
+    assert.equal(r.status, 0);
+    assert.deepEqual(recorded().env, ['FOO=bar', 'IPWARDEN_PATH=plugin-about', 'PATH=/usr/bin:/bin']);
+    assert.equal(d.connections.length, 0);
+  });
+
+  it('no standalone beside the shim: a CNI error document as skel prints one (indented, no trailing newline), exit status 1', async () => {
     const lone = temp('ipw-shim-lone-');
     const { shim: s } = shim({ dir: lone });
     const r = await run(s, runtimeEnv('ADD'), Buffer.from('{}'));
     assert.equal(r.code, 1);
-    assert.deepEqual(JSON.parse(r.stdout.toString()), { cniVersion: '1.0.0', code: 999, msg: 'ipwarden: cannot run the standalone plugin: No such file or directory' });
+    assert.equal(r.stdout.toString(), '{\n    "cniVersion": "1.0.0",\n    "code": 999,\n    "msg": "ipwarden: cannot run the standalone plugin: No such file or directory"\n}');
   });
 });
 

@@ -273,6 +273,8 @@ describe('differential: ipwarden vs upstream host-local', () => {
         const upNow = checkDNS(mine, up, c.cniVersion ?? '1.0.0', what);
         if (upNow !== up) sawEmptyDNS = true;
         assert.deepEqual(normalise(mine, allow, 'ours', step.command), normalise(upNow, allow, 'up', step.command), what);
+        // The document's framing is skel's: indented by 4 spaces, no trailing newline (results and errors).
+        if (up.stdout !== '') assert.deepEqual([mine.stdout.startsWith('{\n    "'), mine.stdout.endsWith('\n}')], [up.stdout.startsWith('{\n    "'), up.stdout.endsWith('\n}')], `${what}: framing`);
         const ips = (mine.json?.['ips'] as Array<{ address: string }> | undefined) ?? [];
         for (const ip of ips) gotIPs.push(ip.address.split('/')[0] ?? '');
         const ip4 = mine.json?.['ip4'] as { ip: string } | undefined;
@@ -298,6 +300,18 @@ describe('differential: ipwarden vs upstream host-local', () => {
       if (c.expectIPs !== undefined) assert.deepEqual(gotIPs.slice(0, c.expectIPs.length), c.expectIPs);
     });
   }
+
+  it('VERSION: host-local\'s exact bytes (compact JSON and a newline, Go\'s json.Encoder), with 1.1.0 added to the list', { skip }, () => {
+    // host-local always answers its own 1.0.0; ipwarden the asked version when it speaks it, else
+    // its newest (SPEC.md §VERSION; docs/compatibility.md).
+    for (const [stdin, answered] of [['{"cniVersion":"1.0.0"}', '1.0.0'], ['{"cniVersion":"0.3.1"}', '0.3.1'], ['', '1.1.0']] as const) {
+      const up = runCni(HOST_LOCAL, { command: 'VERSION', stdin });
+      const mine = runCni(ours, { command: 'VERSION', stdin });
+      assert.equal(up.stdout, '{"cniVersion":"1.0.0","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0"]}\n');
+      const want = up.stdout.replace('"cniVersion":"1.0.0"', `"cniVersion":"${answered}"`).replace(/\]\}\n$/, ',"1.1.0"]}\n');
+      assert.deepEqual([mine.exitCode, mine.stdout, mine.stderr], [up.exitCode, want, ''], stdin);
+    }
+  });
 
   it('the cases checked the 0600 mode of written files and the absent "dns" of 1.x results', { skip }, (t) => {
     t.diagnostic(`files written ${writes.files} (last_reserved_ip ${writes.lastReserved}); cases with a 1.x empty-DNS result ${writes.emptyDNS}`);

@@ -6,7 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, utimesSync, writeFileSync, existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { after, describe, it } from 'node:test';
 import { makeHandlers } from '../../src/cni/commands.ts';
 import { AppError } from '../../src/common/errors.ts';
@@ -68,17 +69,18 @@ function fakeSource(rt: FakeRuntime | string): () => PodIPSource | string {
         };
 }
 
-function setup(files: Record<string, string>, ipam: Record<string, unknown> = {}, subnet = '10.244.1.0/29') {
+function setup(files: Record<string, string>, ipam: Record<string, unknown> = {}, subnet = '10.244.1.0/29', sub = '') {
   const t = tempDir('ipw-heal-');
   cleanups.push(t.cleanup);
-  const dir = join(t.dir, 'kubenet');
+  const dataDir = join(t.dir, sub);
+  const dir = join(dataDir, 'kubenet');
   mkdirSync(dir, { recursive: true });
   for (const [name, content] of Object.entries(files)) {
     writeFileSync(join(dir, name), content.replace('|', '\r\n'));
     utimesSync(join(dir, name), OLD, OLD);
   }
-  const conf = { cniVersion: '1.1.0', name: 'kubenet', ipam: { type: 'ipwarden', dataDir: t.dir, ranges: [[{ subnet }]], ...ipam } };
-  return { dataDir: t.dir, dir, conf };
+  const conf = { cniVersion: '1.1.0', name: 'kubenet', ipam: { type: 'ipwarden', dataDir, ranges: [[{ subnet }]], ...ipam } };
+  return { dataDir, dir, conf };
 }
 
 async function invoke(
@@ -146,6 +148,21 @@ describe('reclaim on exhaustion (BR-23 second half, BR-20)', () => {
       details: `range set 0 has 5 allocatable addresses and 5 reservations; 5 reservations: 3 live, 0 in grace (younger than 5m0s), 2 leaked, 0 corrupt; automatic reclaim is off (reclaimOnExhaustion: false): run "ipwarden gc --network kubenet --data-dir ${dataDir}"`,
     });
     assert.deepEqual(snapshotDir(dir), before);
+  });
+
+  it('the suggested command is shell-quoted: a data dir with a space and a quote pastes as one word', async () => {
+    const { dataDir, conf } = setup(full, { reclaimOnExhaustion: false }, '10.244.1.0/29', "my cni's data");
+    const r = await invoke(runtime(['c3', 'c4', 'c5']), 'ADD', conf);
+    const quoted = `'${dataDir.replace("'", "'\\''")}'`;
+    assert.equal(quoted, `'${dirname(dataDir)}/my cni'\\''s data'`);
+    assert.equal(
+      r.json?.['details'],
+      `range set 0 has 5 allocatable addresses and 5 reservations; 5 reservations: 3 live, 0 in grace (younger than 5m0s), 2 leaked, 0 corrupt; automatic reclaim is off (reclaimOnExhaustion: false): run "ipwarden gc --network kubenet --data-dir ${quoted}"`,
+    );
+    // What a shell makes of the printed command: the data dir as one argument, unchanged.
+    const cmd = /run "(ipwarden gc [^"]+)"$/.exec(String(r.json?.['details']))?.[1] ?? '';
+    const sh = spawnSync('sh', ['-c', `set -- ${cmd}; printf '%s\\n' "$#" "$6"`], { encoding: 'utf8' });
+    assert.equal(sh.stdout, `6\n${dataDir}\n`);
   });
 
   it('a genuinely full range (every owner live) fails with the exact text and says so', async () => {

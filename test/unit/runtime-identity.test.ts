@@ -104,6 +104,8 @@ interface FakeProc {
   /** fd number → readlink text (`socket:[N]`, `/dev/null`, `anon_inode:[eventpoll]`); 'file' makes fd/ a plain file. */
   fds?: Record<number, string> | 'file';
   unix?: string;
+  /** `/proc/<pid>/cmdline` (NUL-separated argv); absent: no file. */
+  cmdline?: string;
 }
 
 const tmp = mkdtempSync(join(tmpdir(), 'ke-rt-unit-'));
@@ -120,6 +122,7 @@ function tree(procs: readonly FakeProc[]): string {
       mkdirSync(join(dir, 'fd'));
       for (const [fd, target] of Object.entries(p.fds)) symlinkSync(target, join(dir, 'fd', fd));
     }
+    if (p.cmdline !== undefined) writeFileSync(join(dir, 'cmdline'), p.cmdline);
     if (p.unix !== undefined) {
       mkdirSync(join(dir, 'net'));
       writeFileSync(join(dir, 'net', 'unix'), p.unix);
@@ -177,6 +180,31 @@ describe('identifyRuntime over a fake procfs', () => {
       ],
       300,
       () => ({ candidates: [], ancestor: null, reason: 'no ancestor below pid 1 listens on a unix socket (walked: 200 sh, 100 ke x) (y))' }),
+    ],
+    [
+      'an ancestor run from a memfd is named by its argv[0], never by the memfd (comm memfd:…); ? when argv[0] tells nothing',
+      [
+        { pid: 100, comm: 'memfd:sealed-91', ppid: 1, fds: {}, cmdline: 'line_io_tools/binary_backend\0--uid\x000\0' },
+        { pid: 150, comm: 'memfd:runc_cloned:/proc/self/exe', ppid: 100, fds: {}, cmdline: '' },
+        { pid: 160, comm: 'memfd:x', ppid: 150, fds: {}, cmdline: '/memfd:x (deleted)\0' },
+        { pid: 170, comm: 'memfd:y', ppid: 160, fds: {} },
+        { pid: 200, comm: 'bash', ppid: 170, fds: {}, cmdline: 'memfd-looking\0' },
+        { pid: 300, comm: 'ipwarden', ppid: 200 },
+      ],
+      300,
+      () => ({ candidates: [], ancestor: null, reason: 'no ancestor below pid 1 listens on a unix socket (walked: 200 bash, 170 ?, 160 ?, 150 ?, 100 binary_backend)' }),
+    ],
+    [
+      'a listening ancestor run from a memfd: its argv[0] in the reason and in ancestor.comm',
+      [{ ...containerd, comm: 'memfd:containerd', cmdline: '/usr/bin/containerd\0--config\0/etc/containerd/config.toml\0' }, { pid: 300, comm: 'ipwarden', ppid: 100 }],
+      300,
+      () => ({ candidates: ['/tmp/ke-ctd/containerd.sock'], ancestor: { pid: 100, comm: 'containerd' }, reason: 'ancestor 100 (containerd) listens on /tmp/ke-ctd/containerd.sock' }),
+    ],
+    [
+      'an ancestor run from a memfd whose fds cannot be listed: its argv[0] in the reason',
+      [{ pid: 100, comm: 'memfd:agent', ppid: 1, fds: 'file', cmdline: 'agent\0' }, { pid: 300, comm: 'ipwarden', ppid: 100 }],
+      300,
+      (root) => ({ candidates: [], ancestor: null, reason: `cannot read ${root}/100/fd of ancestor 100 (agent): ENOTDIR` }),
     ],
     [
       'parent is pid 1 (systemd is never the runtime)',

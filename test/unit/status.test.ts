@@ -6,12 +6,15 @@
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { NOTHING_IN_USE, unreadableEvidence, type UseEvidence } from '../../src/reconcile/evidence.ts';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AppError } from '../../src/common/errors.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { runMain } from '../../src/cli/main.ts';
+import { runtimeLine } from '../../src/cli/status.ts';
+import type { RuntimeJson } from '../../src/reconcile/snapshot.ts';
+import { DEFAULT_RUNTIME_ENDPOINTS } from '../../src/runtime/endpoint.ts';
 import type { SandboxInfo } from '../../src/reconcile/sandboxes.ts';
 
 const SNAP = Date.UTC(2025, 0, 1);
@@ -76,6 +79,15 @@ async function cli(argv: string[], live: readonly string[] | 'unreachable', evid
   return { code, stdout, stderr, asks };
 }
 
+/** `status` with no runtime configured at all (no flag, no CONTAINER_RUNTIME_ENDPOINT): the default sockets decide. */
+async function cliNoRuntime(argv: string[]): Promise<Omit<Run, 'asks'>> {
+  let stdout = '';
+  let stderr = '';
+  const ctx: CliContext = { stdout: (t) => void (stdout += t), stderr: (t) => void (stderr += t), env: {}, now: () => SNAP, evidence: () => NOTHING_IN_USE };
+  const code = await runMain(argv, ctx);
+  return { code, stdout, stderr };
+}
+
 /** BR-20: cbr0 10.42.1.0/28, 13 of 13 reserved, owners d2..d14 except .5 l5, .9 l9, .12 l12. */
 function br20(): void {
   conf('10-cbr0.conflist', {
@@ -109,7 +121,37 @@ const counts = (reserved: number, live: number | null, grace: number | null, lea
   corrupt,
 });
 
+const NONE_FOUND = 'no CRI runtime found: none of /run/containerd/containerd.sock, /var/run/crio/crio.sock exists; set --runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT';
+
+describe('the runtime line of status', () => {
+  const cases: Array<[string, RuntimeJson, string]> = [
+    ['none found: what to set, not "-"', { endpoint: null, sandboxes: null, error: NONE_FOUND }, 'runtime: none found (none of /run/containerd/containerd.sock, /var/run/crio/crio.sock exists; set --runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT)\n'],
+    ['none found, another error text: kept whole', { endpoint: null, sandboxes: null, error: 'something else' }, 'runtime: none found (something else)\n'],
+    ['none found, no error text', { endpoint: null, sandboxes: null }, 'runtime: none found\n'],
+    ['not reachable', { endpoint: ENDPOINT, sandboxes: null, error: 'ENOENT' }, `runtime ${ENDPOINT}: not reachable: ENOENT\n`],
+    ['one sandbox', { endpoint: ENDPOINT, sandboxes: 1 }, `runtime ${ENDPOINT}: 1 sandbox\n`],
+    ['three sandboxes', { endpoint: ENDPOINT, sandboxes: 3 }, `runtime ${ENDPOINT}: 3 sandboxes\n`],
+  ];
+  for (const [name, rt, want] of cases) it(name, () => assert.equal(runtimeLine(rt), want));
+});
+
 describe('ipwarden status', () => {
+  const defaultSocket = DEFAULT_RUNTIME_ENDPOINTS.find((p) => existsSync(p));
+  it('no runtime found: "runtime: none found (…)" in the table and the page, the JSON unchanged (endpoint null), exit 1', { skip: defaultSocket === undefined ? false : `a default runtime socket exists here (${defaultSocket})` }, async () => {
+    br20();
+    const t = await cliNoRuntime(['status', '--cni-conf-dir', confDir, '--data-dir', dataDir]);
+    assert.equal(t.code, 1);
+    assert.equal(t.stdout.split('\n')[0], 'runtime: none found (none of /run/containerd/containerd.sock, /var/run/crio/crio.sock exists; set --runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT)');
+    assert.equal(t.stderr, `ipwarden: runtime not reachable: ${NONE_FOUND}; live, grace and leaked are unknown\n`);
+    const j = await cliNoRuntime(['status', '--cni-conf-dir', confDir, '--data-dir', dataDir, '--json']);
+    assert.deepEqual(JSON.parse(j.stdout).runtime, { endpoint: null, sandboxes: null, error: NONE_FOUND });
+    const h = await cliNoRuntime(['status', '--cni-conf-dir', confDir, '--data-dir', dataDir, '--html', '-']);
+    assert.ok(
+      h.stdout.includes('<p class="meta" id="runtime" data-verdicts="false">runtime: none found (none of /run/containerd/containerd.sock, /var/run/crio/crio.sock exists; set --runtime-endpoint or CONTAINER_RUNTIME_ENDPOINT): live, grace and leaked are unknown</p>'),
+      h.stdout.slice(0, 2000),
+    );
+  });
+
   it('BR-20: 13 of 13 reserved in 10.42.1.1-10.42.1.14, 3 live, 10 leaked, 0 free (exact JSON)', async () => {
     br20();
     const r = await cli(['status', '--cni-conf-dir', confDir, '--data-dir', dataDir, '--json'], BR20_LIVE);
