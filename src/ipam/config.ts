@@ -40,7 +40,7 @@ import { familyBits, formatIP, parseCIDR, parseIP } from '../common/ip.ts';
 import type { RawRange } from './range.ts';
 import { canonicalizeRangeSet, rangeSetOverlaps } from './range.ts';
 import type { IP, IPAMConfig, NetworkIdentity, RangeSet, Route } from './types.ts';
-import { decodePoolConfig } from './pool-config.ts';
+import { decodePoolConfig, misplacedPoolKey } from './pool-config.ts';
 
 /** host-local's default `dataDir` (defined in `src/common/names.ts`). */
 export { DEFAULT_DATA_DIR };
@@ -424,7 +424,10 @@ function decodeName(doc: JsonObject): string {
  *   (Go duration, default `5m`), `ipam.runtimeEndpoint` (string, default null),
  *   `ipam.lockTimeout` (Go duration, default `30s`); durations must not be negative;
  * - `ipam.pool` and `ipam.nodeName` (src/ipam/pool-config.ts; a pool refuses static requests:
- *   `ipam.pool does not support static IP requests (CNI_ARGS IP=, args.cni.ips, runtimeConfig.ips)`).
+ *   `ipam.pool does not support static IP requests (CNI_ARGS IP=, args.cni.ips, runtimeConfig.ips)`);
+ *   an `ipam` of type `ipwarden` without `pool` but with a near miss of it (`pools`) or with `pool`
+ *   at the config's top level is refused (`misplacedPoolKey`; {@link loadNetworkIdentity} does not
+ *   refuse it, so the DEL of such a config releases node-local reservations as before).
  *
  * @param stdin the request's stdin (UTF-8 JSON)
  * @param cniArgs `CNI_ARGS`, or undefined when unset
@@ -476,6 +479,10 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
   const runtimeEndpoint = decodeRuntimeEndpoint(optString(ipam, 'runtimeEndpoint', 'ipam.runtimeEndpoint') || null);
   const lockTimeoutSeconds = decodeDuration(ipam, 'lockTimeout', DEFAULT_LOCK_TIMEOUT);
   const pool = decodePoolConfig(ipam);
+  // A pool key misspelt (`pools`) or outside `ipam`: refused, or the pool's addresses would be
+  // handed out from node-local files, one address on every node (trial; docs/cluster.md).
+  const misplaced = pool === null ? misplacedPoolKey(doc, ipam) : null;
+  if (misplaced !== null) throw invalidConfig(misplaced);
 
   // --- requested IPs: CNI_ARGS, args.cni.ips, runtimeConfig.ips; deduplicated ---
   const envArgs = parseCniArgs(cniArgs);
@@ -552,6 +559,9 @@ export function loadIPAMConfig(stdin: string | Uint8Array, cniArgs: string | und
  * requested IPs) no longer parse still releases the container's addresses.
  *
  * Deliberate difference: host-local's DEL parses the whole config and fails on any of it.
+ * A pool key misspelt or outside `ipam` (refused by {@link loadIPAMConfig}) is not refused here:
+ * such a config's ADD never allocated from a pool, and one served by an older version allocated
+ * from node-local files, which its DEL (and GC) must still release.
  *
  * @throws AppError IPAM_DECODE when stdin is not a JSON object; IPAM_INVALID_CONFIG for a bad
  *   name, a missing `ipam` (`IPAM config missing 'ipam' key`), a bad `dataDir` or `lockTimeout`.

@@ -241,6 +241,78 @@ function refuseCaseVariants(obj: Obj, path: string, keys: readonly string[]): vo
   }
 }
 
+/** The IPAM `type` whose config {@link misplacedPoolKey} judges (the plugin's own name). */
+export const IPWARDEN_IPAM_TYPE = 'ipwarden';
+
+/**
+ * Optimal string alignment distance of `a` and `b` capped at 2 (0, 1, or 2 meaning "2 or more"):
+ * the fewest characters inserted, deleted, replaced, or adjacent pairs swapped. Pure.
+ */
+function editDistanceUpTo2(a: string, b: string): number {
+  if (Math.abs(a.length - b.length) > 1) return 2;
+  const prev2: number[] = [];
+  let prev: number[] = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur: number[] = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      let d = Math.min((prev[j] as number) + 1, (cur[j - 1] as number) + 1, (prev[j - 1] as number) + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d = Math.min(d, (prev2[j - 2] as number) + 1);
+      cur.push(d);
+    }
+    prev2.splice(0, prev2.length, ...prev);
+    prev = cur;
+  }
+  return Math.min(prev[b.length] as number, 2);
+}
+
+/**
+ * Is `key` (a key of an `ipam` section) a near miss of `pool`: its ASCII lower case is one edit
+ * from `pool` — one character inserted, deleted or replaced, or two adjacent ones swapped
+ * (`pools`, `Pools`, `pool_`, `pool-`, `poool`, `pol`, `ppol`, `opol`, `poll`, `spool`). A case
+ * variant of `pool` itself (`Pool`) is not one (it is refused by its own rule). No key of
+ * host-local (`type ranges routes dataDir resolvConf subnet rangeStart rangeEnd gateway`), of
+ * ipwarden, of whereabouts (`range`, `range_start`, `exclude`, `etcd_host`, `ipRanges`, …) or of
+ * calico-ipam (`ipv4_pools`, `assign_ipv4`, …) is one. Pure.
+ */
+export function isPoolKeyNearMiss(key: string): boolean {
+  return editDistanceUpTo2(key.toLowerCase(), 'pool') === 1;
+}
+
+/** The message refusing an `ipam` key that {@link isPoolKeyNearMiss} matches. */
+export function poolKeyNearMissMessage(key: string): string {
+  return `ipam key ${JSON.stringify(key)} looks like a misspelt "pool": a cluster pool's key is "pool" (inside "ipam"); refused so that the pool's addresses are not handed out from node-local files`;
+}
+
+/** The message refusing a network config key `pool` (any case) outside `ipam`. */
+export function poolKeyOutsideIpamMessage(key: string): string {
+  return `network config key ${JSON.stringify(key)} is outside "ipam": a cluster pool's key is "pool" inside "ipam"; refused so that the pool's addresses are not handed out from node-local files`;
+}
+
+/**
+ * Why a network config that asks for IPAM type `ipwarden` but has no `ipam.pool` looks like it
+ * meant a cluster pool: the message of the first such mistake, or null when there is none.
+ * Judged only when `ipam.type` is exactly `ipwarden` and `ipam` has no key `pool` (exactly; a
+ * case variant is refused by {@link decodePoolConfig}); then, in this order:
+ * - a key of `ipam` that {@link isPoolKeyNearMiss} matches → {@link poolKeyNearMissMessage};
+ * - a top-level key of the config (the one plugin's config the runtime hands the plugin) equal
+ *   to `pool` ignoring ASCII case → {@link poolKeyOutsideIpamMessage}.
+ * Another IPAM type (`host-local`, when ipwarden is installed under that name) is a config
+ * written for host-local, which has no pools and ignores unknown keys: not judged. Pure.
+ * @param doc the network config (a JSON object); `ipam` its `ipam` object
+ */
+export function misplacedPoolKey(doc: Obj, ipam: Obj): string | null {
+  // `type` found as Go's decoder (and loadIPAMConfig) finds it: the exact key, else the last case variant.
+  let type: unknown = ipam['type'];
+  if (!Object.prototype.hasOwnProperty.call(ipam, 'type')) for (const k of Object.keys(ipam)) if (k.toLowerCase() === 'type') type = ipam[k];
+  if (type !== IPWARDEN_IPAM_TYPE || Object.prototype.hasOwnProperty.call(ipam, 'pool')) return null;
+  const nearMiss = Object.keys(ipam).find(isPoolKeyNearMiss);
+  if (nearMiss !== undefined) return poolKeyNearMissMessage(nearMiss);
+  const outside = Object.keys(doc).find((k) => k.toLowerCase() === 'pool');
+  if (outside !== undefined) return poolKeyOutsideIpamMessage(outside);
+  return null;
+}
+
 /**
  * Decode `ipam.pool` (and `ipam.nodeName`). Returns null when `ipam.pool` is absent (`null` is refused).
  * @param ipam the `ipam` object of the network config

@@ -17,6 +17,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { isAppError } from '../common/errors.ts';
 import { loadIPAMConfig, unknownIpamKeys } from '../ipam/config.ts';
+import { misplacedPoolKey } from '../ipam/pool-config.ts';
 import type { IPAMConfig } from '../ipam/types.ts';
 
 /** File name endings libcni reads from a configuration directory. */
@@ -50,6 +51,16 @@ export interface CniNetwork {
    * reads (ignored; `IPAM_KEYS` of src/ipam/config.ts); absent when there is none.
    */
   readonly unknownIpamKeys?: readonly string[];
+  /**
+   * An `ipam` of type `ipwarden` without `pool` whose config looks like it meant a cluster pool:
+   * a near miss of `pool` in `ipam` (`pools`), or `pool` outside `ipam` — at the plugin's top level
+   * (refused by the plugin) or at a list's top level (libcni never passes it to the plugin, so
+   * the plugin cannot see it). `message`: `misplacedPoolKey`'s (src/ipam/pool-config.ts);
+   * `refusedByPlugin`: whether the plugin sees it — then it refuses ADD, CHECK and STATUS with
+   * code 7, and `error` repeats the message (`ipam` is null) — or not (a list's top level: the
+   * network is served node-local, `ipam` is parsed as usual). Absent otherwise.
+   */
+  readonly poolKeyMisplaced?: { readonly message: string; readonly refusedByPlugin: boolean };
 }
 
 /** True when `ipamType` stores reservations in host-local's format (`host-local`, `ipwarden`). */
@@ -102,10 +113,25 @@ export function parseCniConfig(file: string, text: string): CniNetwork {
 
   // What libcni hands the plugin: its own object plus the list's name and cniVersion.
   const stdin = isList ? { ...(chosen as Json), name: doc['name'], cniVersion: doc['cniVersion'] } : doc;
+  // The list's own top level too: a `pool` there never reaches the plugin, which would serve the
+  // network from node-local files without a word.
+  const seen = misplacedPoolKey(stdin, ipamOf(chosen) as Json);
+  if (seen !== null) {
+    const poolKeyMisplaced = { message: seen, refusedByPlugin: true };
+    return { ...base, ipamType, ipam: null, error: `invalid ${ipamType} IPAM configuration: ${seen}`, poolKeyMisplaced };
+  }
+  const listLevel = isList ? misplacedPoolKey(doc, ipamOf(chosen) as Json) : null;
   try {
     const ipam = loadIPAMConfig(JSON.stringify(stdin), undefined);
     const unknown = unknownIpamKeys(ipamOf(chosen) as Json);
-    return { ...base, ipamType, ipam, error: null, ...(unknown.length > 0 ? { unknownIpamKeys: unknown } : {}) };
+    return {
+      ...base,
+      ipamType,
+      ipam,
+      error: null,
+      ...(unknown.length > 0 ? { unknownIpamKeys: unknown } : {}),
+      ...(listLevel === null ? {} : { poolKeyMisplaced: { message: listLevel, refusedByPlugin: false } }),
+    };
   } catch (e) {
     return { ...base, ipamType, ipam: null, error: `invalid ${ipamType} IPAM configuration: ${describe(e)}` };
   }

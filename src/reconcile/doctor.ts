@@ -54,6 +54,7 @@ export const FINDING_IDS = [
   'runtime-unreachable',
   'no-cni-config',
   'cni-config-invalid',
+  'ipam-pool-key-misplaced',
   'ipam-key-unknown',
   'ipam-plugin-missing',
   'lock-held',
@@ -449,13 +450,28 @@ export async function diagnose(q: DoctorQuery, deps: DoctorDeps): Promise<Doctor
     });
   }
 
+  // A pool key misspelt or outside `ipam` is its own error-level finding below, not this warning.
+  const misplaced = layout.configs.filter((c) => c.poolKeyMisplaced !== undefined);
   for (const e of layout.configErrors) {
+    if (misplaced.some((c) => c.file === e.file && c.error === e.error)) continue; // refusedByPlugin
     findings.push({
       id: 'cni-config-invalid',
       severity: 'warning',
       title: `CNI configuration ${e.file} cannot be used`,
       evidence: e.error,
       fix: `correct or remove ${e.file}`,
+    });
+  }
+
+  for (const c of misplaced) {
+    findings.push({
+      id: 'ipam-pool-key-misplaced',
+      severity: 'error',
+      title: `${c.file}: ${c.name ?? '?'} looks like a cluster pool whose "pool" key is misspelt or outside "ipam"`,
+      evidence: c.poolKeyMisplaced?.refusedByPlugin
+        ? `${c.poolKeyMisplaced.message}; the plugin refuses its ADD, CHECK and STATUS with code 7`
+        : `${c.poolKeyMisplaced?.message ?? ''}; a key at a list's top level never reaches the plugin, which serves the network from node-local files: every node hands out the same addresses`,
+      fix: `in ${c.file}, write the pool as "ipam": {"type": "ipwarden", …, "pool": {"name": …, "etcd": {…}}} (docs/cluster.md "Configuration"), or remove the key for a node-local network`,
     });
   }
 

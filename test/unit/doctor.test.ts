@@ -368,6 +368,37 @@ describe('ipwarden doctor', () => {
     );
   });
 
+  it('a cluster pool whose "pool" key is misspelt in ipam, or outside ipam (a .conf and a list\'s plugin, seen by the plugin; a list\'s top level, not): one error finding each, exit 1, no cni-config-invalid for them', async () => {
+    const POOL = { name: 'net1-pool', etcd: { endpoints: ['http://10.0.0.5:2379'] } };
+    const ranges = [[{ subnet: '10.231.74.0/24' }]];
+    conf('a.conf', { cniVersion: '1.0.0', name: 'a', type: 'macvlan', ipam: { type: 'ipwarden', ranges, dataDir, pools: POOL } });
+    conf('b.conf', { cniVersion: '1.0.0', name: 'b', type: 'macvlan', pool: POOL, ipam: { type: 'ipwarden', ranges, dataDir } });
+    conf('c.conflist', { cniVersion: '1.0.0', name: 'c', plugins: [{ type: 'macvlan', Pool: POOL, ipam: { type: 'ipwarden', ranges, dataDir } }] });
+    conf('d.conflist', { cniVersion: '1.0.0', name: 'd', pool: POOL, plugins: [{ type: 'macvlan', ipam: { type: 'ipwarden', ranges, dataDir } }] });
+    // Not judged: another IPAM type, and a real pool beside a near miss.
+    conf('e.conf', { cniVersion: '1.0.0', name: 'e', type: 'macvlan', pool: POOL, ipam: { type: 'host-local', ranges: [[{ subnet: '10.231.75.0/24' }]], dataDir, pools: 1 } });
+    const near = 'ipam key "pools" looks like a misspelt "pool": a cluster pool\'s key is "pool" (inside "ipam"); refused so that the pool\'s addresses are not handed out from node-local files';
+    const outside = (k: string): string => `network config key "${k}" is outside "ipam": a cluster pool's key is "pool" inside "ipam"; refused so that the pool's addresses are not handed out from node-local files`;
+    const finding = (f: string, name: string, evidence: string): Finding => ({
+      id: 'ipam-pool-key-misplaced',
+      severity: 'error',
+      title: `${join(confDir, f)}: ${name} looks like a cluster pool whose "pool" key is misspelt or outside "ipam"`,
+      evidence,
+      fix: `in ${join(confDir, f)}, write the pool as "ipam": {"type": "ipwarden", …, "pool": {"name": …, "etcd": {…}}} (docs/cluster.md "Configuration"), or remove the key for a node-local network`,
+    });
+    const r = await findings([]);
+    assert.equal(r.code, 1);
+    assert.deepEqual(
+      r.findings.filter((f) => f.id === 'ipam-pool-key-misplaced' || f.id === 'cni-config-invalid'),
+      [
+        finding('a.conf', 'a', `${near}; the plugin refuses its ADD, CHECK and STATUS with code 7`),
+        finding('b.conf', 'b', `${outside('pool')}; the plugin refuses its ADD, CHECK and STATUS with code 7`),
+        finding('c.conflist', 'c', `${outside('Pool')}; the plugin refuses its ADD, CHECK and STATUS with code 7`),
+        finding('d.conflist', 'd', `${outside('pool')}; a key at a list's top level never reaches the plugin, which serves the network from node-local files: every node hands out the same addresses`),
+      ],
+    );
+  });
+
   it('no configuration at all: an info finding; exit 0', async () => {
     const r = await findings([]);
     assert.equal(r.code, 0);

@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { isAppError } from '../../src/common/errors.ts';
 import { loadIPAMConfig, loadNetworkIdentity } from '../../src/ipam/config.ts';
+import { isPoolKeyNearMiss } from '../../src/ipam/pool-config.ts';
 
 const ETCD = { endpoints: ['http://127.0.0.1:2379'] };
 function conf(ipamExtra: Record<string, unknown>): string {
@@ -116,6 +117,94 @@ describe('ipam.pool', () => {
     assert.throws(
       () => loadIPAMConfig(conf({ pool: { name: 'p1', etcd: ETCD } }), 'IP=10.80.0.9'),
       (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.message === 'ipam.pool does not support static IP requests (CNI_ARGS IP=, args.cni.ips, runtimeConfig.ips)',
+    );
+  });
+});
+
+describe('a pool key misspelt or outside ipam (two nodes handing out one address from node-local files)', () => {
+  const near = (k: string): string =>
+    `ipam key ${JSON.stringify(k)} looks like a misspelt "pool": a cluster pool's key is "pool" (inside "ipam"); refused so that the pool's addresses are not handed out from node-local files`;
+  const outside = (k: string): string =>
+    `network config key ${JSON.stringify(k)} is outside "ipam": a cluster pool's key is "pool" inside "ipam"; refused so that the pool's addresses are not handed out from node-local files`;
+  const POOL = { name: 'net1-pool', etcd: ETCD };
+  const refused = (stdin: string, msg: string): void => {
+    assert.throws(() => loadIPAMConfig(stdin, undefined), (e: unknown) => isAppError(e, 'IPAM_INVALID_CONFIG') && e.cniCode === 7 && e.message === msg && e.details === undefined);
+  };
+
+  it('isPoolKeyNearMiss: one edit from "pool", case ignored; "pool" and its case variants are not near misses', () => {
+    const yes = ['pools', 'Pools', 'POOLS', 'pool_', 'pool-', '_pool', 'poool', 'pol', 'pood', 'ppol', 'opol', 'polo', 'poll', 'spool', 'pool1', 'pooL_'];
+    const no = ['pool', 'Pool', 'POOL', 'pooling', 'pool_name', 'poolName', 'ipPool', 'ipv4_pools', 'ipv6_pools', 'po', 'loop', 'p', '', 'type', 'ranges', 'routes', 'dataDir', 'resolvConf', 'subnet', 'rangeStart', 'rangeEnd', 'gateway', 'nodeName', 'range', 'range_start', 'range_end', 'exclude', 'etcd_host', 'ipRanges', 'kubernetes', 'network_name', 'log_level', 'assign_ipv4'];
+    assert.deepEqual(yes.filter((k) => !isPoolKeyNearMiss(k)), []);
+    assert.deepEqual(no.filter((k) => isPoolKeyNearMiss(k)), []);
+  });
+
+  const nearMisses: Array<[string, Record<string, unknown>, string]> = [
+    ['"pools" (the trial\'s config)', { pools: POOL }, 'pools'],
+    ['"Pools"', { Pools: POOL }, 'Pools'],
+    ['"pool_"', { pool_: POOL }, 'pool_'],
+    ['"poool"', { poool: POOL }, 'poool'],
+    ['"pol"', { pol: POOL }, 'pol'],
+    ['"opol" (two letters swapped)', { opol: POOL }, 'opol'],
+    ['"poll" (also with a value that is no pool)', { poll: 5 }, 'poll'],
+    ['"pools": null', { pools: null }, 'pools'],
+    ['the first of two near misses', { pol: POOL, pools: POOL }, 'pol'],
+  ];
+  for (const [name, extra, key] of nearMisses) {
+    it(`ipam ${name}, no "pool": refused, code 7, naming the key`, () => refused(conf(extra), near(key)));
+  }
+
+  it('"pool" at the network config\'s top level (beside a main plugin\'s keys): refused, code 7', () => {
+    refused(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', type: 'macvlan', master: 'eth0', pool: POOL, ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/24' }]] } }), outside('pool'));
+  });
+
+  it('"Pool" or "pool": null at the top level: refused, code 7', () => {
+    refused(JSON.stringify({ name: 'net1', Pool: POOL, ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/24' }]] } }), outside('Pool'));
+    refused(JSON.stringify({ name: 'net1', pool: null, ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/24' }]] } }), outside('pool'));
+  });
+
+  it('a near miss in ipam is named before a pool outside it', () => {
+    refused(JSON.stringify({ name: 'net1', pool: POOL, ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/24' }]], pools: POOL } }), near('pools'));
+  });
+
+  it('the ipam type found as Go finds it ("Type" when there is no "type")', () => {
+    refused(JSON.stringify({ name: 'net1', ipam: { Type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/24' }]], pools: POOL } }), near('pools'));
+  });
+
+  it('accepted: a real "pool" beside a near miss or a top-level "pool" (the pool is used)', () => {
+    const a = loadIPAMConfig(conf({ pool: POOL, pools: 1 }), undefined);
+    assert.equal(a.pool?.name, 'net1-pool');
+    const b = loadIPAMConfig(JSON.stringify({ name: 'net1', pool: 'x', ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/24' }]], pool: POOL } }), undefined);
+    assert.equal(b.pool?.name, 'net1-pool');
+  });
+
+  it('accepted: another ipam type (host-local, when ipwarden is installed under that name) is not judged', () => {
+    const a = loadIPAMConfig(JSON.stringify({ name: 'net1', pool: POOL, ipam: { type: 'host-local', ranges: [[{ subnet: '10.80.0.0/24' }]], pools: POOL } }), undefined);
+    assert.equal('pool' in a, false);
+    assert.equal(a.type, 'host-local');
+    const b = loadIPAMConfig(JSON.stringify({ name: 'net1', ipam: { type: 'IPWarden', ranges: [[{ subnet: '10.80.0.0/24' }]], pools: POOL } }), undefined);
+    assert.equal('pool' in b, false);
+  });
+
+  it('accepted: keys of host-local, whereabouts and calico-ipam, and keys that only contain "pool", in an ipwarden ipam', () => {
+    const c = loadIPAMConfig(
+      conf({ range: '10.80.0.0/24', range_start: '10.80.0.5', exclude: [], etcd_host: 'x', ipRanges: [], ipv4_pools: ['a'], assign_ipv4: 'true', poolName: 'p', pool_name: 'p', routes: [], resolvConf: '' }),
+      undefined,
+    );
+    assert.equal('pool' in c, false);
+    assert.equal(c.name, 'net1');
+  });
+
+  it('accepted: a top-level key that only contains "pool" ("pools", "ipPool": a main plugin\'s own)', () => {
+    const c = loadIPAMConfig(JSON.stringify({ name: 'net1', pools: ['a'], ipPool: 'b', ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/24' }]] } }), undefined);
+    assert.equal('pool' in c, false);
+  });
+
+  it('DEL (loadNetworkIdentity) does not refuse them: the node-local identity, so a DEL releases what an older version handed out', () => {
+    const ipam = { type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/24' }]], pools: POOL };
+    assert.deepEqual(loadNetworkIdentity(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam })), { cniVersion: '1.0.0', name: 'net1', dataDir: '/var/lib/cni/networks', lockTimeoutSeconds: 30 });
+    assert.deepEqual(
+      loadNetworkIdentity(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', pool: POOL, ipam: { type: 'ipwarden', ranges: [[{ subnet: '10.80.0.0/24' }]] } })),
+      { cniVersion: '1.0.0', name: 'net1', dataDir: '/var/lib/cni/networks', lockTimeoutSeconds: 30 },
     );
   });
 });
