@@ -173,7 +173,15 @@ function build(ctx: CliContext, setCode: (c: number) => void, starters: CliStart
     .option('--pool-journal-dir <DIR>', 'journal of offline pool allocations, one directory per pool, read at start (default: /var/lib/cni/networks/.ipwarden-pool-offline)')
     .option('--cni-bin-dir <DIR>', 'the CNI bin directory install-cni wrote: watch the installed files there and reinstall them when they vanish or change (default: not watched)')
     .option('--warm-up <PAIRS>', 'ADD+DEL pairs the daemon sends itself at start, on a scratch network beside the socket, so the first burst of pods meets compiled code (0: off)', '2000')
-    .addHelpText('after', '\nExamples:\n  ipwarden daemon\n  ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug\n  ipwarden daemon --cni-bin-dir /host/opt/cni/bin\n')
+    .addHelpText(
+      'after',
+      '\nEnvironment:\n' +
+        "  NODE_NAME  this node's name in every cluster pool (its heartbeat, blocks and\n" +
+        "             handles) unless a network's ipam.nodeName sets one; the DaemonSet\n" +
+        "             sets it from spec.nodeName (unset: the node-name file beside the\n" +
+        '             installed plugin, else the host name)\n' +
+        '\nExamples:\n  ipwarden daemon\n  ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug\n  ipwarden daemon --cni-bin-dir /host/opt/cni/bin\n',
+    )
     .action(async (opts: DaemonCommandOptions) => {
       const m = await import('./daemon.ts');
       setCode(await m.run(opts, ctx, starters.daemon));

@@ -36,6 +36,31 @@ describe('ipwarden daemon flags', () => {
     });
   });
 
+  it('--help names NODE_NAME, the node\'s identity in every cluster pool, in an Environment section before the examples', async () => {
+    let out = '';
+    const ctx: CliContext = { stdout: (t) => void (out += t), stderr: (t) => void (out += t), env: {}, now: () => 0 };
+    assert.equal(await runMain(['daemon', '--help'], ctx), 0, out);
+    const tail = out.slice(out.indexOf('\nEnvironment:\n'));
+    assert.equal(
+      tail,
+      [
+        '',
+        'Environment:',
+        "  NODE_NAME  this node's name in every cluster pool (its heartbeat, blocks and",
+        "             handles) unless a network's ipam.nodeName sets one; the DaemonSet",
+        '             sets it from spec.nodeName (unset: the node-name file beside the',
+        '             installed plugin, else the host name)',
+        '',
+        'Examples:',
+        '  ipwarden daemon',
+        '  ipwarden daemon --socket /run/ipwarden/plugin.sock --log-level debug',
+        '  ipwarden daemon --cni-bin-dir /host/opt/cni/bin',
+        '',
+        '',
+      ].join('\n'),
+    );
+  });
+
   it('every flag', async () => {
     const r = await run([
       '--socket', '/tmp/x/p.sock', '--metrics-address', '[::1]:0', '--interval', '90s', '--log-level', 'debug',

@@ -18,7 +18,11 @@
  *   labelled for Grafana's sidecar, in the release's namespace or `dashboards.namespace`, and
  *   equals the kustomize component's but for Helm's labels and name;
  * - a pool TLS Secret is mounted read-only at the fixed path, in the daemon only, and NOTES.txt
- *   prints an `ipam.pool.etcd` object the CNI configuration's own parser accepts;
+ *   prints an `ipam.pool.etcd` object the CNI configuration's own parser accepts; so is a
+ *   credentials Secret (one key, as a file through `subPath`, at /etc/ipwarden/etcd-credentials.json);
+ * - the offline pool journal's default root (the daemon's `--pool-journal-dir` default, which the
+ *   standalone plugin reads too) is on the host at its own path for every `dataDir`: inside the
+ *   dataDir mount, else a hostPath volume of its own;
  * - other values (CRI-O's socket, another CNI bin dir, a digest, metrics off, an IPv6 bind, the
  *   grace period, another release name) reach the right fields, and the daemon's and install-cni's
  *   arguments of every render are flags those verbs accept, with the paths mounted at the same path;
@@ -36,6 +40,7 @@ import type { DaemonOptions } from '../../src/common/daemon-options.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { runMain } from '../../src/cli/main.ts';
 import { decodePoolConfig } from '../../src/ipam/pool-config.ts';
+import { DEFAULT_POOL_JOURNAL_ROOT } from '../../src/pool/journal.ts';
 import { planPod, type LabNode } from '../../src/lab/daemonset.ts';
 import { k8sTools } from '../helpers/k8s-tools.ts';
 import { at, isObj, validateStrict, type Obj } from '../helpers/k8s-validate.ts';
@@ -135,7 +140,7 @@ interface Container {
   args: string[];
   env?: Obj[];
   ports?: Obj[];
-  volumeMounts: { name: string; mountPath: string; readOnly?: boolean; mountPropagation?: string }[];
+  volumeMounts: { name: string; mountPath: string; readOnly?: boolean; mountPropagation?: string; subPath?: string }[];
 }
 interface Volume {
   name: string;
@@ -197,6 +202,10 @@ async function checkArgs(ds: Obj, hostIp = '10.20.30.40'): Promise<DaemonOptions
   assert.equal(hostPathAt(daemon, volumes, o.dataDir), o.dataDir);
   assert.equal(hostPathAt(daemon, volumes, o.cniConfDir), o.cniConfDir);
   assert.equal(hostPathAt(daemon, volumes, dirname(o.socket)), '/run/ipwarden');
+  // The offline pool journal: the daemon's default root (no --pool-journal-dir: the standalone reads
+  // only the default), on the host at the same path, so it survives a pod restart.
+  assert.equal(o.poolJournalDir, undefined, 'no --pool-journal-dir');
+  assert.equal(hostPathAt(daemon, volumes, DEFAULT_POOL_JOURNAL_ROOT), DEFAULT_POOL_JOURNAL_ROOT, 'the pool journal root on the host at its path');
   assert.ok(o.runtimeEndpoint !== null);
   const sock = o.runtimeEndpoint.replace(/^unix:\/\//, '');
   assert.equal(hostPathAt(daemon, volumes, sock), sock, 'the runtime socket at its host path');
@@ -232,6 +241,7 @@ const SELECTOR = { 'app.kubernetes.io/name': 'ipwarden', 'app.kubernetes.io/inst
 const MONITORING_ON = { serviceMonitor: { enabled: true, labels: { release: 'prometheus' } }, prometheusRule: { enabled: true, labels: { release: 'prometheus' } } };
 const DASHBOARD = { dashboards: { enabled: true } };
 const POOL_TLS = { pools: { etcd: { endpoints: ['https://10.0.0.5:2379', 'https://etcd-1.example:2379'], tls: { secretName: 'ipwarden-etcd-tls' } } } };
+const POOL_CREDENTIALS = { pools: { etcd: { endpoints: ['https://10.0.0.5:2379'], tls: { secretName: 'ipwarden-etcd-tls' }, credentials: { secretName: 'ipwarden-etcd-credentials' } } } };
 
 describe('deploy/helm/ipwarden', { skip }, () => {
   it('Chart.yaml: appVersion and version are package.json\'s version; the default image is localhost/ipwarden:<version>', () => {
@@ -253,6 +263,8 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     ['monitoring on, with the CRD API', MONITORING_ON, ['monitoring.coreos.com/v1']],
     ['monitoring on, without the CRD API', MONITORING_ON, []],
     ['a pool TLS Secret', POOL_TLS, []],
+    ['a pool credentials Secret', POOL_CREDENTIALS, []],
+    ['another data dir', { dataDir: '/data/cni' }, []],
     ['the Grafana dashboard', DASHBOARD, []],
   ];
   for (const [name, values] of scenarios) {
@@ -269,6 +281,8 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     'monitoring on, with the CRD API': ['DaemonSet', 'PrometheusRule', 'Service', 'ServiceMonitor'],
     'monitoring on, without the CRD API': ['DaemonSet', 'Service'],
     'a pool TLS Secret': ['DaemonSet', 'Service'],
+    'a pool credentials Secret': ['DaemonSet', 'Service'],
+    'another data dir': ['DaemonSet', 'Service'],
     'the Grafana dashboard': ['ConfigMap', 'DaemonSet', 'Service'],
   };
   for (const [name, values, apis] of scenarios) {
@@ -441,6 +455,52 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     assert.doesNotMatch(plain, /standalone plugin/);
   });
 
+  it('a pool credentials Secret: its key mounted read-only as the one file /etc/ipwarden/etcd-credentials.json (subPath: no symlink; mode 0400), in the daemon only; NOTES.txt adds it to ipam.pool.etcd and the pool status command', async () => {
+    const ds = one(render(POOL_CREDENTIALS), 'DaemonSet');
+    const { init, daemon, volumes } = podSpec(ds);
+    assert.deepEqual(volumes.find((v) => v.name === 'etcd-credentials'), { name: 'etcd-credentials', secret: { secretName: 'ipwarden-etcd-credentials', defaultMode: 0o400 } });
+    assert.deepEqual(daemon.volumeMounts.find((m) => m.name === 'etcd-credentials'), { name: 'etcd-credentials', mountPath: '/etc/ipwarden/etcd-credentials.json', subPath: 'credentials.json', readOnly: true });
+    assert.equal(init.volumeMounts.some((m) => m.name === 'etcd-credentials'), false);
+    assert.equal(podSpec(one(render(POOL_TLS), 'DaemonSet')).volumes.some((v) => v.name === 'etcd-credentials'), false);
+    await checkArgs(ds);
+    // Another key of the Secret.
+    const other = podSpec(one(render({ pools: { etcd: { endpoints: ['http://10.0.0.5:2379'], credentials: { secretName: 's', key: 'etcd.json' } } } }), 'DaemonSet'));
+    assert.deepEqual(other.daemon.volumeMounts.find((m) => m.name === 'etcd-credentials'), { name: 'etcd-credentials', mountPath: '/etc/ipwarden/etcd-credentials.json', subPath: 'etcd.json', readOnly: true });
+
+    const notes = renderNotes(POOL_CREDENTIALS);
+    const line = /^ {2}"pool": (\{.*\})$/m.exec(notes);
+    assert.ok(line !== null, notes);
+    const pool = JSON.parse((line[1] as string).replace('"POOL"', '"net1-pool"')) as Obj;
+    assert.deepEqual(pool, {
+      name: 'net1-pool',
+      etcd: { credentials: '/etc/ipwarden/etcd-credentials.json', endpoints: ['https://10.0.0.5:2379'], tls: { ca: '/etc/ipwarden/etcd-tls/ca.crt', cert: '/etc/ipwarden/etcd-tls/tls.crt', key: '/etc/ipwarden/etcd-tls/tls.key' } },
+    });
+    assert.deepEqual(decodePoolConfig({ type: 'ipwarden', pool })?.etcd, { endpoints: ['https://10.0.0.5:2379'], tls: { ca: '/etc/ipwarden/etcd-tls/ca.crt', cert: '/etc/ipwarden/etcd-tls/tls.crt', key: '/etc/ipwarden/etcd-tls/tls.key' }, prefix: '/ipwarden', credentials: '/etc/ipwarden/etcd-credentials.json' });
+    assert.match(notes, /ipwarden pool status --pool POOL --etcd-endpoints https:\/\/10\.0\.0\.5:2379 --etcd-ca \/etc\/ipwarden\/etcd-tls\/ca\.crt --etcd-cert \/etc\/ipwarden\/etcd-tls\/tls\.crt --etcd-key \/etc\/ipwarden\/etcd-tls\/tls\.key --etcd-credentials \/etc\/ipwarden\/etcd-credentials\.json$/m);
+    assert.match(notes, /The daemon reads the etcd user and password from Secret ipwarden-etcd-credentials \(key credentials\.json\),\nmounted as \/etc\/ipwarden\/etcd-credentials\.json; restart the pods after changing the Secret/);
+    assert.doesNotMatch(renderNotes(POOL_TLS), /etcd-credentials/);
+  });
+
+  it('the offline pool journal (default root, which the standalone reads too) is on the host at its path for every dataDir: inside the dataDir mount, else a hostPath volume of its own', async () => {
+    const cases: Array<[string, boolean]> = [
+      ['/var/lib/cni/networks', false],
+      ['/var/lib/cni', false],
+      ['/var/lib/cni/other', true],
+      ['/var/lib/cni/networks/sub', true],
+      ['/data/cni', true],
+    ];
+    for (const [dataDir, own] of cases) {
+      const ds = one(render({ dataDir }), 'DaemonSet');
+      const { init, daemon, volumes } = podSpec(ds);
+      validateStrict(ds);
+      const o = await checkArgs(ds);
+      assert.equal(o.dataDir, dataDir);
+      assert.deepEqual(volumes.find((v) => v.name === 'pool-journal'), own ? { name: 'pool-journal', hostPath: { path: DEFAULT_POOL_JOURNAL_ROOT, type: 'DirectoryOrCreate' } } : undefined, dataDir);
+      assert.deepEqual(daemon.volumeMounts.find((m) => m.name === 'pool-journal'), own ? { name: 'pool-journal', mountPath: DEFAULT_POOL_JOURNAL_ROOT } : undefined, dataDir);
+      assert.equal(init.volumeMounts.some((m) => m.name === 'pool-journal'), false);
+    }
+  });
+
   it('other values reach their fields: CRI-O socket, CNI dirs, data dir, digest, grace, IPv6 bind, metrics off, another release name', async () => {
     const digest = `sha256:${'ab'.repeat(32)}`;
     const objs = render(
@@ -495,6 +555,9 @@ describe('deploy/helm/ipwarden', { skip }, () => {
     ['an endpoint without a port', { pools: { etcd: { endpoints: ['http://10.0.0.5'] } } }, /pools\.etcd\.endpoints\.0: Does not match pattern/],
     ['a relative data dir', { dataDir: 'var/lib/cni' }, /dataDir: Does not match pattern '\^\/'/],
     ['a path with ..', { cni: { binDir: '/opt/cni/../bin' } }, /cni\.binDir must not contain "\." or "\.\." components, got "\/opt\/cni\/\.\.\/bin"/],
+    ['a credentials Secret without endpoints', { pools: { etcd: { credentials: { secretName: 's' } } } }, /pools\.etcd\.credentials\.secretName is given but pools\.etcd\.endpoints is empty/],
+    ['a credentials key that is not a Secret key', { pools: { etcd: { endpoints: ['http://10.0.0.5:2379'], credentials: { secretName: 's', key: '../x' } } } }, /pools\.etcd\.credentials\.key: Does not match pattern/],
+    ['a data dir inside the offline journal', { dataDir: '/var/lib/cni/networks/.ipwarden-pool-offline/x' }, /dataDir must not be inside \/var\/lib\/cni\/networks\/\.ipwarden-pool-offline \(the offline pool journal's directory\), got "\/var\/lib\/cni\/networks\/\.ipwarden-pool-offline\/x"/],
     ['a ServiceMonitor without metrics', { metrics: { enabled: false }, serviceMonitor: { enabled: true } }, /serviceMonitor\.enabled needs metrics\.enabled/],
     ['a typo in a key', { daemon: { intervall: '1m' } }, /daemon: Additional property intervall is not allowed/],
     ['a port as text', { metrics: { port: '9617' } }, /metrics\.port: Invalid type\. Expected: integer, given: string/],

@@ -61,6 +61,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 /etc/ipwarden/etcd-tls
 {{- end -}}
 
+{{/* Where the pool credentials Secret's key is mounted in the daemon container, as one file (fixed). */}}
+{{- define "ipwarden.etcdCredentialsFile" -}}
+/etc/ipwarden/etcd-credentials.json
+{{- end -}}
+
+{{/*
+The default root of the offline pool journals (`ipwarden daemon --pool-journal-dir`, src/pool/journal.ts
+DEFAULT_POOL_JOURNAL_ROOT), which the standalone plugin also reads on the node. The chart keeps the
+default, so the standalone sees the daemon's journal.
+*/}}
+{{- define "ipwarden.poolJournalDir" -}}
+/var/lib/cni/networks/.ipwarden-pool-offline
+{{- end -}}
+
+{{/* "true" when the journal root is not inside the dataDir mount and needs a hostPath volume of its own. */}}
+{{- define "ipwarden.poolJournalVolume" -}}
+{{- if not (hasPrefix (printf "%s/" .Values.dataDir) (printf "%s/" (include "ipwarden.poolJournalDir" .))) -}}true{{- end -}}
+{{- end -}}
+
 {{/* The monitoring.coreos.com/v1 API is served (or passed to helm template with --api-versions). */}}
 {{- define "ipwarden.hasMonitoringApi" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}
@@ -68,7 +87,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 
 {{/*
 Refuse values the daemon or the CNI configuration would refuse later, with the same rule:
-paths absolute, the pool endpoints as ipam.pool.etcd.endpoints takes them (src/ipam/pool-config.ts) and of one scheme, https with a CA, a TLS Secret only with https.
+paths absolute, the pool endpoints as ipam.pool.etcd.endpoints takes them (src/ipam/pool-config.ts) and of one scheme, https with a CA, a TLS Secret only with https,
+a credentials Secret only with endpoints, a dataDir outside the offline journal's directory.
 */}}
 {{- define "ipwarden.validate" -}}
 {{- range $k, $p := dict "runtime.socket" .Values.runtime.socket "dataDir" .Values.dataDir "cni.binDir" .Values.cni.binDir "cni.confDir" .Values.cni.confDir -}}
@@ -95,6 +115,12 @@ paths absolute, the pool endpoints as ipam.pool.etcd.endpoints takes them (src/i
 {{- end -}}
 {{- if and .Values.pools.etcd.tls.secretName (eq $https 0) -}}
 {{- fail "pools.etcd.tls.secretName is given but the endpoints are not https://" -}}
+{{- end -}}
+{{- if hasPrefix (printf "%s/" (include "ipwarden.poolJournalDir" .)) .Values.dataDir -}}
+{{- fail (printf "dataDir must not be inside %s (the offline pool journal's directory), got %q" (include "ipwarden.poolJournalDir" .) .Values.dataDir) -}}
+{{- end -}}
+{{- if and .Values.pools.etcd.credentials.secretName (eq (len $eps) 0) -}}
+{{- fail "pools.etcd.credentials.secretName is given but pools.etcd.endpoints is empty" -}}
 {{- end -}}
 {{- if and .Values.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
 {{- fail "serviceMonitor.enabled needs metrics.enabled (the ServiceMonitor scrapes the metrics Service)" -}}
