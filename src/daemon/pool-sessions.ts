@@ -664,7 +664,19 @@ export class PoolSessions implements PoolHooks {
     // The fence (docs/cluster.md "No leak from a late commit"): the highest revision this client
     // has seen as the request begins; a DEL's tombstone created above it refuses the ADD.
     const seen = kv.highestRevision;
-    const req: PoolRequest = seen === undefined || seen === null ? request : { ...request, since: seen };
+    const fenced: PoolRequest = seen === undefined || seen === null ? request : { ...request, since: seen };
+    // Asked before each later attempt of the request's round: the socket thread's news first.
+    const current = this.#opts.clientsCurrent;
+    const req: PoolRequest =
+      signal === undefined
+        ? fenced
+        : {
+            ...fenced,
+            gone: async () => {
+              if (!signal.aborted && current !== undefined) await current().catch(() => undefined);
+              return signal.aborted;
+            },
+          };
     this.#note(pool, node);
     const key = JSON.stringify([clientKey(pool), pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);
     const off = this.#offlineOf(pool, node, kv, conf);

@@ -32,7 +32,7 @@ import {
 } from './model.ts';
 import { rangeSetSize, rangeSetString } from '../ipam/range.ts';
 import type { RangeSet } from '../ipam/types.ts';
-import { type AllocatorCore, type CachedBlock, fromCache, LostRace, MAX_ATTEMPTS, MAX_BATCH, type PoolAllocation, type PoolRequest, staleAddError, type Working } from './allocator-core.ts';
+import { type AllocatorCore, type CachedBlock, fromCache, LostRace, MAX_ATTEMPTS, MAX_BATCH, type PoolAllocation, type PoolRequest, goneAddError, staleAddError, type Working } from './allocator-core.ts';
 import { vetoIfMarked } from './veto.ts';
 
 /** A batched DEL whose handle cannot be read: done alone after its round ({@link batch}). */
@@ -196,6 +196,12 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
         }
       } else if (!firstOf.has(hk)) {
         firstOf.set(hk, i);
+        // A later attempt (the first one's client check was just before the round): a caller
+        // that has gone meanwhile gets nothing allocated (PoolRequest.gone).
+        if (attempt > 0 && r.gone !== undefined && (await r.gone())) {
+          results[i] = goneAddError(r);
+          continue;
+        }
         if (h !== null && h !== undefined && r.since !== undefined && BigInt(h.entry.createRevision) > BigInt(r.since)) {
           // A DEL of the attachment after this ADD began: refused, never written over.
           results[i] = staleAddError(core.o.pool, r, h.entry.createRevision);

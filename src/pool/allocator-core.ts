@@ -78,6 +78,24 @@ export interface PoolRequest {
    * (the standalone plugin, whose process ends with its caller): no fence.
    */
   readonly since?: string;
+  /**
+   * The daemon's requests: resolves true once the request's caller has gone (the shim's
+   * connection closed: the runtime gave the ADD up, and may have DELeted the container through the
+   * standalone fallback meanwhile). Asked before each later attempt of a round (after a lost
+   * compare or a stale read), so a round that resumes after a stall (a daemon stopped and
+   * continued) never allocates for a caller that is gone: a Jepsen run under load found the
+   * round of such an ADD allocating after the DEL had released the container's handle, which no
+   * tombstone fences. Absent (the standalone plugin): never asked.
+   */
+  readonly gone?: () => Promise<boolean>;
+}
+
+/**
+ * The refusal of an ADD whose caller has gone ({@link PoolRequest.gone}) before an attempt of its
+ * round: STORE_CONFLICT (retryable; nobody reads it — its caller is gone).
+ */
+export function goneAddError(r: PoolRequest): AppError {
+  return new AppError('STORE_CONFLICT', `ADD of ${r.containerId.trim()}/${r.ifname} not sent: its client has gone`);
 }
 
 /**
