@@ -164,6 +164,12 @@ describe('etcd error conversion (convertEtcdError)', () => {
     assert.equal(e.cniCode, 11);
     assert.equal(e.message, 'etcd at http://h:1 is unavailable: get /k: UNKNOWN: context deadline exceeded');
   });
+  it("grpc-js's empty trailing 'Resolution note: ' is not repeated in the message; a note with text is kept", () => {
+    const e = convertEtcdError(grpcErr(14, 'No connection established. Last error: Error: connect ECONNREFUSED 127.0.0.1:2. Resolution note: '), 'range /p/', 'http://127.0.0.1:2');
+    assert.equal(e.message, 'etcd at http://127.0.0.1:2 is unavailable: range /p/: UNAVAILABLE: No connection established. Last error: Error: connect ECONNREFUSED 127.0.0.1:2');
+    const n = convertEtcdError(grpcErr(14, 'No addresses resolved. Resolution note: DNS resolution failed'), 'range /p/', 'http://x:2');
+    assert.equal(n.message, 'etcd at http://x:2 is unavailable: range /p/: UNAVAILABLE: No addresses resolved. Resolution note: DNS resolution failed');
+  });
   it('any other UNKNOWN stays STORE_IO, code 5', () => {
     const e = convertEtcdError(grpcErr(2, 'mvcc: database space exceeded'), 'txn', 'http://h:1');
     assert.equal(e.code, 'STORE_IO');

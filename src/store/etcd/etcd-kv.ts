@@ -173,7 +173,8 @@ const UNKNOWN_BUT_UNAVAILABLE = /^(context deadline exceeded|context canceled|et
 export function convertEtcdError(e: unknown, what: string, where: string): AppError {
   if (e instanceof AppError) return e;
   const err = e as Partial<grpc.ServiceError>;
-  const text = detailsOf(e);
+  // grpc-js ends a failed connection's details with "Resolution note: " and an often empty note.
+  const text = detailsOf(e).replace(/\.? ?Resolution note: ?$/, '');
   if (typeof err.code === 'number') {
     const name = grpc.status[err.code] ?? `code ${err.code}`;
     if (UNAVAILABLE_CODES.has(err.code) || (err.code === grpc.status.UNKNOWN && UNKNOWN_BUT_UNAVAILABLE.test(text))) {
