@@ -4,8 +4,9 @@
 // Test files: test/**/*.test.ts. Suites that need root, the upstream host-local binary or a real
 // containerd check for them and fail loudly (not skip) when CI=true and they are missing.
 import { readdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { spawnSync } from 'node:child_process';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 function walk(dir) {
   const out = [];
@@ -37,8 +38,11 @@ const daemonPass = files.filter((f) => (f.startsWith('test/blackbox/') || f.star
 const NO_NODE = ['test/blackbox/plugin.test.ts', 'test/blackbox/evidence.test.ts', 'test/interop/differential.test.ts', 'test/interop/concurrency.test.ts'];
 const noNodePass = files.filter((f) => NO_NODE.includes(f));
 
+/** Preloaded into each test file's process: a signal still runs its 'exit' cleanups (see the file). */
+const EXIT_ON_SIGNAL = pathToFileURL(join(dirname(fileURLToPath(import.meta.url)), '..', 'test', 'helpers', 'exit-on-signal.mjs')).href;
+
 function runNodeTest(list, env) {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=1', ...list], { stdio: 'inherit', env });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', '--import', EXIT_ON_SIGNAL, '--test', '--test-concurrency=1', ...list], { stdio: 'inherit', env });
   return r.status ?? 1;
 }
 

@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROOT } from './cni.ts';
 import { runViaDaemon } from './daemon-client.ts';
+import { sigkillAndWaitSync } from './kill-sync.ts';
 
 /** One JSON log line of the daemon (pino's shape). */
 export type LogLine = Record<string, unknown> & { level: number; msg: string };
@@ -68,29 +69,26 @@ export interface TestDaemon {
 const running = new Set<number>();
 /** The helper's own temp dirs (`<tmpdir>/ipwd-daemon-*`) not yet removed by a stop(). */
 const ownDirs = new Set<string>();
-let exitHooked = false;
 
-/**
- * Once per test process: at its exit, SIGKILL (by pid) every daemon still running and remove the
- * own temp dir of every daemon whose stop() never ran — a test that threw before it, a daemon
- * SIGKILLed by its test and replaced by another, one that refused to start. One listener for all
- * daemons (not one each: a file may start dozens). A test process ended by a signal runs no
- * 'exit' listener: its daemons still die by --pdeathsig, their directories stay.
+/*
+ * At the exit of the test process: SIGKILL (by pid) every daemon still running and wait until it
+ * is dead, then remove the own temp dir of every daemon whose stop() never ran — a test that threw
+ * before it, a daemon SIGKILLed by its test and replaced by another, one that refused to start.
+ * One listener for all daemons, registered when this module loads: before the 'exit' listeners of
+ * the test file that imports it, so the daemons are dead before the file's own cleanup removes
+ * directories they write to (a run interrupted by a signal: test/helpers/exit-on-signal.mjs). Each
+ * step is tried on its own: one failure does not skip the rest.
  */
-function hookExit(): void {
-  if (exitHooked) return;
-  exitHooked = true;
-  process.on('exit', () => {
-    for (const pid of running) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
+process.on('exit', () => {
+  for (const pid of running) sigkillAndWaitSync(pid);
+  for (const dir of ownDirs) {
+    try {
+      rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+    } catch {
+      // keep going: the other directories
     }
-    for (const dir of ownDirs) rmSync(dir, { recursive: true, force: true });
-  });
-}
+  }
+});
 
 /** Start a daemon; see the module comment. */
 export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<TestDaemon> {
@@ -120,7 +118,6 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
   }
   running.add(pid);
   ownDirs.add(own);
-  hookExit();
 
   const logs: LogLine[] = [];
   let raw = '';
