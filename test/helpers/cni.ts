@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { makeNoNodeNamespace, type NoNodeNamespace } from './no-node.ts';
 import { sigkillAndWaitSync } from './kill-sync.ts';
+import { removeAtExit } from './exit-cleanup.ts';
 
 /** Upstream host-local from Debian's containernetworking-plugins. */
 export const HOST_LOCAL = '/usr/lib/cni/host-local';
@@ -95,9 +96,13 @@ export function runCniAsync(bin: string, inv: Invocation): Promise<Outcome> {
   });
 }
 
-/** A temp directory removed by the returned cleanup function. */
+/**
+ * A temp directory removed by the returned cleanup function — or, if that never runs (a run
+ * interrupted before the test's `after`), at the exit of the process (test/helpers/exit-cleanup.ts).
+ */
 export function tempDir(prefix = 'ipwarden-test-'): { dir: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), prefix));
+  removeAtExit(dir);
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
