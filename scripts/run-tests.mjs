@@ -4,8 +4,9 @@
 // Test files: test/**/*.test.ts. Suites that need root, the upstream host-local binary or a real
 // containerd check for them and fail loudly (not skip) when CI=true and they are missing.
 import { readdirSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { spawnSync } from 'node:child_process';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 function walk(dir) {
   const out = [];
@@ -26,7 +27,7 @@ const files = walk('test').filter((f) => filters.length === 0 || filters.some((s
  * fallback (test/helpers/cni.ts `daemonMode`), with the same expected results and files. Not the
  * suites that run their own daemon or fake daemon on the shim's socket.
  */
-const OWN_DAEMON = ['test/blackbox/daemon.test.ts', 'test/blackbox/daemon-evidence-async.test.ts', 'test/blackbox/daemon-metrics-flood.test.ts', 'test/blackbox/daemon-reinstall.test.ts', 'test/blackbox/daemon-status.test.ts', 'test/blackbox/daemon-status-queue.test.ts', 'test/blackbox/kernel-index.test.ts', 'test/blackbox/pool-multus.test.ts', 'test/blackbox/pool-key-misplaced.test.ts', 'test/blackbox/runtime-record.test.ts', 'test/blackbox/shim.test.ts', 'test/interop/burst.test.ts', 'test/interop/daemon-storm.test.ts', 'test/interop/pool-burst.test.ts', 'test/interop/pool-jepsen.test.ts', 'test/interop/power-cut.test.ts', 'test/blackbox/pool-auto-reclaim.test.ts', 'test/blackbox/daemon-reclaim-observed.test.ts'];
+const OWN_DAEMON = ['test/blackbox/daemon.test.ts', 'test/blackbox/daemon-helper-cleanup.test.ts', 'test/blackbox/daemon-evidence-async.test.ts', 'test/blackbox/daemon-metrics-flood.test.ts', 'test/blackbox/daemon-reinstall.test.ts', 'test/blackbox/daemon-status.test.ts', 'test/blackbox/daemon-status-queue.test.ts', 'test/blackbox/kernel-index.test.ts', 'test/blackbox/pool-multus.test.ts', 'test/blackbox/pool-key-misplaced.test.ts', 'test/blackbox/runtime-record.test.ts', 'test/blackbox/shim.test.ts', 'test/interop/burst.test.ts', 'test/interop/daemon-storm.test.ts', 'test/interop/pool-burst.test.ts', 'test/interop/pool-jepsen.test.ts', 'test/interop/power-cut.test.ts', 'test/blackbox/pool-auto-reclaim.test.ts', 'test/blackbox/daemon-reclaim-observed.test.ts'];
 const daemonPass = files.filter((f) => (f.startsWith('test/blackbox/') || f.startsWith('test/interop/')) && !OWN_DAEMON.includes(f));
 
 /**
@@ -37,8 +38,11 @@ const daemonPass = files.filter((f) => (f.startsWith('test/blackbox/') || f.star
 const NO_NODE = ['test/blackbox/plugin.test.ts', 'test/blackbox/evidence.test.ts', 'test/interop/differential.test.ts', 'test/interop/concurrency.test.ts'];
 const noNodePass = files.filter((f) => NO_NODE.includes(f));
 
+/** Preloaded into each test file's process: a signal still runs its 'exit' cleanups (see the file). */
+const EXIT_ON_SIGNAL = pathToFileURL(join(dirname(fileURLToPath(import.meta.url)), '..', 'test', 'helpers', 'exit-on-signal.mjs')).href;
+
 function runNodeTest(list, env) {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=1', ...list], { stdio: 'inherit', env });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', '--import', EXIT_ON_SIGNAL, '--test', '--test-concurrency=1', ...list], { stdio: 'inherit', env });
   return r.status ?? 1;
 }
 

@@ -34,6 +34,7 @@ import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, w
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ROOT, requireOrSkip, tempDir } from '../helpers/cni.ts';
+import { deleteNetnsAtExit } from '../helpers/exit-cleanup.ts';
 import { startTestDaemon, type LogLine, type TestDaemon } from '../helpers/daemon.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';
 import { startHostileCri, type HostileCri } from '../helpers/hostile-cri.ts';
@@ -83,6 +84,7 @@ describe('the daemon answers ADDs while a status report or a pass reads the kern
     const r = spawnSync('ip', ['netns', 'add', NS], { encoding: 'utf8' });
     assert.equal(r.status, 0, r.stderr);
     nsMade = true;
+    deleteNetnsAtExit(NS);
     writeFileSync(join(confDir, '10-asyncadd.conf'), JSON.stringify({ cniVersion: '1.0.0', name: ADDNET, type: 'bridge', ipam: { type: 'ipwarden', dataDir: data, ranges: [[{ subnet: '10.236.71.0/24' }]] } }));
     writeFileSync(join(confDir, '20-asyncfull.conf'), JSON.stringify({ cniVersion: '1.0.0', name: FULLNET, type: 'bridge', ipam: { type: 'ipwarden', dataDir: data, ranges: [[{ subnet: '10.236.72.0/29' }]] } }));
     mkdirSync(join(data, FULLNET), { recursive: true });

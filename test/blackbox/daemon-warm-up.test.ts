@@ -25,6 +25,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import { requireOrSkip, ROOT } from '../helpers/cni.ts';
+import { deleteNetnsAtExit, removeAtExit } from '../helpers/exit-cleanup.ts';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';
 
@@ -64,6 +65,7 @@ describe('daemon warm-up', { skip }, () => {
   const setup = (): { t: string; run: string; conf: (name: string) => Record<string, unknown> } => {
     const t = mkdtempSync(join(tmpdir(), 'ipw-warm-'));
     dirs.push(t);
+    removeAtExit(t);
     const run = join(t, 'run');
     return { t, run, conf: (name) => ({ cniVersion: '1.0.0', name, ipam: { type: 'ipwarden', dataDir: join(t, 'data'), ranges: [[{ subnet: '10.89.3.0/24' }]] } }) };
   };
@@ -83,6 +85,7 @@ describe('daemon warm-up', { skip }, () => {
     mkdirSync(neighbour, { mode: 0o700 });
     // The scratch range's first address, configured in a namespace before the daemon starts.
     ipCmd(['netns', 'add', NS]);
+    deleteNetnsAtExit(NS);
     for (const l of [['link', 'add', 'ipwwubr0', 'type', 'bridge'], ['link', 'set', 'ipwwubr0', 'up'], ['addr', 'add', '198.18.0.2/32', 'dev', 'ipwwubr0']]) ipCmd(['-n', NS, ...l]);
     mkdirSync(join(stale, 'ipwarden-warm-up'), { recursive: true, mode: 0o700 });
     writeFileSync(join(stale, 'ipwarden-warm-up', '198.18.0.2'), 'ipwarden-warm-up-1\r\neth0');

@@ -12,6 +12,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { createConnection, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { HOST_LOCAL, haveHostLocal, requireOrSkip, ROOT, runCni, snapshotDir, type Invocation, type Outcome } from '../helpers/cni.ts';
@@ -35,12 +36,19 @@ const children: ChildProcess[] = [];
 /** Pids of re-parented processes this file started (not our children any more). */
 const orphans: number[] = [];
 function temp(prefix = 'ipwd-daemon-t-'): string {
-  const d = mkdtempSync(join('/tmp', prefix));
+  const d = mkdtempSync(join(tmpdir(), prefix));
   temps.push(d);
   return d;
 }
 function cleanupAll(): void {
-  for (const c of children) if (c.exitCode === null && c.signalCode === null && c.pid !== undefined) process.kill(c.pid, 'SIGKILL');
+  for (const c of children) {
+    if (c.exitCode !== null || c.signalCode !== null || c.pid === undefined) continue;
+    try {
+      process.kill(c.pid, 'SIGKILL');
+    } catch {
+      // gone (reaped, its 'exit' not yet seen)
+    }
+  }
   for (const pid of orphans.splice(0)) {
     try {
       process.kill(pid, 'SIGKILL');
@@ -48,7 +56,13 @@ function cleanupAll(): void {
       // gone
     }
   }
-  for (const d of temps) rmSync(d, { recursive: true, force: true });
+  for (const d of temps) {
+    try {
+      rmSync(d, { recursive: true, force: true, maxRetries: 3 });
+    } catch {
+      // keep going: the other directories
+    }
+  }
 }
 process.on('exit', cleanupAll);
 

@@ -26,6 +26,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSyn
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { HOST_LOCAL, haveHostLocal, requireOrSkip, ROOT, runCni } from '../helpers/cni.ts';
+import { deleteNetnsAtExit, removeAtExit } from '../helpers/exit-cleanup.ts';
 import { startHostileCri, type HostileCri } from '../helpers/hostile-cri.ts';
 
 const isRoot = process.getuid?.() === 0;
@@ -86,6 +87,11 @@ class World {
   readonly ns = `h17ev-${process.pid}`;
   nsId = '';
   cri: HostileCri | null = null;
+
+  constructor() {
+    for (const d of [this.dd, this.sock, this.confDir]) removeAtExit(d);
+    deleteNetnsAtExit(this.ns);
+  }
 
   async setup(): Promise<void> {
     this.cri = await startHostileCri({ path: join(this.sock, 'cri.sock') });

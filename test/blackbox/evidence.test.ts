@@ -31,6 +31,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { join } from 'node:path';
 import { afterEach, before, describe, it } from 'node:test';
 import { sweepFaketimeLeftovers } from '../helpers/faketime.ts';
+import { sigkillAndWaitSync } from '../helpers/kill-sync.ts';
 import { HOST_LOCAL, haveHostLocal, installedPlugin, pluginArgv, requireOrSkip, ROOT, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { startHostileCri, type FakeSandbox, type HostileCri, type HostileCriOptions } from '../helpers/hostile-cri.ts';
 import { runMain } from '../../src/cli/main.ts';
@@ -56,10 +57,25 @@ const RECREATED = 'recreated: the data directory had no reservations while ';
 const sid = (name: string): string => createHash('sha256').update(`i7-${name}`).digest('hex');
 
 let nsCounter = 0;
-/** Namespaces not yet deleted: a last-resort cleanup if the process ends without afterEach. */
+/**
+ * What the Worlds made and have not removed yet — children, namespaces, temp dirs: a last-resort
+ * cleanup if the process ends without afterEach (a run interrupted by a signal,
+ * test/helpers/exit-on-signal.mjs). The children first (dead, not just signalled: one may hold a
+ * namespace's pin).
+ */
+const liveChildren = new Set<ChildProcess>();
 const liveNamespaces = new Set<string>();
+const liveDirs = new Set<string>();
 process.on('exit', () => {
+  for (const c of liveChildren) if (c.exitCode === null && c.signalCode === null && c.pid !== undefined) sigkillAndWaitSync(c.pid);
   for (const name of liveNamespaces) spawnSync('ip', ['netns', 'del', name], { stdio: 'ignore' });
+  for (const d of liveDirs) {
+    try {
+      rmSync(d, { recursive: true, force: true, maxRetries: 3 });
+    } catch {
+      // keep going: the other directories
+    }
+  }
 });
 
 /** One pinned network namespace holding addresses on a bridge. */
@@ -87,6 +103,8 @@ class World {
     this.net = net;
     this.dd = mkdtempSync('/tmp/i7-ev-');
     this.sockDir = mkdtempSync('/tmp/i7-cri-');
+    liveDirs.add(this.dd);
+    liveDirs.add(this.sockDir);
     this.confDir = join(this.dd, 'i7-empty-cni-conf');
     mkdirSync(this.confDir);
   }
@@ -120,6 +138,7 @@ class World {
   async child(cmd: string, args: string[], env: Record<string, string>): Promise<ChildProcess> {
     const c = spawn(cmd, args, { env, stdio: 'ignore' });
     this.children.push(c);
+    liveChildren.add(c);
     await new Promise<void>((resolve, reject) => {
       c.once('spawn', () => resolve());
       c.once('error', reject);
@@ -128,7 +147,10 @@ class World {
   }
 
   async cleanup(): Promise<void> {
-    for (const c of this.children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    for (const c of this.children) {
+      if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+      liveChildren.delete(c);
+    }
     for (const s of this.servers) await s.close();
     for (const ns of this.namespaces) {
       // `ip netns del` fails (EBUSY) while the pin is still in use, e.g. by a reader of the
@@ -145,6 +167,8 @@ class World {
     }
     rmSync(this.dd, { recursive: true, force: true });
     rmSync(this.sockDir, { recursive: true, force: true });
+    liveDirs.delete(this.dd);
+    liveDirs.delete(this.sockDir);
   }
 }
 

@@ -21,6 +21,8 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { buildSync } from 'esbuild';
 import { requireOrSkip, ROOT } from '../helpers/cni.ts';
+import { atExit } from '../helpers/exit-cleanup.ts';
+import { sigkillAndWaitSync } from '../helpers/kill-sync.ts';
 import { holdersOf, inFlightFor, isInUse, readKernelEvidence } from '../../src/node/kernel-evidence.ts';
 import type { KernelEvidence } from '../../src/node/kernel-evidence.ts';
 
@@ -119,12 +121,16 @@ describe('readKernelEvidence on the real kernel', () => {
     ev = readKernelEvidence();
   });
 
-  after(() => {
-    for (const c of children) if (c.pid !== undefined && c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+  // Synchronous and idempotent: also the exit fallback (a run interrupted before `after`).
+  const cleanup = (): void => {
+    for (const c of children) if (c.pid !== undefined && c.exitCode === null && c.signalCode === null) sigkillAndWaitSync(c.pid);
     if (mounted) spawnSync('umount', [pinFile]);
+    mounted = false;
     for (const ns of [NS_A, NS_B]) if (existsSync(`/run/netns/${ns}`)) spawnSync('ip', ['netns', 'del', ns]);
     rmSync(tmp, { recursive: true, force: true });
-  });
+  };
+  atExit(cleanup);
+  after(cleanup);
 
   const got = (): KernelEvidence => ev as KernelEvidence;
 

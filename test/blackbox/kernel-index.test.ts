@@ -22,11 +22,13 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { atomicWrite, patchShim } from '../../src/cli/install-cni.ts';
 import { installedPlugin, requireOrSkip, ROOT, runCniAsync, standalonePlugin, type Outcome } from '../helpers/cni.ts';
 import { startTestDaemon, type LogLine, type TestDaemon } from '../helpers/daemon.ts';
+import { deleteNetnsAtExit, removeAtExit } from '../helpers/exit-cleanup.ts';
 
 const BUNDLE = join(ROOT, 'dist/ipwarden.cjs');
 const isRoot = process.getuid?.() === 0;
@@ -47,8 +49,9 @@ const temps: string[] = [];
 const files: string[] = [];
 const daemons: TestDaemon[] = [];
 function temp(prefix: string): string {
-  const d = mkdtempSync(join('/tmp', prefix));
+  const d = mkdtempSync(join(tmpdir(), prefix));
   temps.push(d);
+  removeAtExit(d);
   return d;
 }
 
@@ -135,6 +138,7 @@ describe('the kernel address index: ADDs through the daemon skip addresses confi
   before(() => {
     // The namespace first, so the daemons' first reads already see .2.
     ipCmd(`netns add ${NS}`);
+    deleteNetnsAtExit(NS);
     for (const l of [`link add ${BR} type bridge`, `link set ${BR} up`, `addr add ${ip(2)}/32 dev ${BR}`]) ipCmd(`-n ${NS} ${l}`);
     nsId = `net:[${statSync(`/run/netns/${NS}`).ino}]`;
   });

@@ -16,6 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { requireOrSkip, ROOT } from '../helpers/cni.ts';
+import { deleteNetnsAtExit, removeAtExit } from '../helpers/exit-cleanup.ts';
 import { locateNetnsHelper, netnsHelperPath, parseNetnsDump, readPinnedNamespaces } from '../../src/node/kernel-evidence.ts';
 
 const HELPER = join(ROOT, 'dist/ipwarden-netns');
@@ -34,10 +35,12 @@ function ip(...args: string[]): void {
 before(() => {
   if (skip) return;
   ip('netns', 'add', NS);
+  deleteNetnsAtExit(NS);
   ip('-n', NS, 'link', 'add', 'nhbr0', 'type', 'bridge');
   ip('-n', NS, 'addr', 'add', '10.87.42.5/24', 'dev', 'nhbr0');
   ip('-n', NS, 'addr', 'add', 'fd00:6e68::5/64', 'dev', 'nhbr0', 'nodad');
   dir = mkdtempSync(join(tmpdir(), 'nh-'));
+  removeAtExit(dir);
   symlinkSync(PIN, join(dir, 'link'));
   writeFileSync(join(dir, 'plain'), 'not a namespace\n');
   execFileSync('mkfifo', [join(dir, 'fifo')]);

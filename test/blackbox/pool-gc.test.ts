@@ -24,6 +24,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { installedPlugin, ROOT, runCni, standalonePlugin, type Outcome } from '../helpers/cni.ts';
+import { deleteNetnsAtExit, removeAtExit } from '../helpers/exit-cleanup.ts';
 import { runViaDaemon } from '../helpers/daemon-client.ts';
 import { startTestDaemon, type LogLine, type TestDaemon } from '../helpers/daemon.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
@@ -121,10 +122,12 @@ async function metric(d: TestDaemon, name: string): Promise<string> {
 describe('the node reconciles its pool attachments (real etcd, daemon, fake CRI, real netns)', { skip }, () => {
   before(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'ipwpgc-'));
+    removeAtExit(tmp);
     cluster = await startEtcdCluster({ members: 1, prefix: 'ipwpgc-etcd-' });
     kv = new EtcdKV({ endpoints: cluster.endpoints });
     cri = await startHostileCri({ path: join(tmp, 'cri.sock'), sandboxes: [] });
     ip('netns', 'add', NS);
+    deleteNetnsAtExit(NS);
     ip('-n', NS, 'link', 'add', 'pgc0', 'type', 'veth', 'peer', 'name', 'pgc1');
     ip('-n', NS, 'link', 'set', 'pgc0', 'up');
     ip('-n', NS, 'link', 'set', 'pgc1', 'up');

@@ -29,6 +29,7 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EtcdKV } from '../../src/store/etcd/etcd-kv.ts';
 import { installedPlugin, pluginSocket, ROOT, runCni } from '../helpers/cni.ts';
+import { deleteNetnsAtExit, removeAtExit } from '../helpers/exit-cleanup.ts';
 import { startTestDaemon, type TestDaemon } from '../helpers/daemon.ts';
 import { haveEtcd, startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.ts';
 import { startHostileCri, type HostileCri } from '../helpers/hostile-cri.ts';
@@ -108,10 +109,12 @@ function poolFlags(p: string): string[] {
 describe('a pool network known only from requests (Multus): learned, kept across a restart, reconciled, vetoing (real etcd, daemon + shim, fake CRI, real netns)', { skip }, () => {
   before(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'ipwmul-'));
+    removeAtExit(tmp);
     cluster = await startEtcdCluster({ members: 1, prefix: 'ipwmul-etcd-' });
     kv = new EtcdKV({ endpoints: cluster.endpoints });
     cri = await startHostileCri({ path: join(tmp, 'cri.sock'), sandboxes: [] });
     ip('netns', 'add', NS);
+    deleteNetnsAtExit(NS);
     ip('-n', NS, 'link', 'add', 'mul0', 'type', 'veth', 'peer', 'name', 'mul1');
     ip('-n', NS, 'link', 'set', 'mul0', 'up');
     ip('-n', NS, 'link', 'set', 'mul1', 'up');

@@ -7,6 +7,8 @@ import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { makeNoNodeNamespace, type NoNodeNamespace } from './no-node.ts';
+import { sigkillAndWaitSync } from './kill-sync.ts';
+import { removeAtExit } from './exit-cleanup.ts';
 
 /** Upstream host-local from Debian's containernetworking-plugins. */
 export const HOST_LOCAL = '/usr/lib/cni/host-local';
@@ -94,9 +96,13 @@ export function runCniAsync(bin: string, inv: Invocation): Promise<Outcome> {
   });
 }
 
-/** A temp directory removed by the returned cleanup function. */
+/**
+ * A temp directory removed by the returned cleanup function — or, if that never runs (a run
+ * interrupted before the test's `after`), at the exit of the process (test/helpers/exit-cleanup.ts).
+ */
 export function tempDir(prefix = 'ipwarden-test-'): { dir: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), prefix));
+  removeAtExit(dir);
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
@@ -202,7 +208,8 @@ function install(): { bin: string; standalone: string; socket: string } {
  * Start `ipwarden daemon` on `socket` for the whole test process (daemon mode) — the built
  * single executable `dist/ipwarden-standalone daemon`, as the image runs it — with an empty
  * data dir and CNI config dir of its own (its loop touches nothing of the tests'), and wait —
- * synchronously, bounded — until it listens. Returns a function that SIGKILLs it by pid.
+ * synchronously, bounded — until it listens. Returns a function that SIGKILLs it by pid and waits
+ * until it is dead.
  * Throws when it exits or does not listen within 60 s (its log is in the error).
  */
 function startSuiteDaemon(bundle: string, socket: string, dir: string): () => void {
@@ -228,14 +235,9 @@ function startSuiteDaemon(bundle: string, socket: string, dir: string): () => vo
     Atomics.wait(sleeper, 0, 0, 10);
   }
   child.unref();
+  // Dead (not just signalled) when this returns: the caller removes its directories next.
   return () => {
-    if (exited === null && pid !== undefined) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone already
-      }
-    }
+    if (exited === null && pid !== undefined) sigkillAndWaitSync(pid);
   };
 }
 

@@ -4,6 +4,8 @@
  * unless the test gives its own. Resolves once the daemon logged `daemon started` and answered a
  * VERSION request on its socket (a condition, not a sleep). The child gets a clean environment
  * (PATH only, plus `env`), and is killed (SIGKILL, by pid) if the test process exits first.
+ * The helper's own temp dir (`<tmpdir>/ipwd-daemon-*`) is removed by `stop()`, or — when no
+ * `stop()` ran (a test that threw, a daemon killed and never stopped) — at the test process's exit.
  * Requires `npm run build`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -12,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROOT } from './cni.ts';
 import { runViaDaemon } from './daemon-client.ts';
+import { sigkillAndWaitSync } from './kill-sync.ts';
 
 /** One JSON log line of the daemon (pino's shape). */
 export type LogLine = Record<string, unknown> & { level: number; msg: string };
@@ -62,6 +65,31 @@ export interface TestDaemon {
   kill(signal: NodeJS.Signals): void;
 }
 
+/** Pids of the daemons of this process still running. */
+const running = new Set<number>();
+/** The helper's own temp dirs (`<tmpdir>/ipwd-daemon-*`) not yet removed by a stop(). */
+const ownDirs = new Set<string>();
+
+/*
+ * At the exit of the test process: SIGKILL (by pid) every daemon still running and wait until it
+ * is dead, then remove the own temp dir of every daemon whose stop() never ran — a test that threw
+ * before it, a daemon SIGKILLed by its test and replaced by another, one that refused to start.
+ * One listener for all daemons, registered when this module loads: before the 'exit' listeners of
+ * the test file that imports it, so the daemons are dead before the file's own cleanup removes
+ * directories they write to (a run interrupted by a signal: test/helpers/exit-on-signal.mjs). Each
+ * step is tried on its own: one failure does not skip the rest.
+ */
+process.on('exit', () => {
+  for (const pid of running) sigkillAndWaitSync(pid);
+  for (const dir of ownDirs) {
+    try {
+      rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+    } catch {
+      // keep going: the other directories
+    }
+  }
+});
+
 /** Start a daemon; see the module comment. */
 export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<TestDaemon> {
   const bundle = opts.bundle ?? join(ROOT, 'dist/ipwarden.cjs');
@@ -84,16 +112,12 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
   // ends it (no 'exit' handler runs then). setpriv execs node, so the pid is the daemon's.
   const child: ChildProcess = spawn('/usr/bin/setpriv', ['--pdeathsig', 'KILL', '--', ...(opts.wrap ?? []), process.execPath, ...args], { env: { PATH: '/usr/bin:/bin', ...(opts.env ?? {}) }, stdio: ['ignore', 'ignore', 'pipe'] });
   const pid = child.pid;
-  if (pid === undefined) throw new Error('the daemon did not start');
-  const killOnExit = (): void => {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
+  if (pid === undefined) {
     rmSync(own, { recursive: true, force: true });
-  };
-  process.on('exit', killOnExit);
+    throw new Error('the daemon did not start');
+  }
+  running.add(pid);
+  ownDirs.add(own);
 
   const logs: LogLine[] = [];
   let raw = '';
@@ -125,7 +149,9 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.on('exit', (code, signal) => {
       hasExited = true;
-      process.off('exit', killOnExit);
+      // The pid may be reused from now on: never signal it at exit. Its directory stays listed
+      // until stop() removes it (or the exit of this process does).
+      running.delete(pid);
       // Lines still buffered in the pipe arrive before 'close'.
       child.on('close', () => {
         for (const w of waiters.splice(0)) w.reject(new Error(`the daemon exited (code ${code}, signal ${signal}) before the log line came; stderr:\n${raw}`));
@@ -159,6 +185,7 @@ export async function startTestDaemon(opts: TestDaemonOptions = {}): Promise<Tes
         if (!hasExited) process.kill(pid, 'SIGTERM');
         const r = await exited;
         rmSync(own, { recursive: true, force: true });
+        ownDirs.delete(own);
         return r;
       })()),
   };

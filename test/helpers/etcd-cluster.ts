@@ -22,6 +22,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { alive } from './cni.ts';
+import { sigkillAndWaitSync } from './kill-sync.ts';
 
 /** The installed etcd server binary. */
 export const ETCD_BIN = '/usr/bin/etcd';
@@ -264,20 +265,15 @@ async function tryStart(opts: EtcdClusterOptions): Promise<EtcdCluster> {
   };
 
   let closed = false;
-  const killSync = (): void => {
-    for (const m of members) {
-      if (m.pid !== null) {
-        try {
-          process.kill(m.pid, 'SIGKILL');
-        } catch {
-          // gone already
-        }
-      }
-    }
-  };
+  // At exit: the members dead (not just signalled) before their data dirs go — an rm -r racing
+  // a dying etcd fails with ENOTEMPTY, and a listener that throws skips the others.
   const emergency = (): void => {
-    killSync();
-    rmSync(dir, { recursive: true, force: true });
+    for (const m of members) if (m.pid !== null) sigkillAndWaitSync(m.pid);
+    try {
+      rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+    } catch {
+      // keep going: the other clusters
+    }
   };
   live.add(emergency);
   if (!exitHook) {

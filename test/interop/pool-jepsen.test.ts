@@ -642,7 +642,7 @@ function daemonPoolSubject(
       const x = daemons.get(name);
       if (x === undefined) throw new Error(`no daemon for ${name}`);
       x.d.kill('SIGKILL');
-      await x.d.exited;
+      await x.d.stop(); // already dead: waits for its exit and removes the helper's temp dir
       return async () => {
         x.d = await startTestDaemon({ socket: x.socket, env: x.env, logLevel: 'info', dataDir: join(dir, name, 'd-data'), cniConfDir: join(dir, name, 'net.d'), args: ['--pool-journal-dir', join(dir, name, 'journal'), '--grace', '24h'] });
       };
