@@ -67,6 +67,7 @@ export const FINDING_IDS = [
   'data-dir-survives-reboot',
   'overlapping-ranges',
   'pool-overlaps-node-local',
+  'pool-overlaps-other-prefix',
   'pool-overlap',
   'pool-unreachable',
   'duplicate-address',

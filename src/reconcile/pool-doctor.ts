@@ -7,6 +7,10 @@
  * - `pool-overlaps-node-local` (warning): a range of a pool network overlaps a range of a
  *   node-local network (host-local style: no `ipam.pool`) of the same node — the two allocate on
  *   their own, so both can hand out one address; read from the configuration only.
+ * - `pool-overlaps-other-prefix` (warning): ranges of two pool networks of the node overlap, and
+ *   their pools are in different etcd prefixes — pools that are never compared with each other
+ *   (the same pool name under another prefix is another pool: a fresh-user trial got one address
+ *   twice that way); read from the configuration and the records only.
  * - `pool-overlap` (error): a pool the node uses overlaps another pool of its etcd prefix (one
  *   read of every pool's `meta` of the prefix): the pool created later has its ADDs refused.
  * - `pool-unreachable` (warning): the overlaps of a pool could not be checked (etcd did not
@@ -21,7 +25,7 @@ import type { Layout, StatusReport } from './status.ts';
 
 /** One finding of these checks (the shape of doctor's `Finding`). */
 export interface PoolFinding {
-  readonly id: 'pool-overlaps-node-local' | 'pool-overlap' | 'pool-unreachable';
+  readonly id: 'pool-overlaps-node-local' | 'pool-overlaps-other-prefix' | 'pool-overlap' | 'pool-unreachable';
   readonly severity: 'error' | 'warning';
   readonly title: string;
   readonly evidence: string;
@@ -92,6 +96,28 @@ export async function poolFindings(layout: Layout, report: StatusReport, read: P
         title: `node-local network ${n.name} overlaps pool ${pool.name} (network ${c.name})`,
         evidence: `${pairs.join('; ')} (${c.file}, ${n.config.file}); pool ${pool.name} hands its addresses out cluster-wide and ${n.name} hands out ${rangeSetString(n.rangeSets.map((s) => s.rangeSet).flat())} on this node on its own, so both can hand out the same address`,
         fix: `give ${n.name} a subnet outside pool ${pool.name}: change ipam.ranges in ${n.config.file}`,
+      });
+    }
+  }
+  for (let i = 0; i < pools.length; i++) {
+    for (let j = i + 1; j < pools.length; j++) {
+      const a = pools[i] as PoolSource;
+      const b = pools[j] as PoolSource;
+      if (a.pool.etcd.prefix === b.pool.etcd.prefix) continue;
+      const pairs: string[] = [];
+      a.rangeSets.forEach((as: RangeSet, x: number) => {
+        b.rangeSets.forEach((bs: RangeSet, y: number) => {
+          for (const ra of as) for (const rb of bs) if (rangesOverlap(ra, rb)) pairs.push(`${a.name} range set ${x} (${rangeText(ra)}) overlaps ${b.name} range set ${y} (${rangeText(rb)})`);
+        });
+      });
+      if (pairs.length === 0) continue;
+      const where = (c: PoolSource): string => `${c.file}: pool ${c.pool.name}, etcd ${c.pool.etcd.endpoints.join(',')} prefix ${c.pool.etcd.prefix}`;
+      out.push({
+        id: 'pool-overlaps-other-prefix',
+        severity: 'warning',
+        title: `pool ${a.pool.name} (network ${a.name}) and pool ${b.pool.name} (network ${b.name}) overlap, in different etcd prefixes`,
+        evidence: `${pairs.join('; ')} (${where(a)}; ${where(b)}); pools of different prefixes are never compared, so both can hand out the same address — unless the two networks never meet (separate layer-2 segments)`,
+        fix: `if the two networks share addresses, name one pool (the same ipam.pool name, etcd endpoints and prefix) in both configurations, or give one of them ranges of its own`,
       });
     }
   }

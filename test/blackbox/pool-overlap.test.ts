@@ -242,6 +242,29 @@ describe('overlapping pools on a real etcd', { skip }, () => {
     ]);
   });
 
+  it('doctor: the same pool name and range under two etcd prefixes (two pools that never compare) is a warning; one prefix is not', async () => {
+    const p = prefix();
+    const q = `${p}-other`;
+    const d = doctor(
+      {
+        '10-a.conf': { ...conf(p, 'np7', '10.237.7.0/24', { network: 'net7a' }), type: 'bridge' },
+        '20-b.conf': { ...conf(q, 'np7', '10.237.7.0/24', { network: 'net7b' }), type: 'bridge' },
+        '30-c.conf': { ...conf(p, 'np7', '10.237.7.0/24', { network: 'net7c' }), type: 'bridge' },
+      },
+      ['pool-overlaps-other-prefix'],
+    );
+    const r = R('10.237.7.0/24', '10.237.7.1', '10.237.7.254');
+    const ep = (cluster as EtcdCluster).endpoints.join(',');
+    const finding = (x: string, xf: string, xp: string, y: string, yf: string, yp: string) => ({
+      id: 'pool-overlaps-other-prefix',
+      severity: 'warning',
+      title: `pool np7 (network ${x}) and pool np7 (network ${y}) overlap, in different etcd prefixes`,
+      evidence: `${x} range set 0 (${r}) overlaps ${y} range set 0 (${r}) (DIR/${xf}: pool np7, etcd ${ep} prefix ${xp}; DIR/${yf}: pool np7, etcd ${ep} prefix ${yp}); pools of different prefixes are never compared, so both can hand out the same address — unless the two networks never meet (separate layer-2 segments)`,
+      fix: 'if the two networks share addresses, name one pool (the same ipam.pool name, etcd endpoints and prefix) in both configurations, or give one of them ranges of its own',
+    });
+    assert.deepEqual(d.findings, [finding('net7a', '10-a.conf', p, 'net7b', '20-b.conf', q), finding('net7b', '20-b.conf', q, 'net7c', '30-c.conf', p)]);
+  });
+
   it('doctor: a pool known only from requests (the daemon\'s record of a NetworkAttachmentDefinition) that overlaps another pool and a node-local range', async () => {
     const p = prefix();
     const meta = (subnet: string, start: string, end: string, gw: string) => JSON.stringify({ v: 1, rangeSets: [[{ subnet, rangeStart: start, rangeEnd: end, gateway: gw }]], blockSize: 28, blockSize6: 122 });
