@@ -269,7 +269,9 @@ export function atomicWrite(path: string, data: Uint8Array | string | { readonly
   } catch (e) {
     if (fd >= 0) closeSync(fd);
     rmSync(tmp, { force: true });
-    throw e;
+    // An errno error of the writes (ENOSPC: a full disk) names the file, not only the call.
+    if (e instanceof AppError || errnoCode(e) === undefined) throw e;
+    throw new AppError('STORE_IO', `install-cni: cannot write ${path} (the old file, if any, is left as it was): ${errnoCode(e) as string}: ${e instanceof Error ? e.message.replace(/^[A-Z]+: /, '') : String(e)}`, { cause: e });
   }
   const dfd = openSync(dirname(path), constants.O_RDONLY | constants.O_DIRECTORY);
   try {
