@@ -180,6 +180,8 @@ export class InstallWatch {
   #pending = false;
   #running: Promise<void> | null = null;
   #lastEvent = Number.NEGATIVE_INFINITY;
+  /** A check asked for without an event (start, the backstop, a due retry): it waits for no quiet time. */
+  #force = false;
   #timer: (() => void) | null = null;
   #interval: (() => void) | null = null;
   #child: ChildProcess | null = null;
@@ -255,6 +257,7 @@ export class InstallWatch {
   #schedule(event: boolean): void {
     if (this.#closed) return;
     if (event) this.#lastEvent = this.#clock.now();
+    else this.#force = true;
     this.#pending = true;
     if (this.#running !== null || this.#timer !== null) return;
     this.#arm(event ? (this.#opts.settleMs ?? 200) : 0);
@@ -265,10 +268,13 @@ export class InstallWatch {
       this.#timer = null;
       const quiet = this.#clock.now() - this.#lastEvent;
       const settle = this.#opts.settleMs ?? 200;
-      if (quiet < settle) {
+      // Events keep a check waiting for quiet, but never the backstop's: a directory (or its
+      // parent) written more often than every settleMs kept every check off, the plugin missing.
+      if (quiet < settle && !this.#force) {
         this.#arm(settle - quiet);
         return;
       }
+      this.#force = false;
       this.#running = this.#loop().finally(() => {
         this.#running = null;
         if (this.#pending && !this.#closed) this.#arm(0);
