@@ -36,10 +36,10 @@
 import { hostname } from 'node:os';
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, constants, existsSync, fchmodSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, renameSync, rmSync, statSync, unlinkSync, writeSync, type Stats } from 'node:fs';
 import { lockExclusive, type HeldLock } from '../store/file/flock.ts';
 import { createRequire } from 'node:module';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AppError, UsageError, errnoCode } from '../common/errors.ts';
 import { untrustedReason } from '../common/trust.ts';
@@ -269,7 +269,9 @@ export function atomicWrite(path: string, data: Uint8Array | string | { readonly
   } catch (e) {
     if (fd >= 0) closeSync(fd);
     rmSync(tmp, { force: true });
-    throw e;
+    // An errno error of the writes (ENOSPC: a full disk) names the file, not only the call.
+    if (e instanceof AppError || errnoCode(e) === undefined) throw e;
+    throw new AppError('STORE_IO', `install-cni: cannot write ${path} (the old file, if any, is left as it was): ${errnoCode(e) as string}: ${e instanceof Error ? e.message.replace(/^[A-Z]+: /, '') : String(e)}`, { cause: e });
   }
   const dfd = openSync(dirname(path), constants.O_RDONLY | constants.O_DIRECTORY);
   try {
@@ -394,6 +396,63 @@ export function validateRecordedEndpoint(value: string): string {
 }
 
 /**
+ * The real path of the install destination `dest`, walked from `/` one name at a time with
+ * `lstat` so that root writes only where nobody but root (or the effective user) could have put
+ * or moved anything: every directory on the way must be owned by root or `euid` and writable by
+ * neither group nor others — except a root-owned sticky one (`/tmp`) above the last, where others
+ * cannot rename what is not theirs — and `dest` itself such a directory (not sticky-writable: a
+ * user could plant the lock file or `ipwarden.d` there as a symlink). A symlink on the way is
+ * followed only when root or `euid` owns it (then only they made it: its directory is trusted);
+ * at most 40. `dest` need not exist when `allowMissing` (its parent must): the result is then the
+ * path it will have. Throws UsageError naming the first name that breaks the rule.
+ */
+export function trustedDestination(dest: string, euid: number = process.geteuid?.() ?? 0, allowMissing = false): string {
+  const refuse = (why: string): never => {
+    throw new UsageError(`install-cni: ${why}: refusing to install there (--dest ${dest})`);
+  };
+  let todo = resolve(dest).split('/').filter((x) => x !== '');
+  let at = '/';
+  let hops = 0;
+  const checkDir = (p: string, st: { uid: number; mode: number }, last: boolean): void => {
+    if (st.uid !== 0 && st.uid !== euid) refuse(`${p} is owned by uid ${st.uid}`);
+    const sticky = (st.mode & 0o1000) !== 0 && st.uid === 0;
+    if ((st.mode & 0o022) !== 0 && (last || !sticky)) refuse(`${p} is writable by group or others (mode ${(st.mode & 0o7777).toString(8)})`);
+  };
+  checkDir('/', lstatSync('/'), todo.length === 0);
+  while (todo.length > 0) {
+    const name = todo.shift() as string;
+    if (name === '.') continue;
+    if (name === '..') {
+      at = dirname(at);
+      continue;
+    }
+    const p = join(at, name);
+    let st;
+    try {
+      st = lstatSync(p);
+    } catch (e) {
+      if (errnoCode(e) === 'ENOENT' && allowMissing && todo.length === 0) return p;
+      if (errnoCode(e) === 'ENOENT') refuse(`${p} does not exist`);
+      throw e;
+    }
+    if (st.isSymbolicLink()) {
+      if (st.uid !== 0 && st.uid !== euid) refuse(`${p} is a symlink owned by uid ${st.uid} (not followed)`);
+      if (++hops > 40) refuse(`${p}: too many symlinks`);
+      const target = readlinkSync(p);
+      todo = [...target.split('/').filter((x) => x !== ''), ...todo];
+      if (isAbsolute(target)) {
+        at = '/';
+      }
+      continue;
+    }
+    if (!st.isDirectory()) refuse(`${p} is not a directory`);
+    checkDir(p, st, todo.length === 0);
+    at = p;
+  }
+  return at;
+}
+
+/**
  * Install into `dest` (see the module comment). Throws UsageError for a bad `dest` or `socket`,
  * or when the project has not been built; AppError('INTERNAL') when an installed program does not
  * answer CNI VERSION; errno errors of the writes.
@@ -411,10 +470,17 @@ export function installCni(dest: string, opts: InstallOptions = {}): Installed {
   // DIR itself is created when missing, but not its parents: a typo in --dest must not go unnoticed.
   const parent = dirname(resolve(dest));
   if (!existsSync(parent)) throw new UsageError(`install-cni: ${parent} does not exist (--dest ${dest})`);
-  if (!existsSync(dest)) mkdirSync(dest, { mode: 0o755 });
   // A file in its place (a package that put one there): say so, not ENOTDIR from a deeper write.
-  if (!statSync(dest).isDirectory()) throw new UsageError(`install-cni: ${dest} is not a directory (--dest)`);
-  const dir = resolve(dest);
+  if (existsSync(dest) && !statSync(dest).isDirectory()) throw new UsageError(`install-cni: ${dest} is not a directory (--dest)`);
+  // Only where nobody but root could plant a symlink or swap a directory on the way: then no
+  // write below follows one root did not make, nor lands outside DIR (trustedDestination).
+  const real = trustedDestination(dest, process.geteuid?.() ?? 0, true);
+  try {
+    mkdirSync(real, { mode: 0o755 });
+  } catch (e) {
+    if (errnoCode(e) !== 'EEXIST') throw e;
+  }
+  const dir = trustedDestination(real);
   const bindingOut = join(dir, FLOCK_BINDING_NAME);
   const netnsOut = join(dir, NETNS_HELPER_NAME);
   const standalone = join(dir, STANDALONE_NAME);
@@ -509,6 +575,16 @@ export function installArgv(dest: string, opts: InstallOptions = {}): string[] {
   ];
 }
 
+/** `lstat` of `p`, or null when there is nothing there. */
+function lstatSafe(p: string): Stats | null {
+  try {
+    return lstatSync(p);
+  } catch (e) {
+    if (errnoCode(e) === 'ENOENT') return null;
+    throw e;
+  }
+}
+
 /** The lock file `run` holds in DIR for the whole install (one install-cni at a time per DIR). */
 export const INSTALL_LOCK_NAME = '.ipwarden-install.lock';
 
@@ -568,13 +644,20 @@ export async function run(opts: { dest?: string; socket?: string; nodeName?: str
   const runtimeEndpoint = opts.runtimeEndpoint ?? (endpointEnv === undefined || endpointEnv === '' ? undefined : endpointEnv);
   const dest = opts.dest ?? '';
   let lock: HeldLock | null = null;
-  if (dest !== '' && existsSync(dest) && lstatSync(dest).isDirectory()) {
-    // One install at a time in DIR; then every temporary of ours in it is an earlier install's.
-    lock = await lockExclusive(join(resolve(dest), INSTALL_LOCK_NAME), INSTALL_LOCK_TIMEOUT_SECONDS);
+  let real = '';
+  if (dest !== '' && existsSync(dest) && statSync(dest).isDirectory()) {
+    // Only in a trusted directory (the lock file is opened following symlinks: only root could
+    // have put one there). One install at a time in DIR; then every temporary of ours in it is an
+    // earlier install's.
+    real = trustedDestination(dest);
+    const lockPath = join(real, INSTALL_LOCK_NAME);
+    const had = lstatSafe(lockPath);
+    if (had !== null && !had.isFile()) throw new UsageError(`install-cni: ${lockPath} is not a regular file (a symlink is not followed): refusing to lock it`);
+    lock = await lockExclusive(lockPath, INSTALL_LOCK_TIMEOUT_SECONDS);
   }
   let r: Installed;
   try {
-    if (lock !== null) for (const x of removeStaleTemporaries(resolve(dest))) ctx.stdout(`removed ${x.path} (a temporary a killed install left, ${x.bytes} bytes)\n`);
+    if (lock !== null) for (const x of removeStaleTemporaries(real)) ctx.stdout(`removed ${x.path} (a temporary a killed install left, ${x.bytes} bytes)\n`);
     r = installCni(dest, { ...(opts.socket === undefined ? {} : { socket: opts.socket }), ...(nodeName === undefined ? {} : { nodeName }), ...(runtimeEndpoint === undefined ? {} : { runtimeEndpoint }) });
   } finally {
     lock?.release();

@@ -27,7 +27,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createReadStream, lstatSync, watch, type FSWatcher } from 'node:fs';
+import { closeSync, constants, createReadStream, fstatSync, lstatSync, openSync, watch, type FSWatcher } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { errnoCode } from '../common/errors.ts';
@@ -108,13 +108,53 @@ export interface InstallWatchOptions {
 
 /** SHA-256 (hex) and size of a file's bytes, read as a stream. */
 async function hashFile(path: string): Promise<{ sha: string; size: number }> {
+  return hashFd(openSync(path, constants.O_RDONLY));
+}
+
+/** SHA-256 (hex) and size of the bytes of the open file `fd`, read as a stream; closes `fd`. */
+async function hashFd(fd: number): Promise<{ sha: string; size: number }> {
   const h = createHash('sha256');
   let size = 0;
-  for await (const chunk of createReadStream(path) as AsyncIterable<Buffer>) {
+  for await (const chunk of createReadStream('', { fd, autoClose: true }) as AsyncIterable<Buffer>) {
     h.update(chunk);
     size += chunk.length;
   }
   return { sha: h.digest('hex'), size };
+}
+
+/**
+ * SHA-256 (hex) and size of the installed file at `path`, but only when it is still the regular
+ * file `lstat` found (`dev`, `ino`): opened `O_NOFOLLOW|O_NONBLOCK` and checked with `fstat`, so a
+ * file swapped for a symlink (to `/dev/zero`, a FIFO elsewhere) or a FIFO between the `lstat` and
+ * the open is never followed, never blocks the open, and is never read; the watch stays live.
+ * Returns `{ changed: why }` then (`replaced while checked: not a regular file`, `replaced while
+ * checked`). Throws the open's errno error (ENOENT when it is gone meanwhile; ELOOP for a symlink
+ * is turned into `changed`).
+ */
+export async function hashInstalledFile(path: string, expect: { readonly dev: bigint; readonly ino: bigint }): Promise<{ sha: string; size: number } | { changed: string }> {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (e) {
+    if (errnoCode(e) === 'ELOOP') return { changed: 'replaced while checked: a symlink' };
+    throw e;
+  }
+  let st;
+  try {
+    st = fstatSync(fd, { bigint: true });
+  } catch (e) {
+    closeSync(fd);
+    throw e;
+  }
+  if (!st.isFile()) {
+    closeSync(fd);
+    return { changed: 'replaced while checked: not a regular file' };
+  }
+  if (st.dev !== expect.dev || st.ino !== expect.ino) {
+    closeSync(fd);
+    return { changed: 'replaced while checked' };
+  }
+  return hashFd(fd);
 }
 
 /** The expected SHA-256 and size of a planned file's content. */
@@ -140,13 +180,21 @@ export class InstallWatch {
   #pending = false;
   #running: Promise<void> | null = null;
   #lastEvent = Number.NEGATIVE_INFINITY;
+  /** A check asked for without an event (start, the backstop, a due retry): it waits for no quiet time. */
+  #force = false;
   #timer: (() => void) | null = null;
   #interval: (() => void) | null = null;
   #child: ChildProcess | null = null;
   #closed = false;
   readonly #clock: WatchClock;
-  /** Consecutive failed reinstalls (0 after a check found every file in place). */
+  /** Consecutive failed reinstalls (0 after a check found every file in place, or a reinstall succeeded). */
   #failures = 0;
+  /**
+   * Reinstalls that put every file back, in a row, without a check finding every file in place
+   * between them (0 after such a check): each one changed again right after it — another
+   * installer keeps writing the directory (a second daemon of another version, another socket).
+   */
+  #churn = 0;
   /** When the next reinstall may start (monotonic ms), and the last failure's message. */
   #retryAt = 0;
   #lastFailure = '';
@@ -209,6 +257,7 @@ export class InstallWatch {
   #schedule(event: boolean): void {
     if (this.#closed) return;
     if (event) this.#lastEvent = this.#clock.now();
+    else this.#force = true;
     this.#pending = true;
     if (this.#running !== null || this.#timer !== null) return;
     this.#arm(event ? (this.#opts.settleMs ?? 200) : 0);
@@ -219,10 +268,13 @@ export class InstallWatch {
       this.#timer = null;
       const quiet = this.#clock.now() - this.#lastEvent;
       const settle = this.#opts.settleMs ?? 200;
-      if (quiet < settle) {
+      // Events keep a check waiting for quiet, but never the backstop's: a directory (or its
+      // parent) written more often than every settleMs kept every check off, the plugin missing.
+      if (quiet < settle && !this.#force) {
         this.#arm(settle - quiet);
         return;
       }
+      this.#force = false;
       this.#running = this.#loop().finally(() => {
         this.#running = null;
         if (this.#pending && !this.#closed) this.#arm(0);
@@ -290,11 +342,12 @@ export class InstallWatch {
     if (this.#verified.get(w.file.name) === id) return 'ok';
     let got;
     try {
-      got = await hashFile(path);
+      got = await hashInstalledFile(path, st);
     } catch (e) {
       const code = errnoCode(e);
       return code === 'ENOENT' || code === 'ENOTDIR' ? 'missing' : `cannot read it: ${code ?? String(e)}`;
     }
+    if ('changed' in got) return got.changed;
     if (got.sha !== w.sha || got.size !== w.size) return 'its content differs';
     this.#verified.set(w.file.name, id);
     return 'ok';
@@ -323,17 +376,24 @@ export class InstallWatch {
     const bad = await this.#verifyAll();
     const dir = this.#deps.dir;
     if (bad.length === 0) {
-      if (this.#ok !== true) this.#log.info({ dir }, 'installed files in place');
+      // After reinstalls, only a check when the next one would have been due ends the reinstalls
+      // in a row (the files stayed in place that long): the check that the reinstall's own events
+      // start at once finds them in place whoever rewrites them a moment later.
+      const settled = this.#churn > 0 && this.#clock.now() >= this.#retryAt;
+      if (this.#ok !== true || settled) this.#log.info({ dir, ...(settled ? { reinstallsInARow: this.#churn } : {}) }, 'installed files in place');
       this.#setState(true, null);
-      this.#resetBackoff();
+      this.#failures = 0;
+      if (this.#churn === 0 || settled) this.#resetBackoff();
       return;
     }
     const list = bad.map((b) => `${b.name} (${b.why})`).join(', ');
     const reason = bad.some((b) => b.why === 'missing') ? 'missing' : 'changed';
-    if (this.#failures > 0 && this.#clock.now() < this.#retryAt) {
-      // Backing off after a failed reinstall: the problem stays current, no install-cni yet.
-      this.#setState(false, `installed files not in place in ${dir}: ${list}; the reinstall failed: ${this.#lastFailure}`);
-      this.#log.debug({ dir, reason, failures: this.#failures, retryInSeconds: (this.#retryAt - this.#clock.now()) / 1000 }, 'installed files not in place: reinstall deferred (backing off)');
+    if ((this.#failures > 0 || this.#churn > 0) && this.#clock.now() < this.#retryAt) {
+      // Backing off after a failed reinstall, or after reinstalls whose files were changed again
+      // at once: the problem stays current, no install-cni yet.
+      const why = this.#failures > 0 ? `the reinstall failed: ${this.#lastFailure}` : this.#churnText();
+      this.#setState(false, `installed files not in place in ${dir}: ${list}; ${why}`);
+      this.#log.debug({ dir, reason, failures: this.#failures, reinstallsInARow: this.#churn, retryInSeconds: (this.#retryAt - this.#clock.now()) / 1000 }, 'installed files not in place: reinstall deferred (backing off)');
       this.#armRetry();
       return;
     }
@@ -361,16 +421,31 @@ export class InstallWatch {
       return;
     }
     this.#setState(true, null);
-    this.#resetBackoff();
+    // Not back to no backoff: a check that finds every file in place does that. Until then the
+    // next reinstall waits 1 s, doubling per reinstall in a row, at most 60 s: two daemons that
+    // each put back their own version cannot rewrite ~100 MB in a loop (review s4-install F2).
+    this.#failures = 0;
+    this.#churn++;
+    const delay = reinstallBackoffMs(this.#churn);
+    this.#retryAt = this.#clock.now() + delay;
+    this.#armRetry();
     this.#opts.onReinstall?.(reason);
-    this.#log.info({ dir, reason, files: bad.map((b) => b.name), durationSeconds, output: r.stdout.trim().split('\n') }, 'installed files reinstalled');
+    this.#log.info({ dir, reason, files: bad.map((b) => b.name), durationSeconds, output: r.stdout.trim().split('\n'), reinstallsInARow: this.#churn }, 'installed files reinstalled');
+    if (this.#churn >= 2) {
+      this.#log.warn({ dir, reinstallsInARow: this.#churn, retryInSeconds: delay / 1000, nextRetryAt: new Date(this.#clock.wallNow() + delay).toISOString() }, 'installed files changed again after each reinstall: is another installer writing the directory?');
+    }
+  }
+
+  /** The clause `/readyz` gives while reinstalls in a row are backed off. */
+  #churnText(): string {
+    return `reinstalled ${this.#churn} time${this.#churn === 1 ? '' : 's'} in a row and changed again each time (another installer writing the directory: a second ipwarden daemon, another version?); next reinstall in ${Math.ceil((this.#retryAt - this.#clock.now()) / 1000)} s`;
   }
 
   /** Count a failed reinstall, set when the next may start and arm its check; the log fields saying when. */
   #failed(message: string): { failures: number; retryInSeconds: number; nextRetryAt: string } {
     this.#failures++;
     this.#lastFailure = message;
-    const delay = reinstallBackoffMs(this.#failures);
+    const delay = reinstallBackoffMs(this.#failures + this.#churn);
     this.#retryAt = this.#clock.now() + delay;
     this.#armRetry();
     return { failures: this.#failures, retryInSeconds: delay / 1000, nextRetryAt: new Date(this.#clock.wallNow() + delay).toISOString() };
@@ -387,6 +462,7 @@ export class InstallWatch {
 
   #resetBackoff(): void {
     this.#failures = 0;
+    this.#churn = 0;
     this.#retryAt = 0;
     this.#retryTimer?.();
     this.#retryTimer = null;

@@ -40,6 +40,9 @@ export const RUNTIME_ENDPOINT_FILE = 'runtime-endpoint';
  */
 export const NODE_NAME_FILE_MAX_BYTES = 512;
 
+/** Longest unix socket path, bytes: `sun_path` is 108 bytes including the NUL (unix(7)). */
+const SUN_PATH_MAX_BYTES = 107;
+
 /** The path of the node-name file in the CNI bin dir `binDir`. */
 export function nodeNameFilePath(binDir: string): string {
   return join(binDir, NODE_NAME_DIR, NODE_NAME_FILE);
@@ -188,6 +191,11 @@ export function readRuntimeEndpointFile(opts: { readonly dir?: string; readonly 
   if (r.host !== me) return { ignored: `the runtime endpoint record ${r.file} was written on host ${r.host}, not on this host (${me}): not used` };
   try {
     const ep = parseRuntimeEndpoint(r.value);
+    // What install-cni never writes (validateRecordedEndpoint): a socket address would be cut at
+    // the NUL or hold other bytes than the file's, and a path longer than sun_path cannot connect.
+    if (/[\0\r\uFFFD]/.test(ep.path)) return { ignored: `the runtime endpoint record ${r.file}: the socket path ${JSON.stringify(ep.path)} holds a NUL byte, a carriage return or bytes that are not UTF-8: not used` };
+    const n = Buffer.byteLength(ep.path, 'utf8');
+    if (n > SUN_PATH_MAX_BYTES) return { ignored: `the runtime endpoint record ${r.file}: the socket path is ${n} bytes long, at most ${SUN_PATH_MAX_BYTES} fit in a unix socket address: not used` };
     return { url: ep.url, path: ep.path, file: r.file };
   } catch (e) {
     return { ignored: `the runtime endpoint record ${r.file}: ${e instanceof Error ? e.message : String(e)}: not used` };

@@ -668,6 +668,55 @@ describe('install-cni', () => {
     assert.ok(lstatSync(join(dest, 'ipwarden-flock.node.tmp-5-0123456789abcdef')).isSymbolicLink());
   });
 
+  it('only into a destination nobody but root could change: else refused with the name that breaks the rule, nothing written, no symlink of another user followed', { skip: process.getuid?.() !== 0 ? 'needs root (chown)' : false }, () => {
+    const base = temp('ipw-shim-trust-');
+    const refused = (dest: string, why: string): void => {
+      const r = cli(['--dest', dest, '--node-name', 'worker-1']);
+      assert.deepEqual([r.status, r.stdout, r.stderr], [2, '', `ipwarden: install-cni: ${why}: refusing to install there (--dest ${dest})\n`]);
+    };
+    // World-writable (a tmpfs root, 1777 too), and owned by another user.
+    const ww = join(base, 'ww');
+    mkdirSync(ww);
+    chmodSync(ww, 0o1777);
+    refused(ww, `${ww} is writable by group or others (mode 1777)`);
+    const theirs = join(base, 'theirs');
+    mkdirSync(theirs);
+    chownSync(theirs, 65534, 65534);
+    refused(theirs, `${theirs} is owned by uid 65534`);
+    // A missing DIR under their directory: not made.
+    refused(join(theirs, 'bin'), `${theirs} is owned by uid 65534`);
+    // Their symlink in a trusted directory, to a trusted directory: not followed.
+    const real = join(base, 'real');
+    mkdirSync(real);
+    const link = join(base, 'link');
+    symlinkSync(real, link);
+    const theirLink = join(base, 'their-link');
+    symlinkSync(real, theirLink);
+    spawnSync('chown', ['-h', '65534:65534', theirLink]);
+    refused(theirLink, `${theirLink} is a symlink owned by uid 65534 (not followed)`);
+    // Root's symlink to their directory: followed, then refused there.
+    const toTheirs = join(base, 'to-theirs');
+    symlinkSync(theirs, toTheirs);
+    refused(toTheirs, `${theirs} is owned by uid 65534`);
+    // A dangling one: says which name is missing.
+    const dangling = join(base, 'dangling');
+    symlinkSync(join(base, 'nowhere', 'bin'), dangling);
+    refused(dangling, `${join(base, 'nowhere')} does not exist`);
+    assert.deepEqual([readdirSync(ww), readdirSync(theirs), readdirSync(real)], [[], [], []]);
+    // Root's symlink to a trusted directory: followed; the lines name the real path.
+    const r = cli(['--dest', link]);
+    assert.deepEqual([r.status, r.stderr], [0, '']);
+    assert.equal(r.stdout.split('\n')[0], `installed ${join(real, 'ipwarden-flock.node')} (flock binding)`);
+    assert.deepEqual(readdirSync(real).sort(), ['.ipwarden-install.lock', 'ipwarden', 'ipwarden-flock.node', 'ipwarden-netns', 'ipwarden-standalone']);
+    // A symlink at the lock file's name is not opened (it was, with O_CREAT: a file made where it pointed).
+    const lockDir = join(base, 'lockdir');
+    mkdirSync(lockDir);
+    symlinkSync(join(base, 'made-by-lock'), join(lockDir, '.ipwarden-install.lock'));
+    const l = cli(['--dest', lockDir]);
+    assert.deepEqual([l.status, l.stdout, l.stderr], [2, '', `ipwarden: install-cni: ${join(lockDir, '.ipwarden-install.lock')} is not a regular file (a symlink is not followed): refusing to lock it\n`]);
+    assert.equal(existsSync(join(base, 'made-by-lock')), false);
+  });
+
   it('a SIGKILLed install leaves a temporary; the next install removes it', async () => {
     const base = temp('ipw-shim-kill-');
     const dest = join(base, 'bin');

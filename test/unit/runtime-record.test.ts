@@ -68,6 +68,15 @@ describe('readRuntimeEndpointFile', () => {
     assert.deepEqual(readRuntimeEndpointFile({ dir: three.dir, host: ME }), { ignored: `the runtime endpoint record ${three.f}: has 3 lines, at most 2 (the value, "host <host name>"): not used` });
     const badHost = bin('unix:///a.sock\nhost\n');
     assert.deepEqual(readRuntimeEndpointFile({ dir: badHost.dir, host: ME }), { ignored: `the runtime endpoint record ${badHost.f}: line 2 must be "host <host name>", got "host": not used` });
+    // What install-cni never writes: a NUL (the address would be cut there), bytes that are not
+    // UTF-8, a path longer than sun_path.
+    const nul = bin('unix:///run/x.sock\0/evil\nhost node-a\n');
+    assert.deepEqual(readRuntimeEndpointFile({ dir: nul.dir, host: ME }), { ignored: `the runtime endpoint record ${nul.f}: the socket path "/run/x.sock\\u0000/evil" holds a NUL byte, a carriage return or bytes that are not UTF-8: not used` });
+    const latin1 = bin('');
+    writeFileSync(latin1.f, Buffer.concat([Buffer.from('unix:///run/'), Buffer.from([0xff]), Buffer.from('.sock\nhost node-a\n')]));
+    assert.deepEqual(readRuntimeEndpointFile({ dir: latin1.dir, host: ME }), { ignored: `the runtime endpoint record ${latin1.f}: the socket path "/run/\uFFFD.sock" holds a NUL byte, a carriage return or bytes that are not UTF-8: not used` });
+    const long = bin(`unix:///${'a'.repeat(107)}\nhost node-a\n`);
+    assert.deepEqual(readRuntimeEndpointFile({ dir: long.dir, host: ME }), { ignored: `the runtime endpoint record ${long.f}: the socket path is 108 bytes long, at most 107 fit in a unix socket address: not used` });
     const big = bin(`unix:///${'a'.repeat(600)}\nhost node-a\n`);
     assert.deepEqual(readRuntimeEndpointFile({ dir: big.dir, host: ME }), { ignored: `the runtime endpoint record ${big.f}: is 621 bytes long, at most 512: not used` });
   });
