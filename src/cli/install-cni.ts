@@ -399,7 +399,7 @@ export function validateRecordedEndpoint(value: string): string {
  * The real path of the install destination `dest`, walked from `/` one name at a time with
  * `lstat` so that root writes only where nobody but root (or the effective user) could have put
  * or moved anything: every directory on the way must be owned by root or `euid` and writable by
- * neither group nor others — except a root-owned sticky one (`/tmp`) above the last, where others
+ * neither others nor a group other than root's (gid 0) — except a root-owned sticky one (`/tmp`) above the last, where others
  * cannot rename what is not theirs — and `dest` itself such a directory (not sticky-writable: a
  * user could plant the lock file or `ipwarden.d` there as a symlink). A symlink on the way is
  * followed only when root or `euid` owns it (then only they made it: its directory is trusted);
@@ -413,10 +413,12 @@ export function trustedDestination(dest: string, euid: number = process.geteuid?
   let todo = resolve(dest).split('/').filter((x) => x !== '');
   let at = '/';
   let hops = 0;
-  const checkDir = (p: string, st: { uid: number; mode: number }, last: boolean): void => {
+  const checkDir = (p: string, st: { uid: number; gid: number; mode: number }, last: boolean): void => {
     if (st.uid !== 0 && st.uid !== euid) refuse(`${p} is owned by uid ${st.uid}`);
     const sticky = (st.mode & 0o1000) !== 0 && st.uid === 0;
-    if ((st.mode & 0o022) !== 0 && (last || !sticky)) refuse(`${p} is writable by group or others (mode ${(st.mode & 0o7777).toString(8)})`);
+    // Writable by its group only when that group is root's (gid 0): some hosts ship /opt/cni/bin 0775 root:root.
+    const open = (st.mode & 0o002) !== 0 || ((st.mode & 0o020) !== 0 && st.gid !== 0);
+    if (open && (last || !sticky)) refuse(`${p} is writable by group or others (mode ${(st.mode & 0o7777).toString(8)})`);
   };
   checkDir('/', lstatSync('/'), todo.length === 0);
   while (todo.length > 0) {

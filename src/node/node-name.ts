@@ -112,7 +112,9 @@ function readRecord(name: string, label: string, opts: { readonly dir?: string; 
     const value = lines[0] as string;
     if (lines.length > 2) throw bad(f, `has ${lines.length} lines, at most 2 (${label === NODE_NAME_LABEL ? 'the node name' : 'the value'}, "host <host name>")`);
     if (lines.length < 2) return { file: f, value, host: null };
-    const m = /^host (\S+)$/.exec(lines[1] as string);
+    // The rest of the line: a kernel host name may hold spaces (`hostname "my host"`), and
+    // install-cni writes it as it is (a hostile review: such a node's records were refused).
+    const m = /^host (.+)$/.exec(lines[1] as string);
     if (m === null) throw bad(f, `line 2 must be "host <host name>", got ${JSON.stringify(lines[1])}`);
     return { file: f, value, host: m[1] as string };
   } finally {

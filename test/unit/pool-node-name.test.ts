@@ -80,6 +80,10 @@ describe('readNodeNameFile', () => {
     assert.equal(readNodeNameFile({ dir, host: () => 'vm-b' }), null, 'written on vm-a: not this node');
     const bad = bin('worker-1\nhost\n');
     refused(bad.dir, `the node name file ${bad.f}: line 2 must be "host <host name>", got "host"`);
+    // A kernel host name may hold spaces: the rest of the line is the host name.
+    const spaced = bin('worker-1\nhost my host\n');
+    assert.equal(readNodeNameFile({ dir: spaced.dir, host: () => 'my host' }), 'worker-1');
+    assert.equal(readNodeNameFile({ dir: spaced.dir, host: () => 'my' }), null);
     const three = bin('worker-1\nhost vm-a\nx\n');
     refused(three.dir, `the node name file ${three.f}: has 3 lines, at most 2 (the node name, "host <host name>")`);
     assert.ok(f.endsWith('node-name'));
