@@ -65,14 +65,19 @@ function tlsctl(...args: string[]): string {
   return r.stdout;
 }
 
+/** A new `dir` (prefix `prefix`) with two CAs' files: `live` (installed at fixed paths, rotated in place) and `other`. */
+function tlsFiles(prefix: string): void {
+  dir = mkdtempSync(join(tmpdir(), prefix));
+  const made = makeTlsSet(dir, 'a');
+  other = makeTlsSet(dir, 'b');
+  mkdirSync(join(dir, 'live'));
+  live = { ca: join(dir, 'live/ca.pem'), serverCert: join(dir, 'live/server.pem'), serverKey: join(dir, 'live/server-key.pem'), clientCert: join(dir, 'live/client.pem'), clientKey: join(dir, 'live/client-key.pem') };
+  installTlsSet(made, live);
+}
+
 describe('etcd over TLS: permanent misconfigurations and rotation', { skip }, () => {
   before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'ipwarden-etcd-tls-'));
-    const made = makeTlsSet(dir, 'a');
-    other = makeTlsSet(dir, 'b');
-    mkdirSync(join(dir, 'live'));
-    live = { ca: join(dir, 'live/ca.pem'), serverCert: join(dir, 'live/server.pem'), serverKey: join(dir, 'live/server-key.pem'), clientCert: join(dir, 'live/client.pem'), clientKey: join(dir, 'live/client-key.pem') };
-    installTlsSet(made, live);
+    tlsFiles('ipwarden-etcd-tls-');
     [tlsEtcd, plain] = await Promise.all([
       startEtcdCluster({ members: 1, prefix: 'ipwarden-tls-', tls: { cert: live.serverCert, key: live.serverKey, ca: live.ca, clientCertAuth: true } }),
       startEtcdCluster({ members: 1, prefix: 'ipwarden-tls-plain-' }),
@@ -175,12 +180,7 @@ describe('etcd over TLS: permanent misconfigurations and rotation', { skip }, ()
 
 describe('etcd over TLS through the daemon: every request on its own settings', { skip }, () => {
   before(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'ipwarden-etcd-tls-d-'));
-    const made = makeTlsSet(dir, 'a');
-    other = makeTlsSet(dir, 'b');
-    mkdirSync(join(dir, 'live'));
-    live = { ca: join(dir, 'live/ca.pem'), serverCert: join(dir, 'live/server.pem'), serverKey: join(dir, 'live/server-key.pem'), clientCert: join(dir, 'live/client.pem'), clientKey: join(dir, 'live/client-key.pem') };
-    installTlsSet(made, live);
+    tlsFiles('ipwarden-etcd-tls-d-');
     tlsEtcd = await startEtcdCluster({ members: 1, prefix: 'ipwarden-tls-d-', tls: { cert: live.serverCert, key: live.serverKey, ca: live.ca, clientCertAuth: true } });
   });
   after(async () => {

@@ -60,14 +60,8 @@ class FakeWatchClock implements WatchClock {
 
 type Line = Record<string, unknown> & { msg: string };
 
-describe('install watch: a failing reinstall is retried with capped exponential backoff', () => {
-  const t = tempDir('ipwarden-install-watch-');
-  const bin = join(t.dir, 'opt', 'cni', 'bin');
-  const side = join(t.dir, 'side');
-  const mark = join(side, 'MARK');
-  const runs = join(side, 'runs');
-  mkdirSync(bin, { recursive: true, mode: 0o755 });
-  mkdirSync(side);
+/** A debug logger whose lines are kept (`lines`), and `nth(msg, n)`: the `n`-th (1-based) line with message `msg`, now or when it comes. */
+function capturedLog(): { log: ReturnType<typeof createLogger>; lines: Line[]; nth: (msg: string, n: number) => Promise<Line> } {
   const lines: Line[] = [];
   const waiters: Array<{ pred: (l: Line) => boolean; resolve: (l: Line) => void }> = [];
   const log = createLogger('debug', {
@@ -79,12 +73,23 @@ describe('install watch: a failing reinstall is retried with capped exponential 
       },
     },
   });
-  /** The `n`-th (1-based) line with message `msg`, now or when it comes. */
   const nth = (msg: string, n: number): Promise<Line> => {
     const pred = (l: Line) => l.msg === msg && lines.filter((x) => x.msg === msg).indexOf(l) === n - 1;
     const seen = lines.find(pred);
     return seen !== undefined ? Promise.resolve(seen) : new Promise((resolve) => waiters.push({ pred, resolve }));
   };
+  return { log, lines, nth };
+}
+
+describe('install watch: a failing reinstall is retried with capped exponential backoff', () => {
+  const t = tempDir('ipwarden-install-watch-');
+  const bin = join(t.dir, 'opt', 'cni', 'bin');
+  const side = join(t.dir, 'side');
+  const mark = join(side, 'MARK');
+  const runs = join(side, 'runs');
+  mkdirSync(bin, { recursive: true, mode: 0o755 });
+  mkdirSync(side);
+  const { log, lines, nth } = capturedLog();
   const runCount = (): number => (existsSync(runs) ? readFileSync(runs, 'utf8').split('\n').filter((x) => x !== '').length : 0);
   const FAILED = 'reinstall of the installed files failed';
   const DEFERRED = 'installed files not in place: reinstall deferred (backing off)';
@@ -193,22 +198,7 @@ describe('install watch: another installer that rewrites the files after each re
   const bin = join(t.dir, 'bin');
   const runs = join(t.dir, 'runs');
   mkdirSync(bin, { mode: 0o755 });
-  const lines: Line[] = [];
-  const waiters: Array<{ pred: (l: Line) => boolean; resolve: (l: Line) => void }> = [];
-  const log = createLogger('debug', {
-    stream: {
-      write: (s: string) => {
-        const l = JSON.parse(s) as Line;
-        lines.push(l);
-        for (const w of [...waiters]) if (w.pred(l)) waiters.splice(waiters.indexOf(w), 1), w.resolve(l);
-      },
-    },
-  });
-  const nth = (msg: string, n: number): Promise<Line> => {
-    const pred = (l: Line) => l.msg === msg && lines.filter((x) => x.msg === msg).indexOf(l) === n - 1;
-    const seen = lines.find(pred);
-    return seen !== undefined ? Promise.resolve(seen) : new Promise((resolve) => waiters.push({ pred, resolve }));
-  };
+  const { log, lines, nth } = capturedLog();
   const runCount = (): number => (existsSync(runs) ? readFileSync(runs, 'utf8').split('\n').filter((x) => x !== '').length : 0);
   // Our install-cni writes v1; the other installer (the test) writes v2, of the same size and mode.
   const script = `echo run >> '${runs}'; printf plugin-v1 > '${bin}/ipwarden.tmp' && chmod 755 '${bin}/ipwarden.tmp' && mv '${bin}/ipwarden.tmp' '${bin}/ipwarden'`;
