@@ -672,10 +672,8 @@ export class PoolSessions implements PoolHooks {
         ? fenced
         : {
             ...fenced,
-            gone: async () => {
-              if (!signal.aborted && current !== undefined) await current().catch(() => undefined);
-              return signal.aborted;
-            },
+            gone: () => signal.aborted,
+            ...(current === undefined ? {} : { refresh: () => current().catch(() => undefined) }),
           };
     this.#note(pool, node);
     const key = JSON.stringify([clientKey(pool), pool.name, pool.blockSize4, pool.blockSize6, node, conf.name, metaOf(conf.rangeSets, { blockSize4: pool.blockSize4, blockSize6: pool.blockSize6 })]);

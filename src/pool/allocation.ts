@@ -144,6 +144,8 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
     told = new Map();
     const tell = (e: CorruptValueError, action: string): void => void told.set(`${e.key}\u0000${action}`, [e, action]);
     const attempt = tx.attempt;
+    // A later attempt: first what the daemon has learned of gone callers meanwhile (once per attempt).
+    if (attempt > 0) await reqs.find((r) => r.refresh !== undefined)?.refresh?.();
     const blocks = new Map<string, Working | null>();
     const results: Array<PoolAllocation[] | AppError | null> = reqs.map(() => null);
     // Fast path: the first attempt builds on the cached blocks, and reads no handle it can do
@@ -196,9 +198,8 @@ async function round(core: AllocatorCore, reqs: readonly PoolRequest[], dels: re
         }
       } else if (!firstOf.has(hk)) {
         firstOf.set(hk, i);
-        // A later attempt (the first one's client check was just before the round): a caller
-        // that has gone meanwhile gets nothing allocated (PoolRequest.gone).
-        if (attempt > 0 && r.gone !== undefined && (await r.gone())) {
+        // A caller that has gone gets nothing allocated (PoolRequest.gone).
+        if (r.gone?.() === true) {
           results[i] = goneAddError(r);
           continue;
         }

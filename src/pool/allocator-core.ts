@@ -79,20 +79,23 @@ export interface PoolRequest {
    */
   readonly since?: string;
   /**
-   * The daemon's requests: resolves true once the request's caller has gone (the shim's
-   * connection closed: the runtime gave the ADD up, and may have DELeted the container through the
-   * standalone fallback meanwhile). Asked before each later attempt of a round (after a lost
-   * compare or a stale read), so a round that resumes after a stall (a daemon stopped and
-   * continued) never allocates for a caller that is gone: a Jepsen run under load found the
-   * round of such an ADD allocating after the DEL had released the container's handle, which no
-   * tombstone fences. Absent (the standalone plugin): never asked.
+   * The daemon's requests: true once the request's caller is known gone (the shim's connection
+   * closed: the runtime gave the ADD up, and may have DELeted the container through the
+   * standalone fallback meanwhile). Asked in every attempt of a round, also the first of a round
+   * a split or a round of ADDs apart from DELs begins, after {@link refresh} for every attempt
+   * but the first of a call: a round that resumes after a stall (a daemon stopped and continued)
+   * never allocates for a caller that is gone — a Jepsen run under load found such a round
+   * allocating after the DEL had released the container's handle, which no tombstone fences.
+   * Absent (the standalone plugin): never gone.
    */
-  readonly gone?: () => Promise<boolean>;
+  readonly gone?: () => boolean;
+  /** The daemon's requests: brings {@link gone} up to date (the socket thread's news); awaited once per later attempt. */
+  readonly refresh?: () => Promise<void>;
 }
 
 /**
  * The refusal of an ADD whose caller has gone ({@link PoolRequest.gone}) before an attempt of its
- * round: STORE_CONFLICT (retryable; nobody reads it — its caller is gone).
+ * round: STORE_CONFLICT (retryable; nobody reads it — its caller is gone). It writes nothing.
  */
 export function goneAddError(r: PoolRequest): AppError {
   return new AppError('STORE_CONFLICT', `ADD of ${r.containerId.trim()}/${r.ifname} not sent: its client has gone`);

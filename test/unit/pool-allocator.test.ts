@@ -385,44 +385,56 @@ describe('PoolAllocator', () => {
       assert.ok(Array.isArray(ok));
       assert.deepEqual(ok.map((a) => formatIP(a.ip)), ['10.80.0.17']);
     });
-    it('a later attempt of a round asks whether each fresh ADD\'s caller has gone (`gone`): one that has gets nothing allocated, the others go on', async () => {
-      // A Jepsen run under load: a daemon stalled in the middle of a round; its shim gave the ADD
-      // up, the runtime's DEL went through the standalone fallback and deleted the container's
-      // handle (no tombstone: it held an address); the round resumed, lost its compare, and its
-      // next attempt found no handle and allocated again — an address nobody would release.
-      const kv = new MemoryKV();
-      await one(allocator(kv, 'node-a'), 'warm');
-      assert.equal(await one(allocator(kv, 'node-a'), 'c4'), '10.80.0.17');
-      let gone = false;
-      const asked: string[] = [];
-      let first = true;
-      const stalled: KV = {
-        description: 'stalled',
-        stats: kv.stats,
-        get: (k) => kv.get(k),
-        list: (p, o) => kv.list(p, o),
-        txn: async (c, o) => {
-          if (!first) return kv.txn(c, o);
-          first = false;
-          // While the round stalled: the DEL elsewhere, the caller gone; the commit loses its compare.
-          assert.deepEqual(await allocator(kv, 'node-a').del({ containerId: 'c4', ifname: 'eth0' }), ['10.80.0.17']);
+    for (const withDel of [false, true]) {
+      it(`an ADD whose caller has gone gets nothing allocated in a later attempt of its round${withDel ? ', also when the round has a DEL (its ADDs then go apart, in a new transaction)' : ''}; the others go on`, async () => {
+        // A Jepsen run under load: a daemon stalled in the middle of a round; its shim gave the ADD
+        // up, the runtime's DEL went through the standalone fallback and deleted the container's
+        // handle (no tombstone: it held an address); the round resumed, lost its compare, and its
+        // next attempt found no handle and allocated again — an address nobody would release.
+        const kv = new MemoryKV();
+        await one(allocator(kv, 'node-a'), 'warm');
+        assert.equal(await one(allocator(kv, 'node-a'), 'c4'), '10.80.0.17');
+        if (withDel) assert.equal(await one(allocator(kv, 'node-a'), 'd1'), '10.80.0.18');
+        let gone = false;
+        let refreshed = 0;
+        let first = true;
+        const stalled: KV = {
+          description: 'stalled',
+          stats: kv.stats,
+          get: (k) => kv.get(k),
+          list: (p, o) => kv.list(p, o),
+          txn: async (c, o) => {
+            if (!first) return kv.txn(c, o);
+            first = false;
+            // While the round stalled: the DEL elsewhere; the commit loses its compare. The caller's
+            // going is learned only from the refresh, as the daemon learns it from its socket thread.
+            assert.deepEqual(await allocator(kv, 'node-a').del({ containerId: 'c4', ifname: 'eth0' }), ['10.80.0.17']);
+            return { succeeded: false, revision: String(kv.revision) };
+          },
+          close: () => kv.close(),
+        };
+        const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: SMALL } }), undefined);
+        const a = new PoolAllocator({ kv: stalled, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 1000 });
+        const refresh = async (): Promise<void> => {
+          refreshed++;
           gone = true;
-          return { succeeded: false, revision: String(kv.revision) };
-        },
-        close: () => kv.close(),
-      };
-      const c = loadIPAMConfig(JSON.stringify({ cniVersion: '1.0.0', name: 'net1', ipam: { ranges: SMALL } }), undefined);
-      const a = new PoolAllocator({ kv: stalled, pool: 'p1', prefix: '/ipwarden', node: 'node-a', network: 'net1', rangeSets: c.rangeSets, sizes: { blockSize4: 28, blockSize6: 122 }, now: () => 1000 });
-      const req = (id: string, isGone: () => boolean) => ({ containerId: id, ifname: 'eth0', gone: async () => (asked.push(id), isGone()) });
-      // Attempt 0: c4's handle read (a repeated ADD: its address), c5 fresh; the commit loses.
-      const [r4, r5] = await a.add([req('c4', () => gone), req('c5', () => false)]);
-      assert.ok(r4 instanceof AppError, JSON.stringify(r4));
-      assert.deepEqual([r4.code, r4.message], ['STORE_CONFLICT', 'ADD of c4/eth0 not sent: its client has gone']);
-      assert.deepEqual(ips(r5 as PoolAllocation[]), ['10.80.0.18']);
-      assert.deepEqual(asked, ['c4', 'c5'], 'asked once each, in the attempt after the lost compare (attempt 0 is the batcher\'s check)');
-      assert.equal(kv.dump()[`${P}/handles/c4/eth0`], undefined, 'nothing allocated to c4 again');
-      assert.deepEqual(await allocator(kv, 'node-a').handlesOf('node-a').then((h) => h.map((x) => x.containerId).sort()), ['c5', 'warm']);
-    });
+        };
+        const adds = [
+          { containerId: 'c4', ifname: 'eth0', gone: () => gone, refresh },
+          { containerId: 'c5', ifname: 'eth0', gone: () => false, refresh },
+        ];
+        // Attempt 0: c4's handle read (a repeated ADD: its address), c5 fresh; the commit loses.
+        const r = await a.batch(adds, withDel ? [{ containerId: 'd1', ifname: 'eth0' }] : []);
+        const [r4, r5] = r.adds;
+        assert.ok(r4 instanceof AppError, JSON.stringify(r4));
+        assert.deepEqual([r4.code, r4.message], ['STORE_CONFLICT', 'ADD of c4/eth0 not sent: its client has gone']);
+        assert.deepEqual(ips(r5 as PoolAllocation[]), [withDel ? '10.80.0.19' : '10.80.0.18']);
+        if (withDel) assert.deepEqual(r.dels, [['10.80.0.18']]);
+        assert.equal(refreshed, 1, 'one refresh, for the attempt after the lost compare');
+        assert.equal(kv.dump()[`${P}/handles/c4/eth0`], undefined, 'nothing allocated to c4 again');
+        assert.deepEqual(await allocator(kv, 'node-a').handlesOf('node-a').then((h) => h.map((x) => x.containerId).sort()), ['c5', 'warm']);
+      });
+    }
     it('a tombstone value that is not exactly {"deleted":true,"ips":[]} is STORE_CORRUPT: a DEL leaves it as it is and succeeds', async () => {
       const kv = new MemoryKV();
       const bad = '{"v":1,"node":"node-a","network":"net1","at":1,"ips":[],"deleted":1}';
