@@ -50,8 +50,11 @@ export class Heartbeat {
   failures = 0;
   /** Beats whose `onBeat` (the node's veto) failed; the next beat tries again. */
   vetoFailures = 0;
-  /** The last beat that finished failed (its renewal, grant or `onBeat`); false before the first. */
-  failing = false;
+  /** When the beats began to fail without a success since (ms, the `now` clock), or null while they work (or before the first). */
+  failingSince: number | null = null;
+  readonly #now: () => number;
+  /** The beat in flight, if any ({@link stop} waits for it). */
+  #inFlight: Promise<void> | null = null;
 
   /**
    * @param onBeat awaited after every beat, also a failed one (the daemon passes the node's
@@ -74,6 +77,7 @@ export class Heartbeat {
     more: { readonly writer?: { readonly host: string; readonly pid: number }; readonly settings?: { readonly key: string; readonly value: string }; readonly source?: PoolSource } = {},
   ) {
     this.#kv = kv;
+    this.#now = now;
     this.#key = key;
     this.#value = heartbeatValue(node, now(), more.writer, more.source);
     this.#every = every;
@@ -92,13 +96,24 @@ export class Heartbeat {
   async beat(): Promise<void> {
     if (this.#stopped || this.#beating) return;
     this.#beating = true;
-    try {
+    const run = (async (): Promise<void> => {
       const ok = await this.#beatOnce();
-      this.failing = !ok;
+      if (ok) this.failingSince = null;
+      else this.failingSince ??= this.#now();
       this.#retrying(!ok);
+    })();
+    this.#inFlight = run;
+    try {
+      await run;
     } finally {
       this.#beating = false;
+      this.#inFlight = null;
     }
+  }
+
+  /** Beats have failed, with no success since, for at least `ms` milliseconds (the `now` clock). */
+  failingFor(ms: number): boolean {
+    return this.failingSince !== null && this.#now() - this.failingSince >= ms;
   }
 
   /** Start (`on`) or stop the fast retries while beats fail. */
@@ -122,6 +137,12 @@ export class Heartbeat {
           await this.#kv.txn([{ key: this.#settings.key, absent: true }], [{ put: this.#settings.key, value: this.#settings.value }]);
         }
         const id = await this.#kv.grantLease(HEARTBEAT_TTL_SECONDS);
+        // Stopped meanwhile (a heartbeat moved to other settings): the key is not put again on a
+        // lease nobody would renew, over the new heartbeat's (a hostile review).
+        if (this.#stopped) {
+          await this.#kv.revokeLease(id).catch(() => undefined);
+          return false;
+        }
         await this.#kv.txn([], [{ put: this.#key, value: this.#value, lease: id }]);
         this.#lease = id;
       }
@@ -139,13 +160,14 @@ export class Heartbeat {
     return ok;
   }
 
-  /** Stop renewing and revoke the lease (the key goes). Idempotent; best effort. */
+  /** Stop renewing, wait for a beat in flight, and revoke the lease (the key goes). Idempotent; best effort. */
   async stop(): Promise<void> {
     if (this.#stopped) return;
     this.#stopped = true;
     this.#cancel?.();
     this.#cancelRetry?.();
     this.#cancelRetry = null;
+    await this.#inFlight?.catch(() => undefined);
     if (this.#lease !== null) await this.#kv.revokeLease(this.#lease).catch(() => undefined);
   }
 }

@@ -48,7 +48,7 @@ import {
   type PoolSource,
 } from '../pool/index.ts';
 import { poolGcWith, type PoolHooks } from '../cni/pool.ts';
-import { Heartbeat, realEvery, type Every } from './heartbeat.ts';
+import { Heartbeat, HEARTBEAT_TTL_SECONDS, realEvery, type Every } from './heartbeat.ts';
 import { observeTxns, resultOf, tell, type PoolObserver, type PoolRequestEvent, type PoolSample, type PoolSampleError } from './pool-observer.ts';
 
 interface Waiter {
@@ -272,6 +272,13 @@ function clientKey(pool: PoolConfig): string {
   return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.etcd.tls, pool.etcd.credentials ?? null]);
 }
 
+/**
+ * How long a node's heartbeat must have failed, with no success, before an ADD that succeeded on
+ * other client settings moves it there (ms): one renewal period (a third of the lease's TTL), well
+ * past a leader election's few seconds.
+ */
+const HEAL_AFTER_MS = (HEARTBEAT_TTL_SECONDS * 1000) / 3;
+
 /** One attachment of one pool: (pool, containerId, ifname). */
 function attachmentKey(pool: PoolConfig, req: PoolRequest): string {
   return JSON.stringify([pool.etcd.endpoints, pool.etcd.prefix, pool.name, req.containerId.trim(), req.ifname]);
@@ -347,6 +354,8 @@ export class PoolSessions implements PoolHooks {
   readonly #kvs = new Map<string, ContactKV>();
   readonly #batchers = new Map<string, Batcher>();
   readonly #heartbeats = new Map<string, Heartbeat>();
+  /** Heartbeats being moved to other client settings ({@link #healHeartbeat}), by key. */
+  readonly #moving = new Set<string>();
   /** Per heartbeat (same keys): the client settings it beats with ({@link clientKey}) and where the pool was known from. */
   readonly #heartbeatOf = new Map<string, { readonly client: string; readonly source: PoolSource }>();
   /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
@@ -832,23 +841,32 @@ export class PoolSessions implements PoolHooks {
 
   /**
    * After an ADD of `pool` on `kv` succeeded: when the node's heartbeat in the pool beats with other
-   * client settings and its last beat failed (those settings no longer work: a CA or key file
-   * replaced, or a learned config that was wrong), it is moved to `kv`'s settings, which just
-   * worked — else a node that serves ADDs would look gone to `pool remove-node` and to other nodes'
-   * `reclaimAfter` (a fresh-user trial). A working heartbeat is never moved. Logs `pool heartbeat
-   * moved` (info). Never throws.
+   * client settings and its beats have failed for {@link HEAL_AFTER_MS} with no success (those
+   * settings no longer work: a CA or key file replaced, or a learned config that was wrong), it is
+   * moved to `kv`'s settings, which just worked — else a node that serves ADDs would look gone to
+   * `pool remove-node` and to other nodes' `reclaimAfter` (a fresh-user trial). A heartbeat that
+   * works, or failed only briefly (a leader election), is not moved. The old one is stopped — its
+   * beat in flight awaited, its lease revoked — before the new one starts, so no late put of the old
+   * one lands over the new one's key. Logs `pool heartbeat moved to the settings of a request that
+   * succeeded` (info). Never throws.
    */
   #healHeartbeat(kv: ContactKV, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
     if (this.#closed) return;
     const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
     const hb = this.#heartbeats.get(hkey);
     const of = this.#heartbeatOf.get(hkey);
-    if (hb === undefined || of === undefined || of.client === clientKey(pool) || !hb.failing) return;
-    this.#heartbeats.delete(hkey);
-    this.#heartbeatOf.delete(hkey);
-    void hb.stop();
-    this.#startHeartbeat(kv, pool, node, alloc, of.source);
-    this.#log('info', { pool: pool.name, node, failures: hb.failures }, 'pool heartbeat moved to the settings of a request that succeeded');
+    if (hb === undefined || of === undefined || of.client === clientKey(pool) || this.#moving.has(hkey) || !hb.failingFor(HEAL_AFTER_MS)) return;
+    this.#moving.add(hkey);
+    void hb
+      .stop()
+      .then(() => {
+        if (this.#closed || this.#heartbeats.get(hkey) !== hb) return;
+        this.#heartbeats.delete(hkey);
+        this.#heartbeatOf.delete(hkey);
+        this.#startHeartbeat(kv, pool, node, alloc, of.source);
+        this.#log('info', { pool: pool.name, node, failures: hb.failures }, 'pool heartbeat moved to the settings of a request that succeeded');
+      })
+      .finally(() => this.#moving.delete(hkey));
   }
 
   /** The batcher a DEL of `network` joins ({@link #delBatchers}), made for DELs when the network has no ADD batcher yet. */

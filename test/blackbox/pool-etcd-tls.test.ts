@@ -256,11 +256,12 @@ describe('etcd over TLS through the daemon: every request on its own settings', 
       await (tlsEtcd as EtcdCluster).kill(0);
       await (tlsEtcd as EtcdCluster).restart(0);
       tlsctl('lease', 'revoke', first);
-      // ADDs on the working settings until the heartbeat, failing on its own, is moved (its next
-      // beat is at most 10 s away; each ADD takes a new address of the /24).
+      // ADDs on the working settings until the heartbeat, failing on its own, is moved: its next
+      // beat is at most 10 s away, and it moves once its beats have failed for 10 s (each ADD
+      // takes a new address of the /24).
       let moved = false;
       for (let i = 0; !moved; i++) {
-        assert.ok(i < 120, `the heartbeat moved within 120 ADDs; logs: ${JSON.stringify(d.logs.slice(-5))}`);
+        assert.ok(i < 240, `the heartbeat moved within 240 ADDs (it moves after 10 s of failed beats); logs: ${JSON.stringify(d.logs.slice(-5))}`);
         const r = await runViaDaemon(d.socket, { command: 'ADD', containerId: `hb${++k}`, ifname: 'eth0', stdin: onLive });
         assert.equal(r.exitCode, 0, r.stdout);
         moved = d.logs.some((l) => l.msg === 'pool heartbeat moved to the settings of a request that succeeded');

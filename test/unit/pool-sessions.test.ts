@@ -77,6 +77,62 @@ describe('Heartbeat (memory KV, injected schedule)', () => {
   });
 });
 
+describe('Heartbeat stopped during a beat in flight (a heartbeat moved to other settings)', () => {
+  it('stop() waits for the beat; a lease granted after the stop is revoked and the key is not put again', async () => {
+    const kv = new MemoryKV();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((r) => (release = r));
+    const revoked: string[] = [];
+    const gated = {
+      description: 'gated',
+      stats: kv.stats,
+      get: (k: string) => kv.get(k),
+      list: (p: string, o?: Parameters<MemoryKV['list']>[1]) => kv.list(p, o),
+      txn: (c: Parameters<MemoryKV['txn']>[0], o: Parameters<MemoryKV['txn']>[1]) => kv.txn(c, o),
+      close: () => kv.close(),
+      keepAlive: (id: string) => kv.keepAlive(id),
+      grantLease: async (ttl: number) => {
+        await gate;
+        return kv.grantLease(ttl);
+      },
+      revokeLease: async (id: string) => {
+        revoked.push(id);
+        return kv.revokeLease(id);
+      },
+    };
+    const hb = new Heartbeat(gated, '/p/alive/n1', 'n1', () => 7, () => () => undefined);
+    const started = hb.start(); // its first beat waits in grantLease
+    let stopped = false;
+    const stopping = hb.stop().then(() => void (stopped = true));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(stopped, false, 'stop waits for the beat in flight');
+    release();
+    await Promise.all([started, stopping]);
+    assert.equal(kv.dump()['/p/alive/n1'], undefined, 'no key put after the stop');
+    assert.deepEqual(revoked, ['4097'], 'the lease granted after the stop is revoked');
+  });
+  it('failingFor: the time since the beats began to fail, reset by a beat that works', async () => {
+    const kv = new MemoryKV();
+    let now = 1000;
+    const hb = new Heartbeat(kv, '/p/alive/n1', 'n1', () => now, () => () => undefined);
+    await hb.start();
+    assert.deepEqual([hb.failingSince, hb.failingFor(0)], [null, false]);
+    kv.expireLease('4097');
+    kv.failNext = 1;
+    await hb.beat();
+    assert.equal(hb.failingSince, 1000);
+    now = 10_999;
+    assert.equal(hb.failingFor(10_000), false);
+    kv.failNext = 1;
+    await hb.beat();
+    now = 11_000;
+    assert.equal(hb.failingFor(10_000), true, 'a second failure keeps the first one\'s time');
+    await hb.beat();
+    assert.deepEqual([hb.failingSince, hb.failingFor(0)], [null, false], 'a beat that works resets it');
+    await hb.stop();
+  });
+});
+
 describe('Heartbeat while etcd is unreachable (review F2c)', () => {
   it('a failed beat adds a beat every HEARTBEAT_RETRY_MS until one works (key back, veto run), then only the period is left', async () => {
     const kv = new MemoryKV();
