@@ -111,6 +111,11 @@ export class Heartbeat {
     }
   }
 
+  /** {@link stop} was called (the heartbeat may still be finishing its beat in flight). */
+  get stopped(): boolean {
+    return this.#stopped;
+  }
+
   /** Beats have failed, with no success since, for at least `ms` milliseconds (the `now` clock). */
   failingFor(ms: number): boolean {
     return this.failingSince !== null && this.#now() - this.failingSince >= ms;

@@ -354,8 +354,6 @@ export class PoolSessions implements PoolHooks {
   readonly #kvs = new Map<string, ContactKV>();
   readonly #batchers = new Map<string, Batcher>();
   readonly #heartbeats = new Map<string, Heartbeat>();
-  /** Heartbeats being moved to other client settings ({@link #healHeartbeat}), by key. */
-  readonly #moving = new Set<string>();
   /** Per heartbeat (same keys): the client settings it beats with ({@link clientKey}) and where the pool was known from. */
   readonly #heartbeatOf = new Map<string, { readonly client: string; readonly source: PoolSource }>();
   /** One block cache per etcd, pool and node, shared by its ADDs and DELs. */
@@ -848,15 +846,15 @@ export class PoolSessions implements PoolHooks {
    * works, or failed only briefly (a leader election), is not moved. The old one is stopped — its
    * beat in flight awaited, its lease revoked — before the new one starts, so no late put of the old
    * one lands over the new one's key. Logs `pool heartbeat moved to the settings of a request that
-   * succeeded` (info). Never throws.
+   * succeeded` (info), or `pool heartbeat not moved` (warn) if starting the new one threw. Never throws.
    */
   #healHeartbeat(kv: ContactKV, pool: PoolConfig, node: string, alloc: PoolAllocator): void {
     if (this.#closed) return;
     const hkey = JSON.stringify([pool.etcd.endpoints, alloc.aliveKey(node)]);
     const hb = this.#heartbeats.get(hkey);
     const of = this.#heartbeatOf.get(hkey);
-    if (hb === undefined || of === undefined || of.client === clientKey(pool) || this.#moving.has(hkey) || !hb.failingFor(HEAL_AFTER_MS)) return;
-    this.#moving.add(hkey);
+    // A stopped one is being moved already (or the sessions are closing).
+    if (hb === undefined || of === undefined || of.client === clientKey(pool) || hb.stopped || !hb.failingFor(HEAL_AFTER_MS)) return;
     void hb
       .stop()
       .then(() => {
@@ -866,7 +864,7 @@ export class PoolSessions implements PoolHooks {
         this.#startHeartbeat(kv, pool, node, alloc, of.source);
         this.#log('info', { pool: pool.name, node, failures: hb.failures }, 'pool heartbeat moved to the settings of a request that succeeded');
       })
-      .finally(() => this.#moving.delete(hkey));
+      .catch((e: unknown) => this.#log('warn', { pool: pool.name, node, error: e instanceof Error ? e.message : String(e) }, 'pool heartbeat not moved'));
   }
 
   /** The batcher a DEL of `network` joins ({@link #delBatchers}), made for DELs when the network has no ADD batcher yet. */
